@@ -1,0 +1,40 @@
+#pragma once
+
+#include "pipetrain/schedule/schedule.h"
+
+// DeepSpeed's three schedules, step for step as in shared/spec/schedules.md.
+namespace pipetrain::schedule {
+
+// Synchronous 1F1B: forward and backward steps alternate; stage s keeps at most
+// min(P - s, M) activations alive.
+class TrainSchedule final : public Schedule {
+ public:
+  using Schedule::Schedule;
+  std::string_view kind() const override { return "train"; }
+  int num_pipe_buffers() const override;
+  std::vector<Step> steps() const override;
+
+ private:
+  // The micro-batch of step `t` and whether the step is a forward step.
+  int micro_batch_of_step(int t, bool& forward) const;
+};
+
+// Forward only, two alternating buffers.
+class InferenceSchedule final : public Schedule {
+ public:
+  using Schedule::Schedule;
+  std::string_view kind() const override { return "inference"; }
+  int num_pipe_buffers() const override { return 2; }
+  std::vector<Step> steps() const override;
+};
+
+// No pipeline: each micro-batch forward and backward on one stage, gradients accumulate.
+class DataParallelSchedule final : public Schedule {
+ public:
+  DataParallelSchedule(const PipeShape& shape, int stage_id);
+  std::string_view kind() const override { return "data-parallel"; }
+  int num_pipe_buffers() const override { return 1; }
+  std::vector<Step> steps() const override;
+};
+
+}  // namespace pipetrain::schedule

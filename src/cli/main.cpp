@@ -1,0 +1,49 @@
+// The `pipetrain` command: one binary, one sub-command per task.
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "command.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/version.h"
+
+namespace {
+
+constexpr int kExitInputError = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetrain: pipeline-, data- and tensor-parallel training on LibTorch", "pipetrain"};
+  app.set_version_flag("--version", std::string("pipetrain ") + pipetrain::kVersion);
+  app.require_subcommand(1);
+  pipetrain::cli::CommandList commands;
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "pipetrain: " << e.what() << " (see pipetrain --help)\n";
+    return kExitInputError;
+  }
+
+  try {
+    for (const auto& command : commands) {
+      if (command.parser->parsed()) return command.run();
+    }
+  } catch (const pipetrain::InputError& e) {
+    std::cerr << "pipetrain: " << e.what() << "\n";
+    return kExitInputError;
+  } catch (const std::exception& e) {
+    std::cerr << "pipetrain: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

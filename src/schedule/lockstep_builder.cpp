@@ -1,0 +1,158 @@
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "compute_order.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+constexpr int kNotDone = -1;
+
+// Round in which each (pass kind, virtual stage, micro-batch) completed.
+class Completion {
+ public:
+  explicit Completion(const PipeShape& shape)
+      : micro_batches_(shape.micro_batches),
+        forward_(size(shape), kNotDone),
+        backward_(size(shape), kNotDone) {}
+
+  // Done in a round before `round`.
+  bool forward_before(int vs, int mb, int round) const { return before(forward_, vs, mb, round); }
+  bool backward_before(int vs, int mb, int round) const { return before(backward_, vs, mb, round); }
+  void set_forward(int vs, int mb, int round) { forward_[index(vs, mb)] = round; }
+  void set_backward(int vs, int mb, int round) { backward_[index(vs, mb)] = round; }
+
+ private:
+  static std::size_t size(const PipeShape& shape) {
+    return static_cast<std::size_t>(shape.virtual_stages()) * shape.micro_batches;
+  }
+  std::size_t index(int vs, int mb) const {
+    return static_cast<std::size_t>(vs) * micro_batches_ + mb;
+  }
+  bool before(const std::vector<int>& done, int vs, int mb, int round) const {
+    const int r = done[index(vs, mb)];
+    return r != kNotDone && r < round;
+  }
+
+  int micro_batches_;
+  std::vector<int> forward_;
+  std::vector<int> backward_;  // BackwardPass or BackwardInput
+};
+
+// Lowest-numbered free buffer first, so buffer counts stay minimal.
+class BufferPool {
+ public:
+  int take() {
+    const auto free = std::find(in_use_.begin(), in_use_.end(), false);
+    const int id = static_cast<int>(free - in_use_.begin());
+    if (free == in_use_.end()) {
+      in_use_.push_back(true);
+    } else {
+      *free = true;
+    }
+    return id;
+  }
+  void release(int id) { in_use_[id] = false; }
+  int high_water() const { return std::max<int>(1, static_cast<int>(in_use_.size())); }
+
+ private:
+  std::vector<bool> in_use_;
+};
+
+bool ready(const PipeShape& shape, int stage, const ComputeOp& op, const Completion& done,
+           int round) {
+  const int vs = shape.virtual_stage(stage, op.chunk);
+  switch (op.kind) {
+    case OpKind::kForwardPass:
+      return vs == 0 || done.forward_before(vs - 1, op.micro_batch, round);
+    case OpKind::kBackwardPass:
+    case OpKind::kBackwardInput:
+      return done.forward_before(vs, op.micro_batch, round) &&
+             (vs == shape.virtual_stages() - 1 ||
+              done.backward_before(vs + 1, op.micro_batch, round));
+    case OpKind::kBackwardWeight:
+      return done.backward_before(vs, op.micro_batch, round);
+    default:
+      throw std::logic_error("compute order holds a non-compute instruction");
+  }
+}
+
+// The instructions of one pass: receive its input, load data, compute, send the result.
+void emit(const PipeShape& shape, int stage, const ComputeOp& op, int buffer, Step& step) {
+  const int vs = shape.virtual_stage(stage, op.chunk);
+  const bool first = vs == 0;
+  const bool last = vs == shape.virtual_stages() - 1;
+  auto add = [&](OpKind kind) { step.push_back({kind, buffer, op.chunk, op.micro_batch}); };
+  switch (op.kind) {
+    case OpKind::kForwardPass:
+      if (!first) add(OpKind::kRecvActivation);
+      if (first || last) add(OpKind::kLoadMicroBatch);
+      add(OpKind::kForwardPass);
+      if (!last) add(OpKind::kSendActivation);
+      break;
+    case OpKind::kBackwardPass:
+    case OpKind::kBackwardInput:
+      if (!last) add(OpKind::kRecvGrad);
+      add(op.kind);
+      if (!first) add(OpKind::kSendGrad);
+      break;
+    default:
+      add(op.kind);
+  }
+}
+
+}  // namespace
+
+LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders) {
+  const int p = shape.stages;
+  Completion done(shape);
+  std::vector<std::size_t> next(p, 0);
+  std::vector<BufferPool> pools(p);
+  // Buffer of each (virtual stage, micro-batch) while its activation lives.
+  std::vector<int> buffer_of(static_cast<std::size_t>(shape.virtual_stages()) *
+                             shape.micro_batches);
+  LockstepPlan plan;
+  plan.stage_steps.resize(p);
+
+  std::size_t remaining = 0;
+  for (const auto& order : orders) remaining += order.size();
+  for (int round = 0; remaining > 0; ++round) {
+    bool progressed = false;
+    for (int s = 0; s < p; ++s) {
+      Step step;
+      if (next[s] < orders[s].size() && ready(shape, s, orders[s][next[s]], done, round)) {
+        const ComputeOp& op = orders[s][next[s]++];
+        const int vs = shape.virtual_stage(s, op.chunk);
+        int& buffer =
+            buffer_of[static_cast<std::size_t>(vs) * shape.micro_batches + op.micro_batch];
+        if (op.kind == OpKind::kForwardPass) buffer = pools[s].take();
+        emit(shape, s, op, buffer, step);
+        if (op.kind == OpKind::kForwardPass) done.set_forward(vs, op.micro_batch, round);
+        if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardInput) {
+          done.set_backward(vs, op.micro_batch, round);
+        }
+        // The activation dies with the last pass that needs it.
+        if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardWeight) {
+          pools[s].release(buffer);
+        }
+        progressed = true;
+        --remaining;
+      }
+      plan.stage_steps[s].push_back(std::move(step));
+    }
+    if (!progressed) {
+      throw std::logic_error("compute order deadlocks after round " + std::to_string(round));
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    Step& last = plan.stage_steps[s].back();
+    last.push_back({OpKind::kReduceTiedGrads});
+    last.push_back({OpKind::kReduceGrads});
+    last.push_back({OpKind::kOptimizerStep});
+    plan.num_pipe_buffers.push_back(pools[s].high_water());
+  }
+  return plan;
+}
+
+}  // namespace pipetrain::schedule

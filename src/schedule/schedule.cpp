@@ -1,0 +1,149 @@
+#include "pipetrain/schedule/schedule.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "compute_order.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/schedule/deepspeed_schedules.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+const std::vector<ScheduleKind> kKinds = {
+    {"train", "DeepSpeed's synchronous 1F1B (TrainSchedule)", true, false, false},
+    {"inference", "DeepSpeed's forward-only pipeline (InferenceSchedule)", false, false, false},
+    {"data-parallel", "no pipeline: forward and backward per micro-batch", true, false, false},
+    {"gpipe", "GPipe: all forwards, then all backwards", true, false, false},
+    {"interleaved", "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true,
+     false},
+    {"zb-h1", "zero-bubble ZB-H1: weight gradients deferred into the bubbles", true, false, true},
+};
+
+// A schedule generated from per-rank compute orders (see compute_order.h).
+class GeneratedSchedule final : public Schedule {
+ public:
+  GeneratedSchedule(std::string_view kind, const PipeShape& shape, int stage_id,
+                    const LockstepPlan& plan)
+      : Schedule(shape, stage_id),
+        kind_(kind),
+        buffers_(plan.num_pipe_buffers[stage_id]),
+        steps_(plan.stage_steps[stage_id]) {}
+
+  std::string_view kind() const override { return kind_; }
+  int num_pipe_buffers() const override { return buffers_; }
+  std::vector<Step> steps() const override { return steps_; }
+
+ private:
+  std::string_view kind_;
+  int buffers_;
+  std::vector<Step> steps_;
+};
+
+void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
+  if (shape.micro_batches < 1) {
+    throw InputError("micro-batches must be at least 1, got " +
+                     std::to_string(shape.micro_batches));
+  }
+  if (shape.stages < 1) {
+    throw InputError("stages must be at least 1, got " + std::to_string(shape.stages));
+  }
+  if (shape.chunks < 1) {
+    throw InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
+  }
+  if (shape.chunks != 1 && !kind.uses_chunks) {
+    throw InputError("schedule '" + std::string(kind.name) +
+                     "' has one model chunk per stage, got chunks " + std::to_string(shape.chunks));
+  }
+}
+
+void check_stage_id(const PipeShape& shape, int stage_id) {
+  if (stage_id < 0 || stage_id >= shape.stages) {
+    throw InputError("stage " + std::to_string(stage_id) + " is out of range for " +
+                     std::to_string(shape.stages) + " stages (0.." +
+                     std::to_string(shape.stages - 1) + ")");
+  }
+}
+
+// Null for the kinds that compute one stage at a time (DeepSpeed's).
+std::vector<ComputeOrder> (*order_function(std::string_view kind))(const PipeShape&) {
+  if (kind == "gpipe") return gpipe_order;
+  if (kind == "interleaved") return interleaved_1f1b_order;
+  if (kind == "zb-h1") return zb_h1_order;
+  return nullptr;
+}
+
+std::unique_ptr<Schedule> make_deepspeed_schedule(std::string_view kind, const PipeShape& shape,
+                                                  int stage_id) {
+  if (kind == "train") return std::make_unique<TrainSchedule>(shape, stage_id);
+  if (kind == "inference") return std::make_unique<InferenceSchedule>(shape, stage_id);
+  return std::make_unique<DataParallelSchedule>(shape, stage_id);
+}
+
+}  // namespace
+
+Schedule::Schedule(const PipeShape& shape, int stage_id) : shape_(shape), stage_id_(stage_id) {
+  check_stage_id(shape, stage_id);
+}
+
+Peer transfer_peer(const PipeShape& shape, int stage, const Instruction& transfer) {
+  const int vs = shape.virtual_stage(stage, transfer.chunk);
+  const bool downstream =
+      transfer.kind == OpKind::kSendActivation || transfer.kind == OpKind::kRecvGrad;
+  const bool upstream =
+      transfer.kind == OpKind::kRecvActivation || transfer.kind == OpKind::kSendGrad;
+  if (!downstream && !upstream) {
+    throw std::logic_error(std::string(name(transfer.kind)) + " is not a transfer");
+  }
+  const int other = downstream ? vs + 1 : vs - 1;
+  if (other < 0 || other >= shape.virtual_stages()) {
+    throw std::logic_error(std::string(name(transfer.kind)) + " on virtual stage " +
+                           std::to_string(vs) + " has no peer");
+  }
+  return {other % shape.stages, other / shape.stages};
+}
+
+const std::vector<ScheduleKind>& schedule_kinds() {
+  return kKinds;
+}
+
+const ScheduleKind& schedule_kind(std::string_view name) {
+  for (const auto& kind : kKinds) {
+    if (kind.name == name) return kind;
+  }
+  std::string known;
+  for (const auto& kind : kKinds) known += (known.empty() ? "" : ", ") + std::string(kind.name);
+  throw InputError("unknown schedule kind '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::unique_ptr<Schedule> make_schedule(std::string_view kind, const PipeShape& shape,
+                                        int stage_id) {
+  const ScheduleKind& info = schedule_kind(kind);
+  check_shape(info, shape);
+  if (auto order = order_function(info.name)) {
+    check_stage_id(shape, stage_id);  // before building every stage's plan
+    return std::make_unique<GeneratedSchedule>(info.name, shape, stage_id,
+                                               build_lockstep(shape, order(shape)));
+  }
+  return make_deepspeed_schedule(info.name, shape, stage_id);
+}
+
+PipelinePlan plan_pipeline(std::string_view kind, const PipeShape& shape) {
+  const ScheduleKind& info = schedule_kind(kind);
+  check_shape(info, shape);
+  PipelinePlan plan{std::string(info.name), shape, info.trains, info.splits_backward, {}, {}};
+  if (auto order = order_function(info.name)) {
+    LockstepPlan built = build_lockstep(shape, order(shape));
+    plan.num_pipe_buffers = std::move(built.num_pipe_buffers);
+    plan.stage_steps = std::move(built.stage_steps);
+    return plan;
+  }
+  for (int s = 0; s < shape.stages; ++s) {
+    const auto schedule = make_deepspeed_schedule(info.name, shape, s);
+    plan.num_pipe_buffers.push_back(schedule->num_pipe_buffers());
+    plan.stage_steps.push_back(schedule->steps());
+  }
+  return plan;
+}
+
+}  // namespace pipetrain::schedule

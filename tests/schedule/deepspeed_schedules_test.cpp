@@ -1,0 +1,44 @@
+// DeepSpeed's schedules pinned to the contract in shared/spec/schedules.md.
+#include <gtest/gtest.h>
+
+#include "pipetrain/schedule/deepspeed_schedules.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+// A step written as the spec writes it: (name, buffer) pairs, micro-batches ignored.
+using Spelled = std::vector<std::pair<std::string, int>>;
+
+std::vector<Spelled> spell(const std::vector<Step>& steps) {
+  std::vector<Spelled> out;
+  for (const auto& step : steps) {
+    Spelled spelled;
+    for (const auto& instr : step)
+      spelled.emplace_back(std::string(name(instr.kind)), instr.buffer);
+    out.push_back(spelled);
+  }
+  return out;
+}
+
+TEST(TrainSchedule, MatchesTheSpecWorkedExample) {
+  const TrainSchedule schedule({.micro_batches = 4, .stages = 3}, 1);
+  EXPECT_EQ(schedule.num_pipe_buffers(), 2);
+  const std::vector<Spelled> expected = {
+      {},
+      {{"RecvActivation", 0}, {"ForwardPass", 0}},
+      {{"SendActivation", 0}},
+      {{"RecvActivation", 1}, {"ForwardPass", 1}},
+      {{"RecvGrad", 0}, {"SendActivation", 1}, {"BackwardPass", 0}},
+      {{"SendGrad", 0}, {"RecvActivation", 0}, {"ForwardPass", 0}},
+      {{"RecvGrad", 1}, {"SendActivation", 0}, {"BackwardPass", 1}},
+      {{"SendGrad", 1}, {"RecvActivation", 1}, {"ForwardPass", 1}},
+      {{"RecvGrad", 0}, {"SendActivation", 1}, {"BackwardPass", 0}},
+      {{"SendGrad", 0}},
+      {{"RecvGrad", 1}, {"BackwardPass", 1}},
+      {{"SendGrad", 1}, {"ReduceTiedGrads", -1}, {"ReduceGrads", -1}, {"OptimizerStep", -1}},
+  };
+  EXPECT_EQ(spell(schedule.steps()), expected);
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
