@@ -5,7 +5,7 @@
 #include <iostream>
 #include <string>
 
-#include "command.h"
+#include "commands.h"
 #include "pipetrain/errors.h"
 #include "pipetrain/version.h"
 
@@ -19,7 +19,10 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain: pipeline-, data- and tensor-parallel training on LibTorch", "pipetrain"};
   app.set_version_flag("--version", std::string("pipetrain ") + pipetrain::kVersion);
   app.require_subcommand(1);
-  pipetrain::cli::CommandList commands;
+  const pipetrain::cli::CommandList commands = {
+      pipetrain::cli::add_schedule_command(app),
+      pipetrain::cli::add_simulate_command(app),
+  };
 
   try {
     app.parse(argc, argv);

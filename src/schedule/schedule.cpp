@@ -57,14 +57,6 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   }
 }
 
-void check_stage_id(const PipeShape& shape, int stage_id) {
-  if (stage_id < 0 || stage_id >= shape.stages) {
-    throw InputError("stage " + std::to_string(stage_id) + " is out of range for " +
-                     std::to_string(shape.stages) + " stages (0.." +
-                     std::to_string(shape.stages - 1) + ")");
-  }
-}
-
 // Null for the kinds that compute one stage at a time (DeepSpeed's).
 std::vector<ComputeOrder> (*order_function(std::string_view kind))(const PipeShape&) {
   if (kind == "gpipe") return gpipe_order;
@@ -81,6 +73,14 @@ std::unique_ptr<Schedule> make_deepspeed_schedule(std::string_view kind, const P
 }
 
 }  // namespace
+
+void check_stage_id(const PipeShape& shape, int stage_id) {
+  if (stage_id < 0 || stage_id >= shape.stages) {
+    throw InputError("stage " + std::to_string(stage_id) + " is out of range for " +
+                     std::to_string(shape.stages) + " stages (0.." +
+                     std::to_string(shape.stages - 1) + ")");
+  }
+}
 
 Schedule::Schedule(const PipeShape& shape, int stage_id) : shape_(shape), stage_id_(stage_id) {
   check_stage_id(shape, stage_id);

@@ -20,6 +20,9 @@ struct PipeShape {
   int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
 };
 
+// Throws InputError unless 0 <= stage_id < shape.stages.
+void check_stage_id(const PipeShape& shape, int stage_id);
+
 // The other end of a transfer.
 struct Peer {
   int stage = 0;

@@ -1,0 +1,12 @@
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+
+namespace pipetrain {
+
+// Writes `contents` to a temporary file beside `path`, flushes it to disk and renames it
+// over `path`: readers see the old file or the whole new one, never a partial write.
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
+
+}  // namespace pipetrain

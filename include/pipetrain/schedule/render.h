@@ -1,0 +1,24 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "pipetrain/schedule/schedule.h"
+#include "pipetrain/schedule/simulator.h"
+
+// Text forms of schedules and timelines.
+namespace pipetrain::schedule {
+
+// The contract's JSON object for one stage: {"num_pipe_buffers": N, "steps": [...]}.
+// Instructions are [name, buffer] or [name]; schedules with model chunks append the chunk.
+std::string to_json(const PipelinePlan& plan, int stage);
+
+// A step x stage grid, all stages or just `stage`. Cells list the step's instructions
+// abbreviated (see the legend printed below the grid) with their buffer.
+std::string to_table(const PipelinePlan& plan, std::optional<int> stage);
+
+// A Gantt chart: one row per stage, boxes coloured by pass kind and labelled with the
+// micro-batch (and chunk).
+std::string to_svg(const PipelinePlan& plan, const Timeline& timeline);
+
+}  // namespace pipetrain::schedule

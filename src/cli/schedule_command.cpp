@@ -1,0 +1,40 @@
+// `pipetrain schedule`: print one stage's schedule as the contract's JSON, or a grid.
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/schedule/render.h"
+#include "shape_options.h"
+
+namespace pipetrain::cli {
+
+Command add_schedule_command(CLI::App& app) {
+  struct Options {
+    ShapeOptions shape;
+    std::optional<int> stage;
+    std::string format = "table";
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand("schedule", "Print a pipeline schedule, step by step");
+  add_shape_options(*command, options->shape);
+  command->add_option("--stage,-s", options->stage, "Stage to print (json: required)");
+  command->add_option("--format", options->format, "json or table")
+      ->check(CLI::IsMember({"json", "table"}))
+      ->capture_default_str();
+
+  return {command, [options] {
+            const auto plan = schedule::plan_pipeline(options->shape.kind, options->shape.shape);
+            if (options->stage) schedule::check_stage_id(options->shape.shape, *options->stage);
+            if (options->format == "json") {
+              if (!options->stage) throw InputError("--format json prints one stage: give --stage");
+              std::cout << schedule::to_json(plan, *options->stage) << '\n';
+            } else {
+              std::cout << schedule::to_table(plan, options->stage);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace pipetrain::cli
