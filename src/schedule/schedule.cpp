@@ -51,6 +51,13 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.chunks < 1) {
     throw InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
   }
+  // With a partial last group of micro-batches Megatron's interleaved order can wait in a
+  // cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
+  if (kind.uses_chunks && shape.chunks > 1 && shape.micro_batches % shape.stages != 0) {
+    throw InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
+                     std::to_string(shape.micro_batches) + " micro-batches for " +
+                     std::to_string(shape.stages) + " stages");
+  }
   if (shape.chunks != 1 && !kind.uses_chunks) {
     throw InputError("schedule '" + std::string(kind.name) +
                      "' has one model chunk per stage, got chunks " + std::to_string(shape.chunks));

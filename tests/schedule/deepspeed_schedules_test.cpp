@@ -1,6 +1,7 @@
 // DeepSpeed's schedules pinned to the contract in shared/spec/schedules.md.
 #include <gtest/gtest.h>
 
+#include "pipetrain/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
@@ -38,6 +39,54 @@ TEST(TrainSchedule, MatchesTheSpecWorkedExample) {
       {{"SendGrad", 1}, {"ReduceTiedGrads", -1}, {"ReduceGrads", -1}, {"OptimizerStep", -1}},
   };
   EXPECT_EQ(spell(schedule.steps()), expected);
+}
+
+TEST(InferenceSchedule, MatchesTheSpecOnTwoStages) {
+  const InferenceSchedule first({.micro_batches = 2, .stages = 2}, 0);
+  const std::vector<Spelled> first_expected = {
+      {{"LoadMicroBatch", 0}, {"ForwardPass", 0}},
+      {{"LoadMicroBatch", 1}, {"SendActivation", 0}, {"ForwardPass", 1}},
+      {{"SendActivation", 1}},
+  };
+  EXPECT_EQ(spell(first.steps()), first_expected);
+
+  const InferenceSchedule last({.micro_batches = 2, .stages = 2}, 1);
+  const std::vector<Spelled> last_expected = {
+      {},
+      {{"LoadMicroBatch", 0}, {"RecvActivation", 0}, {"ForwardPass", 0}},
+      {{"LoadMicroBatch", 1}, {"RecvActivation", 1}, {"ForwardPass", 1}},
+  };
+  EXPECT_EQ(spell(last.steps()), last_expected);
+  EXPECT_EQ(last.num_pipe_buffers(), 2);
+}
+
+TEST(DataParallelSchedule, RunsEachMicroBatchThenSteps) {
+  const DataParallelSchedule schedule({.micro_batches = 2, .stages = 1}, 0);
+  const std::vector<Spelled> expected = {
+      {{"LoadMicroBatch", 0}, {"ForwardPass", 0}, {"BackwardPass", 0}},
+      {{"LoadMicroBatch", 0},
+       {"ForwardPass", 0},
+       {"BackwardPass", 0},
+       {"ReduceGrads", -1},
+       {"OptimizerStep", -1}},
+  };
+  EXPECT_EQ(spell(schedule.steps()), expected);
+  EXPECT_EQ(schedule.num_pipe_buffers(), 1);
+}
+
+TEST(DataParallelSchedule, RefusesAPipeline) {
+  EXPECT_THROW(DataParallelSchedule({.micro_batches = 2, .stages = 2}, 0), InputError);
+}
+
+TEST(TrainSchedule, BufferCountFollowsTheSpec) {
+  for (int m = 1; m <= 8; ++m) {
+    for (int p = 1; p <= 6; ++p) {
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(TrainSchedule({.micro_batches = m, .stages = p}, s).num_pipe_buffers(),
+                  std::max(2, std::min(p - s, m)));
+      }
+    }
+  }
 }
 
 }  // namespace

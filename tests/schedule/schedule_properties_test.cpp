@@ -1,0 +1,124 @@
+// Every schedule kind, over m in 1..32 and p in 1..16: the validator accepts it, every
+// stage has the same number of steps, and buffer and step counts are as documented.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "pipetrain/errors.h"
+#include "pipetrain/schedule/schedule.h"
+#include "pipetrain/schedule/simulator.h"
+#include "pipetrain/schedule/validator.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+struct Case {
+  std::string kind;
+  int chunks = 1;
+};
+
+class EveryShape : public ::testing::TestWithParam<Case> {};
+
+int max_stages(const Case& c) {
+  return c.kind == "data-parallel" ? 1 : 16;
+}
+
+TEST_P(EveryShape, ValidatesWithConsistentStepsAndBuffers) {
+  const Case& c = GetParam();
+  for (int m = 1; m <= 32; ++m) {
+    for (int p = 1; p <= max_stages(c); ++p) {
+      if (c.chunks > 1 && m % p != 0) {
+        EXPECT_THROW(plan_pipeline(c.kind, {m, p, c.chunks}), InputError);
+        continue;
+      }
+      const PipeShape shape{m, p, c.chunks};
+      const PipelinePlan plan = plan_pipeline(c.kind, shape);
+      SCOPED_TRACE(c.kind + " m=" + std::to_string(m) + " p=" + std::to_string(p));
+      const auto violation = validate(plan);
+      ASSERT_FALSE(violation) << violation->to_string();
+
+      const std::size_t steps = plan.stage_steps[0].size();
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(plan.stage_steps[s].size(), steps);
+        EXPECT_GE(plan.num_pipe_buffers[s], 1);
+      }
+      if (c.kind == "train" || c.kind == "gpipe" || (c.kind == "interleaved" && c.chunks == 1)) {
+        EXPECT_EQ(steps, static_cast<std::size_t>(2 * (m + p - 1)));
+      }
+      if (c.kind == "inference") {
+        EXPECT_EQ(steps, static_cast<std::size_t>(m + p - 1));
+      }
+      if (c.kind == "data-parallel") {
+        EXPECT_EQ(steps, static_cast<std::size_t>(m));
+      }
+      for (int s = 0; s < p; ++s) {
+        const int buffers = plan.num_pipe_buffers[s];
+        if (c.kind == "train") {
+          EXPECT_EQ(buffers, std::max(2, std::min(p - s, m)));
+        }
+        if (c.kind == "inference") {
+          EXPECT_EQ(buffers, 2);
+        }
+        if (c.kind == "gpipe") {
+          EXPECT_EQ(buffers, m);
+        }
+        if (c.kind == "interleaved" && c.chunks == 1) {
+          EXPECT_EQ(buffers, std::min(p - s, m));
+        }
+        if (c.kind == "interleaved") {
+          EXPECT_LE(buffers, m * c.chunks);
+        }
+        // ZB-H1 keeps 1F1B's peak: at most P micro-batches in flight on any stage.
+        if (c.kind == "zb-h1") {
+          EXPECT_EQ(buffers, std::min(p, m));
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, EveryShape,
+                         ::testing::Values(Case{"train"}, Case{"inference"}, Case{"data-parallel"},
+                                           Case{"gpipe"}, Case{"interleaved", 1},
+                                           Case{"interleaved", 2}, Case{"interleaved", 3},
+                                           Case{"zb-h1"}),
+                         [](const auto& info) {
+                           std::string name = info.param.kind + std::to_string(info.param.chunks);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(Schedule, InstructionsCarryTheirChunk) {
+  const PipelinePlan plan =
+      plan_pipeline("interleaved", {.micro_batches = 4, .stages = 2, .chunks = 2});
+  int chunk_one = 0;
+  for (const auto& step : plan.stage_steps[1]) {
+    for (const auto& in : step) chunk_one += in.kind == OpKind::kForwardPass && in.chunk == 1;
+  }
+  EXPECT_EQ(chunk_one, 4);  // every micro-batch passes stage 1's second chunk once
+}
+
+TEST(Schedule, TransferPeersWrapAroundChunks) {
+  const PipeShape shape{.micro_batches = 4, .stages = 2, .chunks = 2};
+  const Peer to_next = transfer_peer(shape, 1, {OpKind::kSendActivation, 0, 0, 0});
+  EXPECT_EQ(to_next.stage, 0);  // the last stage's chunk 0 feeds the first stage's chunk 1
+  EXPECT_EQ(to_next.chunk, 1);
+  const Peer from_prev = transfer_peer(shape, 0, {OpKind::kRecvActivation, 0, 1, 0});
+  EXPECT_EQ(from_prev.stage, 1);
+  EXPECT_EQ(from_prev.chunk, 0);
+  EXPECT_THROW(transfer_peer(shape, 0, {OpKind::kSendGrad, 0, 0, 0}), std::logic_error);
+}
+
+TEST(Schedule, BadArgumentsAreInputErrors) {
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 0}, 0), InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 0, .stages = 2}, 0), InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, 2), InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, -1), InputError);
+  EXPECT_THROW(make_schedule("zb-h1", {.micro_batches = 4, .stages = 2, .chunks = 2}, 0),
+               InputError);
+  EXPECT_THROW(make_schedule("pipedream", {.micro_batches = 4, .stages = 2}, 0), InputError);
+  EXPECT_EQ(make_schedule("gpipe", {.micro_batches = 4, .stages = 2}, 1)->num_pipe_buffers(), 4);
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
