@@ -38,6 +38,8 @@ if(PIPETRAIN_WITH_CUDA)
   # A preset arch list keeps Torch's config from probing for a GPU (a try_run that fails
   # without one). pipetrain ships no kernels of its own; 9.0 is Hopper.
   set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "CUDA architectures for Torch's config")
+  # Torch's config warns on every reconfigure once CMake has cached its own arch default.
+  unset(CMAKE_CUDA_ARCHITECTURES CACHE)
   find_package(Torch REQUIRED CONFIG)
   # NCCL as shipped beside torch in the same environment, so both agree on its version.
   get_filename_component(_site "${PIPETRAIN_TORCH_ROOT}/.." ABSOLUTE)

@@ -9,4 +9,7 @@ namespace pipetrain {
 // over `path`: readers see the old file or the whole new one, never a partial write.
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
 
+// Throws InputError naming `option` unless the folder that will hold `path` exists.
+void check_output_directory(const std::filesystem::path& path, std::string_view option);
+
 }  // namespace pipetrain

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "pipetrain/atomic_file.h"
+#include "pipetrain/errors.h"
 #include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/validator.h"
 #include "shape_options.h"
@@ -74,6 +75,7 @@ Command add_simulate_command(CLI::App& app) {
             if (costs.weight.empty()) {
               for (double b : costs.backward) costs.weight.push_back(b / 2);
             }
+            if (!options->svg.empty()) check_output_directory(options->svg, "--svg");
             const auto& shape = options->shape;
             const auto plan = schedule::plan_pipeline(shape.kind, shape.shape);
             costs.check(plan.shape.stages);

@@ -1,5 +1,7 @@
 #include "pipetrain/atomic_file.h"
 
+#include "pipetrain/errors.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +18,13 @@ namespace {
 }
 
 }  // namespace
+
+void check_output_directory(const std::filesystem::path& path, std::string_view option) {
+  const std::filesystem::path folder = path.parent_path().empty() ? "." : path.parent_path();
+  if (!std::filesystem::is_directory(folder)) {
+    throw InputError(std::string(option) + ": folder " + folder.string() + " does not exist");
+  }
+}
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
   const std::filesystem::path temporary = path.string() + ".tmp." + std::to_string(::getpid());

@@ -17,6 +17,8 @@ struct Case {
   int chunks = 1;
 };
 
+void PrintTo(const Case& c, std::ostream* out) { *out << c.kind << " with " << c.chunks << " chunk(s)"; }
+
 class EveryShape : public ::testing::TestWithParam<Case> {};
 
 int max_stages(const Case& c) {
