@@ -35,7 +35,7 @@ int main() {
     PipeShape shape;
   };
   const Case cases[] = {
-      {"train", {8, 4, 1}},        {"train", {64, 16, 1}},   {"gpipe", {64, 16, 1}},
+      {"train", {8, 4, 1}},         {"train", {64, 16, 1}}, {"gpipe", {64, 16, 1}},
       {"interleaved", {64, 16, 2}}, {"zb-h1", {64, 16, 1}}, {"train", {256, 64, 1}},
   };
   for (const auto& c : cases) {

@@ -28,7 +28,7 @@ void print_report(const Options& options, const schedule::PipelinePlan& plan,
               shape.micro_batches, shape.stages, shape.chunks);
   std::printf("validator: ok\n");
   std::printf("makespan: %.4f\n", timeline.makespan);
-  std::printf("%-6s %12s %8s %14s %8s\n", "stage", "busy", "bubble", "peak buffers", "buffers");
+  std::printf("%-6s %12s %8s %14s %8s\n", "stage", "busy", "bubble", "peak live acts", "buffers");
   double busy = 0;
   for (int s = 0; s < shape.stages; ++s) {
     const auto& stage = timeline.stages[s];

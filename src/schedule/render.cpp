@@ -144,6 +144,10 @@ std::string to_svg(const PipelinePlan& plan, const Timeline& timeline) {
        {OpKind::kBackwardWeight, "weight gradient"}}};
   double x = kLabelWidth;
   for (const auto& [kind, text] : legend) {
+    const bool used =
+        std::any_of(timeline.boxes.begin(), timeline.boxes.end(),
+                    [kind = kind](const TimelineBox& box) { return box.kind == kind; });
+    if (!used) continue;
     svg << "<rect x=\"" << x << "\" y=\"" << legend_y - 10
         << "\" width=\"12\" height=\"12\" fill=\"" << colour(kind) << "\"/><text x=\"" << x + 16
         << "\" y=\"" << legend_y << "\">" << text << "</text>\n";

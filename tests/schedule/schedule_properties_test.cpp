@@ -17,7 +17,9 @@ struct Case {
   int chunks = 1;
 };
 
-void PrintTo(const Case& c, std::ostream* out) { *out << c.kind << " with " << c.chunks << " chunk(s)"; }
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.kind << " with " << c.chunks << " chunk(s)";
+}
 
 class EveryShape : public ::testing::TestWithParam<Case> {};
 
