@@ -89,7 +89,6 @@ class Execution {
         if (!step) continue;
         while (pos[s] < step->size()) {
           const Site site{s, t, static_cast<int>(pos[s]), (*step)[pos[s]]};
-          if (violation_) return violation_;
           if (execute(site) == Outcome::kBlocked) break;
           if (violation_) return violation_;
           ++pos[s];
@@ -213,20 +212,11 @@ class Execution {
       fail(site, "a forward-only schedule runs " + std::string(name(in.kind)));
       return Outcome::kDone;
     }
+    if (is_recv(in.kind)) return receive(site, *buffer, first, last);
     switch (in.kind) {
       case OpKind::kLoadMicroBatch:
         load(site, *buffer, first, last);
         break;
-      case OpKind::kRecvActivation: {
-        if (first) return reject(site, "the first stage has no stage to receive from");
-        auto& channel = activations_[vs];
-        if (channel.empty()) return Outcome::kBlocked;
-        const Message message = channel.front();
-        channel.pop_front();
-        check_label(site, message.micro_batch);
-        take_for_input(site, *buffer, message.micro_batch);
-        break;
-      }
       case OpKind::kForwardPass:
         forward(site, *buffer, last);
         break;
@@ -237,21 +227,6 @@ class Execution {
           activations_[vs + 1].push_back({buffer->micro_batch, site});
         }
         break;
-      case OpKind::kRecvGrad: {
-        if (last) return reject(site, "the last stage has no stage to receive from");
-        auto& channel = grads_[vs];
-        if (channel.empty()) return Outcome::kBlocked;
-        const Message message = channel.front();
-        channel.pop_front();
-        check_label(site, message.micro_batch);
-        if (!buffer->awaits_backward || buffer->micro_batch != message.micro_batch) {
-          fail(site, "the gradient of micro-batch " + std::to_string(message.micro_batch) +
-                         " arrives in buffer " + std::to_string(in.buffer) +
-                         ", which holds no activation of it");
-        }
-        buffer->has_output_grad = true;
-        break;
-      }
       case OpKind::kBackwardPass:
       case OpKind::kBackwardInput:
         backward(site, *buffer, first, last);
@@ -271,6 +246,30 @@ class Execution {
         break;
       default:
         break;
+    }
+    return Outcome::kDone;
+  }
+
+  // A receive takes the oldest message on its channel, or blocks while there is none.
+  Outcome receive(const Site& site, Buffer& buffer, bool first, bool last) {
+    const bool activation = site.instruction.kind == OpKind::kRecvActivation;
+    if (activation ? first : last) {
+      return reject(site, std::string("the ") + (first ? "first" : "last") +
+                              " stage has no stage to receive from");
+    }
+    auto& channel = (activation ? activations_ : grads_)[vs_of(site)];
+    if (channel.empty()) return Outcome::kBlocked;
+    const Message message = channel.front();
+    channel.pop_front();
+    check_label(site, message.micro_batch);
+    if (activation) {
+      take_for_input(site, buffer, message.micro_batch);
+    } else if (!buffer.awaits_backward || buffer.micro_batch != message.micro_batch) {
+      fail(site, "the gradient of micro-batch " + std::to_string(message.micro_batch) +
+                     " arrives in buffer " + std::to_string(site.instruction.buffer) +
+                     ", which holds no activation of it");
+    } else {
+      buffer.has_output_grad = true;
     }
     return Outcome::kDone;
   }

@@ -31,6 +31,11 @@ Where find(const PipelinePlan& plan, int stage,
   return {};
 }
 
+void erase(PipelinePlan& plan, int stage, Where where) {
+  auto& step = plan.stage_steps[stage][where.step];
+  step.erase(step.begin() + where.index);
+}
+
 auto is(OpKind kind, int micro_batch = -1) {
   return [=](const Instruction& in) {
     return in.kind == kind && (micro_batch < 0 || in.micro_batch == micro_batch);
@@ -49,9 +54,7 @@ TEST(ValidatorMutation, TheUnbrokenPlanIsValid) {
 
 TEST(ValidatorMutation, DroppedSendIsADeadlock) {
   PipelinePlan plan = train_plan();
-  const Where send = find(plan, 0, is(OpKind::kSendActivation, 1));
-  auto& step = plan.stage_steps[0][send.step];
-  step.erase(step.begin() + send.index);
+  erase(plan, 0, find(plan, 0, is(OpKind::kSendActivation, 1)));
 
   const Violation v = expect_violation(plan);
   EXPECT_EQ(v.stage, 1);
@@ -90,9 +93,7 @@ TEST(ValidatorMutation, EarlyBufferReuseIsCaught) {
 
 TEST(ValidatorMutation, MissingBackwardIsCaught) {
   PipelinePlan plan = train_plan();
-  const Where backward = find(plan, 0, is(OpKind::kBackwardPass, 3));
-  auto& step = plan.stage_steps[0][backward.step];
-  step.erase(step.begin() + backward.index);
+  erase(plan, 0, find(plan, 0, is(OpKind::kBackwardPass, 3)));
 
   const Violation v = expect_violation(plan);
   EXPECT_EQ(v.stage, 0);
@@ -102,9 +103,7 @@ TEST(ValidatorMutation, MissingBackwardIsCaught) {
 
 TEST(ValidatorMutation, MissingBackwardBeforeASendIsCaught) {
   PipelinePlan plan = train_plan();
-  const Where backward = find(plan, 2, is(OpKind::kBackwardPass, 0));
-  auto& step = plan.stage_steps[2][backward.step];
-  step.erase(step.begin() + backward.index);
+  erase(plan, 2, find(plan, 2, is(OpKind::kBackwardPass, 0)));
 
   const Violation v = expect_violation(plan);
   EXPECT_EQ(v.stage, 2);
@@ -152,9 +151,7 @@ TEST(ValidatorMutation, UnreceivedSendIsCaught) {
 
 TEST(ValidatorMutation, MissingWeightGradientIsCaught) {
   PipelinePlan plan = plan_pipeline("zb-h1", {.micro_batches = 4, .stages = 2});
-  const Where weight = find(plan, 1, is(OpKind::kBackwardWeight, 3));
-  auto& step = plan.stage_steps[1][weight.step];
-  step.erase(step.begin() + weight.index);
+  erase(plan, 1, find(plan, 1, is(OpKind::kBackwardWeight, 3)));
   const Violation v = expect_violation(plan);
   EXPECT_EQ(v.stage, 1);
   EXPECT_NE(v.reason.find("before every backward"), std::string::npos) << v.to_string();
