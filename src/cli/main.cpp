@@ -1,9 +1,12 @@
 // The `pipetrain` command: one binary, one sub-command per task.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.h"
 #include "pipetrain/errors.h"
@@ -19,7 +22,13 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain: pipeline-, data- and tensor-parallel training on LibTorch", "pipetrain"};
   app.set_version_flag("--version", std::string("pipetrain ") + pipetrain::kVersion);
   app.require_subcommand(1);
+  // Arguments after "--" belong to the program `launch` starts, not to pipetrain.
+  const auto dashes = std::find(argv, argv + argc, std::string_view("--"));
+  const std::vector<std::string> program(dashes == argv + argc ? dashes : dashes + 1, argv + argc);
+  argc = static_cast<int>(dashes - argv);
+
   const pipetrain::cli::CommandList commands = {
+      pipetrain::cli::add_launch_command(app, program),
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
   };
@@ -37,6 +46,10 @@ int main(int argc, char** argv) {
     return kExitInputError;
   }
 
+  if (!program.empty() && !commands.front().parser->parsed()) {
+    std::cerr << "pipetrain: arguments after -- are only for 'launch'\n";
+    return kExitInputError;
+  }
   try {
     for (const auto& command : commands) {
       if (command.parser->parsed()) return command.run();

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "pipetrain/comm/deadline.h"
+
+namespace pipetrain::comm {
+
+enum class ReduceOp { kSum, kAverage, kMax };
+
+// An operation in flight. wait() blocks until it completes, at most the communicator's
+// timeout, and throws DeadlineExceeded after that.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+using WorkPtr = std::unique_ptr<Work>;
+
+// A group of ranks that exchange tensors. Tensors passed to send() and recv() must stay
+// alive and untouched until the returned work is waited for; recv() fills a tensor the
+// caller allocated with the sender's dtype and shape. Collectives block (with deadline).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The job-wide rank of a member, for messages.
+  virtual int global_rank(int rank) const = 0;
+
+  virtual WorkPtr send(const at::Tensor& tensor, int peer, int tag) = 0;
+  virtual WorkPtr recv(at::Tensor& tensor, int peer, int tag) = 0;
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  // Every rank's `input` stacked along a new first dimension, in rank order.
+  virtual at::Tensor all_gather(const at::Tensor& input) = 0;
+  virtual void barrier() = 0;
+
+  Seconds timeout() const { return timeout_; }
+  void set_timeout(Seconds timeout) { timeout_ = timeout; }
+
+ private:
+  Seconds timeout_ = default_timeout();
+};
+
+}  // namespace pipetrain::comm

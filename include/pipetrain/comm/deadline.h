@@ -1,0 +1,49 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+// Every blocking wait in pipetrain has a deadline; a wait that expires says what it
+// waited for, in which engine context and for how long (run_rank adds who waited),
+// instead of hanging the job.
+namespace pipetrain::comm {
+
+using Seconds = std::chrono::duration<double>;
+
+// PIPETRAIN_COMM_TIMEOUT (seconds) if set, else 300 s. Throws InputError if malformed.
+Seconds default_timeout();
+
+class DeadlineExceeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Who this process is, e.g. "rank 3 (pipe=1 data=1)"; set once the topology is known.
+void set_rank_identity(std::string identity);
+const std::string& rank_identity();
+
+// What the caller is doing, e.g. "stage 1, step 4, RecvGrad buffer 0, micro-batch 3",
+// for the duration of a scope; nested scopes restore the outer context.
+class ScopedWaitContext {
+ public:
+  explicit ScopedWaitContext(std::string context);
+  ~ScopedWaitContext();
+  ScopedWaitContext(const ScopedWaitContext&) = delete;
+  ScopedWaitContext& operator=(const ScopedWaitContext&) = delete;
+
+ private:
+  std::string previous_;
+};
+const std::string& wait_context();
+
+// Calls `done` until it returns true: spinning briefly, then yielding, then sleeping with
+// growing pauses (up to 2 ms) so oversubscribed ranks leave the cores to others. Throws
+// DeadlineExceeded describing the wait (`what()` is called only then) once `timeout`
+// has passed.
+void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,
+                        Seconds timeout);
+
+}  // namespace pipetrain::comm

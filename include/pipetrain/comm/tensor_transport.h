@@ -1,0 +1,64 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "pipetrain/comm/communicator.h"
+
+namespace pipetrain::comm {
+
+// What a receiver needs to know to allocate one tensor.
+struct TensorMeta {
+  at::ScalarType dtype = at::kFloat;
+  bool requires_grad = false;
+  std::vector<int64_t> shape;
+
+  bool operator==(const TensorMeta&) const = default;
+};
+
+// Transfer headers: [magic, count, then per tensor: dtype, requires_grad, rank, dims...] as
+// int64 words. Supported dtypes: float32, float16, bfloat16, float64, int64, int32, int8,
+// uint8 and bool. Headers are at most kMaxHeaderWords long.
+inline constexpr int kMaxHeaderWords = 512;
+std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors);
+// Throws std::runtime_error for a header that is not one.
+std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size);
+
+// A send in flight; wait() before touching the sent tensors again.
+class PendingSend {
+ public:
+  PendingSend() = default;
+  void wait();
+
+ private:
+  friend class TensorTransport;
+  std::vector<WorkPtr> works_;
+  std::vector<at::Tensor> keep_alive_;  // header and contiguous payload copies
+};
+
+// Sends a tensor or a tuple of tensors with its description, so shapes and dtypes may
+// change from one transfer to the next: one small header message, then the payloads,
+// all posted at once. Headers travel over `control` (MPI, host memory); payloads over
+// `data` (MPI, or NCCL for CUDA tensors); both must order the same ranks alike.
+class TensorTransport {
+ public:
+  TensorTransport(std::shared_ptr<Communicator> control, std::shared_ptr<Communicator> data,
+                  at::Device device = at::kCPU);
+
+  PendingSend send(const std::vector<at::Tensor>& tensors, int peer, int tag);
+  // Blocks (with deadline) until the tensors arrive. Entries of `reuse` whose dtype and
+  // shape match are filled in place instead of allocating.
+  std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
+
+  Communicator& control() { return *control_; }
+
+ private:
+  std::shared_ptr<Communicator> control_;
+  std::shared_ptr<Communicator> data_;
+  at::Device device_;
+  at::Tensor header_;  // receive buffer, kMaxHeaderWords int64
+};
+
+}  // namespace pipetrain::comm

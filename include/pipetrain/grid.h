@@ -1,0 +1,53 @@
+#pragma once
+
+#include <memory>
+
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/topology.h"
+
+namespace pipetrain {
+
+// This rank's place in a pipe x data (x model) topology and the communicators along each
+// axis. Axes the topology lacks have size 1. Building a Grid is collective over `world`.
+class Grid {
+ public:
+  // Throws InputError if the topology does not cover exactly the world's ranks.
+  Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world);
+
+  const ProcessTopology& topology() const { return topology_; }
+  int global_rank() const { return world_->rank(); }
+  int world_size() const { return world_->size(); }
+
+  int stage_id() const { return coordinate("pipe"); }
+  int pipe_parallel_size() const { return size("pipe"); }
+  int data_parallel_id() const { return coordinate("data"); }
+  int data_parallel_size() const { return size("data"); }
+  // The slice rank within the model-parallel group.
+  int model_parallel_id() const { return coordinate("model"); }
+  int model_parallel_size() const { return size("model"); }
+  bool is_first_stage() const { return stage_id() == 0; }
+  bool is_last_stage() const { return stage_id() == pipe_parallel_size() - 1; }
+
+  // Ranks along each axis, ordered by that axis's coordinate.
+  const std::shared_ptr<comm::MpiCommunicator>& pipe_comm() const { return pipe_; }
+  const std::shared_ptr<comm::MpiCommunicator>& data_comm() const { return data_; }
+  const std::shared_ptr<comm::MpiCommunicator>& model_comm() const { return model_; }
+  const std::shared_ptr<comm::MpiCommunicator>& world_comm() const { return world_; }
+
+  // The global rank at pipeline stage `stage` with this rank's other coordinates.
+  int stage_to_global(int stage) const;
+
+ private:
+  bool has_axis(const char* axis) const;
+  int coordinate(const char* axis) const;
+  int size(const char* axis) const;
+  std::shared_ptr<comm::MpiCommunicator> axis_comm(const char* axis) const;
+
+  ProcessTopology topology_;
+  std::shared_ptr<comm::MpiCommunicator> world_;
+  std::shared_ptr<comm::MpiCommunicator> pipe_;
+  std::shared_ptr<comm::MpiCommunicator> data_;
+  std::shared_ptr<comm::MpiCommunicator> model_;
+};
+
+}  // namespace pipetrain

@@ -1,0 +1,19 @@
+#pragma once
+
+#include <functional>
+
+namespace pipetrain {
+
+// Runs `body` as one rank of an MPI job, however it was started (pipetrain launch,
+// mpirun, srun): initialises MPI, sets the rank identity for error messages and the
+// intra-op threads (PIPETRAIN_THREADS, else OMP_NUM_THREADS, else cores / ranks on this
+// host), then calls body. An exception escaping body is printed with the rank's identity
+// and ends the whole job through MPI_Abort, so no rank is left waiting. Returns body's
+// exit code.
+int run_rank(int argc, char** argv, const std::function<int()>& body);
+
+// Intra-op threads for a rank sharing `cores` with `local_ranks` ranks: explicit settings
+// first (PIPETRAIN_THREADS, then OMP_NUM_THREADS), else cores / local_ranks, at least 1.
+int intra_op_threads(int cores, int local_ranks);
+
+}  // namespace pipetrain

@@ -1,0 +1,80 @@
+#include "pipetrain/comm/deadline.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "pipetrain/errors.h"
+
+namespace pipetrain::comm {
+namespace {
+
+std::string& identity_storage() {
+  static std::string identity = "rank ?";
+  return identity;
+}
+
+std::string& context_storage() {
+  static std::string context;
+  return context;
+}
+
+}  // namespace
+
+Seconds default_timeout() {
+  const char* text = std::getenv("PIPETRAIN_COMM_TIMEOUT");
+  if (!text || !*text) return Seconds(300);
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (*end != '\0' || !(seconds > 0)) {
+    throw InputError("PIPETRAIN_COMM_TIMEOUT must be a positive number of seconds, got '" +
+                     std::string(text) + "'");
+  }
+  return Seconds(seconds);
+}
+
+void set_rank_identity(std::string identity) {
+  identity_storage() = std::move(identity);
+}
+const std::string& rank_identity() {
+  return identity_storage();
+}
+
+ScopedWaitContext::ScopedWaitContext(std::string context)
+    : previous_(std::exchange(context_storage(), std::move(context))) {}
+ScopedWaitContext::~ScopedWaitContext() {
+  context_storage() = std::move(previous_);
+}
+const std::string& wait_context() {
+  return context_storage();
+}
+
+void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,
+                        Seconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  constexpr auto kSpin = std::chrono::microseconds(20);
+  constexpr auto kYield = std::chrono::microseconds(200);
+  constexpr auto kLongestSleep = std::chrono::microseconds(2000);
+  auto sleep = std::chrono::microseconds(10);
+  while (!done()) {
+    const auto waited = Clock::now() - start;
+    if (waited >= timeout) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f", Seconds(waited).count());
+      std::string message = std::string("waited ") + seconds + " s for " + what();
+      if (!wait_context().empty()) message += " [" + wait_context() + "]";
+      message += ": deadline exceeded";
+      throw DeadlineExceeded(message);
+    }
+    if (waited < kSpin) continue;
+    if (waited < kYield) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kLongestSleep);
+  }
+}
+
+}  // namespace pipetrain::comm

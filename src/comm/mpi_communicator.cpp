@@ -1,0 +1,224 @@
+#include "pipetrain/comm/mpi_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <climits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace pipetrain::comm {
+namespace {
+
+void check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw std::runtime_error(std::string(call) + " failed: " + std::string(text, length));
+}
+
+int byte_count(const at::Tensor& tensor) {
+  const auto bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  if (bytes > INT_MAX) {
+    throw std::invalid_argument("MPI transfers are limited to 2 GiB per tensor, got " +
+                                std::to_string(bytes) + " bytes");
+  }
+  return static_cast<int>(bytes);
+}
+
+// The element type MPI reduces; half-precision types are reduced in float32 instead.
+MPI_Datatype reduce_datatype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kByte:
+    case at::kBool:
+      return MPI_UINT8_T;
+    case at::kChar:
+      return MPI_INT8_T;
+    default:
+      throw std::invalid_argument(std::string("MPI cannot reduce dtype ") + at::toString(type));
+  }
+}
+
+// A contiguous CPU tensor holding `tensor`'s values (itself when already so).
+at::Tensor host_copy(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? tensor.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous()
+                          : tensor.contiguous();
+}
+
+// A contiguous CPU tensor to receive into: `tensor` itself when possible, else pinned
+// host memory (CUDA) or a contiguous scratch copy.
+at::Tensor host_target(const at::Tensor& tensor) {
+  if (!tensor.is_cuda() && tensor.is_contiguous()) return tensor;
+  return at::empty(tensor.sizes(),
+                   tensor.options().device(at::kCPU).pinned_memory(tensor.is_cuda()));
+}
+
+void wait_for(MPI_Request& request, const std::function<std::string()>& what, Seconds timeout) {
+  int complete = 0;
+  wait_with_deadline(
+      [&] {
+        check(MPI_Test(&request, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+        return complete != 0;
+      },
+      what, timeout);
+}
+
+// A point-to-point transfer in flight.
+class MpiWork final : public Work {
+ public:
+  MpiWork(const MpiCommunicator& comm, bool is_send, int peer, int tag, at::Tensor host,
+          at::Tensor target)
+      : comm_(comm),
+        is_send_(is_send),
+        peer_(peer),
+        tag_(tag),
+        host_(std::move(host)),
+        target_(std::move(target)) {}
+
+  // An abandoned receive (e.g. after a deadline) must not swallow a later message.
+  ~MpiWork() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (request_ != MPI_REQUEST_NULL && !finalized) {
+      if (!is_send_) MPI_Cancel(&request_);
+      MPI_Request_free(&request_);
+    }
+  }
+
+  MPI_Request* request() { return &request_; }
+
+  void wait() override {
+    if (done_) return;
+    wait_for(
+        request_, [this] { return describe(); }, comm_.timeout());
+    // A receive staged through host memory lands in its real target now.
+    if (target_.defined() && !target_.is_same(host_)) target_.copy_(host_);
+    done_ = true;
+  }
+
+ private:
+  std::string describe() const {
+    return std::string(is_send_ ? "send to" : "recv from") + " rank " +
+           std::to_string(comm_.global_rank(peer_)) + " (tag " + std::to_string(tag_) + ")";
+  }
+
+  const MpiCommunicator& comm_;
+  bool is_send_;
+  int peer_;
+  int tag_;
+  at::Tensor host_;    // the memory MPI reads or writes
+  at::Tensor target_;  // receives only: where the data belongs
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Group group = MPI_GROUP_NULL;
+  MPI_Group world_group = MPI_GROUP_NULL;
+  MPI_Comm_group(comm_, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  std::vector<int> local(size_);
+  std::iota(local.begin(), local.end(), 0);
+  global_ranks_.resize(size_);
+  MPI_Group_translate_ranks(group, size_, local.data(), world_group, global_ranks_.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+}
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::world() {
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key) const {
+  MPI_Comm part = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+  return std::make_shared<MpiCommunicator>(part);
+}
+
+WorkPtr MpiCommunicator::send(const at::Tensor& tensor, int peer, int tag) {
+  at::Tensor host = host_copy(tensor);
+  auto work = std::make_unique<MpiWork>(*this, true, peer, tag, host, at::Tensor());
+  check(MPI_Isend(host.data_ptr(), byte_count(host), MPI_BYTE, peer, tag, comm_, work->request()),
+        "MPI_Isend");
+  return work;
+}
+
+WorkPtr MpiCommunicator::recv(at::Tensor& tensor, int peer, int tag) {
+  at::Tensor host = host_target(tensor);
+  auto work = std::make_unique<MpiWork>(*this, false, peer, tag, host, tensor);
+  check(MPI_Irecv(host.data_ptr(), byte_count(host), MPI_BYTE, peer, tag, comm_, work->request()),
+        "MPI_Irecv");
+  return work;
+}
+
+void MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  const bool half = tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16;
+  if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
+    throw std::invalid_argument("all_reduce average needs a floating-point tensor");
+  }
+  at::Tensor host = half ? host_copy(tensor).to(at::kFloat) : host_copy(tensor);
+  const MPI_Op mpi_op = op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, host.data_ptr(), static_cast<int>(host.numel()),
+                       reduce_datatype(host.scalar_type()), mpi_op, comm_, &request),
+        "MPI_Iallreduce");
+  wait_for(
+      request, [this] { return "all_reduce over " + std::to_string(size_) + " ranks"; }, timeout());
+  if (op == ReduceOp::kAverage) host.div_(size_);
+  if (!host.is_same(tensor)) tensor.copy_(host);
+}
+
+void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
+  at::Tensor host = rank_ == root ? host_copy(tensor) : host_target(tensor);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(host.data_ptr(), byte_count(host), MPI_BYTE, root, comm_, &request),
+        "MPI_Ibcast");
+  wait_for(
+      request, [&] { return "broadcast from rank " + std::to_string(global_rank(root)); },
+      timeout());
+  if (rank_ != root && !host.is_same(tensor)) tensor.copy_(host);
+}
+
+at::Tensor MpiCommunicator::all_gather(const at::Tensor& input) {
+  const at::Tensor host = host_copy(input);
+  std::vector<int64_t> shape{size_};
+  shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+  at::Tensor gathered = at::empty(shape, host.options());
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int bytes = byte_count(host);
+  check(MPI_Iallgather(host.data_ptr(), bytes, MPI_BYTE, gathered.data_ptr(), bytes, MPI_BYTE,
+                       comm_, &request),
+        "MPI_Iallgather");
+  wait_for(
+      request, [this] { return "all_gather over " + std::to_string(size_) + " ranks"; }, timeout());
+  return gathered.to(input.device());
+}
+
+void MpiCommunicator::barrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  wait_for(
+      request, [this] { return "barrier over " + std::to_string(size_) + " ranks"; }, timeout());
+}
+
+}  // namespace pipetrain::comm

@@ -1,0 +1,85 @@
+#include "pipetrain/rank_main.h"
+
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "pipetrain/comm/deadline.h"
+#include "pipetrain/errors.h"
+
+namespace pipetrain {
+namespace {
+
+int positive_env(const char* name) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 1) {
+    throw InputError(std::string(name) + " must be a positive integer, got '" + text + "'");
+  }
+  return static_cast<int>(value);
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int ranks_on_this_host() {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int size = 1;
+  MPI_Comm_size(local, &size);
+  MPI_Comm_free(&local);
+  return size;
+}
+
+[[noreturn]] void abort_job(const char* what, int exit_code) {
+  std::fprintf(stderr, "pipetrain: %s: %s\n", comm::rank_identity().c_str(), what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace
+
+int intra_op_threads(int cores, int local_ranks) {
+  if (const int threads = positive_env("PIPETRAIN_THREADS")) return threads;
+  if (const int threads = positive_env("OMP_NUM_THREADS")) return threads;
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+int run_rank(int argc, char** argv, const std::function<int()>& body) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "pipetrain: MPI_Init_thread failed\n");
+    return 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  comm::set_rank_identity("rank " + std::to_string(rank));
+  std::set_terminate([] { abort_job("terminated without an exception to report", 1); });
+
+  int exit_code = 0;
+  try {
+    at::set_num_threads(intra_op_threads(usable_cores(), ranks_on_this_host()));
+    exit_code = body();
+  } catch (const InputError& e) {
+    abort_job(e.what(), 2);
+  } catch (const std::exception& e) {
+    abort_job(e.what(), 1);
+  }
+  MPI_Finalize();
+  return exit_code;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,138 @@
+#include "pipetrain/comm/tensor_transport.h"
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <stdexcept>
+#include <string>
+
+namespace pipetrain::comm {
+namespace {
+
+constexpr int64_t kMagic = 0x50495045;  // "PIPE"
+
+// Wire codes, independent of at::ScalarType's numbering.
+constexpr std::array<at::ScalarType, 9> kWireTypes = {
+    at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong,
+    at::kInt,   at::kChar, at::kByte,     at::kBool,
+};
+
+int64_t wire_code(at::ScalarType type) {
+  for (std::size_t i = 0; i < kWireTypes.size(); ++i) {
+    if (kWireTypes[i] == type) return static_cast<int64_t>(i);
+  }
+  throw std::invalid_argument(std::string("tensors of dtype ") + at::toString(type) +
+                              " cannot be sent between stages");
+}
+
+}  // namespace
+
+std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> words{kMagic, static_cast<int64_t>(tensors.size())};
+  for (const auto& tensor : tensors) {
+    words.push_back(wire_code(tensor.scalar_type()));
+    words.push_back(tensor.requires_grad() ? 1 : 0);
+    words.push_back(tensor.dim());
+    words.insert(words.end(), tensor.sizes().begin(), tensor.sizes().end());
+  }
+  if (words.size() > kMaxHeaderWords) {
+    throw std::invalid_argument("too many tensors or dimensions for one transfer (" +
+                                std::to_string(words.size()) + " header words, at most " +
+                                std::to_string(kMaxHeaderWords) + ")");
+  }
+  return words;
+}
+
+std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size) {
+  auto corrupt = [](const std::string& why) {
+    return std::runtime_error("corrupt transfer header: " + why);
+  };
+  if (size < 2 || words[0] != kMagic) throw corrupt("no magic number");
+  const int64_t count = words[1];
+  if (count < 0 || count > size) throw corrupt("tensor count " + std::to_string(count));
+  std::vector<TensorMeta> metas(count);
+  int64_t at = 2;
+  for (auto& meta : metas) {
+    if (at + 3 > size) throw corrupt("truncated");
+    const int64_t code = words[at];
+    if (code < 0 || code >= static_cast<int64_t>(kWireTypes.size())) {
+      throw corrupt("dtype code " + std::to_string(code));
+    }
+    meta.dtype = kWireTypes[code];
+    meta.requires_grad = words[at + 1] != 0;
+    const int64_t rank = words[at + 2];
+    at += 3;
+    if (rank < 0 || at + rank > size) throw corrupt("tensor rank " + std::to_string(rank));
+    meta.shape.assign(words + at, words + at + rank);
+    for (int64_t dim : meta.shape) {
+      if (dim < 0) throw corrupt("negative dimension");
+    }
+    at += rank;
+  }
+  return metas;
+}
+
+void PendingSend::wait() {
+  for (auto& work : works_) work->wait();
+  works_.clear();
+  keep_alive_.clear();
+}
+
+TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
+                                 std::shared_ptr<Communicator> data, at::Device device)
+    : control_(std::move(control)),
+      data_(std::move(data)),
+      device_(device),
+      header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
+
+PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int peer, int tag) {
+  const std::vector<int64_t> words = encode_header(tensors);
+  PendingSend pending;
+  at::Tensor header = at::empty({static_cast<int64_t>(words.size())}, at::kLong);
+  std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+  pending.works_.push_back(control_->send(header, peer, tag));
+  pending.keep_alive_.push_back(std::move(header));
+  for (const auto& tensor : tensors) {
+    at::Tensor payload = tensor.detach().contiguous();
+    if (payload.numel() > 0) pending.works_.push_back(data_->send(payload, peer, tag));
+    pending.keep_alive_.push_back(std::move(payload));
+  }
+  return pending;
+}
+
+std::vector<at::Tensor> TensorTransport::recv(int peer, int tag,
+                                              const std::vector<at::Tensor>& reuse) {
+  control_->recv(header_, peer, tag)->wait();
+  std::vector<TensorMeta> metas;
+  try {
+    metas = decode_header(header_.data_ptr<int64_t>(), kMaxHeaderWords);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string(e.what()) + " from rank " +
+                             std::to_string(control_->global_rank(peer)) + " (tag " +
+                             std::to_string(tag) + ")");
+  }
+
+  std::vector<at::Tensor> tensors;
+  std::vector<WorkPtr> works;
+  tensors.reserve(metas.size());
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    const TensorMeta& meta = metas[i];
+    const bool reusable = i < reuse.size() && reuse[i].defined() &&
+                          reuse[i].scalar_type() == meta.dtype && reuse[i].sizes() == meta.shape &&
+                          reuse[i].is_contiguous() && reuse[i].device() == device_;
+    at::Tensor tensor = reusable
+                            ? reuse[i].detach()
+                            : at::empty(meta.shape, at::TensorOptions(meta.dtype).device(device_));
+    if (tensor.numel() > 0) works.push_back(data_->recv(tensor, peer, tag));
+    tensors.push_back(std::move(tensor));
+  }
+  for (auto& work : works) work->wait();
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    if (metas[i].requires_grad && at::isFloatingType(metas[i].dtype)) {
+      tensors[i].requires_grad_(true);
+    }
+  }
+  return tensors;
+}
+
+}  // namespace pipetrain::comm

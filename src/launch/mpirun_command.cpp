@@ -1,0 +1,55 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "pipetrain/errors.h"
+#include "pipetrain/launch.h"
+
+extern char** environ;
+
+namespace pipetrain {
+namespace {
+
+constexpr int kSmallHostCores = 16;
+
+// Names of the environment variables every rank must see, also on other hosts.
+std::vector<std::string> forwarded_variables() {
+  std::vector<std::string> names;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string variable(*entry);
+    const std::string name = variable.substr(0, variable.find('='));
+    if (name.rfind("PIPETRAIN_", 0) == 0 || name.rfind("OMP_", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> mpirun_command(const LaunchOptions& options) {
+  if (options.ranks < 1) {
+    throw InputError("-n must be at least 1, got " + std::to_string(options.ranks));
+  }
+  if (options.command.empty()) throw InputError("launch needs a program to run");
+  if (!options.hostfile.empty() && !std::filesystem::is_regular_file(options.hostfile)) {
+    throw InputError("--hostfile " + options.hostfile + " does not exist");
+  }
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(options.ranks)};
+  if (options.as_root) argv.push_back("--allow-run-as-root");
+  if (options.hostfile.empty() && options.ranks > options.local_cores) {
+    argv.push_back("--oversubscribe");
+  }
+  if (options.local_cores <= kSmallHostCores) argv.insert(argv.end(), {"--bind-to", "none"});
+  argv.insert(argv.end(), {"--mca", "btl_vader_single_copy_mechanism", "none"});
+  if (!options.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", options.hostfile});
+  for (const auto& name : forwarded_variables()) argv.insert(argv.end(), {"-x", name});
+  if (const char* extra = std::getenv("PIPETRAIN_MPIRUN_ARGS")) {
+    std::istringstream words(extra);
+    for (std::string word; words >> word;) argv.push_back(word);
+  }
+  argv.insert(argv.end(), options.command.begin(), options.command.end());
+  return argv;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,51 @@
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "pipetrain/launch.h"
+
+namespace pipetrain {
+namespace {
+
+volatile sig_atomic_t child_pid = 0;
+
+void forward(int signal) {
+  if (child_pid > 0) ::kill(child_pid, signal);
+}
+
+}  // namespace
+
+int run_forwarding_signals(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  child_pid = pid;
+  struct sigaction action {};
+  action.sa_handler = forward;
+  ::sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR)
+      throw std::runtime_error(std::string("waitpid failed: ") + std::strerror(errno));
+  }
+  child_pid = 0;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,48 @@
+#include "pipetrain/grid.h"
+
+#include <algorithm>
+
+#include "pipetrain/comm/deadline.h"
+
+namespace pipetrain {
+
+Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world)
+    : topology_(std::move(topology)), world_(std::move(world)) {
+  topology_.check_world_size(world_->size());
+  pipe_ = axis_comm("pipe");
+  data_ = axis_comm("data");
+  model_ = axis_comm("model");
+  comm::set_rank_identity("rank " + std::to_string(global_rank()) + " (" +
+                          topology_.describe(global_rank()) + ")");
+}
+
+bool Grid::has_axis(const char* axis) const {
+  const auto& axes = topology_.axes();
+  return std::find(axes.begin(), axes.end(), axis) != axes.end();
+}
+
+int Grid::coordinate(const char* axis) const {
+  return has_axis(axis) ? topology_.coord(global_rank(), axis) : 0;
+}
+
+int Grid::size(const char* axis) const {
+  return has_axis(axis) ? topology_.dim(axis) : 1;
+}
+
+std::shared_ptr<comm::MpiCommunicator> Grid::axis_comm(const char* axis) const {
+  if (!has_axis(axis)) return world_->split(global_rank(), 0);  // just this rank
+  const auto groups = topology_.axis_groups(axis);
+  for (std::size_t color = 0; color < groups.size(); ++color) {
+    const auto& group = groups[color];
+    const auto at = std::find(group.begin(), group.end(), global_rank());
+    if (at != group.end())
+      return world_->split(static_cast<int>(color), static_cast<int>(at - group.begin()));
+  }
+  throw std::logic_error("rank missing from its own axis groups");
+}
+
+int Grid::stage_to_global(int stage) const {
+  return topology_.rank_with(global_rank(), {{"pipe", stage}});
+}
+
+}  // namespace pipetrain
