@@ -53,10 +53,12 @@ void wait_with_deadline(const std::function<bool()>& done, const std::function<s
                         Seconds timeout) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  constexpr auto kSpin = std::chrono::microseconds(20);
-  constexpr auto kYield = std::chrono::microseconds(200);
-  constexpr auto kLongestSleep = std::chrono::microseconds(2000);
-  auto sleep = std::chrono::microseconds(10);
+  // Large MPI transfers only progress while a rank polls, so a rank keeps polling (and
+  // yielding the core to others) for a while before it starts to sleep between polls.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kYield = std::chrono::milliseconds(50);
+  constexpr auto kLongestSleep = std::chrono::microseconds(1000);
+  auto sleep = std::chrono::microseconds(50);
   while (!done()) {
     const auto waited = Clock::now() - start;
     if (waited >= timeout) {

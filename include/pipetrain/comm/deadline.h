@@ -39,8 +39,8 @@ class ScopedWaitContext {
 };
 const std::string& wait_context();
 
-// Calls `done` until it returns true: spinning briefly, then yielding, then sleeping with
-// growing pauses (up to 2 ms) so oversubscribed ranks leave the cores to others. Throws
+// Calls `done` until it returns true: spinning briefly, then yielding (up to 50 ms), then
+// sleeping with growing pauses (up to 1 ms) so waiting ranks leave the cores to others. Throws
 // DeadlineExceeded describing the wait (`what()` is called only then) once `timeout`
 // has passed.
 void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,

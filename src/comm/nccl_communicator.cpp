@@ -1,0 +1,250 @@
+// NCCL transport for CUDA tensors; compiled in CUDA builds only.
+#include "pipetrain/comm/nccl_communicator.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace pipetrain::comm {
+namespace {
+
+void check_cuda(cudaError_t code, const char* call) {
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(code));
+}
+
+void check_nccl(ncclResult_t code, const char* call) {
+  if (code != ncclSuccess && code != ncclInProgress) {
+    throw std::runtime_error(std::string(call) + ": " + ncclGetErrorString(code));
+  }
+}
+
+ncclDataType_t element_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kChar:
+      return ncclInt8;
+    case at::kByte:
+    case at::kBool:
+      return ncclUint8;
+    default:
+      throw std::invalid_argument(std::string("NCCL cannot carry dtype ") + at::toString(type));
+  }
+}
+
+std::size_t byte_count(const at::Tensor& tensor) {
+  return static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+}
+
+// One GPU per rank is what NCCL needs; compare the PCI location of every rank's device.
+bool ranks_share_a_gpu(const MpiCommunicator& group, int device) {
+  cudaDeviceProp properties{};
+  check_cuda(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  at::Tensor location = at::tensor({static_cast<int64_t>(properties.pciDomainID),
+                                    static_cast<int64_t>(properties.pciBusID),
+                                    static_cast<int64_t>(properties.pciDeviceID)});
+  at::Tensor all = const_cast<MpiCommunicator&>(group).all_gather(location);
+  const auto unique = std::get<0>(at::unique_dim(all, 0));
+  return unique.size(0) != group.size();
+}
+
+class NcclCommunicator;
+
+// An NCCL operation on the communicator's stream, complete once its event fires.
+class NcclWork final : public Work {
+ public:
+  NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive);
+  ~NcclWork() override { cudaEventDestroy(event_); }
+  void wait() override;
+
+ private:
+  NcclCommunicator& comm_;
+  std::string what_;
+  at::Tensor keep_alive_;
+  cudaEvent_t event_ = nullptr;
+  bool done_ = false;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const MpiCommunicator& bootstrap, int device)
+      : device_(device),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
+        bootstrap_(bootstrap) {
+    ncclUniqueId id;
+    if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    at::Tensor bytes = at::empty({static_cast<int64_t>(sizeof id)}, at::kByte);
+    std::memcpy(bytes.data_ptr(), &id, sizeof id);
+    const_cast<MpiCommunicator&>(bootstrap).broadcast(bytes, 0);
+    std::memcpy(&id, bytes.data_ptr(), sizeof id);
+    c10::cuda::CUDAGuard guard(device_);
+    check_cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check_nccl(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()),
+               "ncclCommInitRank");
+  }
+
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+    cudaEventDestroy(inputs_ready_);
+  }
+
+  int rank() const override { return bootstrap_.rank(); }
+  int size() const override { return bootstrap_.size(); }
+  int global_rank(int rank) const override { return bootstrap_.global_rank(rank); }
+
+  WorkPtr send(const at::Tensor& tensor, int peer, int tag) override {
+    at::Tensor data = prepare(tensor);
+    check_nccl(ncclSend(data.data_ptr(), byte_count(data), ncclUint8, peer, comm_, stream_),
+               "ncclSend");
+    return finish("NCCL send to rank " + std::to_string(global_rank(peer)) + " (tag " +
+                      std::to_string(tag) + ")",
+                  data);
+  }
+
+  WorkPtr recv(at::Tensor& tensor, int peer, int tag) override {
+    if (!tensor.is_contiguous())
+      throw std::invalid_argument("NCCL receives into contiguous tensors");
+    prepare(tensor);
+    check_nccl(ncclRecv(tensor.data_ptr(), byte_count(tensor), ncclUint8, peer, comm_, stream_),
+               "ncclRecv");
+    return finish("NCCL recv from rank " + std::to_string(global_rank(peer)) + " (tag " +
+                      std::to_string(tag) + ")",
+                  tensor);
+  }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
+      throw std::invalid_argument("all_reduce average needs a floating-point tensor");
+    }
+    const ncclRedOp_t nccl_op = op == ReduceOp::kSum   ? ncclSum
+                                : op == ReduceOp::kMax ? ncclMax
+                                                       : ncclAvg;
+    at::Tensor data = prepare(tensor);
+    check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
+                             element_type(data.scalar_type()), nccl_op, comm_, stream_),
+               "ncclAllReduce");
+    finish("NCCL all_reduce over " + std::to_string(size()) + " ranks", data)->wait();
+    if (!data.is_same(tensor)) tensor.copy_(data);
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    at::Tensor data = prepare(tensor);
+    check_nccl(ncclBroadcast(data.data_ptr(), data.data_ptr(), byte_count(data), ncclUint8, root,
+                             comm_, stream_),
+               "ncclBroadcast");
+    finish("NCCL broadcast from rank " + std::to_string(global_rank(root)), data)->wait();
+    if (!data.is_same(tensor)) tensor.copy_(data);
+  }
+
+  at::Tensor all_gather(const at::Tensor& input) override {
+    at::Tensor data = prepare(input);
+    std::vector<int64_t> shape{size()};
+    shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+    at::Tensor gathered = at::empty(shape, data.options());
+    prepare(gathered);
+    check_nccl(ncclAllGather(data.data_ptr(), gathered.data_ptr(), byte_count(data), ncclUint8,
+                             comm_, stream_),
+               "ncclAllGather");
+    finish("NCCL all_gather over " + std::to_string(size()) + " ranks", gathered)->wait();
+    return gathered;
+  }
+
+  void barrier() override {
+    at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
+    all_reduce(token, ReduceOp::kSum);
+  }
+
+  // Ends this communicator after a failure, so pending operations return.
+  void abort() {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // Contiguous on this device, ordered after the work already queued on torch's stream,
+  // and kept by the caching allocator until the communication stream is done with it.
+  at::Tensor prepare(const at::Tensor& tensor) {
+    if (!tensor.is_cuda() || tensor.get_device() != device_) {
+      throw std::invalid_argument("the NCCL communicator carries tensors on cuda:" +
+                                  std::to_string(device_));
+    }
+    at::Tensor data = tensor.contiguous();
+    check_cuda(cudaEventRecord(inputs_ready_, c10::cuda::getCurrentCUDAStream(device_)),
+               "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent");
+    c10::cuda::CUDACachingAllocator::recordStream(data.storage().data_ptr(), stream_);
+    return data;
+  }
+
+  WorkPtr finish(std::string what, const at::Tensor& tensor) {
+    return std::make_unique<NcclWork>(*this, std::move(what), tensor);
+  }
+
+  int device_;
+  c10::cuda::CUDAStream stream_;
+  const MpiCommunicator& bootstrap_;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr;  // reused: recorded on torch's stream before each op
+};
+
+NcclWork::NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive)
+    : comm_(comm), what_(std::move(what)), keep_alive_(std::move(keep_alive)) {
+  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventRecord(event_, comm_.stream()), "cudaEventRecord");
+}
+
+void NcclWork::wait() {
+  if (done_) return;
+  try {
+    wait_with_deadline(
+        [this] {
+          const cudaError_t state = cudaEventQuery(event_);
+          if (state == cudaErrorNotReady) return false;
+          check_cuda(state, "cudaEventQuery");
+          return true;
+        },
+        [this] { return what_; }, comm_.timeout());
+  } catch (const DeadlineExceeded&) {
+    comm_.abort();
+    throw;
+  }
+  // Later kernels on torch's stream see the result without blocking the host again.
+  check_cuda(
+      cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(keep_alive_.get_device()), event_, 0),
+      "cudaStreamWaitEvent");
+  done_ = true;
+}
+
+}  // namespace
+
+bool nccl_compiled() {
+  return true;
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& bootstrap, int device) {
+  if (ranks_share_a_gpu(bootstrap, device)) return nullptr;
+  return std::make_shared<NcclCommunicator>(bootstrap, device);
+}
+
+}  // namespace pipetrain::comm

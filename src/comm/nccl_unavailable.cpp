@@ -1,0 +1,14 @@
+// The CPU build: no NCCL, CUDA tensors (if any) travel over MPI.
+#include "pipetrain/comm/nccl_communicator.h"
+
+namespace pipetrain::comm {
+
+bool nccl_compiled() {
+  return false;
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const MpiCommunicator&, int) {
+  return nullptr;
+}
+
+}  // namespace pipetrain::comm
