@@ -36,6 +36,29 @@ double one_way_seconds(int iterations, PingPong&& ping_pong) {
   return best;
 }
 
+// Rank 0 sends, rank 1 answers with the same bytes.
+void raw_round_trip(int me, int peer, void* data, int bytes) {
+  if (me == 0) {
+    MPI_Send(data, bytes, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+    MPI_Recv(data, bytes, MPI_BYTE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Recv(data, bytes, MPI_BYTE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Send(data, bytes, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
+  }
+}
+
+// The same through the transport, receiving into the previous buffers.
+void tensor_round_trip(TensorTransport& transport, int me, int peer,
+                       std::vector<at::Tensor>& buffers) {
+  if (me == 0) {
+    transport.send(buffers, peer, kTag).wait();
+    buffers = transport.recv(peer, kTag, buffers);
+  } else {
+    buffers = transport.recv(peer, kTag, buffers);
+    transport.send(buffers, peer, kTag).wait();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,27 +81,11 @@ int main(int argc, char** argv) {
       at::Tensor payload = at::ones({bytes / 4}, at::kFloat);
       std::vector<char> raw(bytes);
 
-      const double raw_seconds = one_way_seconds(iterations, [&] {
-        if (me == 0) {
-          MPI_Send(raw.data(), static_cast<int>(bytes), MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
-          MPI_Recv(raw.data(), static_cast<int>(bytes), MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
-                   MPI_STATUS_IGNORE);
-        } else {
-          MPI_Recv(raw.data(), static_cast<int>(bytes), MPI_BYTE, peer, kTag, MPI_COMM_WORLD,
-                   MPI_STATUS_IGNORE);
-          MPI_Send(raw.data(), static_cast<int>(bytes), MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
-        }
-      });
+      const double raw_seconds = one_way_seconds(
+          iterations, [&] { raw_round_trip(me, peer, raw.data(), static_cast<int>(bytes)); });
       std::vector<at::Tensor> buffers = {payload};
-      const double tensor_seconds = one_way_seconds(iterations, [&] {
-        if (me == 0) {
-          transport.send(buffers, peer, kTag).wait();
-          buffers = transport.recv(peer, kTag, buffers);
-        } else {
-          buffers = transport.recv(peer, kTag, buffers);
-          transport.send(buffers, peer, kTag).wait();
-        }
-      });
+      const double tensor_seconds =
+          one_way_seconds(iterations, [&] { tensor_round_trip(transport, me, peer, buffers); });
       if (me == 0) {
         std::printf("%10lld %12.2f %12.2f %12.2f %12.2f %8.3f\n", static_cast<long long>(bytes),
                     raw_seconds * 1e6, tensor_seconds * 1e6, bytes / raw_seconds / 1e9,
@@ -89,24 +96,9 @@ int main(int argc, char** argv) {
     // The header's share: a one-element tensor against a raw 4-byte message.
     std::vector<at::Tensor> tiny = {at::ones({1})};
     char word[4] = {};
-    const double raw_tiny = one_way_seconds(2000, [&] {
-      if (me == 0) {
-        MPI_Send(word, 4, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
-        MPI_Recv(word, 4, MPI_BYTE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      } else {
-        MPI_Recv(word, 4, MPI_BYTE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(word, 4, MPI_BYTE, peer, kTag, MPI_COMM_WORLD);
-      }
-    });
-    const double tensor_tiny = one_way_seconds(2000, [&] {
-      if (me == 0) {
-        transport.send(tiny, peer, kTag).wait();
-        tiny = transport.recv(peer, kTag, tiny);
-      } else {
-        tiny = transport.recv(peer, kTag, tiny);
-        transport.send(tiny, peer, kTag).wait();
-      }
-    });
+    const double raw_tiny = one_way_seconds(2000, [&] { raw_round_trip(me, peer, word, 4); });
+    const double tensor_tiny =
+        one_way_seconds(2000, [&] { tensor_round_trip(transport, me, peer, tiny); });
     const std::vector<at::Tensor> tuple = {at::ones({8, 128, 512}), at::ones({8, 128}, at::kLong),
                                            at::ones({8, 128}, at::kBool)};
     double encode_decode = 1e30;
