@@ -1,6 +1,8 @@
 #pragma once
 
+#include <exception>
 #include <stdexcept>
+#include <string>
 
 namespace pipetrain {
 
@@ -10,5 +12,13 @@ class InputError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
+
+// An exception's message for a person: LibTorch's errors carry a C++ backtrace after
+// their message, which is cut off here.
+inline std::string error_message(const std::exception& e) {
+  const std::string what = e.what();
+  const auto backtrace = what.find("\nException raised from ");
+  return backtrace == std::string::npos ? what : what.substr(0, backtrace);
+}
 
 }  // namespace pipetrain

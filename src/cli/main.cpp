@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
 
   const pipetrain::cli::CommandList commands = {
       pipetrain::cli::add_launch_command(app, program),
+      pipetrain::cli::add_partition_command(app),
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
   };
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     std::cerr << "pipetrain: " << e.what() << "\n";
     return kExitInputError;
   } catch (const std::exception& e) {
-    std::cerr << "pipetrain: error: " << e.what() << "\n";
+    std::cerr << "pipetrain: error: " << pipetrain::error_message(e) << "\n";
     return 1;
   }
   return 0;

@@ -76,7 +76,7 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
   } catch (const InputError& e) {
     abort_job(e.what(), 2);
   } catch (const std::exception& e) {
-    abort_job(e.what(), 1);
+    abort_job(error_message(e).c_str(), 1);
   }
   MPI_Finalize();
   return exit_code;

@@ -3,3 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The schedule commands as a user meets them: output, exit codes, one-line errors.
-# Usage: schedule_cli_test.sh PATH/TO/pipetrain
+# The pipetrain command as a user meets it: output, exit codes, one-line errors.
+# Usage: cli_test.sh PATH/TO/pipetrain SOURCE_DIR
 set -u
 pipetrain=$1
+examples=$2/examples
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0
@@ -71,6 +72,34 @@ expect_input_error "forward cost needs 1 or 2 values" simulate --kind train -m 4
 expect_input_error "divisible" simulate --kind interleaved -m 7 -p 5 -v 2
 expect_input_error "subcommand" frobnicate
 expect_input_error "no-such-dir" simulate --kind train -m 2 -p 2 --svg "$work/no-such-dir/x.svg"
+
+run partition --config "$examples/gpt-small.json" --stages 2
+check "partition exits 0" test "$rc" -eq 0
+check "partition shows stage 1's layers" grep -q "^stage 1: layers 3-6, 120576 parameters" "$work/out"
+check "partition marks tied layers" grep -q "GptHead .* tied 'embed'" "$work/out"
+
+run partition --config "$examples/gpt-small.json" --stages 2 --method profile
+check "partition by profile exits 0" test "$rc" -eq 0
+check "partition by profile shows times" grep -q " ms$" "$work/out"
+
+printf '{"model": {"type": "gpt", "d_model": "wide"}}' >"$work/bad-type.json"
+printf '{"model": {"type": "gpt"' >"$work/broken.json"
+printf '{"model": {"type": "rnn"}}' >"$work/bad-model.json"
+expect_input_error 'model.d_model must be an integer, got "wide"' partition --config "$work/bad-type.json" --stages 2
+expect_input_error "is not valid JSON" partition --config "$work/broken.json" --stages 2
+expect_input_error 'model.type must be "gpt" or "mlp"' partition --config "$work/bad-model.json" --stages 2
+expect_input_error "cannot be read" partition --config "$work/missing.json" --stages 2
+expect_input_error "cannot split 7 layers over 9 stages" partition --config "$examples/gpt-small.json" --stages 9
+expect_input_error "unknown partition method 'random'" partition --config "$examples/gpt-small.json" --stages 2 --method random
+
+run launch -n 2 --dry-run -- prog --flag
+check "launch --dry-run prints mpirun" grep -q "^mpirun -np 2 .* prog --flag$" "$work/out"
+run launch -n 2 -- sh -c 'exit 3'
+check "launch returns the job's exit status (got $rc)" test "$rc" -eq 3
+expect_input_error "must be at least 1" launch -n 0 -- prog
+expect_input_error "needs a program" launch -n 2
+expect_input_error "does not exist" launch -n 2 --hostfile "$work/no-hosts" -- prog
+expect_input_error "only for 'launch'" schedule -m 2 -p 2 -- extra
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace pipetrain {
+
+// Typed, path-aware access to one object of a JSON config: errors name the full key
+// ("model.d_model must be an integer, got \"wide\"") and are InputErrors.
+class ConfigSection {
+ public:
+  ConfigSection(const nlohmann::json& object, std::string path);
+
+  bool has(const std::string& key) const { return object_.contains(key); }
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  double get_double(const std::string& key, double fallback) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  // A nested object (empty if absent).
+  ConfigSection section(const std::string& key) const;
+
+  // Keys present but not in `known`, as full paths, for a warning.
+  std::vector<std::string> unknown_keys(const std::vector<std::string>& known) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string key_path(const std::string& key) const;
+  [[noreturn]] void wrong_type(const std::string& key, const char* expected) const;
+
+  nlohmann::json object_;
+  std::string path_;
+};
+
+// Parses a config file; InputError naming the file if it is missing or not a JSON object.
+nlohmann::json read_json_file(const std::string& path);
+
+}  // namespace pipetrain

@@ -1,0 +1,97 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipetrain/module/layer.h"
+#include "pipetrain/module/partition.h"
+
+namespace pipetrain {
+
+using LossFunction = std::function<at::Tensor(const Activation& outputs, const Activation& labels)>;
+
+struct PipelineModuleOptions {
+  int stages = 1;
+  int stage_id = 0;
+  // Model chunks per stage: the layers split into stages * chunks virtual stages, and
+  // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B).
+  int chunks = 1;
+  std::string partition_method = "parameters";  // see partition_layers()
+  uint64_t seed = 1234;                         // base of every layer's initialisation seed
+  // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
+  int activation_checkpoint_interval = 0;
+  // Layer types that may be checkpointed; empty: any run of layers with parameters.
+  std::vector<std::string> checkpointable_types{};
+  // A micro-batch's inputs, for `profile` partitioning.
+  Activation profile_sample{};
+  // Makes every rank use the same measured costs (e.g. rank 0's); empty: local costs.
+  std::function<void(std::vector<double>&)> agree_on_costs{};
+};
+
+// A model given as an ordered list of layer specs, split over pipeline stages; only this
+// stage's layers are built. Layer i is initialised under a seed derived from (seed, i)
+// (a tied layer: from its key's first layer), so weights do not depend on partitioning.
+class PipelineModule {
+ public:
+  PipelineModule(std::vector<LayerSpec> specs, LossFunction loss, PipelineModuleOptions options);
+
+  const PipelineModuleOptions& options() const { return options_; }
+  int num_layers() const { return static_cast<int>(specs_.size()); }
+  const std::vector<LayerSpec>& specs() const { return specs_; }
+  // Virtual stage boundaries: virtual stage v owns layers [parts[v], parts[v+1]).
+  const Partition& parts() const { return parts_; }
+  // This stage's layers of model chunk `chunk`, as [first, last).
+  std::pair<int, int> layer_range(int chunk = 0) const;
+
+  // Runs this stage's layers of `chunk` (checkpointed when training with an interval).
+  Activation forward(const Activation& input, int chunk = 0);
+  at::Tensor loss(const Activation& outputs, const Activation& labels) const;
+
+  void train(bool on);
+  bool is_training() const { return training_; }
+
+  // This stage's parameters, each once, named "<layer index>.<name in its module>"; a
+  // tied module takes the index of its key's first layer, so owners share names.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<at::Tensor> parameters() const;
+
+  // Tie keys with a module on this stage; the stages that own a key; its tied tensors here.
+  std::vector<std::string> tie_keys() const;
+  std::vector<int> tie_owner_stages(const std::string& key) const;
+  std::vector<at::Tensor> tied_parameters(const std::string& key) const;
+
+ private:
+  struct BuiltLayer {
+    int index = 0;
+    std::string type;
+    std::shared_ptr<torch::nn::Module> module;  // null for functions
+    LayerFunction forward;
+  };
+
+  void build_owned_layers();
+  Activation run_layers(int first, int last, const Activation& input);
+  bool checkpointable(int first, int last) const;
+  std::vector<at::Tensor> window_parameters(int first, int last) const;
+  int stage_of_layer(int layer) const;
+
+  std::vector<LayerSpec> specs_;
+  LossFunction loss_;
+  PipelineModuleOptions options_;
+  Partition parts_;
+  std::map<int, BuiltLayer> layers_;  // by layer index, this stage only
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> tied_modules_;
+  bool training_ = true;
+};
+
+// Seed of layer `index` under `base`: a mix of both, so neighbouring layers differ.
+uint64_t layer_seed(uint64_t base, int index);
+
+// Parameter counts, types and (for `profile`) measured forward+backward seconds of every
+// layer, building each one in turn; what partition_layers() needs.
+LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, bool profile,
+                           const Activation& sample);
+
+}  // namespace pipetrain

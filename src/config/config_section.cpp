@@ -1,0 +1,76 @@
+#include "pipetrain/config/config_section.h"
+
+#include <fstream>
+
+#include "pipetrain/errors.h"
+
+namespace pipetrain {
+
+ConfigSection::ConfigSection(const nlohmann::json& object, std::string path)
+    : object_(object.is_null() ? nlohmann::json::object() : object), path_(std::move(path)) {
+  if (!object_.is_object()) throw InputError(path_ + " must be an object, got " + object_.dump());
+}
+
+std::string ConfigSection::key_path(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void ConfigSection::wrong_type(const std::string& key, const char* expected) const {
+  throw InputError(key_path(key) + " must be " + expected + ", got " + object_.at(key).dump());
+}
+
+int64_t ConfigSection::get_int(const std::string& key, int64_t fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(key);
+  if (!value.is_number_integer()) wrong_type(key, "an integer");
+  return value.get<int64_t>();
+}
+
+double ConfigSection::get_double(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(key);
+  if (!value.is_number()) wrong_type(key, "a number");
+  return value.get<double>();
+}
+
+bool ConfigSection::get_bool(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(key);
+  if (!value.is_boolean()) wrong_type(key, "true or false");
+  return value.get<bool>();
+}
+
+std::string ConfigSection::get_string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(key);
+  if (!value.is_string()) wrong_type(key, "a string");
+  return value.get<std::string>();
+}
+
+ConfigSection ConfigSection::section(const std::string& key) const {
+  if (!has(key)) return ConfigSection(nlohmann::json::object(), key_path(key));
+  if (!object_.at(key).is_object()) wrong_type(key, "an object");
+  return ConfigSection(object_.at(key), key_path(key));
+}
+
+std::vector<std::string> ConfigSection::unknown_keys(const std::vector<std::string>& known) const {
+  std::vector<std::string> unknown;
+  for (const auto& item : object_.items()) {
+    if (std::find(known.begin(), known.end(), item.key()) == known.end()) {
+      unknown.push_back(key_path(item.key()));
+    }
+  }
+  return unknown;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("config file " + path + " cannot be read");
+  nlohmann::json json =
+      nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (json.is_discarded()) throw InputError("config file " + path + " is not valid JSON");
+  if (!json.is_object()) throw InputError("config file " + path + " must hold a JSON object");
+  return json;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,43 @@
+#include "pipetrain/models/mlp.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include "pipetrain/errors.h"
+
+namespace pipetrain::models {
+
+std::vector<LayerSpec> mlp_layers(const MlpConfig& c) {
+  if (c.inputs < 1 || c.hidden < 1 || c.outputs < 1 || c.layers < 1) {
+    throw InputError("model: inputs, hidden, outputs and layers must be at least 1");
+  }
+  std::vector<LayerSpec> specs;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const int64_t in = i == 0 ? c.inputs : c.hidden;
+    const int64_t out = i == c.layers - 1 ? c.outputs : c.hidden;
+    specs.push_back(module_layer<torch::nn::Linear>(
+        "Linear", [=] { return torch::nn::Linear(in, out); }, [=] { return in * out + out; }));
+    if (i + 1 < c.layers) {
+      specs.push_back(function_layer(
+          "ReLU", [](const Activation& x) { return Activation{at::relu(x.at(0))}; }));
+    }
+  }
+  return specs;
+}
+
+LossFunction mlp_loss(const MlpConfig& c) {
+  if (c.task == "regression") {
+    return [](const Activation& out, const Activation& labels) {
+      return at::mse_loss(out.at(0), labels.at(0));
+    };
+  }
+  if (c.task == "classification") {
+    return [](const Activation& out, const Activation& labels) {
+      return at::cross_entropy_loss(out.at(0), labels.at(0));
+    };
+  }
+  throw InputError("model.task must be \"regression\" or \"classification\", got \"" + c.task +
+                   "\"");
+}
+
+}  // namespace pipetrain::models

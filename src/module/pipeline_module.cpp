@@ -1,0 +1,296 @@
+#include "pipetrain/module/pipeline_module.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "pipetrain/errors.h"
+#include "pipetrain/module/activation_checkpoint.h"
+
+namespace pipetrain {
+namespace {
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
+// Seeds the default generators for one layer's construction and restores the previous
+// state afterwards, so building (or not building) layers leaves the global stream alone.
+class ScopedLayerSeed {
+ public:
+  ScopedLayerSeed(uint64_t seed) : saved_(cpu().get_state()) { at::manual_seed(seed); }
+  ~ScopedLayerSeed() { cpu().set_state(saved_); }
+
+ private:
+  static at::Generator cpu() { return at::globalContext().defaultGenerator(at::kCPU); }
+  at::Tensor saved_;
+};
+
+// Index of the first layer with each tie key: the layer whose seed the key's module uses.
+std::map<std::string, int> first_tied_layers(const std::vector<LayerSpec>& specs) {
+  std::map<std::string, int> first;
+  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
+    if (specs[i].tied()) first.emplace(specs[i].tie_key, i);
+  }
+  return first;
+}
+
+Layer build_seeded(const LayerSpec& spec, uint64_t seed) {
+  ScopedLayerSeed scoped(seed);
+  return spec.build();
+}
+
+double seconds_of(const std::function<void()>& run) {
+  run();  // warm-up
+  constexpr int kRepeats = 3;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRepeats; ++i) run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kRepeats;
+}
+
+}  // namespace
+
+uint64_t layer_seed(uint64_t base, int index) {
+  // splitmix64 of the pair; kept below 2^63 for generators that take signed seeds.
+  uint64_t z = base + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(index) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (z ^ (z >> 31)) >> 1;
+}
+
+LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, bool profile,
+                           const Activation& sample) {
+  if (profile && sample.empty())
+    throw InputError("profile partitioning needs a sample micro-batch");
+  LayerFacts facts;
+  Activation x = sample;
+  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
+    const LayerSpec& spec = specs[i];
+    facts.types.push_back(spec.type);
+    if (spec.count_parameters && !profile) {
+      facts.parameters.push_back(spec.count_parameters());
+      continue;
+    }
+    Layer layer = build_seeded(spec, layer_seed(seed, i));
+    facts.parameters.push_back(layer.module ? count_parameters(*layer.module) : 0);
+    if (!profile) continue;
+    if (spec.tied_forward) {
+      layer.forward = [module = layer.module, f = spec.tied_forward](const Activation& x) {
+        return f(*module, x);
+      };
+    }
+    Activation input;
+    for (const auto& t : x) {
+      input.push_back(at::isFloatingType(t.scalar_type()) ? t.detach().requires_grad_(true) : t);
+    }
+    Activation output;
+    facts.profile_costs.push_back(seconds_of([&] {
+      output = layer.forward(input);
+      at::Tensor total;
+      for (const auto& t : output) {
+        if (t.requires_grad()) total = total.defined() ? total + t.sum() : t.sum();
+      }
+      if (total.defined()) total.backward();
+    }));
+    x.clear();
+    for (const auto& t : output) x.push_back(t.detach());
+  }
+  return facts;
+}
+
+PipelineModule::PipelineModule(std::vector<LayerSpec> specs, LossFunction loss,
+                               PipelineModuleOptions options)
+    : specs_(std::move(specs)), loss_(std::move(loss)), options_(std::move(options)) {
+  if (options_.chunks < 1) throw InputError("chunks must be at least 1");
+  if (options_.stage_id < 0 || options_.stage_id >= options_.stages) {
+    throw InputError("stage " + std::to_string(options_.stage_id) + " is out of range for " +
+                     std::to_string(options_.stages) + " stages");
+  }
+  if (options_.activation_checkpoint_interval < 0) {
+    throw InputError("activation_checkpoint_interval must be >= 0");
+  }
+  const int virtual_stages = options_.stages * options_.chunks;
+  const bool profile = partition_needs_profile(options_.partition_method);
+  LayerFacts facts;
+  if (options_.partition_method == "uniform" ||
+      options_.partition_method.rfind("boundaries:", 0) == 0 ||
+      options_.partition_method.rfind("type:", 0) == 0) {
+    for (const auto& spec : specs_) facts.types.push_back(spec.type);  // nothing to build
+  } else {
+    facts = describe_layers(specs_, options_.seed, profile, options_.profile_sample);
+  }
+  if (profile && options_.agree_on_costs) options_.agree_on_costs(facts.profile_costs);
+  parts_ = partition_layers(options_.partition_method, facts, virtual_stages);
+  build_owned_layers();
+}
+
+std::pair<int, int> PipelineModule::layer_range(int chunk) const {
+  if (chunk < 0 || chunk >= options_.chunks)
+    throw std::out_of_range("no model chunk " + std::to_string(chunk));
+  const int v = chunk * options_.stages + options_.stage_id;
+  return {parts_[v], parts_[v + 1]};
+}
+
+int PipelineModule::stage_of_layer(int layer) const {
+  const auto it = std::upper_bound(parts_.begin(), parts_.end(), layer);
+  return static_cast<int>(it - parts_.begin() - 1) % options_.stages;
+}
+
+void PipelineModule::build_owned_layers() {
+  const auto first_tied = first_tied_layers(specs_);
+  std::map<std::string, LayerFunction> tied_own_forward;  // the tied module's own forward
+  for (int chunk = 0; chunk < options_.chunks; ++chunk) {
+    const auto [first, last] = layer_range(chunk);
+    for (int i = first; i < last; ++i) {
+      const LayerSpec& spec = specs_[i];
+      BuiltLayer built{i, spec.type, nullptr, {}};
+      if (!spec.tied()) {
+        Layer layer = build_seeded(spec, layer_seed(options_.seed, i));
+        built.module = std::move(layer.module);
+        built.forward = std::move(layer.forward);
+        layers_.emplace(i, std::move(built));
+        continue;
+      }
+      // One module per key and stage, seeded like the key's first layer on any stage.
+      if (!tied_modules_.count(spec.tie_key)) {
+        Layer layer = build_seeded(spec, layer_seed(options_.seed, first_tied.at(spec.tie_key)));
+        tied_modules_[spec.tie_key] = layer.module;
+        tied_own_forward[spec.tie_key] = layer.forward;
+      }
+      built.module = tied_modules_.at(spec.tie_key);
+      if (spec.tied_forward) {
+        built.forward = [module = built.module, f = spec.tied_forward](const Activation& x) {
+          return f(*module, x);
+        };
+      } else {
+        built.forward = tied_own_forward.at(spec.tie_key);
+      }
+      layers_.emplace(i, std::move(built));
+    }
+  }
+  train(training_);
+}
+
+bool PipelineModule::checkpointable(int first, int last) const {
+  const auto& types = options_.checkpointable_types;
+  bool any_parameters = false;
+  for (int i = first; i < last; ++i) {
+    const BuiltLayer& layer = layers_.at(i);
+    if (!types.empty() && std::find(types.begin(), types.end(), layer.type) == types.end())
+      return false;
+    any_parameters = any_parameters || (layer.module && count_parameters(*layer.module) > 0);
+  }
+  return !types.empty() || any_parameters;
+}
+
+std::vector<at::Tensor> PipelineModule::window_parameters(int first, int last) const {
+  std::vector<at::Tensor> params;
+  std::vector<const torch::nn::Module*> seen;
+  for (int i = first; i < last; ++i) {
+    const auto& module = layers_.at(i).module;
+    if (!module || std::count(seen.begin(), seen.end(), module.get())) continue;
+    seen.push_back(module.get());
+    for (const auto& p : module->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+  }
+  return params;
+}
+
+Activation PipelineModule::run_layers(int first, int last, const Activation& input) {
+  Activation x = input;
+  for (int i = first; i < last; ++i) x = layers_.at(i).forward(x);
+  return x;
+}
+
+Activation PipelineModule::forward(const Activation& input, int chunk) {
+  const auto [first, last] = layer_range(chunk);
+  const int interval = options_.activation_checkpoint_interval;
+  if (interval == 0 || !training_ || !at::GradMode::is_enabled())
+    return run_layers(first, last, input);
+  Activation x = input;
+  for (int start = first; start < last; start += interval) {
+    const int end = std::min(start + interval, last);
+    if (checkpointable(start, end)) {
+      x = checkpointed(
+          [this, start, end](const Activation& in) { return run_layers(start, end, in); }, x,
+          window_parameters(start, end));
+    } else {
+      x = run_layers(start, end, x);
+    }
+  }
+  return x;
+}
+
+at::Tensor PipelineModule::loss(const Activation& outputs, const Activation& labels) const {
+  if (!loss_) throw std::logic_error("this PipelineModule has no loss function");
+  return loss_(outputs, labels);
+}
+
+void PipelineModule::train(bool on) {
+  training_ = on;
+  for (auto& [index, layer] : layers_) {
+    if (layer.module) layer.module->train(on);
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters() const {
+  // A tied module is named after its key's first layer on every stage that owns it.
+  const auto first_tied = first_tied_layers(specs_);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  std::vector<const torch::nn::Module*> seen;
+  for (const auto& [index, layer] : layers_) {
+    if (!layer.module || std::count(seen.begin(), seen.end(), layer.module.get())) continue;
+    seen.push_back(layer.module.get());
+    const LayerSpec& spec = specs_[index];
+    const int name_index = spec.tied() ? first_tied.at(spec.tie_key) : index;
+    for (const auto& item : layer.module->named_parameters()) {
+      named.emplace_back(std::to_string(name_index) + "." + item.key(), item.value());
+    }
+  }
+  return named;
+}
+
+std::vector<at::Tensor> PipelineModule::parameters() const {
+  std::vector<at::Tensor> params;
+  for (auto& [name, tensor] : named_parameters()) params.push_back(tensor);
+  return params;
+}
+
+std::vector<std::string> PipelineModule::tie_keys() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, module] : tied_modules_) keys.push_back(key);
+  return keys;
+}
+
+std::vector<int> PipelineModule::tie_owner_stages(const std::string& key) const {
+  std::vector<int> stages;
+  for (int i = 0; i < num_layers(); ++i) {
+    if (specs_[i].tie_key != key) continue;
+    const int stage = stage_of_layer(i);
+    if (std::find(stages.begin(), stages.end(), stage) == stages.end()) stages.push_back(stage);
+  }
+  std::sort(stages.begin(), stages.end());
+  return stages;
+}
+
+std::vector<at::Tensor> PipelineModule::tied_parameters(const std::string& key) const {
+  const auto& module = tied_modules_.at(key);
+  const auto first = first_tied_layers(specs_).at(key);
+  std::vector<at::Tensor> tensors;
+  for (const auto& name : specs_[first].tied_parameters) {
+    const auto* found = module->named_parameters().find(name);
+    if (!found)
+      throw std::invalid_argument("tied parameter '" + name + "' not found in tied module '" + key +
+                                  "'");
+    tensors.push_back(*found);
+  }
+  return tensors;
+}
+
+}  // namespace pipetrain
