@@ -47,6 +47,25 @@ std::string ConfigSection::get_string(const std::string& key, const std::string&
   return value.get<std::string>();
 }
 
+std::vector<std::string> ConfigSection::keys() const {
+  std::vector<std::string> keys;
+  for (const auto& item : object_.items()) keys.push_back(item.key());
+  return keys;
+}
+
+std::vector<double> ConfigSection::get_numbers(const std::string& key,
+                                               const std::vector<double>& fallback) const {
+  if (!has(key)) return fallback;
+  const auto& value = object_.at(key);
+  if (!value.is_array()) wrong_type(key, "a list of numbers");
+  std::vector<double> numbers;
+  for (const auto& item : value) {
+    if (!item.is_number()) wrong_type(key, "a list of numbers");
+    numbers.push_back(item.get<double>());
+  }
+  return numbers;
+}
+
 ConfigSection ConfigSection::section(const std::string& key) const {
   if (!has(key)) return ConfigSection(nlohmann::json::object(), key_path(key));
   if (!object_.at(key).is_object()) wrong_type(key, "an object");

@@ -249,7 +249,15 @@ std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters
     seen.push_back(layer.module.get());
     const LayerSpec& spec = specs_[index];
     const int name_index = spec.tied() ? first_tied.at(spec.tie_key) : index;
+    // On a later owner stage only the tied tensors are this stage's to train; the rest
+    // of the tied module (e.g. position embeddings beside the LM head) is unused there.
+    const bool tied_only =
+        spec.tied() && tie_owner_stages(spec.tie_key).front() != options_.stage_id;
+    const auto& tied_names = specs_[name_index].tied_parameters;
     for (const auto& item : layer.module->named_parameters()) {
+      if (tied_only &&
+          std::find(tied_names.begin(), tied_names.end(), item.key()) == tied_names.end())
+        continue;
       named.emplace_back(std::to_string(name_index) + "." + item.key(), item.value());
     }
   }

@@ -5,6 +5,26 @@
 
 #include "pipetrain/rank_main.h"
 
+namespace {
+
+// Other ranks report only their failures, each line tagged with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed()) {
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                   result.file_name() ? result.file_name() : "?", result.line_number(),
+                   result.message());
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   return pipetrain::run_rank(argc, argv, [] {
@@ -13,6 +33,7 @@ int main(int argc, char** argv) {
     if (rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new FailurePrinter(rank));
     }
     int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
     int any_failed = 0;

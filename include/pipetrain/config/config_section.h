@@ -14,6 +14,10 @@ class ConfigSection {
   ConfigSection(const nlohmann::json& object, std::string path);
 
   bool has(const std::string& key) const { return object_.contains(key); }
+  std::vector<std::string> keys() const;
+  // A list of numbers (e.g. Adam's betas); `fallback` if absent.
+  std::vector<double> get_numbers(const std::string& key,
+                                  const std::vector<double>& fallback) const;
   int64_t get_int(const std::string& key, int64_t fallback) const;
   double get_double(const std::string& key, double fallback) const;
   bool get_bool(const std::string& key, bool fallback) const;
@@ -24,6 +28,7 @@ class ConfigSection {
   // Keys present but not in `known`, as full paths, for a warning.
   std::vector<std::string> unknown_keys(const std::vector<std::string>& known) const;
   const std::string& path() const { return path_; }
+  const nlohmann::json& raw() const { return object_; }
 
  private:
   std::string key_path(const std::string& key) const;

@@ -54,7 +54,8 @@ class PipelineModule {
   bool is_training() const { return training_; }
 
   // This stage's parameters, each once, named "<layer index>.<name in its module>"; a
-  // tied module takes the index of its key's first layer, so owners share names.
+  // tied module takes the index of its key's first layer, so owners share names, and on
+  // owners after the first stage holding the key only its tied tensors are listed.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
 

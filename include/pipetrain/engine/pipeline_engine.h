@@ -1,0 +1,111 @@
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "pipetrain/comm/tensor_transport.h"
+#include "pipetrain/config/training_config.h"
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/engine/timers.h"
+#include "pipetrain/grid.h"
+#include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/optim/optimizer.h"
+#include "pipetrain/schedule/schedule.h"
+
+namespace pipetrain {
+
+// DeepSpeed's PipelineEngine: runs a stage's schedule instruction by instruction over its
+// part of the model, moving activations and gradients between stages and reducing
+// gradients among data-parallel replicas, so that a batch of M micro-batches makes the
+// same update as one step over the whole batch on one process.
+class PipelineEngine {
+ public:
+  // Collective over the grid's world. The module must be built for this rank's stage of
+  // grid->pipe_parallel_size() stages. Batch sizes in `config` are resolved against the
+  // grid's data-parallel size (InputError showing the arithmetic if they disagree).
+  PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
+                 TrainingConfig config);
+
+  // One optimizer step over gradient_accumulation_steps micro-batches. The first and last
+  // stages read `data` (inputs / labels); other stages may pass null. Returns the batch
+  // loss (mean over micro-batches, averaged over replicas) on every rank.
+  double train_batch(MicroBatchSource* data);
+
+  struct EvalResult {
+    double loss = 0;
+    std::vector<Activation> outputs;  // last stage, when asked for
+  };
+  // Forward only, in eval mode and without autograd.
+  EvalResult eval_batch(MicroBatchSource* data, bool return_outputs = false);
+
+  PipelineModule& module() { return *module_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const TrainingConfig& config() const { return config_; }
+  const Grid& grid() const { return *grid_; }
+  int micro_batches() const { return static_cast<int>(config_.gradient_accumulation_steps); }
+  int64_t global_steps() const { return global_steps_; }
+  // Most activations this stage held at once (forwarded, not yet back-propagated).
+  int peak_live_activations() const { return peak_live_; }
+  // Instructions executed so far, for overhead measurements.
+  int64_t instructions_executed() const { return instructions_executed_; }
+  const InstructionTimers& timers() const { return timers_; }
+
+ private:
+  struct PipeBuffer {
+    Activation inputs;        // loaded, or received (floating ones require grad)
+    Activation outputs;       // forward results kept for backward
+    Activation output_grads;  // received from the next stage
+    Activation labels;
+    at::Tensor loss;  // last stage: this micro-batch's loss, scaled by 1 / micro-batches
+    int micro_batch = -1;
+  };
+
+  void execute(const schedule::Schedule& schedule, MicroBatchSource* data);
+  void dispatch(const schedule::Instruction& instruction);
+
+  void load_micro_batch(PipeBuffer& buffer);
+  void forward(PipeBuffer& buffer);
+  void backward(PipeBuffer& buffer);
+  void send_activation(PipeBuffer& buffer);
+  void recv_activation(PipeBuffer& buffer);
+  void send_grad(PipeBuffer& buffer);
+  void recv_grad(PipeBuffer& buffer);
+  void reduce_tied_grads();
+  void reduce_grads();
+  void optimizer_step();
+
+  double aggregate_loss();
+  void clip_gradients();
+  void report(double loss, double seconds);
+
+  std::shared_ptr<PipelineModule> module_;
+  std::shared_ptr<Grid> grid_;
+  TrainingConfig config_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LrSchedule lr_schedule_;
+  std::unique_ptr<comm::TensorTransport> transport_;
+  std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
+  // The parameters whose gradients this stage counts in the global norm: all but tied
+  // tensors whose first owner is another stage.
+  std::vector<at::Tensor> norm_parameters_;
+
+  std::vector<PipeBuffer> buffers_;
+  std::vector<comm::PendingSend> pending_sends_;
+  std::vector<at::Tensor> reduce_buckets_;
+  MicroBatchSource* data_ = nullptr;
+  std::vector<Activation>* collected_outputs_ = nullptr;  // eval_batch(..., true), last stage
+  at::Tensor total_loss_;
+  bool training_ = true;
+  int micro_batches_loaded_ = 0;
+  int live_ = 0;
+  int peak_live_ = 0;
+  int64_t global_steps_ = 0;
+  int64_t instructions_executed_ = 0;
+  InstructionTimers timers_;
+  double seconds_since_report_ = 0;
+};
+
+}  // namespace pipetrain

@@ -1,0 +1,366 @@
+#include "pipetrain/engine/pipeline_engine.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "pipetrain/comm/nccl_communicator.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/schedule/deepspeed_schedules.h"
+
+namespace pipetrain {
+namespace {
+
+using schedule::Instruction;
+using schedule::OpKind;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kActivationTag = 1;
+constexpr int kGradTag = 2;
+
+bool is_floating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type());
+}
+
+std::string describe(int stage, int step, const Instruction& in) {
+  std::string text = "stage " + std::to_string(stage) + ", step " + std::to_string(step) + ", " +
+                     std::string(schedule::name(in.kind));
+  if (in.buffer >= 0) text += " buffer " + std::to_string(in.buffer);
+  if (in.micro_batch >= 0) text += ", micro-batch " + std::to_string(in.micro_batch);
+  return text;
+}
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
+                               TrainingConfig config)
+    : module_(std::move(module)), grid_(std::move(grid)), config_(std::move(config)) {
+  resolve_batch(config_, grid_->data_parallel_size());
+  const auto& options = module_->options();
+  if (options.stages != grid_->pipe_parallel_size() || options.stage_id != grid_->stage_id()) {
+    throw InputError("the module is built for stage " + std::to_string(options.stage_id) + " of " +
+                     std::to_string(options.stages) + ", but this rank is stage " +
+                     std::to_string(grid_->stage_id()) + " of " +
+                     std::to_string(grid_->pipe_parallel_size()));
+  }
+  optimizer_ = make_optimizer(config_.optimizer, module_->parameters());
+  lr_schedule_ = make_lr_schedule(config_.scheduler, base_learning_rate(config_.optimizer));
+  if (config_.comm_timeout > 0) {
+    for (const auto& comm :
+         {grid_->pipe_comm(), grid_->data_comm(), grid_->model_comm(), grid_->world_comm()}) {
+      comm->set_timeout(comm::Seconds(config_.comm_timeout));
+    }
+  }
+  transport_ = std::make_unique<comm::TensorTransport>(
+      grid_->pipe_comm(), comm::communicator_for(grid_->pipe_comm(), at::kCPU));
+
+  // Tied layers on several stages: one communicator per key among the owners that share
+  // this rank's data and model coordinates. Splitting is collective, so every rank takes
+  // part for every key, owners or not.
+  std::vector<at::Tensor> excluded;
+  std::map<std::string, bool> seen;
+  for (const auto& spec : module_->specs()) {
+    if (!spec.tied() || seen[spec.tie_key]) continue;
+    seen[spec.tie_key] = true;
+    const auto owners = module_->tie_owner_stages(spec.tie_key);
+    if (owners.size() < 2) continue;
+    const bool owner = std::find(owners.begin(), owners.end(), grid_->stage_id()) != owners.end();
+    const int group =
+        1 + grid_->data_parallel_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
+    auto comm = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
+    if (!owner) continue;
+    if (comm->timeout() != grid_->pipe_comm()->timeout())
+      comm->set_timeout(grid_->pipe_comm()->timeout());
+    tied_comms_[spec.tie_key] = comm;
+    if (owners.front() != grid_->stage_id()) {
+      for (const auto& p : module_->tied_parameters(spec.tie_key)) excluded.push_back(p);
+    }
+  }
+  for (const auto& p : module_->parameters()) {
+    const bool skip = std::any_of(excluded.begin(), excluded.end(),
+                                  [&](const at::Tensor& e) { return e.is_same(p); });
+    if (!skip) norm_parameters_.push_back(p);
+  }
+}
+
+double PipelineEngine::train_batch(MicroBatchSource* data) {
+  if (!at::GradMode::is_enabled()) {
+    throw std::logic_error("train_batch() needs gradients enabled; use eval_batch() to evaluate");
+  }
+  const auto start = Clock::now();
+  training_ = true;
+  module_->train(true);
+  execute(
+      schedule::TrainSchedule({micro_batches(), grid_->pipe_parallel_size()}, grid_->stage_id()),
+      data);
+  const double loss = aggregate_loss();
+  seconds_since_report_ += std::chrono::duration<double>(Clock::now() - start).count();
+  if (global_steps_ % config_.steps_per_print == 0) {
+    report(loss, seconds_since_report_);
+    seconds_since_report_ = 0;
+  }
+  return loss;
+}
+
+PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bool return_outputs) {
+  training_ = false;
+  module_->train(false);
+  EvalResult result;
+  collected_outputs_ = return_outputs && grid_->is_last_stage() ? &result.outputs : nullptr;
+  {
+    at::NoGradGuard no_grad;
+    execute(schedule::InferenceSchedule({micro_batches(), grid_->pipe_parallel_size()},
+                                        grid_->stage_id()),
+            data);
+  }
+  collected_outputs_ = nullptr;
+  result.loss = aggregate_loss();
+  module_->train(true);
+  return result;
+}
+
+void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSource* data) {
+  data_ = data;
+  micro_batches_loaded_ = 0;
+  total_loss_ = at::zeros({}, at::kDouble);
+  buffers_.resize(std::max<std::size_t>(buffers_.size(), schedule.num_pipe_buffers()));
+  const auto steps = schedule.steps();
+  for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
+    for (const Instruction& in : steps[t]) {
+      comm::ScopedWaitContext context(describe(grid_->stage_id(), t, in));
+      const auto start = Clock::now();
+      try {
+        dispatch(in);
+      } catch (const comm::DeadlineExceeded&) {
+        throw;
+      } catch (const InputError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw std::runtime_error(comm::wait_context() + ": " + error_message(e));
+      }
+      timers_.add(in.kind, Clock::now() - start);
+      ++instructions_executed_;
+    }
+    // Sends complete within their step, as DeepSpeed's blocking transfers do; the
+    // schedule pairs every send with a receive in the same step.
+    for (auto& pending : pending_sends_) pending.wait();
+    pending_sends_.clear();
+  }
+  data_ = nullptr;
+}
+
+void PipelineEngine::dispatch(const Instruction& in) {
+  PipeBuffer* buffer = in.buffer >= 0 ? &buffers_.at(in.buffer) : nullptr;
+  if (buffer) buffer->micro_batch = in.micro_batch;
+  switch (in.kind) {
+    case OpKind::kLoadMicroBatch:
+      return load_micro_batch(*buffer);
+    case OpKind::kForwardPass:
+      return forward(*buffer);
+    case OpKind::kBackwardPass:
+      return backward(*buffer);
+    case OpKind::kSendActivation:
+      return send_activation(*buffer);
+    case OpKind::kRecvActivation:
+      return recv_activation(*buffer);
+    case OpKind::kSendGrad:
+      return send_grad(*buffer);
+    case OpKind::kRecvGrad:
+      return recv_grad(*buffer);
+    case OpKind::kReduceTiedGrads:
+      return reduce_tied_grads();
+    case OpKind::kReduceGrads:
+      return reduce_grads();
+    case OpKind::kOptimizerStep:
+      return optimizer_step();
+    default:
+      throw std::logic_error("the engine has no handler for " +
+                             std::string(schedule::name(in.kind)));
+  }
+}
+
+void PipelineEngine::load_micro_batch(PipeBuffer& buffer) {
+  if (!data_)
+    throw std::logic_error("stage " + std::to_string(grid_->stage_id()) +
+                           " needs data but got none");
+  MicroBatch batch;
+  try {
+    batch = data_->next();
+  } catch (const DataExhausted&) {
+    throw std::runtime_error("the data ran out at micro-batch " +
+                             std::to_string(micro_batches_loaded_) + " of step " +
+                             std::to_string(global_steps_) +
+                             " (wrap the loader in a RepeatingLoader to train for longer)");
+  }
+  ++micro_batches_loaded_;
+  if (grid_->is_first_stage()) buffer.inputs = std::move(batch.inputs);
+  if (grid_->is_last_stage()) buffer.labels = std::move(batch.labels);
+}
+
+void PipelineEngine::forward(PipeBuffer& buffer) {
+  buffer.outputs = module_->forward(buffer.inputs);
+  if (training_) peak_live_ = std::max(peak_live_, ++live_);
+  if (!grid_->is_last_stage()) return;
+  if (collected_outputs_) collected_outputs_->push_back(buffer.outputs);
+  const at::Tensor loss = module_->loss(buffer.outputs, buffer.labels);
+  total_loss_ += loss.detach().to(at::kDouble);
+  // Each micro-batch carries 1/M of the batch's gradient.
+  if (training_) buffer.loss = loss / micro_batches();
+}
+
+void PipelineEngine::backward(PipeBuffer& buffer) {
+  if (grid_->is_last_stage()) {
+    buffer.loss.backward();
+  } else {
+    Activation outputs;
+    for (const auto& t : buffer.outputs) {
+      if (is_floating(t) && t.requires_grad()) outputs.push_back(t);
+    }
+    if (outputs.size() != buffer.output_grads.size()) {
+      throw std::runtime_error("received " + std::to_string(buffer.output_grads.size()) +
+                               " gradients for " + std::to_string(outputs.size()) +
+                               " outputs that need one");
+    }
+    torch::autograd::backward(outputs, buffer.output_grads);
+  }
+  buffer.outputs.clear();
+  buffer.output_grads.clear();
+  buffer.loss = at::Tensor();
+  --live_;
+}
+
+void PipelineEngine::send_activation(PipeBuffer& buffer) {
+  pending_sends_.push_back(transport_->send(buffer.outputs, grid_->stage_id() + 1, kActivationTag));
+}
+
+void PipelineEngine::recv_activation(PipeBuffer& buffer) {
+  buffer.inputs = transport_->recv(grid_->stage_id() - 1, kActivationTag, buffer.inputs);
+}
+
+void PipelineEngine::send_grad(PipeBuffer& buffer) {
+  Activation grads;
+  for (const auto& input : buffer.inputs) {
+    if (!input.requires_grad()) continue;
+    grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
+  }
+  pending_sends_.push_back(transport_->send(grads, grid_->stage_id() - 1, kGradTag));
+}
+
+void PipelineEngine::recv_grad(PipeBuffer& buffer) {
+  buffer.output_grads = transport_->recv(grid_->stage_id() + 1, kGradTag, buffer.output_grads);
+}
+
+void PipelineEngine::reduce_tied_grads() {
+  for (const auto& [key, comm] : tied_comms_) {
+    for (const auto& parameter : module_->tied_parameters(key)) {
+      if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
+      at::Tensor grad = parameter.mutable_grad();
+      comm->all_reduce(grad, comm::ReduceOp::kSum);
+    }
+  }
+}
+
+void PipelineEngine::reduce_grads() {
+  if (grid_->data_parallel_size() == 1) return;
+  // Flat buckets of at most reduce_bucket_size elements, allocated once and reused.
+  std::vector<at::Tensor> grads;
+  for (const auto& p : module_->parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    grads.push_back(p.mutable_grad());
+  }
+  std::size_t bucket = 0;
+  for (std::size_t first = 0; first < grads.size();) {
+    int64_t elements = 0;
+    std::size_t last = first;
+    while (last < grads.size() &&
+           (last == first || elements + grads[last].numel() <= config_.reduce_bucket_size)) {
+      elements += grads[last++].numel();
+    }
+    if (bucket == reduce_buckets_.size() || reduce_buckets_[bucket].numel() != elements) {
+      reduce_buckets_.resize(std::max(reduce_buckets_.size(), bucket + 1));
+      reduce_buckets_[bucket] = at::empty({elements}, grads[first].options());
+    }
+    at::Tensor& flat = reduce_buckets_[bucket];
+    int64_t offset = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      flat.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));
+      offset += grads[i].numel();
+    }
+    grid_->data_comm()->all_reduce(flat, comm::ReduceOp::kAverage);
+    offset = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      grads[i].copy_(flat.narrow(0, offset, grads[i].numel()).view_as(grads[i]));
+      offset += grads[i].numel();
+    }
+    first = last;
+    ++bucket;
+  }
+}
+
+void PipelineEngine::clip_gradients() {
+  // The norm over the whole model: each stage's share, tied tensors counted once.
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  for (const auto& p : norm_parameters_) {
+    if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum();
+  }
+  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  const double norm = std::sqrt(squares.item<double>());
+  const double coefficient = config_.gradient_clipping / (norm + 1e-6);
+  if (coefficient >= 1.0) return;
+  for (const auto& p : module_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+  }
+}
+
+void PipelineEngine::optimizer_step() {
+  if (config_.gradient_clipping > 0) clip_gradients();
+  set_learning_rate(*optimizer_, lr_schedule_(global_steps_));
+  optimizer_->step();
+  optimizer_->zero_grad();
+  ++global_steps_;
+}
+
+double PipelineEngine::aggregate_loss() {
+  // The last stage's mean over micro-batches, averaged over replicas, sent up the pipe.
+  at::Tensor loss = at::zeros({1}, at::kDouble);
+  if (grid_->is_last_stage()) {
+    loss.fill_(total_loss_.item<double>() / micro_batches());
+    grid_->data_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
+  }
+  grid_->pipe_comm()->broadcast(loss, grid_->pipe_parallel_size() - 1);
+  return loss.item<double>();
+}
+
+void PipelineEngine::report(double loss, double seconds) {
+  std::vector<double> timings;
+  if (config_.wall_clock_breakdown) {
+    for (int k = 0; k < schedule::kNumOpKinds; ++k)
+      timings.push_back(timers_.seconds(static_cast<OpKind>(k)));
+    timers_.reset();
+  }
+  at::Tensor gathered;
+  if (config_.wall_clock_breakdown) {
+    gathered = grid_->pipe_comm()->all_gather(at::tensor(timings, at::kDouble));
+  }
+  if (grid_->global_rank() != 0) return;
+  const double iteration = seconds / config_.steps_per_print;
+  std::printf("steps: %lld loss: %.4f iter time (s): %.3f samples/sec: %.3f\n",
+              static_cast<long long>(global_steps_), loss, iteration,
+              config_.train_batch_size / iteration);
+  if (!config_.wall_clock_breakdown) return;
+  std::printf("  time per stage (ms):");
+  for (int k = 0; k < schedule::kNumOpKinds; ++k) {
+    if (gathered.select(1, k).sum().item<double>() == 0) continue;
+    std::printf(" %s", std::string(schedule::name(static_cast<OpKind>(k))).c_str());
+    for (int s = 0; s < gathered.size(0); ++s)
+      std::printf(" %.1f", gathered[s][k].item<double>() * 1e3);
+    std::printf(";");
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace pipetrain
