@@ -1,0 +1,45 @@
+// A 2-stage job that goes wrong on purpose (see engine_fault_test.sh):
+//   exhausted     the data runs out in the second step, without a RepeatingLoader
+//   mismatch      stage 0 sends [batch, 5] activations, stage 1 expects [batch, 7]
+//   grad-disabled train_batch under NoGradGuard
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <string>
+
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/rank_main.h"
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  return pipetrain::run_rank(argc, argv, [&] {
+    using namespace pipetrain;
+    auto grid =
+        std::make_shared<Grid>(pipe_data_parallel_topology(2, 1), comm::MpiCommunicator::world());
+    const int64_t second_width = mode == "mismatch" ? 7 : 5;
+    std::vector<LayerSpec> layers = {
+        module_layer<torch::nn::Linear>("Linear", [] { return torch::nn::Linear(4, 5); }),
+        module_layer<torch::nn::Linear>("Linear",
+                                        [=] { return torch::nn::Linear(second_width, 1); }),
+    };
+    auto module = std::make_shared<PipelineModule>(
+        layers,
+        [](const Activation& out, const Activation& y) { return at::mse_loss(out[0], y[0]); },
+        PipelineModuleOptions{
+            .stages = 2, .stage_id = grid->stage_id(), .partition_method = "uniform"});
+    TrainingConfig config;
+    config.train_micro_batch_size_per_gpu = 2;
+    config.gradient_accumulation_steps = 4;
+    PipelineEngine engine(module, grid, config);
+    // 12 samples: one step takes 8, the second runs out at its third micro-batch.
+    auto data = std::make_shared<TensorDataset>(Activation{at::randn({12, 4})},
+                                                Activation{at::randn({12, 1})});
+    DataLoader loader(data, 2, 1, 0);
+    if (mode == "grad-disabled") {
+      at::NoGradGuard no_grad;
+      engine.train_batch(&loader);
+    }
+    for (int step = 0; step < 2; ++step) engine.train_batch(&loader);
+    return 0;
+  });
+}
