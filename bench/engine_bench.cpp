@@ -1,0 +1,182 @@
+// What the engine costs on top of the model's own compute, measured side by side in one
+// run of two ranks (one intra-op thread each):
+//   pipetrain launch -n 2 -- build/bench/engine_bench
+// (a) overhead per instruction: a pipeline of near-empty layers on tiny tensors;
+// (b) samples/s of a small GPT: a plain single-process LibTorch loop, the engine on one
+//     stage, and the engine on two stages, against the speed-up the schedule simulator
+//     predicts for two stages.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adam.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/rank_main.h"
+#include "pipetrain/schedule/simulator.h"
+
+namespace {
+
+using namespace pipetrain;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMicroBatches = 8;
+constexpr int kWarmupSteps = 2;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// x * w with one scalar parameter: a layer whose compute is next to nothing.
+LayerSpec scale_layer() {
+  LayerSpec spec;
+  spec.type = "Scale";
+  spec.build = [] {
+    auto module = std::make_shared<torch::nn::Module>();
+    auto weight = module->register_parameter("weight", at::ones({1}));
+    return Layer{module, [weight](const Activation& x) { return Activation{x[0] * weight}; }};
+  };
+  return spec;
+}
+
+TrainingConfig config_for(int64_t micro_batch_size, int stages) {
+  TrainingConfig config;
+  config.train_micro_batch_size_per_gpu = micro_batch_size;
+  config.gradient_accumulation_steps = kMicroBatches;
+  config.steps_per_print = 1 << 30;
+  config.pipeline.stages = stages;
+  return config;
+}
+
+// Seconds per train_batch over `steps` steps after a warm-up.
+double time_engine(PipelineEngine& engine, MicroBatchSource& data, int steps,
+                   comm::Communicator& comm) {
+  for (int i = 0; i < kWarmupSteps; ++i) engine.train_batch(&data);
+  comm.barrier();
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) engine.train_batch(&data);
+  return seconds_since(start) / steps;
+}
+
+std::shared_ptr<Grid> grid_over(const std::shared_ptr<comm::MpiCommunicator>& comm, int stages) {
+  return std::make_shared<Grid>(pipe_data_parallel_topology(stages, 1), comm);
+}
+
+void overhead(const std::shared_ptr<comm::MpiCommunicator>& world) {
+  std::vector<LayerSpec> layers(8, scale_layer());
+  auto grid = grid_over(world, 2);
+  auto module = std::make_shared<PipelineModule>(
+      layers, [](const Activation& out, const Activation&) { return out[0].sum(); },
+      PipelineModuleOptions{
+          .stages = 2, .stage_id = grid->stage_id(), .partition_method = "uniform"});
+  PipelineEngine engine(module, grid, config_for(1, 2));
+  auto data = std::make_shared<TensorDataset>(Activation{at::ones({64, 4})},
+                                              Activation{at::zeros({64, 1})});
+  RepeatingLoader loader(std::make_unique<DataLoader>(data, 1, 1, 0));
+  const int64_t before = engine.instructions_executed();
+  const int steps = 200;
+  const double per_step = time_engine(engine, loader, steps, *world);
+  const double instructions =
+      static_cast<double>(engine.instructions_executed() - before) / (steps + kWarmupSteps);
+  if (world->rank() == 0) {
+    std::printf(
+        "(a) engine overhead: %.1f instructions per step per stage, %.2f us per instruction "
+        "(near-empty layers, 1x4 tensors, 2 stages, %d micro-batches)\n",
+        instructions, per_step / instructions * 1e6, kMicroBatches);
+  }
+}
+
+void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
+  const models::GptConfig gpt{
+      .vocab_size = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
+  const int64_t micro_batch_size = 4;
+  const int steps = 3;
+  const int64_t samples = micro_batch_size * kMicroBatches;
+  auto data =
+      std::make_shared<TensorDataset>(Activation{at::randint(256, {samples * 4, 64}, at::kLong)},
+                                      Activation{at::randint(256, {samples * 4, 64}, at::kLong)});
+
+  // Rank 0 alone: the plain loop and the one-stage engine.
+  auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
+  double plain = 0, one_stage = 0;
+  if (world->rank() == 0) {
+    PipelineModule model(models::gpt_layers(gpt), models::gpt_loss, {});
+    torch::optim::Adam adam(model.parameters(), torch::optim::AdamOptions(1e-3));
+    DataLoader loader(data, samples, 1, 0);
+    auto plain_step = [&] {
+      MicroBatch batch = loader.next();
+      adam.zero_grad();
+      model.loss(model.forward(batch.inputs), batch.labels).backward();
+      adam.step();
+    };
+    for (int i = 0; i < kWarmupSteps; ++i) plain_step();
+    loader.reset(0);
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) plain_step();
+    plain = seconds_since(start) / steps;
+
+    auto grid = grid_over(alone, 1);
+    auto module = std::make_shared<PipelineModule>(models::gpt_layers(gpt), models::gpt_loss,
+                                                   PipelineModuleOptions{});
+    PipelineEngine engine(module, grid, config_for(micro_batch_size, 1));
+    RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+    one_stage = time_engine(engine, repeating, steps, *alone);
+  }
+  world->barrier();
+
+  auto grid = grid_over(world, 2);
+  auto module = std::make_shared<PipelineModule>(
+      models::gpt_layers(gpt), models::gpt_loss,
+      PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
+  PipelineEngine engine(module, grid, config_for(micro_batch_size, 2));
+  RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+  const double two_stages = time_engine(engine, repeating, steps, *world);
+  // Where each stage's time went, to explain the gap to the ideal.
+  using schedule::OpKind;
+  const auto& t = engine.timers();
+  const double compute = t.seconds(OpKind::kForwardPass) + t.seconds(OpKind::kBackwardPass);
+  double waiting = 0;
+  for (auto kind :
+       {OpKind::kSendActivation, OpKind::kRecvActivation, OpKind::kSendGrad, OpKind::kRecvGrad}) {
+    waiting += t.seconds(kind);
+  }
+  const at::Tensor split = world->all_gather(at::tensor({compute, waiting}, at::kDouble));
+
+  if (world->rank() != 0) return;
+  const auto plan = schedule::plan_pipeline("train", {kMicroBatches, 2});
+  schedule::CostModel costs;  // forward 1, backward 2 per stage (half the model each)
+  const double single = kMicroBatches * 2 * 3.0;  // the whole model on one device
+  const double ideal = single / schedule::simulate(plan, costs).makespan;
+  std::printf(
+      "(b) GPT d=%lld layers=%lld, %d micro-batches of %lld x %lld tokens, one thread per rank:\n",
+      static_cast<long long>(gpt.d_model), static_cast<long long>(gpt.layers), kMicroBatches,
+      static_cast<long long>(micro_batch_size), static_cast<long long>(gpt.context));
+  std::printf("    plain LibTorch loop      %8.1f samples/s\n", samples / plain);
+  std::printf("    engine, 1 stage          %8.1f samples/s  (%.3f x plain)\n", samples / one_stage,
+              plain / one_stage);
+  std::printf(
+      "    engine, 2 stages         %8.1f samples/s  (%.3f x plain; simulator's ideal %.3f)\n",
+      samples / two_stages, plain / two_stages, ideal);
+  for (int stage = 0; stage < 2; ++stage) {
+    const double c = split[stage][0].item<double>(), w = split[stage][1].item<double>();
+    std::printf("    stage %d: forward+backward %.3f s, waiting in transfers %.3f s (%.0f%%)\n",
+                stage, c, w, 100 * w / (c + w));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_rank(argc, argv, [] {
+    at::set_num_threads(1);
+    auto world = comm::MpiCommunicator::world();
+    if (world->size() != 2) {
+      std::fprintf(stderr, "engine_bench needs exactly 2 ranks\n");
+      return 2;
+    }
+    overhead(world);
+    throughput(world);
+    return 0;
+  });
+}
