@@ -144,10 +144,6 @@ void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSourc
       timers_.add(in.kind, Clock::now() - start);
       ++instructions_executed_;
     }
-    // Sends complete within their step, as DeepSpeed's blocking transfers do; the
-    // schedule pairs every send with a receive in the same step.
-    for (auto& pending : pending_sends_) pending.wait();
-    pending_sends_.clear();
   }
   data_ = nullptr;
 }
@@ -232,8 +228,12 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
   --live_;
 }
 
+// Sends complete before the stage computes on, as DeepSpeed's blocking transfers do (the
+// schedules pair each send with a receive the peer posts in the same step): MPI moves a
+// large message only while both sides poll, so a send left pending during the next
+// forward or backward would hold the receiving stage up for that long.
 void PipelineEngine::send_activation(PipeBuffer& buffer) {
-  pending_sends_.push_back(transport_->send(buffer.outputs, grid_->stage_id() + 1, kActivationTag));
+  transport_->send(buffer.outputs, grid_->stage_id() + 1, kActivationTag).wait();
 }
 
 void PipelineEngine::recv_activation(PipeBuffer& buffer) {
@@ -246,7 +246,7 @@ void PipelineEngine::send_grad(PipeBuffer& buffer) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
-  pending_sends_.push_back(transport_->send(grads, grid_->stage_id() - 1, kGradTag));
+  transport_->send(grads, grid_->stage_id() - 1, kGradTag).wait();
 }
 
 void PipelineEngine::recv_grad(PipeBuffer& buffer) {

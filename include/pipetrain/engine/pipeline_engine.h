@@ -93,7 +93,6 @@ class PipelineEngine {
   std::vector<at::Tensor> norm_parameters_;
 
   std::vector<PipeBuffer> buffers_;
-  std::vector<comm::PendingSend> pending_sends_;
   std::vector<at::Tensor> reduce_buckets_;
   MicroBatchSource* data_ = nullptr;
   std::vector<Activation>* collected_outputs_ = nullptr;  // eval_batch(..., true), last stage
