@@ -39,6 +39,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
                                TrainingConfig config)
     : module_(std::move(module)), grid_(std::move(grid)), config_(std::move(config)) {
   resolve_batch(config_, grid_->data_parallel_size());
+  if (grid_->global_rank() == 0) {
+    for (const auto& key : config_.unknown_keys)
+      std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
+  }
   const auto& options = module_->options();
   if (options.stages != grid_->pipe_parallel_size() || options.stage_id != grid_->stage_id()) {
     throw InputError("the module is built for stage " + std::to_string(options.stage_id) + " of " +

@@ -84,6 +84,7 @@ TrainingConfig training_config(const Case& c, int stages) {
 
 struct Reference {
   std::vector<double> losses;
+  double eval_loss = 0;  // on the batch after the last step, with the final weights
   std::map<std::string, at::Tensor> weights;
 };
 
@@ -104,8 +105,7 @@ Reference reference_run(const Case& c, int data_parallel,
   for (int r = 0; r < data_parallel; ++r) {
     replicas.push_back(std::make_unique<DataLoader>(data, kMicroBatchSize, data_parallel, r));
   }
-  Reference reference;
-  for (int step = 0; step < kSteps; ++step) {
+  auto next_global_batch = [&] {
     std::vector<at::Tensor> inputs, labels;
     for (auto& loader : replicas) {
       for (int j = 0; j < c.micro_batches; ++j) {
@@ -114,15 +114,24 @@ Reference reference_run(const Case& c, int data_parallel,
         labels.push_back(batch.labels[0]);
       }
     }
+    return MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
+  };
+  Reference reference;
+  for (int step = 0; step < kSteps; ++step) {
+    const MicroBatch batch = next_global_batch();
     optimizer->zero_grad();
-    const at::Tensor loss = whole.loss(whole.forward({at::cat(inputs)}), {at::cat(labels)});
+    const at::Tensor loss = whole.loss(whole.forward(batch.inputs), batch.labels);
     loss.backward();
     if (c.clipping > 0) torch::nn::utils::clip_grad_norm_(whole.parameters(), c.clipping);
     optimizer->step();
     reference.losses.push_back(loss.item<double>());
   }
-  for (const auto& [name, tensor] : whole.named_parameters())
+  for (const auto& [name, tensor] : whole.named_parameters()) {
     reference.weights[name] = tensor.detach();
+  }
+  at::NoGradGuard no_grad;
+  const MicroBatch held_out = next_global_batch();
+  reference.eval_loss = whole.loss(whole.forward(held_out.inputs), held_out.labels).item<double>();
   return reference;
 }
 
@@ -149,7 +158,7 @@ TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) + ": " +
                    name(c));
       const auto samples = dataset(model_config(c.model),
-                                   int64_t{kSteps} * kMicroBatchSize * c.micro_batches * data);
+                                   int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data);
       const Reference reference = reference_run(c, data, samples);
 
       const TrainingConfig config = training_config(c, pipe);
@@ -172,6 +181,10 @@ TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
         EXPECT_TRUE(at::allclose(tensor, expected, 1e-5, 1e-6))
             << name << " differs by " << (tensor - expected).abs().max().item<double>();
       }
+      const auto evaluation = engine.eval_batch(&loader, /*return_outputs=*/true);
+      EXPECT_NEAR(evaluation.loss, reference.eval_loss, 1e-5 * std::abs(reference.eval_loss));
+      EXPECT_EQ(evaluation.outputs.size(),
+                grid->is_last_stage() ? static_cast<std::size_t>(c.micro_batches) : 0u);
       EXPECT_LE(engine.peak_live_activations(),
                 std::max(2, std::min(pipe - grid->stage_id(), c.micro_batches)));
     }
