@@ -351,7 +351,7 @@ void PipelineEngine::report(double loss, double seconds) {
   }
   if (grid_->global_rank() != 0) return;
   const double iteration = seconds / config_.steps_per_print;
-  std::printf("steps: %lld loss: %.4f iter time (s): %.3f samples/sec: %.3f\n",
+  std::printf("steps: %lld loss: %.4f iter time (s): %.4f samples/sec: %.3f\n",
               static_cast<long long>(global_steps_), loss, iteration,
               config_.train_batch_size / iteration);
   if (!config_.wall_clock_breakdown) return;
