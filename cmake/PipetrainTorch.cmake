@@ -15,6 +15,8 @@ if(NOT PIPETRAIN_TORCH_CONFIG_DIR)
                       "-DCMAKE_PREFIX_PATH=... (or use scripts/test, which does both)")
 endif()
 get_filename_component(PIPETRAIN_TORCH_ROOT "${PIPETRAIN_TORCH_CONFIG_DIR}/../../.." ABSOLUTE)
+# The virtual environment's interpreter (torch lives in <venv>/lib/pythonX/site-packages).
+get_filename_component(PIPETRAIN_VENV_PYTHON "${PIPETRAIN_TORCH_ROOT}/../../../../bin/python" ABSOLUTE)
 
 set(_torch_has_cuda OFF)
 if(EXISTS "${PIPETRAIN_TORCH_ROOT}/lib/libtorch_cuda.so")

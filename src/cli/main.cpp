@@ -28,9 +28,8 @@ int main(int argc, char** argv) {
   argc = static_cast<int>(dashes - argv);
 
   const pipetrain::cli::CommandList commands = {
-      pipetrain::cli::add_launch_command(app, program),
-      pipetrain::cli::add_partition_command(app),
-      pipetrain::cli::add_schedule_command(app),
+      pipetrain::cli::add_launch_command(app, program), pipetrain::cli::add_export_command(app),
+      pipetrain::cli::add_partition_command(app),       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
   };
 

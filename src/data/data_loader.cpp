@@ -4,6 +4,7 @@
 #include <random>
 
 #include "pipetrain/data/data_source.h"
+#include "pipetrain/errors.h"
 
 namespace pipetrain {
 
@@ -64,6 +65,31 @@ MicroBatch DataLoader::next() {
                                     indices_.begin() + position_ + batch_size_);
   position_ += batch_size_;
   return dataset_->get(chosen);
+}
+
+void MicroBatchSource::restore(const nlohmann::json&) {
+  throw InputError("this data source cannot resume from a checkpoint");
+}
+
+nlohmann::json DataLoader::state() const {
+  return {{"epoch", epoch_}, {"samples", static_cast<int64_t>(position_) * replicas_}};
+}
+
+void DataLoader::restore(const nlohmann::json& state) {
+  int64_t epoch = 0, samples = 0;
+  try {
+    epoch = state.at("epoch").get<int64_t>();
+    samples = state.at("samples").get<int64_t>();
+  } catch (const std::exception&) {
+    throw InputError("checkpoint data position must hold integers epoch and samples, got " +
+                     state.dump());
+  }
+  if (samples < 0 || samples % replicas_ != 0) {
+    throw InputError("checkpoint data position: " + std::to_string(samples) +
+                     " samples do not split over " + std::to_string(replicas_) + " replicas");
+  }
+  reset(epoch);
+  position_ = static_cast<std::size_t>(samples / replicas_);
 }
 
 MicroBatch RepeatingLoader::next() {

@@ -1,5 +1,7 @@
 #include "pipetrain/module/activation_checkpoint.h"
 
+#include "pipetrain/rng_state.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
@@ -18,22 +20,6 @@ struct FunctionHolder : torch::CustomClassHolder {
   explicit FunctionHolder(LayerFunction f) : function(std::move(f)) {}
   LayerFunction function;
 };
-
-at::Generator generator_for(const at::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
-
-at::Tensor rng_state(const at::Device& device) {
-  auto generator = generator_for(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_rng_state(const at::Device& device, const at::Tensor& state) {
-  auto generator = generator_for(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
 
 // The devices whose random streams a function on `inputs` may draw from.
 std::vector<at::Device> rng_devices(const variable_list& inputs) {

@@ -9,6 +9,7 @@
 
 #include "pipetrain/errors.h"
 #include "pipetrain/module/activation_checkpoint.h"
+#include "pipetrain/rng_state.h"
 
 namespace pipetrain {
 namespace {
@@ -23,11 +24,10 @@ int64_t count_parameters(const torch::nn::Module& module) {
 // state afterwards, so building (or not building) layers leaves the global stream alone.
 class ScopedLayerSeed {
  public:
-  ScopedLayerSeed(uint64_t seed) : saved_(cpu().get_state()) { at::manual_seed(seed); }
-  ~ScopedLayerSeed() { cpu().set_state(saved_); }
+  explicit ScopedLayerSeed(uint64_t seed) : saved_(rng_state(at::kCPU)) { at::manual_seed(seed); }
+  ~ScopedLayerSeed() { set_rng_state(at::kCPU, saved_); }
 
  private:
-  static at::Generator cpu() { return at::globalContext().defaultGenerator(at::kCPU); }
   at::Tensor saved_;
 };
 

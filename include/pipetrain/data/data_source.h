@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 
@@ -26,6 +27,10 @@ class MicroBatchSource {
  public:
   virtual ~MicroBatchSource() = default;
   virtual MicroBatch next() = 0;
+  // Where the source stands, for checkpoints (null: it cannot resume), and going back
+  // there; restore() throws InputError for a state it cannot take.
+  virtual nlohmann::json state() const { return nullptr; }
+  virtual void restore(const nlohmann::json& state);
 };
 
 // Samples as rows of tensors: inputs[i] and labels[i] are sample i.
@@ -54,6 +59,10 @@ class DataLoader : public MicroBatchSource {
   DataLoader(std::shared_ptr<const TensorDataset> dataset, int64_t batch_size, int replicas,
              int rank, bool shuffle = false, uint64_t seed = 0);
   MicroBatch next() override;
+  // {"epoch", "samples"}: samples consumed this epoch over all replicas, so the position
+  // carries over to another number of replicas.
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state) override;
   void reset(int64_t epoch);
   int64_t epoch() const { return epoch_; }
 
@@ -74,6 +83,8 @@ class RepeatingLoader : public MicroBatchSource {
  public:
   explicit RepeatingLoader(std::unique_ptr<DataLoader> loader) : loader_(std::move(loader)) {}
   MicroBatch next() override;
+  nlohmann::json state() const override { return loader_->state(); }
+  void restore(const nlohmann::json& state) override { loader_->restore(state); }
 
  private:
   std::unique_ptr<DataLoader> loader_;

@@ -47,6 +47,8 @@ class PipelineEngine {
   const Grid& grid() const { return *grid_; }
   int micro_batches() const { return static_cast<int>(config_.gradient_accumulation_steps); }
   int64_t global_steps() const { return global_steps_; }
+  // For checkpoints: continue counting (and scheduling the learning rate) from `steps`.
+  void restore_global_steps(int64_t steps) { global_steps_ = steps; }
   // Most activations this stage held at once (forwarded, not yet back-propagated).
   int peak_live_activations() const { return peak_live_; }
   // Instructions executed so far, for overhead measurements.

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/engine/pipeline_engine.h"
+
+// Checkpoints: one folder per tag under a checkpoint directory, holding
+//   manifest.json               model, topology, files with CRC-32s, step, data, client state
+//   layer_NNN.safetensors       layer NNN's weights (a tied layer once, under its first index)
+//   optimizer_NNN.safetensors   optimizer state of layer NNN's weights ("<tensor>/<field>")
+//   rng_rank_RRRR.safetensors   each rank's random state
+// and a file `latest` naming the newest complete tag. Files are written to a temporary
+// name, flushed and renamed; `latest` moves only after every rank finished, so a crash
+// mid-save leaves the previous checkpoint intact. State is kept per layer, so a
+// checkpoint loads at another pipeline or data-parallel size.
+namespace pipetrain {
+
+// Collective. `data`, if given, records where its reading stands (rank 0's position;
+// every replica reads the same number of samples).
+void save_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
+                     const std::string& tag, const nlohmann::json& client_state = nullptr,
+                     const MicroBatchSource* data = nullptr);
+
+// Collective. Verifies every file this job needs (checksums, tensor names, shapes and
+// dtypes against the model) on every rank before changing anything; on any problem every
+// rank throws InputError (the rank that found it names the file and the mismatch) and no
+// weight has changed. Restores weights, optimizer state, the step count and, when the
+// topology is the same, each rank's random state; `data`, if given, resumes its position.
+// `tag` "latest" reads the tag from the `latest` file. Returns the client state.
+nlohmann::json load_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
+                               const std::string& tag = "latest", MicroBatchSource* data = nullptr);
+
+// The whole model of a checkpoint as one safetensors file with stable names
+// "layers.<index>.<tensor>", each tied tensor once. Verifies checksums first.
+void export_checkpoint(const std::filesystem::path& directory, const std::string& tag,
+                       const std::filesystem::path& out);
+
+// The tag `latest` names (or `tag` itself); InputError if there is none.
+std::string resolve_tag(const std::filesystem::path& directory, const std::string& tag);
+
+}  // namespace pipetrain

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include "pipetrain/checkpoint/safetensors.h"
+
+namespace pipetrain {
+
+// One parameter's optimizer state as named tensors (Adam/AdamW: step, exp_avg,
+// exp_avg_sq[, max_exp_avg_sq]; SGD: momentum_buffer), empty before the first step.
+NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
+
+// Installs state saved by optimizer_state() for `parameter` (replacing any it had).
+void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
+                         const NamedTensors& state);
+
+}  // namespace pipetrain

@@ -1,0 +1,351 @@
+#include "pipetrain/checkpoint/checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "pipetrain/atomic_file.h"
+#include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/optim/optimizer_state.h"
+#include "pipetrain/rng_state.h"
+#include "pipetrain/version.h"
+
+namespace pipetrain {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::string numbered(const char* prefix, int number, int width) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s_%0*d.safetensors", prefix, width, number);
+  return name;
+}
+
+// This stage's parameters grouped by the layer index in their names ("<index>.<tensor>").
+std::map<int, NamedTensors> parameters_by_layer(const PipelineModule& module) {
+  std::map<int, NamedTensors> layers;
+  for (const auto& [name, tensor] : module.named_parameters()) {
+    const auto dot = name.find('.');
+    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1), tensor);
+  }
+  return layers;
+}
+
+bool owns_layer(const PipelineModule& module, int index) {
+  for (int chunk = 0; chunk < module.options().chunks; ++chunk) {
+    const auto [first, last] = module.layer_range(chunk);
+    if (index >= first && index < last) return true;
+  }
+  return false;
+}
+
+nlohmann::json describe(const NamedTensors& tensors) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, t] : tensors) {
+    out[name] = {{"dtype", at::toString(t.scalar_type())}, {"shape", t.sizes().vec()}};
+  }
+  return out;
+}
+
+nlohmann::json topology_of(const Grid& grid) {
+  return {{"pipe", grid.pipe_parallel_size()},
+          {"data", grid.data_parallel_size()},
+          {"model", grid.model_parallel_size()}};
+}
+
+// Test hook (PIPETRAIN_FAULT_KILL_IN_SAVE=<rank>): that rank dies by SIGKILL right after
+// writing its first checkpoint file, as a crashed machine would.
+void maybe_die_mid_save(int rank) {
+  const char* victim = std::getenv("PIPETRAIN_FAULT_KILL_IN_SAVE");
+  if (victim && std::atoi(victim) == rank) std::raise(SIGKILL);
+}
+
+// Writes a file and records its size and checksum in `files`.
+void write_recorded(const fs::path& folder, const std::string& name, const std::string& bytes,
+                    nlohmann::json& files) {
+  write_file_atomically(folder / name, bytes);
+  files[name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}};
+}
+
+// Every rank's text, in rank order.
+std::vector<std::string> all_gather_text(comm::Communicator& comm, const std::string& text) {
+  const at::Tensor lengths =
+      comm.all_gather(at::tensor({static_cast<int64_t>(text.size())}, at::kLong));
+  const int64_t longest = lengths.max().item<int64_t>();
+  at::Tensor padded = at::zeros({longest}, at::kByte);
+  std::memcpy(padded.data_ptr(), text.data(), text.size());
+  const at::Tensor all = comm.all_gather(padded);
+  std::vector<std::string> texts;
+  for (int r = 0; r < comm.size(); ++r) {
+    texts.emplace_back(static_cast<const char*>(all[r].data_ptr()), lengths[r].item<int64_t>());
+  }
+  return texts;
+}
+
+nlohmann::json read_manifest(const fs::path& folder) {
+  const fs::path path = folder / "manifest.json";
+  if (!fs::exists(path)) {
+    throw InputError(path.string() + " is missing (not a checkpoint, or its save was interrupted)");
+  }
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(path), nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() ||
+      manifest.value("format", "") != "pipetrain-checkpoint") {
+    throw InputError(path.string() + " is not a pipetrain checkpoint manifest");
+  }
+  if (manifest.value("version", 0) != kFormatVersion) {
+    throw InputError(path.string() + ": format version " +
+                     manifest.value("version", nlohmann::json()).dump() +
+                     ", this pipetrain reads " + std::to_string(kFormatVersion));
+  }
+  return manifest;
+}
+
+// A checkpoint file's tensors, after checking size and checksum against the manifest.
+NamedTensors read_verified(const fs::path& folder, const nlohmann::json& manifest,
+                           const std::string& name) {
+  const fs::path path = folder / name;
+  if (!manifest["files"].contains(name))
+    throw InputError(path.string() + " is not listed in the manifest");
+  const auto& expected = manifest["files"][name];
+  const std::string bytes = read_file(path);
+  if (bytes.size() != expected.value("bytes", uint64_t{0})) {
+    throw InputError(path.string() + ": " + std::to_string(bytes.size()) +
+                     " bytes, the manifest says " +
+                     expected.value("bytes", nlohmann::json()).dump() + " (truncated or replaced)");
+  }
+  const uint32_t crc = crc32(bytes);
+  if (crc != expected.value("crc32", uint32_t{0})) {
+    char text[96];
+    std::snprintf(text, sizeof text, ": checksum mismatch (manifest %08x, file %08x)",
+                  expected.value("crc32", 0u), crc);
+    throw InputError(path.string() + text);
+  }
+  return decode_safetensors(bytes, path.string());
+}
+
+at::Tensor tensor_named(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+  }
+  return {};
+}
+
+// What load_checkpoint will install, gathered and checked before anything changes.
+struct PendingLoad {
+  std::vector<std::pair<at::Tensor, at::Tensor>> weights;  // (parameter, value)
+  std::vector<std::pair<at::Tensor, NamedTensors>> optimizer_states;
+  at::Tensor rng_state;
+};
+
+PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
+                         const nlohmann::json& manifest) {
+  const PipelineModule& module = engine.module();
+  const auto& layers = manifest.at("layers");
+  if (static_cast<int>(layers.size()) != module.num_layers()) {
+    throw InputError((folder / "manifest.json").string() + ": the checkpoint holds " +
+                     std::to_string(layers.size()) + " layers, this model has " +
+                     std::to_string(module.num_layers()));
+  }
+  for (int i = 0; i < module.num_layers(); ++i) {
+    const std::string saved = layers[i].value("type", "");
+    if (saved != module.specs()[i].type) {
+      throw InputError((folder / "manifest.json").string() + ": layer " + std::to_string(i) +
+                       " is a " + saved + " in the checkpoint, a " + module.specs()[i].type +
+                       " in this model");
+    }
+  }
+  PendingLoad pending;
+  for (const auto& [index, parameters] : parameters_by_layer(module)) {
+    const auto& layer = layers[index];
+    const std::string file = layer.value("file", "");
+    if (file.empty())
+      throw InputError((folder / "manifest.json").string() + ": no weights for layer " +
+                       std::to_string(index));
+    const NamedTensors saved = read_verified(folder, manifest, file);
+    NamedTensors optimizer_saved;
+    if (layer.contains("optimizer_file"))
+      optimizer_saved = read_verified(folder, manifest, layer["optimizer_file"]);
+    for (const auto& [name, parameter] : parameters) {
+      const at::Tensor value = tensor_named(saved, name);
+      if (!value.defined())
+        throw InputError((folder / file).string() + ": no tensor '" + name + "'");
+      if (value.sizes() != parameter.sizes() || value.scalar_type() != parameter.scalar_type()) {
+        throw InputError((folder / file).string() + ": tensor '" + name + "' is " +
+                         at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
+                         ", the model expects " + at::toString(parameter.scalar_type()) + " " +
+                         c10::str(parameter.sizes()));
+      }
+      pending.weights.emplace_back(parameter, value);
+      NamedTensors state;
+      for (const auto& [key, tensor] : optimizer_saved) {
+        if (key.rfind(name + "/", 0) == 0) state.emplace_back(key.substr(name.size() + 1), tensor);
+      }
+      pending.optimizer_states.emplace_back(parameter, std::move(state));
+    }
+  }
+  if (manifest.at("topology") == topology_of(engine.grid())) {
+    const NamedTensors rng =
+        read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
+    pending.rng_state = tensor_named(rng, "cpu");
+  }
+  return pending;
+}
+
+}  // namespace
+
+std::string resolve_tag(const fs::path& directory, const std::string& tag) {
+  if (tag != "latest") return tag;
+  const fs::path latest = directory / "latest";
+  if (!fs::exists(latest))
+    throw InputError("no checkpoint to load in " + directory.string() + ": " + latest.string() +
+                     " is missing");
+  std::string name = read_file(latest);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const std::string& tag,
+                     const nlohmann::json& client_state, const MicroBatchSource* data) {
+  if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
+    throw InputError("checkpoint tag '" + tag +
+                     "' must be a plain, non-empty name other than 'latest'");
+  }
+  const Grid& grid = engine.grid();
+  auto& world = *grid.world_comm();
+  const fs::path folder = directory / tag;
+  if (world.rank() == 0) fs::create_directories(folder);
+  world.barrier();
+
+  // Data-parallel rank 0 of each stage writes the layers it owns; every rank its RNG.
+  nlohmann::json files = nlohmann::json::object();
+  nlohmann::json layers = nlohmann::json::object();
+  const PipelineModule& module = engine.module();
+  if (grid.data_parallel_id() == 0 && grid.model_parallel_id() == 0) {
+    for (const auto& [index, parameters] : parameters_by_layer(module)) {
+      if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
+      nlohmann::json& layer = layers[std::to_string(index)];
+      layer["file"] = numbered("layer", index, 3);
+      layer["tensors"] = describe(parameters);
+      write_recorded(folder, layer["file"], encode_safetensors(parameters), files);
+      maybe_die_mid_save(grid.global_rank());
+      NamedTensors state;
+      for (const auto& [name, parameter] : parameters) {
+        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter))
+          state.emplace_back(name + "/" + key, tensor);
+      }
+      if (!state.empty()) {
+        layer["optimizer_file"] = numbered("optimizer", index, 3);
+        write_recorded(folder, layer["optimizer_file"], encode_safetensors(state), files);
+      }
+    }
+  }
+  const at::Tensor rng = rng_state(at::kCPU);
+  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4),
+                 encode_safetensors({{"cpu", rng}}), files);
+
+  const auto parts =
+      all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
+  if (world.rank() == 0) {
+    nlohmann::json manifest = {{"format", "pipetrain-checkpoint"},
+                               {"version", kFormatVersion},
+                               {"pipetrain_version", kVersion},
+                               {"tag", tag},
+                               {"global_steps", engine.global_steps()},
+                               {"topology", topology_of(grid)},
+                               {"partition", module.parts()},
+                               {"optimizer", engine.config().optimizer.type},
+                               {"data", data ? data->state() : nlohmann::json(nullptr)},
+                               {"client_state", client_state},
+                               {"files", nlohmann::json::object()}};
+    nlohmann::json described = nlohmann::json::array();
+    for (int i = 0; i < module.num_layers(); ++i) {
+      const LayerSpec& spec = module.specs()[i];
+      nlohmann::json entry = {{"index", i}, {"type", spec.type}};
+      if (spec.tied()) entry["tie_key"] = spec.tie_key;
+      described.push_back(entry);
+    }
+    for (const auto& part : parts) {
+      const nlohmann::json got = nlohmann::json::parse(part);
+      manifest["files"].update(got["files"]);
+      for (const auto& [index, layer] : got["layers"].items())
+        described[std::stoi(index)].update(layer);
+    }
+    // Later occurrences of a tied layer point at the file of its first occurrence.
+    for (auto& entry : described) {
+      if (entry.contains("tie_key") && !entry.contains("file")) {
+        for (const auto& first : described) {
+          if (first.value("tie_key", "") == entry["tie_key"] && first.contains("file")) {
+            entry["file"] = first["file"];
+            if (first.contains("optimizer_file")) entry["optimizer_file"] = first["optimizer_file"];
+            entry["tied_to"] = first["index"];
+            break;
+          }
+        }
+      }
+    }
+    manifest["layers"] = described;
+    write_file_atomically(folder / "manifest.json", manifest.dump(2));
+  }
+  world.barrier();  // every file of this tag is in place
+  if (world.rank() == 0) write_file_atomically(directory / "latest", tag + "\n");
+  world.barrier();
+}
+
+nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory,
+                               const std::string& tag, MicroBatchSource* data) {
+  auto& world = *engine.grid().world_comm();
+  // Every rank checks everything it needs; only when all agree does anything change.
+  std::string problem;
+  nlohmann::json manifest;
+  PendingLoad pending;
+  fs::path folder;
+  try {
+    folder = directory / resolve_tag(directory, tag);
+    manifest = read_manifest(folder);
+    pending = prepare_load(engine, folder, manifest);
+  } catch (const std::exception& e) {
+    problem = error_message(e);
+  }
+  at::Tensor verdict =
+      at::tensor({static_cast<int64_t>(problem.empty() ? 0 : world.rank() + 1)}, at::kLong);
+  world.all_reduce(verdict, comm::ReduceOp::kMax);
+  if (!problem.empty()) throw InputError(problem);
+  if (verdict.item<int64_t>() > 0) {
+    throw InputError("checkpoint rejected by rank " + std::to_string(verdict.item<int64_t>() - 1) +
+                     " (see its error)");
+  }
+
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [parameter, value] : pending.weights) parameter.copy_(value);
+  }
+  for (auto& [parameter, state] : pending.optimizer_states)
+    set_optimizer_state(engine.optimizer(), parameter, state);
+  engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
+  if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
+  if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
+  return manifest["client_state"];
+}
+
+void export_checkpoint(const fs::path& directory, const std::string& tag, const fs::path& out) {
+  check_output_directory(out, "--out");
+  const fs::path folder = directory / resolve_tag(directory, tag);
+  const nlohmann::json manifest = read_manifest(folder);
+  NamedTensors all;
+  for (const auto& layer : manifest.at("layers")) {
+    if (!layer.contains("file") || layer.contains("tied_to")) continue;
+    const NamedTensors tensors = read_verified(folder, manifest, layer["file"]);
+    for (const auto& [name, tensor] : tensors) {
+      all.emplace_back("layers." + std::to_string(layer["index"].get<int>()) + "." + name, tensor);
+    }
+  }
+  write_file_atomically(
+      out, encode_safetensors(
+               all, {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}}));
+}
+
+}  // namespace pipetrain

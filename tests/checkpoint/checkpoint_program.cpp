@@ -1,0 +1,100 @@
+// Trains a small GPT for some steps, optionally loading a checkpoint first and saving one
+// at the end, and prints each step's loss (all 17 digits) and a digest of each rank's
+// weights and optimizer state, for checkpoint_test.sh to compare runs:
+//   checkpoint_program --pipe P --micro-batches M --steps S [--dropout D]
+//                      [--load DIR] [--save DIR]
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/optim/optimizer_state.h"
+#include "pipetrain/rank_main.h"
+
+using namespace pipetrain;
+
+namespace {
+
+std::string argument(int argc, char** argv, const char* flag, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+// CRC-32 over this rank's weights and their optimizer state, in name order.
+uint32_t digest(PipelineEngine& engine) {
+  std::string bytes;
+  for (const auto& [name, parameter] : engine.module().named_parameters()) {
+    NamedTensors tensors = {{name, parameter}};
+    for (auto& entry : optimizer_state(engine.optimizer(), parameter)) tensors.push_back(entry);
+    bytes += encode_safetensors(tensors);
+  }
+  return crc32(bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_rank(argc, argv, [&] {
+    const int pipe = std::stoi(argument(argc, argv, "--pipe", "1"));
+    const int steps = std::stoi(argument(argc, argv, "--steps", "3"));
+    const std::string load = argument(argc, argv, "--load", "");
+    const std::string save = argument(argc, argv, "--save", "");
+
+    TrainingConfig config;
+    config.train_batch_size = 8;
+    config.gradient_accumulation_steps = std::stoi(argument(argc, argv, "--micro-batches", "4"));
+    config.gradient_clipping = 1.0;
+    config.steps_per_print = 1 << 30;
+    config.optimizer = {"AdamW", {{"lr", 0.01}}};
+    config.scheduler = {"WarmupLR", {{"warmup_num_steps", 4}, {"warmup_max_lr", 0.01}}};
+    config.model.gpt = {.vocab_size = 32,
+                        .context = 8,
+                        .d_model = 16,
+                        .heads = 2,
+                        .layers = 3,
+                        .dropout = std::stod(argument(argc, argv, "--dropout", "0"))};
+
+    auto world = comm::MpiCommunicator::world();
+    auto grid =
+        std::make_shared<Grid>(pipe_data_parallel_topology(pipe, world->size() / pipe), world);
+    const auto model = models::make_builtin_model(config.model);
+    auto module = std::make_shared<PipelineModule>(
+        model.layers, model.loss,
+        PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
+    PipelineEngine engine(module, grid, config);
+
+    at::manual_seed(42);
+    auto samples = std::make_shared<TensorDataset>(Activation{at::randint(32, {40, 8}, at::kLong)},
+                                                   Activation{at::randint(32, {40, 8}, at::kLong)});
+    RepeatingLoader data(
+        std::make_unique<DataLoader>(samples, engine.config().train_micro_batch_size_per_gpu,
+                                     grid->data_parallel_size(), grid->data_parallel_id(),
+                                     /*shuffle=*/true, /*seed=*/3));
+    // Each rank's dropout stream differs; a checkpoint must carry it over.
+    at::manual_seed(100 + grid->global_rank());
+
+    if (!load.empty()) {
+      const auto client = load_checkpoint(engine, load, "latest", &data);
+      if (grid->global_rank() == 0)
+        std::printf("loaded step %lld (%s)\n", static_cast<long long>(engine.global_steps()),
+                    client.dump().c_str());
+    }
+    for (int i = 0; i < steps; ++i) {
+      const double loss = engine.train_batch(&data);
+      if (grid->global_rank() == 0)
+        std::printf("loss %lld %.17g\n", static_cast<long long>(engine.global_steps()), loss);
+    }
+    if (!save.empty()) {
+      save_checkpoint(engine, save, "step_" + std::to_string(engine.global_steps()),
+                      {{"note", "checkpoint_program"}}, &data);
+    }
+    std::fflush(stdout);
+    world->barrier();
+    std::printf("digest %d %08x\n", grid->global_rank(), digest(engine));
+    return 0;
+  });
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Checkpoints across process restarts: bitwise resume, resharding, a rank killed during a
+# save, and every kind of damaged checkpoint.
+# Usage: checkpoint_test.sh PATH/TO/pipetrain PATH/TO/checkpoint_program PATH/TO/python
+set -u
+pipetrain=$1
+program=$2
+python=$3
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PIPETRAIN_COMM_TIMEOUT=60
+passed=0
+failed=0
+
+check() {
+  local what=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
+}
+
+run() { # ranks, output file, program arguments...
+  local ranks=$1 out=$2
+  shift 2
+  "$pipetrain" launch -n "$ranks" -- "$program" "$@" >"$out" 2>&1
+}
+
+losses() { grep '^loss ' "$1"; }
+digests() { grep '^digest ' "$1" | sort; }
+
+# 1. Bitwise resume: 3 + 3 steps across a restart equal 6 uninterrupted (pipe 2 x data 2,
+#    dropout on, so random states must carry over too).
+run 4 "$work/full.out" --pipe 2 --micro-batches 2 --steps 6 --dropout 0.1
+run 4 "$work/first.out" --pipe 2 --micro-batches 2 --steps 3 --dropout 0.1 --save "$work/bitwise"
+run 4 "$work/second.out" --pipe 2 --micro-batches 2 --steps 3 --dropout 0.1 --load "$work/bitwise"
+check "resume: the second half reports steps 4-6" test "$(losses "$work/second.out" | wc -l)" -eq 3
+check "resume: losses equal the uninterrupted run bit for bit" \
+  test "$(losses "$work/full.out" | tail -3)" = "$(losses "$work/second.out")"
+check "resume: every rank's weights and optimizer state equal bit for bit" \
+  test "$(digests "$work/full.out")" = "$(digests "$work/second.out")"
+check "resume: the client state comes back" grep -q '^loaded step 3 ({"note":"checkpoint_program"})' "$work/second.out"
+check "save writes latest" test "$(cat "$work/bitwise/latest")" = "step_3"
+
+# 2. Resharding 4x1 -> 2x2 -> 1x1 keeps the loss curve (same global batch each step).
+run 4 "$work/reference.out" --pipe 4 --micro-batches 4 --steps 6
+run 4 "$work/r1.out" --pipe 4 --micro-batches 4 --steps 2 --save "$work/reshard"
+run 4 "$work/r2.out" --pipe 2 --micro-batches 2 --steps 2 --load "$work/reshard" --save "$work/reshard"
+run 1 "$work/r3.out" --pipe 1 --micro-batches 4 --steps 2 --load "$work/reshard"
+cat "$work/r1.out" "$work/r2.out" "$work/r3.out" | losses /dev/stdin >"$work/resharded.losses"
+check "reshard: six steps ran" test "$(wc -l <"$work/resharded.losses")" -eq 6
+paste "$work/resharded.losses" <(losses "$work/reference.out") >"$work/pairs"
+check "reshard: each loss within 1e-5 relative of the unsharded run ($(cut -f1,2 -d' ' "$work/pairs" | tr '\n' ' '))" \
+  awk '{ d = $3 - $6; if (d < 0) d = -d; if (d > 1e-5 * $6) bad = 1 } END { exit bad }' "$work/pairs"
+
+# 3. A rank killed (SIGKILL) while saving leaves the previous checkpoint loadable.
+run 2 "$work/k1.out" --pipe 2 --micro-batches 4 --steps 1 --save "$work/killed"
+PIPETRAIN_FAULT_KILL_IN_SAVE=1 run 2 "$work/k2.out" --pipe 2 --micro-batches 4 --steps 1 --load "$work/killed" --save "$work/killed"
+check "kill: the job with the killed rank failed" test $? -ne 0
+check "kill: latest still names the first save" test "$(cat "$work/killed/latest")" = "step_1"
+run 2 "$work/k3.out" --pipe 2 --micro-batches 4 --steps 1 --load "$work/killed"
+check "kill: the previous checkpoint loads and trains" grep -q '^loss 2 ' "$work/k3.out"
+
+# 4. Python reads the layer files and the exported model.
+"$pipetrain" export --checkpoint "$work/bitwise" --out "$work/model.safetensors" >/dev/null
+check "export writes one file" test -s "$work/model.safetensors"
+"$python" - "$work/bitwise/step_3" "$work/model.safetensors" >"$work/python.out" 2>&1 <<'PY'
+import sys
+from safetensors.torch import load_file
+layer = load_file(sys.argv[1] + "/layer_001.safetensors")
+model = load_file(sys.argv[2])
+assert layer["qkv.weight"].shape == (48, 16), layer["qkv.weight"].shape
+assert (model["layers.1.qkv.weight"] == layer["qkv.weight"]).all()
+assert "layers.0.tokens.weight" in model and not any(k.startswith("layers.5.") for k in model)
+print("python ok", len(model), "tensors")
+PY
+check "python: safetensors reads the checkpoint ($(tail -1 "$work/python.out"))" grep -q "^python ok" "$work/python.out"
+
+# 5. Damaged checkpoints: exit 2, one message naming the file, weights untouched.
+damaged() { # description, expected message pattern, command to damage a fresh copy
+  rm -rf "$work/damaged" && cp -r "$work/bitwise" "$work/damaged"
+  (cd "$work/damaged" && eval "$3")
+  run 4 "$work/damaged.out" --pipe 2 --micro-batches 2 --steps 1 --load "$work/damaged"
+  local rc=$?
+  check "$1: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$1: says '$2'" grep -qE "$2" "$work/damaged.out"
+  check "$1: no step ran" test "$(losses "$work/damaged.out" | wc -l)" -eq 0
+}
+damaged "truncated file" "layer_002.safetensors: [0-9]+ bytes, the manifest says [0-9]+ \(truncated" \
+  'truncate -s 100 step_3/layer_002.safetensors'
+damaged "flipped byte" "layer_001.safetensors: checksum mismatch \(manifest [0-9a-f]+, file [0-9a-f]+\)" \
+  'printf "\x01" | dd of=step_3/layer_001.safetensors bs=1 seek=300 conv=notrunc 2>/dev/null'
+damaged "missing file" "optimizer_003.safetensors: cannot be read" 'rm step_3/optimizer_003.safetensors'
+damaged "missing manifest" "manifest.json is missing \(not a checkpoint, or its save was interrupted\)" 'rm step_3/manifest.json'
+damaged "no latest" "no checkpoint to load in .*latest is missing" 'rm latest'
+damaged "another model" "the checkpoint holds 7 layers, this model has 6" \
+  'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(m[\"layers\"][-1]);json.dump(m,open(\"step_3/manifest.json\",\"w\"))"'
+damaged "other shapes" "layer_001.safetensors: tensor 'qkv.weight' is Float \[48, 8\], the model expects Float \[48, 16\]" \
+  '"$python" "$here/replace_layer.py" step_3 layer_001.safetensors'
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
