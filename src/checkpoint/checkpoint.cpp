@@ -138,7 +138,8 @@ at::Tensor tensor_named(const NamedTensors& tensors, const std::string& name) {
 struct PendingLoad {
   std::vector<std::pair<at::Tensor, at::Tensor>> weights;  // (parameter, value)
   std::vector<std::pair<at::Tensor, NamedTensors>> optimizer_states;
-  at::Tensor rng_state;
+  at::Tensor rng_state;       // CPU
+  at::Tensor cuda_rng_state;  // when saved on a machine with CUDA and loaded on one
 };
 
 PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
@@ -191,6 +192,7 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     const NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
     pending.rng_state = tensor_named(rng, "cpu");
+    if (at::globalContext().hasCUDA()) pending.cuda_rng_state = tensor_named(rng, "cuda");
   }
   return pending;
 }
@@ -327,6 +329,7 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
     set_optimizer_state(engine.optimizer(), parameter, state);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
+  if (pending.cuda_rng_state.defined()) set_rng_state(at::Device(at::kCUDA, 0), pending.cuda_rng_state);
   if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
   return manifest["client_state"];
 }
