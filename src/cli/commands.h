@@ -9,9 +9,12 @@ namespace pipetrain::cli {
 
 // `program`: the arguments after "--", if any.
 Command add_launch_command(CLI::App& app, std::vector<std::string> program);
+Command add_eval_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
 Command add_partition_command(CLI::App& app);
 Command add_schedule_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
 
 }  // namespace pipetrain::cli

@@ -32,6 +32,8 @@ Command add_launch_command(CLI::App& app, std::vector<std::string> program) {
             launch.local_cores =
                 static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
             launch.as_root = ::geteuid() == 0;
+            // Ranks see a pseudo-terminal under mpirun; tell them what the user has.
+            ::setenv("PIPETRAIN_TERMINAL", ::isatty(STDOUT_FILENO) ? "1" : "0", /*overwrite=*/0);
             const auto argv = mpirun_command(launch);
             if (options->dry_run) {
               for (std::size_t i = 0; i < argv.size(); ++i) std::cout << (i ? " " : "") << argv[i];

@@ -27,11 +27,17 @@ int main(int argc, char** argv) {
   const std::vector<std::string> program(dashes == argv + argc ? dashes : dashes + 1, argv + argc);
   argc = static_cast<int>(dashes - argv);
 
+  // `launch` first: it alone takes the arguments after "--".
   const pipetrain::cli::CommandList commands = {
-      pipetrain::cli::add_launch_command(app, program), pipetrain::cli::add_export_command(app),
-      pipetrain::cli::add_partition_command(app),       pipetrain::cli::add_schedule_command(app),
+      pipetrain::cli::add_launch_command(app, program),
+      pipetrain::cli::add_train_command(app),
+      pipetrain::cli::add_eval_command(app),
+      pipetrain::cli::add_generate_command(app),
+      pipetrain::cli::add_export_command(app),
+      pipetrain::cli::add_partition_command(app),
+      pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
-  };
+  };  // clang-format: one per line
 
   try {
     app.parse(argc, argv);

@@ -17,7 +17,7 @@ void append(std::vector<std::string>& to, const std::vector<std::string>& more) 
 
 }  // namespace
 
-TrainingConfig parse_training_config(const nlohmann::json& json) {
+TrainingConfig parse_training_config(const nlohmann::json& json, const std::vector<std::string>& extra_keys) {
   const ConfigSection root(json, "");
   TrainingConfig c;
   c.train_batch_size = root.get_int("train_batch_size", 0);
@@ -29,11 +29,13 @@ TrainingConfig parse_training_config(const nlohmann::json& json) {
   c.seed = root.get_int("seed", c.seed);
   c.comm_timeout = root.get_double("comm_timeout", c.comm_timeout);
   c.reduce_bucket_size = root.get_int("reduce_bucket_size", c.reduce_bucket_size);
-  append(c.unknown_keys,
-         root.unknown_keys({"train_batch_size", "train_micro_batch_size_per_gpu",
-                            "gradient_accumulation_steps", "steps_per_print",
-                            "wall_clock_breakdown", "gradient_clipping", "seed", "comm_timeout",
-                            "reduce_bucket_size", "optimizer", "scheduler", "pipeline", "model"}));
+  std::vector<std::string> known = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                    "gradient_accumulation_steps", "steps_per_print",
+                                    "wall_clock_breakdown", "gradient_clipping", "seed",
+                                    "comm_timeout", "reduce_bucket_size", "optimizer",
+                                    "scheduler", "pipeline", "model"};
+  known.insert(known.end(), extra_keys.begin(), extra_keys.end());
+  append(c.unknown_keys, root.unknown_keys(known));
 
   const ConfigSection optimizer = root.section("optimizer");
   c.optimizer.type = optimizer.get_string("type", c.optimizer.type);

@@ -102,7 +102,7 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
       data);
   const double loss = aggregate_loss();
   seconds_since_report_ += std::chrono::duration<double>(Clock::now() - start).count();
-  if (global_steps_ % config_.steps_per_print == 0) {
+  if (report_progress_ && global_steps_ % config_.steps_per_print == 0) {
     report(loss, seconds_since_report_);
     seconds_since_report_ = 0;
   }
@@ -124,6 +124,30 @@ PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bo
   result.loss = aggregate_loss();
   module_->train(true);
   return result;
+}
+
+Activation PipelineEngine::infer(const Activation& inputs) {
+  // One micro-batch through the inference schedule; the first stage feeds `inputs`.
+  class Once : public MicroBatchSource {
+   public:
+    explicit Once(const Activation& inputs) : inputs_(inputs) {}
+    MicroBatch next() override { return {inputs_, {}}; }
+
+   private:
+    Activation inputs_;
+  } once(inputs);
+  training_ = false;
+  module_->train(false);
+  std::vector<Activation> outputs;
+  collected_outputs_ = &outputs;
+  {
+    at::NoGradGuard no_grad;
+    execute(schedule::InferenceSchedule({1, grid_->pipe_parallel_size()}, grid_->stage_id()),
+            &once);
+  }
+  collected_outputs_ = nullptr;
+  module_->train(true);
+  return outputs.empty() ? Activation{} : outputs.front();
 }
 
 void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSource* data) {
@@ -205,6 +229,7 @@ void PipelineEngine::forward(PipeBuffer& buffer) {
   if (training_) peak_live_ = std::max(peak_live_, ++live_);
   if (!grid_->is_last_stage()) return;
   if (collected_outputs_) collected_outputs_->push_back(buffer.outputs);
+  if (buffer.labels.empty()) return;  // infer(): outputs only
   const at::Tensor loss = module_->loss(buffer.outputs, buffer.labels);
   total_loss_ += loss.detach().to(at::kDouble);
   // Each micro-batch carries 1/M of the batch's gradient.
@@ -304,24 +329,26 @@ void PipelineEngine::reduce_grads() {
   }
 }
 
-void PipelineEngine::clip_gradients() {
+double PipelineEngine::global_grad_norm() {
   // The norm over the whole model: each stage's share, tied tensors counted once.
   at::Tensor squares = at::zeros({1}, at::kDouble);
   for (const auto& p : norm_parameters_) {
     if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum();
   }
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  const double norm = std::sqrt(squares.item<double>());
-  const double coefficient = config_.gradient_clipping / (norm + 1e-6);
-  if (coefficient >= 1.0) return;
-  for (const auto& p : module_->parameters()) {
-    if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
-  }
+  return std::sqrt(squares.item<double>());
 }
 
 void PipelineEngine::optimizer_step() {
-  if (config_.gradient_clipping > 0) clip_gradients();
-  set_learning_rate(*optimizer_, lr_schedule_(global_steps_));
+  last_grad_norm_ = global_grad_norm();
+  const double coefficient = config_.gradient_clipping / (last_grad_norm_ + 1e-6);
+  if (config_.gradient_clipping > 0 && coefficient < 1.0) {
+    for (const auto& p : module_->parameters()) {
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+    }
+  }
+  last_learning_rate_ = lr_schedule_(global_steps_);
+  set_learning_rate(*optimizer_, last_learning_rate_);
   optimizer_->step();
   optimizer_->zero_grad();
   ++global_steps_;

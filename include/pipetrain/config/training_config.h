@@ -49,7 +49,8 @@ struct TrainingConfig {
 
 // Reads every section, checking types; InputError names the key. Batch sizes are left
 // as given: resolve them with resolve_batch() once the data-parallel size is known.
-TrainingConfig parse_training_config(const nlohmann::json& json);
+// `extra_keys`: top-level keys another reader (e.g. the trainer) owns, not to be warned about.
+TrainingConfig parse_training_config(const nlohmann::json& json, const std::vector<std::string>& extra_keys = {});
 
 // Fills in whichever of train_batch_size, micro batch size and accumulation steps is
 // missing, given at least two (or the micro batch size alone: one step). Throws

@@ -41,6 +41,17 @@ class PipelineEngine {
   // Forward only, in eval mode and without autograd.
   EvalResult eval_batch(MicroBatchSource* data, bool return_outputs = false);
 
+  // Forward one micro-batch through the pipeline (eval mode, no autograd, no loss): the
+  // first stage feeds `inputs`; returns the model's outputs on the last stage, nothing
+  // elsewhere. Collective over the pipe.
+  Activation infer(const Activation& inputs);
+
+  // Whether train_batch prints DeepSpeed's progress line (a trainer may print its own).
+  void set_progress_report(bool on) { report_progress_ = on; }
+  // Of the last optimizer step: the global gradient norm (before clipping) and the rate.
+  double last_grad_norm() const { return last_grad_norm_; }
+  double last_learning_rate() const { return last_learning_rate_; }
+
   PipelineModule& module() { return *module_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainingConfig& config() const { return config_; }
@@ -80,7 +91,7 @@ class PipelineEngine {
   void optimizer_step();
 
   double aggregate_loss();
-  void clip_gradients();
+  double global_grad_norm();
   void report(double loss, double seconds);
 
   std::shared_ptr<PipelineModule> module_;
@@ -107,6 +118,9 @@ class PipelineEngine {
   int64_t instructions_executed_ = 0;
   InstructionTimers timers_;
   double seconds_since_report_ = 0;
+  bool report_progress_ = true;
+  double last_grad_norm_ = 0;
+  double last_learning_rate_ = 0;
 };
 
 }  // namespace pipetrain

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/data/data_source.h"
+
+namespace pipetrain {
+
+// A token stream split into training and validation parts (int64 1-D tensors).
+struct TokenCorpus {
+  at::Tensor train;
+  at::Tensor validation;
+  int64_t vocab_size = 256;
+};
+
+// Bytes of every regular file under `paths` (files or folders, recursively, in name order;
+// symbolic links skipped so the same text is not read twice), vocabulary 256. The last
+// `validation_fraction` of the bytes is the validation part. Throws InputError for a
+// missing path, no files, or too little text.
+TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction);
+
+// Pre-tokenized files: flat little-endian uint16 or uint32 ids (`bytes_per_token` 2 or 4).
+// Throws InputError naming the file for a size that is not a whole number of tokens, an
+// empty file, or an id >= vocab_size.
+TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
+                        int64_t vocab_size, double validation_fraction);
+
+// Language-model micro-batches: `batch` windows of `context` + 1 tokens at positions drawn
+// from (seed, stream, draw count) alone, so a stream can resume anywhere and replicas
+// (different `stream`s) read different windows. Inputs are the first `context` tokens,
+// labels the next ones.
+class SequenceSource : public MicroBatchSource {
+ public:
+  SequenceSource(at::Tensor tokens, int64_t context, int64_t batch, uint64_t seed, uint64_t stream);
+  MicroBatch next() override;
+  nlohmann::json state() const override { return {{"drawn", drawn_}}; }
+  void restore(const nlohmann::json& state) override;
+  void rewind() { drawn_ = 0; }
+
+ private:
+  at::Tensor tokens_;
+  int64_t context_;
+  int64_t batch_;
+  uint64_t seed_;
+  uint64_t stream_;
+  int64_t drawn_ = 0;
+};
+
+// Regression data for the MLP: x uniform in [-1, 1), y a fixed random teacher network's
+// output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource.
+class RegressionSource : public MicroBatchSource {
+ public:
+  RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed, uint64_t stream);
+  MicroBatch next() override;
+  nlohmann::json state() const override { return {{"drawn", drawn_}}; }
+  void restore(const nlohmann::json& state) override;
+  void rewind() { drawn_ = 0; }
+
+ private:
+  int64_t inputs_;
+  int64_t batch_;
+  uint64_t seed_;
+  uint64_t stream_;
+  at::Tensor hidden_weight_;
+  at::Tensor output_weight_;
+  int64_t drawn_ = 0;
+};
+
+}  // namespace pipetrain

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pipetrain {
+
+// Keys of `pipetrain train` beside DeepSpeed's (see the README's table).
+struct TrainerConfig {
+  int64_t data_parallel = 0;  // 0: ranks / pipeline.stages; else it must match
+  int64_t train_iters = 100;
+  int64_t eval_interval = 50;  // 0: only at the end
+  int64_t eval_iters = 4;
+  int64_t save_interval = 0;  // 0: only at the end (when `save` is set)
+  std::string save;           // checkpoint directory
+  std::string load;           // resume from this directory's latest checkpoint
+  struct Data {
+    std::string type = "text";  // text, tokens or synthetic
+    std::vector<std::string> paths{"/usr/share/common-licenses"};
+    int64_t token_bytes = 2;
+    double validation_fraction = 0.1;
+  } data;
+  struct Log {
+    std::string metrics;      // JSON lines, one per step
+    std::string csv;          // the same as CSV
+    std::string tensorboard;  // folder for TensorBoard event files
+  } log;
+  struct Sample {
+    std::string prompt = "The ";
+    int64_t tokens = 200;  // 0: no sample at the end
+    double temperature = 0.8;
+    int64_t top_k = 20;
+  } sample;
+  std::string trace;       // Chrome/Perfetto trace of one step
+  int64_t trace_step = 0;  // 0: the last step
+};
+
+// The top-level keys TrainerConfig reads.
+const std::vector<std::string>& trainer_keys();
+
+// Reads the trainer's keys (InputError names a bad one).
+TrainerConfig parse_trainer_config(const nlohmann::json& json);
+
+// Command-line settings that win over the file.
+struct TrainerOverrides {
+  std::optional<int64_t> pipe, data, micro_batches, train_iters, eval_interval, seed;
+  std::optional<double> lr;
+  std::optional<std::string> save, load, trace;
+};
+
+// The config file with the overrides written into it: the effective config.
+nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& overrides);
+
+}  // namespace pipetrain

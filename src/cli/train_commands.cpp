@@ -1,0 +1,76 @@
+// `pipetrain train`, `eval` and `generate`: each runs as one rank of an MPI job (under
+// pipetrain launch, mpirun or srun; alone it is a job of one rank).
+#include <memory>
+
+#include "commands.h"
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/rank_main.h"
+#include "pipetrain/trainer/trainer.h"
+
+namespace pipetrain::cli {
+
+Command add_train_command(CLI::App& app) {
+  struct Options {
+    std::string config;
+    TrainerOverrides overrides;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "train", "Train a built-in model from a config (run under pipetrain launch)");
+  command->add_option("--config", options->config, "Config file (JSON)")->required();
+  auto& o = options->overrides;
+  command->add_option("--pipe", o.pipe, "Pipeline stages (pipeline.stages)");
+  command->add_option("--data", o.data, "Data-parallel size (checked against the job)");
+  command->add_option("--micro-batches", o.micro_batches,
+                      "Micro-batches per step (gradient_accumulation_steps)");
+  command->add_option("--train-iters", o.train_iters, "Optimizer steps to train for");
+  command->add_option("--eval-interval", o.eval_interval, "Steps between validations");
+  command->add_option("--seed", o.seed, "Base seed");
+  command->add_option("--lr", o.lr, "Learning rate (optimizer.params.lr)");
+  command->add_option("--save", o.save, "Checkpoint directory");
+  command->add_option("--load", o.load, "Resume from this directory's latest checkpoint");
+  command->add_option("--trace", o.trace, "Write a Chrome/Perfetto trace of one step here");
+  return {command, [options] {
+            return run_rank(0, nullptr, [&] {
+              return train(apply_overrides(read_json_file(options->config), options->overrides));
+            });
+          }};
+}
+
+Command add_eval_command(CLI::App& app) {
+  struct Options {
+    std::string checkpoint;
+    int64_t eval_iters = 8;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command =
+      app.add_subcommand("eval", "Validation loss of a checkpoint saved by pipetrain train");
+  command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
+  command->add_option("--eval-iters", options->eval_iters, "Validation batches")
+      ->capture_default_str();
+  return {command, [options] {
+            return run_rank(0, nullptr, [&] {
+              return evaluate_checkpoint(options->checkpoint, options->eval_iters);
+            });
+          }};
+}
+
+Command add_generate_command(CLI::App& app) {
+  auto options = std::make_shared<GenerateOptions>();
+  CLI::App* command =
+      app.add_subcommand("generate", "Sample text from a GPT checkpoint through the pipeline");
+  command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
+  command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
+  command->add_option("--tokens", options->tokens, "Tokens (bytes) to generate")
+      ->capture_default_str();
+  command->add_option("--temperature", options->temperature, "Softmax temperature; 0 is greedy")
+      ->capture_default_str();
+  command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")
+      ->capture_default_str();
+  command->add_option("--seed", options->seed, "Sampling seed")->capture_default_str();
+  return {command, [options] {
+            return run_rank(0, nullptr, [&] { return generate_from_checkpoint(*options); });
+          }};
+}
+
+}  // namespace pipetrain::cli

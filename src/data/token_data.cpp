@@ -1,0 +1,151 @@
+#include "pipetrain/data/token_data.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/errors.h"
+#include "pipetrain/module/pipeline_module.h"
+
+namespace pipetrain {
+namespace fs = std::filesystem;
+namespace {
+
+std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw InputError("data.paths: no files or folders given");
+  std::vector<fs::path> files;
+  for (const auto& path : paths) {
+    if (!fs::exists(path)) throw InputError("data.paths: " + path + " does not exist");
+    if (fs::is_regular_file(path)) {
+      files.emplace_back(path);
+      continue;
+    }
+    std::vector<fs::path> found;
+    for (const auto& entry : fs::recursive_directory_iterator(path)) {
+      if (entry.is_regular_file() && !entry.is_symlink()) found.push_back(entry.path());
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  if (files.empty()) throw InputError("data.paths: no files found in " + paths.front());
+  return files;
+}
+
+TokenCorpus split(at::Tensor tokens, int64_t vocab_size, double validation_fraction,
+                  const std::string& source) {
+  if (!(validation_fraction > 0 && validation_fraction < 1)) {
+    throw InputError("data.validation_fraction must be between 0 and 1");
+  }
+  const int64_t n = tokens.numel();
+  const int64_t validation = static_cast<int64_t>(n * validation_fraction);
+  if (validation < 2 || n - validation < 2) {
+    throw InputError(source + " holds " + std::to_string(n) +
+                     " tokens, too few to split for training and validation");
+  }
+  return {tokens.narrow(0, 0, n - validation), tokens.narrow(0, n - validation, validation),
+          vocab_size};
+}
+
+// Window starts for draw `draw` of `stream`: a counter-based generator, so any draw can
+// be reproduced without replaying the ones before it.
+at::Tensor draw_integers(uint64_t seed, uint64_t stream, int64_t draw, int64_t count,
+                         int64_t high) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(
+      layer_seed(layer_seed(seed, static_cast<int>(stream)), static_cast<int>(draw)));
+  return at::randint(high, {count}, generator, at::kLong);
+}
+
+int64_t drawn_from(const nlohmann::json& state) {
+  if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer()) {
+    throw InputError("checkpoint data position must be {\"drawn\": N}, got " + state.dump());
+  }
+  return state["drawn"].get<int64_t>();
+}
+
+}  // namespace
+
+TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction) {
+  std::string bytes;
+  for (const auto& file : regular_files(paths)) bytes += read_file(file);
+  at::Tensor tokens = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(tokens.data_ptr(), bytes.data(), bytes.size());
+  return split(tokens.to(at::kLong), 256, validation_fraction, "the text in " + paths.front());
+}
+
+TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
+                        int64_t vocab_size, double validation_fraction) {
+  if (bytes_per_token != 2 && bytes_per_token != 4)
+    throw InputError("data.token_bytes must be 2 or 4");
+  std::vector<at::Tensor> parts;
+  for (const auto& file : regular_files(paths)) {
+    const std::string bytes = read_file(file);
+    if (bytes.empty() || bytes.size() % bytes_per_token != 0) {
+      throw InputError(file.string() + ": " + std::to_string(bytes.size()) +
+                       " bytes is not a whole, non-zero number of " +
+                       std::to_string(bytes_per_token) + "-byte tokens");
+    }
+    const int64_t count = static_cast<int64_t>(bytes.size() / bytes_per_token);
+    at::Tensor raw = at::empty({count}, bytes_per_token == 2 ? at::kShort : at::kInt);
+    std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+    // Unsigned on disk: widen without sign extension.
+    at::Tensor ids = bytes_per_token == 2 ? raw.to(at::kInt).bitwise_and(0xFFFF).to(at::kLong)
+                                          : raw.to(at::kLong).bitwise_and(0xFFFFFFFFLL);
+    const int64_t largest = ids.max().item<int64_t>();
+    if (largest >= vocab_size) {
+      const int64_t at = ids.ge(vocab_size).nonzero()[0][0].item<int64_t>();
+      throw InputError(file.string() + ": token " + std::to_string(at) + " is " +
+                       std::to_string(ids[at].item<int64_t>()) + ", not below model.vocab_size " +
+                       std::to_string(vocab_size));
+    }
+    parts.push_back(ids);
+  }
+  return split(at::cat(parts), vocab_size, validation_fraction,
+               "the token files in " + paths.front());
+}
+
+SequenceSource::SequenceSource(at::Tensor tokens, int64_t context, int64_t batch, uint64_t seed,
+                               uint64_t stream)
+    : tokens_(std::move(tokens)), context_(context), batch_(batch), seed_(seed), stream_(stream) {
+  if (tokens_.numel() < context_ + 2) {
+    throw InputError("a sequence of " + std::to_string(context_ + 1) + " tokens does not fit in " +
+                     std::to_string(tokens_.numel()) +
+                     " tokens of data (lower model.context or add data)");
+  }
+}
+
+MicroBatch SequenceSource::next() {
+  const at::Tensor starts =
+      draw_integers(seed_, stream_, drawn_++, batch_, tokens_.numel() - context_);
+  const at::Tensor offsets = at::arange(context_ + 1, at::kLong);
+  const at::Tensor windows = tokens_.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});
+  return {{windows.narrow(1, 0, context_).contiguous()},
+          {windows.narrow(1, 1, context_).contiguous()}};
+}
+
+void SequenceSource::restore(const nlohmann::json& state) {
+  drawn_ = drawn_from(state);
+}
+
+RegressionSource::RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed,
+                                   uint64_t stream)
+    : inputs_(inputs), batch_(batch), seed_(seed), stream_(stream) {
+  auto teacher = at::make_generator<at::CPUGeneratorImpl>(seed);
+  hidden_weight_ = at::randn({inputs, 32}, teacher) / std::sqrt(static_cast<double>(inputs));
+  output_weight_ = at::randn({32, outputs}, teacher) / std::sqrt(32.0);
+}
+
+MicroBatch RegressionSource::next() {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(
+      layer_seed(layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(drawn_++)));
+  const at::Tensor x = at::rand({batch_, inputs_}, generator) * 2 - 1;
+  return {{x}, {at::tanh(x.matmul(hidden_weight_)).matmul(output_weight_)}};
+}
+
+void RegressionSource::restore(const nlohmann::json& state) {
+  drawn_ = drawn_from(state);
+}
+
+}  // namespace pipetrain

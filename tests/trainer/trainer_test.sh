@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# `pipetrain train`, `eval` and `generate` as a user runs them, through pipetrain launch.
+# Usage: trainer_test.sh PATH/TO/pipetrain PATH/TO/python
+set -u
+pipetrain=$1
+python=$2
+config=$(cd "$(dirname "$0")" && pwd)/tiny.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+export PIPETRAIN_COMM_TIMEOUT=60
+passed=0
+failed=0
+
+check() {
+  local what=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
+}
+
+train() { # ranks, output file, arguments...
+  local ranks=$1 out=$2
+  shift 2
+  "$pipetrain" launch -n "$ranks" -- "$pipetrain" train --config "$config" "$@" >"$out" 2>&1
+}
+
+# 1. A whole run: progress, metrics (JSON lines, CSV), TensorBoard, checkpoints.
+train 4 full.out --save full/ckpt
+check "train exits 0" test $? -eq 0
+check "train prints the effective config once" test "$(grep -c '^effective config: ' full.out)" -eq 1
+check "train prints plain progress lines when not on a terminal" grep -q '^step 12/12 loss [0-9.]* lr ' full.out
+check "validation loss falls" awk '/^validation loss: /{ exit !($5 < $3) }' full.out
+check "config saved beside the checkpoints" test -s full/ckpt/config.json
+check "checkpoints at steps 6 and 12" test -d full/ckpt/step_6 -a -d full/ckpt/step_12
+
+# 2. Resume: 6 steps, then --load to 12, continue the step count and the loss curve.
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 6 --save half/ckpt \
+  >half1.out 2>&1
+train 4 half2.out --load half/ckpt --save half/ckpt
+check "resume says where it starts" grep -q '^resumed from half/ckpt at step 6' half2.out
+
+# 3. Logs hold the right steps; the resumed run's losses equal the uninterrupted run's.
+# Variants of the config, as files (ranks cannot read the launcher's pipes).
+variant() { # name, sed program
+  sed "$2" "$config" >"$1.json"
+  echo "$work/$1.json"
+}
+mkdir -p logs
+"$pipetrain" launch -n 4 -- "$pipetrain" train \
+  --config "$(variant logged 's|"sample"|"log": {"metrics": "logs/m.jsonl", "csv": "logs/m.csv", "tensorboard": "logs/tb"}, "sample"|')" \
+  >logged.out 2>&1
+check "metrics: 12 JSON lines with steps 1..12" \
+  "$python" -c "import json,sys; r=[json.loads(l) for l in open('logs/m.jsonl')]; sys.exit(not ([x['step'] for x in r]==list(range(1,13)) and all('loss' in x and 'lr' in x and 'grad_norm' in x and 'samples_per_s' in x for x in r) and [x['step'] for x in r if 'val_loss' in x]==[4,8,12]))"
+check "metrics: CSV header and 12 rows" test "$(head -1 logs/m.csv)" = "step,loss,val_loss,lr,grad_norm,loss_scale,samples_per_s,tokens_per_s" -a "$(wc -l <logs/m.csv)" -eq 13
+check "tensorboard: TensorBoard's own reader finds the curves" "$python" - <<'PY'
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator("logs/tb"); acc.Reload()
+ok = [e.step for e in acc.Scalars("train/loss")] == list(range(1, 13)) and [e.step for e in acc.Scalars("val/loss")] == [4, 8, 12]
+sys.exit(not ok)
+PY
+losses_of() { grep -oE '^step (8|12)/12 loss [0-9.]+' "$1"; }
+check "resume: the losses of steps 8 and 12 equal the uninterrupted run's ($(losses_of half2.out | tr '\n' ' '))" \
+  test "$(losses_of full.out)" = "$(losses_of half2.out)" -a -n "$(losses_of half2.out)"
+
+# 4. generate: the same text through 1 and 2 stages; eval prints a loss.
+"$pipetrain" launch -n 1 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen1.out 2>&1
+"$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen2.out 2>&1
+check "generate: 44 characters from the prompt on" test "$(head -c 4 gen1.out)" = "The " -a "$(wc -c <gen1.out)" -ge 45
+check "generate: pipe 1 and pipe 2 give the same text" cmp -s gen1.out gen2.out
+"$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt --eval-iters 2 >eval.out 2>&1
+check "eval prints the validation loss of step 12" grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval.out
+
+# 5. Token files and bad input: exit 2 with a message naming the problem.
+"$python" -c "import numpy as np; np.arange(3000, dtype=np.uint16).__mod__(200).astype('<u2').tofile('tokens.bin')"
+to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$(variant tokens "$to_tokens")" --train-iters 2 >tokens.out 2>&1
+check "tokens: trains on a uint16 token file" grep -q '^step 2/2 loss' tokens.out
+"$python" -c "import numpy as np; np.array([1, 2, 300, 4] * 50, dtype='<u2').tofile('bad.bin')"
+bad() { # description, pattern, arguments...
+  local what=$1 pattern=$2
+  shift 2
+  "$pipetrain" launch -n 2 -- "$pipetrain" train "$@" >bad.out 2>&1
+  local rc=$?
+  check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$what: says '$pattern'" grep -q -- "$pattern" bad.out
+}
+bad "out-of-vocabulary token" "bad.bin: token 2 is 300, not below model.vocab_size 256" \
+  --config "$(variant bad-tokens "${to_tokens/tokens.bin/bad.bin}")"
+bad "missing data" "data.paths: /no/such/corpus does not exist" \
+  --config "$(variant no-data 's|/usr/share/common-licenses|/no/such/corpus|')"
+bad "grid not matching the job" "pipeline.stages 3 does not divide the job's 2 ranks" --config "$config" --pipe 3
+bad "data-parallel size not matching" "data-parallel size 2 with 2 stages needs 4 ranks, the job has 2" --config "$config" --data 2
+bad "context longer than the data" "does not fit in" \
+  --config "$(variant short-data 's|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"], "validation_fraction": 0.999|')"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
