@@ -71,21 +71,6 @@ void write_recorded(const fs::path& folder, const std::string& name, const std::
   files[name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}};
 }
 
-// Every rank's text, in rank order.
-std::vector<std::string> all_gather_text(comm::Communicator& comm, const std::string& text) {
-  const at::Tensor lengths =
-      comm.all_gather(at::tensor({static_cast<int64_t>(text.size())}, at::kLong));
-  const int64_t longest = lengths.max().item<int64_t>();
-  at::Tensor padded = at::zeros({longest}, at::kByte);
-  std::memcpy(padded.data_ptr(), text.data(), text.size());
-  const at::Tensor all = comm.all_gather(padded);
-  std::vector<std::string> texts;
-  for (int r = 0; r < comm.size(); ++r) {
-    texts.emplace_back(static_cast<const char*>(all[r].data_ptr()), lengths[r].item<int64_t>());
-  }
-  return texts;
-}
-
 nlohmann::json read_manifest(const fs::path& folder) {
   const fs::path path = folder / "manifest.json";
   if (!fs::exists(path)) {
@@ -250,7 +235,7 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
                  encode_safetensors({{"cpu", rng}}), files);
 
   const auto parts =
-      all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
+      comm::all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
   if (world.rank() == 0) {
     nlohmann::json manifest = {{"format", "pipetrain-checkpoint"},
                                {"version", kFormatVersion},
@@ -329,7 +314,8 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
     set_optimizer_state(engine.optimizer(), parameter, state);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
-  if (pending.cuda_rng_state.defined()) set_rng_state(at::Device(at::kCUDA, 0), pending.cuda_rng_state);
+  if (pending.cuda_rng_state.defined())
+    set_rng_state(at::Device(at::kCUDA, 0), pending.cuda_rng_state);
   if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
   return manifest["client_state"];
 }

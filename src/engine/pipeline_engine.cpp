@@ -25,6 +25,12 @@ bool is_floating(const at::Tensor& t) {
   return at::isFloatingType(t.scalar_type());
 }
 
+int64_t byte_size(const Activation& tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.numel() * t.element_size();
+  return bytes;
+}
+
 std::string describe(int stage, int step, const Instruction& in) {
   std::string text = "stage " + std::to_string(stage) + ", step " + std::to_string(step) + ", " +
                      std::string(schedule::name(in.kind));
@@ -155,11 +161,18 @@ void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSourc
   micro_batches_loaded_ = 0;
   total_loss_ = at::zeros({}, at::kDouble);
   buffers_.resize(std::max<std::size_t>(buffers_.size(), schedule.num_pipe_buffers()));
+  recording_ = std::exchange(record_next_, false);
+  if (recording_) grid_->world_comm()->barrier();  // a shared time origin
+  const auto origin = Clock::now();
+  auto microseconds = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - origin).count();
+  };
   const auto steps = schedule.steps();
   for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
     for (const Instruction& in : steps[t]) {
       comm::ScopedWaitContext context(describe(grid_->stage_id(), t, in));
       const auto start = Clock::now();
+      bytes_moved_ = 0;
       try {
         dispatch(in);
       } catch (const comm::DeadlineExceeded&) {
@@ -169,10 +182,14 @@ void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSourc
       } catch (const std::exception& e) {
         throw std::runtime_error(comm::wait_context() + ": " + error_message(e));
       }
-      timers_.add(in.kind, Clock::now() - start);
+      const auto end = Clock::now();
+      timers_.add(in.kind, end - start);
+      if (recording_)
+        records_.push_back({t, in, microseconds(start), microseconds(end), bytes_moved_});
       ++instructions_executed_;
     }
   }
+  recording_ = false;
   data_ = nullptr;
 }
 
@@ -262,11 +279,13 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
 // large message only while both sides poll, so a send left pending during the next
 // forward or backward would hold the receiving stage up for that long.
 void PipelineEngine::send_activation(PipeBuffer& buffer) {
+  bytes_moved_ = byte_size(buffer.outputs);
   transport_->send(buffer.outputs, grid_->stage_id() + 1, kActivationTag).wait();
 }
 
 void PipelineEngine::recv_activation(PipeBuffer& buffer) {
   buffer.inputs = transport_->recv(grid_->stage_id() - 1, kActivationTag, buffer.inputs);
+  bytes_moved_ = byte_size(buffer.inputs);
 }
 
 void PipelineEngine::send_grad(PipeBuffer& buffer) {
@@ -275,11 +294,13 @@ void PipelineEngine::send_grad(PipeBuffer& buffer) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
+  bytes_moved_ = byte_size(grads);
   transport_->send(grads, grid_->stage_id() - 1, kGradTag).wait();
 }
 
 void PipelineEngine::recv_grad(PipeBuffer& buffer) {
   buffer.output_grads = transport_->recv(grid_->stage_id() + 1, kGradTag, buffer.output_grads);
+  bytes_moved_ = byte_size(buffer.output_grads);
 }
 
 void PipelineEngine::reduce_tied_grads() {

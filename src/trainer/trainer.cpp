@@ -14,6 +14,7 @@
 #include "pipetrain/errors.h"
 #include "pipetrain/tensorboard.h"
 #include "pipetrain/trainer/metrics_log.h"
+#include "pipetrain/trainer/trace.h"
 
 namespace pipetrain {
 namespace fs = std::filesystem;
@@ -241,8 +242,17 @@ int train(const nlohmann::json& effective_config) {
   double last_validation = first_validation;
   double seconds_per_step = 0;
   while (engine.global_steps() < t.train_iters) {
+    const int64_t trace_step = t.trace_step > 0 ? t.trace_step : t.train_iters;
+    const bool trace = !t.trace.empty() && engine.global_steps() + 1 == trace_step;
+    if (trace) engine.record_next_batch();
     const auto start = Clock::now();
     const double loss = engine.train_batch(job.train_data.get());
+    if (trace) {
+      write_trace(t.trace, engine, engine.take_records());
+      if (leader)
+        progress.message("wrote the trace of step " + std::to_string(trace_step) + " to " +
+                         t.trace);
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     const int64_t step = engine.global_steps();

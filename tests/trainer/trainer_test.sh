@@ -71,7 +71,21 @@ check "generate: pipe 1 and pipe 2 give the same text" cmp -s gen1.out gen2.out
 "$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt --eval-iters 2 >eval.out 2>&1
 check "eval prints the validation loss of step 12" grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval.out
 
-# 5. Token files and bad input: exit 2 with a message naming the problem.
+# 5. The trace of one step holds every instruction of every rank.
+train 4 trace.out --train-iters 3 --trace trace.json
+"$pipetrain" schedule --kind train -m 2 -p 2 --stage 0 --format json >stage0.json
+"$pipetrain" schedule --kind train -m 2 -p 2 --stage 1 --format json >stage1.json
+check "trace: every rank ran every instruction of its stage's schedule" "$python" - <<'PY'
+import json, re, sys
+trace = json.load(open("trace.json"))["traceEvents"]
+stage_of = {e["tid"]: int(re.search(r"stage (\d+)", e["args"]["name"]).group(1)) for e in trace if e["ph"] == "M"}
+expected = [sum(len(step) for step in json.load(open(f"stage{s}.json"))["steps"]) for s in (0, 1)]
+counts = {tid: sum(1 for e in trace if e["ph"] == "X" and e["tid"] == tid) for tid in stage_of}
+sys.exit(not (len(counts) == 4 and all(counts[t] == expected[stage_of[t]] for t in counts)))
+PY
+check "trace: Gantt charts as run and as simulated" test "$(cat trace.json.svg trace.json.predicted.svg | grep -c "</svg>")" -eq 2
+
+# 6. Token files and bad input: exit 2 with a message naming the problem.
 "$python" -c "import numpy as np; np.arange(3000, dtype=np.uint16).__mod__(200).astype('<u2').tofile('tokens.bin')"
 to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$(variant tokens "$to_tokens")" --train-iters 2 >tokens.out 2>&1

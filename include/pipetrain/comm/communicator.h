@@ -3,6 +3,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "pipetrain/comm/deadline.h"
 
@@ -45,5 +47,8 @@ class Communicator {
  private:
   Seconds timeout_ = default_timeout();
 };
+
+// Every rank's `text`, in rank order (two all-gathers: lengths, then padded bytes).
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text);
 
 }  // namespace pipetrain::comm

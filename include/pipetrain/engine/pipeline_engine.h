@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/comm/tensor_transport.h"
@@ -21,6 +22,15 @@ namespace pipetrain {
 // part of the model, moving activations and gradients between stages and reducing
 // gradients among data-parallel replicas, so that a batch of M micro-batches makes the
 // same update as one step over the whole batch on one process.
+// One executed instruction, for timelines (see PipelineEngine::record_next_batch).
+struct InstructionRecord {
+  int step = 0;  // schedule step
+  schedule::Instruction instruction;
+  double start_us = 0;  // since the batch began (all ranks start it together)
+  double end_us = 0;
+  int64_t bytes = 0;  // moved by a send or receive
+};
+
 class PipelineEngine {
  public:
   // Collective over the grid's world. The module must be built for this rank's stage of
@@ -45,6 +55,11 @@ class PipelineEngine {
   // first stage feeds `inputs`; returns the model's outputs on the last stage, nothing
   // elsewhere. Collective over the pipe.
   Activation infer(const Activation& inputs);
+
+  // Records every instruction of the next train_batch (collective: the batch then starts
+  // with a barrier so all ranks share a time origin); take_records() hands them over.
+  void record_next_batch() { record_next_ = true; }
+  std::vector<InstructionRecord> take_records() { return std::exchange(records_, {}); }
 
   // Whether train_batch prints DeepSpeed's progress line (a trainer may print its own).
   void set_progress_report(bool on) { report_progress_ = on; }
@@ -119,6 +134,10 @@ class PipelineEngine {
   InstructionTimers timers_;
   double seconds_since_report_ = 0;
   bool report_progress_ = true;
+  bool record_next_ = false;
+  bool recording_ = false;
+  std::vector<InstructionRecord> records_;
+  int64_t bytes_moved_ = 0;  // by the instruction being executed
   double last_grad_norm_ = 0;
   double last_learning_rate_ = 0;
 };

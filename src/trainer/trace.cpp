@@ -1,0 +1,105 @@
+#include "pipetrain/trainer/trace.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "pipetrain/atomic_file.h"
+#include "pipetrain/schedule/render.h"
+#include "pipetrain/schedule/simulator.h"
+
+namespace pipetrain {
+namespace {
+
+using schedule::OpKind;
+
+nlohmann::json to_json(const std::vector<InstructionRecord>& records) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : records) {
+    out.push_back({r.step, static_cast<int>(r.instruction.kind), r.instruction.buffer,
+                   r.instruction.micro_batch, r.start_us, r.end_us, r.bytes});
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_trace(const std::string& path, const PipelineEngine& engine,
+                 const std::vector<InstructionRecord>& records) {
+  const Grid& grid = engine.grid();
+  const nlohmann::json mine = {{"rank", grid.global_rank()},
+                               {"stage", grid.stage_id()},
+                               {"data", grid.data_parallel_id()},
+                               {"records", to_json(records)}};
+  const auto all = comm::all_gather_text(*grid.world_comm(), mine.dump());
+  if (grid.global_rank() != 0) return;
+
+  const int stages = grid.pipe_parallel_size();
+  nlohmann::json events = nlohmann::json::array();
+  schedule::Timeline measured;
+  measured.stages.resize(stages);
+  std::vector<double> forward(stages, 0), backward(stages, 0), counts(stages, 0);
+  std::size_t instructions = 0;
+  for (const auto& text : all) {
+    const nlohmann::json rank = nlohmann::json::parse(text);
+    const int r = rank["rank"], stage = rank["stage"], data = rank["data"];
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
+                      {"args",
+                       {{"name", "rank " + std::to_string(r) + " (stage " + std::to_string(stage) +
+                                     ", data " + std::to_string(data) + ")"}}}});
+    for (const auto& e : rank["records"]) {
+      const auto kind = static_cast<OpKind>(e[1].get<int>());
+      const double start = e[4], end = e[5];
+      const int micro_batch = e[3];
+      std::string name(schedule::name(kind));
+      if (micro_batch >= 0) name += " " + std::to_string(micro_batch);
+      events.push_back({{"name", name},
+                        {"cat", schedule::name(kind)},
+                        {"ph", "X"},
+                        {"ts", start},
+                        {"dur", end - start},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"args",
+                         {{"stage", stage},
+                          {"step", e[0]},
+                          {"buffer", e[2]},
+                          {"micro_batch", micro_batch},
+                          {"bytes", e[6]}}}});
+      ++instructions;
+      if (data != 0 || !schedule::is_compute(kind)) continue;
+      measured.boxes.push_back({stage, kind, micro_batch, 0, start / 1e3, end / 1e3});
+      measured.makespan = std::max(measured.makespan, end / 1e3);
+      (kind == OpKind::kForwardPass ? forward : backward)[stage] += (end - start) / 1e3;
+      if (kind == OpKind::kForwardPass) counts[stage] += 1;
+    }
+  }
+  write_file_atomically(path,
+                        nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
+
+  // The same step as the simulator sees it, from the measured per-stage costs (ms).
+  schedule::PipelinePlan plan = schedule::plan_pipeline("train", {engine.micro_batches(), stages});
+  schedule::CostModel costs;
+  costs.forward.assign(stages, 0);
+  costs.backward.assign(stages, 0);
+  costs.weight.assign(stages, 0);
+  for (int s = 0; s < stages; ++s) {
+    const double n = std::max(1.0, counts[s]);
+    costs.forward[s] = forward[s] / n;
+    costs.backward[s] = backward[s] / n;
+  }
+  const schedule::Timeline predicted = schedule::simulate(plan, costs);
+  plan.kind = "1F1B as run (ms)";
+  write_file_atomically(path + ".svg", schedule::to_svg(plan, measured));
+  plan.kind = "1F1B simulated from the measured costs (ms)";
+  write_file_atomically(path + ".predicted.svg", schedule::to_svg(plan, predicted));
+  std::printf(
+      "trace: %zu instructions of %zu ranks in %s (+ .svg, .predicted.svg); compute makespan %.1f "
+      "ms as run, "
+      "%.1f ms simulated\n",
+      instructions, all.size(), path.c_str(), measured.makespan, predicted.makespan);
+}
+
+}  // namespace pipetrain
