@@ -140,6 +140,17 @@ std::vector<int64_t> bytes_of(const std::string& text) {
   return {text.begin(), text.end()};
 }
 
+// Milliseconds this rank spent per instruction kind between two readings of its timers.
+nlohmann::json timings_since(const InstructionTimers& before, const InstructionTimers& after) {
+  nlohmann::json timings = nlohmann::json::object();
+  for (int k = 0; k < schedule::kNumOpKinds; ++k) {
+    const auto kind = static_cast<schedule::OpKind>(k);
+    const double ms = (after.seconds(kind) - before.seconds(kind)) * 1e3;
+    if (ms > 0) timings[std::string(schedule::name(kind))] = ms;
+  }
+  return timings;
+}
+
 // The effective config of a checkpoint, re-sized for a job of `ranks` ranks on one
 // pipeline (data-parallel 1) with `micro_batch` samples per micro-batch.
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
@@ -245,6 +256,7 @@ int train(const nlohmann::json& effective_config) {
     const int64_t trace_step = t.trace_step > 0 ? t.trace_step : t.train_iters;
     const bool trace = !t.trace.empty() && engine.global_steps() + 1 == trace_step;
     if (trace) engine.record_next_batch();
+    const InstructionTimers timers_before = engine.timers();
     const auto start = Clock::now();
     const double loss = engine.train_batch(job.train_data.get());
     if (trace) {
@@ -262,7 +274,8 @@ int train(const nlohmann::json& effective_config) {
                              {"grad_norm", engine.last_grad_norm()},
                              {"loss_scale", nullptr},
                              {"samples_per_s", samples / seconds},
-                             {"tokens_per_s", samples * tokens_per_sample / seconds}};
+                             {"tokens_per_s", samples * tokens_per_sample / seconds},
+                             {"timings_ms", timings_since(timers_before, engine.timers())}};
     const bool evaluate =
         (t.eval_interval > 0 && step % t.eval_interval == 0) || step == t.train_iters;
     if (evaluate) {

@@ -50,7 +50,7 @@ mkdir -p logs
   --config "$(variant logged 's|"sample"|"log": {"metrics": "logs/m.jsonl", "csv": "logs/m.csv", "tensorboard": "logs/tb"}, "sample"|')" \
   >logged.out 2>&1
 check "metrics: 12 JSON lines with steps 1..12" \
-  "$python" -c "import json,sys; r=[json.loads(l) for l in open('logs/m.jsonl')]; sys.exit(not ([x['step'] for x in r]==list(range(1,13)) and all('loss' in x and 'lr' in x and 'grad_norm' in x and 'samples_per_s' in x for x in r) and [x['step'] for x in r if 'val_loss' in x]==[4,8,12]))"
+  "$python" -c "import json,sys; r=[json.loads(l) for l in open('logs/m.jsonl')]; sys.exit(not ([x['step'] for x in r]==list(range(1,13)) and all('loss' in x and 'lr' in x and 'grad_norm' in x and 'samples_per_s' in x and x['timings_ms']['ForwardPass'] > 0 for x in r) and [x['step'] for x in r if 'val_loss' in x]==[4,8,12]))"
 check "metrics: CSV header and 12 rows" test "$(head -1 logs/m.csv)" = "step,loss,val_loss,lr,grad_norm,loss_scale,samples_per_s,tokens_per_s" -a "$(wc -l <logs/m.csv)" -eq 13
 check "tensorboard: TensorBoard's own reader finds the curves" "$python" - <<'PY'
 import sys
@@ -90,6 +90,9 @@ check "trace: Gantt charts as run and as simulated" test "$(cat trace.json.svg t
 to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$(variant tokens "$to_tokens")" --train-iters 2 >tokens.out 2>&1
 check "tokens: trains on a uint16 token file" grep -q '^step 2/2 loss' tokens.out
+"$pipetrain" launch -n 2 -- "$pipetrain" train --train-iters 20 --config "$(variant mlp \
+  's|"model": {[^}]*}|"model": {"type": "mlp", "inputs": 8, "hidden": 32, "outputs": 2, "layers": 3}|; s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "synthetic"|')" >mlp.out 2>&1
+check "synthetic: the MLP learns its teacher" awk '/^validation loss: /{ exit !($5 < 0.5 * $3) }' mlp.out
 "$python" -c "import numpy as np; np.array([1, 2, 300, 4] * 50, dtype='<u2').tofile('bad.bin')"
 bad() { # description, pattern, arguments...
   local what=$1 pattern=$2
