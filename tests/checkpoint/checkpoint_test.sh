@@ -3,6 +3,8 @@
 # save, and every kind of damaged checkpoint.
 # Usage: checkpoint_test.sh PATH/TO/pipetrain PATH/TO/checkpoint_program PATH/TO/python
 set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 program=$2
 python=$3
@@ -10,15 +12,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PIPETRAIN_COMM_TIMEOUT=60
-passed=0
-failed=0
-
-check() {
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
-
 run() { # ranks, output file, program arguments...
   local ranks=$1 out=$2
   shift 2
@@ -97,5 +90,4 @@ damaged "another model" "the checkpoint holds 7 layers, this model has 6" \
 damaged "other shapes" "layer_001.safetensors: tensor 'qkv.weight' is Float \[48, 8\], the model expects Float \[48, 16\]" \
   '"$python" "$here/replace_layer.py" step_3 layer_001.safetensors'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

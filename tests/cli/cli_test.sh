@@ -2,24 +2,12 @@
 # The pipetrain command as a user meets it: output, exit codes, one-line errors.
 # Usage: cli_test.sh PATH/TO/pipetrain SOURCE_DIR
 set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 examples=$2/examples
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-
-check() { # description, condition...
-  local what=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $what"
-  fi
-}
-
 # Runs pipetrain; leaves exit code in $rc, stdout in $work/out, stderr in $work/err.
 run() {
   "$pipetrain" "$@" >"$work/out" 2>"$work/err"
@@ -101,5 +89,4 @@ expect_input_error "needs a program" launch -n 2
 expect_input_error "does not exist" launch -n 2 --hostfile "$work/no-hosts" -- prog
 expect_input_error "only for 'launch'" schedule -m 2 -p 2 -- extra
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -3,21 +3,14 @@
 # non-zero status within the deadline + 10 s, and say who failed and why.
 # Usage: comm_fault_test.sh PATH/TO/pipetrain PATH/TO/comm_fault_program
 set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 program=$2
 deadline=3
 export PIPETRAIN_COMM_TIMEOUT=$deadline
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-passed=0
-failed=0
-
-check() {
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
-
 run_fault() { # mode, expected message pattern
   local start end rc
   start=$(date +%s.%N)
@@ -37,5 +30,4 @@ run_fault() { # mode, expected message pattern
 run_fault silent '^pipetrain: rank 0 \(pipe=0 data=0\): waited 3\.[0-9] s for recv from rank 2 \(tag 1\) \[stage 0, step 1, RecvActivation buffer 0, micro-batch 0\]: deadline exceeded$'
 run_fault throw '^pipetrain: rank 2 \(pipe=1 data=0\): injected failure in the forward pass$'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

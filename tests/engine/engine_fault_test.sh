@@ -2,20 +2,13 @@
 # Engine failures end the job with a message that says where and why.
 # Usage: engine_fault_test.sh PATH/TO/pipetrain PATH/TO/engine_fault_program
 set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 program=$2
 export PIPETRAIN_COMM_TIMEOUT=20
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-passed=0
-failed=0
-
-check() {
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
-
 run_fault() { # mode, expected message pattern
   local rc
   timeout 60 "$pipetrain" launch -n 2 -- "$program" "$1" >"$log" 2>&1
@@ -30,5 +23,4 @@ run_fault exhausted '^pipetrain: rank [01] \(pipe=[01] data=0\): stage [01], ste
 run_fault mismatch '^pipetrain: rank 1 \(pipe=1 data=0\): stage 1, step 1, ForwardPass buffer 0, micro-batch 0: (addmm: )?mat1 and mat2 shapes cannot be multiplied \(2x5 and 7x1\)$'
 run_fault grad-disabled '^pipetrain: rank [01] \(pipe=[01] data=0\): train_batch\(\) needs gradients enabled; use eval_batch\(\) to evaluate$'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -2,6 +2,8 @@
 # `pipetrain train`, `eval` and `generate` as a user runs them, through pipetrain launch.
 # Usage: trainer_test.sh PATH/TO/pipetrain PATH/TO/python
 set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 python=$2
 config=$(cd "$(dirname "$0")" && pwd)/tiny.json
@@ -9,15 +11,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 export PIPETRAIN_COMM_TIMEOUT=60
-passed=0
-failed=0
-
-check() {
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
-
 train() { # ranks, output file, arguments...
   local ranks=$1 out=$2
   shift 2
@@ -111,5 +104,4 @@ bad "data-parallel size not matching" "data-parallel size 2 with 2 stages needs 
 bad "context longer than the data" "does not fit in" \
   --config "$(variant short-data 's|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"], "validation_fraction": 0.999|')"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
