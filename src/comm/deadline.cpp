@@ -14,8 +14,8 @@ std::string& identity_storage() {
   return identity;
 }
 
-std::string& context_storage() {
-  static std::string context;
+const WaitContext*& current_context() {
+  static const WaitContext* context = nullptr;
   return context;
 }
 
@@ -40,13 +40,20 @@ const std::string& rank_identity() {
   return identity_storage();
 }
 
-ScopedWaitContext::ScopedWaitContext(std::string context)
-    : previous_(std::exchange(context_storage(), std::move(context))) {}
-ScopedWaitContext::~ScopedWaitContext() {
-  context_storage() = std::move(previous_);
+ScopedWaitContext::ScopedWaitContext(const WaitContext& context)
+    : previous_(std::exchange(current_context(), &context)) {}
+
+ScopedWaitContext::ScopedWaitContext(std::string text)
+    : text_(), previous_(std::exchange(current_context(), &text_)) {
+  text_.text = std::move(text);
 }
-const std::string& wait_context() {
-  return context_storage();
+
+ScopedWaitContext::~ScopedWaitContext() {
+  current_context() = previous_;
+}
+
+std::string wait_context() {
+  return current_context() ? current_context()->describe() : std::string();
 }
 
 void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,
@@ -65,7 +72,8 @@ void wait_with_deadline(const std::function<bool()>& done, const std::function<s
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.1f", Seconds(waited).count());
       std::string message = std::string("waited ") + seconds + " s for " + what();
-      if (!wait_context().empty()) message += " [" + wait_context() + "]";
+      if (const std::string context = wait_context(); !context.empty())
+        message += " [" + context + "]";
       message += ": deadline exceeded";
       throw DeadlineExceeded(message);
     }

@@ -31,15 +31,20 @@ int64_t byte_size(const Activation& tensors) {
   return bytes;
 }
 
-std::string describe(int stage, int step, const Instruction& in) {
+}  // namespace
+
+std::string PipelineEngine::CurrentInstruction::describe() const {
   std::string text = "stage " + std::to_string(stage) + ", step " + std::to_string(step) + ", " +
-                     std::string(schedule::name(in.kind));
-  if (in.buffer >= 0) text += " buffer " + std::to_string(in.buffer);
-  if (in.micro_batch >= 0) text += ", micro-batch " + std::to_string(in.micro_batch);
+                     std::string(schedule::name(instruction.kind));
+  if (instruction.buffer >= 0) text += " buffer " + std::to_string(instruction.buffer);
+  if (instruction.micro_batch >= 0)
+    text += ", micro-batch " + std::to_string(instruction.micro_batch);
   return text;
 }
 
-}  // namespace
+PipelineEngine::Program PipelineEngine::Program::of(const schedule::Schedule& schedule) {
+  return {schedule.steps(), schedule.num_pipe_buffers()};
+}
 
 PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
                                TrainingConfig config)
@@ -67,6 +72,15 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   transport_ = std::make_unique<comm::TensorTransport>(
       grid_->pipe_comm(), comm::communicator_for(grid_->pipe_comm(), at::kCPU));
 
+  connect_tied_layers();
+  // The schedules depend only on the shape: built once, executed every batch.
+  const schedule::PipeShape shape{micro_batches(), grid_->pipe_parallel_size()};
+  train_program_ = Program::of(schedule::TrainSchedule(shape, grid_->stage_id()));
+  eval_program_ = Program::of(schedule::InferenceSchedule(shape, grid_->stage_id()));
+  infer_program_ = Program::of(schedule::InferenceSchedule({1, shape.stages}, grid_->stage_id()));
+}
+
+void PipelineEngine::connect_tied_layers() {
   // Tied layers on several stages: one communicator per key among the owners that share
   // this rank's data and model coordinates. Splitting is collective, so every rank takes
   // part for every key, owners or not.
@@ -82,8 +96,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
         1 + grid_->data_parallel_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
     auto comm = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
     if (!owner) continue;
-    if (comm->timeout() != grid_->pipe_comm()->timeout())
-      comm->set_timeout(grid_->pipe_comm()->timeout());
+    comm->set_timeout(grid_->pipe_comm()->timeout());
     tied_comms_[spec.tie_key] = comm;
     if (owners.front() != grid_->stage_id()) {
       for (const auto& p : module_->tied_parameters(spec.tie_key)) excluded.push_back(p);
@@ -103,9 +116,7 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
   const auto start = Clock::now();
   training_ = true;
   module_->train(true);
-  execute(
-      schedule::TrainSchedule({micro_batches(), grid_->pipe_parallel_size()}, grid_->stage_id()),
-      data);
+  execute(train_program_, data);
   const double loss = aggregate_loss();
   seconds_since_report_ += std::chrono::duration<double>(Clock::now() - start).count();
   if (report_progress_ && global_steps_ % config_.steps_per_print == 0) {
@@ -122,9 +133,7 @@ PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bo
   collected_outputs_ = return_outputs && grid_->is_last_stage() ? &result.outputs : nullptr;
   {
     at::NoGradGuard no_grad;
-    execute(schedule::InferenceSchedule({micro_batches(), grid_->pipe_parallel_size()},
-                                        grid_->stage_id()),
-            data);
+    execute(eval_program_, data);
   }
   collected_outputs_ = nullptr;
   result.loss = aggregate_loss();
@@ -148,29 +157,31 @@ Activation PipelineEngine::infer(const Activation& inputs) {
   collected_outputs_ = &outputs;
   {
     at::NoGradGuard no_grad;
-    execute(schedule::InferenceSchedule({1, grid_->pipe_parallel_size()}, grid_->stage_id()),
-            &once);
+    execute(infer_program_, &once);
   }
   collected_outputs_ = nullptr;
   module_->train(true);
   return outputs.empty() ? Activation{} : outputs.front();
 }
 
-void PipelineEngine::execute(const schedule::Schedule& schedule, MicroBatchSource* data) {
+void PipelineEngine::execute(const Program& program, MicroBatchSource* data) {
   data_ = data;
   micro_batches_loaded_ = 0;
   total_loss_ = at::zeros({}, at::kDouble);
-  buffers_.resize(std::max<std::size_t>(buffers_.size(), schedule.num_pipe_buffers()));
+  buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   recording_ = std::exchange(record_next_, false);
   if (recording_) grid_->world_comm()->barrier();  // a shared time origin
   const auto origin = Clock::now();
   auto microseconds = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - origin).count();
   };
-  const auto steps = schedule.steps();
+  comm::ScopedWaitContext context(current_);
+  current_.stage = grid_->stage_id();
+  const auto& steps = program.steps;
   for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
     for (const Instruction& in : steps[t]) {
-      comm::ScopedWaitContext context(describe(grid_->stage_id(), t, in));
+      current_.step = t;
+      current_.instruction = in;
       const auto start = Clock::now();
       bytes_moved_ = 0;
       try {

@@ -26,18 +26,31 @@ void set_rank_identity(std::string identity);
 const std::string& rank_identity();
 
 // What the caller is doing, e.g. "stage 1, step 4, RecvGrad buffer 0, micro-batch 3",
-// for the duration of a scope; nested scopes restore the outer context.
+// formatted only when a wait fails (the engine updates it for every instruction).
+class WaitContext {
+ public:
+  virtual ~WaitContext() = default;
+  virtual std::string describe() const = 0;
+};
+
+// Makes `context` current for the scope; nested scopes restore the outer one.
 class ScopedWaitContext {
  public:
-  explicit ScopedWaitContext(std::string context);
+  explicit ScopedWaitContext(const WaitContext& context);
+  explicit ScopedWaitContext(std::string text);  // a fixed description
   ~ScopedWaitContext();
   ScopedWaitContext(const ScopedWaitContext&) = delete;
   ScopedWaitContext& operator=(const ScopedWaitContext&) = delete;
 
  private:
-  std::string previous_;
+  struct Text : WaitContext {
+    std::string text;
+    std::string describe() const override { return text; }
+  } text_;
+  const WaitContext* previous_;
 };
-const std::string& wait_context();
+// The current context's description; empty when there is none.
+std::string wait_context();
 
 // Calls `done` until it returns true: spinning briefly, then yielding (up to 50 ms), then
 // sleeping with growing pauses (up to 1 ms) so waiting ranks leave the cores to others. Throws

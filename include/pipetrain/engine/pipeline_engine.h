@@ -91,7 +91,23 @@ class PipelineEngine {
     int micro_batch = -1;
   };
 
-  void execute(const schedule::Schedule& schedule, MicroBatchSource* data);
+  // A schedule's steps, computed once.
+  struct Program {
+    std::vector<schedule::Step> steps;
+    int buffers = 0;
+    static Program of(const schedule::Schedule& schedule);
+  };
+
+  // The instruction being executed, described for errors and expired deadlines.
+  struct CurrentInstruction : comm::WaitContext {
+    int stage = 0;
+    int step = 0;
+    schedule::Instruction instruction;
+    std::string describe() const override;
+  };
+
+  void connect_tied_layers();
+  void execute(const Program& program, MicroBatchSource* data);
   void dispatch(const schedule::Instruction& instruction);
 
   void load_micro_batch(PipeBuffer& buffer);
@@ -120,6 +136,10 @@ class PipelineEngine {
   // tensors whose first owner is another stage.
   std::vector<at::Tensor> norm_parameters_;
 
+  Program train_program_;
+  Program eval_program_;
+  Program infer_program_;
+  CurrentInstruction current_;
   std::vector<PipeBuffer> buffers_;
   std::vector<at::Tensor> reduce_buckets_;
   MicroBatchSource* data_ = nullptr;
