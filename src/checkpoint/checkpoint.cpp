@@ -25,12 +25,14 @@ std::string numbered(const char* prefix, int number, int width) {
   return name;
 }
 
-// This stage's parameters grouped by the layer index in their names ("<index>.<tensor>").
-std::map<int, NamedTensors> parameters_by_layer(const PipelineModule& module) {
+// This stage's weights grouped by the layer index in their names ("<index>.<tensor>"):
+// the fp32 masters the optimizer updates, so checkpoints hold full precision whatever
+// precision the model computes in.
+std::map<int, NamedTensors> parameters_by_layer(const PipelineEngine& engine) {
   std::map<int, NamedTensors> layers;
-  for (const auto& [name, tensor] : module.named_parameters()) {
+  for (const auto& [name, tensor] : engine.module().named_parameters()) {
     const auto dot = name.find('.');
-    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1), tensor);
+    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1), engine.master_of(tensor));
   }
   return layers;
 }
@@ -145,7 +147,7 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     }
   }
   PendingLoad pending;
-  for (const auto& [index, parameters] : parameters_by_layer(module)) {
+  for (const auto& [index, parameters] : parameters_by_layer(engine)) {
     const auto& layer = layers[index];
     const std::string file = layer.value("file", "");
     if (file.empty())
@@ -212,7 +214,7 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
   nlohmann::json layers = nlohmann::json::object();
   const PipelineModule& module = engine.module();
   if (grid.data_parallel_id() == 0 && grid.model_parallel_id() == 0) {
-    for (const auto& [index, parameters] : parameters_by_layer(module)) {
+    for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
       nlohmann::json& layer = layers[std::to_string(index)];
       layer["file"] = numbered("layer", index, 3);
@@ -242,6 +244,7 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
                                {"pipetrain_version", kVersion},
                                {"tag", tag},
                                {"global_steps", engine.global_steps()},
+                               {"loss_scaler", engine.loss_scaler().state()},
                                {"topology", topology_of(grid)},
                                {"partition", module.parts()},
                                {"optimizer", engine.config().optimizer.type},
@@ -308,11 +311,13 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
 
   {
     at::NoGradGuard no_grad;
-    for (auto& [parameter, value] : pending.weights) parameter.copy_(value);
+    for (auto& [master, value] : pending.weights) master.copy_(value);
   }
+  engine.copy_masters_to_model();
   for (auto& [parameter, state] : pending.optimizer_states)
     set_optimizer_state(engine.optimizer(), parameter, state);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
+  if (manifest.contains("loss_scaler")) engine.loss_scaler().restore(manifest["loss_scaler"]);
   if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
   if (pending.cuda_rng_state.defined())
     set_rng_state(at::Device(at::kCUDA, 0), pending.cuda_rng_state);

@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstdio>
 #include <stdexcept>
 
@@ -48,7 +50,10 @@ PipelineEngine::Program PipelineEngine::Program::of(const schedule::Schedule& sc
 
 PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
                                TrainingConfig config)
-    : module_(std::move(module)), grid_(std::move(grid)), config_(std::move(config)) {
+    : module_(std::move(module)),
+      grid_(std::move(grid)),
+      config_(std::move(config)),
+      loss_scaler_(config_.precision.dtype == "fp16" ? config_.precision.loss_scaler : LossScalerConfig{.loss_scale = 1}) {
   resolve_batch(config_, grid_->data_parallel_size());
   if (grid_->global_rank() == 0) {
     for (const auto& key : config_.unknown_keys)
@@ -61,7 +66,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
                      std::to_string(grid_->stage_id()) + " of " +
                      std::to_string(grid_->pipe_parallel_size()));
   }
-  optimizer_ = make_optimizer(config_.optimizer, module_->parameters());
+  prepare_precision();
+  std::vector<at::Tensor> masters;
+  for (const auto& [parameter, master] : masters_) masters.push_back(master);
+  optimizer_ = make_optimizer(config_.optimizer, masters);
   lr_schedule_ = make_lr_schedule(config_.scheduler, base_learning_rate(config_.optimizer));
   if (config_.comm_timeout > 0) {
     for (const auto& comm :
@@ -78,6 +86,29 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   train_program_ = Program::of(schedule::TrainSchedule(shape, grid_->stage_id()));
   eval_program_ = Program::of(schedule::InferenceSchedule(shape, grid_->stage_id()));
   infer_program_ = Program::of(schedule::InferenceSchedule({1, shape.stages}, grid_->stage_id()));
+}
+
+void PipelineEngine::prepare_precision() {
+  const std::string& dtype = config_.precision.dtype;
+  dtype_ = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+  if (dtype_ != at::kFloat) module_->to(dtype_);
+  for (const auto& p : module_->parameters()) {
+    masters_.emplace_back(p, dtype_ == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
+  }
+}
+
+void PipelineEngine::copy_masters_to_model() {
+  at::NoGradGuard no_grad;
+  for (auto& [parameter, master] : masters_) {
+    if (!master.is_same(parameter)) parameter.copy_(master);
+  }
+}
+
+const at::Tensor& PipelineEngine::master_of(const at::Tensor& parameter) const {
+  for (const auto& [p, master] : masters_) {
+    if (p.is_same(parameter)) return master;
+  }
+  throw std::invalid_argument("not a parameter of this engine's module");
 }
 
 void PipelineEngine::connect_tied_layers() {
@@ -105,7 +136,7 @@ void PipelineEngine::connect_tied_layers() {
   for (const auto& p : module_->parameters()) {
     const bool skip = std::any_of(excluded.begin(), excluded.end(),
                                   [&](const at::Tensor& e) { return e.is_same(p); });
-    if (!skip) norm_parameters_.push_back(p);
+    if (!skip) norm_parameters_.push_back(master_of(p));
   }
 }
 
@@ -248,7 +279,12 @@ void PipelineEngine::load_micro_batch(PipeBuffer& buffer) {
                              " (wrap the loader in a RepeatingLoader to train for longer)");
   }
   ++micro_batches_loaded_;
-  if (grid_->is_first_stage()) buffer.inputs = std::move(batch.inputs);
+  if (grid_->is_first_stage()) {
+    buffer.inputs = std::move(batch.inputs);
+    for (auto& t : buffer.inputs) {
+      if (is_floating(t) && t.scalar_type() != dtype_) t = t.to(dtype_);
+    }
+  }
   if (grid_->is_last_stage()) buffer.labels = std::move(batch.labels);
 }
 
@@ -258,10 +294,14 @@ void PipelineEngine::forward(PipeBuffer& buffer) {
   if (!grid_->is_last_stage()) return;
   if (collected_outputs_) collected_outputs_->push_back(buffer.outputs);
   if (buffer.labels.empty()) return;  // infer(): outputs only
-  const at::Tensor loss = module_->loss(buffer.outputs, buffer.labels);
+  Activation outputs = buffer.outputs;
+  for (auto& t : outputs) {
+    if (is_floating(t) && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);  // the loss in fp32
+  }
+  const at::Tensor loss = module_->loss(outputs, buffer.labels);
   total_loss_ += loss.detach().to(at::kDouble);
-  // Each micro-batch carries 1/M of the batch's gradient.
-  if (training_) buffer.loss = loss / micro_batches();
+  // Each micro-batch carries 1/M of the batch's gradient (times the fp16 loss scale).
+  if (training_) buffer.loss = loss * (loss_scaler_.scale() / micro_batches());
 }
 
 void PipelineEngine::backward(PipeBuffer& buffer) {
@@ -342,7 +382,8 @@ void PipelineEngine::reduce_grads() {
     }
     if (bucket == reduce_buckets_.size() || reduce_buckets_[bucket].numel() != elements) {
       reduce_buckets_.resize(std::max(reduce_buckets_.size(), bucket + 1));
-      reduce_buckets_[bucket] = at::empty({elements}, grads[first].options());
+      const at::ScalarType wire = config_.precision.communication_data_type == "fp32" ? at::kFloat : dtype_;
+      reduce_buckets_[bucket] = at::empty({elements}, grads[first].options().dtype(wire));
     }
     at::Tensor& flat = reduce_buckets_[bucket];
     int64_t offset = 0;
@@ -371,18 +412,50 @@ double PipelineEngine::global_grad_norm() {
   return std::sqrt(squares.item<double>());
 }
 
-void PipelineEngine::optimizer_step() {
-  last_grad_norm_ = global_grad_norm();
-  const double coefficient = config_.gradient_clipping / (last_grad_norm_ + 1e-6);
-  if (config_.gradient_clipping > 0 && coefficient < 1.0) {
-    for (const auto& p : module_->parameters()) {
-      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+bool PipelineEngine::gather_master_grads() {
+  const double unscale = 1.0 / loss_scaler_.scale();
+  bool finite = true;
+  for (auto& [parameter, master] : masters_) {
+    if (!parameter.grad().defined()) continue;
+    if (!master.is_same(parameter)) master.mutable_grad() = parameter.grad().to(at::kFloat);
+    if (unscale != 1.0) master.mutable_grad().mul_(unscale);
+  }
+  if (const char* fault = std::getenv("PIPETRAIN_FAULT_OVERFLOW")) {
+    // Test hook "STAGE:STEP": that stage finds an inf in its gradients at that step.
+    int stage = -1, step = -1;
+    if (std::sscanf(fault, "%d:%d", &stage, &step) == 2 && stage == grid_->stage_id() &&
+        step == global_steps_ + 1 && !masters_.empty() && masters_.front().second.grad().defined()) {
+      masters_.front().second.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
     }
   }
-  last_learning_rate_ = lr_schedule_(global_steps_);
-  set_learning_rate(*optimizer_, last_learning_rate_);
-  optimizer_->step();
+  if (config_.precision.dtype != "fp16") return false;
+  for (const auto& [parameter, master] : masters_) {
+    if (master.grad().defined() && !master.grad().isfinite().all().item<bool>()) finite = false;
+  }
+  // Every stage and replica must take the same decision.
+  at::Tensor overflow = at::tensor({finite ? int64_t{0} : int64_t{1}}, at::kLong);
+  grid_->world_comm()->all_reduce(overflow, comm::ReduceOp::kMax);
+  return overflow.item<int64_t>() != 0;
+}
+
+void PipelineEngine::optimizer_step() {
+  const bool overflow = gather_master_grads();
+  loss_scaler_.update(overflow);
+  if (!overflow) {
+    last_grad_norm_ = global_grad_norm();
+    const double coefficient = config_.gradient_clipping / (last_grad_norm_ + 1e-6);
+    if (config_.gradient_clipping > 0 && coefficient < 1.0) {
+      for (const auto& [parameter, master] : masters_) {
+        if (master.grad().defined()) master.mutable_grad().mul_(coefficient);
+      }
+    }
+    last_learning_rate_ = lr_schedule_(global_steps_);
+    set_learning_rate(*optimizer_, last_learning_rate_);
+    optimizer_->step();
+    copy_masters_to_model();
+  }
   optimizer_->zero_grad();
+  for (auto& [parameter, master] : masters_) parameter.mutable_grad() = at::Tensor();
   ++global_steps_;
 }
 

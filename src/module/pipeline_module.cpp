@@ -239,6 +239,15 @@ void PipelineModule::train(bool on) {
   }
 }
 
+void PipelineModule::to(at::ScalarType dtype) {
+  std::vector<torch::nn::Module*> done;
+  for (auto& [index, layer] : layers_) {
+    if (!layer.module || std::count(done.begin(), done.end(), layer.module.get())) continue;
+    done.push_back(layer.module.get());
+    layer.module->to(dtype);
+  }
+}
+
 std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters() const {
   // A tied module is named after its key's first layer on every stage that owns it.
   const auto first_tied = first_tied_layers(specs_);

@@ -6,6 +6,7 @@
 
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/optim/loss_scaler.h"
 
 namespace pipetrain {
 
@@ -29,6 +30,14 @@ struct PipelineConfig {
   std::string schedule = "train";
 };
 
+// Mixed precision: the model (and what travels between stages) in bf16 or fp16, fp32
+// master weights and optimizer state; fp16 adds loss scaling.
+struct PrecisionConfig {
+  std::string dtype = "fp32";                    // fp32, bf16 (bf16.enabled) or fp16 (fp16.enabled)
+  std::string communication_data_type = "fp32";  // data-parallel gradient all-reduce: fp32 or the model's
+  LossScalerConfig loss_scaler;                  // fp16 only
+};
+
 struct TrainingConfig {
   // Batch arithmetic: train_batch_size = micro batch * accumulation steps * data-parallel size.
   int64_t train_batch_size = 0;
@@ -43,6 +52,7 @@ struct TrainingConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   PipelineConfig pipeline;
+  PrecisionConfig precision;
   models::ModelConfig model;
   std::vector<std::string> unknown_keys;  // for a warning, one per key
 };

@@ -13,6 +13,7 @@
 #include "pipetrain/engine/timers.h"
 #include "pipetrain/grid.h"
 #include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer.h"
 #include "pipetrain/schedule/schedule.h"
 
@@ -65,9 +66,21 @@ class PipelineEngine {
   void set_progress_report(bool on) { report_progress_ = on; }
   // Of the last optimizer step: the global gradient norm (before clipping) and the rate.
   double last_grad_norm() const { return last_grad_norm_; }
+  // Mixed precision: the fp32 master copy the optimizer updates for a model parameter
+  // (the parameter itself in fp32), the fp16 loss scale and the steps skipped on overflow.
+  const at::Tensor& master_of(const at::Tensor& parameter) const;
+  const LossScaler& loss_scaler() const { return loss_scaler_; }
+  LossScaler& loss_scaler() { return loss_scaler_; }
+  // After the masters changed (a checkpoint load): the model takes their values.
+  void copy_masters_to_model();
+  double loss_scale() const { return loss_scaler_.scale(); }
+  int64_t skipped_steps() const { return loss_scaler_.skipped_steps(); }
+  // Bytes this rank sent and received between stages so far.
+  int64_t p2p_bytes() const { return p2p_bytes_; }
   double last_learning_rate() const { return last_learning_rate_; }
 
   PipelineModule& module() { return *module_; }
+  const PipelineModule& module() const { return *module_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainingConfig& config() const { return config_; }
   const Grid& grid() const { return *grid_; }
@@ -107,6 +120,9 @@ class PipelineEngine {
   };
 
   void connect_tied_layers();
+  void prepare_precision();
+  // Moves gradients onto the fp32 masters (unscaled); whether any rank overflowed.
+  bool gather_master_grads();
   void execute(const Program& program, MicroBatchSource* data);
   void dispatch(const schedule::Instruction& instruction);
 
@@ -134,7 +150,12 @@ class PipelineEngine {
   std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
   // The parameters whose gradients this stage counts in the global norm: all but tied
   // tensors whose first owner is another stage.
-  std::vector<at::Tensor> norm_parameters_;
+  std::vector<at::Tensor> norm_parameters_;  // masters
+  at::ScalarType dtype_ = at::kFloat;
+  // (model parameter, fp32 master) pairs; both the same tensor in fp32.
+  std::vector<std::pair<at::Tensor, at::Tensor>> masters_;
+  LossScaler loss_scaler_;
+  int64_t p2p_bytes_ = 0;
 
   Program train_program_;
   Program eval_program_;

@@ -51,6 +51,8 @@ class PipelineModule {
   at::Tensor loss(const Activation& outputs, const Activation& labels) const;
 
   void train(bool on);
+  // Converts this stage's parameters (in place: tensor handles stay valid) to `dtype`.
+  void to(at::ScalarType dtype);
   bool is_training() const { return training_; }
 
   // This stage's parameters, each once, named "<layer index>.<name in its module>"; a
