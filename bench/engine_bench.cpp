@@ -165,6 +165,37 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
   }
 }
 
+// (c) bf16 against fp32 on two stages: bytes moved between stages per step and step time.
+void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
+  const models::GptConfig gpt{
+      .vocab_size = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
+  auto data = std::make_shared<TensorDataset>(Activation{at::randint(256, {64, 64}, at::kLong)},
+                                              Activation{at::randint(256, {64, 64}, at::kLong)});
+  double seconds[2] = {0, 0};
+  int64_t bytes[2] = {0, 0};
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    auto grid = grid_over(world, 2);
+    TrainingConfig config = config_for(4, 2);
+    config.precision.dtype = bf16 ? "bf16" : "fp32";
+    auto module = std::make_shared<PipelineModule>(
+        models::gpt_layers(gpt), models::gpt_loss,
+        PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
+    PipelineEngine engine(module, grid, config);
+    RepeatingLoader loader(std::make_unique<DataLoader>(data, 4, 1, 0));
+    const int steps = 3;
+    seconds[bf16] = time_engine(engine, loader, steps, *world);
+    bytes[bf16] = engine.p2p_bytes() / (steps + kWarmupSteps);
+  }
+  if (world->rank() == 0) {
+    std::printf(
+        "(c) same GPT, 2 stages: bytes between stages per step and rank: fp32 %lld, bf16 %lld "
+        "(%.2fx); "
+        "step time bf16 / fp32 = %.2f\n",
+        static_cast<long long>(bytes[0]), static_cast<long long>(bytes[1]),
+        static_cast<double>(bytes[1]) / bytes[0], seconds[1] / seconds[0]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +208,7 @@ int main(int argc, char** argv) {
     }
     overhead(world);
     throughput(world);
+    precision(world);
     return 0;
   });
 }

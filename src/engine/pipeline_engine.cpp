@@ -4,9 +4,9 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <cstdio>
 #include <stdexcept>
 
 #include "pipetrain/comm/nccl_communicator.h"
@@ -53,7 +53,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
     : module_(std::move(module)),
       grid_(std::move(grid)),
       config_(std::move(config)),
-      loss_scaler_(config_.precision.dtype == "fp16" ? config_.precision.loss_scaler : LossScalerConfig{.loss_scale = 1}) {
+      loss_scaler_(config_.precision.dtype == "fp16" ? config_.precision.loss_scaler
+                                                     : LossScalerConfig{.loss_scale = 1}) {
   resolve_batch(config_, grid_->data_parallel_size());
   if (grid_->global_rank() == 0) {
     for (const auto& key : config_.unknown_keys)
@@ -93,7 +94,8 @@ void PipelineEngine::prepare_precision() {
   dtype_ = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
   if (dtype_ != at::kFloat) module_->to(dtype_);
   for (const auto& p : module_->parameters()) {
-    masters_.emplace_back(p, dtype_ == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
+    masters_.emplace_back(
+        p, dtype_ == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
   }
 }
 
@@ -226,8 +228,10 @@ void PipelineEngine::execute(const Program& program, MicroBatchSource* data) {
       }
       const auto end = Clock::now();
       timers_.add(in.kind, end - start);
-      if (recording_)
+      if (recording_) {
         records_.push_back({t, in, microseconds(start), microseconds(end), bytes_moved_});
+      }
+      p2p_bytes_ += bytes_moved_;
       ++instructions_executed_;
     }
   }
@@ -382,7 +386,8 @@ void PipelineEngine::reduce_grads() {
     }
     if (bucket == reduce_buckets_.size() || reduce_buckets_[bucket].numel() != elements) {
       reduce_buckets_.resize(std::max(reduce_buckets_.size(), bucket + 1));
-      const at::ScalarType wire = config_.precision.communication_data_type == "fp32" ? at::kFloat : dtype_;
+      const at::ScalarType wire =
+          config_.precision.communication_data_type == "fp32" ? at::kFloat : dtype_;
       reduce_buckets_[bucket] = at::empty({elements}, grads[first].options().dtype(wire));
     }
     at::Tensor& flat = reduce_buckets_[bucket];
@@ -424,7 +429,8 @@ bool PipelineEngine::gather_master_grads() {
     // Test hook "STAGE:STEP": that stage finds an inf in its gradients at that step.
     int stage = -1, step = -1;
     if (std::sscanf(fault, "%d:%d", &stage, &step) == 2 && stage == grid_->stage_id() &&
-        step == global_steps_ + 1 && !masters_.empty() && masters_.front().second.grad().defined()) {
+        step == global_steps_ + 1 && !masters_.empty() &&
+        masters_.front().second.grad().defined()) {
       masters_.front().second.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
     }
   }

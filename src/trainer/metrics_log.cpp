@@ -37,7 +37,8 @@ MetricsLog::~MetricsLog() {
 
 const std::vector<std::string>& MetricsLog::csv_columns() {
   static const std::vector<std::string> columns = {
-      "step", "loss", "val_loss", "lr", "grad_norm", "loss_scale", "samples_per_s", "tokens_per_s"};
+      "step",       "loss",          "val_loss",      "lr",          "grad_norm",
+      "loss_scale", "skipped_steps", "samples_per_s", "tokens_per_s"};
   return columns;
 }
 
@@ -72,12 +73,12 @@ ProgressLine::ProgressLine(int64_t total_steps, int64_t every)
     : total_(total_steps), every_(every), terminal_(on_terminal()) {}
 
 void ProgressLine::update(int64_t step, double loss, double lr, double samples_per_s,
-                          double tokens_per_s, double seconds_per_step) {
+                          double tokens_per_s, double seconds_per_step, const std::string& extra) {
   if (!terminal_ && step % every_ != 0 && step != total_) return;
   const double eta = seconds_per_step * static_cast<double>(total_ - step);
-  std::printf("%sstep %lld/%lld loss %.4f lr %.3g %.1f samples/s %.0f tokens/s ETA %02d:%02d%s",
+  std::printf("%sstep %lld/%lld loss %.4f lr %.3g %.1f samples/s %.0f tokens/s%s ETA %02d:%02d%s",
               terminal_ ? "\r\033[K" : "", static_cast<long long>(step),
-              static_cast<long long>(total_), loss, lr, samples_per_s, tokens_per_s,
+              static_cast<long long>(total_), loss, lr, samples_per_s, tokens_per_s, extra.c_str(),
               static_cast<int>(eta) / 60, static_cast<int>(eta) % 60, terminal_ ? "" : "\n");
   pending_ = terminal_;
   std::fflush(stdout);

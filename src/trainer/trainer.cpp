@@ -247,6 +247,7 @@ int train(const nlohmann::json& effective_config) {
   const int64_t tokens_per_sample =
       job.config.model.type == "gpt" ? job.config.model.gpt.context : 1;
 
+  const bool fp16 = job.config.precision.dtype == "fp16";
   const double first_validation = validation_loss(job);
   if (leader)
     progress.message("validation loss before training: " + std::to_string(first_validation));
@@ -268,14 +269,16 @@ int train(const nlohmann::json& effective_config) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     seconds_per_step = seconds_per_step == 0 ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     const int64_t step = engine.global_steps();
-    nlohmann::json record = {{"step", step},
-                             {"loss", loss},
-                             {"lr", engine.last_learning_rate()},
-                             {"grad_norm", engine.last_grad_norm()},
-                             {"loss_scale", nullptr},
-                             {"samples_per_s", samples / seconds},
-                             {"tokens_per_s", samples * tokens_per_sample / seconds},
-                             {"timings_ms", timings_since(timers_before, engine.timers())}};
+    nlohmann::json record = {
+        {"step", step},
+        {"loss", loss},
+        {"lr", engine.last_learning_rate()},
+        {"grad_norm", engine.last_grad_norm()},
+        {"loss_scale", fp16 ? nlohmann::json(engine.loss_scale()) : nlohmann::json(nullptr)},
+        {"skipped_steps", engine.skipped_steps()},
+        {"samples_per_s", samples / seconds},
+        {"tokens_per_s", samples * tokens_per_sample / seconds},
+        {"timings_ms", timings_since(timers_before, engine.timers())}};
     const bool evaluate =
         (t.eval_interval > 0 && step % t.eval_interval == 0) || step == t.train_iters;
     if (evaluate) {
@@ -284,13 +287,17 @@ int train(const nlohmann::json& effective_config) {
     }
     if (leader) {
       progress.update(step, loss, engine.last_learning_rate(), samples / seconds_per_step,
-                      samples * tokens_per_sample / seconds_per_step, seconds_per_step);
+                      samples * tokens_per_sample / seconds_per_step, seconds_per_step,
+                      fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
+                                 " skipped " + std::to_string(engine.skipped_steps())
+                           : std::string());
       if (evaluate)
         progress.message("step " + std::to_string(step) + " validation loss " +
                          std::to_string(last_validation));
       metrics->write(record);
       if (tensorboard) {
         std::map<std::string, double> scalars = {{"train/loss", loss},
+                                                 {"train/loss_scale", engine.loss_scale()},
                                                  {"train/lr", engine.last_learning_rate()},
                                                  {"train/grad_norm", engine.last_grad_norm()},
                                                  {"train/samples_per_s", samples / seconds}};

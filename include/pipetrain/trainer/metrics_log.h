@@ -31,7 +31,7 @@ class ProgressLine {
  public:
   ProgressLine(int64_t total_steps, int64_t every);
   void update(int64_t step, double loss, double lr, double samples_per_s, double tokens_per_s,
-              double seconds_per_step);
+              double seconds_per_step, const std::string& extra = "");
   void message(const std::string& text);  // a line of its own, keeping the progress line
   void finish();
 

@@ -1,0 +1,112 @@
+// fp16 and bf16 on real ranks (4: pipe 2 x data 2): an overflow injected on one stage
+// makes every rank skip the same step and halve the same scale; a static scale stays put;
+// a checkpoint brings the scaler back; bf16 halves the bytes between stages.
+#include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "pipetrain/checkpoint/checkpoint.h"
+
+namespace pipetrain {
+namespace {
+
+struct TrainingRun {
+  std::shared_ptr<Grid> grid;
+  std::shared_ptr<PipelineModule> module;
+  std::unique_ptr<PipelineEngine> engine;
+  std::unique_ptr<RepeatingLoader> data;
+};
+
+TrainingRun make_run(const nlohmann::json& precision) {
+  TrainingRun run;
+  auto world = comm::MpiCommunicator::world();
+  run.grid = std::make_shared<Grid>(pipe_data_parallel_topology(2, world->size() / 2), world);
+  nlohmann::json json = {{"train_micro_batch_size_per_gpu", 4},
+                         {"gradient_accumulation_steps", 2},
+                         {"steps_per_print", 1000}};
+  if (!precision.is_null()) json.update(precision);
+  TrainingConfig config = parse_training_config(json);
+  config.model.type = "mlp";
+  config.model.mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4};
+  const auto model = models::make_builtin_model(config.model);
+  run.module = std::make_shared<PipelineModule>(
+      model.layers, model.loss,
+      PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});
+  run.engine = std::make_unique<PipelineEngine>(run.module, run.grid, config);
+  at::manual_seed(0);
+  auto samples = std::make_shared<TensorDataset>(Activation{at::randn({64, 8})},
+                                                 Activation{at::randn({64, 1})});
+  run.data = std::make_unique<RepeatingLoader>(std::make_unique<DataLoader>(
+      samples, 4, run.grid->data_parallel_size(), run.grid->data_parallel_id()));
+  return run;
+}
+
+at::Tensor weights_of(PipelineEngine& engine) {
+  std::vector<at::Tensor> all;
+  for (const auto& p : engine.module().parameters())
+    all.push_back(engine.master_of(p).detach().flatten().clone());
+  return at::cat(all);
+}
+
+TEST(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
+  TrainingRun run =
+      make_run({{"fp16", {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}}}});
+  ::setenv("PIPETRAIN_FAULT_OVERFLOW", "1:3", 1);  // stage 1 finds an inf at step 3
+  std::vector<double> scales;
+  at::Tensor before_step_3;
+  for (int step = 1; step <= 4; ++step) {
+    if (step == 3) before_step_3 = weights_of(*run.engine);
+    run.engine->train_batch(run.data.get());
+    scales.push_back(run.engine->loss_scale());
+    if (step == 3) {
+      EXPECT_TRUE(at::equal(weights_of(*run.engine), before_step_3)) << "step 3 was not skipped";
+    }
+  }
+  ::unsetenv("PIPETRAIN_FAULT_OVERFLOW");
+  EXPECT_EQ(scales, (std::vector<double>{1024, 1024, 512, 512}))
+      << "rank " << run.grid->global_rank();
+  EXPECT_EQ(run.engine->skipped_steps(), 1);
+  EXPECT_FALSE(at::equal(weights_of(*run.engine), before_step_3));  // step 4 trained
+
+  // The scaler comes back from a checkpoint.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pipetrain-fp16-ckpt";
+  if (run.grid->global_rank() == 0) std::filesystem::remove_all(dir);
+  save_checkpoint(*run.engine, dir, "step_4");
+  TrainingRun resumed =
+      make_run({{"fp16", {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}}}});
+  EXPECT_EQ(resumed.engine->loss_scale(), 1024);
+  load_checkpoint(*resumed.engine, dir);
+  EXPECT_EQ(resumed.engine->loss_scale(), 512);
+  EXPECT_EQ(resumed.engine->skipped_steps(), 1);
+  EXPECT_TRUE(at::equal(weights_of(*resumed.engine), weights_of(*run.engine)));
+  run.grid->world_comm()->barrier();
+  if (run.grid->global_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(Fp16, StaticScaleTrainsAndStays) {
+  TrainingRun run = make_run({{"fp16", {{"enabled", true}, {"loss_scale", 128}}}});
+  const double first = run.engine->train_batch(run.data.get());
+  double last = first;
+  for (int step = 0; step < 30; ++step) last = run.engine->train_batch(run.data.get());
+  EXPECT_EQ(run.engine->loss_scale(), 128);
+  EXPECT_EQ(run.engine->skipped_steps(), 0);
+  EXPECT_LT(last, first);
+}
+
+TEST(Bf16, HalvesTheBytesBetweenStages) {
+  TrainingRun fp32 = make_run(nlohmann::json::object());
+  TrainingRun bf16 = make_run({{"bf16", {{"enabled", true}}}});
+  fp32.engine->train_batch(fp32.data.get());
+  bf16.engine->train_batch(bf16.data.get());
+  EXPECT_EQ(bf16.engine->p2p_bytes() * 2, fp32.engine->p2p_bytes());
+  EXPECT_GT(fp32.engine->p2p_bytes(), 0);
+  EXPECT_EQ(bf16.module->parameters().front().scalar_type(), at::kBFloat16);
+  EXPECT_EQ(bf16.engine->master_of(bf16.module->parameters().front()).scalar_type(), at::kFloat);
+}
+
+}  // namespace
+}  // namespace pipetrain
