@@ -108,5 +108,13 @@ TEST(Bf16, HalvesTheBytesBetweenStages) {
   EXPECT_EQ(bf16.engine->master_of(bf16.module->parameters().front()).scalar_type(), at::kFloat);
 }
 
+TEST(Bf16, ReducesGradientsInBf16WhenAsked) {
+  TrainingRun run = make_run({{"bf16", {{"enabled", true}}}, {"communication_data_type", "bf16"}});
+  const double first = run.engine->train_batch(run.data.get());
+  double last = first;
+  for (int step = 0; step < 30; ++step) last = run.engine->train_batch(run.data.get());
+  EXPECT_LT(last, first);
+}
+
 }  // namespace
 }  // namespace pipetrain
