@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <chrono>
 #include <thread>
 
 #include "pipetrain/comm/deadline.h"
@@ -74,6 +75,9 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
     at::set_num_threads(intra_op_threads(usable_cores(), ranks_on_this_host()));
     exit_code = body();
   } catch (const InputError& e) {
+    // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
+    // the others before they repeat the same line.
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
     abort_job(e.what(), 2);
   } catch (const std::exception& e) {
     abort_job(error_message(e).c_str(), 1);

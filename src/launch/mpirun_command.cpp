@@ -25,6 +25,17 @@ std::vector<std::string> forwarded_variables() {
   return names;
 }
 
+// Whether `program` runs: a path to an executable, or a name found on PATH.
+bool find_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::istringstream folders(path ? path : "");
+  for (std::string folder; std::getline(folders, folder, ':');) {
+    if (::access((folder + "/" + program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::string> mpirun_command(const LaunchOptions& options) {
@@ -32,10 +43,15 @@ std::vector<std::string> mpirun_command(const LaunchOptions& options) {
     throw InputError("-n must be at least 1, got " + std::to_string(options.ranks));
   }
   if (options.command.empty()) throw InputError("launch needs a program to run");
+  if (!find_program(options.command.front())) {
+    throw InputError("launch: program " + options.command.front() + " not found or not executable");
+  }
   if (!options.hostfile.empty() && !std::filesystem::is_regular_file(options.hostfile)) {
     throw InputError("--hostfile " + options.hostfile + " does not exist");
   }
-  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(options.ranks)};
+  // --quiet: Open MPI's help banners (e.g. after MPI_Abort) bury pipetrain's one-line
+  // messages; the failures they announce are checked here or reported by the ranks.
+  std::vector<std::string> argv = {"mpirun", "--quiet", "-np", std::to_string(options.ranks)};
   if (options.as_root) argv.push_back("--allow-run-as-root");
   if (options.hostfile.empty() && options.ranks > options.local_cores) {
     argv.push_back("--oversubscribe");

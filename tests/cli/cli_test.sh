@@ -80,13 +80,14 @@ expect_input_error "cannot be read" partition --config "$work/missing.json" --st
 expect_input_error "cannot split 7 layers over 9 stages" partition --config "$examples/gpt-small.json" --stages 9
 expect_input_error "unknown partition method 'random'" partition --config "$examples/gpt-small.json" --stages 2 --method random
 
-run launch -n 2 --dry-run -- prog --flag
-check "launch --dry-run prints mpirun" grep -q "^mpirun -np 2 .* prog --flag$" "$work/out"
+run launch -n 2 --dry-run -- true --flag
+check "launch --dry-run prints mpirun" grep -q "^mpirun --quiet -np 2 .* true --flag$" "$work/out"
 run launch -n 2 -- sh -c 'exit 3'
 check "launch returns the job's exit status (got $rc)" test "$rc" -eq 3
 expect_input_error "must be at least 1" launch -n 0 -- prog
 expect_input_error "needs a program" launch -n 2
-expect_input_error "does not exist" launch -n 2 --hostfile "$work/no-hosts" -- prog
+expect_input_error "does not exist" launch -n 2 --hostfile "$work/no-hosts" -- true
+expect_input_error "program no-such-program not found" launch -n 2 -- no-such-program
 expect_input_error "only for 'launch'" schedule -m 2 -p 2 -- extra
 
 finish

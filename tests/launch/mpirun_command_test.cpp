@@ -16,28 +16,29 @@ bool contains(const std::vector<std::string>& argv, const std::string& word) {
 TEST(MpirunCommand, SmallRootHostOversubscribedWithoutBinding) {
   ::setenv("PIPETRAIN_COMM_TIMEOUT", "30", 1);
   const auto argv = mpirun_command(
-      {.ranks = 4, .command = {"prog", "--flag"}, .local_cores = 2, .as_root = true});
+      {.ranks = 4, .command = {"sh", "--flag"}, .local_cores = 2, .as_root = true});
   EXPECT_EQ(argv[0], "mpirun");
-  EXPECT_EQ(argv[2], "4");
+  EXPECT_EQ(argv[3], "4");
   EXPECT_TRUE(contains(argv, "--allow-run-as-root"));
   EXPECT_TRUE(contains(argv, "--oversubscribe"));
   EXPECT_TRUE(contains(argv, "--bind-to"));
   EXPECT_TRUE(contains(argv, "PIPETRAIN_COMM_TIMEOUT"));  // forwarded with -x
-  EXPECT_EQ(argv[argv.size() - 2], "prog");
+  EXPECT_EQ(argv[argv.size() - 2], "sh");
   EXPECT_EQ(argv.back(), "--flag");
 }
 
 TEST(MpirunCommand, BigHostNeitherOversubscribesNorUnbinds) {
-  const auto argv = mpirun_command({.ranks = 8, .command = {"prog"}, .local_cores = 64});
+  const auto argv = mpirun_command({.ranks = 8, .command = {"true"}, .local_cores = 64});
   EXPECT_FALSE(contains(argv, "--oversubscribe"));
   EXPECT_FALSE(contains(argv, "--bind-to"));
   EXPECT_FALSE(contains(argv, "--allow-run-as-root"));
 }
 
 TEST(MpirunCommand, BadInputIsAnInputError) {
-  EXPECT_THROW(mpirun_command({.ranks = 0, .command = {"prog"}}), InputError);
+  EXPECT_THROW(mpirun_command({.ranks = 0, .command = {"true"}}), InputError);
+  EXPECT_THROW(mpirun_command({.ranks = 2, .command = {"/no/such/program"}}), InputError);
   EXPECT_THROW(mpirun_command({.ranks = 2}), InputError);
-  EXPECT_THROW(mpirun_command({.ranks = 2, .hostfile = "/no/such/hostfile", .command = {"prog"}}),
+  EXPECT_THROW(mpirun_command({.ranks = 2, .hostfile = "/no/such/hostfile", .command = {"true"}}),
                InputError);
 }
 
