@@ -300,13 +300,9 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
   } catch (const std::exception& e) {
     problem = error_message(e);
   }
-  at::Tensor verdict =
-      at::tensor({static_cast<int64_t>(problem.empty() ? 0 : world.rank() + 1)}, at::kLong);
-  world.all_reduce(verdict, comm::ReduceOp::kMax);
-  if (!problem.empty()) throw InputError(problem);
-  if (verdict.item<int64_t>() > 0) {
-    throw InputError("checkpoint rejected by rank " + std::to_string(verdict.item<int64_t>() - 1) +
-                     " (see its error)");
+  // Every rank learns the first problem found, so whichever rank reports it names the file.
+  for (const auto& found : comm::all_gather_text(world, problem)) {
+    if (!found.empty()) throw InputError(found);
   }
 
   {

@@ -26,8 +26,8 @@ void save_checkpoint(PipelineEngine& engine, const std::filesystem::path& direct
 
 // Collective. Verifies every file this job needs (checksums, tensor names, shapes and
 // dtypes against the model) on every rank before changing anything; on any problem every
-// rank throws InputError (the rank that found it names the file and the mismatch) and no
-// weight has changed. Restores weights, optimizer state, the step count and, when the
+// rank throws the same InputError (the first problem any rank found, naming the file and
+// the mismatch) and no weight has changed. Restores weights, optimizer state, the step count and, when the
 // topology is the same, each rank's random state; `data`, if given, resumes its position.
 // `tag` "latest" reads the tag from the `latest` file. Returns the client state.
 nlohmann::json load_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
