@@ -39,6 +39,15 @@ int main(int argc, char** argv) {
       pipetrain::cli::add_simulate_command(app),
   };  // clang-format: one per line
 
+  // CLI11 would only say that a sub-command is required; name the one that is not.
+  const auto known = [&](std::string_view name) {
+    return std::any_of(commands.begin(), commands.end(),
+                       [&](const auto& command) { return command.parser->get_name() == name; });
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::cerr << "pipetrain: unknown command '" << argv[1] << "' (see pipetrain --help)\n";
+    return kExitInputError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -58,7 +58,7 @@ expect_input_error "format" schedule --kind train -m 4 -p 2 --format xml
 expect_input_error "micro-batches" schedule --kind train --micro-batches four -p 2
 expect_input_error "forward cost needs 1 or 2 values" simulate --kind train -m 4 -p 2 --forward 1,2,3
 expect_input_error "divisible" simulate --kind interleaved -m 7 -p 5 -v 2
-expect_input_error "subcommand" frobnicate
+expect_input_error "unknown command 'frobnicate'" frobnicate
 expect_input_error "no-such-dir" simulate --kind train -m 2 -p 2 --svg "$work/no-such-dir/x.svg"
 
 run partition --config "$examples/gpt-small.json" --stages 2

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The bad-input corpus: every malformed config (configs/*.json, each naming the message it
+# must give on its first line), data file, checkpoint and command line must end the job
+# with exit code 2 and one line naming the problem, within 10 s, writing nothing.
+# Usage: bad_inputs_test.sh PATH/TO/pipetrain
+set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+pipetrain=$(realpath "$1")
+corpus=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PIPETRAIN_COMM_TIMEOUT=30
+cases=0
+
+# Runs pipetrain in an empty folder and checks what a user would see.
+expect_bad() { # description, expected text, pipetrain arguments...
+  local what=$1 expected=$2
+  shift 2
+  cases=$((cases + 1))
+  local here="$work/run" start end rc
+  rm -rf "$here" && mkdir -p "$here"
+  start=$(date +%s%N)
+  (cd "$here" && timeout 30 "$pipetrain" "$@" >../out 2>&1)
+  rc=$?
+  end=$(date +%s%N)
+  local ms=$(((end - start) / 1000000))
+  check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$what: one line (got $(wc -l <"$work/out"))" test "$(wc -l <"$work/out")" -eq 1
+  check "$what: names the problem: $(head -c 300 "$work/out")" grep -qF -- "$expected" "$work/out"
+  check "$what: under 10 s (${ms} ms)" test "$ms" -lt 10000
+  check "$what: writes nothing" test -z "$(ls -A "$here")"
+}
+
+train() { echo launch -n 2 -- "$pipetrain" train "$@"; }
+
+# 1. Configs.
+for config in "$corpus"/configs/*.json; do
+  expected=$(head -1 "$config" | sed 's|^// expect: ||')
+  # shellcheck disable=SC2046 # train prints the argument list
+  expect_bad "config $(basename "$config")" "$expected" $(train --config "$config")
+done
+
+# 2. Data files.
+good='"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": 2}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"'
+data_case() { # name, expected, data section, file-making command
+  eval "$4"
+  printf '{%s, "data": %s}\n' "$good" "$3" >"$work/$1.json"
+  # shellcheck disable=SC2046
+  expect_bad "data $1" "$2" $(train --config "$work/$1.json")
+}
+data_case empty-token-file "empty.bin: 0 bytes is not a whole, non-zero number of 2-byte tokens" \
+  "{\"type\": \"tokens\", \"paths\": [\"$work/empty.bin\"]}" ": >'$work/empty.bin'"
+data_case odd-token-file "odd.bin: 5 bytes is not a whole, non-zero number of 2-byte tokens" \
+  "{\"type\": \"tokens\", \"paths\": [\"$work/odd.bin\"]}" "printf 'abcde' >'$work/odd.bin'"
+data_case out-of-vocabulary "big.bin: token 1 is 65535, not below model.vocab_size 256" \
+  "{\"type\": \"tokens\", \"paths\": [\"$work/big.bin\"]}" "printf '\\001\\000\\377\\377\\002\\000\\003\\000' >'$work/big.bin'"
+data_case too-short "too few to split" \
+  "{\"type\": \"text\", \"paths\": [\"$work/short.txt\"]}" "printf 'tiny' >'$work/short.txt'"
+data_case context-longer-than-data "a sequence of 17 tokens does not fit in" \
+  "{\"type\": \"text\", \"paths\": [\"$work/line.txt\"]}" "printf 'one short line of text here' >'$work/line.txt'"
+data_case empty-folder "data.paths: no files found" \
+  "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
+
+# 3. Checkpoints: one good one, then damaged copies loaded with --load.
+tiny='{"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": 2}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 1, "eval_iters": 1, "sample": {"tokens": 0}}'
+echo "$tiny" >"$work/tiny.json"
+(cd "$work" && "$pipetrain" launch -n 2 -- "$pipetrain" train --config tiny.json --save good >/dev/null 2>&1)
+damaged_case() { # name, expected, damage (run inside the copy)
+  rm -rf "$work/$1" && cp -r "$work/good" "$work/$1" && (cd "$work/$1" && eval "$3")
+  # shellcheck disable=SC2046
+  expect_bad "checkpoint $1" "$2" $(train --config "$work/tiny.json" --load "$work/$1")
+}
+damaged_case truncated "layer_001.safetensors: " "truncate -s 64 step_1/layer_001.safetensors"
+damaged_case flipped-byte "checksum mismatch" "printf '\\377' | dd of=step_1/layer_002.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null"
+damaged_case missing-file "optimizer_001.safetensors: cannot be read" "rm step_1/optimizer_001.safetensors"
+damaged_case another-model "this model has 5" \
+  "sed -i 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |' step_1/manifest.json"
+damaged_case no-latest "latest is missing" "rm latest"
+damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "echo '{}' >step_1/manifest.json"
+
+# 4. Command lines.
+expect_bad "cli: no sub-command" "subcommand" 
+expect_bad "cli: unknown sub-command" "unknown command 'frobnicate'" frobnicate
+expect_bad "cli: train without --config" "--config is required" train
+expect_bad "cli: missing config file" "config file missing.json cannot be read" launch -n 2 -- "$pipetrain" train --config missing.json
+expect_bad "cli: --pipe not a number" "--pipe" train --config "$work/tiny.json" --pipe two
+expect_bad "cli: --micro-batches zero" "gradient_accumulation_steps must be at least 1, got 0" \
+  launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --micro-batches 0
+expect_bad "cli: launch zero ranks" "-n must be at least 1, got 0" launch -n 0 -- true
+expect_bad "cli: launch a missing program" "program no-such-program not found" launch -n 2 -- no-such-program
+expect_bad "cli: schedule zero stages" "stages must be at least 1, got 0" schedule -m 2 -p 0
+expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simulate --kind pipedream -m 2 -p 2
+expect_bad "cli: export a missing checkpoint" "no checkpoint to load in /no/such/dir" export --checkpoint /no/such/dir --out model.safetensors
+expect_bad "cli: generate from a missing checkpoint" "no checkpoint to load in /no/such/dir" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir
+
+echo "$cases bad inputs"
+check "the corpus holds at least 40 bad inputs ($cases)" test "$cases" -ge 40
+finish
