@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "pipetrain/comm/nccl_communicator.h"
+#include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
@@ -67,6 +68,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
                      std::to_string(grid_->stage_id()) + " of " +
                      std::to_string(grid_->pipe_parallel_size()));
   }
+  fault_ = fault_plan_from_environment();
   prepare_precision();
   std::vector<at::Tensor> masters;
   for (const auto& [parameter, master] : masters_) masters.push_back(master);
@@ -215,6 +217,11 @@ void PipelineEngine::execute(const Program& program, MicroBatchSource* data) {
     for (const Instruction& in : steps[t]) {
       current_.step = t;
       current_.instruction = in;
+      if (fault_ && fault_->rank == grid_->global_rank() && fault_->instruction == in.kind &&
+          fault_->step == global_steps_ + 1 && training_) {
+        inject_fault(*fault_, current_.describe());
+        reshape_next_send_ = fault_->action == "reshape";
+      }
       const auto start = Clock::now();
       bytes_moved_ = 0;
       try {
@@ -335,7 +342,14 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
 // forward or backward would hold the receiving stage up for that long.
 void PipelineEngine::send_activation(PipeBuffer& buffer) {
   bytes_moved_ = byte_size(buffer.outputs);
-  transport_->send(buffer.outputs, grid_->stage_id() + 1, kActivationTag).wait();
+  transport_->send(faulty(buffer.outputs), grid_->stage_id() + 1, kActivationTag).wait();
+}
+
+Activation PipelineEngine::faulty(const Activation& tensors) {
+  if (!std::exchange(reshape_next_send_, false)) return tensors;
+  Activation flattened;
+  for (const auto& t : tensors) flattened.push_back(t.detach().flatten());
+  return flattened;
 }
 
 void PipelineEngine::recv_activation(PipeBuffer& buffer) {
@@ -350,7 +364,7 @@ void PipelineEngine::send_grad(PipeBuffer& buffer) {
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
   bytes_moved_ = byte_size(grads);
-  transport_->send(grads, grid_->stage_id() - 1, kGradTag).wait();
+  transport_->send(faulty(grads), grid_->stage_id() - 1, kGradTag).wait();
 }
 
 void PipelineEngine::recv_grad(PipeBuffer& buffer) {

@@ -4,12 +4,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/config/training_config.h"
 #include "pipetrain/data/data_source.h"
+#include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/engine/timers.h"
 #include "pipetrain/grid.h"
 #include "pipetrain/module/pipeline_module.h"
@@ -138,6 +140,8 @@ class PipelineEngine {
   void optimizer_step();
 
   double aggregate_loss();
+  // The tensors to send: themselves, or flattened when a reshape fault is injected.
+  Activation faulty(const Activation& tensors);
   double global_grad_norm();
   void report(double loss, double seconds);
 
@@ -156,6 +160,8 @@ class PipelineEngine {
   std::vector<std::pair<at::Tensor, at::Tensor>> masters_;
   LossScaler loss_scaler_;
   int64_t p2p_bytes_ = 0;
+  std::optional<FaultPlan> fault_;  // PIPETRAIN_FAULT, for tests
+  bool reshape_next_send_ = false;
 
   Program train_program_;
   Program eval_program_;

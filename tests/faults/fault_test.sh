@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Break a running 4-rank job (pipe 2 x data 2) at every kind of instruction: a rank that
+# exits, aborts, is killed, hangs or sends a mis-shaped tensor must end every rank with a
+# non-zero status within the deadline + 10 s, and the first error printed must say which
+# rank (and its coordinates) failed where.
+# Usage: fault_test.sh PATH/TO/pipetrain
+set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+pipetrain=$(realpath "$1")
+config=$(cd "$(dirname "$0")/../trainer" && pwd)/tiny.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+deadline=5
+export PIPETRAIN_COMM_TIMEOUT=$deadline
+
+coordinates() { echo "rank $1 (pipe=$(($1 / 2)) data=$(($1 % 2)))"; }
+
+fault() { # rank, instruction, action, pattern the first error line must match
+  local rank=$1 instruction=$2 action=$3 pattern=$4 start end rc
+  start=$(date +%s%N)
+  PIPETRAIN_FAULT="rank=$rank,step=2,instruction=$instruction,action=$action" timeout 60 \
+    "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 3 >out 2>&1
+  rc=$?
+  end=$(date +%s%N)
+  local ms=$(((end - start) / 1000000)) first
+  first=$(grep -m1 '^pipetrain:' out)
+  local what="$action at $instruction on rank $rank"
+  check "$what: every rank ends, non-zero (exit $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+  check "$what: within deadline + 10 s (${ms} ms)" test "$ms" -lt $(((deadline + 10) * 1000))
+  check "$what: first error '$first' matches '$pattern'" grep -qE -- "$pattern" <<<"$first"
+}
+
+crash() { # rank, instruction, action
+  fault "$1" "$2" "$3" "^pipetrain: $(coordinates "$1" | sed 's/[()]/\\&/g'): injected fault \($3\) at stage $(($1 / 2)), step [0-9]+, $2"
+}
+crash 2 ForwardPass exit
+crash 0 BackwardPass abort
+crash 3 SendGrad kill
+crash 1 RecvGrad exit
+crash 2 RecvActivation kill
+crash 0 SendActivation abort
+crash 3 LoadMicroBatch exit
+crash 1 ReduceTiedGrads kill
+crash 2 ReduceGrads exit
+crash 0 OptimizerStep abort
+
+# A hang: the first word comes from a rank whose deadline fired, naming whom it waited for.
+fault 2 ForwardPass hang "waited [0-9.]+ s for .*rank 2|injected fault \(hang\)"
+check "hang: the deadline diagnostic names the waiting rank, the peer and the instruction" \
+  grep -qE "^pipetrain: rank [0-9] \(pipe=[01] data=[01]\): waited [0-9.]+ s for (recv from|send to|all_reduce|barrier|broadcast).*\[stage [01], step [0-9]+, [A-Za-z]+" out
+
+# A mis-shaped transfer: a clear error at the receiving stage, not garbage or a hang.
+fault 0 SendActivation reshape "^pipetrain: rank 2 \(pipe=1 data=0\): stage 1, step [0-9]+, ForwardPass buffer [0-9], micro-batch [0-9]: "
+
+# Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
+# ends with the same losses as a run that never crashed.
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 4 --eval-interval 0 >whole.out 2>&1
+sed 's|"save_interval": 6|"save_interval": 1|' "$config" >every-step.json
+PIPETRAIN_FAULT="rank=3,step=3,instruction=BackwardPass,action=kill" "$pipetrain" launch -n 4 -- "$pipetrain" train \
+  --config every-step.json --train-iters 4 --eval-interval 0 --save crashed >crash.out 2>&1
+check "crash: the first run died" test $? -ne 0
+check "crash: step 2 was saved before the crash" test "$(cat crashed/latest 2>/dev/null)" = "step_2"
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config every-step.json --train-iters 4 --eval-interval 0 \
+  --load crashed --save crashed >resumed.out 2>&1
+final() { grep -oE '^step 4/4 loss [0-9.]+' "$1"; }
+check "crash: the resumed run ends where the whole run did ($(final resumed.out))" \
+  test -n "$(final whole.out)" -a "$(final whole.out)" = "$(final resumed.out)"
+
+finish
