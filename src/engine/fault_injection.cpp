@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +57,8 @@ void inject_fault(const FaultPlan& plan, const std::string& where) {
   std::fprintf(stderr, "pipetrain: %s: injected fault (%s) at %s\n", comm::rank_identity().c_str(),
                plan.action.c_str(), where.c_str());
   std::fflush(stderr);
+  // Let mpirun forward the line from a remote host before this process disappears.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   if (plan.action == "exit") std::_Exit(3);
   if (plan.action == "abort") std::abort();
   if (plan.action == "kill") std::raise(SIGKILL);
