@@ -44,16 +44,16 @@ std::optional<FaultPlan> fault_plan_from_environment() {
     }
   }
   const bool known = plan.action == "exit" || plan.action == "abort" || plan.action == "kill" ||
-                     plan.action == "hang" || plan.action == "reshape";
+                     plan.action == "hang" || plan.action == "reshape" || plan.action == "retype";
   if (plan.rank < 0 || plan.step < 1 || !has_instruction || !known) {
     throw InputError(std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
-                     "exit|abort|kill|hang|reshape, got '" + text + "'");
+                     "exit|abort|kill|hang|reshape|retype, got '" + text + "'");
   }
   return plan;
 }
 
 void inject_fault(const FaultPlan& plan, const std::string& where) {
-  if (plan.action == "reshape") return;  // the send handler flattens its tensors
+  if (plan.action == "reshape" || plan.action == "retype") return;  // the next send does it
   std::fprintf(stderr, "pipetrain: %s: injected fault (%s) at %s\n", comm::rank_identity().c_str(),
                plan.action.c_str(), where.c_str());
   std::fflush(stderr);

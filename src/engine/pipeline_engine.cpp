@@ -220,7 +220,8 @@ void PipelineEngine::execute(const Program& program, MicroBatchSource* data) {
       if (fault_ && fault_->rank == grid_->global_rank() && fault_->instruction == in.kind &&
           fault_->step == global_steps_ + 1 && training_) {
         inject_fault(*fault_, current_.describe());
-        reshape_next_send_ = fault_->action == "reshape";
+        if (fault_->action == "reshape" || fault_->action == "retype")
+          next_send_fault_ = fault_->action;
       }
       const auto start = Clock::now();
       bytes_moved_ = 0;
@@ -346,10 +347,14 @@ void PipelineEngine::send_activation(PipeBuffer& buffer) {
 }
 
 Activation PipelineEngine::faulty(const Activation& tensors) {
-  if (!std::exchange(reshape_next_send_, false)) return tensors;
-  Activation flattened;
-  for (const auto& t : tensors) flattened.push_back(t.detach().flatten());
-  return flattened;
+  const std::string fault = std::exchange(next_send_fault_, std::string());
+  if (fault.empty()) return tensors;
+  Activation broken;
+  for (const auto& t : tensors) {
+    if (fault == "reshape") broken.push_back(t.detach().flatten());
+    if (fault == "retype") broken.push_back(is_floating(t) ? t.detach().to(at::kDouble) : t);
+  }
+  return broken;
 }
 
 void PipelineEngine::recv_activation(PipeBuffer& buffer) {

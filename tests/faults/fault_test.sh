@@ -54,6 +54,10 @@ check "hang: the deadline diagnostic names the waiting rank, the peer and the in
 # A mis-shaped transfer: a clear error at the receiving stage, not garbage or a hang.
 fault 0 SendActivation reshape "^pipetrain: rank 2 \(pipe=1 data=0\): stage 1, step [0-9]+, ForwardPass buffer [0-9], micro-batch [0-9]: "
 
+# A wrong dtype: the same.
+fault 0 SendActivation retype "^pipetrain: rank 2 \(pipe=1 data=0\): stage 1, step [0-9]+, ForwardPass buffer [0-9], micro-batch [0-9]: "
+check "wrong dtype: the error is about the data type" grep -qiE "dtype|datatype|double" out
+
 # Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
 # ends with the same losses as a run that never crashed.
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 4 --eval-interval 0 >whole.out 2>&1

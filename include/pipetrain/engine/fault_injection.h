@@ -14,7 +14,8 @@ namespace pipetrain {
 //   abort  prints and calls abort()
 //   kill   prints and sends itself SIGKILL
 //   hang   prints and sleeps forever (the others' deadlines must fire)
-//   reshape  (a send) sends the tensors flattened, as a buggy stage would
+//   reshape  its next send sends the tensors flattened, as a buggy stage would
+//   retype   its next send sends floating tensors as float64
 // Off (and free: one branch per instruction) when the variable is unset.
 struct FaultPlan {
   int rank = -1;

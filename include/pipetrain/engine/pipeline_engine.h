@@ -140,7 +140,7 @@ class PipelineEngine {
   void optimizer_step();
 
   double aggregate_loss();
-  // The tensors to send: themselves, or flattened when a reshape fault is injected.
+  // The tensors to send: themselves, or broken as an injected fault asks.
   Activation faulty(const Activation& tensors);
   double global_grad_norm();
   void report(double loss, double seconds);
@@ -161,7 +161,7 @@ class PipelineEngine {
   LossScaler loss_scaler_;
   int64_t p2p_bytes_ = 0;
   std::optional<FaultPlan> fault_;  // PIPETRAIN_FAULT, for tests
-  bool reshape_next_send_ = false;
+  std::string next_send_fault_;     // "reshape" or "retype" while one is pending
 
   Program train_program_;
   Program eval_program_;
