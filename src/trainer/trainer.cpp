@@ -32,6 +32,7 @@ struct Job {
   std::unique_ptr<PipelineEngine> engine;
   std::unique_ptr<MicroBatchSource> train_data;
   std::unique_ptr<MicroBatchSource> validation_data;
+  nlohmann::json validation_start;  // the validation source's state before any draw
 };
 
 std::unique_ptr<MicroBatchSource> token_source(const at::Tensor& tokens, const Job& job,
@@ -114,13 +115,13 @@ Job build_job(const nlohmann::json& effective) {
   // Dropout draws from the default generator: a stream per rank, fixed by the seed.
   at::manual_seed(layer_seed(static_cast<uint64_t>(job.config.seed), -1 - job.grid->global_rank()));
   build_data(job);
+  job.validation_start = job.validation_data->state();
   return job;
 }
 
 double validation_loss(Job& job) {
-  if (auto* tokens = dynamic_cast<SequenceSource*>(job.validation_data.get())) tokens->rewind();
-  if (auto* synthetic = dynamic_cast<RegressionSource*>(job.validation_data.get()))
-    synthetic->rewind();
+  // The same validation batches every time: back to where the source started.
+  job.validation_data->restore(job.validation_start);
   double total = 0;
   for (int64_t i = 0; i < job.trainer.eval_iters; ++i)
     total += job.engine->eval_batch(job.validation_data.get()).loss;

@@ -39,7 +39,6 @@ class SequenceSource : public MicroBatchSource {
   MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
-  void rewind() { drawn_ = 0; }
 
  private:
   at::Tensor tokens_;
@@ -58,7 +57,6 @@ class RegressionSource : public MicroBatchSource {
   MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
-  void rewind() { drawn_ = 0; }
 
  private:
   int64_t inputs_;
