@@ -44,16 +44,18 @@ std::optional<FaultPlan> fault_plan_from_environment() {
     }
   }
   const bool known = plan.action == "exit" || plan.action == "abort" || plan.action == "kill" ||
-                     plan.action == "hang" || plan.action == "reshape" || plan.action == "retype";
+                     plan.action == "hang" || plan.action == "reshape" || plan.action == "retype" ||
+                     plan.action == "overflow";
   if (plan.rank < 0 || plan.step < 1 || !has_instruction || !known) {
     throw InputError(std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
-                     "exit|abort|kill|hang|reshape|retype, got '" + text + "'");
+                     "exit|abort|kill|hang|reshape|retype|overflow, got '" + text + "'");
   }
   return plan;
 }
 
 void inject_fault(const FaultPlan& plan, const std::string& where) {
-  if (plan.action == "reshape" || plan.action == "retype") return;  // the next send does it
+  // The engine applies these itself: the next send, or this step's gradients.
+  if (plan.action == "reshape" || plan.action == "retype" || plan.action == "overflow") return;
   std::fprintf(stderr, "pipetrain: %s: injected fault (%s) at %s\n", comm::rank_identity().c_str(),
                plan.action.c_str(), where.c_str());
   std::fflush(stderr);

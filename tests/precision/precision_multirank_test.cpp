@@ -53,9 +53,11 @@ at::Tensor weights_of(PipelineEngine& engine) {
 }
 
 TEST(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
+  // Rank 2 (stage 1, replica 0) finds an inf at step 3; the engine reads the plan when built.
+  ::setenv("PIPETRAIN_FAULT", "rank=2,step=3,instruction=OptimizerStep,action=overflow", 1);
   TrainingRun run =
       make_run({{"fp16", {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}}}});
-  ::setenv("PIPETRAIN_FAULT_OVERFLOW", "1:3", 1);  // stage 1 finds an inf at step 3
+  ::unsetenv("PIPETRAIN_FAULT");
   std::vector<double> scales;
   at::Tensor before_step_3;
   for (int step = 1; step <= 4; ++step) {
@@ -66,7 +68,6 @@ TEST(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
       EXPECT_TRUE(at::equal(weights_of(*run.engine), before_step_3)) << "step 3 was not skipped";
     }
   }
-  ::unsetenv("PIPETRAIN_FAULT_OVERFLOW");
   EXPECT_EQ(scales, (std::vector<double>{1024, 1024, 512, 512}))
       << "rank " << run.grid->global_rank();
   EXPECT_EQ(run.engine->skipped_steps(), 1);

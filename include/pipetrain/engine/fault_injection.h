@@ -16,6 +16,7 @@ namespace pipetrain {
 //   hang   prints and sleeps forever (the others' deadlines must fire)
 //   reshape  its next send sends the tensors flattened, as a buggy stage would
 //   retype   its next send sends floating tensors as float64
+//   overflow (at OptimizerStep) finds an inf in its gradients, as an fp16 overflow would
 // Off (and free: one branch per instruction) when the variable is unset.
 struct FaultPlan {
   int rank = -1;

@@ -162,6 +162,7 @@ class PipelineEngine {
   int64_t p2p_bytes_ = 0;
   std::optional<FaultPlan> fault_;  // PIPETRAIN_FAULT, for tests
   std::string next_send_fault_;     // "reshape" or "retype" while one is pending
+  bool overflow_fault_ = false;     // an inf in this step's gradients, while pending
 
   Program train_program_;
   Program eval_program_;
