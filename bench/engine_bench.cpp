@@ -101,7 +101,7 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
   auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
   double plain = 0, one_stage = 0;
   if (world->rank() == 0) {
-    PipelineModule model(models::gpt_layers(gpt), models::gpt_loss, {});
+    PipelineModule model(models::gpt_layers(gpt), models::gpt_loss(), {});
     torch::optim::Adam adam(model.parameters(), torch::optim::AdamOptions(1e-3));
     DataLoader loader(data, samples, 1, 0);
     auto plain_step = [&] {
@@ -117,7 +117,7 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
     plain = seconds_since(start) / steps;
 
     auto grid = grid_over(alone, 1);
-    auto module = std::make_shared<PipelineModule>(models::gpt_layers(gpt), models::gpt_loss,
+    auto module = std::make_shared<PipelineModule>(models::gpt_layers(gpt), models::gpt_loss(),
                                                    PipelineModuleOptions{});
     PipelineEngine engine(module, grid, config_for(micro_batch_size, 1));
     RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
@@ -127,7 +127,7 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
 
   auto grid = grid_over(world, 2);
   auto module = std::make_shared<PipelineModule>(
-      models::gpt_layers(gpt), models::gpt_loss,
+      models::gpt_layers(gpt), models::gpt_loss(),
       PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
   PipelineEngine engine(module, grid, config_for(micro_batch_size, 2));
   RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
@@ -178,7 +178,7 @@ void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
     TrainingConfig config = config_for(4, 2);
     config.precision.dtype = bf16 ? "bf16" : "fp32";
     auto module = std::make_shared<PipelineModule>(
-        models::gpt_layers(gpt), models::gpt_loss,
+        models::gpt_layers(gpt), models::gpt_loss(),
         PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
     PipelineEngine engine(module, grid, config);
     RepeatingLoader loader(std::make_unique<DataLoader>(data, 4, 1, 0));

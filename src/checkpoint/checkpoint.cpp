@@ -11,6 +11,7 @@
 #include "pipetrain/errors.h"
 #include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/rng_state.h"
+#include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 
 namespace pipetrain {
@@ -32,10 +33,57 @@ std::map<int, NamedTensors> parameters_by_layer(const PipelineEngine& engine) {
   std::map<int, NamedTensors> layers;
   for (const auto& [name, tensor] : engine.module().named_parameters()) {
     const auto dot = name.find('.');
-    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1), engine.master_of(tensor));
+    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1),
+                                                        engine.master_of(tensor));
   }
   return layers;
 }
+
+// Tensor parallelism: checkpoints hold whole tensors, so they load at any model-parallel
+// size. A sharded parameter, and optimizer state shaped like it, is joined from the
+// group's shards on saving (collective over the group) and cut to this rank's shard on
+// loading.
+class ShardedState {
+ public:
+  explicit ShardedState(const PipelineEngine& engine)
+      : layouts_(engine.module().shard_layouts()), group_(*engine.grid().model_comm()) {}
+
+  // `name` is "<layer>.<tensor>"; `shard_shape` the parameter's shape on this rank.
+  at::Tensor whole(const std::string& name, const at::Tensor& value,
+                   at::IntArrayRef shard_shape) const {
+    const auto* layout = layout_of(name, value, shard_shape);
+    return layout ? tensor_parallel::join_shards(group_.all_gather(value.contiguous()), *layout)
+                  : value;
+  }
+
+  at::Tensor shard(const std::string& name, const at::Tensor& value,
+                   at::IntArrayRef shard_shape) const {
+    const auto* layout = layout_of(name, value, whole_shape(name, shard_shape));
+    return layout ? tensor_parallel::take_shard(value, *layout, group_.rank(), group_.size())
+                  : value;
+  }
+
+  // The shape a parameter has in a checkpoint.
+  std::vector<int64_t> whole_shape(const std::string& name, at::IntArrayRef shard_shape) const {
+    const auto it = layouts_.find(name);
+    return it == layouts_.end()
+               ? shard_shape.vec()
+               : tensor_parallel::full_shape(shard_shape, it->second, group_.size());
+  }
+
+ private:
+  // The layout when `value` belongs to a sharded parameter and has the shape `expected`
+  // (state such as Adam's step count is never split); null without a group to split over.
+  const tensor_parallel::ShardLayout* layout_of(const std::string& name, const at::Tensor& value,
+                                                at::IntArrayRef expected) const {
+    const auto it = layouts_.find(name);
+    if (group_.size() == 1 || it == layouts_.end() || value.sizes() != expected) return nullptr;
+    return &it->second;
+  }
+
+  std::map<std::string, tensor_parallel::ShardLayout> layouts_;
+  comm::Communicator& group_;
+};
 
 bool owns_layer(const PipelineModule& module, int index) {
   for (int chunk = 0; chunk < module.options().chunks; ++chunk) {
@@ -147,6 +195,7 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     }
   }
   PendingLoad pending;
+  const ShardedState sharded(engine);
   for (const auto& [index, parameters] : parameters_by_layer(engine)) {
     const auto& layer = layers[index];
     const std::string file = layer.value("file", "");
@@ -158,19 +207,24 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     if (layer.contains("optimizer_file"))
       optimizer_saved = read_verified(folder, manifest, layer["optimizer_file"]);
     for (const auto& [name, parameter] : parameters) {
+      const std::string full_name = std::to_string(index) + "." + name;
       const at::Tensor value = tensor_named(saved, name);
       if (!value.defined())
         throw InputError((folder / file).string() + ": no tensor '" + name + "'");
-      if (value.sizes() != parameter.sizes() || value.scalar_type() != parameter.scalar_type()) {
+      const auto expected = sharded.whole_shape(full_name, parameter.sizes());
+      if (value.sizes() != at::IntArrayRef(expected) ||
+          value.scalar_type() != parameter.scalar_type()) {
         throw InputError((folder / file).string() + ": tensor '" + name + "' is " +
                          at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
                          ", the model expects " + at::toString(parameter.scalar_type()) + " " +
-                         c10::str(parameter.sizes()));
+                         c10::str(at::IntArrayRef(expected)));
       }
-      pending.weights.emplace_back(parameter, value);
+      pending.weights.emplace_back(parameter, sharded.shard(full_name, value, parameter.sizes()));
       NamedTensors state;
       for (const auto& [key, tensor] : optimizer_saved) {
-        if (key.rfind(name + "/", 0) == 0) state.emplace_back(key.substr(name.size() + 1), tensor);
+        if (key.rfind(name + "/", 0) == 0)
+          state.emplace_back(key.substr(name.size() + 1),
+                             sharded.shard(full_name, tensor, parameter.sizes()));
       }
       pending.optimizer_states.emplace_back(parameter, std::move(state));
     }
@@ -209,23 +263,29 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
   if (world.rank() == 0) fs::create_directories(folder);
   world.barrier();
 
-  // Data-parallel rank 0 of each stage writes the layers it owns; every rank its RNG.
+  // Data-parallel rank 0 of each stage writes the layers it owns (its tensor-parallel
+  // group joining the shards first); every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const PipelineModule& module = engine.module();
-  if (grid.data_parallel_id() == 0 && grid.model_parallel_id() == 0) {
+  const bool writer = grid.model_parallel_id() == 0;
+  if (grid.data_parallel_id() == 0) {
+    const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
+      NamedTensors whole, state;
+      for (const auto& [name, parameter] : parameters) {
+        const std::string full_name = std::to_string(index) + "." + name;
+        whole.emplace_back(name, sharded.whole(full_name, parameter, parameter.sizes()));
+        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter))
+          state.emplace_back(name + "/" + key, sharded.whole(full_name, tensor, parameter.sizes()));
+      }
+      if (!writer) continue;
       nlohmann::json& layer = layers[std::to_string(index)];
       layer["file"] = numbered("layer", index, 3);
-      layer["tensors"] = describe(parameters);
-      write_recorded(folder, layer["file"], encode_safetensors(parameters), files);
+      layer["tensors"] = describe(whole);
+      write_recorded(folder, layer["file"], encode_safetensors(whole), files);
       maybe_die_mid_save(grid.global_rank());
-      NamedTensors state;
-      for (const auto& [name, parameter] : parameters) {
-        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter))
-          state.emplace_back(name + "/" + key, tensor);
-      }
       if (!state.empty()) {
         layer["optimizer_file"] = numbered("optimizer", index, 3);
         write_recorded(folder, layer["optimizer_file"], encode_safetensors(state), files);

@@ -21,6 +21,7 @@ Command add_train_command(CLI::App& app) {
   auto& o = options->overrides;
   command->add_option("--pipe", o.pipe, "Pipeline stages (pipeline.stages)");
   command->add_option("--data", o.data, "Data-parallel size (checked against the job)");
+  command->add_option("--model", o.model, "Tensor-parallel size (model_parallel)");
   command->add_option("--micro-batches", o.micro_batches,
                       "Micro-batches per step (gradient_accumulation_steps)");
   command->add_option("--train-iters", o.train_iters, "Optimizer steps to train for");

@@ -72,6 +72,32 @@ std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size) {
   return metas;
 }
 
+std::optional<std::vector<at::Tensor>> broadcast_tensors(
+    Communicator& comm, const std::optional<std::vector<at::Tensor>>& tensors, int root) {
+  const bool root_here = comm.rank() == root;
+  at::Tensor header = at::zeros({kMaxHeaderWords}, at::kLong);  // all zero: nothing to give
+  if (root_here && tensors) {
+    const std::vector<int64_t> words = encode_header(*tensors);
+    std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+  }
+  comm.broadcast(header, root);
+  if (header.data_ptr<int64_t>()[0] == 0) return std::nullopt;
+  if (root_here) {
+    for (const auto& tensor : *tensors) {
+      at::Tensor payload = tensor.contiguous();
+      if (payload.numel() > 0) comm.broadcast(payload, root);
+    }
+    return tensors;
+  }
+  std::vector<at::Tensor> received;
+  for (const TensorMeta& meta : decode_header(header.data_ptr<int64_t>(), kMaxHeaderWords)) {
+    at::Tensor tensor = at::empty(meta.shape, meta.dtype);
+    if (tensor.numel() > 0) comm.broadcast(tensor, root);
+    received.push_back(std::move(tensor));
+  }
+  return received;
+}
+
 void PendingSend::wait() {
   for (auto& work : works_) work->wait();
   works_.clear();

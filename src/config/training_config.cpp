@@ -56,9 +56,11 @@ TrainingConfig parse_training_config(const nlohmann::json& json, const std::vect
       pipeline.get_int("activation_checkpoint_interval", c.pipeline.activation_checkpoint_interval);
   c.pipeline.seed_layers = pipeline.get_bool("seed_layers", c.pipeline.seed_layers);
   c.pipeline.schedule = pipeline.get_string("schedule", c.pipeline.schedule);
+  c.pipeline.partitioned_transfers =
+      pipeline.get_bool("partitioned_transfers", c.pipeline.partitioned_transfers);
   append(c.unknown_keys,
          pipeline.unknown_keys({"stages", "partition_method", "activation_checkpoint_interval",
-                                "seed_layers", "schedule"}));
+                                "seed_layers", "schedule", "partitioned_transfers"}));
 
   const ConfigSection bf16 = root.section("bf16");
   const ConfigSection fp16 = root.section("fp16");

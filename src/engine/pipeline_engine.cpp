@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "pipetrain/comm/nccl_communicator.h"
+#include "pipetrain/comm/partitioned_transfer.h"
 #include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
@@ -137,10 +140,15 @@ void PipelineEngine::connect_tied_layers() {
       for (const auto& p : module_->tied_parameters(spec.tie_key)) excluded.push_back(p);
     }
   }
-  for (const auto& p : module_->parameters()) {
+  // Tensor parallelism: shards count on every rank of the group, replicated tensors
+  // (LayerNorms, row-parallel biases, positions) on its first rank only.
+  const auto shards = module_->shard_layouts();
+  const bool counts_replicated = grid_->model_parallel_id() == 0;
+  for (const auto& [name, p] : module_->named_parameters()) {
     const bool skip = std::any_of(excluded.begin(), excluded.end(),
                                   [&](const at::Tensor& e) { return e.is_same(p); });
-    if (!skip) norm_parameters_.push_back(master_of(p));
+    if (!skip && (counts_replicated || shards.count(name)))
+      norm_parameters_.push_back(master_of(p));
   }
 }
 
@@ -279,26 +287,53 @@ void PipelineEngine::dispatch(const Instruction& in) {
 }
 
 void PipelineEngine::load_micro_batch(PipeBuffer& buffer) {
+  // Under tensor parallelism only the group's first rank reads; the others receive its
+  // batch (or learn that it had none, rather than wait for one).
+  std::optional<Activation> inputs, labels;
+  std::exception_ptr failure;
+  if (grid_->model_parallel_id() == 0) {
+    try {
+      MicroBatch batch = next_micro_batch();
+      inputs = std::move(batch.inputs);
+      labels = std::move(batch.labels);
+    } catch (const std::exception&) {
+      if (grid_->model_parallel_size() == 1) throw;
+      failure = std::current_exception();
+    }
+  }
+  if (grid_->model_parallel_size() > 1) {
+    auto& group = *grid_->model_comm();
+    if (grid_->is_first_stage()) inputs = comm::broadcast_tensors(group, inputs, 0);
+    if (grid_->is_last_stage()) labels = comm::broadcast_tensors(group, labels, 0);
+    if (failure) std::rethrow_exception(failure);
+    if (!inputs && !labels) {
+      throw std::runtime_error("model-parallel rank 0 (rank " +
+                               std::to_string(group.global_rank(0)) +
+                               ") had no micro-batch to share");
+    }
+  }
+  ++micro_batches_loaded_;
+  if (grid_->is_first_stage()) {
+    buffer.inputs = std::move(*inputs);
+    for (auto& t : buffer.inputs) {
+      if (is_floating(t) && t.scalar_type() != dtype_) t = t.to(dtype_);
+    }
+  }
+  if (grid_->is_last_stage()) buffer.labels = std::move(*labels);
+}
+
+MicroBatch PipelineEngine::next_micro_batch() {
   if (!data_)
     throw std::logic_error("stage " + std::to_string(grid_->stage_id()) +
                            " needs data but got none");
-  MicroBatch batch;
   try {
-    batch = data_->next();
+    return data_->next();
   } catch (const DataExhausted&) {
     throw std::runtime_error("the data ran out at micro-batch " +
                              std::to_string(micro_batches_loaded_) + " of step " +
                              std::to_string(global_steps_) +
                              " (wrap the loader in a RepeatingLoader to train for longer)");
   }
-  ++micro_batches_loaded_;
-  if (grid_->is_first_stage()) {
-    buffer.inputs = std::move(batch.inputs);
-    for (auto& t : buffer.inputs) {
-      if (is_floating(t) && t.scalar_type() != dtype_) t = t.to(dtype_);
-    }
-  }
-  if (grid_->is_last_stage()) buffer.labels = std::move(batch.labels);
 }
 
 void PipelineEngine::forward(PipeBuffer& buffer) {
@@ -338,13 +373,60 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
   --live_;
 }
 
+void PipelineEngine::send_activation(PipeBuffer& buffer) {
+  send_to_stage(buffer.outputs, grid_->stage_id() + 1, kActivationTag);
+}
+
+void PipelineEngine::recv_activation(PipeBuffer& buffer) {
+  buffer.inputs = recv_from_stage(grid_->stage_id() - 1, kActivationTag, buffer.inputs);
+}
+
+void PipelineEngine::send_grad(PipeBuffer& buffer) {
+  Activation grads;
+  for (const auto& input : buffer.inputs) {
+    if (!input.requires_grad()) continue;
+    grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
+  }
+  send_to_stage(grads, grid_->stage_id() - 1, kGradTag);
+}
+
+void PipelineEngine::recv_grad(PipeBuffer& buffer) {
+  buffer.output_grads = recv_from_stage(grid_->stage_id() + 1, kGradTag, buffer.output_grads);
+}
+
+bool PipelineEngine::partitioned_transfers() const {
+  return config_.pipeline.partitioned_transfers && grid_->model_parallel_size() > 1;
+}
+
 // Sends complete before the stage computes on, as DeepSpeed's blocking transfers do (the
 // schedules pair each send with a receive the peer posts in the same step): MPI moves a
 // large message only while both sides poll, so a send left pending during the next
 // forward or backward would hold the receiving stage up for that long.
-void PipelineEngine::send_activation(PipeBuffer& buffer) {
-  bytes_moved_ = byte_size(buffer.outputs);
-  transport_->send(faulty(buffer.outputs), grid_->stage_id() + 1, kActivationTag).wait();
+void PipelineEngine::send_to_stage(const Activation& tensors, int stage, int tag) {
+  if (!partitioned_transfers()) {
+    bytes_moved_ = byte_size(tensors);
+    transport_->send(faulty(tensors), stage, tag).wait();
+    return;
+  }
+  const comm::PartitionedTensors partitioned =
+      comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
+  bytes_moved_ = byte_size(partitioned.shares);
+  Activation wire{partitioned.layout};
+  for (const auto& share : faulty(partitioned.shares)) wire.push_back(share);
+  transport_->send(wire, stage, tag).wait();
+}
+
+Activation PipelineEngine::recv_from_stage(int stage, int tag, const Activation& reuse) {
+  if (!partitioned_transfers()) {
+    Activation tensors = transport_->recv(stage, tag, reuse);
+    bytes_moved_ = byte_size(tensors);
+    return tensors;
+  }
+  Activation wire = transport_->recv(stage, tag);
+  if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
+  const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
+  bytes_moved_ = byte_size(partitioned.shares);
+  return comm::assemble(partitioned, *grid_->model_comm());
 }
 
 Activation PipelineEngine::faulty(const Activation& tensors) {
@@ -356,26 +438,6 @@ Activation PipelineEngine::faulty(const Activation& tensors) {
     if (fault == "retype") broken.push_back(is_floating(t) ? t.detach().to(at::kDouble) : t);
   }
   return broken;
-}
-
-void PipelineEngine::recv_activation(PipeBuffer& buffer) {
-  buffer.inputs = transport_->recv(grid_->stage_id() - 1, kActivationTag, buffer.inputs);
-  bytes_moved_ = byte_size(buffer.inputs);
-}
-
-void PipelineEngine::send_grad(PipeBuffer& buffer) {
-  Activation grads;
-  for (const auto& input : buffer.inputs) {
-    if (!input.requires_grad()) continue;
-    grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
-  }
-  bytes_moved_ = byte_size(grads);
-  transport_->send(faulty(grads), grid_->stage_id() - 1, kGradTag).wait();
-}
-
-void PipelineEngine::recv_grad(PipeBuffer& buffer) {
-  buffer.output_grads = transport_->recv(grid_->stage_id() + 1, kGradTag, buffer.output_grads);
-  bytes_moved_ = byte_size(buffer.output_grads);
 }
 
 void PipelineEngine::reduce_tied_grads() {
@@ -428,12 +490,14 @@ void PipelineEngine::reduce_grads() {
 }
 
 double PipelineEngine::global_grad_norm() {
-  // The norm over the whole model: each stage's share, tied tensors counted once.
+  // The norm over the whole model: each stage's and shard's part, tied and replicated
+  // tensors counted once.
   at::Tensor squares = at::zeros({1}, at::kDouble);
   for (const auto& p : norm_parameters_) {
     if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum();
   }
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   return std::sqrt(squares.item<double>());
 }
 

@@ -37,12 +37,17 @@ ModelConfig parse_model_config(const ConfigSection& model, std::vector<std::stri
   return config;
 }
 
-BuiltinModel make_builtin_model(const ModelConfig& config) {
+BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group) {
   if (config.type == "gpt") {
     const GptConfig g = config.gpt;
-    return {gpt_layers(g), gpt_loss, [g](int64_t batch) {
+    return {gpt_layers(g, group), gpt_loss(group), [g](int64_t batch) {
               return Activation{at::randint(g.vocab_size, {batch, g.context}, at::kLong)};
             }};
+  }
+  if (group.parallel()) {
+    throw InputError("model_parallel " + std::to_string(group.size()) +
+                     " needs a model with tensor-parallel layers (model.type \"gpt\"), not \"" +
+                     config.type + "\"");
   }
   const MlpConfig m = config.mlp;
   return {mlp_layers(m), mlp_loss(m), [m](int64_t batch) {

@@ -5,22 +5,31 @@
 #include <torch/nn/init.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
 #include "pipetrain/errors.h"
+#include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/layers.h"
 
 namespace pipetrain::models {
 namespace {
 
 constexpr double kInitStd = 0.02;
+constexpr tensor_parallel::LinearOptions kLinear{.bias = true, .init_std = kInitStd};
 
+using tensor_parallel::ColumnParallelLinear;
+using tensor_parallel::Group;
+using tensor_parallel::RowParallelLinear;
+using tensor_parallel::VocabParallelEmbedding;
+
+// Token embeddings split by vocabulary over the tensor-parallel group; positions are
+// replicated.
 struct GptEmbeddingImpl : torch::nn::Module {
-  GptEmbeddingImpl(const GptConfig& c)
-      : tokens(register_module("tokens", torch::nn::Embedding(c.vocab_size, c.d_model))),
+  GptEmbeddingImpl(const GptConfig& c, const Group& group)
+      : tokens(register_module("tokens",
+                               VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))),
         positions(register_module("positions", torch::nn::Embedding(c.context, c.d_model))),
         dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {
-    torch::nn::init::normal_(tokens->weight, 0.0, kInitStd);
     torch::nn::init::normal_(positions->weight, 0.0, kInitStd);
   }
 
@@ -29,62 +38,62 @@ struct GptEmbeddingImpl : torch::nn::Module {
     return dropout(tokens(ids) + positions(where));
   }
 
-  torch::nn::Embedding tokens;
+  VocabParallelEmbedding tokens;
   torch::nn::Embedding positions;
   torch::nn::Dropout dropout;
 };
 TORCH_MODULE(GptEmbedding);
 
+// Megatron's tensor-parallel block: each rank of the group computes heads / size
+// attention heads and 4 d / size MLP features; the residual stream, the LayerNorms and
+// the output biases are replicated.
 struct GptBlockImpl : torch::nn::Module {
-  GptBlockImpl(const GptConfig& c)
-      : heads(c.heads),
+  GptBlockImpl(const GptConfig& c, const Group& group)
+      : local_heads(c.heads / group.size()),
         dropout_p(c.dropout),
         attention_norm(register_module(
             "attention_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
-        qkv(register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model))),
-        projection(register_module("projection", torch::nn::Linear(c.d_model, c.d_model))),
+        qkv(register_module(
+            "qkv", ColumnParallelLinear(c.d_model, 3 * c.d_model, group, kLinear, /*stride=*/3))),
+        projection(
+            register_module("projection", RowParallelLinear(c.d_model, c.d_model, group, kLinear))),
         mlp_norm(register_module("mlp_norm",
                                  torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
-        expand(register_module("expand", torch::nn::Linear(c.d_model, 4 * c.d_model))),
-        contract(register_module("contract", torch::nn::Linear(4 * c.d_model, c.d_model))),
-        dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {
-    for (auto* linear : {&qkv, &projection, &expand, &contract}) {
-      torch::nn::init::normal_((*linear)->weight, 0.0, kInitStd);
-      torch::nn::init::zeros_((*linear)->bias);
-    }
-  }
+        expand(register_module("expand",
+                               ColumnParallelLinear(c.d_model, 4 * c.d_model, group, kLinear))),
+        contract(register_module("contract",
+                                 RowParallelLinear(4 * c.d_model, c.d_model, group, kLinear))),
+        dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    x_shape_check(x);
-    const int64_t batch = x.size(0), seq = x.size(1), d = x.size(2);
+    if (x.dim() != 3)
+      throw std::invalid_argument("a GPT block takes [batch, seq, d_model] activations");
+    const int64_t batch = x.size(0), seq = x.size(1);
+    const at::Tensor local_qkv = qkv(attention_norm(x));  // [batch, seq, 3 * local width]
+    const int64_t width = local_qkv.size(2) / 3;
     const auto split =
-        qkv(attention_norm(x)).view({batch, seq, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+        local_qkv.view({batch, seq, 3, local_heads, width / local_heads}).permute({2, 0, 3, 1, 4});
     const at::Tensor attended =
         at::scaled_dot_product_attention(split[0], split[1], split[2], /*attn_mask=*/{},
                                          is_training() ? dropout_p : 0.0, /*is_causal=*/true);
-    const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, d});
+    const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
     return h + dropout(contract(at::gelu(expand(mlp_norm(h)))));
   }
 
-  void x_shape_check(const at::Tensor& x) const {
-    if (x.dim() != 3)
-      throw std::invalid_argument("a GPT block takes [batch, seq, d_model] activations");
-  }
-
-  int64_t heads;
+  int64_t local_heads;
   double dropout_p;
   torch::nn::LayerNorm attention_norm;
-  torch::nn::Linear qkv;
-  torch::nn::Linear projection;
+  ColumnParallelLinear qkv;
+  RowParallelLinear projection;
   torch::nn::LayerNorm mlp_norm;
-  torch::nn::Linear expand;
-  torch::nn::Linear contract;
+  ColumnParallelLinear expand;
+  RowParallelLinear contract;
   torch::nn::Dropout dropout;
 };
 TORCH_MODULE(GptBlock);
 
-void check(const GptConfig& c) {
+void check(const GptConfig& c, const Group& group) {
   auto positive = [](int64_t v, const char* key) {
     if (v < 1)
       throw InputError(std::string("model.") + key + " must be at least 1, got " +
@@ -100,17 +109,24 @@ void check(const GptConfig& c) {
                      ") must be divisible by model.heads (" + std::to_string(c.heads) + ")");
   }
   if (c.dropout < 0 || c.dropout >= 1) throw InputError("model.dropout must be in [0, 1)");
+  for (const auto& [value, key] : {std::pair{c.heads, "heads"}, {c.vocab_size, "vocab_size"}}) {
+    if (value % group.size() != 0) {
+      throw InputError(std::string("model.") + key + " (" + std::to_string(value) +
+                       ") must be divisible by the model-parallel size (" +
+                       std::to_string(group.size()) + ")");
+    }
+  }
 }
 
 }  // namespace
 
-std::vector<LayerSpec> gpt_layers(const GptConfig& c) {
-  check(c);
+std::vector<LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
+  check(c, group);
   const int64_t d = c.d_model;
   std::vector<LayerSpec> specs;
 
   LayerSpec embedding = module_layer<GptEmbedding>(
-      "GptEmbedding", [c] { return GptEmbedding(c); },
+      "GptEmbedding", [c, group] { return GptEmbedding(c, group); },
       [c] { return (c.vocab_size + c.context) * c.d_model; });
   if (c.tie_embeddings) {
     embedding.tie_key = "embed";
@@ -122,7 +138,7 @@ std::vector<LayerSpec> gpt_layers(const GptConfig& c) {
       2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(module_layer<GptBlock>(
-        "GptBlock", [c] { return GptBlock(c); }, [=] { return block_parameters; }));
+        "GptBlock", [c, group] { return GptBlock(c, group); }, [=] { return block_parameters; }));
   }
   specs.push_back(module_layer<torch::nn::LayerNorm>(
       "LayerNorm", [d] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); },
@@ -131,28 +147,29 @@ std::vector<LayerSpec> gpt_layers(const GptConfig& c) {
   if (c.tie_embeddings) {
     LayerSpec head = embedding;
     head.type = "GptHead";
-    head.tied_forward = [](torch::nn::Module& module, const Activation& x) {
+    // Logits of this rank's vocabulary slice; the loss never gathers them.
+    head.tied_forward = [group](torch::nn::Module& module, const Activation& x) {
       const auto& tokens = static_cast<GptEmbeddingImpl&>(module).tokens->weight;
-      return Activation{at::matmul(x.at(0), tokens.t())};
+      return Activation{at::matmul(tensor_parallel::copy_to_group(x.at(0), group), tokens.t())};
     };
     specs.push_back(head);
   } else {
     const int64_t vocab = c.vocab_size;
-    specs.push_back(module_layer<torch::nn::Linear>(
+    specs.push_back(module_layer<ColumnParallelLinear>(
         "GptHead",
         [=] {
-          torch::nn::Linear head(torch::nn::LinearOptions(d, vocab).bias(false));
-          torch::nn::init::normal_(head->weight, 0.0, kInitStd);
-          return head;
+          return ColumnParallelLinear(
+              d, vocab, group, tensor_parallel::LinearOptions{.bias = false, .init_std = kInitStd});
         },
         [=] { return d * vocab; }));
   }
   return specs;
 }
 
-at::Tensor gpt_loss(const Activation& logits, const Activation& labels) {
-  const at::Tensor& l = logits.at(0);
-  return at::cross_entropy_loss(l.reshape({-1, l.size(-1)}), labels.at(0).reshape({-1}));
+LossFunction gpt_loss(const Group& group) {
+  return [group](const Activation& logits, const Activation& labels) {
+    return tensor_parallel::vocab_parallel_cross_entropy(logits.at(0), labels.at(0), group);
+  };
 }
 
 }  // namespace pipetrain::models

@@ -273,6 +273,24 @@ std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters
   return named;
 }
 
+std::map<std::string, tensor_parallel::ShardLayout> PipelineModule::shard_layouts() const {
+  const auto first_tied = first_tied_layers(specs_);
+  std::map<std::string, tensor_parallel::ShardLayout> layouts;
+  for (const auto& [index, layer] : layers_) {
+    if (!layer.module) continue;
+    const LayerSpec& spec = specs_[index];
+    const std::string prefix =
+        std::to_string(spec.tied() ? first_tied.at(spec.tie_key) : index) + ".";
+    for (const auto& item : layer.module->named_modules()) {
+      const auto* sharded = dynamic_cast<const tensor_parallel::ShardedModule*>(item.value().get());
+      if (!sharded) continue;
+      const std::string path = item.key().empty() ? prefix : prefix + item.key() + ".";
+      for (const auto& [name, layout] : sharded->shard_layouts()) layouts[path + name] = layout;
+    }
+  }
+  return layouts;
+}
+
 std::vector<at::Tensor> PipelineModule::parameters() const {
   std::vector<at::Tensor> params;
   for (auto& [name, tensor] : named_parameters()) params.push_back(tensor);

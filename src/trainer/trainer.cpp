@@ -81,20 +81,27 @@ Job build_job(const nlohmann::json& effective) {
   job.trainer = parse_trainer_config(effective);
   auto world = comm::MpiCommunicator::world();
   const int64_t pipe = job.config.pipeline.stages;
-  if (world->size() % pipe != 0) {
-    throw InputError("pipeline.stages " + std::to_string(pipe) + " does not divide the job's " +
+  const int64_t model_parallel = job.trainer.model_parallel;
+  if (world->size() % (pipe * model_parallel) != 0) {
+    throw InputError("pipeline.stages " + std::to_string(pipe) + " x model_parallel " +
+                     std::to_string(model_parallel) + " does not divide the job's " +
                      std::to_string(world->size()) + " ranks");
   }
-  const int64_t data = world->size() / pipe;
+  const int64_t data = world->size() / (pipe * model_parallel);
   if (job.trainer.data_parallel && job.trainer.data_parallel != data) {
     throw InputError("data-parallel size " + std::to_string(job.trainer.data_parallel) + " with " +
-                     std::to_string(pipe) + " stages needs " +
-                     std::to_string(job.trainer.data_parallel * pipe) + " ranks, the job has " +
-                     std::to_string(world->size()));
+                     std::to_string(pipe) + " stages x model_parallel " +
+                     std::to_string(model_parallel) + " needs " +
+                     std::to_string(job.trainer.data_parallel * pipe * model_parallel) +
+                     " ranks, the job has " + std::to_string(world->size()));
   }
   job.grid = std::make_shared<Grid>(
-      pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)), world);
-  const auto model = models::make_builtin_model(job.config.model);
+      pipe_model_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data),
+                                        static_cast<int>(model_parallel)),
+      world);
+  const auto model = models::make_builtin_model(
+      job.config.model,
+      tensor_parallel::Group{model_parallel > 1 ? job.grid->model_comm() : nullptr});
   job.module = std::make_shared<PipelineModule>(
       model.layers, model.loss,
       PipelineModuleOptions{
@@ -112,8 +119,11 @@ Job build_job(const nlohmann::json& effective) {
           }});
   job.engine = std::make_unique<PipelineEngine>(job.module, job.grid, job.config);
   job.engine->set_progress_report(false);
-  // Dropout draws from the default generator: a stream per rank, fixed by the seed.
-  at::manual_seed(layer_seed(static_cast<uint64_t>(job.config.seed), -1 - job.grid->global_rank()));
+  // Dropout draws from the default generator: a stream per stage and replica, fixed by the
+  // seed and shared by a tensor-parallel group, whose replicated activations must stay equal.
+  const int replica =
+      job.grid->stage_id() * job.grid->data_parallel_size() + job.grid->data_parallel_id();
+  at::manual_seed(layer_seed(static_cast<uint64_t>(job.config.seed), -1 - replica));
   build_data(job);
   job.validation_start = job.validation_data->state();
   return job;
@@ -168,6 +178,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   config["pipeline"]["stages"] = ranks;
   config.erase("train_batch_size");
   config.erase("data_parallel");
+  config.erase("model_parallel");
   config["train_micro_batch_size_per_gpu"] = micro_batch;
   config["gradient_accumulation_steps"] = micro_batches;
   config["load"] = "";
@@ -190,7 +201,12 @@ std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> 
     const Activation outputs = engine.infer({window});
     at::Tensor next = at::zeros({1}, at::kLong);
     if (grid.is_last_stage()) {
-      at::Tensor logits = outputs.at(0)[0][-1].to(at::kDouble);
+      // The last position's logits, whole again from the tensor-parallel vocabulary slices.
+      const at::Tensor slice = outputs.at(0)[0][-1].contiguous();
+      at::Tensor logits = grid.model_parallel_size() > 1
+                              ? grid.model_comm()->all_gather(slice).reshape({-1})
+                              : slice;
+      logits = logits.to(at::kDouble);
       if (temperature == 0) {
         next = logits.argmax().reshape({1});
       } else {
@@ -227,8 +243,9 @@ int train(const nlohmann::json& effective_config) {
   }
   if (leader) {
     std::printf("effective config: %s\n", effective.dump().c_str());
-    std::printf("job: %d ranks = pipe %d x data %d; model %s, %d layers\n", grid.world_size(),
-                grid.pipe_parallel_size(), grid.data_parallel_size(), job.config.model.type.c_str(),
+    std::printf("job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers\n",
+                grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
+                grid.model_parallel_size(), job.config.model.type.c_str(),
                 job.module->num_layers());
     if (!t.save.empty()) {
       fs::create_directories(t.save);

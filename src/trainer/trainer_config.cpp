@@ -33,8 +33,9 @@ void at_least(int64_t value, int64_t least, const std::string& key) {
 
 const std::vector<std::string>& trainer_keys() {
   static const std::vector<std::string> keys = {
-      "train_iters", "eval_interval", "eval_iters", "save_interval", "save",       "load",
-      "data",        "log",           "sample",     "trace",         "trace_step", "data_parallel"};
+      "train_iters", "eval_interval", "eval_iters",    "save_interval", "save",
+      "load",        "data",          "log",           "sample",        "trace",
+      "trace_step",  "data_parallel", "model_parallel"};
   return keys;
 }
 
@@ -43,6 +44,8 @@ TrainerConfig parse_trainer_config(const nlohmann::json& json) {
   TrainerConfig c;
   c.data_parallel = root.get_int("data_parallel", c.data_parallel);
   at_least(c.data_parallel, 0, "data_parallel");
+  c.model_parallel = root.get_int("model_parallel", c.model_parallel);
+  at_least(c.model_parallel, 1, "model_parallel");
   c.train_iters = root.get_int("train_iters", c.train_iters);
   c.eval_interval = root.get_int("eval_interval", c.eval_interval);
   c.eval_iters = root.get_int("eval_iters", c.eval_iters);
@@ -97,6 +100,7 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   if (o.load) config["load"] = *o.load;
   if (o.trace) config["trace"] = *o.trace;
   if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
+  if (o.model) config["model_parallel"] = *o.model;
   return config;
 }
 

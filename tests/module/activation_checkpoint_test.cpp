@@ -27,7 +27,7 @@ std::size_t heap_in_use() {
 }
 
 Result run(int interval) {
-  PipelineModule module(models::gpt_layers(gpt()), models::gpt_loss,
+  PipelineModule module(models::gpt_layers(gpt()), models::gpt_loss(),
                         {.seed = 11, .activation_checkpoint_interval = interval});
   at::manual_seed(5);
   const at::Tensor ids = at::randint(64, {16, 64}, at::kLong);
@@ -59,7 +59,7 @@ TEST(ActivationCheckpoint, SameGradientsWithDropoutAndLessMemory) {
 
 TEST(ActivationCheckpoint, DropoutIsActuallyOn) {
   // Guards the test above: two forwards with different dropout streams must differ.
-  PipelineModule module(models::gpt_layers(gpt()), models::gpt_loss, {.seed = 11});
+  PipelineModule module(models::gpt_layers(gpt()), models::gpt_loss(), {.seed = 11});
   const at::Tensor ids = at::randint(64, {2, 64}, at::kLong);
   at::manual_seed(1);
   const at::Tensor a = module.forward({ids})[0];

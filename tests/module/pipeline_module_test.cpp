@@ -32,7 +32,7 @@ SplitRun run_split(int stages, const std::string& method, const at::Tensor& ids,
   std::vector<std::unique_ptr<PipelineModule>> parts;
   for (int s = 0; s < stages; ++s) {
     parts.push_back(std::make_unique<PipelineModule>(
-        models::gpt_layers(small_gpt()), models::gpt_loss,
+        models::gpt_layers(small_gpt()), models::gpt_loss(),
         PipelineModuleOptions{
             .stages = stages, .stage_id = s, .partition_method = method, .seed = 7}));
   }
@@ -77,9 +77,9 @@ TEST(PipelineModule, SplittingChangesNothing) {
 }
 
 TEST(PipelineModule, BuildsOnlyItsOwnLayersAndKnowsTheTiedOwners) {
-  const PipelineModule first(models::gpt_layers(small_gpt()), models::gpt_loss,
+  const PipelineModule first(models::gpt_layers(small_gpt()), models::gpt_loss(),
                              {.stages = 2, .stage_id = 0, .partition_method = "uniform"});
-  const PipelineModule last(models::gpt_layers(small_gpt()), models::gpt_loss,
+  const PipelineModule last(models::gpt_layers(small_gpt()), models::gpt_loss(),
                             {.stages = 2, .stage_id = 1, .partition_method = "uniform"});
   EXPECT_EQ(first.parts(), (Partition{0, 4, 7}));
   EXPECT_EQ(first.layer_range(), (std::pair<int, int>{0, 4}));

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
@@ -25,6 +26,11 @@ inline constexpr int kMaxHeaderWords = 512;
 std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors);
 // Throws std::runtime_error for a header that is not one.
 std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size);
+
+// Collective over `comm`: the root's tensors on every rank, whatever their shapes and
+// dtypes. The root may have none to give (nullopt); then every rank gets nullopt.
+std::optional<std::vector<at::Tensor>> broadcast_tensors(
+    Communicator& comm, const std::optional<std::vector<at::Tensor>>& tensors, int root);
 
 // A send in flight; wait() before touching the sent tensors again.
 class PendingSend {

@@ -28,6 +28,9 @@ struct PipelineConfig {
   int64_t activation_checkpoint_interval = 0;
   bool seed_layers = true;  // per-layer seeds (always on; kept for DeepSpeed configs)
   std::string schedule = "train";
+  // With tensor parallelism: each rank of a group sends only its 1/size share of an
+  // activation or gradient to the next (previous) stage, which all-gathers the shares.
+  bool partitioned_transfers = true;
 };
 
 // Mixed precision: the model (and what travels between stages) in bf16 or fp16, fp32

@@ -43,7 +43,8 @@ class PipelineEngine {
                  TrainingConfig config);
 
   // One optimizer step over gradient_accumulation_steps micro-batches. The first and last
-  // stages read `data` (inputs / labels); other stages may pass null. Returns the batch
+  // stages read `data` (inputs / labels), and of those only model-parallel rank 0, which
+  // broadcasts each micro-batch to its group; other ranks may pass null. Returns the batch
   // loss (mean over micro-batches, averaged over replicas) on every rank.
   double train_batch(MicroBatchSource* data);
 
@@ -77,7 +78,8 @@ class PipelineEngine {
   void copy_masters_to_model();
   double loss_scale() const { return loss_scaler_.scale(); }
   int64_t skipped_steps() const { return loss_scaler_.skipped_steps(); }
-  // Bytes this rank sent and received between stages so far.
+  // Payload bytes this rank sent and received between stages so far (with partitioned
+  // transfers: its shares, not the all-gathered whole; headers not counted).
   int64_t p2p_bytes() const { return p2p_bytes_; }
   double last_learning_rate() const { return last_learning_rate_; }
 
@@ -129,12 +131,17 @@ class PipelineEngine {
   void dispatch(const schedule::Instruction& instruction);
 
   void load_micro_batch(PipeBuffer& buffer);
+  MicroBatch next_micro_batch();
   void forward(PipeBuffer& buffer);
   void backward(PipeBuffer& buffer);
   void send_activation(PipeBuffer& buffer);
   void recv_activation(PipeBuffer& buffer);
   void send_grad(PipeBuffer& buffer);
   void recv_grad(PipeBuffer& buffer);
+  // Moves tensors between neighbouring stages, as 1/model-size shares when partitioned.
+  bool partitioned_transfers() const;
+  void send_to_stage(const Activation& tensors, int stage, int tag);
+  Activation recv_from_stage(int stage, int tag, const Activation& reuse);
   void reduce_tied_grads();
   void reduce_grads();
   void optimizer_step();

@@ -28,6 +28,8 @@ struct BuiltinModel {
   std::function<Activation(int64_t batch)> sample_input;
 };
 
-BuiltinModel make_builtin_model(const ModelConfig& config);
+// With a tensor-parallel group of more than one rank: its shard of the model (GPT only).
+BuiltinModel make_builtin_model(const ModelConfig& config,
+                                const tensor_parallel::Group& group = {});
 
 }  // namespace pipetrain::models

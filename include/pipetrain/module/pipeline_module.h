@@ -8,6 +8,7 @@
 
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/partition.h"
+#include "pipetrain/tensor_parallel/shard.h"
 
 namespace pipetrain {
 
@@ -60,6 +61,9 @@ class PipelineModule {
   // owners after the first stage holding the key only its tied tensors are listed.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
+  // The tensor-parallel shards among this stage's parameters, by the names above, and
+  // how each splits (see tensor_parallel::ShardedModule); the rest are replicated.
+  std::map<std::string, tensor_parallel::ShardLayout> shard_layouts() const;
 
   // Tie keys with a module on this stage; the stages that own a key; its tied tensors here.
   std::vector<std::string> tie_keys() const;

@@ -10,7 +10,8 @@ namespace pipetrain {
 
 // Keys of `pipetrain train` beside DeepSpeed's (see the README's table).
 struct TrainerConfig {
-  int64_t data_parallel = 0;  // 0: ranks / pipeline.stages; else it must match
+  int64_t data_parallel = 0;   // 0: ranks / (pipeline.stages x model_parallel); else it must match
+  int64_t model_parallel = 1;  // tensor-parallel group size (Megatron's layers)
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;
@@ -46,7 +47,7 @@ TrainerConfig parse_trainer_config(const nlohmann::json& json);
 
 // Command-line settings that win over the file.
 struct TrainerOverrides {
-  std::optional<int64_t> pipe, data, micro_batches, train_iters, eval_interval, seed;
+  std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed;
   std::optional<double> lr;
   std::optional<std::string> save, load, trace;
 };

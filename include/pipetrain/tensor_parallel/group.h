@@ -1,0 +1,20 @@
+#pragma once
+
+#include <memory>
+
+#include "pipetrain/comm/communicator.h"
+
+namespace pipetrain::tensor_parallel {
+
+// The ranks that split each layer's tensors between them (Megatron's tensor-model-parallel
+// group; the grid's "model" axis). Without a communicator there is one rank and every
+// collective is the identity, so the same layers serve plain and tensor-parallel models.
+struct Group {
+  std::shared_ptr<comm::Communicator> comm;
+
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  bool parallel() const { return size() > 1; }
+};
+
+}  // namespace pipetrain::tensor_parallel

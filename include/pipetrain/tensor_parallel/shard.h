@@ -1,0 +1,40 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipetrain::tensor_parallel {
+
+// How a parameter is split over a group: along `dim`, into `stride` interleaved blocks
+// that are each split evenly (a fused q/k/v weight has stride 3, so every rank holds the
+// q, k and v rows of its own heads). Stride 1 is a plain even split.
+struct ShardLayout {
+  int64_t dim = 0;
+  int64_t stride = 1;
+
+  bool operator==(const ShardLayout&) const = default;
+};
+
+// Rank `rank`'s shard of `full` (a copy, contiguous) among `size` ranks. Throws
+// std::invalid_argument when the dimension does not split evenly.
+at::Tensor take_shard(const at::Tensor& full, ShardLayout layout, int rank, int size);
+
+// The full tensor from every rank's shard, stacked along a new first dimension in rank
+// order (what Communicator::all_gather returns): the inverse of take_shard.
+at::Tensor join_shards(const at::Tensor& stacked, ShardLayout layout);
+
+// The full shape of a tensor whose shard has `shard_shape`.
+std::vector<int64_t> full_shape(at::IntArrayRef shard_shape, ShardLayout layout, int size);
+
+// Implemented by modules whose parameters are shards: each sharded parameter's name
+// (relative to the module) and layout. Parameters not listed are replicated.
+class ShardedModule {
+ public:
+  virtual ~ShardedModule() = default;
+  virtual std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const = 0;
+};
+
+}  // namespace pipetrain::tensor_parallel
