@@ -1,8 +1,9 @@
 // Trains a small GPT for some steps, optionally loading a checkpoint first and saving one
 // at the end, and prints each step's loss (all 17 digits) and a digest of each rank's
 // weights and optimizer state, for checkpoint_test.sh to compare runs:
-//   checkpoint_program --pipe P --micro-batches M --steps S [--dropout D]
+//   checkpoint_program --pipe P [--model T] --micro-batches M --steps S [--dropout D]
 //                      [--load DIR] [--save DIR]
+// The data-parallel size is what the ranks leave: ranks / (P x T).
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -40,6 +41,7 @@ uint32_t digest(PipelineEngine& engine) {
 int main(int argc, char** argv) {
   return run_rank(argc, argv, [&] {
     const int pipe = std::stoi(argument(argc, argv, "--pipe", "1"));
+    const int model_parallel = std::stoi(argument(argc, argv, "--model", "1"));
     const int steps = std::stoi(argument(argc, argv, "--steps", "3"));
     const std::string load = argument(argc, argv, "--load", "");
     const std::string save = argument(argc, argv, "--save", "");
@@ -60,8 +62,11 @@ int main(int argc, char** argv) {
 
     auto world = comm::MpiCommunicator::world();
     auto grid =
-        std::make_shared<Grid>(pipe_data_parallel_topology(pipe, world->size() / pipe), world);
-    const auto model = models::make_builtin_model(config.model);
+        std::make_shared<Grid>(pipe_model_data_parallel_topology(
+                                   pipe, world->size() / (pipe * model_parallel), model_parallel),
+                               world);
+    const auto model = models::make_builtin_model(
+        config.model, tensor_parallel::Group{model_parallel > 1 ? grid->model_comm() : nullptr});
     auto module = std::make_shared<PipelineModule>(
         model.layers, model.loss,
         PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
@@ -74,8 +79,9 @@ int main(int argc, char** argv) {
         std::make_unique<DataLoader>(samples, engine.config().train_micro_batch_size_per_gpu,
                                      grid->data_parallel_size(), grid->data_parallel_id(),
                                      /*shuffle=*/true, /*seed=*/3));
-    // Each rank's dropout stream differs; a checkpoint must carry it over.
-    at::manual_seed(100 + grid->global_rank());
+    // Each stage's and replica's dropout stream differs (a tensor-parallel group shares
+    // one); a checkpoint must carry it over.
+    at::manual_seed(100 + grid->stage_id() * grid->data_parallel_size() + grid->data_parallel_id());
 
     if (!load.empty()) {
       const auto client = load_checkpoint(engine, load, "latest", &data);

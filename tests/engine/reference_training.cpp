@@ -1,0 +1,119 @@
+#include "reference_training.h"
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/module/pipeline_module.h"
+
+namespace pipetrain::testing {
+namespace {
+
+constexpr double kLearningRate = 0.01;
+constexpr double kMomentum = 0.9;
+
+}  // namespace
+
+std::string name(const Case& c) {
+  return c.model + " m=" + std::to_string(c.micro_batches) +
+         " ckpt=" + std::to_string(c.checkpoint_interval) + " clip=" + std::to_string(c.clipping);
+}
+
+models::ModelConfig model_config(const std::string& model) {
+  models::ModelConfig config;
+  if (model == "mlp") {
+    config.type = "mlp";
+    config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
+  } else {
+    config.gpt = {.vocab_size = 20,
+                  .context = 6,
+                  .d_model = 8,
+                  .heads = 2,
+                  .layers = 2,
+                  .dropout = 0.0,
+                  .tie_embeddings = model == "gpt"};
+  }
+  return config;
+}
+
+std::shared_ptr<TensorDataset> dataset(const Case& c, int data_parallel) {
+  const models::ModelConfig config = model_config(c.model);
+  const int64_t samples = int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data_parallel;
+  at::manual_seed(42);
+  if (config.type == "mlp") {
+    return std::make_shared<TensorDataset>(Activation{at::randn({samples, config.mlp.inputs})},
+                                           Activation{at::randn({samples, config.mlp.outputs})});
+  }
+  const auto& g = config.gpt;
+  return std::make_shared<TensorDataset>(
+      Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)},
+      Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)});
+}
+
+TrainingConfig training_config(const Case& c, int stages) {
+  TrainingConfig config;
+  config.train_micro_batch_size_per_gpu = kMicroBatchSize;
+  config.gradient_accumulation_steps = c.micro_batches;
+  config.gradient_clipping = c.clipping;
+  config.steps_per_print = 1000;
+  if (c.model == "mlp") {
+    config.optimizer = {"Adam", {{"lr", kLearningRate}}};
+  } else {
+    config.optimizer = {"SGD", {{"lr", kLearningRate}, {"momentum", kMomentum}}};
+  }
+  config.pipeline.stages = stages;
+  config.pipeline.activation_checkpoint_interval = c.checkpoint_interval;
+  config.model = model_config(c.model);
+  return config;
+}
+
+// One process, one model, the whole global batch per step: what pipetrain must equal.
+Reference reference_run(const Case& c, int data_parallel,
+                        const std::shared_ptr<TensorDataset>& data) {
+  const auto model = models::make_builtin_model(model_config(c.model));
+  PipelineModule whole(model.layers, model.loss, {.seed = 1234});
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (c.model == "mlp") {
+    optimizer = std::make_unique<torch::optim::Adam>(whole.parameters(),
+                                                     torch::optim::AdamOptions(kLearningRate));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        whole.parameters(), torch::optim::SGDOptions(kLearningRate).momentum(kMomentum));
+  }
+  std::vector<std::unique_ptr<DataLoader>> replicas;
+  for (int r = 0; r < data_parallel; ++r) {
+    replicas.push_back(std::make_unique<DataLoader>(data, kMicroBatchSize, data_parallel, r));
+  }
+  auto next_global_batch = [&] {
+    std::vector<at::Tensor> inputs, labels;
+    for (auto& loader : replicas) {
+      for (int j = 0; j < c.micro_batches; ++j) {
+        MicroBatch batch = loader->next();
+        inputs.push_back(batch.inputs[0]);
+        labels.push_back(batch.labels[0]);
+      }
+    }
+    return MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
+  };
+  Reference reference;
+  for (int step = 0; step < kSteps; ++step) {
+    const MicroBatch batch = next_global_batch();
+    optimizer->zero_grad();
+    const at::Tensor loss = whole.loss(whole.forward(batch.inputs), batch.labels);
+    loss.backward();
+    if (c.clipping > 0) torch::nn::utils::clip_grad_norm_(whole.parameters(), c.clipping);
+    optimizer->step();
+    reference.losses.push_back(loss.item<double>());
+  }
+  for (const auto& [name, tensor] : whole.named_parameters()) {
+    reference.weights[name] = tensor.detach();
+  }
+  at::NoGradGuard no_grad;
+  const MicroBatch held_out = next_global_batch();
+  reference.eval_loss = whole.loss(whole.forward(held_out.inputs), held_out.labels).item<double>();
+  return reference;
+}
+
+}  // namespace pipetrain::testing

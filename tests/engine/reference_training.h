@@ -1,0 +1,45 @@
+#pragma once
+// The single-process reference the multi-rank equivalence tests compare against: one
+// model, the whole global batch per step, plain LibTorch autograd and optimizers.
+//
+// The GPT trains with SGD + momentum, the MLP with Adam: GPT's key bias has an exactly
+// zero gradient (softmax ignores a shift shared by all scores), and Adam divides such a
+// gradient's rounding noise by its own size, which turns 1e-10 noise into visible steps
+// in any two runs that add the micro-batches in a different order.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/training_config.h"
+#include "pipetrain/data/data_source.h"
+
+namespace pipetrain::testing {
+
+constexpr int kSteps = 5;
+constexpr int kMicroBatchSize = 2;
+
+struct Case {
+  std::string model;  // gpt, gpt-untied, mlp
+  int micro_batches;
+  int checkpoint_interval;
+  double clipping;
+};
+
+std::string name(const Case& c);
+models::ModelConfig model_config(const std::string& model);
+// Enough samples for kSteps + 1 batches over `data_parallel` replicas.
+std::shared_ptr<TensorDataset> dataset(const Case& c, int data_parallel);
+TrainingConfig training_config(const Case& c, int stages);
+
+struct Reference {
+  std::vector<double> losses;
+  double eval_loss = 0;  // on the batch after the last step, with the final weights
+  std::map<std::string, at::Tensor> weights;
+};
+
+// Trains kSteps on the global batches `data_parallel` replicas would read from `data`.
+Reference reference_run(const Case& c, int data_parallel,
+                        const std::shared_ptr<TensorDataset>& data);
+
+}  // namespace pipetrain::testing
