@@ -68,16 +68,6 @@ struct GatherFromGroup : torch::autograd::Function<GatherFromGroup> {
   }
 };
 
-struct ScatterToGroup : torch::autograd::Function<ScatterToGroup> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
-    save_group(ctx, group);
-    return own_part_of_last_dim(x, group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_last_dim(grads[0], saved_group(ctx)), at::Tensor()};
-  }
-};
-
 }  // namespace
 
 at::Tensor copy_to_group(const at::Tensor& x, const Group& group) {
@@ -90,10 +80,6 @@ at::Tensor reduce_from_group(const at::Tensor& x, const Group& group) {
 
 at::Tensor gather_from_group(const at::Tensor& x, const Group& group) {
   return group.parallel() ? GatherFromGroup::apply(x, group) : x;
-}
-
-at::Tensor scatter_to_group(const at::Tensor& x, const Group& group) {
-  return group.parallel() ? ScatterToGroup::apply(x, group) : x;
 }
 
 }  // namespace pipetrain::tensor_parallel

@@ -4,7 +4,7 @@
 
 #include "pipetrain/tensor_parallel/group.h"
 
-// The four autograd-aware collectives Megatron-LM's tensor-parallel layers are made of.
+// The autograd-aware collectives Megatron-LM's tensor-parallel layers are made of.
 // Each is the identity for a group of one.
 namespace pipetrain::tensor_parallel {
 
@@ -19,8 +19,5 @@ at::Tensor reduce_from_group(const at::Tensor& x, const Group& group);
 // Forward: concatenates every rank's `x` along the last dimension. Backward: keeps this
 // rank's part of the gradient.
 at::Tensor gather_from_group(const at::Tensor& x, const Group& group);
-
-// Forward: keeps this rank's part of the last dimension. Backward: gathers the gradient.
-at::Tensor scatter_to_group(const at::Tensor& x, const Group& group);
 
 }  // namespace pipetrain::tensor_parallel

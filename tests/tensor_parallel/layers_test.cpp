@@ -1,0 +1,107 @@
+// Each tensor-parallel layer against its plain LibTorch counterpart holding the same full
+// weights: outputs, input gradients and every shard's weight gradient (slices of the
+// full gradient). Runs inside the equivalence program, on the model axis of the grid.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/grid.h"
+#include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/layers.h"
+
+namespace pipetrain {
+namespace {
+
+using namespace tensor_parallel;
+
+// A group of two from the world's first ranks of one (pipe, data) coordinate.
+Group model_group() {
+  auto world = comm::MpiCommunicator::world();
+  const int model = 2;
+  const int data = world->size() / model;
+  static auto grid =
+      std::make_shared<Grid>(pipe_model_data_parallel_topology(1, data, model), world);
+  return Group{grid->model_comm()};
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+  ASSERT_EQ(got.sizes(), expected.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6))
+      << what << " differs by " << (got - expected).abs().max().item<double>();
+}
+
+// The full weight a layer was built from: draw it again under the same seed.
+at::Tensor full_normal(at::IntArrayRef shape, uint64_t seed) {
+  at::manual_seed(seed);
+  return at::empty(shape).normal_(0.0, 0.02);
+}
+
+TEST(TensorParallelLayers, ColumnParallelLinearWithGatheredOutputMatchesLinear) {
+  const Group group = model_group();
+  at::manual_seed(7);
+  ColumnParallelLinear layer(6, 8, group, LinearOptions{}, /*stride=*/1, /*gather_output=*/true);
+  const at::Tensor weight = full_normal({8, 6}, 7).requires_grad_(true);
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({3, 6});
+  const at::Tensor x_parallel = x.clone().requires_grad_(true);
+  const at::Tensor x_plain = x.clone().requires_grad_(true);
+  const at::Tensor weights_of_outputs = at::randn({3, 8});
+
+  const at::Tensor y = layer(x_parallel);
+  (y * weights_of_outputs).sum().backward();
+  const at::Tensor expected = at::linear(x_plain, weight);
+  (expected * weights_of_outputs).sum().backward();
+
+  expect_close(y, expected, "output");
+  expect_close(x_parallel.grad(), x_plain.grad(), "input gradient");
+  expect_close(layer->weight.grad(), take_shard(weight.grad(), {0, 1}, group.rank(), 2),
+               "weight gradient shard");
+}
+
+TEST(TensorParallelLayers, RowParallelLinearMatchesLinear) {
+  const Group group = model_group();
+  at::manual_seed(8);
+  RowParallelLinear layer(8, 5, group);
+  const at::Tensor weight = full_normal({5, 8}, 8).requires_grad_(true);
+  at::manual_seed(2);
+  const at::Tensor x = at::randn({3, 8}).requires_grad_(true);
+  const at::Tensor x_shard = x.detach().chunk(2, -1)[group.rank()].clone().requires_grad_(true);
+
+  const at::Tensor y = layer(x_shard);
+  y.pow(2).sum().backward();
+  const at::Tensor expected = at::linear(x, weight, layer->bias.detach());
+  expected.pow(2).sum().backward();
+
+  expect_close(y, expected, "output");
+  expect_close(x_shard.grad(), x.grad().chunk(2, -1)[group.rank()], "input gradient shard");
+  expect_close(layer->weight.grad(), take_shard(weight.grad(), {1, 1}, group.rank(), 2),
+               "weight gradient shard");
+}
+
+TEST(TensorParallelLayers, VocabParallelEmbeddingAndCrossEntropyMatchThePlainOnes) {
+  const Group group = model_group();
+  at::manual_seed(9);
+  VocabParallelEmbedding embedding(10, 4, group);
+  const at::Tensor table = full_normal({10, 4}, 9).requires_grad_(true);
+  const at::Tensor ids = at::tensor({0, 4, 5, 9, 3, 7}, at::kLong).view({2, 3});
+  EXPECT_EQ(embedding->first_row(), 5 * group.rank());
+
+  // Logits over the vocabulary from the embedded tokens, as a tied LM head computes them.
+  const at::Tensor labels = at::tensor({9, 0, 5, 4, 6, 1}, at::kLong).view({2, 3});
+  const at::Tensor h = embedding(ids);
+  const at::Tensor loss = vocab_parallel_cross_entropy(
+      at::matmul(copy_to_group(h, group), embedding->weight.t()), labels, group);
+  loss.backward();
+  const at::Tensor h_plain = at::embedding(table, ids);
+  const at::Tensor expected = at::cross_entropy_loss(
+      at::matmul(h_plain, table.t()).reshape({-1, 10}), labels.reshape({-1}));
+  expected.backward();
+
+  expect_close(h, h_plain, "embedding output");
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-6);
+  expect_close(embedding->weight.grad(), take_shard(table.grad(), {0, 1}, group.rank(), 2),
+               "table gradient shard (lookup and head)");
+}
+
+}  // namespace
+}  // namespace pipetrain

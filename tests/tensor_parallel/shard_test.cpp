@@ -1,0 +1,37 @@
+#include "pipetrain/tensor_parallel/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+namespace pipetrain::tensor_parallel {
+namespace {
+
+TEST(Shard, FusedQkvRowsSplitPerBlockAndJoinBack) {
+  // Rows q0 q1 q2 q3 | k0 k1 k2 k3 | v0 v1 v2 v3 over two ranks, stride 3: rank 1 holds
+  // q2 q3 k2 k3 v2 v3.
+  const at::Tensor full = at::arange(12, at::kFloat).view({12, 1});
+  const at::Tensor shard = take_shard(full, {0, 3}, 1, 2);
+  EXPECT_TRUE(at::equal(shard.view({-1}), at::tensor({2, 3, 6, 7, 10, 11}, at::kFloat)));
+  const at::Tensor stacked = at::stack({take_shard(full, {0, 3}, 0, 2), shard});
+  EXPECT_TRUE(at::equal(join_shards(stacked, {0, 3}), full));
+}
+
+TEST(Shard, ColumnsRoundTripForEveryGroupSize) {
+  const at::Tensor full = at::randn({3, 12});
+  for (int size : {1, 2, 3, 4, 6}) {
+    std::vector<at::Tensor> shards;
+    for (int r = 0; r < size; ++r) shards.push_back(take_shard(full, {1, 1}, r, size));
+    EXPECT_EQ(shards[0].sizes(), at::IntArrayRef(full_shape({3, 12 / size}, {1, 1}, 1)));
+    EXPECT_EQ(full_shape(shards[0].sizes(), {1, 1}, size), full.sizes().vec());
+    EXPECT_TRUE(at::equal(join_shards(at::stack(shards), {1, 1}), full)) << size;
+  }
+}
+
+TEST(Shard, UnevenSplitsAreRefused) {
+  EXPECT_THROW(take_shard(at::zeros({10, 2}), {0, 1}, 0, 4), std::invalid_argument);
+  EXPECT_THROW(take_shard(at::zeros({12, 2}), {0, 3}, 0, 8), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipetrain::tensor_parallel
