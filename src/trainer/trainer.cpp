@@ -82,22 +82,26 @@ Job build_job(const nlohmann::json& effective) {
   auto world = comm::MpiCommunicator::world();
   const int64_t pipe = job.config.pipeline.stages;
   const int64_t model_parallel = job.trainer.model_parallel;
+  const std::string times_model =
+      model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
   if (world->size() % (pipe * model_parallel) != 0) {
-    throw InputError("pipeline.stages " + std::to_string(pipe) + " x model_parallel " +
-                     std::to_string(model_parallel) + " does not divide the job's " +
-                     std::to_string(world->size()) + " ranks");
+    throw InputError("pipeline.stages " + std::to_string(pipe) + times_model +
+                     " does not divide the job's " + std::to_string(world->size()) + " ranks");
   }
   const int64_t data = world->size() / (pipe * model_parallel);
   if (job.trainer.data_parallel && job.trainer.data_parallel != data) {
     throw InputError("data-parallel size " + std::to_string(job.trainer.data_parallel) + " with " +
-                     std::to_string(pipe) + " stages x model_parallel " +
-                     std::to_string(model_parallel) + " needs " +
+                     std::to_string(pipe) + " stages" + times_model + " needs " +
                      std::to_string(job.trainer.data_parallel * pipe * model_parallel) +
                      " ranks, the job has " + std::to_string(world->size()));
   }
+  // Without tensor parallelism the topology has no model axis, so ranks describe
+  // themselves as (pipe, data) only.
   job.grid = std::make_shared<Grid>(
-      pipe_model_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data),
-                                        static_cast<int>(model_parallel)),
+      model_parallel > 1
+          ? pipe_model_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data),
+                                              static_cast<int>(model_parallel))
+          : pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
       world);
   const auto model = models::make_builtin_model(
       job.config.model,
