@@ -17,7 +17,8 @@ void append(std::vector<std::string>& to, const std::vector<std::string>& more) 
 
 }  // namespace
 
-TrainingConfig parse_training_config(const nlohmann::json& json, const std::vector<std::string>& extra_keys) {
+TrainingConfig parse_training_config(const nlohmann::json& json,
+                                     const std::vector<std::string>& extra_keys) {
   const ConfigSection root(json, "");
   TrainingConfig c;
   c.train_batch_size = root.get_int("train_batch_size", 0);
@@ -29,11 +30,21 @@ TrainingConfig parse_training_config(const nlohmann::json& json, const std::vect
   c.seed = root.get_int("seed", c.seed);
   c.comm_timeout = root.get_double("comm_timeout", c.comm_timeout);
   c.reduce_bucket_size = root.get_int("reduce_bucket_size", c.reduce_bucket_size);
-  std::vector<std::string> known = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                                    "gradient_accumulation_steps", "steps_per_print",
-                                    "wall_clock_breakdown", "gradient_clipping", "seed",
-                                    "comm_timeout", "reduce_bucket_size", "optimizer",
-                                    "scheduler", "pipeline", "model", "bf16", "fp16",
+  std::vector<std::string> known = {"train_batch_size",
+                                    "train_micro_batch_size_per_gpu",
+                                    "gradient_accumulation_steps",
+                                    "steps_per_print",
+                                    "wall_clock_breakdown",
+                                    "gradient_clipping",
+                                    "seed",
+                                    "comm_timeout",
+                                    "reduce_bucket_size",
+                                    "optimizer",
+                                    "scheduler",
+                                    "pipeline",
+                                    "model",
+                                    "bf16",
+                                    "fp16",
                                     "communication_data_type"};
   known.insert(known.end(), extra_keys.begin(), extra_keys.end());
   append(c.unknown_keys, root.unknown_keys(known));
@@ -66,7 +77,8 @@ TrainingConfig parse_training_config(const nlohmann::json& json, const std::vect
   const ConfigSection fp16 = root.section("fp16");
   const bool bf16_on = bf16.get_bool("enabled", false);
   const bool fp16_on = fp16.get_bool("enabled", false);
-  if (bf16_on && fp16_on) throw InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
+  if (bf16_on && fp16_on)
+    throw InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
   c.precision.dtype = bf16_on ? "bf16" : fp16_on ? "fp16" : "fp32";
   append(c.unknown_keys, bf16.unknown_keys({"enabled"}));
   LossScalerConfig& scaler = c.precision.loss_scaler;
@@ -75,19 +87,21 @@ TrainingConfig parse_training_config(const nlohmann::json& json, const std::vect
   scaler.window = fp16.get_int("loss_scale_window", scaler.window);
   scaler.hysteresis = fp16.get_int("hysteresis", scaler.hysteresis);
   scaler.min_loss_scale = fp16.get_double("min_loss_scale", scaler.min_loss_scale);
-  append(c.unknown_keys, fp16.unknown_keys({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
-                                            "hysteresis", "min_loss_scale"}));
+  append(c.unknown_keys, fp16.unknown_keys({"enabled", "loss_scale", "initial_scale_power",
+                                            "loss_scale_window", "hysteresis", "min_loss_scale"}));
   if (scaler.loss_scale < 0) throw InputError("fp16.loss_scale must be >= 0 (0: dynamic)");
   if (scaler.window < 1 || scaler.hysteresis < 1 || !(scaler.min_loss_scale > 0)) {
-    throw InputError("fp16.loss_scale_window and fp16.hysteresis must be at least 1, fp16.min_loss_scale > 0");
+    throw InputError(
+        "fp16.loss_scale_window and fp16.hysteresis must be at least 1, fp16.min_loss_scale > 0");
   }
   if (scaler.initial_scale_power < 0 || scaler.initial_scale_power > 60) {
     throw InputError("fp16.initial_scale_power must be in 0..60");
   }
   c.precision.communication_data_type = root.get_string("communication_data_type", "fp32");
-  if (c.precision.communication_data_type != "fp32" && c.precision.communication_data_type != c.precision.dtype) {
-    throw InputError("communication_data_type must be \"fp32\" or the model's \"" + c.precision.dtype + "\", got \"" +
-                     c.precision.communication_data_type + "\"");
+  if (c.precision.communication_data_type != "fp32" &&
+      c.precision.communication_data_type != c.precision.dtype) {
+    throw InputError("communication_data_type must be \"fp32\" or the model's \"" +
+                     c.precision.dtype + "\", got \"" + c.precision.communication_data_type + "\"");
   }
 
   std::vector<std::string> unknown_model;

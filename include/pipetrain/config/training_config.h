@@ -36,9 +36,11 @@ struct PipelineConfig {
 // Mixed precision: the model (and what travels between stages) in bf16 or fp16, fp32
 // master weights and optimizer state; fp16 adds loss scaling.
 struct PrecisionConfig {
-  std::string dtype = "fp32";                    // fp32, bf16 (bf16.enabled) or fp16 (fp16.enabled)
-  std::string communication_data_type = "fp32";  // data-parallel gradient all-reduce: fp32 or the model's
-  LossScalerConfig loss_scaler;                  // fp16 only
+  // fp32, bf16 (bf16.enabled) or fp16 (fp16.enabled)
+  std::string dtype = "fp32";
+  // The data-parallel gradient all-reduce: fp32 or the model's type.
+  std::string communication_data_type = "fp32";
+  LossScalerConfig loss_scaler;  // fp16 only
 };
 
 struct TrainingConfig {
@@ -63,7 +65,8 @@ struct TrainingConfig {
 // Reads every section, checking types; InputError names the key. Batch sizes are left
 // as given: resolve them with resolve_batch() once the data-parallel size is known.
 // `extra_keys`: top-level keys another reader (e.g. the trainer) owns, not to be warned about.
-TrainingConfig parse_training_config(const nlohmann::json& json, const std::vector<std::string>& extra_keys = {});
+TrainingConfig parse_training_config(const nlohmann::json& json,
+                                     const std::vector<std::string>& extra_keys = {});
 
 // Fills in whichever of train_batch_size, micro batch size and accumulation steps is
 // missing, given at least two (or the micro batch size alone: one step). Throws

@@ -24,7 +24,8 @@ struct GptConfig {
 // (int64); output: logits [batch, seq, vocab / group size], this rank's vocabulary slice.
 // With a tensor-parallel group the embedding, attention heads, MLP and head are split
 // over it (Megatron-LM's layout); the full weights are the same for every group size.
-std::vector<LayerSpec> gpt_layers(const GptConfig& config, const tensor_parallel::Group& group = {});
+std::vector<LayerSpec> gpt_layers(const GptConfig& config,
+                                  const tensor_parallel::Group& group = {});
 
 // Mean cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq].
 LossFunction gpt_loss(const tensor_parallel::Group& group = {});
