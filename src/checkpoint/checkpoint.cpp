@@ -72,13 +72,20 @@ class ShardedState {
   }
 
  private:
-  // The layout when `value` belongs to a sharded parameter and has the shape `expected`
-  // (state such as Adam's step count is never split); null without a group to split over.
+  // The layout when `value` belongs to a sharded parameter and has the shape `expected`;
+  // null for one-element state (such as Adam's step count, never split) and without a
+  // group to split over. Any other shape has no known split.
   const tensor_parallel::ShardLayout* layout_of(const std::string& name, const at::Tensor& value,
                                                 at::IntArrayRef expected) const {
     const auto it = layouts_.find(name);
-    if (group_.size() == 1 || it == layouts_.end() || value.sizes() != expected) return nullptr;
-    return &it->second;
+    if (group_.size() == 1 || it == layouts_.end()) return nullptr;
+    if (value.sizes() == expected) return &it->second;
+    if (value.numel() != 1) {
+      throw InputError("state of the tensor-parallel parameter " + name + " is " +
+                       c10::str(value.sizes()) + ", neither a scalar nor shaped " +
+                       c10::str(expected));
+    }
+    return nullptr;
   }
 
   std::map<std::string, tensor_parallel::ShardLayout> layouts_;
@@ -263,24 +270,34 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
   if (world.rank() == 0) fs::create_directories(folder);
   world.barrier();
 
-  // Data-parallel rank 0 of each stage writes the layers it owns (its tensor-parallel
-  // group joining the shards first); every rank writes its RNG.
+  // The first replica of each stage saves the layers it owns: its tensor-parallel group
+  // joins the shards (all collectives first), then model-parallel rank 0 writes them.
+  // Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const PipelineModule& module = engine.module();
-  const bool writer = grid.model_parallel_id() == 0;
+  struct WholeLayer {
+    int index;
+    NamedTensors weights, state;
+  };
+  std::vector<WholeLayer> owned;
   if (grid.data_parallel_id() == 0) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
-      NamedTensors whole, state;
+      WholeLayer& layer = owned.emplace_back(WholeLayer{index, {}, {}});
       for (const auto& [name, parameter] : parameters) {
         const std::string full_name = std::to_string(index) + "." + name;
-        whole.emplace_back(name, sharded.whole(full_name, parameter, parameter.sizes()));
-        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter))
-          state.emplace_back(name + "/" + key, sharded.whole(full_name, tensor, parameter.sizes()));
+        layer.weights.emplace_back(name, sharded.whole(full_name, parameter, parameter.sizes()));
+        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter)) {
+          layer.state.emplace_back(name + "/" + key,
+                                   sharded.whole(full_name, tensor, parameter.sizes()));
+        }
       }
-      if (!writer) continue;
+    }
+  }
+  if (grid.model_parallel_id() == 0) {
+    for (const auto& [index, whole, state] : owned) {
       nlohmann::json& layer = layers[std::to_string(index)];
       layer["file"] = numbered("layer", index, 3);
       layer["tensors"] = describe(whole);

@@ -3,48 +3,74 @@
 #include <ATen/ATen.h>
 
 #include <stdexcept>
+#include <string>
+
+#include "pipetrain/comm/tensor_transport.h"
 
 namespace pipetrain::comm {
+namespace {
+
+int64_t share_length(int64_t numel, int size) {
+  return (numel + size - 1) / size;
+}
+
+// Every rank of the group must have received the same layout, or the all-gathers would
+// mix different tensors (or differently sized shares).
+void check_group_agrees(const at::Tensor& layout, Communicator& group) {
+  const at::Tensor mine =
+      at::tensor({layout.numel(), layout.sum().item<int64_t>(),
+                  (layout * at::arange(1, layout.numel() + 1, at::kLong)).sum().item<int64_t>()},
+                 at::kLong);
+  const at::Tensor all = group.all_gather(mine);
+  if (!all.eq(mine).all().item<bool>()) {
+    throw std::runtime_error(
+        "partitioned transfer: the ranks of the tensor-parallel group received different "
+        "tensors (a stage boundary carries a tensor that is not equal across the group; set "
+        "pipeline.partitioned_transfers to false for such a model)");
+  }
+}
+
+}  // namespace
 
 PartitionedTensors partition(const std::vector<at::Tensor>& tensors, int rank, int size) {
-  std::vector<int64_t> layout{static_cast<int64_t>(tensors.size())};
-  PartitionedTensors out;
+  const std::vector<int64_t> words = encode_header(tensors);
+  PartitionedTensors out{at::tensor(words, at::kLong), {}};
   for (const auto& tensor : tensors) {
-    layout.push_back(tensor.requires_grad() ? 1 : 0);
-    layout.push_back(tensor.dim());
-    layout.insert(layout.end(), tensor.sizes().begin(), tensor.sizes().end());
-    const int64_t share = (tensor.numel() + size - 1) / size;
     const at::Tensor flat = tensor.detach().reshape({-1});
+    const int64_t share = share_length(flat.numel(), size);
     const int64_t first = std::min(rank * share, flat.numel());
     const int64_t length = std::min(share, flat.numel() - first);
     at::Tensor piece = flat.narrow(0, first, length);
     if (length < share) piece = at::constant_pad_nd(piece, {0, share - length});
     out.shares.push_back(piece.contiguous());
   }
-  out.layout = at::tensor(layout, at::kLong);
   return out;
 }
 
 std::vector<at::Tensor> assemble(const PartitionedTensors& partitioned, Communicator& group) {
   const at::Tensor layout = partitioned.layout.contiguous();
-  const int64_t* words = layout.data_ptr<int64_t>();
-  const int64_t size = layout.numel();
-  if (size < 1 || words[0] != static_cast<int64_t>(partitioned.shares.size())) {
+  const std::vector<TensorMeta> metas = decode_header(layout.data_ptr<int64_t>(), layout.numel());
+  if (metas.size() != partitioned.shares.size()) {
     throw std::runtime_error("partitioned transfer: the layout describes " +
-                             std::to_string(size < 1 ? -1 : words[0]) + " tensors, " +
+                             std::to_string(metas.size()) + " tensors, " +
                              std::to_string(partitioned.shares.size()) + " shares arrived");
   }
+  check_group_agrees(layout, group);
   std::vector<at::Tensor> tensors;
-  int64_t at = 1;
-  for (const auto& share : partitioned.shares) {
-    if (at + 2 > size || at + 2 + words[at + 1] > size)
-      throw std::runtime_error("partitioned transfer: truncated layout");
-    const bool requires_grad = words[at] != 0;
-    const std::vector<int64_t> shape(words + at + 2, words + at + 2 + words[at + 1]);
-    at += 2 + words[at + 1];
-    const at::Tensor whole = group.all_gather(share.contiguous()).reshape({-1});
-    at::Tensor tensor = whole.narrow(0, 0, c10::multiply_integers(shape)).view(shape).clone();
-    if (requires_grad && at::isFloatingType(tensor.scalar_type())) tensor.requires_grad_(true);
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    const TensorMeta& meta = metas[i];
+    const at::Tensor& share = partitioned.shares[i];
+    const int64_t numel = c10::multiply_integers(meta.shape);
+    if (share.scalar_type() != meta.dtype || share.dim() != 1 ||
+        share.numel() != share_length(numel, group.size())) {
+      throw std::runtime_error("partitioned transfer: share " + std::to_string(i) + " is " +
+                               at::toString(share.scalar_type()) + " " + c10::str(share.sizes()) +
+                               ", the layout says a share of a " + at::toString(meta.dtype) + " " +
+                               c10::str(at::IntArrayRef(meta.shape)));
+    }
+    at::Tensor tensor = group.all_gather(share.contiguous()).view({-1}).narrow(0, 0, numel);
+    tensor = tensor.view(meta.shape).clone();
+    if (meta.requires_grad && at::isFloatingType(meta.dtype)) tensor.requires_grad_(true);
     tensors.push_back(std::move(tensor));
   }
   return tensors;

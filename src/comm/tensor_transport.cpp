@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -74,14 +75,29 @@ std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size) {
 
 std::optional<std::vector<at::Tensor>> broadcast_tensors(
     Communicator& comm, const std::optional<std::vector<at::Tensor>>& tensors, int root) {
+  // The header's first word: the magic number, 0 when the root has nothing to give, or
+  // kRootFailed when it cannot describe what it has (every rank then throws).
+  constexpr int64_t kRootFailed = -1;
   const bool root_here = comm.rank() == root;
-  at::Tensor header = at::zeros({kMaxHeaderWords}, at::kLong);  // all zero: nothing to give
+  at::Tensor header = at::zeros({kMaxHeaderWords}, at::kLong);
+  std::exception_ptr failure;
   if (root_here && tensors) {
-    const std::vector<int64_t> words = encode_header(*tensors);
-    std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+    try {
+      const std::vector<int64_t> words = encode_header(*tensors);
+      std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+    } catch (const std::exception&) {
+      failure = std::current_exception();
+      header.data_ptr<int64_t>()[0] = kRootFailed;
+    }
   }
   comm.broadcast(header, root);
-  if (header.data_ptr<int64_t>()[0] == 0) return std::nullopt;
+  if (failure) std::rethrow_exception(failure);
+  const int64_t first = header.data_ptr<int64_t>()[0];
+  if (first == kRootFailed) {
+    throw std::runtime_error("rank " + std::to_string(comm.global_rank(root)) +
+                             " could not describe the tensors it was to broadcast");
+  }
+  if (first == 0) return std::nullopt;
   if (root_here) {
     for (const auto& tensor : *tensors) {
       at::Tensor payload = tensor.contiguous();

@@ -1,11 +1,13 @@
 #include "pipetrain/models/gpt.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <limits>
 
 #include "pipetrain/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
@@ -48,8 +50,10 @@ TORCH_MODULE(GptEmbedding);
 // attention heads and 4 d / size MLP features; the residual stream, the LayerNorms and
 // the output biases are replicated.
 struct GptBlockImpl : torch::nn::Module {
-  GptBlockImpl(const GptConfig& c, const Group& group)
-      : local_heads(c.heads / group.size()),
+  GptBlockImpl(const GptConfig& c, const Group& group_)
+      : group(group_),
+        heads(c.heads),
+        local_heads(c.heads / group.size()),
         dropout_p(c.dropout),
         attention_norm(register_module(
             "attention_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
@@ -73,14 +77,34 @@ struct GptBlockImpl : torch::nn::Module {
     const int64_t width = local_qkv.size(2) / 3;
     const auto split =
         local_qkv.view({batch, seq, 3, local_heads, width / local_heads}).permute({2, 0, 3, 1, 4});
-    const at::Tensor attended =
-        at::scaled_dot_product_attention(split[0], split[1], split[2], /*attn_mask=*/{},
-                                         is_training() ? dropout_p : 0.0, /*is_causal=*/true);
+    const at::Tensor attended = attend(split[0], split[1], split[2]);
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
     return h + dropout(contract(at::gelu(expand(mlp_norm(h)))));
   }
 
+  // Causal attention over this rank's heads ([batch, local heads, seq, head dim] each).
+  // With dropout in training the weights are computed here instead of by the fused
+  // kernel: the dropout mask is drawn for every head of the whole model and sliced to this
+  // rank's heads, so all ranks of the group draw alike (the dropout of their replicated
+  // activations stays in step) and training does not depend on the model-parallel size.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+    if (!is_training() || dropout_p == 0)
+      return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+    const int64_t batch = q.size(0), seq = q.size(2);
+    const at::Tensor future = at::ones({seq, seq}, q.options().dtype(at::kBool)).triu(1);
+    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+    const at::Tensor weights =
+        at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+    const at::Tensor keep = at::empty({batch, heads, seq, seq}, at::kFloat)
+                                .bernoulli_(1 - dropout_p)
+                                .narrow(1, group.rank() * local_heads, local_heads)
+                                .to(q.scalar_type());
+    return at::matmul(weights * keep / (1 - dropout_p), v);
+  }
+
+  Group group;
+  int64_t heads;  // of the whole model
   int64_t local_heads;
   double dropout_p;
   torch::nn::LayerNorm attention_norm;

@@ -24,7 +24,7 @@ Group saved_group(AutogradContext* ctx) {
 }
 
 at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group) {
-  at::Tensor sum = x.detach().contiguous().clone();
+  at::Tensor sum = x.detach().clone(at::MemoryFormat::Contiguous);
   group.comm->all_reduce(sum, comm::ReduceOp::kSum);
   return sum;
 }

@@ -15,6 +15,18 @@ at::Tensor sharded_normal(torch::nn::Module& module, const std::string& name,
   return module.register_parameter(name, take_shard(full, layout, group.rank(), group.size()));
 }
 
+// Vocabulary ids relative to this rank's rows [first, first + rows): the local index
+// (0 where the id is elsewhere) and where the id lies outside, as a 0/1 factor of `type`.
+struct LocalIds {
+  at::Tensor index;
+  at::Tensor here;
+};
+LocalIds local_ids(const at::Tensor& ids, int64_t first, int64_t rows, at::ScalarType type) {
+  const at::Tensor local = ids - first;
+  const at::Tensor elsewhere = (local < 0) | (local >= rows);
+  return {local.masked_fill(elsewhere, 0), elsewhere.logical_not().to(type)};
+}
+
 }  // namespace
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t out_features,
@@ -65,12 +77,8 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab_size, int64
 
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
   if (!group.parallel()) return at::embedding(weight, ids);
-  const int64_t rows = weight.size(0);
-  const at::Tensor local = ids - first_row();
-  const at::Tensor elsewhere = (local < 0) | (local >= rows);
-  const at::Tensor found = at::embedding(weight, local.masked_fill(elsewhere, 0));
-  return reduce_from_group(found * elsewhere.logical_not().unsqueeze(-1).to(found.scalar_type()),
-                           group);
+  const LocalIds local = local_ids(ids, first_row(), weight.size(0), weight.scalar_type());
+  return reduce_from_group(at::embedding(weight, local.index) * local.here.unsqueeze(-1), group);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> VocabParallelEmbeddingImpl::shard_layouts() const {
@@ -82,19 +90,23 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
   const at::Tensor targets = labels.reshape({-1});
   if (!group.parallel()) return at::cross_entropy_loss(flat, targets);
+  // A label outside the vocabulary would match no rank's slice and pass unnoticed.
+  const int64_t rows = flat.size(-1);
+  const int64_t vocab = rows * group.size();
+  if (targets.numel() > 0 &&
+      (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= vocab)) {
+    throw std::invalid_argument("labels must lie in [0, " + std::to_string(vocab) +
+                                "), the vocabulary split over the tensor-parallel group");
+  }
   // loss = log(sum over the vocabulary of exp(z - m)) - (z_target - m), with m the
   // per-token maximum: a constant shift, so it carries no gradient.
   at::Tensor maximum = std::get<0>(flat.detach().max(-1)).contiguous();
   group.comm->all_reduce(maximum, comm::ReduceOp::kMax);
   const at::Tensor shifted = flat - maximum.unsqueeze(-1);
 
-  const int64_t rows = flat.size(-1);
-  const at::Tensor local = targets - group.rank() * rows;
-  const at::Tensor elsewhere = (local < 0) | (local >= rows);
-  const at::Tensor picked =
-      shifted.gather(-1, local.masked_fill(elsewhere, 0).unsqueeze(-1)).squeeze(-1);
-  const at::Tensor target_logit =
-      reduce_from_group(picked * elsewhere.logical_not().to(picked.scalar_type()), group);
+  const LocalIds local = local_ids(targets, group.rank() * rows, rows, shifted.scalar_type());
+  const at::Tensor picked = shifted.gather(-1, local.index.unsqueeze(-1)).squeeze(-1);
+  const at::Tensor target_logit = reduce_from_group(picked * local.here, group);
   const at::Tensor sum_exp = reduce_from_group(shifted.exp().sum(-1), group);
   return (sum_exp.log() - target_logit).mean();
 }

@@ -31,6 +31,7 @@ at::Tensor join_shards(const at::Tensor& stacked, ShardLayout layout) {
   // Shard r is [block 0 piece r, block 1 piece r, ...]; the full tensor lists block 0's
   // pieces of every rank, then block 1's, and so on.
   const int64_t size = stacked.size(0);
+  piece_length(stacked.size(layout.dim + 1) * size, layout, static_cast<int>(size));  // checks
   std::vector<std::vector<at::Tensor>> blocks;
   for (int64_t r = 0; r < size; ++r) blocks.push_back(stacked[r].chunk(layout.stride, layout.dim));
   std::vector<at::Tensor> ordered;

@@ -46,21 +46,31 @@ check "reshard: each loss within 1e-5 relative of the unsharded run ($(cut -f1,2
   awk '{ d = $3 - $6; if (d < 0) d = -d; if (d > 1e-5 * $6) bad = 1 } END { exit bad }' "$work/pairs"
 
 # 2b. Tensor parallelism: a checkpoint saved at pipe 2 x data 1 x model 2 holds whole
-#     layers and loads at (2,2,1) and (1,1,1); one saved without tensor parallelism loads
-#     at (1,2,2). Every next-step loss matches the unsharded run.
+#     layers and loads at (2,2,1) and (1,1,1) (two steps there, so the AdamW state cut from
+#     the whole tensors counts too); one saved without tensor parallelism loads at (1,2,2).
+#     Every loss matches the unsharded run.
 run 4 "$work/t1.out" --pipe 2 --model 2 --micro-batches 4 --steps 2 --save "$work/tp"
 run 4 "$work/t2.out" --pipe 2 --micro-batches 2 --steps 1 --load "$work/tp"
-run 1 "$work/t3.out" --pipe 1 --micro-batches 4 --steps 1 --load "$work/tp"
+run 1 "$work/t3.out" --pipe 1 --micro-batches 4 --steps 2 --load "$work/tp"
 run 4 "$work/t4.out" --pipe 1 --model 2 --micro-batches 2 --steps 1 --load "$work/reshard"
 tr -d '\n ' <"$work/tp/step_2/manifest.json" >"$work/tp.manifest"
 check "tensor parallel: the checkpoint stores whole layers (qkv.weight 48 x 16)" \
   grep -q '"qkv.weight":{"dtype":"Float","shape":\[48,16\]}' "$work/tp.manifest"
 cat "$work/t1.out" "$work/t2.out" "$work/t3.out" "$work/t4.out" | losses /dev/stdin >"$work/tp.losses"
-losses "$work/reference.out" | sed -n '1p;2p;3p;3p;5p' >"$work/tp.expected"
-check "tensor parallel: five steps ran" test "$(wc -l <"$work/tp.losses")" -eq 5
+losses "$work/reference.out" | sed -n '1p;2p;3p;3p;4p;5p' >"$work/tp.expected"
+check "tensor parallel: six steps ran" test "$(wc -l <"$work/tp.losses")" -eq 6
 paste "$work/tp.losses" "$work/tp.expected" >"$work/tp.pairs"
-check "tensor parallel: (2,1,2) steps 1-2, then step 3 at (2,2,1) and (1,1,1), step 5 at (1,2,2) within 1e-5 ($(cut -f1,2 -d' ' "$work/tp.pairs" | tr '\n' ' '))" \
+check "tensor parallel: (2,1,2) steps 1-2, then step 3 at (2,2,1), steps 3-4 at (1,1,1), step 5 at (1,2,2) within 1e-5 ($(cut -f1,2 -d' ' "$work/tp.pairs" | tr '\n' ' '))" \
   awk '{ if ($2 != $5) bad = 1; d = $3 - $6; if (d < 0) d = -d; if (d > 1e-5 * $6) bad = 1 } END { exit bad }' "$work/tp.pairs"
+
+# 2c. Bitwise resume at pipe 2 x model 2 with dropout: 2 + 2 steps equal 4 uninterrupted.
+run 4 "$work/tpfull.out" --pipe 2 --model 2 --micro-batches 2 --steps 4 --dropout 0.1
+run 4 "$work/tpa.out" --pipe 2 --model 2 --micro-batches 2 --steps 2 --dropout 0.1 --save "$work/tpbit"
+run 4 "$work/tpb.out" --pipe 2 --model 2 --micro-batches 2 --steps 2 --dropout 0.1 --load "$work/tpbit"
+check "tensor parallel resume: losses equal the uninterrupted run bit for bit" \
+  test "$(losses "$work/tpfull.out" | tail -2)" = "$(losses "$work/tpb.out")" -a -n "$(losses "$work/tpb.out")"
+check "tensor parallel resume: every rank's shards and optimizer state equal bit for bit" \
+  test "$(digests "$work/tpfull.out")" = "$(digests "$work/tpb.out")"
 
 # 3. A rank killed (SIGKILL) while saving leaves the previous checkpoint loadable.
 run 2 "$work/k1.out" --pipe 2 --micro-batches 4 --steps 1 --save "$work/killed"

@@ -30,10 +30,10 @@ models::ModelConfig model_config(const std::string& model) {
     config.gpt = {.vocab_size = 20,
                   .context = 6,
                   .d_model = 8,
-                  .heads = 2,
+                  .heads = model == "gpt-heads4" ? 4 : 2,
                   .layers = 2,
                   .dropout = 0.0,
-                  .tie_embeddings = model == "gpt"};
+                  .tie_embeddings = model != "gpt-untied"};
   }
   return config;
 }

@@ -20,7 +20,7 @@ constexpr int kSteps = 5;
 constexpr int kMicroBatchSize = 2;
 
 struct Case {
-  std::string model;  // gpt, gpt-untied, mlp
+  std::string model;  // gpt, gpt-untied, gpt-heads4 (tied), mlp
   int micro_batches;
   int checkpoint_interval;
   double clipping;

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/grid.h"
+#include "model_group.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
@@ -13,16 +13,6 @@ namespace pipetrain {
 namespace {
 
 using namespace tensor_parallel;
-
-// A group of two from the world's first ranks of one (pipe, data) coordinate.
-Group model_group() {
-  auto world = comm::MpiCommunicator::world();
-  const int model = 2;
-  const int data = world->size() / model;
-  static auto grid =
-      std::make_shared<Grid>(pipe_model_data_parallel_topology(1, data, model), world);
-  return Group{grid->model_comm()};
-}
 
 void expect_close(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
   ASSERT_EQ(got.sizes(), expected.sizes()) << what;
@@ -37,7 +27,7 @@ at::Tensor full_normal(at::IntArrayRef shape, uint64_t seed) {
 }
 
 TEST(TensorParallelLayers, ColumnParallelLinearWithGatheredOutputMatchesLinear) {
-  const Group group = model_group();
+  const Group group = testing::model_group_of_two();
   at::manual_seed(7);
   ColumnParallelLinear layer(6, 8, group, LinearOptions{}, /*stride=*/1, /*gather_output=*/true);
   const at::Tensor weight = full_normal({8, 6}, 7).requires_grad_(true);
@@ -59,7 +49,7 @@ TEST(TensorParallelLayers, ColumnParallelLinearWithGatheredOutputMatchesLinear) 
 }
 
 TEST(TensorParallelLayers, RowParallelLinearMatchesLinear) {
-  const Group group = model_group();
+  const Group group = testing::model_group_of_two();
   at::manual_seed(8);
   RowParallelLinear layer(8, 5, group);
   const at::Tensor weight = full_normal({5, 8}, 8).requires_grad_(true);
@@ -79,7 +69,7 @@ TEST(TensorParallelLayers, RowParallelLinearMatchesLinear) {
 }
 
 TEST(TensorParallelLayers, VocabParallelEmbeddingAndCrossEntropyMatchThePlainOnes) {
-  const Group group = model_group();
+  const Group group = testing::model_group_of_two();
   at::manual_seed(9);
   VocabParallelEmbedding embedding(10, 4, group);
   const at::Tensor table = full_normal({10, 4}, 9).requires_grad_(true);

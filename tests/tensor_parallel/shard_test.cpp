@@ -22,7 +22,7 @@ TEST(Shard, ColumnsRoundTripForEveryGroupSize) {
   for (int size : {1, 2, 3, 4, 6}) {
     std::vector<at::Tensor> shards;
     for (int r = 0; r < size; ++r) shards.push_back(take_shard(full, {1, 1}, r, size));
-    EXPECT_EQ(shards[0].sizes(), at::IntArrayRef(full_shape({3, 12 / size}, {1, 1}, 1)));
+    EXPECT_EQ(shards[0].sizes(), at::IntArrayRef({3, 12 / size}));
     EXPECT_EQ(full_shape(shards[0].sizes(), {1, 1}, size), full.sizes().vec());
     EXPECT_TRUE(at::equal(join_shards(at::stack(shards), {1, 1}), full)) << size;
   }
@@ -31,6 +31,7 @@ TEST(Shard, ColumnsRoundTripForEveryGroupSize) {
 TEST(Shard, UnevenSplitsAreRefused) {
   EXPECT_THROW(take_shard(at::zeros({10, 2}), {0, 1}, 0, 4), std::invalid_argument);
   EXPECT_THROW(take_shard(at::zeros({12, 2}), {0, 3}, 0, 8), std::invalid_argument);
+  EXPECT_THROW(join_shards(at::zeros({2, 4, 2}), {0, 3}), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// 3D parallelism: pipe x data x model grids with a tensor-parallel group of 2 train the
-// GPT to the same per-step losses and full weights as one process (fp32, CPU). Run with
-// 2, 4 and 8 ranks: (1,1,2); (2,1,2) and (1,2,2); (2,2,2). Every case trains twice, with
-// and without partitioned stage transfers, which must agree exactly while moving 1/2 of
-// the bytes.
+// 3D parallelism: pipe x data x model grids train the GPT to the same per-step losses
+// and full weights as one process (fp32, CPU). Run with 2, 4 and 8 ranks, covering
+// (pipe, data, model) = (1,1,2); (2,1,2), (1,2,2) and (1,1,4); (2,2,2) and (2,1,4). Every
+// case trains twice, with and without partitioned stage transfers, which must agree
+// exactly while moving 1/model of the bytes.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -16,8 +16,6 @@ namespace pipetrain {
 namespace {
 
 using namespace pipetrain::testing;
-
-constexpr int kModelParallel = 2;
 
 struct TrainedRun {
   std::vector<double> losses;
@@ -57,23 +55,29 @@ TrainedRun train(const Case& c, const std::shared_ptr<Grid>& grid, bool partitio
   return run;
 }
 
+struct Shape {
+  int pipe, data, model;
+};
+
 TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
   auto world = comm::MpiCommunicator::world();
-  std::vector<std::pair<int, int>> shapes;  // (pipe, data)
-  for (int pipe : {1, 2}) {
-    const int data = world->size() / (pipe * kModelParallel);
-    if (data >= 1 && data <= 2 && pipe * data * kModelParallel == world->size())
-      shapes.emplace_back(pipe, data);
+  std::vector<Shape> shapes;
+  for (const Shape& s : {Shape{1, 1, 2}, Shape{2, 1, 2}, Shape{1, 2, 2}, Shape{2, 2, 2},
+                         Shape{1, 1, 4}, Shape{2, 1, 4}}) {
+    if (s.pipe * s.data * s.model == world->size()) shapes.push_back(s);
   }
   ASSERT_FALSE(shapes.empty());
-  const std::vector<Case> cases = {
-      {"gpt", 1, 0, 0.0}, {"gpt", 4, 0, 0.05}, {"gpt-untied", 2, 1, 0.0}, {"gpt", 2, 2, 0.05}};
-  for (const auto& [pipe, data] : shapes) {
-    auto grid = std::make_shared<Grid>(
-        pipe_model_data_parallel_topology(pipe, data, kModelParallel), world);
+  for (const auto& [pipe, data, model] : shapes) {
+    auto grid = std::make_shared<Grid>(pipe_model_data_parallel_topology(pipe, data, model), world);
+    const std::vector<Case> cases =
+        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
+                                       {"gpt", 4, 0, 0.05},
+                                       {"gpt-untied", 2, 1, 0.0},
+                                       {"gpt", 2, 2, 0.05}}
+                   : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
-                   " x model 2: " + name(c));
+                   " x model " + std::to_string(model) + ": " + name(c));
       const auto samples = dataset(c, data);
       const Reference reference = reference_run(c, data, samples);
       const TrainedRun run = train(c, grid, /*partitioned=*/true, samples);
@@ -98,7 +102,7 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
         EXPECT_TRUE(at::equal(tensor, run.weights.at(name))) << name;
       if (pipe > 1) {
         EXPECT_GT(run.p2p_bytes, 0);
-        EXPECT_EQ(whole.p2p_bytes, kModelParallel * run.p2p_bytes);
+        EXPECT_EQ(whole.p2p_bytes, model * run.p2p_bytes);
       } else {
         EXPECT_EQ(whole.p2p_bytes, 0);
         EXPECT_EQ(run.p2p_bytes, 0);

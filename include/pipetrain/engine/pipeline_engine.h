@@ -50,14 +50,17 @@ class PipelineEngine {
 
   struct EvalResult {
     double loss = 0;
-    std::vector<Activation> outputs;  // last stage, when asked for
+    // Last stage, when asked for: the model's outputs as this rank computed them (under
+    // tensor parallelism, e.g. the GPT's vocabulary slice of the logits).
+    std::vector<Activation> outputs;
   };
   // Forward only, in eval mode and without autograd.
   EvalResult eval_batch(MicroBatchSource* data, bool return_outputs = false);
 
   // Forward one micro-batch through the pipeline (eval mode, no autograd, no loss): the
-  // first stage feeds `inputs`; returns the model's outputs on the last stage, nothing
-  // elsewhere. Collective over the pipe.
+  // first stage feeds `inputs` (its model-parallel rank 0's); returns the model's outputs
+  // on the last stage (as eval_batch's), nothing elsewhere. Collective over the pipe and
+  // the model-parallel group.
   Activation infer(const Activation& inputs);
 
   // Records every instruction of the next train_batch (collective: the batch then starts

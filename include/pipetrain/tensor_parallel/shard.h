@@ -14,8 +14,6 @@ namespace pipetrain::tensor_parallel {
 struct ShardLayout {
   int64_t dim = 0;
   int64_t stride = 1;
-
-  bool operator==(const ShardLayout&) const = default;
 };
 
 // Rank `rank`'s shard of `full` (a copy, contiguous) among `size` ranks. Throws
@@ -23,7 +21,8 @@ struct ShardLayout {
 at::Tensor take_shard(const at::Tensor& full, ShardLayout layout, int rank, int size);
 
 // The full tensor from every rank's shard, stacked along a new first dimension in rank
-// order (what Communicator::all_gather returns): the inverse of take_shard.
+// order (what Communicator::all_gather returns): the inverse of take_shard. Throws
+// std::invalid_argument when the shards do not split into `stride` blocks.
 at::Tensor join_shards(const at::Tensor& stacked, ShardLayout layout);
 
 // The full shape of a tensor whose shard has `shard_shape`.
