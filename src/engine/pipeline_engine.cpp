@@ -409,10 +409,10 @@ void PipelineEngine::send_to_stage(const Activation& tensors, int stage, int tag
     return;
   }
   const comm::PartitionedTensors partitioned =
-      comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
+      comm::partition(faulty(tensors), grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_moved_ = byte_size(partitioned.shares);
   Activation wire{partitioned.layout};
-  for (const auto& share : faulty(partitioned.shares)) wire.push_back(share);
+  wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
   transport_->send(wire, stage, tag).wait();
 }
 

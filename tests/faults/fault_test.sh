@@ -16,12 +16,13 @@ deadline=5
 export PIPETRAIN_COMM_TIMEOUT=$deadline
 
 coordinates() { echo "rank $1 (pipe=$(($1 / 2)) data=$(($1 % 2)))"; }
+train_args=() # more arguments for pipetrain train
 
 fault() { # rank, instruction, action, pattern the first error line must match
   local rank=$1 instruction=$2 action=$3 pattern=$4 start end rc
   start=$(date +%s%N)
   PIPETRAIN_FAULT="rank=$rank,step=2,instruction=$instruction,action=$action" timeout 60 \
-    "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 3 >out 2>&1
+    "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 3 "${train_args[@]}" >out 2>&1
   rc=$?
   end=$(date +%s%N)
   local ms=$(((end - start) / 1000000)) first
@@ -57,6 +58,13 @@ fault 0 SendActivation reshape "^pipetrain: rank 2 \(pipe=1 data=0\): stage 1, s
 # A wrong dtype: the same.
 fault 0 SendActivation retype "^pipetrain: rank 2 \(pipe=1 data=0\): stage 1, step [0-9]+, ForwardPass buffer [0-9], micro-batch [0-9]: "
 check "wrong dtype: the error is about the data type" grep -qiE "dtype|datatype|double" out
+
+# Under tensor parallelism (pipe 2 x model 2) a mis-shaped share is caught by the receiving
+# group before an all-gather mixes it, and a rank killed mid-step still ends the job.
+train_args=(--model 2)
+fault 0 SendActivation reshape "^pipetrain: rank [23] \(pipe=1 data=0 model=[01]\): stage 1, step [0-9]+, RecvActivation buffer [0-9], micro-batch [0-9]: partitioned transfer: the ranks of the tensor-parallel group received different tensors"
+fault 3 SendGrad kill "^pipetrain: rank 3 \(pipe=1 data=0 model=1\): injected fault \(kill\) at stage 1, step [0-9]+, SendGrad"
+train_args=()
 
 # Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
 # ends with the same losses as a run that never crashed.
