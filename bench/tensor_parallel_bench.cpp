@@ -42,8 +42,8 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
   config.pipeline.partitioned_transfers = partitioned;
   models::ModelConfig model_config;
   model_config.gpt = gpt;
-  const auto built = models::make_builtin_model(
-      model_config, tensor_parallel::Group{model > 1 ? grid->model_comm() : nullptr});
+  const auto built =
+      models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
   auto module = std::make_shared<PipelineModule>(
       built.layers, built.loss, PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
   PipelineEngine engine(module, grid, config);

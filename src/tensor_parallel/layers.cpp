@@ -35,10 +35,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
     : group(std::move(group_)), stride(stride_), gather_output(gather_output_) {
   weight = sharded_normal(*this, "weight", {out_features, in_features}, options.init_std,
                           {0, stride}, group);
-  if (options.bias) {
-    bias = register_parameter(
-        "bias", take_shard(at::zeros({out_features}), {0, stride}, group.rank(), group.size()));
-  }
+  if (options.bias) bias = register_parameter("bias", at::zeros({weight.size(0)}));
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {

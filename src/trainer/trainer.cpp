@@ -12,6 +12,7 @@
 #include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/data/token_data.h"
 #include "pipetrain/errors.h"
+#include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensorboard.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/trace.h"
@@ -103,9 +104,8 @@ Job build_job(const nlohmann::json& effective) {
                                               static_cast<int>(model_parallel))
           : pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
       world);
-  const auto model = models::make_builtin_model(
-      job.config.model,
-      tensor_parallel::Group{model_parallel > 1 ? job.grid->model_comm() : nullptr});
+  const auto model =
+      models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});
   job.module = std::make_shared<PipelineModule>(
       model.layers, model.loss,
       PipelineModuleOptions{
@@ -206,11 +206,9 @@ std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> 
     at::Tensor next = at::zeros({1}, at::kLong);
     if (grid.is_last_stage()) {
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.
-      const at::Tensor slice = outputs.at(0)[0][-1].contiguous();
-      at::Tensor logits = grid.model_parallel_size() > 1
-                              ? grid.model_comm()->all_gather(slice).reshape({-1})
-                              : slice;
-      logits = logits.to(at::kDouble);
+      at::Tensor logits = tensor_parallel::gather_from_group(
+                              outputs.at(0)[0][-1], tensor_parallel::Group{grid.model_comm()})
+                              .to(at::kDouble);
       if (temperature == 0) {
         next = logits.argmax().reshape({1});
       } else {

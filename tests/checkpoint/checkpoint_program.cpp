@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
         std::make_shared<Grid>(pipe_model_data_parallel_topology(
                                    pipe, world->size() / (pipe * model_parallel), model_parallel),
                                world);
-    const auto model = models::make_builtin_model(
-        config.model, tensor_parallel::Group{model_parallel > 1 ? grid->model_comm() : nullptr});
+    const auto model =
+        models::make_builtin_model(config.model, tensor_parallel::Group{grid->model_comm()});
     auto module = std::make_shared<PipelineModule>(
         model.layers, model.loss,
         PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
