@@ -1,24 +1,69 @@
 #include "pipetrain/engine/fault_injection.h"
 
+#include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
+#include <string_view>
 #include <thread>
+#include <utility>
 
-#include "pipetrain/comm/deadline.h"
 #include "pipetrain/errors.h"
 
 namespace pipetrain {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, FaultAction>, 7> kActions{{
+    {"exit", FaultAction::kExit},
+    {"abort", FaultAction::kAbort},
+    {"kill", FaultAction::kKill},
+    {"hang", FaultAction::kHang},
+    {"reshape", FaultAction::kReshape},
+    {"retype", FaultAction::kRetype},
+    {"overflow", FaultAction::kOverflow},
+}};
+
+std::optional<FaultAction> action_from_name(std::string_view name) {
+  for (const auto& [text, action] : kActions) {
+    if (text == name) return action;
+  }
+  return std::nullopt;
+}
+
+std::string_view name_of(FaultAction action) {
+  for (const auto& [text, value] : kActions) {
+    if (value == action) return text;
+  }
+  return "?";
+}
+
+// Exit, abort, kill or hang, saying so first.
+[[noreturn]] void end_process(FaultAction action, const std::string& where) {
+  std::fprintf(stderr, "pipetrain: %s: injected fault (%s) at %s\n", comm::rank_identity().c_str(),
+               std::string(name_of(action)).c_str(), where.c_str());
+  std::fflush(stderr);
+  // Let mpirun forward the line from a remote host before this process disappears.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (action == FaultAction::kExit) std::_Exit(3);
+  if (action == FaultAction::kAbort) std::abort();
+  if (action == FaultAction::kKill) std::raise(SIGKILL);
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(60));  // hang
+}
+
+}  // namespace
 
 std::optional<FaultPlan> fault_plan_from_environment() {
   const char* text = std::getenv("PIPETRAIN_FAULT");
   if (!text || !*text) return std::nullopt;
   FaultPlan plan;
   bool has_instruction = false;
+  bool has_action = false;
   std::stringstream items(text);
   for (std::string item; std::getline(items, item, ',');) {
     const auto equals = item.find('=');
@@ -35,7 +80,9 @@ std::optional<FaultPlan> fault_plan_from_environment() {
         plan.instruction = *kind;
         has_instruction = true;
       } else if (key == "action") {
-        plan.action = value;
+        const auto action = action_from_name(value);
+        has_action = action.has_value();
+        if (action) plan.action = *action;
       } else {
         throw std::invalid_argument(key);
       }
@@ -43,28 +90,50 @@ std::optional<FaultPlan> fault_plan_from_environment() {
       throw InputError(std::string("PIPETRAIN_FAULT: cannot read '") + item + "'");
     }
   }
-  const bool known = plan.action == "exit" || plan.action == "abort" || plan.action == "kill" ||
-                     plan.action == "hang" || plan.action == "reshape" || plan.action == "retype" ||
-                     plan.action == "overflow";
-  if (plan.rank < 0 || plan.step < 1 || !has_instruction || !known) {
+  if (plan.rank < 0 || plan.step < 1 || !has_instruction || !has_action) {
     throw InputError(std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
                      "exit|abort|kill|hang|reshape|retype|overflow, got '" + text + "'");
   }
   return plan;
 }
 
-void inject_fault(const FaultPlan& plan, const std::string& where) {
-  // The engine applies these itself: the next send, or this step's gradients.
-  if (plan.action == "reshape" || plan.action == "retype" || plan.action == "overflow") return;
-  std::fprintf(stderr, "pipetrain: %s: injected fault (%s) at %s\n", comm::rank_identity().c_str(),
-               plan.action.c_str(), where.c_str());
-  std::fflush(stderr);
-  // Let mpirun forward the line from a remote host before this process disappears.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  if (plan.action == "exit") std::_Exit(3);
-  if (plan.action == "abort") std::abort();
-  if (plan.action == "kill") std::raise(SIGKILL);
-  while (true) std::this_thread::sleep_for(std::chrono::seconds(60));  // hang
+FaultInjector::FaultInjector(FaultPlan plan, at::Tensor poisoned)
+    : plan_(plan), poisoned_(std::move(poisoned)) {}
+
+void FaultInjector::before(const schedule::Instruction& instruction, int64_t step,
+                           const comm::WaitContext& where) {
+  if (instruction.kind == plan_.instruction && step == plan_.step) {
+    switch (plan_.action) {
+      case FaultAction::kReshape:
+      case FaultAction::kRetype:
+      case FaultAction::kOverflow:
+        pending_ = plan_.action;
+        break;
+      default:
+        end_process(plan_.action, where.describe());
+    }
+  }
+  const bool poison =
+      pending_ == FaultAction::kOverflow && instruction.kind == schedule::OpKind::kOptimizerStep;
+  if (!poison) return;
+  pending_.reset();
+  if (!poisoned_.defined() || !poisoned_.grad().defined()) return;
+  at::NoGradGuard no_grad;
+  poisoned_.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+}
+
+TensorList FaultInjector::outgoing(const TensorList& tensors) {
+  if (pending_ != FaultAction::kReshape && pending_ != FaultAction::kRetype) return tensors;
+  const FaultAction action = *std::exchange(pending_, std::nullopt);
+  TensorList broken;
+  for (const auto& t : tensors) {
+    if (action == FaultAction::kReshape) {
+      broken.push_back(t.detach().flatten());
+    } else {
+      broken.push_back(at::isFloatingType(t.scalar_type()) ? t.detach().to(at::kDouble) : t);
+    }
+  }
+  return broken;
 }
 
 }  // namespace pipetrain

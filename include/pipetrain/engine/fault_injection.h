@@ -1,11 +1,20 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "pipetrain/comm/deadline.h"
+#include "pipetrain/engine/stage_link.h"
 #include "pipetrain/schedule/instruction.h"
 
 namespace pipetrain {
+
+// What an injected fault does (see FaultPlan).
+enum class FaultAction { kExit, kAbort, kKill, kHang, kReshape, kRetype, kOverflow };
 
 // A fault to inject, from PIPETRAIN_FAULT="rank=R,step=S,instruction=KIND,action=A":
 // when global rank R is about to execute instruction KIND (e.g. ForwardPass) during
@@ -17,19 +26,48 @@ namespace pipetrain {
 //   reshape  its next send sends the tensors flattened, as a buggy stage would
 //   retype   its next send sends floating tensors as float64
 //   overflow (at OptimizerStep) finds an inf in its gradients, as an fp16 overflow would
-// Off (and free: one branch per instruction) when the variable is unset.
+// Off (and free: no injector is built) when the variable is unset.
 struct FaultPlan {
   int rank = -1;
   int64_t step = -1;
   schedule::OpKind instruction{};
-  std::string action;
+  FaultAction action{};
 };
 
 // Throws InputError naming PIPETRAIN_FAULT if it is set but malformed.
 std::optional<FaultPlan> fault_plan_from_environment();
 
-// Acts on `plan` (all actions but reshape end or stop this process); `where` describes the
-// instruction for the message.
-void inject_fault(const FaultPlan& plan, const std::string& where);
+// Carries out a plan on its rank: told of every training instruction before it runs, it
+// ends or stops the process there, or breaks the next send (through FaultyStageLink), or
+// puts an inf into the gradient of `poisoned` before the next optimizer step.
+class FaultInjector {
+ public:
+  FaultInjector(FaultPlan plan, at::Tensor poisoned);
+
+  // `step`: the training step being run (1-based); `where` describes the instruction.
+  void before(const schedule::Instruction& instruction, int64_t step,
+              const comm::WaitContext& where);
+  // `tensors`, or broken as a pending reshape or retype fault asks.
+  TensorList outgoing(const TensorList& tensors);
+
+ private:
+  FaultPlan plan_;
+  at::Tensor poisoned_;
+  std::optional<FaultAction> pending_;  // reshape, retype or overflow, until it has acted
+};
+
+// A StageLink whose sends pass through a FaultInjector.
+class FaultyStageLink final : public StageLink {
+ public:
+  FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned,
+                  std::shared_ptr<FaultInjector> faults)
+      : StageLink(std::move(grid), partitioned), faults_(std::move(faults)) {}
+  void send(const TensorList& tensors, int stage, Flow flow) override {
+    StageLink::send(faults_->outgoing(tensors), stage, flow);
+  }
+
+ private:
+  std::shared_ptr<FaultInjector> faults_;
+};
 
 }  // namespace pipetrain

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/grid.h"
+#include "pipetrain/module/pipeline_module.h"
+
+namespace pipetrain {
+
+// Makes every copy of a parameter see the same gradient before the optimizer steps:
+// tied parameters summed among the stages that own them, then every gradient averaged
+// over the data-parallel replicas in flat buckets. Also knows which gradients this rank
+// counts in the global gradient norm, so that tied and replicated tensors count once.
+class GradientSync {
+ public:
+  // Collective over the grid's world (one communicator per tie key is split from it).
+  // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket.
+  GradientSync(const PipelineModule& module, std::shared_ptr<const Grid> grid,
+               int64_t bucket_elements, at::ScalarType wire);
+
+  void reduce_tied();
+  void reduce_data_parallel();
+
+  // The module's parameters whose gradients this rank counts in the global norm: all but
+  // tied tensors whose first owner is another stage and, under tensor parallelism,
+  // replicated tensors on every rank of the group but the first.
+  const std::vector<at::Tensor>& norm_parameters() const { return norm_parameters_; }
+
+ private:
+  void connect_tied_layers();
+  void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
+
+  const PipelineModule& module_;
+  std::shared_ptr<const Grid> grid_;
+  int64_t bucket_elements_;
+  at::ScalarType wire_;
+  std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
+  std::vector<at::Tensor> norm_parameters_;
+  std::vector<at::Tensor> buckets_;  // allocated once, reused every step
+};
+
+}  // namespace pipetrain

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "pipetrain/config/training_config.h"
+#include "pipetrain/grid.h"
+#include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/optim/loss_scaler.h"
+#include "pipetrain/optim/optimizer.h"
+
+namespace pipetrain {
+
+// The optimizer step of a pipeline stage in any precision: the model in fp32, bf16 or
+// fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
+// on any rank skips the step on every rank), global-norm clipping and the learning-rate
+// schedule.
+class MixedPrecisionOptimizer {
+ public:
+  // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
+  // (the parameters themselves in fp32). `norm_parameters`: the module parameters this
+  // rank counts in the global gradient norm (see GradientSync).
+  MixedPrecisionOptimizer(PipelineModule& module, std::shared_ptr<const Grid> grid,
+                          const TrainingConfig& config,
+                          const std::vector<at::Tensor>& norm_parameters);
+
+  // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
+  double loss_scale() const { return loss_scaler_.scale(); }
+  at::ScalarType dtype() const { return dtype_; }
+  // The model's dtype under `precision`.
+  static at::ScalarType dtype_of(const PrecisionConfig& precision);
+
+  // Collective over the grid's world: unscales the model's gradients onto the masters,
+  // agrees on overflow, clips, sets the rate of step `step` (0-based), steps, copies the
+  // masters back into the model and clears every gradient.
+  void step(int64_t step);
+
+  // Of the last step that was not skipped: the global gradient norm before clipping, the rate.
+  double last_grad_norm() const { return last_grad_norm_; }
+  double last_learning_rate() const { return last_learning_rate_; }
+
+  const at::Tensor& master_of(const at::Tensor& parameter) const;
+  // After the masters changed (a checkpoint load): the model takes their values.
+  void copy_masters_to_model();
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  LossScaler& loss_scaler() { return loss_scaler_; }
+  const LossScaler& loss_scaler() const { return loss_scaler_; }
+
+ private:
+  // Moves gradients onto the fp32 masters (unscaled); whether any rank overflowed.
+  bool unscale_onto_masters();
+  double global_grad_norm() const;
+  void clip(double norm);
+
+  std::shared_ptr<const Grid> grid_;
+  at::ScalarType dtype_;
+  double clipping_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> masters_;  // (parameter, fp32 master)
+  std::vector<at::Tensor> norm_masters_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LrSchedule lr_schedule_;
+  LossScaler loss_scaler_;
+  double last_grad_norm_ = 0;
+  double last_learning_rate_ = 0;
+};
+
+}  // namespace pipetrain

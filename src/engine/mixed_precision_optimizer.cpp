@@ -1,0 +1,110 @@
+#include "pipetrain/engine/mixed_precision_optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace pipetrain {
+namespace {
+
+// Keeps the clipping coefficient finite when every gradient is zero (DeepSpeed's value).
+constexpr double kClipEpsilon = 1e-6;
+
+}  // namespace
+
+at::ScalarType MixedPrecisionOptimizer::dtype_of(const PrecisionConfig& precision) {
+  if (precision.dtype == "bf16") return at::kBFloat16;
+  if (precision.dtype == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(PipelineModule& module,
+                                                 std::shared_ptr<const Grid> grid,
+                                                 const TrainingConfig& config,
+                                                 const std::vector<at::Tensor>& norm_parameters)
+    : grid_(std::move(grid)),
+      dtype_(dtype_of(config.precision)),
+      clipping_(config.gradient_clipping),
+      loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
+                                       : LossScalerConfig{.loss_scale = 1}) {
+  if (dtype_ != at::kFloat) module.to(dtype_);
+  std::vector<at::Tensor> masters;
+  for (const auto& p : module.parameters()) {
+    masters.push_back(
+        dtype_ == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
+    masters_.emplace_back(p, masters.back());
+  }
+  for (const auto& p : norm_parameters) norm_masters_.push_back(master_of(p));
+  optimizer_ = make_optimizer(config.optimizer, masters);
+  lr_schedule_ = make_lr_schedule(config.scheduler, base_learning_rate(config.optimizer));
+}
+
+const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {
+  for (const auto& [p, master] : masters_) {
+    if (p.is_same(parameter)) return master;
+  }
+  throw std::invalid_argument("not a parameter of this optimizer's module");
+}
+
+void MixedPrecisionOptimizer::copy_masters_to_model() {
+  at::NoGradGuard no_grad;
+  for (auto& [parameter, master] : masters_) {
+    if (!master.is_same(parameter)) parameter.copy_(master);
+  }
+}
+
+void MixedPrecisionOptimizer::step(int64_t step) {
+  const bool overflow = unscale_onto_masters();
+  loss_scaler_.update(overflow);
+  if (!overflow) {
+    last_grad_norm_ = global_grad_norm();
+    clip(last_grad_norm_);
+    last_learning_rate_ = lr_schedule_(step);
+    set_learning_rate(*optimizer_, last_learning_rate_);
+    optimizer_->step();
+    copy_masters_to_model();
+  }
+  optimizer_->zero_grad();
+  for (auto& [parameter, master] : masters_) parameter.mutable_grad() = at::Tensor();
+}
+
+bool MixedPrecisionOptimizer::unscale_onto_masters() {
+  const double unscale = 1.0 / loss_scaler_.scale();
+  for (auto& [parameter, master] : masters_) {
+    if (!parameter.grad().defined()) continue;
+    if (!master.is_same(parameter)) master.mutable_grad() = parameter.grad().to(at::kFloat);
+    if (unscale != 1.0) master.mutable_grad().mul_(unscale);
+  }
+  if (dtype_ != at::kHalf) return false;
+  bool finite = true;
+  for (const auto& [parameter, master] : masters_) {
+    if (master.grad().defined() && !master.grad().isfinite().all().item<bool>()) finite = false;
+  }
+  // Every stage and replica must take the same decision.
+  at::Tensor overflow = at::tensor({finite ? int64_t{0} : int64_t{1}}, at::kLong);
+  grid_->world_comm()->all_reduce(overflow, comm::ReduceOp::kMax);
+  return overflow.item<int64_t>() != 0;
+}
+
+double MixedPrecisionOptimizer::global_grad_norm() const {
+  // The norm over the whole model: each stage's and shard's part, tied and replicated
+  // tensors counted once.
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  for (const auto& master : norm_masters_) {
+    if (master.grad().defined()) squares += master.grad().to(at::kDouble).pow(2).sum();
+  }
+  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  return std::sqrt(squares.item<double>());
+}
+
+void MixedPrecisionOptimizer::clip(double norm) {
+  const double coefficient = clipping_ / (norm + kClipEpsilon);
+  if (clipping_ <= 0 || coefficient >= 1.0) return;
+  for (const auto& [parameter, master] : masters_) {
+    if (master.grad().defined()) master.mutable_grad().mul_(coefficient);
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,59 @@
+#include "pipetrain/engine/stage_link.h"
+
+#include <stdexcept>
+
+#include "pipetrain/comm/nccl_communicator.h"
+#include "pipetrain/comm/partitioned_transfer.h"
+
+namespace pipetrain {
+namespace {
+
+int tag_of(Flow flow) {
+  return flow == Flow::kActivation ? 1 : 2;
+}
+
+int64_t byte_size(const TensorList& tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.numel() * t.element_size();
+  return bytes;
+}
+
+}  // namespace
+
+StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned)
+    : grid_(std::move(grid)),
+      partitioned_(partitioned),
+      transport_(grid_->pipe_comm(), comm::communicator_for(grid_->pipe_comm(), at::kCPU)) {}
+
+bool StageLink::partitioned() const {
+  return partitioned_ && grid_->model_parallel_size() > 1;
+}
+
+void StageLink::send(const TensorList& tensors, int stage, Flow flow) {
+  if (!partitioned()) {
+    bytes_ += byte_size(tensors);
+    transport_.send(tensors, stage, tag_of(flow)).wait();
+    return;
+  }
+  const comm::PartitionedTensors partitioned =
+      comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
+  bytes_ += byte_size(partitioned.shares);
+  TensorList wire{partitioned.layout};
+  wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
+  transport_.send(wire, stage, tag_of(flow)).wait();
+}
+
+TensorList StageLink::recv(int stage, Flow flow, const TensorList& reuse) {
+  if (!partitioned()) {
+    TensorList tensors = transport_.recv(stage, tag_of(flow), reuse);
+    bytes_ += byte_size(tensors);
+    return tensors;
+  }
+  TensorList wire = transport_.recv(stage, tag_of(flow));
+  if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
+  const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
+  bytes_ += byte_size(partitioned.shares);
+  return comm::assemble(partitioned, *grid_->model_comm());
+}
+
+}  // namespace pipetrain
