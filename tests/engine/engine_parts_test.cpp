@@ -1,0 +1,177 @@
+// The engine's parts on real ranks (4: pipe 2 x data 2, or pipe 2 x model 2), each alone:
+// the stage link moves tensor lists and counts their bytes, gradient synchronisation sums
+// tied gradients and averages replicas, the mixed-precision optimizer unscales, clips and
+// steps its fp32 masters.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/engine/gradient_sync.h"
+#include "pipetrain/engine/mixed_precision_optimizer.h"
+#include "pipetrain/engine/stage_link.h"
+#include "pipetrain/models/gpt.h"
+
+namespace pipetrain {
+namespace {
+
+std::shared_ptr<Grid> pipe_data_grid() {
+  auto world = comm::MpiCommunicator::world();
+  return std::make_shared<Grid>(pipe_data_parallel_topology(2, world->size() / 2), world);
+}
+
+// A tied GPT split over two stages (the embedding and the head share "embed").
+std::shared_ptr<PipelineModule> tied_gpt(const Grid& grid) {
+  const models::GptConfig config{
+      .vocab_size = 16, .context = 4, .d_model = 8, .heads = 2, .layers = 2};
+  return std::make_shared<PipelineModule>(
+      models::gpt_layers(config), models::gpt_loss(),
+      PipelineModuleOptions{.stages = 2, .stage_id = grid.stage_id(), .seed = 5});
+}
+
+// Every gradient filled with `value`.
+void fill_grads(const PipelineModule& module, double value) {
+  for (const auto& p : module.parameters()) p.mutable_grad() = at::full_like(p, value);
+}
+
+TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
+  const auto grid = pipe_data_grid();
+  StageLink link(grid, /*partitioned=*/true);  // no model-parallel group: whole tensors
+  const at::Tensor activation =
+      at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
+  const at::Tensor ids = at::arange(4, at::kLong);
+  if (grid->is_first_stage()) {
+    link.send({activation.requires_grad_(), ids}, 1, Flow::kActivation);
+    const TensorList grads = link.recv(1, Flow::kGradient);
+    ASSERT_EQ(grads.size(), 1u);
+    EXPECT_TRUE(at::equal(grads[0], activation.detach() * 2));
+  } else {
+    TensorList reuse{at::empty({3, 5}), at::empty({4}, at::kLong)};
+    const void* reused = reuse[0].data_ptr();
+    const TensorList received = link.recv(0, Flow::kActivation, reuse);
+    ASSERT_EQ(received.size(), 2u);
+    EXPECT_TRUE(at::equal(received[0], activation));
+    EXPECT_TRUE(received[0].requires_grad());
+    EXPECT_FALSE(received[1].requires_grad());
+    EXPECT_TRUE(at::equal(received[1], ids));
+    EXPECT_EQ(received[0].data_ptr(), reused);  // filled in place
+    link.send({received[0].detach() * 2}, 0, Flow::kGradient);
+  }
+  EXPECT_EQ(link.bytes(), 2 * 15 * 4 + 4 * 8);
+}
+
+TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
+  auto world = comm::MpiCommunicator::world();
+  const auto grid =
+      std::make_shared<Grid>(pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
+  StageLink link(grid, /*partitioned=*/true);
+  const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
+  if (grid->is_first_stage()) {
+    link.send({activation}, 1, Flow::kActivation);
+  } else {
+    const TensorList received = link.recv(0, Flow::kActivation);
+    ASSERT_EQ(received.size(), 1u);
+    EXPECT_TRUE(at::equal(received[0], activation));
+  }
+  EXPECT_EQ(link.bytes(), 24 * 4 / 2);
+}
+
+TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
+  const auto grid = pipe_data_grid();
+  const auto module = tied_gpt(*grid);
+  GradientSync sync(*module, grid, /*bucket_elements=*/50, at::kFloat);  // several buckets
+  // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
+  const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
+  fill_grads(*module, own);
+  sync.reduce_tied();
+  const at::Tensor tied = module->tied_parameters("embed").at(0);
+  EXPECT_TRUE(at::equal(tied.grad(), at::full_like(tied, 11 * (grid->data_parallel_id() + 1))));
+  sync.reduce_data_parallel();
+  const double replicas = grid->data_parallel_size();
+  const double mean = (replicas + 1) / 2;  // of r + 1 over the replicas
+  for (const auto& [name, p] : module->named_parameters()) {
+    const double expected = p.is_same(tied) ? 11 * mean : (grid->is_first_stage() ? 1 : 10) * mean;
+    EXPECT_TRUE(at::allclose(p.grad(), at::full_like(p, expected))) << name;
+  }
+}
+
+TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
+  const auto grid = pipe_data_grid();
+  const auto module = tied_gpt(*grid);
+  GradientSync sync(*module, grid, 1000, at::kFloat);
+  const at::Tensor tied = module->tied_parameters("embed").at(0);
+  const auto& counted = sync.norm_parameters();
+  const bool has_tied = std::any_of(counted.begin(), counted.end(),
+                                    [&](const at::Tensor& p) { return p.is_same(tied); });
+  EXPECT_EQ(has_tied, grid->is_first_stage());
+  EXPECT_EQ(counted.size() + (grid->is_first_stage() ? 0 : 1), module->parameters().size());
+}
+
+TrainingConfig sgd(double lr, double clipping, const std::string& dtype) {
+  TrainingConfig config;
+  config.optimizer = {.type = "SGD", .params = {{"lr", lr}}};
+  config.gradient_clipping = clipping;
+  config.precision.dtype = dtype;
+  return config;
+}
+
+TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
+  const auto grid = pipe_data_grid();
+  const auto module = tied_gpt(*grid);
+  MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, "bf16"), module->parameters());
+  const at::Tensor p = module->parameters().front();
+  EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+  const at::Tensor master = optimizer.master_of(p);
+  EXPECT_EQ(master.scalar_type(), at::kFloat);
+  const at::Tensor before = master.detach().clone();
+  fill_grads(*module, 1.0);
+  optimizer.step(0);
+  EXPECT_TRUE(at::allclose(master, before - 0.5));
+  EXPECT_TRUE(at::equal(p, master.to(at::kBFloat16)));
+  EXPECT_FALSE(p.grad().defined());
+  EXPECT_DOUBLE_EQ(optimizer.last_learning_rate(), 0.5);
+}
+
+TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
+  const auto grid = pipe_data_grid();
+  const auto module = tied_gpt(*grid);
+  GradientSync sync(*module, grid, 1000, at::kFloat);
+  MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, "fp32"), sync.norm_parameters());
+  // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
+  const double own = grid->is_first_stage() ? 1 : 2;
+  int64_t own_elements = 0;
+  for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
+  at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
+  grid->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  const double norm = std::sqrt(squares.item<double>());
+  const at::Tensor p = module->parameters().back();
+  const at::Tensor before = p.detach().clone();
+  fill_grads(*module, own);
+  optimizer.step(0);
+  EXPECT_NEAR(optimizer.last_grad_norm(), norm, 1e-9 * norm);
+  EXPECT_TRUE(at::allclose(p, before - own / (norm + 1e-6)));
+}
+
+TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
+  const auto grid = pipe_data_grid();
+  const auto module = tied_gpt(*grid);
+  TrainingConfig config = sgd(1.0, 0, "fp16");
+  config.precision.loss_scaler.initial_scale_power = 4;
+  config.precision.loss_scaler.hysteresis = 1;
+  MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());
+  EXPECT_DOUBLE_EQ(optimizer.loss_scale(), 16);
+  const at::Tensor p = module->parameters().front();
+  const at::Tensor before = optimizer.master_of(p).detach().clone();
+  fill_grads(*module, 16.0);  // 1 once unscaled
+  if (grid->global_rank() == grid->world_size() - 1)
+    module->parameters().back().mutable_grad().fill_(std::numeric_limits<float>::infinity());
+  optimizer.step(0);
+  EXPECT_TRUE(at::equal(optimizer.master_of(p), before));  // skipped everywhere
+  EXPECT_DOUBLE_EQ(optimizer.loss_scale(), 8);
+  EXPECT_EQ(optimizer.loss_scaler().skipped_steps(), 1);
+  fill_grads(*module, 8.0);
+  optimizer.step(1);
+  EXPECT_TRUE(at::allclose(optimizer.master_of(p), before - 1));
+}
+
+}  // namespace
+}  // namespace pipetrain
