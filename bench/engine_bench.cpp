@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cstdio>
 
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/models/builtin_model.h"
 #include "pipetrain/schedule/simulator.h"
 
 namespace {
@@ -176,7 +178,7 @@ void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     auto grid = grid_over(world, 2);
     TrainingConfig config = config_for(4, 2);
-    config.precision.dtype = bf16 ? "bf16" : "fp32";
+    config.precision.dtype = bf16 ? Precision::kBf16 : Precision::kFp32;
     auto module = std::make_shared<PipelineModule>(
         models::gpt_layers(gpt), models::gpt_loss(),
         PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/comm/rank_main.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/rank_main.h"
 
 namespace {
 

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/models/builtin_model.h"
 
 namespace {
 

@@ -9,8 +9,11 @@
 
 #include <cstdio>
 
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/models/builtin_model.h"
 
 using namespace pipetrain;
 
@@ -29,12 +32,18 @@ std::vector<LayerSpec> model() {
   auto linear = [](int64_t in, int64_t out) {
     return module_layer<torch::nn::Linear>("Linear", [=] { return torch::nn::Linear(in, out); });
   };
-  auto tanh = function_layer("Tanh", [](const Activation& x) { return Activation{at::tanh(x[0])}; });
+  auto tanh =
+      function_layer("Tanh", [](const Activation& x) { return Activation{at::tanh(x[0])}; });
   return {linear(3, 64), tanh, linear(64, 64), tanh, linear(64, 64), tanh, linear(64, 1)};
 }
 
 TrainingConfig config_from(int argc, char** argv) {
-  if (argc > 1) return parse_training_config(read_json_file(argv[1]));
+  if (argc > 1) {
+    TrainingConfig config = parse_training_config(read_json_file(argv[1]));
+    for (const auto& key : config.unknown_keys)
+      std::fprintf(stderr, "warning: unknown config key %s\n", key.c_str());
+    return config;
+  }
   return parse_training_config(nlohmann::json::parse(R"({
     "train_batch_size": 64, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
     "steps_per_print": 100, "wall_clock_breakdown": true,
@@ -50,10 +59,12 @@ int main(int argc, char** argv) {
     const TrainingConfig config = config_from(argc, argv);
     auto world = comm::MpiCommunicator::world();
     const int stages = static_cast<int>(config.pipeline.stages);
-    auto grid = std::make_shared<Grid>(pipe_data_parallel_topology(stages, world->size() / stages), world);
+    auto grid =
+        std::make_shared<Grid>(pipe_data_parallel_topology(stages, world->size() / stages), world);
 
     auto module = std::make_shared<PipelineModule>(
-        model(), [](const Activation& out, const Activation& y) { return at::mse_loss(out[0], y[0]); },
+        model(),
+        [](const Activation& out, const Activation& y) { return at::mse_loss(out[0], y[0]); },
         PipelineModuleOptions{.stages = stages,
                               .stage_id = grid->stage_id(),
                               .partition_method = config.pipeline.partition_method,
@@ -62,9 +73,10 @@ int main(int argc, char** argv) {
 
     // Each replica reads its shard; the loader restarts when the data runs out.
     const auto& resolved = engine.config();
-    RepeatingLoader data(std::make_unique<DataLoader>(synthetic_data(4096), resolved.train_micro_batch_size_per_gpu,
-                                                      grid->data_parallel_size(), grid->data_parallel_id(),
-                                                      /*shuffle=*/true, /*seed=*/1));
+    RepeatingLoader data(
+        std::make_unique<DataLoader>(synthetic_data(4096), resolved.train_micro_batch_size_per_gpu,
+                                     grid->data_parallel_size(), grid->data_parallel_id(),
+                                     /*shuffle=*/true, /*seed=*/1));
     double first = 0, last = 0;
     for (int step = 0; step < 300; ++step) {
       last = engine.train_batch(&data);

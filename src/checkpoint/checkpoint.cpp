@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "pipetrain/atomic_file.h"
 #include "pipetrain/checkpoint/safetensors.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/crc32.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
+#include "pipetrain/module/rng_state.h"
 #include "pipetrain/optim/optimizer_state.h"
-#include "pipetrain/rng_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 
@@ -246,6 +248,11 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
 }
 
 }  // namespace
+
+nlohmann::json read_client_state(const fs::path& directory, const std::string& tag) {
+  return read_manifest(directory / resolve_tag(directory, tag))
+      .value("client_state", nlohmann::json());
+}
 
 std::string resolve_tag(const fs::path& directory, const std::string& tag) {
   if (tag != "latest") return tag;

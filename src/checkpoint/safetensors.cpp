@@ -3,13 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <array>
-#include <boost/crc.hpp>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {
@@ -118,20 +117,6 @@ NamedTensors decode_safetensors(std::string_view bytes, const std::string& sourc
     tensors.emplace_back(name, std::move(tensor));
   }
   return tensors;
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot be read (missing?)");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-uint32_t crc32(std::string_view bytes) {
-  boost::crc_32_type crc;
-  crc.process_bytes(bytes.data(), bytes.size());
-  return crc.checksum();
 }
 
 }  // namespace pipetrain

@@ -12,6 +12,7 @@ Command add_launch_command(CLI::App& app, std::vector<std::string> program);
 Command add_eval_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
+Command add_keys_command(CLI::App& app);
 Command add_partition_command(CLI::App& app);
 Command add_schedule_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);

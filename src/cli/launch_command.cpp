@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "commands.h"
-#include "pipetrain/launch.h"
+#include "pipetrain/launch/mpirun_command.h"
 
 namespace pipetrain::cli {
 

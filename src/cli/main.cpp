@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/version.h"
 
 namespace {
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::add_partition_command(app),
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
+      pipetrain::cli::add_keys_command(app),
   };  // clang-format: one per line
 
   // CLI11 would only say that a sub-command is required; name the one that is not.

@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/pipeline_module.h"
 
@@ -32,13 +33,13 @@ Command add_partition_command(CLI::App& app) {
             const nlohmann::json json = read_json_file(options->config);
             const ConfigSection root(json, "");
             std::vector<std::string> unknown;
-            const auto config = models::parse_model_config(root.section("model"), &unknown);
+            const auto config = models::parse_model_config(json, &unknown);
             for (const auto& key : unknown)
               std::cerr << "pipetrain: warning: unknown key " << key << "\n";
-            const std::string method =
+            const PartitionMethod method(
                 options->method.empty()
                     ? root.section("pipeline").get_string("partition_method", "parameters")
-                    : options->method;
+                    : options->method);
             if (options->stages < 1 || options->chunks < 1) {
               throw InputError("--stages and --chunks must be at least 1");
             }
@@ -53,7 +54,7 @@ Command add_partition_command(CLI::App& app) {
             for (auto p : facts.parameters) total += p;
             std::printf("model %s: %zu layers, %lld parameters; partition '%s' over %d stage(s)",
                         config.type.c_str(), model.layers.size(), static_cast<long long>(total),
-                        method.c_str(), options->stages);
+                        method.name().c_str(), options->stages);
             if (options->chunks > 1) std::printf(" x %d chunks", options->chunks);
             std::printf("\n");
             for (int v = 0; v < virtual_stages; ++v) {

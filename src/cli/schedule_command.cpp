@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "commands.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/render.h"
 #include "shape_options.h"
 

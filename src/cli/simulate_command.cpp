@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "pipetrain/atomic_file.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/validator.h"
 #include "shape_options.h"

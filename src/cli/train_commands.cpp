@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
-#include "pipetrain/rank_main.h"
 #include "pipetrain/trainer/trainer.h"
 
 namespace pipetrain::cli {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::comm {
 namespace {

@@ -1,18 +1,18 @@
-#include "pipetrain/rank_main.h"
+#include "pipetrain/comm/rank_main.h"
 
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
-#include <chrono>
 #include <thread>
 
 #include "pipetrain/comm/deadline.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {

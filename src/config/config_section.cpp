@@ -2,7 +2,8 @@
 
 #include <fstream>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/config/json_value.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 
@@ -20,31 +21,19 @@ void ConfigSection::wrong_type(const std::string& key, const char* expected) con
 }
 
 int64_t ConfigSection::get_int(const std::string& key, int64_t fallback) const {
-  if (!has(key)) return fallback;
-  const auto& value = object_.at(key);
-  if (!value.is_number_integer()) wrong_type(key, "an integer");
-  return value.get<int64_t>();
+  return has(key) ? read_integer(key_path(key), object_.at(key), {}) : fallback;
 }
 
 double ConfigSection::get_double(const std::string& key, double fallback) const {
-  if (!has(key)) return fallback;
-  const auto& value = object_.at(key);
-  if (!value.is_number()) wrong_type(key, "a number");
-  return value.get<double>();
+  return has(key) ? read_number(key_path(key), object_.at(key), {}) : fallback;
 }
 
 bool ConfigSection::get_bool(const std::string& key, bool fallback) const {
-  if (!has(key)) return fallback;
-  const auto& value = object_.at(key);
-  if (!value.is_boolean()) wrong_type(key, "true or false");
-  return value.get<bool>();
+  return has(key) ? read_bool(key_path(key), object_.at(key)) : fallback;
 }
 
 std::string ConfigSection::get_string(const std::string& key, const std::string& fallback) const {
-  if (!has(key)) return fallback;
-  const auto& value = object_.at(key);
-  if (!value.is_string()) wrong_type(key, "a string");
-  return value.get<std::string>();
+  return has(key) ? read_string(key_path(key), object_.at(key)) : fallback;
 }
 
 std::vector<std::string> ConfigSection::keys() const {

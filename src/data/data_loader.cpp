@@ -4,15 +4,15 @@
 #include <random>
 
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 
-TensorDataset::TensorDataset(Activation inputs, Activation labels)
+TensorDataset::TensorDataset(TensorList inputs, TensorList labels)
     : inputs_(std::move(inputs)), labels_(std::move(labels)) {
-  const Activation* parts[] = {&inputs_, &labels_};
+  const TensorList* parts[] = {&inputs_, &labels_};
   size_ = inputs_.empty() ? 0 : inputs_.front().size(0);
-  for (const Activation* part : parts) {
+  for (const TensorList* part : parts) {
     for (const auto& t : *part) {
       if (t.dim() == 0 || t.size(0) != size_)
         throw std::invalid_argument("dataset tensors must share their first dimension");
@@ -65,10 +65,6 @@ MicroBatch DataLoader::next() {
                                     indices_.begin() + position_ + batch_size_);
   position_ += batch_size_;
   return dataset_->get(chosen);
-}
-
-void MicroBatchSource::restore(const nlohmann::json&) {
-  throw InputError("this data source cannot resume from a checkpoint");
 }
 
 nlohmann::json DataLoader::state() const {

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "pipetrain/checkpoint/safetensors.h"
-#include "pipetrain/errors.h"
-#include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
+#include "pipetrain/module/layer_seed.h"
 
 namespace pipetrain {
 namespace fs = std::filesystem;

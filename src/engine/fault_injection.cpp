@@ -14,7 +14,7 @@
 #include <thread>
 #include <utility>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {

@@ -13,9 +13,15 @@ constexpr double kClipEpsilon = 1e-6;
 
 }  // namespace
 
-at::ScalarType MixedPrecisionOptimizer::dtype_of(const PrecisionConfig& precision) {
-  if (precision.dtype == "bf16") return at::kBFloat16;
-  if (precision.dtype == "fp16") return at::kHalf;
+at::ScalarType to_scalar_type(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return at::kBFloat16;
+    case Precision::kFp16:
+      return at::kHalf;
+    case Precision::kFp32:
+      return at::kFloat;
+  }
   return at::kFloat;
 }
 
@@ -24,7 +30,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(PipelineModule& module,
                                                  const TrainingConfig& config,
                                                  const std::vector<at::Tensor>& norm_parameters)
     : grid_(std::move(grid)),
-      dtype_(dtype_of(config.precision)),
+      dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : LossScalerConfig{.loss_scale = 1}) {

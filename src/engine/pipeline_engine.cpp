@@ -6,7 +6,7 @@
 #include <exception>
 #include <stdexcept>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
 namespace pipetrain {
@@ -23,11 +23,6 @@ bool is_floating(const at::Tensor& t) {
 TrainingConfig resolved(TrainingConfig config, int64_t data_parallel_size) {
   resolve_batch(config, data_parallel_size);
   return config;
-}
-
-// The dtype gradients are averaged in among data-parallel replicas.
-at::ScalarType reduction_dtype(const PrecisionConfig& precision, at::ScalarType model) {
-  return precision.communication_data_type == "fp32" ? at::kFloat : model;
 }
 
 }  // namespace
@@ -52,10 +47,6 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
       config_(resolved(std::move(config), grid_->data_parallel_size())),
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
-  if (grid_->global_rank() == 0) {
-    for (const auto& key : config_.unknown_keys)
-      std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
-  }
   check_stage();
   if (config_.comm_timeout > 0) {
     for (const auto& comm :
@@ -65,11 +56,12 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   }
   const auto plan = fault_plan_from_environment();
   const auto parameters = module_->parameters();
-  gradients_ = std::make_unique<GradientSync>(
-      *module_, grid_, config_.reduce_bucket_size,
-      reduction_dtype(config_.precision, MixedPrecisionOptimizer::dtype_of(config_.precision)));
+  gradients_ =
+      std::make_unique<GradientSync>(*module_, grid_, config_.reduce_bucket_size,
+                                     to_scalar_type(config_.precision.communication_dtype));
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
                                                          gradients_->norm_parameters());
+  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype());
   if (plan && plan->rank == grid_->global_rank()) {
     faults_ = std::make_shared<FaultInjector>(
         *plan, parameters.empty() ? at::Tensor() : parameters.front());
@@ -220,52 +212,10 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
 }
 
 void PipelineEngine::load_micro_batch(PipeBuffer& buffer, Run& run) {
-  // Under tensor parallelism only the group's first rank reads; the others receive its
-  // batch (or learn that it had none, rather than wait for one).
-  std::optional<TensorList> inputs, labels;
-  std::exception_ptr failure;
-  if (grid_->model_parallel_id() == 0) {
-    try {
-      MicroBatch batch = next_micro_batch(run);
-      inputs = std::move(batch.inputs);
-      labels = std::move(batch.labels);
-    } catch (const std::exception&) {
-      if (grid_->model_parallel_size() == 1) throw;
-      failure = std::current_exception();
-    }
-  }
-  if (grid_->model_parallel_size() > 1) {
-    auto& group = *grid_->model_comm();
-    if (grid_->is_first_stage()) inputs = comm::broadcast_tensors(group, inputs, 0);
-    if (grid_->is_last_stage()) labels = comm::broadcast_tensors(group, labels, 0);
-    if (failure) std::rethrow_exception(failure);
-    if (!inputs && !labels) {
-      throw std::runtime_error("model-parallel rank 0 (rank " +
-                               std::to_string(group.global_rank(0)) +
-                               ") had no micro-batch to share");
-    }
-  }
+  MicroBatch batch = feed_->next(run.data, run.loaded, global_steps_);
   ++run.loaded;
-  if (grid_->is_first_stage()) {
-    buffer.inputs = std::move(*inputs);
-    for (auto& t : buffer.inputs) {
-      if (is_floating(t) && t.scalar_type() != optimizer_->dtype()) t = t.to(optimizer_->dtype());
-    }
-  }
-  if (grid_->is_last_stage()) buffer.labels = std::move(*labels);
-}
-
-MicroBatch PipelineEngine::next_micro_batch(Run& run) {
-  if (!run.data)
-    throw std::logic_error("stage " + std::to_string(grid_->stage_id()) +
-                           " needs data but got none");
-  try {
-    return run.data->next();
-  } catch (const DataExhausted&) {
-    throw std::runtime_error("the data ran out at micro-batch " + std::to_string(run.loaded) +
-                             " of step " + std::to_string(global_steps_) +
-                             " (wrap the loader in a RepeatingLoader to train for longer)");
-  }
+  if (grid_->is_first_stage()) buffer.inputs = std::move(batch.inputs);
+  if (grid_->is_last_stage()) buffer.labels = std::move(batch.labels);
 }
 
 void PipelineEngine::forward(PipeBuffer& buffer, Run& run) {

@@ -1,6 +1,6 @@
-#include "pipetrain/atomic_file.h"
+#include "pipetrain/io/atomic_file.h"
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "pipetrain/errors.h"
-#include "pipetrain/launch.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/launch/mpirun_command.h"
 
 extern char** environ;
 

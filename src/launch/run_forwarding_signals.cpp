@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "pipetrain/launch.h"
+#include "pipetrain/launch/mpirun_command.h"
 
 namespace pipetrain {
 namespace {

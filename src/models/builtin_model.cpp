@@ -2,47 +2,61 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::models {
 
-ModelConfig parse_model_config(const ConfigSection& model, std::vector<std::string>* unknown) {
-  ModelConfig config;
-  config.type = model.get_string("type", config.type);
-  std::vector<std::string> known{"type"};
-  if (config.type == "gpt") {
-    GptConfig& g = config.gpt;
-    g.vocab_size = model.get_int("vocab_size", g.vocab_size);
-    g.context = model.get_int("context", g.context);
-    g.d_model = model.get_int("d_model", g.d_model);
-    g.heads = model.get_int("heads", g.heads);
-    g.layers = model.get_int("layers", g.layers);
-    g.dropout = model.get_double("dropout", g.dropout);
-    g.tie_embeddings = model.get_bool("tie_embeddings", g.tie_embeddings);
-    known.insert(known.end(), {"vocab_size", "context", "d_model", "heads", "layers", "dropout",
-                               "tie_embeddings"});
-  } else if (config.type == "mlp") {
-    MlpConfig& m = config.mlp;
-    m.inputs = model.get_int("inputs", m.inputs);
-    m.hidden = model.get_int("hidden", m.hidden);
-    m.outputs = model.get_int("outputs", m.outputs);
-    m.layers = model.get_int("layers", m.layers);
-    m.task = model.get_string("task", m.task);
-    known.insert(known.end(), {"inputs", "hidden", "outputs", "layers", "task"});
-  } else {
-    throw InputError(model.path() + ".type must be \"gpt\" or \"mlp\", got \"" + config.type +
-                     "\"");
+const KeyTable<ModelConfig>& model_keys() {
+  static const KeyTable<ModelConfig> table = [] {
+    KeyTable<ModelConfig> t;
+    t.choice("model.type", PIPETRAIN_FIELD(type),
+             Names<std::string>{{"gpt", "gpt"}, {"mlp", "mlp"}}, "the built-in model");
+    t.when([](const ModelConfig& c) { return c.type == "gpt"; }, "model.type gpt")
+        .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
+        .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")
+        .integer("model.d_model", PIPETRAIN_FIELD(gpt.d_model), "width, divisible by `heads`")
+        .integer("model.heads", PIPETRAIN_FIELD(gpt.heads), "attention heads")
+        .integer("model.layers", PIPETRAIN_FIELD(gpt.layers), "transformer blocks")
+        .number("model.dropout", PIPETRAIN_FIELD(gpt.dropout), "dropout, in [0, 1)")
+        .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
+              "the LM head uses the token embedding");
+    t.when([](const ModelConfig& c) { return c.type == "mlp"; }, "model.type mlp")
+        .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
+        .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")
+        .integer("model.outputs", PIPETRAIN_FIELD(mlp.outputs), "outputs (or classes)")
+        .integer("model.layers", PIPETRAIN_FIELD(mlp.layers), "linear layers")
+        .choice(
+            "model.task", PIPETRAIN_FIELD(mlp.task),
+            Names<std::string>{{"regression", "regression"}, {"classification", "classification"}},
+            "the loss: MSE or cross-entropy");
+    return t;
+  }();
+  return table;
+}
+
+ModelConfig parse_model_config(const nlohmann::json& config, std::vector<std::string>* unknown) {
+  ModelConfig model;
+  std::vector<std::string> all_unknown = model_keys().read(config, model);
+  if (unknown) {
+    for (const auto& key : all_unknown) {
+      if (key.rfind("model.", 0) == 0) unknown->push_back(key);
+    }
   }
-  if (unknown) *unknown = model.unknown_keys(known);
-  return config;
+  return model;
+}
+
+std::string builtin_types_reading(bool tokens) {
+  return tokens ? "\"gpt\"" : "\"mlp\"";
 }
 
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group) {
   if (config.type == "gpt") {
     const GptConfig g = config.gpt;
-    return {gpt_layers(g, group), gpt_loss(group), [g](int64_t batch) {
+    return {gpt_layers(g, group), gpt_loss(group),
+            [g](int64_t batch) {
               return Activation{at::randint(g.vocab_size, {batch, g.context}, at::kLong)};
-            }};
+            },
+            TokenInput{g.vocab_size, g.context}};
   }
   if (group.parallel()) {
     throw InputError("model_parallel " + std::to_string(group.size()) +
@@ -50,9 +64,11 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
                      config.type + "\"");
   }
   const MlpConfig m = config.mlp;
-  return {mlp_layers(m), mlp_loss(m), [m](int64_t batch) {
+  return {mlp_layers(m), mlp_loss(m),
+          [m](int64_t batch) {
             return Activation{at::randn({batch, m.inputs})};
-          }};
+          },
+          FeatureInput{m.inputs, m.outputs}};
 }
 
 }  // namespace pipetrain::models

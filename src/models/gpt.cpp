@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 

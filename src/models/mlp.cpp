@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::models {
 

@@ -1,6 +1,6 @@
 #include "pipetrain/module/activation_checkpoint.h"
 
-#include "pipetrain/rng_state.h"
+#include "pipetrain/module/rng_state.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>

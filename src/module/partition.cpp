@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {
@@ -84,40 +84,46 @@ Partition partition_balanced(const std::vector<double>& weights, int stages) {
   return parts;
 }
 
-bool partition_needs_profile(const std::string& method) {
-  return method == "profile";
+namespace {
+
+// Balances the number of layers whose type matches the method's pattern.
+Partition partition_by_type(const PartitionMethod& method, const std::vector<std::string>& types,
+                            int stages) {
+  std::regex pattern;
+  try {
+    pattern = std::regex(method.argument, std::regex::icase);
+  } catch (const std::regex_error& e) {
+    throw InputError("partition method '" + method.name() +
+                     "': bad regular expression: " + e.what());
+  }
+  std::vector<double> weights(types.size());
+  for (std::size_t i = 0; i < types.size(); ++i)
+    weights[i] = std::regex_search(types[i], pattern) ? 1.0 : 0.0;
+  return partition_balanced(weights, stages);
 }
 
-Partition partition_layers(const std::string& method, const LayerFacts& layers, int stages) {
+}  // namespace
+
+Partition partition_layers(const PartitionMethod& method, const LayerFacts& layers, int stages) {
+  using Kind = PartitionMethod::Kind;
   const int n = static_cast<int>(layers.types.size());
-  if (method == "uniform") return partition_uniform(n, stages);
-  if (method == "parameters") {
-    return partition_balanced({layers.parameters.begin(), layers.parameters.end()}, stages);
+  switch (method.kind) {
+    case Kind::kUniform:
+      return partition_uniform(n, stages);
+    case Kind::kParameters:
+      return partition_balanced({layers.parameters.begin(), layers.parameters.end()}, stages);
+    case Kind::kProfile:
+      if (static_cast<int>(layers.profile_costs.size()) != n) {
+        throw std::logic_error("profile partitioning without a cost per layer");
+      }
+      return partition_balanced(layers.profile_costs, stages);
+    case Kind::kType:
+      return partition_by_type(method, layers.types, stages);
+    case Kind::kBoundaries:
+      check_counts(n, stages);
+      return parse_boundaries(method.argument, n, stages);
   }
-  if (method == "profile") {
-    if (static_cast<int>(layers.profile_costs.size()) != n) {
-      throw std::logic_error("profile partitioning without a cost per layer");
-    }
-    return partition_balanced(layers.profile_costs, stages);
-  }
-  if (method.rfind("type:", 0) == 0) {
-    std::regex pattern;
-    try {
-      pattern = std::regex(method.substr(5), std::regex::icase);
-    } catch (const std::regex_error& e) {
-      throw InputError("partition method '" + method + "': bad regular expression: " + e.what());
-    }
-    std::vector<double> weights(n);
-    for (int i = 0; i < n; ++i)
-      weights[i] = std::regex_search(layers.types[i], pattern) ? 1.0 : 0.0;
-    return partition_balanced(weights, stages);
-  }
-  if (method.rfind("boundaries:", 0) == 0) {
-    check_counts(n, stages);
-    return parse_boundaries(method.substr(11), n, stages);
-  }
-  throw InputError("unknown partition method '" + method +
-                   "' (known: uniform, parameters, type:REGEX, boundaries:A,B,..., profile)");
+  throw std::logic_error("a partition method without a rule");
 }
 
 }  // namespace pipetrain

@@ -1,5 +1,7 @@
 #include "pipetrain/module/pipeline_module.h"
 
+#include "pipetrain/module/layer_seed.h"
+
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -7,9 +9,9 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/module/activation_checkpoint.h"
-#include "pipetrain/rng_state.h"
+#include "pipetrain/module/rng_state.h"
 
 namespace pipetrain {
 namespace {
@@ -54,14 +56,6 @@ double seconds_of(const std::function<void()>& run) {
 }
 
 }  // namespace
-
-uint64_t layer_seed(uint64_t base, int index) {
-  // splitmix64 of the pair; kept below 2^63 for generators that take signed seeds.
-  uint64_t z = base + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(index) + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return (z ^ (z >> 31)) >> 1;
-}
 
 LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, bool profile,
                            const Activation& sample) {
@@ -117,12 +111,10 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, LossFunction loss,
   const int virtual_stages = options_.stages * options_.chunks;
   const bool profile = partition_needs_profile(options_.partition_method);
   LayerFacts facts;
-  if (options_.partition_method == "uniform" ||
-      options_.partition_method.rfind("boundaries:", 0) == 0 ||
-      options_.partition_method.rfind("type:", 0) == 0) {
-    for (const auto& spec : specs_) facts.types.push_back(spec.type);  // nothing to build
-  } else {
+  if (partition_needs_parameters(options_.partition_method)) {
     facts = describe_layers(specs_, options_.seed, profile, options_.profile_sample);
+  } else {
+    for (const auto& spec : specs_) facts.types.push_back(spec.type);  // nothing to build
   }
   if (profile && options_.agree_on_costs) options_.agree_on_costs(facts.profile_costs);
   parts_ = partition_layers(options_.partition_method, facts, virtual_stages);
@@ -227,7 +219,7 @@ Activation PipelineModule::forward(const Activation& input, int chunk) {
   return x;
 }
 
-at::Tensor PipelineModule::loss(const Activation& outputs, const Activation& labels) const {
+at::Tensor PipelineModule::loss(const Activation& outputs, const TensorList& labels) const {
   if (!loss_) throw std::logic_error("this PipelineModule has no loss function");
   return loss_(outputs, labels);
 }

@@ -1,4 +1,4 @@
-#include "pipetrain/rng_state.h"
+#include "pipetrain/module/rng_state.h"
 
 #include <ATen/ATen.h>
 

@@ -4,14 +4,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 
 LossScaler::LossScaler(const LossScalerConfig& config)
     : config_(config),
       dynamic_(config.loss_scale == 0),
-      scale_(dynamic_ ? std::ldexp(1.0, static_cast<int>(config.initial_scale_power)) : config.loss_scale),
+      scale_(dynamic_ ? std::ldexp(1.0, static_cast<int>(config.initial_scale_power))
+                      : config.loss_scale),
       hysteresis_left_(config.hysteresis) {}
 
 void LossScaler::update(bool overflow) {
@@ -20,7 +21,8 @@ void LossScaler::update(bool overflow) {
     if (dynamic_) {
       if (hysteresis_left_ <= 1) {
         if (scale_ / 2 < config_.min_loss_scale) {
-          throw std::runtime_error("gradients overflow even at loss scale " + std::to_string(scale_) +
+          throw std::runtime_error("gradients overflow even at loss scale " +
+                                   std::to_string(scale_) +
                                    "; halving it would go below fp16.min_loss_scale " +
                                    std::to_string(config_.min_loss_scale));
         }

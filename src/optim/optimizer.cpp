@@ -6,7 +6,8 @@
 
 #include <cmath>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {

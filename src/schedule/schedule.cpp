@@ -4,7 +4,7 @@
 #include <string>
 
 #include "compute_order.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::schedule {
 namespace {

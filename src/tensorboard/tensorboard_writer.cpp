@@ -8,8 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "pipetrain/errors.h"
-#include "pipetrain/tensorboard.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "tensorboard.pb.h"
 
 namespace pipetrain {

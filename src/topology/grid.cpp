@@ -1,4 +1,4 @@
-#include "pipetrain/grid.h"
+#include "pipetrain/topology/grid.h"
 
 #include <algorithm>
 

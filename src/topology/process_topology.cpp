@@ -1,9 +1,9 @@
-#include "pipetrain/topology.h"
+#include "pipetrain/topology/process_topology.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "pipetrain/atomic_file.h"
+#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/simulator.h"
 

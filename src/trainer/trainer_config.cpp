@@ -1,88 +1,56 @@
 #include "pipetrain/trainer/trainer_config.h"
 
-#include "pipetrain/config/config_section.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
-namespace {
 
-std::vector<std::string> strings(const ConfigSection& section, const std::string& key,
-                                 const std::vector<std::string>& fallback) {
-  if (!section.has(key)) return fallback;
-  const auto& value = section.raw().at(key);
-  if (value.is_string()) return {value.get<std::string>()};
-  if (!value.is_array())
-    throw InputError(section.path() + "." + key + " must be a string or a list of strings");
-  std::vector<std::string> out;
-  for (const auto& item : value) {
-    if (!item.is_string())
-      throw InputError(section.path() + "." + key + " must be a string or a list of strings");
-    out.push_back(item.get<std::string>());
-  }
-  return out;
-}
-
-void at_least(int64_t value, int64_t least, const std::string& key) {
-  if (value < least) {
-    throw InputError(key + " must be at least " + std::to_string(least) + ", got " +
-                     std::to_string(value));
-  }
-}
-
-}  // namespace
-
-const std::vector<std::string>& trainer_keys() {
-  static const std::vector<std::string> keys = {
-      "train_iters", "eval_interval", "eval_iters",    "save_interval", "save",
-      "load",        "data",          "log",           "sample",        "trace",
-      "trace_step",  "data_parallel", "model_parallel"};
-  return keys;
+const KeyTable<TrainerConfig>& trainer_keys() {
+  static const KeyTable<TrainerConfig> table = [] {
+    KeyTable<TrainerConfig> t;
+    t.integer("data_parallel", PIPETRAIN_FIELD(data_parallel),
+              "checked against the job (`--data`); 0: ranks / (stages × model_parallel)",
+              at_least(0))
+        .integer("model_parallel", PIPETRAIN_FIELD(model_parallel),
+                 "tensor-parallel group size (`--model`); GPT only, dividing `heads` and "
+                 "`vocab_size`",
+                 at_least(1))
+        .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", at_least(1))
+        .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
+                 "validate every N steps; 0: at the end only", at_least(0))
+        .integer("eval_iters", PIPETRAIN_FIELD(eval_iters), "batches per validation", at_least(1))
+        .integer("save_interval", PIPETRAIN_FIELD(save_interval),
+                 "checkpoint every N steps; 0: at the end only", at_least(0))
+        .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
+        .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
+        .choice(
+            "data.type", PIPETRAIN_FIELD(data.type),
+            Names<std::string>{{"text", "text"}, {"tokens", "tokens"}, {"synthetic", "synthetic"}},
+            "bytes of text files, token files, or synthetic regression data (MLP)")
+        .texts("data.paths", PIPETRAIN_FIELD(data.paths), "files or folders")
+        .integer("data.token_bytes", PIPETRAIN_FIELD(data.token_bytes),
+                 "2 (uint16) or 4 (uint32) for `tokens`")
+        .number("data.validation_fraction", PIPETRAIN_FIELD(data.validation_fraction),
+                "held-out share of the tokens")
+        .text("log.metrics", PIPETRAIN_FIELD(log.metrics), "JSON lines, one per step")
+        .text("log.csv", PIPETRAIN_FIELD(log.csv), "the same as CSV")
+        .text("log.tensorboard", PIPETRAIN_FIELD(log.tensorboard), "TensorBoard event folder")
+        .text("sample.prompt", PIPETRAIN_FIELD(sample.prompt),
+              "the sample printed at the end (GPT on text)")
+        .integer("sample.tokens", PIPETRAIN_FIELD(sample.tokens), "0: no sample", at_least(0))
+        .number("sample.temperature", PIPETRAIN_FIELD(sample.temperature), "0: greedy", at_least(0))
+        .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens")
+        .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
+        .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
+                 at_least(0));
+    return t;
+  }();
+  return table;
 }
 
 TrainerConfig parse_trainer_config(const nlohmann::json& json) {
-  const ConfigSection root(json, "");
-  TrainerConfig c;
-  c.data_parallel = root.get_int("data_parallel", c.data_parallel);
-  at_least(c.data_parallel, 0, "data_parallel");
-  c.model_parallel = root.get_int("model_parallel", c.model_parallel);
-  at_least(c.model_parallel, 1, "model_parallel");
-  c.train_iters = root.get_int("train_iters", c.train_iters);
-  c.eval_interval = root.get_int("eval_interval", c.eval_interval);
-  c.eval_iters = root.get_int("eval_iters", c.eval_iters);
-  c.save_interval = root.get_int("save_interval", c.save_interval);
-  c.save = root.get_string("save", c.save);
-  c.load = root.get_string("load", c.load);
-  c.trace = root.get_string("trace", c.trace);
-  c.trace_step = root.get_int("trace_step", c.trace_step);
-  at_least(c.train_iters, 1, "train_iters");
-  at_least(c.eval_interval, 0, "eval_interval");
-  at_least(c.eval_iters, 1, "eval_iters");
-  at_least(c.save_interval, 0, "save_interval");
-  at_least(c.trace_step, 0, "trace_step");
-
-  const ConfigSection data = root.section("data");
-  c.data.type = data.get_string("type", c.data.type);
-  c.data.paths = strings(data, "paths", c.data.paths);
-  c.data.token_bytes = data.get_int("token_bytes", c.data.token_bytes);
-  c.data.validation_fraction = data.get_double("validation_fraction", c.data.validation_fraction);
-  if (c.data.type != "text" && c.data.type != "tokens" && c.data.type != "synthetic") {
-    throw InputError("data.type must be \"text\", \"tokens\" or \"synthetic\", got \"" +
-                     c.data.type + "\"");
-  }
-
-  const ConfigSection log = root.section("log");
-  c.log.metrics = log.get_string("metrics", c.log.metrics);
-  c.log.csv = log.get_string("csv", c.log.csv);
-  c.log.tensorboard = log.get_string("tensorboard", c.log.tensorboard);
-
-  const ConfigSection sample = root.section("sample");
-  c.sample.prompt = sample.get_string("prompt", c.sample.prompt);
-  c.sample.tokens = sample.get_int("tokens", c.sample.tokens);
-  c.sample.temperature = sample.get_double("temperature", c.sample.temperature);
-  c.sample.top_k = sample.get_int("top_k", c.sample.top_k);
-  at_least(c.sample.tokens, 0, "sample.tokens");
-  if (c.sample.temperature < 0) throw InputError("sample.temperature must be >= 0");
-  return c;
+  TrainerConfig config;
+  trainer_keys().read(json, config);
+  return config;
 }
 
 nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o) {

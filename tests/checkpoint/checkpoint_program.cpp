@@ -11,8 +11,12 @@
 #include <string>
 
 #include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/io/crc32.h"
+#include "pipetrain/models/builtin_model.h"
 #include "pipetrain/optim/optimizer_state.h"
-#include "pipetrain/rank_main.h"
 
 using namespace pipetrain;
 
@@ -53,7 +57,8 @@ int main(int argc, char** argv) {
     config.steps_per_print = 1 << 30;
     config.optimizer = {"AdamW", {{"lr", 0.01}}};
     config.scheduler = {"WarmupLR", {{"warmup_num_steps", 4}, {"warmup_max_lr", 0.01}}};
-    config.model.gpt = {.vocab_size = 32,
+    models::ModelConfig model_config;
+    model_config.gpt = {.vocab_size = 32,
                         .context = 8,
                         .d_model = 16,
                         .heads = 2,
@@ -66,7 +71,7 @@ int main(int argc, char** argv) {
                                    pipe, world->size() / (pipe * model_parallel), model_parallel),
                                world);
     const auto model =
-        models::make_builtin_model(config.model, tensor_parallel::Group{grid->model_comm()});
+        models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
     auto module = std::make_shared<PipelineModule>(
         model.layers, model.loss,
         PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});

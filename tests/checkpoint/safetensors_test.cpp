@@ -3,16 +3,18 @@
 #include <ATen/ATen.h>
 
 #include "pipetrain/checkpoint/safetensors.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/io/crc32.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {
 
 TEST(Safetensors, RoundTripsEveryDtypeAndShape) {
   NamedTensors tensors;
-  for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong, at::kInt, at::kShort,
-                     at::kChar, at::kByte}) {
-    tensors.emplace_back(std::string("t_") + at::toString(dtype), (at::arange(6) * 3).reshape({2, 3}).to(dtype));
+  for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong, at::kInt,
+                     at::kShort, at::kChar, at::kByte}) {
+    tensors.emplace_back(std::string("t_") + at::toString(dtype),
+                         (at::arange(6) * 3).reshape({2, 3}).to(dtype));
   }
   tensors.emplace_back("flags", at::tensor({1, 0, 1}).to(at::kBool));
   tensors.emplace_back("scalar", at::tensor(2.5));
@@ -20,12 +22,14 @@ TEST(Safetensors, RoundTripsEveryDtypeAndShape) {
   tensors.emplace_back("strided", at::arange(12.0).reshape({3, 4}).t());  // not contiguous
   const std::string bytes = encode_safetensors(tensors, {{"format", "pt"}});
   uint64_t header = 0;
-  for (int i = 0; i < 8; ++i) header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   EXPECT_EQ(header % 8, 0u);  // padded, so the data starts 8-byte aligned
   const NamedTensors back = decode_safetensors(bytes, "memory");
   ASSERT_EQ(back.size(), tensors.size());
   for (const auto& [name, tensor] : tensors) {
-    const auto found = std::find_if(back.begin(), back.end(), [&](const auto& e) { return e.first == name; });
+    const auto found =
+        std::find_if(back.begin(), back.end(), [&](const auto& e) { return e.first == name; });
     ASSERT_NE(found, back.end()) << name;
     EXPECT_EQ(found->second.scalar_type(), tensor.scalar_type()) << name;
     EXPECT_TRUE(at::equal(found->second, tensor)) << name;
@@ -43,7 +47,8 @@ TEST(Safetensors, DamagedBytesAreInputErrorsNamingTheSource) {
     return std::string("no error");
   };
   EXPECT_EQ(error("abc"), "f.safetensors: truncated (3 bytes, no header)");
-  EXPECT_NE(error(good.substr(0, good.size() - 10)).find("f.safetensors: truncated (tensor 'w' needs bytes up to 64"),
+  EXPECT_NE(error(good.substr(0, good.size() - 10))
+                .find("f.safetensors: truncated (tensor 'w' needs bytes up to 64"),
             std::string::npos);
   std::string bad_json = good;
   bad_json[8] = '[';

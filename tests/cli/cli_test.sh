@@ -24,6 +24,13 @@ expect_input_error() { # pattern, args...
   check "'$*' prints nothing on stdout" test ! -s "$work/out"
 }
 
+# The README's key table is what `pipetrain keys` prints from the one key table.
+run keys
+check "keys exits 0" test "$rc" -eq 0
+check "keys lists pipeline.stages" grep -qF '| `pipeline.stages` | int | `1` |' "$work/out"
+sed -n '/^<!-- keys: generated/,/^<!-- end of keys -->/p' "$2/README.md" | sed '1d;$d' >"$work/readme-keys"
+check "the README's key table is the output of 'pipetrain keys'" diff "$work/out" "$work/readme-keys"
+
 run --version
 check "--version exits 0" test "$rc" -eq 0
 check "--version prints the version" grep -qE '^pipetrain [0-9]+\.[0-9]+\.[0-9]+$' "$work/out"

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipetrain/comm/rank_main.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/grid.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/topology/grid.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";

@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/grid.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain::comm {
 namespace {

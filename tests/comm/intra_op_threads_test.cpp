@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "pipetrain/errors.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "pipetrain/rank_main.h"
+#include "pipetrain/comm/rank_main.h"
 
 namespace {
 

@@ -18,8 +18,8 @@ TEST(DistributedIndices, ShardsLikeTorchsSampler) {
 }
 
 TEST(DataLoader, RunsOutAndTheRepeatingLoaderGoesOn) {
-  auto data = std::make_shared<TensorDataset>(Activation{at::arange(6).reshape({6, 1})},
-                                              Activation{at::arange(6)});
+  auto data = std::make_shared<TensorDataset>(TensorList{at::arange(6).reshape({6, 1})},
+                                              TensorList{at::arange(6)});
   DataLoader loader(data, 2, 1, 0);
   EXPECT_TRUE(at::equal(loader.next().labels[0], at::tensor({0, 1}, at::kLong)));
   loader.next();

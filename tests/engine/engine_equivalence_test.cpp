@@ -38,7 +38,7 @@ TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       const Reference reference = reference_run(c, data, samples);
 
       const TrainingConfig config = training_config(c, pipe);
-      const auto model = models::make_builtin_model(config.model);
+      const auto model = models::make_builtin_model(model_config(c.model));
       auto module = std::make_shared<PipelineModule>(
           model.layers, model.loss,
           PipelineModuleOptions{.stages = pipe,

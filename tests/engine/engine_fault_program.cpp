@@ -7,8 +7,10 @@
 
 #include <string>
 
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
-#include "pipetrain/rank_main.h"
+#include "pipetrain/models/builtin_model.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";

@@ -106,7 +106,7 @@ TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   EXPECT_EQ(counted.size() + (grid->is_first_stage() ? 0 : 1), module->parameters().size());
 }
 
-TrainingConfig sgd(double lr, double clipping, const std::string& dtype) {
+TrainingConfig sgd(double lr, double clipping, Precision dtype) {
   TrainingConfig config;
   config.optimizer = {.type = "SGD", .params = {{"lr", lr}}};
   config.gradient_clipping = clipping;
@@ -117,7 +117,8 @@ TrainingConfig sgd(double lr, double clipping, const std::string& dtype) {
 TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, "bf16"), module->parameters());
+  MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, Precision::kBf16),
+                                    module->parameters());
   const at::Tensor p = module->parameters().front();
   EXPECT_EQ(p.scalar_type(), at::kBFloat16);
   const at::Tensor master = optimizer.master_of(p);
@@ -135,7 +136,8 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   GradientSync sync(*module, grid, 1000, at::kFloat);
-  MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, "fp32"), sync.norm_parameters());
+  MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
+                                    sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
   const double own = grid->is_first_stage() ? 1 : 2;
   int64_t own_elements = 0;
@@ -154,7 +156,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
 TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  TrainingConfig config = sgd(1.0, 0, "fp16");
+  TrainingConfig config = sgd(1.0, 0, Precision::kFp16);
   config.precision.loss_scaler.initial_scale_power = 4;
   config.precision.loss_scaler.hysteresis = 1;
   MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());

@@ -65,7 +65,6 @@ TrainingConfig training_config(const Case& c, int stages) {
   }
   config.pipeline.stages = stages;
   config.pipeline.activation_checkpoint_interval = c.checkpoint_interval;
-  config.model = model_config(c.model);
   return config;
 }
 

@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/config/training_config.h"
 #include "pipetrain/data/data_source.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/models/builtin_model.h"
 
 namespace pipetrain::testing {
 

@@ -2,8 +2,9 @@
 
 #include <cmath>
 
-#include "pipetrain/config/training_config.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/models/builtin_model.h"
 #include "pipetrain/optim/optimizer.h"
 
 namespace pipetrain {
@@ -57,16 +58,17 @@ TEST(BatchArithmetic, DisagreementShowsTheArithmetic) {
 }
 
 TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
-  const auto config = parse_training_config(nlohmann::json::parse(R"({
+  const auto json = nlohmann::json::parse(R"({
     "train_batch_size": 16, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95]}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
     "pipeline": {"stages": 2, "activation_checkpoint_interval": 1},
-    "model": {"type": "mlp", "layers": 3}, "zero_optimization": {}})"));
+    "model": {"type": "mlp", "layers": 3}, "zero_optimization": {}})");
+  const auto config = parse_training_config(json, {"model"});
   EXPECT_EQ(config.train_batch_size, 16);
   EXPECT_EQ(config.optimizer.type, "AdamW");
   EXPECT_EQ(config.pipeline.stages, 2);
-  EXPECT_EQ(config.model.mlp.layers, 3);
+  EXPECT_EQ(models::parse_model_config(json).mlp.layers, 3);
   EXPECT_EQ(config.unknown_keys, std::vector<std::string>{"zero_optimization"});
 
   auto parse = [](const char* text) {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "pipetrain/errors.h"
-#include "pipetrain/launch.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/launch/mpirun_command.h"
 
 namespace pipetrain {
 namespace {
@@ -15,8 +15,8 @@ bool contains(const std::vector<std::string>& argv, const std::string& word) {
 
 TEST(MpirunCommand, SmallRootHostOversubscribedWithoutBinding) {
   ::setenv("PIPETRAIN_COMM_TIMEOUT", "30", 1);
-  const auto argv = mpirun_command(
-      {.ranks = 4, .command = {"sh", "--flag"}, .local_cores = 2, .as_root = true});
+  const auto argv =
+      mpirun_command({.ranks = 4, .command = {"sh", "--flag"}, .local_cores = 2, .as_root = true});
   EXPECT_EQ(argv[0], "mpirun");
   EXPECT_EQ(argv[3], "4");
   EXPECT_TRUE(contains(argv, "--allow-run-as-root"));

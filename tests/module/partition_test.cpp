@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/module/partition.h"
 
 namespace pipetrain {

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/mlp.h"
 #include "pipetrain/module/pipeline_module.h"

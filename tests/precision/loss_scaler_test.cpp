@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "pipetrain/config/training_config.h"
-#include "pipetrain/errors.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/optim/loss_scaler.h"
 
 namespace pipetrain {
@@ -61,7 +61,7 @@ TEST(PrecisionConfig, Bf16AndFp16ExcludeEachOther) {
                InputError);
   const auto fp16 = parse_training_config(nlohmann::json::parse(
       R"({"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 3}})"));
-  EXPECT_EQ(fp16.precision.dtype, "fp16");
+  EXPECT_EQ(fp16.precision.dtype, Precision::kFp16);
   EXPECT_EQ(fp16.precision.loss_scaler.initial_scale_power, 12);
   EXPECT_THROW(parse_training_config(
                    nlohmann::json::parse(R"({"fp16": {"enabled": true, "loss_scale": -1}})")),

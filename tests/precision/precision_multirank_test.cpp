@@ -10,6 +10,8 @@
 #include <filesystem>
 
 #include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/models/builtin_model.h"
 
 namespace pipetrain {
 namespace {
@@ -30,9 +32,8 @@ TrainingRun make_run(const nlohmann::json& precision) {
                          {"steps_per_print", 1000}};
   if (!precision.is_null()) json.update(precision);
   TrainingConfig config = parse_training_config(json);
-  config.model.type = "mlp";
-  config.model.mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4};
-  const auto model = models::make_builtin_model(config.model);
+  const auto model = models::make_builtin_model(
+      {.type = "mlp", .mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4}});
   run.module = std::make_shared<PipelineModule>(
       model.layers, model.loss,
       PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});

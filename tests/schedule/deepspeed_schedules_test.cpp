@@ -1,7 +1,7 @@
 // DeepSpeed's schedules pinned to the contract in shared/spec/schedules.md.
 #include <gtest/gtest.h>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {

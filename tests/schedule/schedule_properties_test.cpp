@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/simulator.h"
 #include "pipetrain/schedule/validator.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/simulator.h"
 
 namespace pipetrain::schedule {

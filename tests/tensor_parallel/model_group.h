@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "pipetrain/grid.h"
 #include "pipetrain/tensor_parallel/group.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain::testing {
 

@@ -29,7 +29,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<Grid>& grid, bool partitio
   TrainingConfig config = training_config(c, grid->pipe_parallel_size());
   config.pipeline.partitioned_transfers = partitioned;
   const auto model =
-      models::make_builtin_model(config.model, tensor_parallel::Group{grid->model_comm()});
+      models::make_builtin_model(model_config(c.model), tensor_parallel::Group{grid->model_comm()});
   auto module = std::make_shared<PipelineModule>(
       model.layers, model.loss,
       PipelineModuleOptions{.stages = grid->pipe_parallel_size(),

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "pipetrain/errors.h"
-#include "pipetrain/topology.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/topology/process_topology.h"
 
 namespace pipetrain {
 namespace {

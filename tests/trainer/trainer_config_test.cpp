@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "pipetrain/errors.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "pipetrain/data/data_source.h"
+#include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
 // Checkpoints: one folder per tag under a checkpoint directory, holding
@@ -27,8 +27,8 @@ void save_checkpoint(PipelineEngine& engine, const std::filesystem::path& direct
 // Collective. Verifies every file this job needs (checksums, tensor names, shapes and
 // dtypes against the model) on every rank before changing anything; on any problem every
 // rank throws the same InputError (the first problem any rank found, naming the file and
-// the mismatch) and no weight has changed. Restores weights, optimizer state, the step count and, when the
-// topology is the same, each rank's random state; `data`, if given, resumes its position.
+// the mismatch) and no weight has changed. Restores weights, optimizer state, the step count and,
+// when the topology is the same, each rank's random state; `data`, if given, resumes its position.
 // `tag` "latest" reads the tag from the `latest` file. Returns the client state.
 nlohmann::json load_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
                                const std::string& tag = "latest", MicroBatchSource* data = nullptr);
@@ -37,6 +37,11 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const std::filesystem::pa
 // "layers.<index>.<tensor>", each tied tensor once. Verifies checksums first.
 void export_checkpoint(const std::filesystem::path& directory, const std::string& tag,
                        const std::filesystem::path& out);
+
+// The client state saved with a checkpoint (its manifest read and its format version
+// checked, without loading any weights); InputError if it cannot be read.
+nlohmann::json read_client_state(const std::filesystem::path& directory,
+                                 const std::string& tag = "latest");
 
 // The tag `latest` names (or `tag` itself); InputError if there is none.
 std::string resolve_tag(const std::filesystem::path& directory, const std::string& tag);

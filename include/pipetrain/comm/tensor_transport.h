@@ -58,8 +58,6 @@ class TensorTransport {
   // shape match are filled in place instead of allocating.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
-  Communicator& control() { return *control_; }
-
  private:
   std::shared_ptr<Communicator> control_;
   std::shared_ptr<Communicator> data_;

@@ -8,41 +8,20 @@
 #include <stdexcept>
 #include <vector>
 
-#include "pipetrain/module/layer.h"
+#include "pipetrain/engine/micro_batch_source.h"
 
 namespace pipetrain {
-
-struct MicroBatch {
-  Activation inputs;  // what the first stage feeds in
-  Activation labels;  // what the last stage's loss compares with
-};
-
-class DataExhausted : public std::runtime_error {
- public:
-  DataExhausted() : std::runtime_error("the data ran out") {}
-};
-
-// Where the engine takes micro-batches from; next() throws DataExhausted at the end.
-class MicroBatchSource {
- public:
-  virtual ~MicroBatchSource() = default;
-  virtual MicroBatch next() = 0;
-  // Where the source stands, for checkpoints (null: it cannot resume), and going back
-  // there; restore() throws InputError for a state it cannot take.
-  virtual nlohmann::json state() const { return nullptr; }
-  virtual void restore(const nlohmann::json& state);
-};
 
 // Samples as rows of tensors: inputs[i] and labels[i] are sample i.
 class TensorDataset {
  public:
-  TensorDataset(Activation inputs, Activation labels);
+  TensorDataset(TensorList inputs, TensorList labels);
   int64_t size() const { return size_; }
   MicroBatch get(const std::vector<int64_t>& indices) const;
 
  private:
-  Activation inputs_;
-  Activation labels_;
+  TensorList inputs_;
+  TensorList labels_;
   int64_t size_ = 0;
 };
 

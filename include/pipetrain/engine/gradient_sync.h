@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/grid.h"
 #include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
 

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/config/training_config.h"
-#include "pipetrain/grid.h"
+#include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
 
@@ -20,6 +20,9 @@ namespace pipetrain {
 // fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
 // on any rank skips the step on every rank), global-norm clipping and the learning-rate
 // schedule.
+// The tensor type of a precision.
+at::ScalarType to_scalar_type(Precision precision);
+
 class MixedPrecisionOptimizer {
  public:
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
@@ -32,8 +35,6 @@ class MixedPrecisionOptimizer {
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
-  // The model's dtype under `precision`.
-  static at::ScalarType dtype_of(const PrecisionConfig& precision);
 
   // Collective over the grid's world: unscales the model's gradients onto the masters,
   // agrees on overflow, clips, sets the rate of step `step` (0-based), steps, copies the

@@ -7,17 +7,18 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/config/training_config.h"
-#include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/engine/gradient_sync.h"
+#include "pipetrain/engine/micro_batch_feed.h"
+#include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/mixed_precision_optimizer.h"
 #include "pipetrain/engine/progress_report.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/engine/timers.h"
-#include "pipetrain/grid.h"
+#include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/schedule/schedule.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
 
@@ -33,9 +34,9 @@ struct InstructionRecord {
 // DeepSpeed's PipelineEngine: runs a stage's schedule instruction by instruction over its
 // part of the model, so that a batch of M micro-batches makes the same update as one step
 // over the whole batch on one process. The engine is the interpreter; its parts beside
-// it do the rest: the StageLink moves activations and gradients between stages,
-// GradientSync reduces gradients among tied stages and data-parallel replicas, the
-// MixedPrecisionOptimizer steps.
+// it do the rest: the MicroBatchFeed reads micro-batches, the StageLink moves activations
+// and gradients between stages, GradientSync reduces gradients among tied stages and
+// data-parallel replicas, the MixedPrecisionOptimizer steps.
 class PipelineEngine {
  public:
   // Collective over the grid's world. The module must be built for this rank's stage of
@@ -146,7 +147,6 @@ class PipelineEngine {
   void dispatch(const schedule::Instruction& instruction, Run& run);
 
   void load_micro_batch(PipeBuffer& buffer, Run& run);
-  MicroBatch next_micro_batch(Run& run);
   void forward(PipeBuffer& buffer, Run& run);
   void backward(PipeBuffer& buffer);
   void send_grad(PipeBuffer& buffer);
@@ -158,6 +158,7 @@ class PipelineEngine {
   TrainingConfig config_;
   std::unique_ptr<GradientSync> gradients_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
+  std::unique_ptr<MicroBatchFeed> feed_;
   std::shared_ptr<FaultInjector> faults_;  // PIPETRAIN_FAULT on this rank, for tests
   std::unique_ptr<StageLink> link_;
   ProgressReport progress_;

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "pipetrain/engine/timers.h"
-#include "pipetrain/grid.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
 

@@ -5,7 +5,7 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/grid.h"
+#include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
 

@@ -2,9 +2,10 @@
 
 #include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "pipetrain/config/config_section.h"
+#include "pipetrain/config/key_table.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/mlp.h"
 
@@ -17,16 +18,44 @@ struct ModelConfig {
   MlpConfig mlp;
 };
 
-// Reads and checks the section; unknown keys are returned in `unknown` for a warning.
-ModelConfig parse_model_config(const ConfigSection& model,
+// The `model` section's keys, each bound once; the sizes of each model hold when
+// model.type names it.
+const KeyTable<ModelConfig>& model_keys();
+
+// Reads the `model` section of a config; unknown keys under it are returned in `unknown`
+// for a warning.
+ModelConfig parse_model_config(const nlohmann::json& config,
                                std::vector<std::string>* unknown = nullptr);
+
+// What a model reads, so that a trainer can feed it without knowing its name: token ids
+// [batch, context] with the next tokens as labels (a language model, which can also
+// generate text), or feature vectors [batch, inputs] with targets [batch, outputs].
+struct TokenInput {
+  int64_t vocab_size = 0;
+  int64_t context = 0;
+};
+struct FeatureInput {
+  int64_t inputs = 0;
+  int64_t outputs = 0;
+};
 
 struct BuiltinModel {
   std::vector<LayerSpec> layers;
   LossFunction loss;
   // A random micro-batch's inputs of `batch` samples (for profiling).
   std::function<Activation(int64_t batch)> sample_input;
+  std::variant<TokenInput, FeatureInput> input;
+
+  // A language model's input, null for one that reads features.
+  const TokenInput* tokens() const { return std::get_if<TokenInput>(&input); }
+  const FeatureInput* features() const { return std::get_if<FeatureInput>(&input); }
+  // Positions one sample trains: a language model's context, else 1.
+  int64_t tokens_per_sample() const { return tokens() ? tokens()->context : 1; }
 };
+
+// The model.type names of the built-in models that read tokens (or features), quoted and
+// joined for messages, e.g. "\"gpt\"".
+std::string builtin_types_reading(bool tokens);
 
 // With a tensor-parallel group of more than one rank: its shard of the model (GPT only).
 BuiltinModel make_builtin_model(const ModelConfig& config,

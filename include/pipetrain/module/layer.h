@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/comm/tensor_list.h"
+
 namespace pipetrain {
 
 // What flows between layers and stages: one tensor or a tuple of tensors.
-using Activation = std::vector<at::Tensor>;
+using Activation = TensorList;
 using LayerFunction = std::function<Activation(const Activation&)>;
 
 // A built layer: the parameters live in `module` (null for a plain function such as a

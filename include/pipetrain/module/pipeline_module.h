@@ -12,7 +12,8 @@
 
 namespace pipetrain {
 
-using LossFunction = std::function<at::Tensor(const Activation& outputs, const Activation& labels)>;
+using LossFunction =
+    std::function<at::Tensor(const Activation& outputs, const TensorList& labels)>;
 
 struct PipelineModuleOptions {
   int stages = 1;
@@ -20,8 +21,8 @@ struct PipelineModuleOptions {
   // Model chunks per stage: the layers split into stages * chunks virtual stages, and
   // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B).
   int chunks = 1;
-  std::string partition_method = "parameters";  // see partition_layers()
-  uint64_t seed = 1234;                         // base of every layer's initialisation seed
+  PartitionMethod partition_method;  // by parameter counts unless set
+  uint64_t seed = 1234;              // base of every layer's initialisation seed
   // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
   int activation_checkpoint_interval = 0;
   // Layer types that may be checkpointed; empty: any run of layers with parameters.
@@ -49,7 +50,7 @@ class PipelineModule {
 
   // Runs this stage's layers of `chunk` (checkpointed when training with an interval).
   Activation forward(const Activation& input, int chunk = 0);
-  at::Tensor loss(const Activation& outputs, const Activation& labels) const;
+  at::Tensor loss(const Activation& outputs, const TensorList& labels) const;
 
   void train(bool on);
   // Converts this stage's parameters (in place: tensor handles stay valid) to `dtype`.
@@ -92,9 +93,6 @@ class PipelineModule {
   std::map<std::string, std::shared_ptr<torch::nn::Module>> tied_modules_;
   bool training_ = true;
 };
-
-// Seed of layer `index` under `base`: a mix of both, so neighbouring layers differ.
-uint64_t layer_seed(uint64_t base, int index);
 
 // Parameter counts, types and (for `profile`) measured forward+backward seconds of every
 // layer, building each one in turn; what partition_layers() needs.

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "pipetrain/config/training_config.h"
+#include "pipetrain/optim/optimizer_config.h"
 
 namespace pipetrain {
 

@@ -2,7 +2,7 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/comm/tensor_list.h"
 
 namespace pipetrain {
 

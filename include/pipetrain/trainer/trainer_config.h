@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/config/key_table.h"
+
 namespace pipetrain {
 
 // Keys of `pipetrain train` beside DeepSpeed's (see the README's table).
@@ -39,10 +41,10 @@ struct TrainerConfig {
   int64_t trace_step = 0;  // 0: the last step
 };
 
-// The top-level keys TrainerConfig reads.
-const std::vector<std::string>& trainer_keys();
+// The keys of `pipetrain train` beside the engine's and the model's, each bound once.
+const KeyTable<TrainerConfig>& trainer_keys();
 
-// Reads the trainer's keys (InputError names a bad one).
+// Reads the trainer's keys (InputError names a bad one); other keys are left alone.
 TrainerConfig parse_trainer_config(const nlohmann::json& json);
 
 // Command-line settings that win over the file.

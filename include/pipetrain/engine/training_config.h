@@ -4,42 +4,35 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/config/config_section.h"
-#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/config/key_table.h"
+#include "pipetrain/module/partition_method.h"
 #include "pipetrain/optim/loss_scaler.h"
+#include "pipetrain/optim/optimizer_config.h"
 
 namespace pipetrain {
 
-// The DeepSpeed-style keys pipetrain reads. `params` keep DeepSpeed's names and are read
-// (and checked) by the optimizer and LR schedule factories.
-struct OptimizerConfig {
-  std::string type = "Adam";  // Adam, AdamW or SGD
-  nlohmann::json params = nlohmann::json::object();
-};
-
-struct SchedulerConfig {
-  std::string type;  // empty (constant), WarmupLR, WarmupDecayLR or WarmupCosineLR
-  nlohmann::json params = nlohmann::json::object();
-};
+// Which instruction streams the engine runs.
+enum class PipelineSchedule { kTrain };  // DeepSpeed's TrainSchedule (1F1B)
 
 struct PipelineConfig {
   int64_t stages = 1;
-  std::string partition_method = "parameters";
+  PartitionMethod partition_method;  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
-  bool seed_layers = true;  // per-layer seeds (always on; kept for DeepSpeed configs)
-  std::string schedule = "train";
+  PipelineSchedule schedule = PipelineSchedule::kTrain;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
 };
 
-// Mixed precision: the model (and what travels between stages) in bf16 or fp16, fp32
-// master weights and optimizer state; fp16 adds loss scaling.
+// The model's floating-point type (and so that of what travels between stages).
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// Mixed precision: the model in bf16 or fp16, fp32 master weights and optimizer state;
+// fp16 adds loss scaling.
 struct PrecisionConfig {
-  // fp32, bf16 (bf16.enabled) or fp16 (fp16.enabled)
-  std::string dtype = "fp32";
+  Precision dtype = Precision::kFp32;  // bf16.enabled or fp16.enabled
   // The data-parallel gradient all-reduce: fp32 or the model's type.
-  std::string communication_data_type = "fp32";
+  Precision communication_dtype = Precision::kFp32;
   LossScalerConfig loss_scaler;  // fp16 only
 };
 
@@ -58,13 +51,16 @@ struct TrainingConfig {
   SchedulerConfig scheduler;
   PipelineConfig pipeline;
   PrecisionConfig precision;
-  models::ModelConfig model;
   std::vector<std::string> unknown_keys;  // for a warning, one per key
 };
 
-// Reads every section, checking types; InputError names the key. Batch sizes are left
-// as given: resolve them with resolve_batch() once the data-parallel size is known.
-// `extra_keys`: top-level keys another reader (e.g. the trainer) owns, not to be warned about.
+// The DeepSpeed-style keys the engine reads, each bound once (see KeyTable).
+const KeyTable<TrainingConfig>& training_keys();
+
+// Reads the engine's keys, checking types, bounds and how keys fit together; InputError
+// names the key. Batch sizes are left as given: resolve them with resolve_batch() once
+// the data-parallel size is known. `extra_keys`: top-level keys another reader owns, not
+// to be listed as unknown.
 TrainingConfig parse_training_config(const nlohmann::json& json,
                                      const std::vector<std::string>& extra_keys = {});
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/topology.h"
+#include "pipetrain/topology/process_topology.h"
 
 namespace pipetrain {
 

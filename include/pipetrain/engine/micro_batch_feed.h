@@ -1,0 +1,32 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "pipetrain/engine/micro_batch_source.h"
+#include "pipetrain/topology/grid.h"
+
+namespace pipetrain {
+
+// Feeds a stage its micro-batches: the first stage takes the inputs, the last the labels.
+// Under tensor parallelism only model-parallel rank 0 reads the source and broadcasts what
+// it read to its group; the others learn from it when it had nothing, rather than wait.
+// Floating inputs are cast to the model's dtype.
+class MicroBatchFeed {
+ public:
+  MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype);
+
+  // Collective over the model-parallel group. `loaded` and `step` (micro-batches read so
+  // far in this batch, the optimizer step) describe where the data ran out, if it did.
+  MicroBatch next(MicroBatchSource* source, int loaded, int64_t step);
+
+ private:
+  MicroBatch read(MicroBatchSource* source, int loaded, int64_t step);
+
+  std::shared_ptr<const Grid> grid_;
+  at::ScalarType dtype_;
+};
+
+}  // namespace pipetrain

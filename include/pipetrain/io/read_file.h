@@ -1,0 +1,11 @@
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace pipetrain {
+
+// The whole file; InputError naming it if it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace pipetrain

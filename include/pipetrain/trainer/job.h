@@ -1,0 +1,43 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pipetrain/engine/micro_batch_source.h"
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/topology/grid.h"
+#include "pipetrain/trainer/job_config.h"
+
+namespace pipetrain {
+
+// Everything one rank of a `pipetrain train` (eval, generate) job needs. The one place
+// that turns a config into a running job; built-in models are known here only through
+// what they describe of themselves (models::BuiltinModel).
+struct Job {
+  JobConfig config;
+  nlohmann::json effective;  // every key with its value, batch sizes resolved
+  models::BuiltinModel model;
+  std::shared_ptr<Grid> grid;
+  std::shared_ptr<PipelineModule> module;
+  std::unique_ptr<PipelineEngine> engine;
+  std::unique_ptr<MicroBatchSource> train_data;
+  std::unique_ptr<MicroBatchSource> validation_data;
+  nlohmann::json validation_start;  // the validation source's state before any draw
+};
+
+// Collective over the MPI world: parses `file` once (unknown keys warned about on rank 0),
+// builds the grid, this stage's part of the model, the engine and the data.
+Job build_job(const nlohmann::json& file);
+
+// Collective: the mean loss over eval_iters validation batches, the same ones every time.
+double validation_loss(Job& job);
+
+// The config a checkpoint was trained with, re-sized for a job of `ranks` ranks on one
+// pipeline (data-parallel 1) running micro-batches of `micro_batch` samples, one per step.
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch);
+
+}  // namespace pipetrain

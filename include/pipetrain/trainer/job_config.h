@@ -1,0 +1,32 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/key_table.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/trainer/trainer_config.h"
+
+namespace pipetrain {
+
+// Everything `pipetrain train` reads from its config file: the engine's keys, the model's
+// and the trainer's, parsed once.
+struct JobConfig {
+  TrainingConfig engine;
+  models::ModelConfig model;
+  TrainerConfig trainer;
+};
+
+// Every key of a job, each bound once by its owner (the engine, the model, the trainer).
+const KeyTable<JobConfig>& job_keys();
+
+// Reads every key (InputError names a bad one); the keys no owner knows go to `unknown`.
+JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
+
+// Markdown rows, one per key: | `key` | type | default | meaning |.
+std::string key_table_markdown();
+
+}  // namespace pipetrain

@@ -1,0 +1,123 @@
+#include "pipetrain/config/json_value.h"
+
+#include <sstream>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain {
+namespace {
+
+std::string format(double x) {
+  std::ostringstream text;
+  text << x;
+  return text.str();
+}
+
+[[noreturn]] void wrong_type(const std::string& key, const char* expected,
+                             const nlohmann::json& value) {
+  throw InputError(key + " must be " + expected + ", got " + value.dump());
+}
+
+// "at least 1", ">= 0", "> 0", "in 0..60", "in [0, 1)".
+std::string describe(const Range& range, bool integer) {
+  if (range.min && range.max) {
+    if (integer) return "in " + format(*range.min) + ".." + format(*range.max);
+    return std::string("in ") + (range.exclusive_min ? "(" : "[") + format(*range.min) + ", " +
+           format(*range.max) + (range.exclusive_max ? ")" : "]");
+  }
+  if (range.min) {
+    if (integer) return "at least " + format(*range.min);
+    return (range.exclusive_min ? "> " : ">= ") + format(*range.min);
+  }
+  return (range.exclusive_max ? "< " : "<= ") + format(range.max.value_or(0));
+}
+
+void check(const std::string& key, double x, const nlohmann::json& value, const Range& range,
+           bool integer) {
+  const bool low = range.min && (range.exclusive_min ? x <= *range.min : x < *range.min);
+  const bool high = range.max && (range.exclusive_max ? x >= *range.max : x > *range.max);
+  if (low || high) {
+    throw InputError(key + " must be " + describe(range, integer) + ", got " + value.dump());
+  }
+}
+
+}  // namespace
+
+void throw_input_error(const std::string& message) {
+  throw InputError(message);
+}
+
+int64_t read_integer(const std::string& key, const nlohmann::json& value, const Range& range) {
+  if (!value.is_number_integer()) wrong_type(key, "an integer", value);
+  const int64_t x = value.get<int64_t>();
+  check(key, static_cast<double>(x), value, range, true);
+  return x;
+}
+
+double read_number(const std::string& key, const nlohmann::json& value, const Range& range) {
+  if (!value.is_number()) wrong_type(key, "a number", value);
+  const double x = value.get<double>();
+  check(key, x, value, range, false);
+  return x;
+}
+
+bool read_bool(const std::string& key, const nlohmann::json& value) {
+  if (!value.is_boolean()) wrong_type(key, "true or false", value);
+  return value.get<bool>();
+}
+
+std::string read_string(const std::string& key, const nlohmann::json& value) {
+  if (!value.is_string()) wrong_type(key, "a string", value);
+  return value.get<std::string>();
+}
+
+std::vector<std::string> read_strings(const std::string& key, const nlohmann::json& value) {
+  if (value.is_string()) return {value.get<std::string>()};
+  std::vector<std::string> strings;
+  if (value.is_array()) {
+    for (const auto& item : value) {
+      if (!item.is_string()) break;
+      strings.push_back(item.get<std::string>());
+    }
+  }
+  if (!value.is_array() || strings.size() != value.size())
+    throw InputError(key + " must be a string or a list of strings");
+  return strings;
+}
+
+nlohmann::json read_object(const std::string& key, const nlohmann::json& value) {
+  if (!value.is_object()) wrong_type(key, "an object", value);
+  return value;
+}
+
+std::string spell_choices(const std::vector<std::string>& names, Quoting quoting) {
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+    text += quoting == Quoting::kQuoted ? "\"" + names[i] + "\"" : names[i];
+  }
+  return text;
+}
+
+const nlohmann::json* find(const nlohmann::json& root, const std::string& key) {
+  const nlohmann::json* here = &root;
+  std::string path;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = key.find('.', start);
+    const std::string part = key.substr(start, dot - start);
+    if (!here->contains(part)) return nullptr;
+    here = &here->at(part);
+    path += (path.empty() ? "" : ".") + part;
+    if (dot == std::string::npos) return here;
+    if (!here->is_object()) wrong_type(path, "an object", *here);
+    start = dot + 1;
+  }
+}
+
+std::string pointer_of(std::string_view key) {
+  std::string pointer = "/";
+  for (char c : key) pointer += c == '.' ? '/' : c;
+  return pointer;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,65 @@
+#include "pipetrain/engine/micro_batch_feed.h"
+
+#include <ATen/ATen.h>
+
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "pipetrain/comm/tensor_transport.h"
+
+namespace pipetrain {
+
+MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype)
+    : grid_(std::move(grid)), dtype_(dtype) {}
+
+MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t step) {
+  std::optional<TensorList> inputs, labels;
+  std::exception_ptr failure;
+  if (grid_->model_parallel_id() == 0) {
+    try {
+      MicroBatch batch = read(source, loaded, step);
+      inputs = std::move(batch.inputs);
+      labels = std::move(batch.labels);
+    } catch (const std::exception&) {
+      if (grid_->model_parallel_size() == 1) throw;
+      failure = std::current_exception();
+    }
+  }
+  if (grid_->model_parallel_size() > 1) {
+    auto& group = *grid_->model_comm();
+    if (grid_->is_first_stage()) inputs = comm::broadcast_tensors(group, inputs, 0);
+    if (grid_->is_last_stage()) labels = comm::broadcast_tensors(group, labels, 0);
+    if (failure) std::rethrow_exception(failure);
+    if (!inputs && !labels) {
+      throw std::runtime_error("model-parallel rank 0 (rank " +
+                               std::to_string(group.global_rank(0)) +
+                               ") had no micro-batch to share");
+    }
+  }
+  MicroBatch batch;
+  if (grid_->is_first_stage()) {
+    batch.inputs = std::move(*inputs);
+    for (auto& t : batch.inputs) {
+      if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype_) t = t.to(dtype_);
+    }
+  }
+  if (grid_->is_last_stage()) batch.labels = std::move(*labels);
+  return batch;
+}
+
+MicroBatch MicroBatchFeed::read(MicroBatchSource* source, int loaded, int64_t step) {
+  if (!source)
+    throw std::logic_error("stage " + std::to_string(grid_->stage_id()) +
+                           " needs data but got none");
+  try {
+    return source->next();
+  } catch (const DataExhausted&) {
+    throw std::runtime_error("the data ran out at micro-batch " + std::to_string(loaded) +
+                             " of step " + std::to_string(step) +
+                             " (wrap the loader in a RepeatingLoader to train for longer)");
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,198 @@
+#include "pipetrain/engine/training_config.h"
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain {
+namespace {
+
+const Names<Precision> kPrecisions{
+    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+
+// The batch sizes: 0 is unset (derived by resolve_batch), left out of the effective config.
+void bind_batch(KeyTable<TrainingConfig>& t) {
+  auto batch_key = [&t](const char* name, auto field, const char* help) {
+    t.custom(
+        name, "int", help,
+        [field](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+          field(c) = read_integer(key, v, at_least(1));
+        },
+        [field](const TrainingConfig& c) {
+          return field(c) ? nlohmann::json(field(c)) : nlohmann::json();
+        });
+  };
+  batch_key("train_batch_size", PIPETRAIN_FIELD(train_batch_size),
+            "samples per optimizer step over all replicas");
+  batch_key("train_micro_batch_size_per_gpu", PIPETRAIN_FIELD(train_micro_batch_size_per_gpu),
+            "samples per micro-batch");
+  batch_key("gradient_accumulation_steps", PIPETRAIN_FIELD(gradient_accumulation_steps),
+            "micro-batches per step (= pipeline micro-batches); any two of these three "
+            "determine the third, and `train_batch_size = micro × steps × data-parallel size` "
+            "must hold (the error shows the arithmetic)");
+}
+
+void bind_run(KeyTable<TrainingConfig>& t) {
+  t.integer("steps_per_print", PIPETRAIN_FIELD(steps_per_print), "progress line period",
+            at_least(1))
+      .flag("wall_clock_breakdown", PIPETRAIN_FIELD(wall_clock_breakdown),
+            "also print time per instruction kind and stage")
+      .number("gradient_clipping", PIPETRAIN_FIELD(gradient_clipping),
+              "max global gradient norm; 0 is off", at_least(0))
+      .integer("seed", PIPETRAIN_FIELD(seed), "base seed of every layer's initialisation")
+      .number("comm_timeout", PIPETRAIN_FIELD(comm_timeout),
+              "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300", at_least(0))
+      .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
+               "elements per data-parallel all-reduce bucket", at_least(1));
+}
+
+void bind_optimizer(KeyTable<TrainingConfig>& t) {
+  t.choice("optimizer.type", PIPETRAIN_FIELD(optimizer.type),
+           Names<std::string>{{"Adam", "Adam"}, {"AdamW", "AdamW"}, {"SGD", "SGD"}},
+           "LibTorch's optimizer", Quoting::kBare)
+      .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
+              "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
+              "0.01), `momentum` (SGD)")
+      .choice("scheduler.type", PIPETRAIN_FIELD(scheduler.type),
+              Names<std::string>{{"WarmupLR", "WarmupLR"},
+                                 {"WarmupDecayLR", "WarmupDecayLR"},
+                                 {"WarmupCosineLR", "WarmupCosineLR"}},
+              "learning-rate schedule; none: constant", Quoting::kBare)
+      .object("scheduler.params", PIPETRAIN_FIELD(scheduler.params),
+              "DeepSpeed's names: `warmup_min_lr`, `warmup_max_lr`, `warmup_num_steps`, "
+              "`warmup_type` (`log`/`linear`), `total_num_steps`, `warmup_min_ratio`, "
+              "`cos_min_ratio`");
+}
+
+void bind_pipeline(KeyTable<TrainingConfig>& t) {
+  t.integer("pipeline.stages", PIPETRAIN_FIELD(pipeline.stages),
+            "pipeline stages (data-parallel size = ranks / (stages × model_parallel))", at_least(1))
+      .custom(
+          "pipeline.partition_method", "string",
+          "`parameters`, `uniform`, `type:REGEX`, `boundaries:A,B,...` or `profile` (see "
+          "`pipetrain partition`)",
+          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+            c.pipeline.partition_method = PartitionMethod(read_string(key, v));
+          },
+          [](const TrainingConfig& c) { return c.pipeline.partition_method.name(); })
+      .integer("pipeline.activation_checkpoint_interval",
+               PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
+               "layers per checkpointed run; 0 is off", at_least(0))
+      .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule),
+              Names<PipelineSchedule>{{"train", PipelineSchedule::kTrain}},
+              "the engine runs DeepSpeed's 1F1B")
+      .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
+            "with tensor parallelism, send 1/t shares between stages and all-gather them");
+}
+
+// bf16.enabled and fp16.enabled both set the model's precision.
+void bind_precision(KeyTable<TrainingConfig>& t) {
+  auto enabled = [&t](const char* name, Precision precision, const char* help) {
+    t.custom(
+        name, "bool", help,
+        [precision](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+          if (!read_bool(key, v)) return;
+          if (c.precision.dtype != Precision::kFp32)
+            throw InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
+          c.precision.dtype = precision;
+        },
+        [precision](const TrainingConfig& c) {
+          return nlohmann::json(c.precision.dtype == precision);
+        });
+  };
+  enabled("bf16.enabled", Precision::kBf16, "model and transfers in bfloat16, fp32 masters");
+  enabled("fp16.enabled", Precision::kFp16,
+          "model and transfers in float16, fp32 masters, loss scaling");
+  t.number("fp16.loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.loss_scale),
+           "0: dynamic; > 0: this static scale", at_least(0))
+      .integer("fp16.initial_scale_power",
+               PIPETRAIN_FIELD(precision.loss_scaler.initial_scale_power),
+               "dynamic scaling starts at 2^this", within(0, 60))
+      .integer("fp16.loss_scale_window", PIPETRAIN_FIELD(precision.loss_scaler.window),
+               "clean steps before the scale doubles", at_least(1))
+      .integer("fp16.hysteresis", PIPETRAIN_FIELD(precision.loss_scaler.hysteresis),
+               "overflows before the scale halves", at_least(1))
+      .number("fp16.min_loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.min_loss_scale),
+              "the scale never falls below this", above(0))
+      .custom(
+          "communication_data_type", "string",
+          "data-parallel gradient all-reduce in `fp32` or the model's type",
+          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+            const std::string text = read_string(key, v);
+            const std::string& model = name_of(kPrecisions, c.precision.dtype);
+            if (text != "fp32" && text != model) {
+              throw InputError("communication_data_type must be \"fp32\" or the model's \"" +
+                               model + "\", got \"" + text + "\"");
+            }
+            c.precision.communication_dtype = text == "fp32" ? Precision::kFp32 : c.precision.dtype;
+          },
+          [](const TrainingConfig& c) {
+            return nlohmann::json(name_of(kPrecisions, c.precision.communication_dtype));
+          });
+}
+
+}  // namespace
+
+const KeyTable<TrainingConfig>& training_keys() {
+  static const KeyTable<TrainingConfig> table = [] {
+    KeyTable<TrainingConfig> t;
+    bind_batch(t);
+    bind_run(t);
+    bind_optimizer(t);
+    bind_pipeline(t);
+    bind_precision(t);
+    return t;
+  }();
+  return table;
+}
+
+TrainingConfig parse_training_config(const nlohmann::json& json,
+                                     const std::vector<std::string>& extra_keys) {
+  TrainingConfig config;
+  for (const auto& key : training_keys().read(json, config)) {
+    const std::string top = key.substr(0, key.find('.'));
+    if (std::find(extra_keys.begin(), extra_keys.end(), top) == extra_keys.end())
+      config.unknown_keys.push_back(key);
+  }
+  return config;
+}
+
+void resolve_batch(TrainingConfig& c, int64_t dp) {
+  int64_t& batch = c.train_batch_size;
+  int64_t& micro = c.train_micro_batch_size_per_gpu;
+  int64_t& steps = c.gradient_accumulation_steps;
+  const std::string shown = "train_batch_size " + std::to_string(batch) +
+                            ", train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                            ", gradient_accumulation_steps " + std::to_string(steps) +
+                            ", data-parallel size " + std::to_string(dp);
+  auto divide = [&](int64_t total, int64_t by, const std::string& what) {
+    if (total % by != 0) {
+      throw InputError(what + ": " + std::to_string(total) + " is not divisible by " +
+                       std::to_string(by) + " (" + shown + ")");
+    }
+    return total / by;
+  };
+  if (batch && micro && steps) {
+    if (batch != micro * steps * dp) {
+      throw InputError("train_batch_size " + std::to_string(batch) +
+                       " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                       " * gradient_accumulation_steps " + std::to_string(steps) +
+                       " * data-parallel size " + std::to_string(dp) + " = " +
+                       std::to_string(micro * steps * dp));
+    }
+  } else if (batch && micro) {
+    steps = divide(batch, micro * dp,
+                   "gradient_accumulation_steps = train_batch_size / (micro * data-parallel)");
+  } else if (batch && steps) {
+    micro = divide(batch, steps * dp,
+                   "train_micro_batch_size_per_gpu = train_batch_size / (steps * data-parallel)");
+  } else if (micro) {
+    if (!steps) steps = 1;
+    batch = micro * steps * dp;
+  } else if (batch) {
+    steps = 1;
+    micro = divide(batch, dp, "train_micro_batch_size_per_gpu = train_batch_size / data-parallel");
+  } else {
+    throw InputError("set train_batch_size or train_micro_batch_size_per_gpu (" + shown + ")");
+  }
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,179 @@
+#include "pipetrain/trainer/job.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/data/token_data.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/module/layer_seed.h"
+
+namespace pipetrain {
+namespace {
+
+// Samples of random input that `profile` partitioning times each layer on.
+constexpr int64_t kProfileBatch = 2;
+// Validation draws from streams this far from the training streams of the replicas.
+constexpr uint64_t kValidationStreams = 1 << 20;
+// The byte vocabulary of text data.
+constexpr int64_t kByteVocabulary = 256;
+
+std::shared_ptr<Grid> build_grid(const JobConfig& config) {
+  auto world = comm::MpiCommunicator::world();
+  const int64_t pipe = config.engine.pipeline.stages;
+  const int64_t model_parallel = config.trainer.model_parallel;
+  const std::string times_model =
+      model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
+  if (world->size() % (pipe * model_parallel) != 0) {
+    throw InputError("pipeline.stages " + std::to_string(pipe) + times_model +
+                     " does not divide the job's " + std::to_string(world->size()) + " ranks");
+  }
+  const int64_t data = world->size() / (pipe * model_parallel);
+  const int64_t asked = config.trainer.data_parallel;
+  if (asked && asked != data) {
+    throw InputError("data-parallel size " + std::to_string(asked) + " with " +
+                     std::to_string(pipe) + " stages" + times_model + " needs " +
+                     std::to_string(asked * pipe * model_parallel) + " ranks, the job has " +
+                     std::to_string(world->size()));
+  }
+  // Without tensor parallelism the topology has no model axis, so ranks describe
+  // themselves as (pipe, data) only.
+  return std::make_shared<Grid>(
+      model_parallel > 1
+          ? pipe_model_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data),
+                                              static_cast<int>(model_parallel))
+          : pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
+      world);
+}
+
+std::shared_ptr<PipelineModule> build_module(const Job& job) {
+  const TrainingConfig& engine = job.config.engine;
+  return std::make_shared<PipelineModule>(
+      job.model.layers, job.model.loss,
+      PipelineModuleOptions{.stages = static_cast<int>(engine.pipeline.stages),
+                            .stage_id = job.grid->stage_id(),
+                            .partition_method = engine.pipeline.partition_method,
+                            .seed = static_cast<uint64_t>(engine.seed),
+                            .activation_checkpoint_interval =
+                                static_cast<int>(engine.pipeline.activation_checkpoint_interval),
+                            .profile_sample = job.model.sample_input(kProfileBatch),
+                            .agree_on_costs = [grid = job.grid](std::vector<double>& costs) {
+                              at::Tensor shared = at::tensor(costs, at::kDouble);
+                              grid->world_comm()->broadcast(shared, 0);
+                              costs.assign(shared.data_ptr<double>(),
+                                           shared.data_ptr<double>() + shared.numel());
+                            }});
+}
+
+// Feature vectors for a model that reads them: synthetic regression data.
+void build_feature_data(Job& job, const models::FeatureInput& features, int64_t replica) {
+  const int64_t batch = job.config.engine.train_micro_batch_size_per_gpu;
+  const auto seed = static_cast<uint64_t>(job.config.engine.seed);
+  job.train_data =
+      std::make_unique<RegressionSource>(features.inputs, features.outputs, batch, seed, replica);
+  job.validation_data = std::make_unique<RegressionSource>(features.inputs, features.outputs, batch,
+                                                           seed, kValidationStreams + replica);
+}
+
+// Token sequences for a language model: bytes of text files, or token files.
+void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
+  const auto& data = job.config.trainer.data;
+  TokenCorpus corpus;
+  if (data.type == "text") {
+    if (tokens.vocab_size < kByteVocabulary)
+      throw InputError("model.vocab_size " + std::to_string(tokens.vocab_size) +
+                       " is below 256, the byte vocabulary of text data");
+    corpus = text_corpus(data.paths, data.validation_fraction);
+  } else {
+    corpus = token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
+                         data.validation_fraction);
+  }
+  auto source = [&](const at::Tensor& part, uint64_t stream) {
+    return std::make_unique<SequenceSource>(part, tokens.context,
+                                            job.config.engine.train_micro_batch_size_per_gpu,
+                                            static_cast<uint64_t>(job.config.engine.seed), stream);
+  };
+  job.train_data = source(corpus.train, replica);
+  job.validation_data = source(corpus.validation, kValidationStreams + replica);
+}
+
+void build_data(Job& job) {
+  const std::string& type = job.config.trainer.data.type;
+  const int64_t replica = job.grid->data_parallel_id();
+  const bool synthetic = type == "synthetic";
+  if (synthetic != (job.model.features() != nullptr)) {
+    throw InputError("data.type \"" + type + "\" feeds model.type " +
+                     models::builtin_types_reading(!synthetic));
+  }
+  if (synthetic) {
+    build_feature_data(job, *job.model.features(), replica);
+  } else {
+    build_token_data(job, *job.model.tokens(), replica);
+  }
+  job.validation_start = job.validation_data->state();
+}
+
+// Dropout draws from the default generator: a stream per stage and replica, fixed by the
+// seed and shared by a tensor-parallel group, whose replicated activations must stay equal.
+// Negative indices are never layers', so these streams differ from every layer's seed.
+void seed_dropout(const Job& job) {
+  const int replica =
+      job.grid->stage_id() * job.grid->data_parallel_size() + job.grid->data_parallel_id();
+  at::manual_seed(layer_seed(static_cast<uint64_t>(job.config.engine.seed), -1 - replica));
+}
+
+}  // namespace
+
+Job build_job(const nlohmann::json& file) {
+  Job job;
+  std::vector<std::string> unknown;
+  job.config = parse_job_config(file, &unknown);
+  job.grid = build_grid(job.config);
+  job.model =
+      models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});
+  job.module = build_module(job);
+  if (job.grid->global_rank() == 0) {
+    for (const auto& key : unknown)
+      std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
+  }
+  resolve_batch(job.config.engine, job.grid->data_parallel_size());
+  job.effective = job_keys().write(job.config);
+  job.engine = std::make_unique<PipelineEngine>(job.module, job.grid, job.config.engine);
+  job.engine->set_progress_report(false);
+  seed_dropout(job);
+  build_data(job);
+  return job;
+}
+
+double validation_loss(Job& job) {
+  // The same validation batches every time: back to where the source started.
+  job.validation_data->restore(job.validation_start);
+  double total = 0;
+  for (int64_t i = 0; i < job.config.trainer.eval_iters; ++i)
+    total += job.engine->eval_batch(job.validation_data.get()).loss;
+  return total / job.config.trainer.eval_iters;
+}
+
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch) {
+  const nlohmann::json client_state = read_client_state(checkpoint);
+  if (!client_state.is_object() || !client_state.contains("config")) {
+    throw InputError(checkpoint +
+                     ": the checkpoint holds no training config (not saved by "
+                     "pipetrain train?)");
+  }
+  nlohmann::json config = client_state["config"];
+  config["pipeline"]["stages"] = ranks;
+  config.erase("train_batch_size");
+  config.erase("data_parallel");
+  config.erase("model_parallel");
+  config["train_micro_batch_size_per_gpu"] = micro_batch;
+  config["gradient_accumulation_steps"] = 1;
+  config["load"] = "";
+  config["save"] = "";
+  return config;
+}
+
+}  // namespace pipetrain

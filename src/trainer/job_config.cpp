@@ -1,0 +1,32 @@
+#include "pipetrain/trainer/job_config.h"
+
+namespace pipetrain {
+
+const KeyTable<JobConfig>& job_keys() {
+  static const KeyTable<JobConfig> table = [] {
+    KeyTable<JobConfig> t;
+    t.include(training_keys(), PIPETRAIN_FIELD(engine))
+        .include(trainer_keys(), PIPETRAIN_FIELD(trainer))
+        .include(models::model_keys(), PIPETRAIN_FIELD(model));
+    return t;
+  }();
+  return table;
+}
+
+JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown) {
+  JobConfig config;
+  std::vector<std::string> keys = job_keys().read(json, config);
+  if (unknown) *unknown = std::move(keys);
+  return config;
+}
+
+std::string key_table_markdown() {
+  std::string table = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& doc : job_keys().docs()) {
+    table += "| `" + doc.key + "` | " + doc.type + " | " +
+             (doc.fallback.empty() ? "" : "`" + doc.fallback + "`") + " | " + doc.help + " |\n";
+  }
+  return table;
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,61 @@
+#include "pipetrain/trainer/sampling.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "pipetrain/tensor_parallel/collectives.h"
+
+namespace pipetrain {
+namespace {
+
+// The next token from the last position's logits (whole, double precision).
+at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator& generator) {
+  if (options.temperature == 0) return logits.argmax().reshape({1});
+  logits = logits / options.temperature;
+  if (options.top_k > 0 && options.top_k < logits.numel()) {
+    const at::Tensor kth = std::get<0>(logits.topk(options.top_k)).min();
+    logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
+  }
+  return at::multinomial(at::softmax(logits, 0), 1, false, generator);
+}
+
+}  // namespace
+
+std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> tokens,
+                                   int64_t count, const SamplingOptions& options, int64_t context) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  const Grid& grid = engine.grid();
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t length = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
+    const at::Tensor window =
+        at::tensor(std::vector<int64_t>(tokens.end() - length, tokens.end()), at::kLong)
+            .unsqueeze(0);
+    const TensorList outputs = engine.infer({window});
+    at::Tensor next = at::zeros({1}, at::kLong);
+    if (grid.is_last_stage()) {
+      // The last position's logits, whole again from the tensor-parallel vocabulary slices.
+      const at::Tensor logits = tensor_parallel::gather_from_group(
+          outputs.at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});
+      next = draw(logits.to(at::kDouble), options, generator);
+    }
+    grid.pipe_comm()->broadcast(next, grid.pipe_parallel_size() - 1);
+    tokens.push_back(next.item<int64_t>());
+  }
+  return tokens;
+}
+
+std::vector<int64_t> bytes_of(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+std::string printable(const std::vector<int64_t>& tokens) {
+  std::string text;
+  for (int64_t t : tokens) {
+    const char c = static_cast<char>(t);
+    text += (c == '\n' || c == '\t' || (t >= 32 && t < 127)) ? c : '?';
+  }
+  return text;
+}
+
+}  // namespace pipetrain

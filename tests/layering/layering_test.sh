@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The layering check passes on the tree, and fails, naming the file and both layers, once
+# a lower layer includes a header from a higher one.
+set -euo pipefail
+source_dir=$1
+check=$source_dir/scripts/check-layers
+
+"$check" "$source_dir"
+
+planted=$(mktemp -d)
+trap 'rm -rf "$planted"' EXIT
+cp -r "$source_dir/src" "$source_dir/include" "$planted/"
+sed -i '1i #include "pipetrain/trainer/trainer.h"' "$planted/src/comm/deadline.cpp"
+if output=$("$check" "$planted" 2>&1); then
+  echo "FAIL: an upward include (comm -> trainer) passed the check" >&2
+  exit 1
+fi
+grep -q "src/comm/deadline.cpp: layer 'comm' includes pipetrain/trainer/trainer.h from layer 'trainer'" \
+  <<<"$output" || { echo "FAIL: the check did not name the planted include: $output" >&2; exit 1; }
+
+# A peer on the same row is not below either.
+cp "$source_dir/src/comm/deadline.cpp" "$planted/src/comm/deadline.cpp"
+sed -i '1i #include "pipetrain/data/token_data.h"' "$planted/src/checkpoint/safetensors.cpp"
+if "$check" "$planted" 2>/dev/null; then
+  echo "FAIL: checkpoint including data (same row) passed the check" >&2
+  exit 1
+fi
+echo "layering: the check passes on the tree and fails on planted includes"
