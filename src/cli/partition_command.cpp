@@ -35,7 +35,7 @@ Command add_partition_command(CLI::App& app) {
             std::vector<std::string> unknown;
             const auto config = models::parse_model_config(json, &unknown);
             for (const auto& key : unknown)
-              std::cerr << "pipetrain: warning: unknown key " << key << "\n";
+              std::cerr << "pipetrain: warning: unknown config key " << key << "\n";
             const PartitionMethod method(
                 options->method.empty()
                     ? root.section("pipeline").get_string("partition_method", "parameters")

@@ -107,7 +107,7 @@ double MixedPrecisionOptimizer::global_grad_norm() const {
 
 void MixedPrecisionOptimizer::clip(double norm) {
   const double coefficient = clipping_ / (norm + kClipEpsilon);
-  if (clipping_ <= 0 || coefficient >= 1.0) return;
+  if (!(clipping_ > 0 && coefficient < 1.0)) return;  // also when the norm is NaN
   for (const auto& [parameter, master] : masters_) {
     if (master.grad().defined()) master.mutable_grad().mul_(coefficient);
   }

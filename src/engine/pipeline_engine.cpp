@@ -20,6 +20,19 @@ bool is_floating(const at::Tensor& t) {
   return at::isFloatingType(t.scalar_type());
 }
 
+// Eval mode without autograd for a scope; training mode again when it ends, thrown or not.
+class Evaluating {
+ public:
+  explicit Evaluating(PipelineModule& module) : module_(module) { module_.train(false); }
+  ~Evaluating() { module_.train(true); }
+  Evaluating(const Evaluating&) = delete;
+  Evaluating& operator=(const Evaluating&) = delete;
+
+ private:
+  PipelineModule& module_;
+  at::NoGradGuard no_grad_;
+};
+
 TrainingConfig resolved(TrainingConfig config, int64_t data_parallel_size) {
   resolve_batch(config, data_parallel_size);
   return config;
@@ -105,13 +118,11 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
 PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bool return_outputs) {
   EvalResult result;
   Run run{.data = data, .outputs = return_outputs ? &result.outputs : nullptr};
-  module_->train(false);
   double loss_sum = 0;
   {
-    at::NoGradGuard no_grad;
+    const Evaluating evaluating(*module_);
     loss_sum = execute(eval_program_, run);
   }
-  module_->train(true);
   result.loss = mean_loss(loss_sum);
   return result;
 }
@@ -128,12 +139,10 @@ Activation PipelineEngine::infer(const Activation& inputs) {
   } once(inputs);
   std::vector<Activation> outputs;
   Run run{.data = &once, .outputs = &outputs};
-  module_->train(false);
   {
-    at::NoGradGuard no_grad;
+    const Evaluating evaluating(*module_);
     execute(infer_program_, run);
   }
-  module_->train(true);
   return outputs.empty() ? Activation{} : outputs.front();
 }
 

@@ -5,8 +5,18 @@
 namespace pipetrain {
 namespace {
 
-const Names<Precision> kPrecisions{
-    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+const Names<std::string>& scheduler_types() {
+  static const Names<std::string> names{{"WarmupLR", "WarmupLR"},
+                                        {"WarmupDecayLR", "WarmupDecayLR"},
+                                        {"WarmupCosineLR", "WarmupCosineLR"}};
+  return names;
+}
+
+const Names<Precision>& precisions() {
+  static const Names<Precision> names{
+      {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+  return names;
+}
 
 // The batch sizes: 0 is unset (derived by resolve_batch), left out of the effective config.
 void bind_batch(KeyTable<TrainingConfig>& t) {
@@ -51,11 +61,17 @@ void bind_optimizer(KeyTable<TrainingConfig>& t) {
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
               "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
               "0.01), `momentum` (SGD)")
-      .choice("scheduler.type", PIPETRAIN_FIELD(scheduler.type),
-              Names<std::string>{{"WarmupLR", "WarmupLR"},
-                                 {"WarmupDecayLR", "WarmupDecayLR"},
-                                 {"WarmupCosineLR", "WarmupCosineLR"}},
-              "learning-rate schedule; none: constant", Quoting::kBare)
+      .custom(
+          "scheduler.type", "one of `WarmupLR` `WarmupDecayLR` `WarmupCosineLR`",
+          "learning-rate schedule; none (or empty): constant",
+          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+            const std::string text = read_string(key, v);
+            c.scheduler.type =
+                text.empty() ? text : read_choice(key, v, scheduler_types(), Quoting::kBare);
+          },
+          [](const TrainingConfig& c) {
+            return c.scheduler.type.empty() ? nlohmann::json() : nlohmann::json(c.scheduler.type);
+          })
       .object("scheduler.params", PIPETRAIN_FIELD(scheduler.params),
               "DeepSpeed's names: `warmup_min_lr`, `warmup_max_lr`, `warmup_num_steps`, "
               "`warmup_type` (`log`/`linear`), `total_num_steps`, `warmup_min_ratio`, "
@@ -79,6 +95,8 @@ void bind_pipeline(KeyTable<TrainingConfig>& t) {
       .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule),
               Names<PipelineSchedule>{{"train", PipelineSchedule::kTrain}},
               "the engine runs DeepSpeed's 1F1B")
+      .accepted("pipeline.seed_layers", "bool",
+                "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
             "with tensor parallelism, send 1/t shares between stages and all-gather them");
 }
@@ -117,7 +135,7 @@ void bind_precision(KeyTable<TrainingConfig>& t) {
           "data-parallel gradient all-reduce in `fp32` or the model's type",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
             const std::string text = read_string(key, v);
-            const std::string& model = name_of(kPrecisions, c.precision.dtype);
+            const std::string& model = name_of(precisions(), c.precision.dtype);
             if (text != "fp32" && text != model) {
               throw InputError("communication_data_type must be \"fp32\" or the model's \"" +
                                model + "\", got \"" + text + "\"");
@@ -125,7 +143,7 @@ void bind_precision(KeyTable<TrainingConfig>& t) {
             c.precision.communication_dtype = text == "fp32" ? Precision::kFp32 : c.precision.dtype;
           },
           [](const TrainingConfig& c) {
-            return nlohmann::json(name_of(kPrecisions, c.precision.communication_dtype));
+            return nlohmann::json(name_of(precisions(), c.precision.communication_dtype));
           });
 }
 

@@ -16,10 +16,10 @@ namespace pipetrain {
 // Bounds of a numeric key; unset ends are open. Integers read "at least MIN"; numbers
 // ">= MIN" or "> MIN" (exclusive); both ends "in MIN..MAX" / "in [MIN, MAX)".
 struct Range {
-  std::optional<double> min;
-  std::optional<double> max;
-  bool exclusive_min = false;
-  bool exclusive_max = false;
+  std::optional<double> min{};
+  std::optional<double> max{};
+  bool exclusive_min{false};
+  bool exclusive_max{false};
 };
 inline Range at_least(double min) {
   return {.min = min};

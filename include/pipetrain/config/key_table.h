@@ -107,6 +107,15 @@ class KeyTable {
     return *this;
   }
 
+  // A key other tools write that this program accepts without using it: known (no
+  // warning) and documented, never stored or written back.
+  KeyTable& accepted(std::string name, std::string type, std::string help) {
+    return custom(
+        std::move(name), std::move(type), std::move(help),
+        [](const std::string&, const nlohmann::json&, Config&) {},
+        [](const Config&) { return nlohmann::json(); });
+  }
+
   // Reads every key `json` has into `config`, in table order; InputError names the first
   // bad one. Returns the keys it does not know (full paths), for a warning.
   std::vector<std::string> read(const nlohmann::json& json, Config& config) const {

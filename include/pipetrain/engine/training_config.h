@@ -16,7 +16,7 @@ enum class PipelineSchedule { kTrain };  // DeepSpeed's TrainSchedule (1F1B)
 
 struct PipelineConfig {
   int64_t stages = 1;
-  PartitionMethod partition_method;  // by parameter counts unless set
+  PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
   PipelineSchedule schedule = PipelineSchedule::kTrain;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an

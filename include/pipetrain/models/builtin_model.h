@@ -14,8 +14,8 @@ namespace pipetrain::models {
 // The `model` section of a config: {"type": "gpt" | "mlp", sizes...}.
 struct ModelConfig {
   std::string type = "gpt";
-  GptConfig gpt;
-  MlpConfig mlp;
+  GptConfig gpt{};
+  MlpConfig mlp{};
 };
 
 // The `model` section's keys, each bound once; the sizes of each model hold when

@@ -21,7 +21,7 @@ struct PipelineModuleOptions {
   // Model chunks per stage: the layers split into stages * chunks virtual stages, and
   // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B).
   int chunks = 1;
-  PartitionMethod partition_method;  // by parameter counts unless set
+  PartitionMethod partition_method{};  // by parameter counts unless set
   uint64_t seed = 1234;              // base of every layer's initialisation seed
   // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
   int activation_checkpoint_interval = 0;

@@ -1,0 +1,75 @@
+// A job's config read once through the composed key table: the effective config written
+// from the typed values reads back to the same config, for both built-in models.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "pipetrain/io/errors.h"
+#include "pipetrain/trainer/job_config.h"
+
+namespace pipetrain {
+namespace {
+
+nlohmann::json tiny_config() {
+  std::ifstream in(std::string(PIPETRAIN_SOURCE_DIR) + "/tests/trainer/tiny.json");
+  return nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+}
+
+void expect_round_trip(const nlohmann::json& file) {
+  std::vector<std::string> unknown;
+  JobConfig config = parse_job_config(file, &unknown);
+  EXPECT_TRUE(unknown.empty());
+  resolve_batch(config.engine, 1);
+  const nlohmann::json effective = job_keys().write(config);
+  JobConfig again = parse_job_config(effective, &unknown);
+  EXPECT_TRUE(unknown.empty()) << unknown.front();
+  EXPECT_EQ(job_keys().write(again), effective);
+  EXPECT_EQ(again.engine.train_batch_size, config.engine.train_batch_size);
+  EXPECT_EQ(again.model.type, config.model.type);
+}
+
+TEST(JobConfig, TheEffectiveConfigReadsBackTheSameForEveryModel) {
+  expect_round_trip(tiny_config());
+  nlohmann::json mlp = tiny_config();
+  mlp["model"] = {{"type", "mlp"}, {"layers", 3}};
+  mlp["data"] = {{"type", "synthetic"}};
+  mlp["fp16"] = {{"enabled", true}};
+  mlp["scheduler"] = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}}}};
+  expect_round_trip(mlp);
+}
+
+TEST(JobConfig, KeysOfTheOtherModelAndOfNoOwnerAreUnknown) {
+  nlohmann::json file = tiny_config();
+  file["model"] = {{"type", "mlp"}, {"vocab_size", 300}};
+  file["zero_optimization"] = {{"stage", 1}};
+  std::vector<std::string> unknown;
+  parse_job_config(file, &unknown);
+  EXPECT_EQ(unknown, (std::vector<std::string>{"model.vocab_size", "zero_optimization"}));
+}
+
+TEST(JobConfig, EachOwnerNamesItsOwnBadKey) {
+  auto error = [](const nlohmann::json& file) {
+    try {
+      parse_job_config(file, nullptr);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({{"pipeline", {{"stages", 0}}}}), "pipeline.stages must be at least 1, got 0");
+  EXPECT_EQ(error({{"model", {{"type", "rnn"}}}}),
+            R"(model.type must be "gpt" or "mlp", got "rnn")");
+  EXPECT_EQ(error({{"eval_iters", 0}}), "eval_iters must be at least 1, got 0");
+  EXPECT_EQ(error({{"scheduler", {{"type", ""}}}}), "no error");  // empty: no schedule
+}
+
+TEST(JobConfig, TheKeyTableDocumentsEveryKeyOnce) {
+  const std::string table = key_table_markdown();
+  EXPECT_NE(table.find("| `pipeline.stages` | int | `1` |"), std::string::npos);
+  EXPECT_NE(table.find("| `model.layers` | int | `4` | transformer blocks (model.type gpt) |"),
+            std::string::npos);
+  EXPECT_NE(table.find("| `train_iters` | int | `100` |"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipetrain
