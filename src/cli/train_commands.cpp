@@ -31,6 +31,8 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--save", o.save, "Checkpoint directory");
   command->add_option("--load", o.load, "Resume from this directory's latest checkpoint");
   command->add_option("--trace", o.trace, "Write a Chrome/Perfetto trace of one step here");
+  command->add_option("--schedule", o.schedule,
+                      "Training schedule: 1f1b (DeepSpeed's train) or gpipe (pipeline.schedule)");
   return {command, [options] {
             return run_rank(0, nullptr, [&] {
               return train(apply_overrides(read_json_file(options->config), options->overrides));

@@ -8,6 +8,7 @@
 
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
+#include "pipetrain/schedule/validator.h"
 
 namespace pipetrain {
 namespace {
@@ -83,9 +84,14 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   } else {
     link_ = std::make_unique<StageLink>(grid_, config_.pipeline.partitioned_transfers);
   }
-  // The schedules depend only on the shape: built once, executed every batch.
+  // The schedules depend only on the shape: built and validated once, executed every batch.
   const schedule::PipeShape shape{micro_batches(), grid_->pipe_parallel_size()};
-  train_program_ = Program::of(schedule::TrainSchedule(shape, grid_->stage_id()));
+  const std::string_view kind = schedule_kind_name(config_.pipeline.schedule);
+  if (const auto violation = schedule::validate(schedule::plan_pipeline(kind, shape))) {
+    throw std::logic_error("the " + std::string(kind) +
+                           " schedule is invalid: " + violation->to_string());
+  }
+  train_program_ = Program::of(*schedule::make_schedule(kind, shape, grid_->stage_id()));
   eval_program_ = Program::of(schedule::InferenceSchedule(shape, grid_->stage_id()));
   infer_program_ = Program::of(schedule::InferenceSchedule({1, shape.stages}, grid_->stage_id()));
 }

@@ -1,6 +1,7 @@
 #include "pipetrain/engine/training_config.h"
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/schedule.h"
 
 namespace pipetrain {
 namespace {
@@ -10,6 +11,28 @@ const Names<std::string>& scheduler_types() {
                                         {"WarmupDecayLR", "WarmupDecayLR"},
                                         {"WarmupCosineLR", "WarmupCosineLR"}};
   return names;
+}
+
+const Names<PipelineSchedule>& schedules() {
+  static const Names<PipelineSchedule> names{{"1f1b", PipelineSchedule::k1F1B},
+                                             {"train", PipelineSchedule::k1F1B},
+                                             {"gpipe", PipelineSchedule::kGpipe}};
+  return names;
+}
+
+// A schedule the engine executes; one the planner knows but the engine does not run yet
+// is refused as such.
+PipelineSchedule read_schedule(const std::string& key, const nlohmann::json& value) {
+  const std::string name = read_string(key, value);
+  for (const auto& kind : schedule::schedule_kinds()) {
+    const bool executed = name == "1f1b" || name == "train" || name == "gpipe";
+    if (kind.name == name && !executed) {
+      throw InputError(key + " \"" + name +
+                       "\" is planned, validated and simulated (pipetrain schedule, simulate) but "
+                       "not executed by the engine yet; it runs \"1f1b\" (\"train\") or \"gpipe\"");
+    }
+  }
+  return read_choice(key, value, schedules(), Quoting::kQuoted);
 }
 
 const Names<Precision>& precisions() {
@@ -92,9 +115,14 @@ void bind_pipeline(KeyTable<TrainingConfig>& t) {
       .integer("pipeline.activation_checkpoint_interval",
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", at_least(0))
-      .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule),
-              Names<PipelineSchedule>{{"train", PipelineSchedule::kTrain}},
-              "the engine runs DeepSpeed's 1F1B")
+      .custom(
+          "pipeline.schedule", "one of `1f1b` `train` `gpipe`",
+          "the training schedule the engine executes: DeepSpeed's 1F1B (`train` is its "
+          "DeepSpeed name) or GPipe",
+          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+            c.pipeline.schedule = read_schedule(key, v);
+          },
+          [](const TrainingConfig& c) { return name_of(schedules(), c.pipeline.schedule); })
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
@@ -148,6 +176,10 @@ void bind_precision(KeyTable<TrainingConfig>& t) {
 }
 
 }  // namespace
+
+std::string_view schedule_kind_name(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kGpipe ? "gpipe" : "train";
+}
 
 const KeyTable<TrainingConfig>& training_keys() {
   static const KeyTable<TrainingConfig> table = [] {

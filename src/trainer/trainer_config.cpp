@@ -67,6 +67,7 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   if (o.save) config["save"] = *o.save;
   if (o.load) config["load"] = *o.load;
   if (o.trace) config["trace"] = *o.trace;
+  if (o.schedule) config["pipeline"]["schedule"] = *o.schedule;
   if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
   if (o.model) config["model_parallel"] = *o.model;
   return config;

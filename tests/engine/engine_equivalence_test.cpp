@@ -14,7 +14,10 @@ namespace {
 
 using namespace pipetrain::testing;
 
-TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
+// Trains every case under `schedule` on every pipe x data shape of this world and compares
+// with one process; `peak_bound(pipe, stage, micro-batches)` bounds the live activations.
+void expect_every_shape_matches_one_process(PipelineSchedule schedule,
+                                            int (*peak_bound)(int, int, int)) {
   auto world = comm::MpiCommunicator::world();
   std::vector<std::pair<int, int>> shapes;  // (pipe, data)
   for (int pipe : {1, 2, 4}) {
@@ -37,7 +40,8 @@ TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       const auto samples = dataset(c, data);
       const Reference reference = reference_run(c, data, samples);
 
-      const TrainingConfig config = training_config(c, pipe);
+      TrainingConfig config = training_config(c, pipe);
+      config.pipeline.schedule = schedule;
       const auto model = models::make_builtin_model(model_config(c.model));
       auto module = std::make_shared<PipelineModule>(
           model.layers, model.loss,
@@ -62,9 +66,22 @@ TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       EXPECT_EQ(evaluation.outputs.size(),
                 grid->is_last_stage() ? static_cast<std::size_t>(c.micro_batches) : 0u);
       EXPECT_LE(engine.peak_live_activations(),
-                std::max(2, std::min(pipe - grid->stage_id(), c.micro_batches)));
+                peak_bound(pipe, grid->stage_id(), c.micro_batches));
     }
   }
+}
+
+TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
+  // 1F1B holds at most the stages ahead of this one (DeepSpeed keeps at least two buffers).
+  expect_every_shape_matches_one_process(PipelineSchedule::k1F1B, [](int pipe, int stage, int m) {
+    return std::max(2, std::min(pipe - stage, m));
+  });
+}
+
+TEST(EngineEquivalence, GPipeMatchesOneProcessToo) {
+  // GPipe runs every forward before any backward: all micro-batches are live at once.
+  expect_every_shape_matches_one_process(PipelineSchedule::kGpipe,
+                                         [](int, int, int m) { return m; });
 }
 
 }  // namespace

@@ -56,6 +56,14 @@ losses_of() { grep -oE '^step (8|12)/12 loss [0-9.]+' "$1"; }
 check "resume: the losses of steps 8 and 12 equal the uninterrupted run's ($(losses_of half2.out | tr '\n' ' '))" \
   test "$(losses_of full.out)" = "$(losses_of half2.out)" -a -n "$(losses_of half2.out)"
 
+# 3b. GPipe from the command line: the same math as 1F1B, so the same losses (dropout draws
+# one stream per stage and replica, in micro-batch order under both schedules).
+train 4 gpipe.out --schedule gpipe
+check "gpipe: train exits 0" test $? -eq 0
+check "gpipe: the effective config names the schedule" grep -q '"schedule":"gpipe"' gpipe.out
+check "gpipe: the losses of steps 8 and 12 equal 1F1B's ($(losses_of gpipe.out | tr '\n' ' '))" \
+  test "$(losses_of full.out)" = "$(losses_of gpipe.out)" -a -n "$(losses_of gpipe.out)"
+
 # 4. generate: the same text through 1 and 2 stages; eval prints a loss.
 "$pipetrain" launch -n 1 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen1.out 2>&1
 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen2.out 2>&1

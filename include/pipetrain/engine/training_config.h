@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
@@ -11,14 +12,18 @@
 
 namespace pipetrain {
 
-// Which instruction streams the engine runs.
-enum class PipelineSchedule { kTrain };  // DeepSpeed's TrainSchedule (1F1B)
+// Which training schedule the engine executes: DeepSpeed's TrainSchedule (1F1B, also
+// named "train"), or GPipe (every forward, then every backward).
+enum class PipelineSchedule { k1F1B, kGpipe };
+
+// The schedule layer's name of a schedule (see schedule::make_schedule).
+std::string_view schedule_kind_name(PipelineSchedule schedule);
 
 struct PipelineConfig {
   int64_t stages = 1;
   PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
-  PipelineSchedule schedule = PipelineSchedule::kTrain;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
