@@ -5,27 +5,11 @@
 #include <variant>
 #include <vector>
 
-#include "pipetrain/config/key_table.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/mlp.h"
+#include "pipetrain/models/model_config.h"
 
 namespace pipetrain::models {
-
-// The `model` section of a config: {"type": "gpt" | "mlp", sizes...}.
-struct ModelConfig {
-  std::string type = "gpt";
-  GptConfig gpt{};
-  MlpConfig mlp{};
-};
-
-// The `model` section's keys, each bound once; the sizes of each model hold when
-// model.type names it.
-const KeyTable<ModelConfig>& model_keys();
-
-// Reads the `model` section of a config; unknown keys under it are returned in `unknown`
-// for a warning.
-ModelConfig parse_model_config(const nlohmann::json& config,
-                               std::vector<std::string>* unknown = nullptr);
 
 // What a model reads, so that a trainer can feed it without knowing its name: token ids
 // [batch, context] with the next tokens as labels (a language model, which can also

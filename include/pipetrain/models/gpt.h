@@ -3,21 +3,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipetrain/models/gpt_config.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/tensor_parallel/group.h"
 
 namespace pipetrain::models {
-
-struct GptConfig {
-  int64_t vocab_size = 256;
-  int64_t context = 64;  // longest sequence
-  int64_t d_model = 64;
-  int64_t heads = 4;
-  int64_t layers = 4;  // transformer blocks
-  double dropout = 0.0;
-  bool tie_embeddings = true;  // the LM head uses the token embedding, transposed
-};
 
 // Layers: embedding (tie key "embed"), `layers` pre-LayerNorm blocks with causal
 // self-attention and a GELU MLP, final LayerNorm, LM head. Input: token ids [batch, seq]

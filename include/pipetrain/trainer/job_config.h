@@ -7,7 +7,7 @@
 
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/engine/training_config.h"
-#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/models/model_config.h"
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain {

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/key_table.h"
+#include "pipetrain/models/gpt_config.h"
+#include "pipetrain/models/mlp_config.h"
+
+// The built-in models' config, without torch (what a command that only reads configs needs).
+namespace pipetrain::models {
+
+// The `model` section of a config: {"type": "gpt" | "mlp", sizes...}.
+struct ModelConfig {
+  std::string type = "gpt";
+  GptConfig gpt{};
+  MlpConfig mlp{};
+};
+
+// The `model` section's keys, each bound once; the sizes of each model hold when
+// model.type names it.
+const KeyTable<ModelConfig>& model_keys();
+
+// Reads the `model` section of a config; unknown keys under it are returned in `unknown`
+// for a warning.
+ModelConfig parse_model_config(const nlohmann::json& config,
+                               std::vector<std::string>* unknown = nullptr);
+
+}  // namespace pipetrain::models
