@@ -17,10 +17,6 @@ using schedule::Instruction;
 using schedule::OpKind;
 using Clock = std::chrono::steady_clock;
 
-bool is_floating(const at::Tensor& t) {
-  return at::isFloatingType(t.scalar_type());
-}
-
 // Eval mode without autograd for a scope; training mode again when it ends, thrown or not.
 class Evaluating {
  public:
@@ -241,7 +237,8 @@ void PipelineEngine::forward(PipeBuffer& buffer, Run& run) {
   if (buffer.labels.empty()) return;  // infer(): outputs only
   Activation outputs = buffer.outputs;
   for (auto& t : outputs) {
-    if (is_floating(t) && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);  // the loss in fp32
+    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat)
+      t = t.to(at::kFloat);  // the loss in fp32
   }
   const at::Tensor loss = module_->loss(outputs, buffer.labels);
   run.loss_sum += loss.detach().to(at::kDouble);
@@ -255,7 +252,7 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
   } else {
     TensorList outputs;
     for (const auto& t : buffer.outputs) {
-      if (is_floating(t) && t.requires_grad()) outputs.push_back(t);
+      if (at::isFloatingType(t.scalar_type()) && t.requires_grad()) outputs.push_back(t);
     }
     if (outputs.size() != buffer.output_grads.size()) {
       throw std::runtime_error("received " + std::to_string(buffer.output_grads.size()) +

@@ -7,9 +7,8 @@ namespace pipetrain {
 namespace {
 
 const Names<std::string>& scheduler_types() {
-  static const Names<std::string> names{{"WarmupLR", "WarmupLR"},
-                                        {"WarmupDecayLR", "WarmupDecayLR"},
-                                        {"WarmupCosineLR", "WarmupCosineLR"}};
+  static const Names<std::string> names =
+      spellings({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
   return names;
 }
 
@@ -24,9 +23,11 @@ const Names<PipelineSchedule>& schedules() {
 // is refused as such.
 PipelineSchedule read_schedule(const std::string& key, const nlohmann::json& value) {
   const std::string name = read_string(key, value);
+  for (const auto& [spelling, schedule] : schedules()) {
+    if (spelling == name) return schedule;
+  }
   for (const auto& kind : schedule::schedule_kinds()) {
-    const bool executed = name == "1f1b" || name == "train" || name == "gpipe";
-    if (kind.name == name && !executed) {
+    if (kind.name == name) {
       throw InputError(key + " \"" + name +
                        "\" is planned, validated and simulated (pipetrain schedule, simulate) but "
                        "not executed by the engine yet; it runs \"1f1b\" (\"train\") or \"gpipe\"");
@@ -78,8 +79,7 @@ void bind_run(KeyTable<TrainingConfig>& t) {
 }
 
 void bind_optimizer(KeyTable<TrainingConfig>& t) {
-  t.choice("optimizer.type", PIPETRAIN_FIELD(optimizer.type),
-           Names<std::string>{{"Adam", "Adam"}, {"AdamW", "AdamW"}, {"SGD", "SGD"}},
+  t.choice("optimizer.type", PIPETRAIN_FIELD(optimizer.type), spellings({"Adam", "AdamW", "SGD"}),
            "LibTorch's optimizer", Quoting::kBare)
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
               "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "

@@ -22,10 +22,8 @@ const KeyTable<TrainerConfig>& trainer_keys() {
                  "checkpoint every N steps; 0: at the end only", at_least(0))
         .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
         .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
-        .choice(
-            "data.type", PIPETRAIN_FIELD(data.type),
-            Names<std::string>{{"text", "text"}, {"tokens", "tokens"}, {"synthetic", "synthetic"}},
-            "bytes of text files, token files, or synthetic regression data (MLP)")
+        .choice("data.type", PIPETRAIN_FIELD(data.type), spellings({"text", "tokens", "synthetic"}),
+                "bytes of text files, token files, or synthetic regression data (MLP)")
         .texts("data.paths", PIPETRAIN_FIELD(data.paths), "files or folders")
         .integer("data.token_bytes", PIPETRAIN_FIELD(data.token_bytes),
                  "2 (uint16) or 4 (uint32) for `tokens`")

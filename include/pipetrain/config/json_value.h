@@ -34,6 +34,12 @@ inline Range within(double min, double max) {
 // The spellings of a choice's values, in the order the docs and errors list them.
 template <typename Value>
 using Names = std::vector<std::pair<std::string, Value>>;
+// A string key's allowed values, each its own spelling.
+inline Names<std::string> spellings(const std::vector<std::string>& values) {
+  Names<std::string> names;
+  for (const auto& value : values) names.emplace_back(value, value);
+  return names;
+}
 // How an error lists the allowed spellings: "a", "b" or "c" — or bare: A, B or C.
 enum class Quoting { kQuoted, kBare };
 
