@@ -32,7 +32,10 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--load", o.load, "Resume from this directory's latest checkpoint");
   command->add_option("--trace", o.trace, "Write a Chrome/Perfetto trace of one step here");
   command->add_option("--schedule", o.schedule,
-                      "Training schedule: 1f1b (DeepSpeed's train) or gpipe (pipeline.schedule)");
+                      "Training schedule: 1f1b (DeepSpeed's train), gpipe, interleaved or zb-h1 "
+                      "(pipeline.schedule)");
+  command->add_option("--chunks", o.chunks,
+                      "Model chunks per stage for the interleaved schedule (pipeline.chunks)");
   return {command, [options] {
             return run_rank(0, nullptr, [&] {
               return train(apply_overrides(read_json_file(options->config), options->overrides));

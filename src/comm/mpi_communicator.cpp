@@ -100,12 +100,24 @@ class MpiWork final : public Work {
     if (done_) return;
     wait_for(
         request_, [this] { return describe(); }, comm_.timeout());
+    finish();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int complete = 0;
+    check(MPI_Test(&request_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+    if (complete != 0) finish();
+    return done_;
+  }
+
+ private:
+  void finish() {
     // A receive staged through host memory lands in its real target now.
     if (target_.defined() && !target_.is_same(host_)) target_.copy_(host_);
     done_ = true;
   }
 
- private:
   std::string describe() const {
     return std::string(is_send_ ? "send to" : "recv from") + " rank " +
            std::to_string(comm_.global_rank(peer_)) + " (tag " + std::to_string(tag_) + ")";

@@ -75,8 +75,12 @@ class NcclWork final : public Work {
   NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive);
   ~NcclWork() override { cudaEventDestroy(event_); }
   void wait() override;
+  bool test() override;
 
  private:
+  bool query() const;  // whether the event fired
+  void finish();
+
   NcclCommunicator& comm_;
   std::string what_;
   at::Tensor keep_alive_;
@@ -214,21 +218,30 @@ NcclWork::NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_ali
   check_cuda(cudaEventRecord(event_, comm_.stream()), "cudaEventRecord");
 }
 
+bool NcclWork::query() const {
+  const cudaError_t state = cudaEventQuery(event_);
+  if (state == cudaErrorNotReady) return false;
+  check_cuda(state, "cudaEventQuery");
+  return true;
+}
+
 void NcclWork::wait() {
   if (done_) return;
   try {
-    wait_with_deadline(
-        [this] {
-          const cudaError_t state = cudaEventQuery(event_);
-          if (state == cudaErrorNotReady) return false;
-          check_cuda(state, "cudaEventQuery");
-          return true;
-        },
-        [this] { return what_; }, comm_.timeout());
+    wait_with_deadline([this] { return query(); }, [this] { return what_; }, comm_.timeout());
   } catch (const DeadlineExceeded&) {
     comm_.abort();
     throw;
   }
+  finish();
+}
+
+bool NcclWork::test() {
+  if (!done_ && query()) finish();
+  return done_;
+}
+
+void NcclWork::finish() {
   // Later kernels on torch's stream see the result without blocking the host again.
   check_cuda(
       cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(keep_alive_.get_device()), event_, 0),

@@ -120,6 +120,15 @@ void PendingSend::wait() {
   keep_alive_.clear();
 }
 
+bool PendingSend::test() {
+  for (auto& work : works_) {
+    if (!work->test()) return false;
+  }
+  works_.clear();
+  keep_alive_.clear();
+  return true;
+}
+
 TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
                                  std::shared_ptr<Communicator> data, at::Device device)
     : control_(std::move(control)),

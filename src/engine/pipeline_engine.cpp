@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/deepspeed_schedules.h"
 #include "pipetrain/schedule/validator.h"
 
 namespace pipetrain {
@@ -47,7 +46,24 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
 }
 
 PipelineEngine::Program PipelineEngine::Program::of(const schedule::Schedule& schedule) {
-  return {schedule.steps(), schedule.num_pipe_buffers()};
+  return {schedule.steps(), schedule.num_pipe_buffers(),
+          schedule::schedule_kind(schedule.kind()).splits_backward};
+}
+
+// Built and validated once per shape: every stage's plan must be valid with buffered
+// sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
+// their receive, else they are deferred (neighbours that send to each other at once).
+PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro_batches) const {
+  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks};
+  const schedule::PipelinePlan plan = schedule::plan_pipeline(kind, shape);
+  if (const auto violation = schedule::validate(plan)) {
+    throw std::logic_error("the " + std::string(kind) +
+                           " schedule is invalid: " + violation->to_string());
+  }
+  Program program = Program::of(*schedule::make_schedule(kind, shape, grid_->stage_id()));
+  if (schedule::validate(plan, schedule::SendMode::kSynchronous))
+    program.sends = SendCompletion::kDeferred;
+  return program;
 }
 
 PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
@@ -81,15 +97,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
     link_ = std::make_unique<StageLink>(grid_, config_.pipeline.partitioned_transfers);
   }
   // The schedules depend only on the shape: built and validated once, executed every batch.
-  const schedule::PipeShape shape{micro_batches(), grid_->pipe_parallel_size()};
-  const std::string_view kind = schedule_kind_name(config_.pipeline.schedule);
-  if (const auto violation = schedule::validate(schedule::plan_pipeline(kind, shape))) {
-    throw std::logic_error("the " + std::string(kind) +
-                           " schedule is invalid: " + violation->to_string());
-  }
-  train_program_ = Program::of(*schedule::make_schedule(kind, shape, grid_->stage_id()));
-  eval_program_ = Program::of(schedule::InferenceSchedule(shape, grid_->stage_id()));
-  infer_program_ = Program::of(schedule::InferenceSchedule({1, shape.stages}, grid_->stage_id()));
+  shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
+  train_program_ = program(schedule_kind_name(config_.pipeline.schedule), shape_.micro_batches);
+  eval_program_ = program("inference", shape_.micro_batches);
+  infer_program_ = program("inference", 1);
 }
 
 void PipelineEngine::check_stage() const {
@@ -99,6 +110,11 @@ void PipelineEngine::check_stage() const {
                      std::to_string(options.stages) + ", but this rank is stage " +
                      std::to_string(grid_->stage_id()) + " of " +
                      std::to_string(grid_->pipe_parallel_size()));
+  }
+  if (options.chunks != config_.pipeline.chunks) {
+    throw InputError("the module is built with " + std::to_string(options.chunks) +
+                     " chunks per stage, but pipeline.chunks is " +
+                     std::to_string(config_.pipeline.chunks));
   }
 }
 
@@ -150,7 +166,10 @@ Activation PipelineEngine::infer(const Activation& inputs) {
 
 double PipelineEngine::execute(const Program& program, Run& run) {
   run.loss_sum = at::zeros({}, at::kDouble);
+  run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
+  link_->set_send_completion(program.sends);
+  for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
   if (run.training && std::exchange(record_next_, false)) {
     grid_->world_comm()->barrier();  // a shared time origin
     run.record_origin = Clock::now();
@@ -161,6 +180,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
     for (const Instruction& in : steps[t]) run_instruction(t, in, run);
   }
+  link_->complete_sends();
   return run.loss_sum.item<double>();
 }
 
@@ -192,23 +212,27 @@ void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) 
 
 void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   PipeBuffer* buffer = in.buffer >= 0 ? &buffers_.at(in.buffer) : nullptr;
-  const int stage = grid_->stage_id();
+  if (schedule::is_compute(in.kind)) link_->poll_sends();
+  auto peer = [&] { return schedule::transfer_peer(shape_, grid_->stage_id(), in).stage; };
   switch (in.kind) {
     case OpKind::kLoadMicroBatch:
-      return load_micro_batch(*buffer, run);
+      return load_micro_batch(*buffer, in.chunk, run);
     case OpKind::kForwardPass:
-      return forward(*buffer, run);
+      return forward(*buffer, in.chunk, run);
     case OpKind::kBackwardPass:
-      return backward(*buffer);
+    case OpKind::kBackwardInput:
+      return backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
+    case OpKind::kBackwardWeight:
+      return backward_weight(*buffer);
     case OpKind::kSendActivation:
-      return link_->send(buffer->outputs, stage + 1, Flow::kActivation);
+      return link_->send(buffer->outputs, peer(), Flow::kActivation);
     case OpKind::kRecvActivation:
-      buffer->inputs = link_->recv(stage - 1, Flow::kActivation, buffer->inputs);
+      buffer->inputs = link_->recv(peer(), Flow::kActivation, buffer->inputs);
       return;
     case OpKind::kSendGrad:
-      return send_grad(*buffer);
+      return send_grad(*buffer, peer());
     case OpKind::kRecvGrad:
-      buffer->output_grads = link_->recv(stage + 1, Flow::kGradient, buffer->output_grads);
+      buffer->output_grads = link_->recv(peer(), Flow::kGradient, buffer->output_grads);
       return;
     case OpKind::kReduceTiedGrads:
       return gradients_->reduce_tied();
@@ -222,17 +246,21 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   }
 }
 
-void PipelineEngine::load_micro_batch(PipeBuffer& buffer, Run& run) {
+void PipelineEngine::load_micro_batch(PipeBuffer& buffer, int chunk, Run& run) {
   MicroBatch batch = feed_->next(run.data, run.loaded, global_steps_);
   ++run.loaded;
-  if (grid_->is_first_stage()) buffer.inputs = std::move(batch.inputs);
-  if (grid_->is_last_stage()) buffer.labels = std::move(batch.labels);
+  if (is_first_virtual_stage(chunk)) buffer.inputs = std::move(batch.inputs);
+  if (is_last_virtual_stage(chunk)) buffer.labels = std::move(batch.labels);
 }
 
-void PipelineEngine::forward(PipeBuffer& buffer, Run& run) {
-  buffer.outputs = module_->forward(buffer.inputs);
+void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
+  {
+    std::optional<autograd::SplittableBackward> splittable;
+    if (run.training && run.splits_backward) splittable.emplace();
+    buffer.outputs = module_->forward(buffer.inputs, chunk);
+  }
   if (run.training) peak_live_ = std::max(peak_live_, ++live_);
-  if (!grid_->is_last_stage()) return;
+  if (!is_last_virtual_stage(chunk)) return;
   if (run.outputs) run.outputs->push_back(buffer.outputs);
   if (buffer.labels.empty()) return;  // infer(): outputs only
   Activation outputs = buffer.outputs;
@@ -246,8 +274,12 @@ void PipelineEngine::forward(PipeBuffer& buffer, Run& run) {
   if (run.training) buffer.loss = loss * (optimizer_->loss_scale() / micro_batches());
 }
 
-void PipelineEngine::backward(PipeBuffer& buffer) {
-  if (grid_->is_last_stage()) {
+// BackwardInput (`defer_weight_grads`) leaves the weight gradients of linear layers in the
+// buffer's store for its BackwardWeight; the activation stays live until then.
+void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads) {
+  std::optional<autograd::DeferWeightGrads> deferring;
+  if (defer_weight_grads) deferring.emplace(buffer.weight_grads);
+  if (is_last_virtual_stage(chunk)) {
     buffer.loss.backward();
   } else {
     TensorList outputs;
@@ -264,16 +296,21 @@ void PipelineEngine::backward(PipeBuffer& buffer) {
   buffer.outputs.clear();
   buffer.output_grads.clear();
   buffer.loss = at::Tensor();
+  if (!defer_weight_grads) --live_;
+}
+
+void PipelineEngine::backward_weight(PipeBuffer& buffer) {
+  buffer.weight_grads.run();
   --live_;
 }
 
-void PipelineEngine::send_grad(PipeBuffer& buffer) {
+void PipelineEngine::send_grad(PipeBuffer& buffer, int peer) {
   TensorList grads;
   for (const auto& input : buffer.inputs) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
-  link_->send(grads, grid_->stage_id() - 1, Flow::kGradient);
+  link_->send(grads, peer, Flow::kGradient);
 }
 
 void PipelineEngine::optimizer_step() {

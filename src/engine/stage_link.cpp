@@ -32,15 +32,30 @@ bool StageLink::partitioned() const {
 void StageLink::send(const TensorList& tensors, int stage, Flow flow) {
   if (!partitioned()) {
     bytes_ += byte_size(tensors);
-    transport_.send(tensors, stage, tag_of(flow)).wait();
-    return;
+    return post(tensors, stage, flow);
   }
   const comm::PartitionedTensors partitioned =
       comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_ += byte_size(partitioned.shares);
   TensorList wire{partitioned.layout};
   wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
-  transport_.send(wire, stage, tag_of(flow)).wait();
+  post(wire, stage, flow);
+}
+
+void StageLink::post(const TensorList& wire, int stage, Flow flow) {
+  comm::PendingSend pending = transport_.send(wire, stage, tag_of(flow));
+  if (completion_ == SendCompletion::kBlocking) return pending.wait();
+  in_flight_.push_back(std::move(pending));
+  poll_sends();
+}
+
+void StageLink::poll_sends() {
+  while (!in_flight_.empty() && in_flight_.front().test()) in_flight_.pop_front();
+}
+
+void StageLink::complete_sends() {
+  for (auto& pending : in_flight_) pending.wait();
+  in_flight_.clear();
 }
 
 TensorList StageLink::recv(int stage, Flow flow, const TensorList& reuse) {

@@ -1,7 +1,6 @@
 #include "pipetrain/engine/training_config.h"
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/schedule.h"
 
 namespace pipetrain {
 namespace {
@@ -15,25 +14,30 @@ const Names<std::string>& scheduler_types() {
 const Names<PipelineSchedule>& schedules() {
   static const Names<PipelineSchedule> names{{"1f1b", PipelineSchedule::k1F1B},
                                              {"train", PipelineSchedule::k1F1B},
-                                             {"gpipe", PipelineSchedule::kGpipe}};
+                                             {"gpipe", PipelineSchedule::kGpipe},
+                                             {"interleaved", PipelineSchedule::kInterleaved},
+                                             {"zb-h1", PipelineSchedule::kZbH1}};
   return names;
 }
 
-// A schedule the engine executes; one the planner knows but the engine does not run yet
-// is refused as such.
-PipelineSchedule read_schedule(const std::string& key, const nlohmann::json& value) {
-  const std::string name = read_string(key, value);
-  for (const auto& [spelling, schedule] : schedules()) {
-    if (spelling == name) return schedule;
+// Chunks go with the interleaved schedule, which needs a pipe to interleave over.
+void check_chunks(const TrainingConfig& c) {
+  const PipelineConfig& p = c.pipeline;
+  const std::string chunks = std::to_string(p.chunks);
+  if (p.schedule != PipelineSchedule::kInterleaved) {
+    if (p.chunks == 1) return;
+    throw InputError("pipeline.chunks " + chunks +
+                     " needs pipeline.schedule \"interleaved\", not \"" +
+                     name_of(schedules(), p.schedule) + "\"");
   }
-  for (const auto& kind : schedule::schedule_kinds()) {
-    if (kind.name == name) {
-      throw InputError(key + " \"" + name +
-                       "\" is planned, validated and simulated (pipetrain schedule, simulate) but "
-                       "not executed by the engine yet; it runs \"1f1b\" (\"train\") or \"gpipe\"");
-    }
+  if (p.chunks < 2) {
+    throw InputError("pipeline.schedule \"interleaved\" needs pipeline.chunks of at least 2, got " +
+                     chunks);
   }
-  return read_choice(key, value, schedules(), Quoting::kQuoted);
+  if (p.stages < 2) {
+    throw InputError("pipeline.schedule \"interleaved\" needs pipeline.stages of at least 2, got " +
+                     std::to_string(p.stages));
+  }
 }
 
 const Names<Precision>& precisions() {
@@ -116,13 +120,19 @@ void bind_pipeline(KeyTable<TrainingConfig>& t) {
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", at_least(0))
       .custom(
-          "pipeline.schedule", "one of `1f1b` `train` `gpipe`",
-          "the training schedule the engine executes: DeepSpeed's 1F1B (`train` is its "
-          "DeepSpeed name) or GPipe",
+          "pipeline.schedule", "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1`",
+          "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
+          "Megatron's interleaved 1F1B over `pipeline.chunks`, or zero-bubble ZB-H1 (weight "
+          "gradients deferred into the bubbles)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.schedule = read_schedule(key, v);
+            c.pipeline.schedule = read_choice(key, v, schedules(), Quoting::kQuoted);
           },
           [](const TrainingConfig& c) { return name_of(schedules(), c.pipeline.schedule); })
+      .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
+               "model chunks per stage for `interleaved` (at least 2; layers split into stages × "
+               "chunks parts, stage s holding parts s, s + stages, ...); 1 otherwise",
+               at_least(1))
+      .check(check_chunks)
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
@@ -178,7 +188,16 @@ void bind_precision(KeyTable<TrainingConfig>& t) {
 }  // namespace
 
 std::string_view schedule_kind_name(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::kGpipe ? "gpipe" : "train";
+  switch (schedule) {
+    case PipelineSchedule::kGpipe:
+      return "gpipe";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
+    case PipelineSchedule::kZbH1:
+      return "zb-h1";
+    default:
+      return "train";
+  }
 }
 
 const KeyTable<TrainingConfig>& training_keys() {

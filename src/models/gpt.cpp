@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "pipetrain/autograd/linear.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -174,7 +175,7 @@ std::vector<LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
     // Logits of this rank's vocabulary slice; the loss never gathers them.
     head.tied_forward = [group](torch::nn::Module& module, const Activation& x) {
       const auto& tokens = static_cast<GptEmbeddingImpl&>(module).tokens->weight;
-      return Activation{at::matmul(tensor_parallel::copy_to_group(x.at(0), group), tokens.t())};
+      return Activation{autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
     };
     specs.push_back(head);
   } else {

@@ -21,6 +21,11 @@ std::vector<ComputeOp> chunked_sequence(const PipeShape& shape, OpKind kind, boo
 
 }  // namespace
 
+std::vector<ComputeOrder> forward_order(const PipeShape& shape) {
+  return std::vector<ComputeOrder>(shape.stages,
+                                   chunked_sequence(shape, OpKind::kForwardPass, false));
+}
+
 std::vector<ComputeOrder> gpipe_order(const PipeShape& shape) {
   ComputeOrder order;
   for (int mb = 0; mb < shape.micro_batches; ++mb) order.push_back({OpKind::kForwardPass, mb, 0});

@@ -18,6 +18,9 @@ struct ComputeOp {
 
 using ComputeOrder = std::vector<ComputeOp>;  // one rank's passes, in execution order
 
+// Forwards only, through every chunk: what inference over interleaved chunks runs.
+std::vector<ComputeOrder> forward_order(const PipeShape& shape);
+
 // All forwards, then all backwards (GPipe).
 std::vector<ComputeOrder> gpipe_order(const PipeShape& shape);
 
@@ -36,8 +39,10 @@ struct LockstepPlan {
 
 // Runs the orders in synchronous rounds, one pass per rank per round, each as early as
 // its inputs allow. A pass's receive, load, compute and send share its step; a buffer
-// is taken at the forward and freed after the backward (or the weight gradient).
-// Throws std::logic_error if the orders deadlock.
+// is taken at the forward and freed after the backward (or the weight gradient), or after
+// the forward's send when the orders only forward. Training orders end with the tied and
+// data-parallel reductions and the optimizer step. Throws std::logic_error if the orders
+// deadlock.
 LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders);
 
 }  // namespace pipetrain::schedule

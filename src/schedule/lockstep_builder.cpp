@@ -106,6 +106,10 @@ void emit(const PipeShape& shape, int stage, const ComputeOp& op, int buffer, St
 
 LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders) {
   const int p = shape.stages;
+  bool trains = false;
+  for (const auto& order : orders) {
+    for (const ComputeOp& op : order) trains = trains || op.kind != OpKind::kForwardPass;
+  }
   Completion done(shape);
   std::vector<std::size_t> next(p, 0);
   std::vector<BufferPool> pools(p);
@@ -133,7 +137,7 @@ LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrd
           done.set_backward(vs, op.micro_batch, round);
         }
         // The activation dies with the last pass that needs it.
-        if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardWeight) {
+        if (!trains || op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardWeight) {
           pools[s].release(buffer);
         }
         progressed = true;
@@ -146,10 +150,12 @@ LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrd
     }
   }
   for (int s = 0; s < p; ++s) {
-    Step& last = plan.stage_steps[s].back();
-    last.push_back({OpKind::kReduceTiedGrads});
-    last.push_back({OpKind::kReduceGrads});
-    last.push_back({OpKind::kOptimizerStep});
+    if (trains) {
+      Step& last = plan.stage_steps[s].back();
+      last.push_back({OpKind::kReduceTiedGrads});
+      last.push_back({OpKind::kReduceGrads});
+      last.push_back({OpKind::kOptimizerStep});
+    }
     plan.num_pipe_buffers.push_back(pools[s].high_water());
   }
   return plan;

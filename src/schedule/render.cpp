@@ -88,7 +88,7 @@ std::string to_table(const PipelinePlan& plan, std::optional<int> stage) {
   return out.str();
 }
 
-std::string to_svg(const PipelinePlan& plan, const Timeline& timeline) {
+std::string to_svg(const PipelinePlan& plan, const Timeline& timeline, std::string_view caption) {
   constexpr double kRowHeight = 28;
   constexpr double kLabelWidth = 70;
   constexpr double kChartWidth = 1000;
@@ -114,8 +114,9 @@ std::string to_svg(const PipelinePlan& plan, const Timeline& timeline) {
   svg << std::fixed << std::setprecision(2);
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabelWidth + kChartWidth + 20
       << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  svg << "<text x=\"4\" y=\"18\" font-size=\"13\">" << plan.kind << ": " << plan.shape.micro_batches
-      << " micro-batches, " << stages << " stages";
+  svg << "<text x=\"4\" y=\"18\" font-size=\"13\">" << plan.kind;
+  if (!caption.empty()) svg << " " << caption;
+  svg << ": " << plan.shape.micro_batches << " micro-batches, " << stages << " stages";
   if (plan.shape.chunks > 1) svg << ", " << plan.shape.chunks << " chunks";
   svg << ", makespan " << timeline.makespan << "</text>\n";
   for (int s = 0; s < stages; ++s) {

@@ -12,7 +12,10 @@ namespace {
 
 const std::vector<ScheduleKind> kKinds = {
     {"train", "DeepSpeed's synchronous 1F1B (TrainSchedule)", true, false, false},
-    {"inference", "DeepSpeed's forward-only pipeline (InferenceSchedule)", false, false, false},
+    {"inference",
+     "DeepSpeed's forward-only pipeline (InferenceSchedule); over --chunks > 1 model chunks, "
+     "forwards in Megatron's interleaved order",
+     false, true, false},
     {"data-parallel", "no pipeline: forward and backward per micro-batch", true, false, false},
     {"gpipe", "GPipe: all forwards, then all backwards", true, false, false},
     {"interleaved", "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true,
@@ -53,7 +56,8 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   }
   // With a partial last group of micro-batches Megatron's interleaved order can wait in a
   // cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
-  if (kind.uses_chunks && shape.chunks > 1 && shape.micro_batches % shape.stages != 0) {
+  if (kind.uses_chunks && kind.trains && shape.chunks > 1 &&
+      shape.micro_batches % shape.stages != 0) {
     throw InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
                      std::to_string(shape.micro_batches) + " micro-batches for " +
                      std::to_string(shape.stages) + " stages");
@@ -65,7 +69,9 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
 }
 
 // Null for the kinds that compute one stage at a time (DeepSpeed's).
-std::vector<ComputeOrder> (*order_function(std::string_view kind))(const PipeShape&) {
+std::vector<ComputeOrder> (*order_function(std::string_view kind,
+                                           const PipeShape& shape))(const PipeShape&) {
+  if (kind == "inference" && shape.chunks > 1) return forward_order;
   if (kind == "gpipe") return gpipe_order;
   if (kind == "interleaved") return interleaved_1f1b_order;
   if (kind == "zb-h1") return zb_h1_order;
@@ -127,7 +133,7 @@ std::unique_ptr<Schedule> make_schedule(std::string_view kind, const PipeShape& 
                                         int stage_id) {
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
-  if (auto order = order_function(info.name)) {
+  if (auto order = order_function(info.name, shape)) {
     check_stage_id(shape, stage_id);  // before building every stage's plan
     return std::make_unique<GeneratedSchedule>(info.name, shape, stage_id,
                                                build_lockstep(shape, order(shape)));
@@ -139,7 +145,7 @@ PipelinePlan plan_pipeline(std::string_view kind, const PipeShape& shape) {
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
   PipelinePlan plan{std::string(info.name), shape, info.trains, info.splits_backward, {}, {}};
-  if (auto order = order_function(info.name)) {
+  if (auto order = order_function(info.name, shape)) {
     LockstepPlan built = build_lockstep(shape, order(shape));
     plan.num_pipe_buffers = std::move(built.num_pipe_buffers);
     plan.stage_steps = std::move(built.stage_steps);

@@ -18,6 +18,7 @@ struct Site {
 struct Message {
   int micro_batch = 0;
   Site sent_at;
+  int id = 0;  // in sending order, for synchronous sends
 };
 
 // What a pipe buffer holds, and which of its contents are still needed.
@@ -46,8 +47,9 @@ struct Buffer {
 
 class Execution {
  public:
-  explicit Execution(const PipelinePlan& plan)
+  Execution(const PipelinePlan& plan, SendMode sends)
       : plan_(plan),
+        synchronous_(sends == SendMode::kSynchronous),
         shape_(plan.shape),
         last_vs_(shape_.virtual_stages() - 1),
         buffers_(shape_.stages),
@@ -56,11 +58,16 @@ class Execution {
         weighted_(shape_.virtual_stages(), 0),
         activations_(shape_.virtual_stages()),
         grads_(shape_.virtual_stages()),
-        optimizer_steps_(shape_.stages, 0) {
+        optimizer_steps_(shape_.stages, 0),
+        unreceived_send_(shape_.stages) {
     for (int s = 0; s < shape_.stages; ++s) buffers_[s].resize(plan.num_pipe_buffers[s]);
   }
 
   std::optional<Violation> run() {
+    if (synchronous_) {
+      if (auto v = run_without_barriers()) return v;
+      return final_checks();
+    }
     std::size_t total_steps = 0;
     for (const auto& steps : plan_.stage_steps) total_steps = std::max(total_steps, steps.size());
     for (int t = 0; t < static_cast<int>(total_steps); ++t) {
@@ -89,7 +96,7 @@ class Execution {
         if (!step) continue;
         while (pos[s] < step->size()) {
           const Site site{s, t, static_cast<int>(pos[s]), (*step)[pos[s]]};
-          if (execute(site) == Outcome::kBlocked) break;
+          if (execute_completing(site) == Outcome::kBlocked) break;
           if (violation_) return violation_;
           ++pos[s];
           progressed = true;
@@ -101,16 +108,63 @@ class Execution {
     }
   }
 
+  // Synchronous sends: every stage runs its whole stream as far as it can, again and again,
+  // with no barrier between steps (an engine with blocking sends has none), until all
+  // finished or none can move.
+  std::optional<Violation> run_without_barriers() {
+    struct Cursor {
+      int step = 0;
+      std::size_t index = 0;
+    };
+    std::vector<Cursor> at(shape_.stages);
+    while (true) {
+      bool progressed = false;
+      bool finished = true;
+      for (int s = 0; s < shape_.stages; ++s) {
+        Cursor& c = at[s];
+        while (const Step* step = step_of(s, c.step)) {
+          if (c.index == step->size()) {
+            ++c.step;
+            c.index = 0;
+            continue;
+          }
+          const Site site{s, c.step, static_cast<int>(c.index), (*step)[c.index]};
+          if (execute_completing(site) == Outcome::kBlocked) break;
+          if (violation_) return violation_;
+          ++c.index;
+          progressed = true;
+        }
+        finished = finished && !step_of(s, c.step);
+      }
+      if (finished) return std::nullopt;
+      if (!progressed) {
+        for (int s = 0; s < shape_.stages; ++s) {
+          if (!step_of(s, at[s].step)) continue;
+          std::vector<std::size_t> pos(shape_.stages, 0);
+          for (int r = 0; r < shape_.stages; ++r) {
+            const Step* step = step_of(r, at[s].step);
+            pos[r] = r == s ? at[s].index : (step ? step->size() : 0);
+          }
+          return deadlock(at[s].step, pos);
+        }
+      }
+    }
+  }
+
   Violation deadlock(int t, const std::vector<std::size_t>& pos) const {
     for (int s = 0; s < shape_.stages; ++s) {
       const Step* step = step_of(s, t);
       if (!step || pos[s] == step->size()) continue;
       const Instruction& waiting = (*step)[pos[s]];
       const Peer peer = transfer_peer(shape_, s, waiting);
+      const bool gradient = waiting.kind == OpKind::kRecvGrad || waiting.kind == OpKind::kSendGrad;
       std::ostringstream why;
-      why << "deadlock: waits for "
-          << (waiting.kind == OpKind::kRecvGrad ? "a gradient" : "an activation") << " from stage "
-          << peer.stage << " (chunk " << peer.chunk << ") that is not sent by the end of this step";
+      why << "deadlock: " << (is_send(waiting.kind) ? "sends " : "waits for ")
+          << (gradient ? "a gradient" : "an activation")
+          << (is_send(waiting.kind) ? " that stage " : " from stage ") << peer.stage << " (chunk "
+          << peer.chunk << ")"
+          << (is_send(waiting.kind) ? " does not receive" : " that is not sent")
+          << (synchronous_ ? " while every stage waits" : " by the end of this step");
       return {s, t, static_cast<int>(pos[s]), waiting, why.str()};
     }
     return {0, t, 0, {}, "deadlock"};
@@ -189,6 +243,27 @@ class Execution {
     ++next[vs];
   }
 
+  // With synchronous sends a send completes only once its message is received: the stage
+  // stays on it until then.
+  Outcome execute_completing(const Site& site) {
+    std::optional<int>& unreceived = unreceived_send_[site.stage];
+    if (unreceived) {
+      if (!received_[*unreceived]) return Outcome::kBlocked;
+      unreceived.reset();
+      return Outcome::kDone;
+    }
+    const int sent_before = static_cast<int>(received_.size());
+    const Outcome outcome = execute(site);
+    if (!synchronous_ || static_cast<int>(received_.size()) == sent_before) return outcome;
+    unreceived = sent_before;
+    return Outcome::kBlocked;
+  }
+
+  void post(std::deque<Message>& channel, int micro_batch, const Site& site) {
+    channel.push_back({micro_batch, site, static_cast<int>(received_.size())});
+    received_.push_back(false);
+  }
+
   Outcome execute(const Site& site) {
     const Instruction& in = site.instruction;
     if (optimizer_steps_[site.stage] > 0) {
@@ -224,7 +299,7 @@ class Execution {
         if (last) return reject(site, "the last stage has no stage to send to");
         if (holds(site, *buffer, buffer->output_unsent, "unsent activation")) {
           buffer->output_unsent = false;
-          activations_[vs + 1].push_back({buffer->micro_batch, site});
+          post(activations_[vs + 1], buffer->micro_batch, site);
         }
         break;
       case OpKind::kBackwardPass:
@@ -241,7 +316,7 @@ class Execution {
         if (first) return reject(site, "the first stage has no stage to send to");
         if (holds(site, *buffer, buffer->input_grad_unsent, "unsent gradient")) {
           buffer->input_grad_unsent = false;
-          grads_[vs - 1].push_back({buffer->micro_batch, site});
+          post(grads_[vs - 1], buffer->micro_batch, site);
         }
         break;
       default:
@@ -261,6 +336,7 @@ class Execution {
     if (channel.empty()) return Outcome::kBlocked;
     const Message message = channel.front();
     channel.pop_front();
+    received_[message.id] = true;
     check_label(site, message.micro_batch);
     if (activation) {
       take_for_input(site, buffer, message.micro_batch);
@@ -379,6 +455,7 @@ class Execution {
   }
 
   const PipelinePlan& plan_;
+  const bool synchronous_;
   const PipeShape shape_;
   const int last_vs_;
   std::vector<std::vector<Buffer>> buffers_;  // per stage
@@ -387,7 +464,9 @@ class Execution {
   std::vector<int> weighted_;
   std::vector<std::deque<Message>> activations_;  // per receiving virtual stage
   std::vector<std::deque<Message>> grads_;
-  std::vector<int> optimizer_steps_;  // per stage
+  std::vector<int> optimizer_steps_;                 // per stage
+  std::vector<bool> received_;                       // per message id
+  std::vector<std::optional<int>> unreceived_send_;  // per stage: the send it waits on
   int inputs_loaded_ = 0;
   int labels_loaded_ = 0;
   std::optional<Violation> violation_;
@@ -407,8 +486,8 @@ std::string Violation::to_string() const {
   return out.str();
 }
 
-std::optional<Violation> validate(const PipelinePlan& plan) {
-  return Execution(plan).run();
+std::optional<Violation> validate(const PipelinePlan& plan, SendMode sends) {
+  return Execution(plan, sends).run();
 }
 
 }  // namespace pipetrain::schedule

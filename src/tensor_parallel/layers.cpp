@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "pipetrain/autograd/linear.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 
 namespace pipetrain::tensor_parallel {
@@ -39,7 +40,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = at::linear(copy_to_group(x, group), weight, bias);
+  const at::Tensor y = autograd::linear(copy_to_group(x, group), weight, bias);
   return gather_output ? gather_from_group(y, group) : y;
 }
 
@@ -58,7 +59,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_fe
 }
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = reduce_from_group(at::linear(x, weight), group);
+  const at::Tensor y = reduce_from_group(autograd::linear(x, weight), group);
   return bias.defined() ? y + bias : y;
 }
 

@@ -55,6 +55,7 @@ std::shared_ptr<PipelineModule> build_module(const Job& job) {
       job.model.layers, job.model.loss,
       PipelineModuleOptions{.stages = static_cast<int>(engine.pipeline.stages),
                             .stage_id = job.grid->stage_id(),
+                            .chunks = static_cast<int>(engine.pipeline.chunks),
                             .partition_method = engine.pipeline.partition_method,
                             .seed = static_cast<uint64_t>(engine.seed),
                             .activation_checkpoint_interval =
@@ -166,6 +167,9 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   }
   nlohmann::json config = client_state["config"];
   config["pipeline"]["stages"] = ranks;
+  // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks.
+  config["pipeline"].erase("schedule");
+  config["pipeline"].erase("chunks");
   config.erase("train_batch_size");
   config.erase("data_parallel");
   config.erase("model_parallel");

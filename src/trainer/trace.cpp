@@ -16,10 +16,50 @@ nlohmann::json to_json(const std::vector<InstructionRecord>& records) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : records) {
     out.push_back({r.step, static_cast<int>(r.instruction.kind), r.instruction.buffer,
-                   r.instruction.micro_batch, r.start_us, r.end_us, r.bytes});
+                   r.instruction.micro_batch, r.start_us, r.end_us, r.bytes, r.instruction.chunk});
   }
   return out;
 }
+
+// Per stage, the measured mean of each compute kind (ms), as the simulator's costs: a
+// stage's whole layers (all chunks) per micro-batch; backward includes the weight part.
+class MeasuredCosts {
+ public:
+  MeasuredCosts(int stages, int chunks)
+      : chunks_(chunks),
+        sums_(stages, std::vector<double>(schedule::kNumOpKinds, 0)),
+        counts_(stages, std::vector<double>(schedule::kNumOpKinds, 0)) {}
+
+  void add(int stage, OpKind kind, double ms) {
+    sums_[stage][static_cast<int>(kind)] += ms;
+    counts_[stage][static_cast<int>(kind)] += 1;
+  }
+
+  schedule::CostModel costs() const {
+    schedule::CostModel costs;
+    const int stages = static_cast<int>(sums_.size());
+    costs.forward.assign(stages, 0);
+    costs.backward.assign(stages, 0);
+    costs.weight.assign(stages, 0);
+    for (int s = 0; s < stages; ++s) {
+      costs.forward[s] = mean(s, OpKind::kForwardPass);
+      costs.weight[s] = mean(s, OpKind::kBackwardWeight);
+      costs.backward[s] = mean(s, OpKind::kBackwardPass) + mean(s, OpKind::kBackwardInput) +
+                          costs.weight[s];  // a schedule runs BackwardPass or the split pair
+    }
+    return costs;
+  }
+
+ private:
+  double mean(int stage, OpKind kind) const {
+    const int k = static_cast<int>(kind);
+    return counts_[stage][k] > 0 ? chunks_ * sums_[stage][k] / counts_[stage][k] : 0.0;
+  }
+
+  int chunks_;
+  std::vector<std::vector<double>> sums_;
+  std::vector<std::vector<double>> counts_;
+};
 
 }  // namespace
 
@@ -37,7 +77,8 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
   nlohmann::json events = nlohmann::json::array();
   schedule::Timeline measured;
   measured.stages.resize(stages);
-  std::vector<double> forward(stages, 0), backward(stages, 0), counts(stages, 0);
+  const int chunks = static_cast<int>(engine.config().pipeline.chunks);
+  MeasuredCosts measured_costs(stages, chunks);
   std::size_t instructions = 0;
   for (const auto& text : all) {
     const nlohmann::json rank = nlohmann::json::parse(text);
@@ -53,6 +94,7 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
       const auto kind = static_cast<OpKind>(e[1].get<int>());
       const double start = e[4], end = e[5];
       const int micro_batch = e[3];
+      const int chunk = e[7];
       std::string name(schedule::name(kind));
       if (micro_batch >= 0) name += " " + std::to_string(micro_batch);
       events.push_back({{"name", name},
@@ -67,34 +109,27 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
                           {"step", e[0]},
                           {"buffer", e[2]},
                           {"micro_batch", micro_batch},
+                          {"chunk", chunk},
                           {"bytes", e[6]}}}});
       ++instructions;
       if (data != 0 || !schedule::is_compute(kind)) continue;
-      measured.boxes.push_back({stage, kind, micro_batch, 0, start / 1e3, end / 1e3});
+      measured.boxes.push_back({stage, kind, micro_batch, chunk, start / 1e3, end / 1e3});
       measured.makespan = std::max(measured.makespan, end / 1e3);
-      (kind == OpKind::kForwardPass ? forward : backward)[stage] += (end - start) / 1e3;
-      if (kind == OpKind::kForwardPass) counts[stage] += 1;
+      measured_costs.add(stage, kind, (end - start) / 1e3);
     }
   }
   write_file_atomically(path,
                         nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
 
   // The same step as the simulator sees it, from the measured per-stage costs (ms).
-  schedule::PipelinePlan plan = schedule::plan_pipeline("train", {engine.micro_batches(), stages});
-  schedule::CostModel costs;
-  costs.forward.assign(stages, 0);
-  costs.backward.assign(stages, 0);
-  costs.weight.assign(stages, 0);
-  for (int s = 0; s < stages; ++s) {
-    const double n = std::max(1.0, counts[s]);
-    costs.forward[s] = forward[s] / n;
-    costs.backward[s] = backward[s] / n;
-  }
-  const schedule::Timeline predicted = schedule::simulate(plan, costs);
-  plan.kind = "1F1B as run (ms)";
-  write_file_atomically(path + ".svg", schedule::to_svg(plan, measured));
-  plan.kind = "1F1B simulated from the measured costs (ms)";
-  write_file_atomically(path + ".predicted.svg", schedule::to_svg(plan, predicted));
+  const std::string_view kind = schedule_kind_name(engine.config().pipeline.schedule);
+  schedule::PipelinePlan plan =
+      schedule::plan_pipeline(kind, {engine.micro_batches(), stages, chunks});
+  const schedule::Timeline predicted = schedule::simulate(plan, measured_costs.costs());
+  write_file_atomically(path + ".svg", schedule::to_svg(plan, measured, "as run (ms)"));
+  write_file_atomically(
+      path + ".predicted.svg",
+      schedule::to_svg(plan, predicted, "simulated from the measured costs (ms)"));
   std::printf(
       "trace: %zu instructions of %zu ranks in %s (+ .svg, .predicted.svg); compute makespan %.1f "
       "ms as run, "

@@ -31,9 +31,9 @@ models::ModelConfig model_config(const std::string& model) {
                   .context = 6,
                   .d_model = 8,
                   .heads = model == "gpt-heads4" ? 4 : 2,
-                  .layers = 2,
+                  .layers = model.find("-deep") != std::string::npos ? 6 : 2,
                   .dropout = 0.0,
-                  .tie_embeddings = model != "gpt-untied"};
+                  .tie_embeddings = model.find("untied") == std::string::npos};
   }
   return config;
 }

@@ -21,7 +21,7 @@ constexpr int kSteps = 5;
 constexpr int kMicroBatchSize = 2;
 
 struct Case {
-  std::string model;  // gpt, gpt-untied, gpt-heads4 (tied), mlp
+  std::string model;  // gpt, gpt-untied, gpt-heads4 (tied), mlp; "-deep": 6 blocks, not 2
   int micro_batches;
   int checkpoint_interval;
   double clipping;

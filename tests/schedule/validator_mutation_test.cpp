@@ -157,5 +157,37 @@ TEST(ValidatorMutation, MissingWeightGradientIsCaught) {
   EXPECT_NE(v.reason.find("before every backward"), std::string::npos) << v.to_string();
 }
 
+// With sends that complete only when received (MPI's rendezvous for large messages) and no
+// barriers, DeepSpeed's streams and GPipe still run; the lockstep 1F1B orders, where a stage
+// sends downstream while its neighbour sends upstream, need buffered sends.
+TEST(ValidatorSynchronousSends, DeepSpeedAndGPipeNeedNoBuffering) {
+  for (const char* kind : {"train", "gpipe"}) {
+    for (int p : {2, 3, 4}) {
+      for (int m : {1, 4, 8}) {
+        const auto violation = validate(plan_pipeline(kind, {.micro_batches = m, .stages = p}),
+                                        SendMode::kSynchronous);
+        EXPECT_FALSE(violation) << kind << " p" << p << " m" << m << ": "
+                                << violation.value_or(Violation{}).to_string();
+      }
+    }
+  }
+}
+
+TEST(ValidatorSynchronousSends, CrossingSendsDeadlock) {
+  for (const PipeShape shape : {PipeShape{.micro_batches = 4, .stages = 2, .chunks = 2},
+                                PipeShape{.micro_batches = 8, .stages = 4, .chunks = 2}}) {
+    const PipelinePlan plan = plan_pipeline("interleaved", shape);
+    EXPECT_FALSE(validate(plan));
+    const Violation v = validate(plan, SendMode::kSynchronous).value_or(Violation{});
+    EXPECT_NE(
+        v.reason.find("deadlock: sends an activation that stage 1 (chunk 0) does not receive"),
+        std::string::npos)
+        << v.to_string();
+  }
+  const PipelinePlan zb = plan_pipeline("zb-h1", {.micro_batches = 8, .stages = 4});
+  EXPECT_FALSE(validate(zb));
+  EXPECT_TRUE(validate(zb, SendMode::kSynchronous));
+}
+
 }  // namespace
 }  // namespace pipetrain::schedule

@@ -64,6 +64,40 @@ check "gpipe: the effective config names the schedule" grep -q '"schedule":"gpip
 check "gpipe: the losses of steps 8 and 12 equal 1F1B's ($(losses_of gpipe.out | tr '\n' ' '))" \
   test "$(losses_of full.out)" = "$(losses_of gpipe.out)" -a -n "$(losses_of gpipe.out)"
 
+# 3c. Resume across schedules, without dropout (each schedule draws a stage's masks in its own
+#     order): 6 steps under 1f1b, then 6 more under zb-h1 and under interleaved over 2 chunks.
+#     The losses continue as the uninterrupted 1f1b run's (within 1e-5), and the interleaved
+#     run's checkpoint (whole layers) evaluates as the 1f1b run's.
+schedule_run() { # name, arguments...
+  local name=$1
+  shift
+  "$pipetrain" launch -n 4 -- "$pipetrain" train --eval-interval 0 "$@" --config "$(variant "$name" \
+    "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|")" \
+    >"$name.out" 2>&1
+}
+schedule_run s_full --save s_full/ckpt
+schedule_run s_half --train-iters 6 --save s_half/ckpt
+schedule_run s_zb --load s_half/ckpt --schedule zb-h1
+schedule_run s_il --load s_half/ckpt --schedule interleaved --chunks 2 --save s_il/ckpt
+for run in s_zb s_il; do
+  check "schedules: $run resumed a 1f1b checkpoint at step 6" grep -q '^resumed from s_half/ckpt at step 6' "$run.out"
+  check "schedules: $run's losses of steps 7-12 equal the uninterrupted 1f1b run's within 1e-5" \
+    "$python" - "$run" <<'PY'
+import json, sys
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(name + ".jsonl"))}
+full, resumed = losses("s_full"), losses(sys.argv[1])
+steps = list(range(7, 13))
+sys.exit(not (sorted(resumed) == steps and all(abs(resumed[s] - full[s]) <= 1e-5 * abs(full[s]) for s in steps)))
+PY
+done
+for run in s_full s_il; do
+  "$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint "$run/ckpt" --eval-iters 2 >"${run}_eval.out" 2>&1
+done
+check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/^validation loss /{ print $3 }' s_full_eval.out s_il_eval.out | tr '\n' ' '))" \
+  test -n "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)" -a \
+  "$(awk '/^validation loss /{ print $3 }' s_full_eval.out)" = "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)"
+
 # 4. generate: the same text through 1 and 2 stages; eval prints a loss.
 "$pipetrain" launch -n 1 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen1.out 2>&1
 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen2.out 2>&1
@@ -72,19 +106,32 @@ check "generate: pipe 1 and pipe 2 give the same text" cmp -s gen1.out gen2.out
 "$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt --eval-iters 2 >eval.out 2>&1
 check "eval prints the validation loss of step 12" grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval.out
 
-# 5. The trace of one step holds every instruction of every rank.
-train 4 trace.out --train-iters 3 --trace trace.json
-"$pipetrain" schedule --kind train -m 2 -p 2 --stage 0 --format json >stage0.json
-"$pipetrain" schedule --kind train -m 2 -p 2 --stage 1 --format json >stage1.json
-check "trace: every rank ran every instruction of its stage's schedule" "$python" - <<'PY'
+# 5. The trace of one step holds exactly the instructions each rank's schedule plans, in order.
+for kind in train gpipe interleaved zb-h1; do
+  chunks=1
+  [ "$kind" = interleaved ] && chunks=2
+  train 4 "trace_$kind.out" --train-iters 3 --trace "trace_$kind.json" --schedule "$kind" --chunks $chunks
+  for stage in 0 1; do
+    "$pipetrain" schedule --kind "$kind" -m 2 -p 2 -v $chunks --stage $stage --format json >"stage${stage}_$kind.json"
+  done
+  check "trace ($kind): every rank ran its stage's planned instructions in order" "$python" - "$kind" <<'PY'
 import json, re, sys
-trace = json.load(open("trace.json"))["traceEvents"]
+kind = sys.argv[1]
+trace = json.load(open(f"trace_{kind}.json"))["traceEvents"]
 stage_of = {e["tid"]: int(re.search(r"stage (\d+)", e["args"]["name"]).group(1)) for e in trace if e["ph"] == "M"}
-expected = [sum(len(step) for step in json.load(open(f"stage{s}.json"))["steps"]) for s in (0, 1)]
-counts = {tid: sum(1 for e in trace if e["ph"] == "X" and e["tid"] == tid) for tid in stage_of}
-sys.exit(not (len(counts) == 4 and all(counts[t] == expected[stage_of[t]] for t in counts)))
+planned = []
+for s in (0, 1):
+    steps = json.load(open(f"stage{s}_{kind}.json"))["steps"]
+    planned.append([(i[0], i[1] if len(i) > 1 else -1) for step in steps for i in step])
+def ran(tid):
+    events = sorted((e for e in trace if e["ph"] == "X" and e["tid"] == tid), key=lambda e: e["ts"])
+    return [(e["cat"], e["args"]["buffer"]) for e in events]
+sys.exit(not (len(stage_of) == 4 and all(ran(t) == planned[stage_of[t]] for t in stage_of)))
 PY
-check "trace: Gantt charts as run and as simulated" test "$(cat trace.json.svg trace.json.predicted.svg | grep -c "</svg>")" -eq 2
+  check "trace ($kind): Gantt charts as run and as simulated" \
+    test "$(cat "trace_$kind.json.svg" "trace_$kind.json.predicted.svg" | grep -c "</svg>")" -eq 2
+done
+check "trace (interleaved): the Gantt chart labels the chunks" grep -q '>0\.1</text>' trace_interleaved.json.svg
 
 # 6. bf16 follows the fp32 loss curve (measured gap at step 30: about 2e-4).
 train 4 fp32.out --train-iters 30 --eval-interval 0

@@ -18,6 +18,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Whether the work has completed, without blocking (and moving it along: MPI progresses
+  // transfers only inside its calls); after true, wait() returns at once.
+  virtual bool test() = 0;
 };
 using WorkPtr = std::unique_ptr<Work>;
 

@@ -37,6 +37,8 @@ class PendingSend {
  public:
   PendingSend() = default;
   void wait();
+  // Whether every message has left, without blocking (moving the transfer along).
+  bool test();
 
  private:
   friend class TensorTransport;

@@ -116,8 +116,15 @@ class KeyTable {
         [](const Config&) { return nlohmann::json(); });
   }
 
-  // Reads every key `json` has into `config`, in table order; InputError names the first
-  // bad one. Returns the keys it does not know (full paths), for a warning.
+  // A rule between keys, checked once every key is read: throws InputError naming them.
+  KeyTable& check(std::function<void(const Config&)> rule) {
+    checks_.push_back(std::move(rule));
+    return *this;
+  }
+
+  // Reads every key `json` has into `config`, in table order, then checks the rules between
+  // keys; InputError names the first bad one. Returns the keys it does not know (full
+  // paths), for a warning.
   std::vector<std::string> read(const nlohmann::json& json, Config& config) const {
     if (!json.is_object()) throw_input_error("the config must be a JSON object");
     for (const auto& entry : entries_) {
@@ -125,6 +132,7 @@ class KeyTable {
       if (const nlohmann::json* value = find(json, entry.name))
         entry.read(entry.name, *value, config);
     }
+    for (const auto& rule : checks_) rule(config);
     std::vector<std::string> unknown;
     collect_unknown(json, "", config, unknown);
     return unknown;
@@ -169,6 +177,9 @@ class KeyTable {
                           [part, read = entry.read](const std::string& key, const nlohmann::json& v,
                                                     Config& c) { read(key, v, part(c)); },
                           [part, write = entry.write](const Config& c) { return write(part(c)); }});
+    }
+    for (const auto& rule : other.checks_) {
+      checks_.push_back([part, rule](const Config& c) { rule(part(c)); });
     }
     group_ = -1;
     return *this;
@@ -227,6 +238,7 @@ class KeyTable {
 
   std::vector<Entry> entries_;
   std::vector<Group> groups_;
+  std::vector<std::function<void(const Config&)>> checks_;
   int group_ = -1;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipetrain/autograd/weight_grad_store.h"
 #include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/engine/gradient_sync.h"
 #include "pipetrain/engine/micro_batch_feed.h"
@@ -33,7 +34,9 @@ struct InstructionRecord {
 
 // DeepSpeed's PipelineEngine: runs a stage's schedule instruction by instruction over its
 // part of the model, so that a batch of M micro-batches makes the same update as one step
-// over the whole batch on one process. The engine is the interpreter; its parts beside
+// over the whole batch on one process. Any schedule the schedule layer plans for training
+// runs: DeepSpeed's 1F1B, GPipe, interleaved 1F1B over the module's chunks, ZB-H1 with
+// its split backward. The engine is the interpreter; its parts beside
 // it do the rest: the MicroBatchFeed reads micro-batches, the StageLink moves activations
 // and gradients between stages, GradientSync reduces gradients among tied stages and
 // data-parallel replicas, the MixedPrecisionOptimizer steps.
@@ -107,18 +110,22 @@ class PipelineEngine {
   const InstructionTimers& timers() const { return timers_; }
 
  private:
+  // Buffer ids are per stage, shared by its chunks: an instruction's chunk says whose.
   struct PipeBuffer {
     Activation inputs;        // loaded, or received (floating ones require grad)
     Activation outputs;       // forward results kept for backward
     TensorList output_grads;  // received from the next stage
     TensorList labels;
     at::Tensor loss;  // last stage: this micro-batch's loss, scaled by 1 / micro-batches
+    autograd::WeightGradStore weight_grads;  // BackwardInput's, until BackwardWeight
   };
 
-  // A schedule's steps, computed once.
+  // A schedule's steps, computed once, and how it runs.
   struct Program {
     std::vector<schedule::Step> steps;
     int buffers = 0;
+    bool splits_backward = false;
+    SendCompletion sends = SendCompletion::kBlocking;
     static Program of(const schedule::Schedule& schedule);
   };
 
@@ -127,7 +134,8 @@ class PipelineEngine {
     MicroBatchSource* data = nullptr;
     std::vector<Activation>* outputs = nullptr;  // the last stage's, when collected
     bool training = false;
-    int loaded = 0;  // micro-batches
+    bool splits_backward = false;  // the program's
+    int loaded = 0;                // micro-batches
     at::Tensor loss_sum{};
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
   };
@@ -141,15 +149,21 @@ class PipelineEngine {
   };
 
   void check_stage() const;
+  Program program(std::string_view kind, int micro_batches) const;
+  bool is_first_virtual_stage(int chunk) const { return grid_->is_first_stage() && chunk == 0; }
+  bool is_last_virtual_stage(int chunk) const {
+    return grid_->is_last_stage() && chunk == shape_.chunks - 1;
+  }
   // Returns the sum of the last stage's micro-batch losses (zero elsewhere).
   double execute(const Program& program, Run& run);
   void run_instruction(int step, const schedule::Instruction& instruction, Run& run);
   void dispatch(const schedule::Instruction& instruction, Run& run);
 
-  void load_micro_batch(PipeBuffer& buffer, Run& run);
-  void forward(PipeBuffer& buffer, Run& run);
-  void backward(PipeBuffer& buffer);
-  void send_grad(PipeBuffer& buffer);
+  void load_micro_batch(PipeBuffer& buffer, int chunk, Run& run);
+  void forward(PipeBuffer& buffer, int chunk, Run& run);
+  void backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads);
+  void backward_weight(PipeBuffer& buffer);
+  void send_grad(PipeBuffer& buffer, int peer);
   void optimizer_step();
   double mean_loss(double loss_sum);
 
@@ -164,6 +178,7 @@ class PipelineEngine {
   ProgressReport progress_;
   bool report_progress_ = true;
 
+  schedule::PipeShape shape_;  // of a training batch
   Program train_program_;
   Program eval_program_;
   Program infer_program_;

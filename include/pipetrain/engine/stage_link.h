@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 
 #include "pipetrain/comm/tensor_list.h"
@@ -13,7 +14,16 @@ namespace pipetrain {
 // of those activations come back.
 enum class Flow { kActivation, kGradient };
 
-// This stage's wire to the other stages of its pipe: blocking sends and receives of tensor
+// How a send returns. kBlocking: once the tensors have left (DeepSpeed's transfers). MPI
+// moves a large message only while both sides poll, so a send left pending during the next
+// forward or backward would hold the receiving stage up for that long; but a schedule in
+// which neighbours send to each other at the same time deadlocks with blocking sends
+// (schedule::SendMode::kSynchronous tells). kDeferred: at once; the send completes while
+// the stage waits in a later receive, is polled before each compute, and is waited for by
+// complete_sends().
+enum class SendCompletion { kBlocking, kDeferred };
+
+// This stage's wire to the other stages of its pipe: sends and blocking receives of tensor
 // lists with self-describing headers (shapes and dtypes may change per micro-batch). Under
 // tensor parallelism with partitioned transfers each rank of the group moves only its
 // 1/size share and the receiving group all-gathers the whole. Counts the payload bytes.
@@ -25,13 +35,17 @@ class StageLink {
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 
-  // Returns once the tensors have left (DeepSpeed's blocking transfers): MPI moves a large
-  // message only while both sides poll, so a send left pending during the next forward or
-  // backward would hold the receiving stage up for that long.
+  // How later sends complete (kBlocking at first); complete_sends() first when changing.
+  void set_send_completion(SendCompletion sends) { completion_ = sends; }
+  // The sent tensors must not be changed in place until the send completes.
   virtual void send(const TensorList& tensors, int stage, Flow flow);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
   // whose dtype and shape match are filled in place.
   TensorList recv(int stage, Flow flow, const TensorList& reuse = {});
+  // Deferred sends: moves those in flight along and forgets the completed ones.
+  void poll_sends();
+  // Waits for every send in flight.
+  void complete_sends();
 
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
@@ -39,10 +53,13 @@ class StageLink {
 
  private:
   bool partitioned() const;
+  void post(const TensorList& wire, int stage, Flow flow);
 
   std::shared_ptr<const Grid> grid_;
   bool partitioned_;
+  SendCompletion completion_ = SendCompletion::kBlocking;
   comm::TensorTransport transport_;
+  std::deque<comm::PendingSend> in_flight_;
   int64_t bytes_ = 0;
 };
 

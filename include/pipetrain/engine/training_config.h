@@ -13,8 +13,9 @@
 namespace pipetrain {
 
 // Which training schedule the engine executes: DeepSpeed's TrainSchedule (1F1B, also
-// named "train"), or GPipe (every forward, then every backward).
-enum class PipelineSchedule { k1F1B, kGpipe };
+// named "train"), GPipe (every forward, then every backward), Megatron's interleaved 1F1B
+// over model chunks, or zero-bubble ZB-H1 (backward split into input and weight gradients).
+enum class PipelineSchedule { k1F1B, kGpipe, kInterleaved, kZbH1 };
 
 // The schedule layer's name of a schedule (see schedule::make_schedule).
 std::string_view schedule_kind_name(PipelineSchedule schedule);
@@ -24,6 +25,8 @@ struct PipelineConfig {
   PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  // Model chunks per stage (virtual stages): at least 2 with kInterleaved, else 1.
+  int64_t chunks = 1;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;

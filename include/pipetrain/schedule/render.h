@@ -19,6 +19,8 @@ std::string to_table(const PipelinePlan& plan, std::optional<int> stage);
 
 // A Gantt chart: one row per stage, boxes coloured by pass kind and labelled with the
 // micro-batch (and chunk).
-std::string to_svg(const PipelinePlan& plan, const Timeline& timeline);
+// `caption` follows the schedule's name in the title (e.g. "as run (ms)").
+std::string to_svg(const PipelinePlan& plan, const Timeline& timeline,
+                   std::string_view caption = {});
 
 }  // namespace pipetrain::schedule

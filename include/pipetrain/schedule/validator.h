@@ -17,13 +17,17 @@ struct Violation {
   std::string to_string() const;
 };
 
+// How a send completes: kBuffered, at once (the message waits for its receive);
+// kSynchronous, when its receive takes the message (MPI's rendezvous for large messages).
+enum class SendMode { kBuffered, kSynchronous };
+
 // Executes every stage's steps for one batch, step by step with a barrier between steps;
-// sends are buffered, receives block. Proves that every send meets exactly one matching
+// sends complete as `sends` says, receives block. Proves that every send meets exactly one matching
 // receive in order, nothing deadlocks, every micro-batch runs forward once per virtual
 // stage in stage order and (training) backward once in reverse order after its forward,
 // loads happen only where inputs or labels are needed, no buffer is overwritten while
 // its contents are still needed, and the optimizer step follows every backward.
 // Returns the first violation found, or nothing.
-std::optional<Violation> validate(const PipelinePlan& plan);
+std::optional<Violation> validate(const PipelinePlan& plan, SendMode sends = SendMode::kBuffered);
 
 }  // namespace pipetrain::schedule

@@ -37,7 +37,8 @@ Job build_job(const nlohmann::json& file);
 double validation_loss(Job& job);
 
 // The config a checkpoint was trained with, re-sized for a job of `ranks` ranks on one
-// pipeline (data-parallel 1) running micro-batches of `micro_batch` samples, one per step.
+// pipeline (data-parallel 1, the default schedule without chunks: layers are whole in a
+// checkpoint) running micro-batches of `micro_batch` samples, one per step.
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch);
 
 }  // namespace pipetrain

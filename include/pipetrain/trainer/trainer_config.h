@@ -49,7 +49,7 @@ TrainerConfig parse_trainer_config(const nlohmann::json& json);
 
 // Command-line settings that win over the file.
 struct TrainerOverrides {
-  std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed;
+  std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed, chunks;
   std::optional<double> lr;
   std::optional<std::string> save, load, trace, schedule;
 };

@@ -1,0 +1,61 @@
+#include "pipetrain/autograd/linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "pipetrain/autograd/weight_grad_store.h"
+
+namespace pipetrain::autograd {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void accumulate_grad(at::Tensor& weight, const at::Tensor& grad) {
+  const at::NoGradGuard no_grad;
+  at::Tensor& slot = weight.mutable_grad();
+  if (slot.defined()) {
+    slot.add_(grad);
+  } else {
+    slot = grad;
+  }
+}
+
+class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
+ public:
+  // x Wᵀ; the bias is added outside, by ATen's autograd.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+    ctx->save_for_backward({x});
+    // The parameter itself (not a saved copy), so a deferred gradient lands in its .grad.
+    ctx->saved_data["weight"] = weight;
+    return at::linear(x, weight);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    at::Tensor weight = ctx->saved_data["weight"].toTensor();
+    const at::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
+    at::Tensor input_grad;
+    at::Tensor weight_grad;
+    if (ctx->needs_input_grad(0)) input_grad = at::matmul(grads[0], weight);
+    if (ctx->needs_input_grad(1)) {
+      const at::Tensor flat_x = x.reshape({-1, x.size(-1)});
+      if (WeightGradStore* store = deferring_store()) {
+        store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
+      } else {
+        weight_grad = g.t().mm(flat_x);
+      }
+    }
+    return {input_grad, weight_grad};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!recording_splittable() || !at::GradMode::is_enabled()) return at::linear(x, weight, bias);
+  const at::Tensor y = SplittableLinear::apply(x, weight);
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace pipetrain::autograd
