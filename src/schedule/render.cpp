@@ -9,6 +9,13 @@
 namespace pipetrain::schedule {
 namespace {
 
+// DeepSpeed's forms (the spec's) have no chunk; a plan over several chunks, or of a
+// training kind built for them, names each instruction's chunk.
+bool shows_chunks(const PipelinePlan& plan) {
+  const ScheduleKind& kind = schedule_kind(plan.kind);
+  return plan.shape.chunks > 1 || (kind.uses_chunks && kind.trains);
+}
+
 constexpr std::array<std::string_view, kNumOpKinds> kAbbreviations = {
     "L", "F", "B", "Bi", "W", "sA", "rA", "sG", "rG", "TIED", "GRADS", "STEP"};
 
@@ -26,7 +33,7 @@ std::string cell(const Step& step, bool with_chunks) {
 }  // namespace
 
 std::string to_json(const PipelinePlan& plan, int stage) {
-  const bool with_chunks = schedule_kind(plan.kind).uses_chunks;
+  const bool with_chunks = shows_chunks(plan);
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& step : plan.stage_steps.at(stage)) {
     nlohmann::json instructions = nlohmann::json::array();
@@ -46,7 +53,7 @@ std::string to_json(const PipelinePlan& plan, int stage) {
 }
 
 std::string to_table(const PipelinePlan& plan, std::optional<int> stage) {
-  const bool with_chunks = schedule_kind(plan.kind).uses_chunks;
+  const bool with_chunks = shows_chunks(plan);
   std::vector<int> stages;
   for (int s = 0; s < plan.shape.stages; ++s) {
     if (!stage || *stage == s) stages.push_back(s);
