@@ -66,6 +66,17 @@ fault 0 SendActivation reshape "^pipetrain: rank [23] \(pipe=1 data=0 model=[01]
 fault 3 SendGrad kill "^pipetrain: rank 3 \(pipe=1 data=0 model=1\): injected fault \(kill\) at stage 1, step [0-9]+, SendGrad"
 train_args=()
 
+# Every executed schedule ends the job the same way, at its own instructions: ZB-H1's split
+# backward, interleaved chunks (here stage 1's chunk 0 sends to stage 0's chunk 1), GPipe.
+train_args=(--schedule zb-h1)
+crash 1 BackwardWeight kill
+crash 2 BackwardInput exit
+train_args=(--schedule interleaved --chunks 2)
+crash 2 SendActivation kill
+train_args=(--schedule gpipe)
+crash 0 BackwardPass abort
+train_args=()
+
 # Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
 # ends with the same losses as a run that never crashed.
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 4 --eval-interval 0 >whole.out 2>&1
