@@ -233,4 +233,10 @@ void MpiCommunicator::barrier() {
       request, [this] { return "barrier over " + std::to_string(size_) + " ranks"; }, timeout());
 }
 
+bool mpi_thread_multiple() {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  return provided == MPI_THREAD_MULTIPLE;
+}
+
 }  // namespace pipetrain::comm

@@ -212,7 +212,6 @@ void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) 
 
 void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   PipeBuffer* buffer = in.buffer >= 0 ? &buffers_.at(in.buffer) : nullptr;
-  if (schedule::is_compute(in.kind)) link_->poll_sends();
   auto peer = [&] { return schedule::transfer_peer(shape_, grid_->stage_id(), in).stage; };
   switch (in.kind) {
     case OpKind::kLoadMicroBatch:

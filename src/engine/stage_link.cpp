@@ -45,17 +45,7 @@ void StageLink::send(const TensorList& tensors, int stage, Flow flow) {
 void StageLink::post(const TensorList& wire, int stage, Flow flow) {
   comm::PendingSend pending = transport_.send(wire, stage, tag_of(flow));
   if (completion_ == SendCompletion::kBlocking) return pending.wait();
-  in_flight_.push_back(std::move(pending));
-  poll_sends();
-}
-
-void StageLink::poll_sends() {
-  while (!in_flight_.empty() && in_flight_.front().test()) in_flight_.pop_front();
-}
-
-void StageLink::complete_sends() {
-  for (auto& pending : in_flight_) pending.wait();
-  in_flight_.clear();
+  in_flight_.add(std::move(pending));
 }
 
 TensorList StageLink::recv(int stage, Flow flow, const TensorList& reuse) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "pipetrain/io/atomic_file.h"
+#include "pipetrain/schedule/measured_costs.h"
 #include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/simulator.h"
 
@@ -20,46 +21,6 @@ nlohmann::json to_json(const std::vector<InstructionRecord>& records) {
   }
   return out;
 }
-
-// Per stage, the measured mean of each compute kind (ms), as the simulator's costs: a
-// stage's whole layers (all chunks) per micro-batch; backward includes the weight part.
-class MeasuredCosts {
- public:
-  MeasuredCosts(int stages, int chunks)
-      : chunks_(chunks),
-        sums_(stages, std::vector<double>(schedule::kNumOpKinds, 0)),
-        counts_(stages, std::vector<double>(schedule::kNumOpKinds, 0)) {}
-
-  void add(int stage, OpKind kind, double ms) {
-    sums_[stage][static_cast<int>(kind)] += ms;
-    counts_[stage][static_cast<int>(kind)] += 1;
-  }
-
-  schedule::CostModel costs() const {
-    schedule::CostModel costs;
-    const int stages = static_cast<int>(sums_.size());
-    costs.forward.assign(stages, 0);
-    costs.backward.assign(stages, 0);
-    costs.weight.assign(stages, 0);
-    for (int s = 0; s < stages; ++s) {
-      costs.forward[s] = mean(s, OpKind::kForwardPass);
-      costs.weight[s] = mean(s, OpKind::kBackwardWeight);
-      costs.backward[s] = mean(s, OpKind::kBackwardPass) + mean(s, OpKind::kBackwardInput) +
-                          costs.weight[s];  // a schedule runs BackwardPass or the split pair
-    }
-    return costs;
-  }
-
- private:
-  double mean(int stage, OpKind kind) const {
-    const int k = static_cast<int>(kind);
-    return counts_[stage][k] > 0 ? chunks_ * sums_[stage][k] / counts_[stage][k] : 0.0;
-  }
-
-  int chunks_;
-  std::vector<std::vector<double>> sums_;
-  std::vector<std::vector<double>> counts_;
-};
 
 }  // namespace
 
@@ -78,7 +39,7 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
   schedule::Timeline measured;
   measured.stages.resize(stages);
   const int chunks = static_cast<int>(engine.config().pipeline.chunks);
-  MeasuredCosts measured_costs(stages, chunks);
+  schedule::MeasuredCosts measured_costs(stages, chunks);
   std::size_t instructions = 0;
   for (const auto& text : all) {
     const nlohmann::json rank = nlohmann::json::parse(text);

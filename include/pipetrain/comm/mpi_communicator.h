@@ -12,6 +12,9 @@ namespace pipetrain::comm {
 // Communicator over an MPI communicator. CPU tensors travel directly; CUDA tensors are
 // staged through pinned host memory (the path for ranks that share one GPU, where NCCL
 // refuses to run). All waits poll nonblocking MPI requests against the deadline.
+// Whether MPI was initialised for calls from several threads at once (MPI_THREAD_MULTIPLE).
+bool mpi_thread_multiple();
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD).

@@ -1,11 +1,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
+#include "pipetrain/engine/send_progress.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain {
@@ -18,9 +18,8 @@ enum class Flow { kActivation, kGradient };
 // moves a large message only while both sides poll, so a send left pending during the next
 // forward or backward would hold the receiving stage up for that long; but a schedule in
 // which neighbours send to each other at the same time deadlocks with blocking sends
-// (schedule::SendMode::kSynchronous tells). kDeferred: at once; the send completes while
-// the stage waits in a later receive, is polled before each compute, and is waited for by
-// complete_sends().
+// (schedule::SendMode::kSynchronous tells). kDeferred: at once; the send completes on its
+// own (see SendProgress) and complete_sends() waits for it.
 enum class SendCompletion { kBlocking, kDeferred };
 
 // This stage's wire to the other stages of its pipe: sends and blocking receives of tensor
@@ -42,10 +41,8 @@ class StageLink {
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
   // whose dtype and shape match are filled in place.
   TensorList recv(int stage, Flow flow, const TensorList& reuse = {});
-  // Deferred sends: moves those in flight along and forgets the completed ones.
-  void poll_sends();
   // Waits for every send in flight.
-  void complete_sends();
+  void complete_sends() { in_flight_.complete(); }
 
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
@@ -59,7 +56,7 @@ class StageLink {
   bool partitioned_;
   SendCompletion completion_ = SendCompletion::kBlocking;
   comm::TensorTransport transport_;
-  std::deque<comm::PendingSend> in_flight_;
+  SendProgress in_flight_;
   int64_t bytes_ = 0;
 };
 

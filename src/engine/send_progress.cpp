@@ -1,0 +1,67 @@
+#include "pipetrain/engine/send_progress.h"
+
+#include <chrono>
+
+#include "pipetrain/comm/mpi_communicator.h"
+
+namespace pipetrain {
+namespace {
+
+constexpr std::chrono::microseconds kPollInterval{100};
+
+}  // namespace
+
+SendProgress::SendProgress() {
+  if (comm::mpi_thread_multiple()) thread_ = std::thread([this] { poll_until_stopped(); });
+}
+
+SendProgress::~SendProgress() {
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SendProgress::add(comm::PendingSend send) {
+  {
+    const std::lock_guard lock(mutex_);
+    in_flight_.push_back(std::move(send));
+  }
+  wake_.notify_one();
+  rethrow_failure();
+}
+
+void SendProgress::complete() {
+  const std::lock_guard lock(mutex_);
+  for (auto& send : in_flight_) send.wait();
+  in_flight_.clear();
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+void SendProgress::rethrow_failure() {
+  const std::lock_guard lock(mutex_);
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+void SendProgress::poll_until_stopped() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [this] { return stop_ || (!in_flight_.empty() && !failure_); });
+    if (stop_) return;
+    try {
+      while (!in_flight_.empty() && in_flight_.front().test()) in_flight_.pop_front();
+    } catch (...) {
+      failure_ = std::current_exception();
+      in_flight_.clear();
+      continue;
+    }
+    if (in_flight_.empty()) continue;
+    lock.unlock();
+    std::this_thread::sleep_for(kPollInterval);
+    lock.lock();
+  }
+}
+
+}  // namespace pipetrain

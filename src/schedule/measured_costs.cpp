@@ -1,0 +1,36 @@
+#include "pipetrain/schedule/measured_costs.h"
+
+namespace pipetrain::schedule {
+
+MeasuredCosts::MeasuredCosts(int stages, int chunks)
+    : chunks_(chunks),
+      sums_(stages, std::vector<double>(kNumOpKinds, 0)),
+      counts_(stages, std::vector<double>(kNumOpKinds, 0)) {}
+
+void MeasuredCosts::add(int stage, OpKind kind, double duration) {
+  if (!is_compute(kind)) return;
+  sums_.at(stage)[static_cast<int>(kind)] += duration;
+  counts_.at(stage)[static_cast<int>(kind)] += 1;
+}
+
+CostModel MeasuredCosts::costs() const {
+  CostModel costs;
+  const int stages = static_cast<int>(sums_.size());
+  costs.forward.assign(stages, 0);
+  costs.backward.assign(stages, 0);
+  costs.weight.assign(stages, 0);
+  for (int s = 0; s < stages; ++s) {
+    costs.forward[s] = mean(s, OpKind::kForwardPass);
+    costs.weight[s] = mean(s, OpKind::kBackwardWeight);
+    costs.backward[s] =
+        mean(s, OpKind::kBackwardPass) + mean(s, OpKind::kBackwardInput) + costs.weight[s];
+  }
+  return costs;
+}
+
+double MeasuredCosts::mean(int stage, OpKind kind) const {
+  const int k = static_cast<int>(kind);
+  return counts_[stage][k] > 0 ? chunks_ * sums_[stage][k] / counts_[stage][k] : 0.0;
+}
+
+}  // namespace pipetrain::schedule
