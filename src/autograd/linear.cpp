@@ -40,7 +40,8 @@ class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
     if (ctx->needs_input_grad(0)) input_grad = at::matmul(grads[0], weight);
     if (ctx->needs_input_grad(1)) {
       const at::Tensor flat_x = x.reshape({-1, x.size(-1)});
-      if (WeightGradStore* store = deferring_store()) {
+      WeightGradStore* store = deferring_store();
+      if (store && weight.is_leaf()) {  // a leaf's .grad is where autograd would put it
         store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
       } else {
         weight_grad = g.t().mm(flat_x);

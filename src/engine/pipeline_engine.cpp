@@ -40,14 +40,11 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
   std::string text = "stage " + std::to_string(stage) + ", step " + std::to_string(step) + ", " +
                      std::string(schedule::name(instruction.kind));
   if (instruction.buffer >= 0) text += " buffer " + std::to_string(instruction.buffer);
+  if (chunks > 1 && schedule::has_buffer(instruction.kind))
+    text += ", chunk " + std::to_string(instruction.chunk);
   if (instruction.micro_batch >= 0)
     text += ", micro-batch " + std::to_string(instruction.micro_batch);
   return text;
-}
-
-PipelineEngine::Program PipelineEngine::Program::of(const schedule::Schedule& schedule) {
-  return {schedule.steps(), schedule.num_pipe_buffers(),
-          schedule::schedule_kind(schedule.kind()).splits_backward};
 }
 
 // Built and validated once per shape: every stage's plan must be valid with buffered
@@ -60,7 +57,8 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
     throw std::logic_error("the " + std::string(kind) +
                            " schedule is invalid: " + violation->to_string());
   }
-  Program program = Program::of(*schedule::make_schedule(kind, shape, grid_->stage_id()));
+  const int stage = grid_->stage_id();
+  Program program{plan.stage_steps[stage], plan.num_pipe_buffers[stage], plan.splits_backward};
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
   return program;
@@ -110,6 +108,12 @@ void PipelineEngine::check_stage() const {
                      std::to_string(options.stages) + ", but this rank is stage " +
                      std::to_string(grid_->stage_id()) + " of " +
                      std::to_string(grid_->pipe_parallel_size()));
+  }
+  if (options.chunks > 1 && options.stages < 2) {
+    throw InputError(
+        "model chunks need at least 2 pipeline stages (the first and the last "
+        "chunk would share a rank and its data), got " +
+        std::to_string(options.chunks) + " chunks on 1 stage");
   }
   if (options.chunks != config_.pipeline.chunks) {
     throw InputError("the module is built with " + std::to_string(options.chunks) +
@@ -176,6 +180,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   }
   comm::ScopedWaitContext context(current_);
   current_.stage = grid_->stage_id();
+  current_.chunks = shape_.chunks;
   const auto& steps = program.steps;
   for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
     for (const Instruction& in : steps[t]) run_instruction(t, in, run);
@@ -212,7 +217,11 @@ void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) 
 
 void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   PipeBuffer* buffer = in.buffer >= 0 ? &buffers_.at(in.buffer) : nullptr;
-  auto peer = [&] { return schedule::transfer_peer(shape_, grid_->stage_id(), in).stage; };
+  // The other end, and the channel: named by the receiving chunk (this one's, or the peer's).
+  const bool transfer = schedule::is_send(in.kind) || schedule::is_recv(in.kind);
+  const schedule::Peer peer =
+      transfer ? schedule::transfer_peer(shape_, grid_->stage_id(), in) : schedule::Peer{};
+  const int receiving_chunk = schedule::is_recv(in.kind) ? in.chunk : peer.chunk;
   switch (in.kind) {
     case OpKind::kLoadMicroBatch:
       return load_micro_batch(*buffer, in.chunk, run);
@@ -224,14 +233,16 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
     case OpKind::kBackwardWeight:
       return backward_weight(*buffer);
     case OpKind::kSendActivation:
-      return link_->send(buffer->outputs, peer(), Flow::kActivation);
+      return link_->send(buffer->outputs, peer.stage, {Flow::kActivation, receiving_chunk});
     case OpKind::kRecvActivation:
-      buffer->inputs = link_->recv(peer(), Flow::kActivation, buffer->inputs);
+      buffer->inputs =
+          link_->recv(peer.stage, {Flow::kActivation, receiving_chunk}, buffer->inputs);
       return;
     case OpKind::kSendGrad:
-      return send_grad(*buffer, peer());
+      return send_grad(*buffer, peer.stage, receiving_chunk);
     case OpKind::kRecvGrad:
-      buffer->output_grads = link_->recv(peer(), Flow::kGradient, buffer->output_grads);
+      buffer->output_grads =
+          link_->recv(peer.stage, {Flow::kGradient, receiving_chunk}, buffer->output_grads);
       return;
     case OpKind::kReduceTiedGrads:
       return gradients_->reduce_tied();
@@ -303,13 +314,13 @@ void PipelineEngine::backward_weight(PipeBuffer& buffer) {
   --live_;
 }
 
-void PipelineEngine::send_grad(PipeBuffer& buffer, int peer) {
+void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
   TensorList grads;
   for (const auto& input : buffer.inputs) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
-  link_->send(grads, peer, Flow::kGradient);
+  link_->send(grads, peer, {Flow::kGradient, peer_chunk});
 }
 
 void PipelineEngine::optimizer_step() {

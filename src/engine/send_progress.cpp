@@ -51,10 +51,10 @@ void SendProgress::poll_until_stopped() {
     wake_.wait(lock, [this] { return stop_ || (!in_flight_.empty() && !failure_); });
     if (stop_) return;
     try {
-      while (!in_flight_.empty() && in_flight_.front().test()) in_flight_.pop_front();
+      // Completed sends free their payloads at once, in any order.
+      std::erase_if(in_flight_, [](comm::PendingSend& send) { return send.test(); });
     } catch (...) {
-      failure_ = std::current_exception();
-      in_flight_.clear();
+      failure_ = std::current_exception();  // the sends stay: their buffers may be in use
       continue;
     }
     if (in_flight_.empty()) continue;

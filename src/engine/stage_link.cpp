@@ -8,8 +8,8 @@
 namespace pipetrain {
 namespace {
 
-int tag_of(Flow flow) {
-  return flow == Flow::kActivation ? 1 : 2;
+int tag_of(Channel channel) {
+  return 2 * channel.chunk + (channel.flow == Flow::kActivation ? 1 : 2);
 }
 
 int64_t byte_size(const TensorList& tensors) {
@@ -29,32 +29,32 @@ bool StageLink::partitioned() const {
   return partitioned_ && grid_->model_parallel_size() > 1;
 }
 
-void StageLink::send(const TensorList& tensors, int stage, Flow flow) {
+void StageLink::send(const TensorList& tensors, int stage, Channel channel) {
   if (!partitioned()) {
     bytes_ += byte_size(tensors);
-    return post(tensors, stage, flow);
+    return post(tensors, stage, channel);
   }
   const comm::PartitionedTensors partitioned =
       comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_ += byte_size(partitioned.shares);
   TensorList wire{partitioned.layout};
   wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
-  post(wire, stage, flow);
+  post(wire, stage, channel);
 }
 
-void StageLink::post(const TensorList& wire, int stage, Flow flow) {
-  comm::PendingSend pending = transport_.send(wire, stage, tag_of(flow));
+void StageLink::post(const TensorList& wire, int stage, Channel channel) {
+  comm::PendingSend pending = transport_.send(wire, stage, tag_of(channel));
   if (completion_ == SendCompletion::kBlocking) return pending.wait();
   in_flight_.add(std::move(pending));
 }
 
-TensorList StageLink::recv(int stage, Flow flow, const TensorList& reuse) {
+TensorList StageLink::recv(int stage, Channel channel, const TensorList& reuse) {
   if (!partitioned()) {
-    TensorList tensors = transport_.recv(stage, tag_of(flow), reuse);
+    TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
     bytes_ += byte_size(tensors);
     return tensors;
   }
-  TensorList wire = transport_.recv(stage, tag_of(flow));
+  TensorList wire = transport_.recv(stage, tag_of(channel));
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
   const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);

@@ -62,8 +62,8 @@ class FaultyStageLink final : public StageLink {
   FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned,
                   std::shared_ptr<FaultInjector> faults)
       : StageLink(std::move(grid), partitioned), faults_(std::move(faults)) {}
-  void send(const TensorList& tensors, int stage, Flow flow) override {
-    StageLink::send(faults_->outgoing(tensors), stage, flow);
+  void send(const TensorList& tensors, int stage, Channel channel) override {
+    StageLink::send(faults_->outgoing(tensors), stage, channel);
   }
 
  private:

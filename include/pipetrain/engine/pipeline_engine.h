@@ -126,7 +126,6 @@ class PipelineEngine {
     int buffers = 0;
     bool splits_backward = false;
     SendCompletion sends = SendCompletion::kBlocking;
-    static Program of(const schedule::Schedule& schedule);
   };
 
   // One execution of a program: what it reads and gathers, alive for that call only.
@@ -143,6 +142,7 @@ class PipelineEngine {
   // The instruction being executed, described for errors and expired deadlines.
   struct CurrentInstruction : comm::WaitContext {
     int stage = 0;
+    int chunks = 1;
     int step = 0;
     schedule::Instruction instruction;
     std::string describe() const override;
@@ -163,7 +163,7 @@ class PipelineEngine {
   void forward(PipeBuffer& buffer, int chunk, Run& run);
   void backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads);
   void backward_weight(PipeBuffer& buffer);
-  void send_grad(PipeBuffer& buffer, int peer);
+  void send_grad(PipeBuffer& buffer, int peer, int peer_chunk);
   void optimizer_step();
   double mean_loss(double loss_sum);
 

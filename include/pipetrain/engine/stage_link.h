@@ -14,6 +14,16 @@ namespace pipetrain {
 // of those activations come back.
 enum class Flow { kActivation, kGradient };
 
+// What a transfer carries, and for which model chunk of the receiving stage: each channel
+// keeps its own order (an MPI tag), so interleaved chunks cannot take each other's tensors.
+struct Channel {
+  Channel(Flow flow_, int chunk_ = 0)
+      : flow(flow_), chunk(chunk_) {}  // NOLINT: a Flow is chunk 0's
+
+  Flow flow;
+  int chunk;
+};
+
 // How a send returns. kBlocking: once the tensors have left (DeepSpeed's transfers). MPI
 // moves a large message only while both sides poll, so a send left pending during the next
 // forward or backward would hold the receiving stage up for that long; but a schedule in
@@ -37,10 +47,10 @@ class StageLink {
   // How later sends complete (kBlocking at first); complete_sends() first when changing.
   void set_send_completion(SendCompletion sends) { completion_ = sends; }
   // The sent tensors must not be changed in place until the send completes.
-  virtual void send(const TensorList& tensors, int stage, Flow flow);
+  virtual void send(const TensorList& tensors, int stage, Channel channel);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
   // whose dtype and shape match are filled in place.
-  TensorList recv(int stage, Flow flow, const TensorList& reuse = {});
+  TensorList recv(int stage, Channel channel, const TensorList& reuse = {});
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete(); }
 
@@ -50,7 +60,7 @@ class StageLink {
 
  private:
   bool partitioned() const;
-  void post(const TensorList& wire, int stage, Flow flow);
+  void post(const TensorList& wire, int stage, Channel channel);
 
   std::shared_ptr<const Grid> grid_;
   bool partitioned_;
