@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace pipetrain {
@@ -64,8 +65,9 @@ void MixedPrecisionOptimizer::step(int64_t step) {
   const bool overflow = unscale_onto_masters();
   loss_scaler_.update(overflow);
   if (!overflow) {
-    last_grad_norm_ = global_grad_norm();
-    clip(last_grad_norm_);
+    last_grad_norm_ = clipping_ > 0 || norm_wanted_ ? global_grad_norm()
+                                                    : std::numeric_limits<double>::quiet_NaN();
+    if (clipping_ > 0) clip(last_grad_norm_);
     last_learning_rate_ = lr_schedule_(step);
     set_learning_rate(*optimizer_, last_learning_rate_);
     optimizer_->step();
@@ -96,9 +98,15 @@ bool MixedPrecisionOptimizer::unscale_onto_masters() {
 double MixedPrecisionOptimizer::global_grad_norm() const {
   // The norm over the whole model: each stage's and shard's part, tied and replicated
   // tensors counted once.
-  at::Tensor squares = at::zeros({1}, at::kDouble);
+  // One fused pass: each tensor's norm in its own type (accumulated in double on the CPU),
+  // their squares summed in double.
+  std::vector<at::Tensor> grads;
   for (const auto& master : norm_masters_) {
-    if (master.grad().defined()) squares += master.grad().to(at::kDouble).pow(2).sum();
+    if (master.grad().defined()) grads.push_back(master.grad());
+  }
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  if (!grads.empty()) {
+    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum();
   }
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);

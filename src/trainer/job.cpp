@@ -144,6 +144,9 @@ Job build_job(const nlohmann::json& file) {
   job.effective = job_keys().write(job.config);
   job.engine = std::make_unique<PipelineEngine>(job.module, job.grid, job.config.engine);
   job.engine->set_progress_report(false);
+  const auto& log = job.config.trainer.log;  // the norm is only computed when logged or clipped
+  job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
+                                      !log.tensorboard.empty());
   seed_dropout(job);
   build_data(job);
   return job;

@@ -41,8 +41,11 @@ class MixedPrecisionOptimizer {
   // masters back into the model and clears every gradient.
   void step(int64_t step);
 
-  // Of the last step that was not skipped: the global gradient norm before clipping, the rate.
+  // Of the last step that was not skipped: the global gradient norm before clipping (NaN
+  // when neither clipping nor set_grad_norm_wanted needed it: it costs a pass over every
+  // gradient and a reduction over the pipe), the rate.
   double last_grad_norm() const { return last_grad_norm_; }
+  void set_grad_norm_wanted(bool on) { norm_wanted_ = on; }
   double last_learning_rate() const { return last_learning_rate_; }
 
   const at::Tensor& master_of(const at::Tensor& parameter) const;
@@ -67,6 +70,7 @@ class MixedPrecisionOptimizer {
   LrSchedule lr_schedule_;
   LossScaler loss_scaler_;
   double last_grad_norm_ = 0;
+  bool norm_wanted_ = false;
   double last_learning_rate_ = 0;
 };
 

@@ -76,8 +76,10 @@ class PipelineEngine {
 
   // Whether train_batch prints DeepSpeed's progress line (a trainer may print its own).
   void set_progress_report(bool on) { report_progress_ = on; }
-  // Of the last optimizer step: the global gradient norm (before clipping) and the rate.
+  // Of the last optimizer step: the global gradient norm (before clipping; NaN unless
+  // gradient clipping or set_grad_norm_reporting asked for it) and the rate.
   double last_grad_norm() const { return optimizer_->last_grad_norm(); }
+  void set_grad_norm_reporting(bool on) { optimizer_->set_grad_norm_wanted(on); }
   double last_learning_rate() const { return optimizer_->last_learning_rate(); }
   // Mixed precision: the fp32 master copy the optimizer updates for a model parameter
   // (the parameter itself in fp32), the fp16 loss scale and the steps skipped on overflow.
