@@ -46,7 +46,9 @@ std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> 
 }
 
 std::vector<int64_t> bytes_of(const std::string& text) {
-  return {text.begin(), text.end()};
+  std::vector<int64_t> bytes;
+  for (const unsigned char c : text) bytes.push_back(c);  // 0..255, as the text data reads them
+  return bytes;
 }
 
 std::string printable(const std::vector<int64_t>& tokens) {

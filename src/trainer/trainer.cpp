@@ -236,6 +236,8 @@ int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
 }
 
 int generate_from_checkpoint(const GenerateOptions& options) {
+  if (options.prompt.empty())
+    throw InputError("--prompt is empty: sampling needs at least one byte to start");
   const int ranks = comm::MpiCommunicator::world()->size();
   Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch));
   const auto* tokens = job.model.tokens();

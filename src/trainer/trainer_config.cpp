@@ -39,7 +39,11 @@ const KeyTable<TrainerConfig>& trainer_keys() {
         .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens")
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
-                 at_least(0));
+                 at_least(0))
+        .check([](const TrainerConfig& c) {
+          if (c.sample.tokens > 0 && c.sample.prompt.empty())
+            throw InputError("sample.prompt is empty: sampling needs at least one byte to start");
+        });
     return t;
   }();
   return table;

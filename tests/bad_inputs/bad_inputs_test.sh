@@ -94,6 +94,8 @@ expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simu
 expect_bad "cli: export a missing checkpoint" "no checkpoint to load in /no/such/dir" export --checkpoint /no/such/dir --out model.safetensors
 expect_bad "cli: generate from a missing checkpoint" "no checkpoint to load in /no/such/dir" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir
+expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
 
 echo "$cases bad inputs"
 check "the corpus holds at least 40 bad inputs ($cases)" test "$cases" -ge 40

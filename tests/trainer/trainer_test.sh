@@ -103,6 +103,9 @@ check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/
 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen2.out 2>&1
 check "generate: 44 characters from the prompt on" test "$(head -c 4 gen1.out)" = "The " -a "$(wc -c <gen1.out)" -ge 45
 check "generate: pipe 1 and pipe 2 give the same text" cmp -s gen1.out gen2.out
+"$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "Café " --tokens 8 >gen_utf8.out 2>&1
+check "generate: a prompt with bytes >= 0x80 samples (exit $?; $(head -c 40 gen_utf8.out))" \
+  test "$(head -c 6 gen_utf8.out)" = "Caf?? " -a "$(wc -c <gen_utf8.out)" -ge 15
 "$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt --eval-iters 2 >eval.out 2>&1
 check "eval prints the validation loss of step 12" grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval.out
 
