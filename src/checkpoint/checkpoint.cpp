@@ -130,6 +130,23 @@ void write_recorded(const fs::path& folder, const std::string& name, const std::
   files[name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}};
 }
 
+// A name from a checkpoint's own files (a tag in `latest`, a file in a manifest) must stay
+// inside its folder: a plain name, and not a symbolic link.
+fs::path inside(const fs::path& folder, const std::string& name, const std::string& source) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\\') != std::string::npos || name.find('\0') != std::string::npos) {
+    throw InputError(source + ": '" + name +
+                     "' is not a plain file name inside the checkpoint folder");
+  }
+  const fs::path path = folder / name;
+  std::error_code error;
+  if (fs::is_symlink(fs::symlink_status(path, error))) {
+    throw InputError(path.string() +
+                     ": a symbolic link; checkpoint files must be the folder's own");
+  }
+  return path;
+}
+
 nlohmann::json read_manifest(const fs::path& folder) {
   const fs::path path = folder / "manifest.json";
   if (!fs::exists(path)) {
@@ -151,7 +168,7 @@ nlohmann::json read_manifest(const fs::path& folder) {
 // A checkpoint file's tensors, after checking size and checksum against the manifest.
 NamedTensors read_verified(const fs::path& folder, const nlohmann::json& manifest,
                            const std::string& name) {
-  const fs::path path = folder / name;
+  const fs::path path = inside(folder, name, (folder / "manifest.json").string());
   if (!manifest["files"].contains(name))
     throw InputError(path.string() + " is not listed in the manifest");
   const auto& expected = manifest["files"][name];
@@ -262,6 +279,7 @@ std::string resolve_tag(const fs::path& directory, const std::string& tag) {
                      " is missing");
   std::string name = read_file(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  inside(directory, name, latest.string());
   return name;
 }
 

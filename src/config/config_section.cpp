@@ -1,9 +1,10 @@
 #include "pipetrain/config/config_section.h"
 
-#include <fstream>
+#include <filesystem>
 
 #include "pipetrain/config/json_value.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
 
 namespace pipetrain {
 
@@ -72,10 +73,12 @@ std::vector<std::string> ConfigSection::unknown_keys(const std::vector<std::stri
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("config file " + path + " cannot be read");
+  std::error_code error;
+  if (!std::filesystem::exists(path, error))
+    throw InputError("config file " + path + " cannot be read");
+  const std::string text = read_file(path);  // refuses FIFOs, devices and folders
   nlohmann::json json =
-      nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (json.is_discarded()) throw InputError("config file " + path + " is not valid JSON");
   if (!json.is_object()) throw InputError("config file " + path + " must hold a JSON object");
   return json;

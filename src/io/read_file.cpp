@@ -8,6 +8,12 @@
 namespace pipetrain {
 
 std::string read_file(const std::filesystem::path& path) {
+  // Checked before opening: reading a FIFO or a device would block or never end.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw InputError(path.string() + ": not a regular file (a folder, FIFO or device?)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot be read (missing?)");
   std::ostringstream contents;

@@ -78,6 +78,15 @@ damaged_case another-model "this model has 5" \
   "sed -i 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |' step_1/manifest.json"
 damaged_case no-latest "latest is missing" "rm latest"
 damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "echo '{}' >step_1/manifest.json"
+# Checkpoints stay inside their folder and hold regular files only.
+damaged_case manifest-traversal "'../step_1/layer_001.safetensors' is not a plain file name inside the checkpoint folder" \
+  "sed -i 's|\"file\": \"layer_001.safetensors\"|\"file\": \"../step_1/layer_001.safetensors\"|' step_1/manifest.json"
+damaged_case latest-traversal "latest: '../good/step_1' is not a plain file name inside the checkpoint folder" \
+  "echo ../good/step_1 >latest"
+damaged_case symlinked-layer "layer_002.safetensors: a symbolic link; checkpoint files must be the folder's own" \
+  "cp step_1/layer_002.safetensors ../elsewhere.safetensors && rm step_1/layer_002.safetensors && ln -s \"\$PWD/../elsewhere.safetensors\" step_1/layer_002.safetensors"
+damaged_case fifo-layer "layer_002.safetensors: not a regular file (a folder, FIFO or device?)" \
+  "rm step_1/layer_002.safetensors && mkfifo step_1/layer_002.safetensors"
 
 # 4. Command lines.
 expect_bad "cli: no sub-command" "subcommand" 
@@ -94,6 +103,9 @@ expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simu
 expect_bad "cli: export a missing checkpoint" "no checkpoint to load in /no/such/dir" export --checkpoint /no/such/dir --out model.safetensors
 expect_bad "cli: generate from a missing checkpoint" "no checkpoint to load in /no/such/dir" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir
+mkfifo "$work/fifo.json"
+expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a folder, FIFO or device?)" \
+  launch -n 2 -- "$pipetrain" train --config "$work/fifo.json"
 expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
 
