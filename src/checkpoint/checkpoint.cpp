@@ -1,6 +1,8 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>  // AT_FDCWD
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
 #include <csignal>
 #include <cstdio>
@@ -147,6 +149,31 @@ fs::path inside(const fs::path& folder, const std::string& name, const std::stri
   return path;
 }
 
+// Where a save of `tag` writes until it is complete (hidden, so never taken for a tag).
+fs::path staging_folder(const fs::path& directory, const std::string& tag) {
+  return directory / ("." + tag + ".saving");
+}
+
+// Puts a complete staged folder in place of `target`. A tag saved again is exchanged with
+// the old folder in one atomic step (renameat2 RENAME_EXCHANGE), then the old one removed;
+// where the file system cannot exchange, the old folder is moved aside first (a crash in
+// between leaves it there, under a hidden name).
+void publish(const fs::path& staged, const fs::path& target) {
+  if (!fs::exists(target)) {
+    fs::rename(staged, target);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(staged);  // now the old checkpoint
+    return;
+  }
+  const fs::path aside = target.parent_path() / ("." + target.filename().string() + ".old");
+  fs::remove_all(aside);
+  fs::rename(target, aside);
+  fs::rename(staged, target);
+  fs::remove_all(aside);
+}
+
 nlohmann::json read_manifest(const fs::path& folder) {
   const fs::path path = folder / "manifest.json";
   if (!fs::exists(path)) {
@@ -291,8 +318,13 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
   }
   const Grid& grid = engine.grid();
   auto& world = *grid.world_comm();
-  const fs::path folder = directory / tag;
-  if (world.rank() == 0) fs::create_directories(folder);
+  // Written beside the tag and swapped in when complete: a save never touches a folder that
+  // `latest` may name, so a crash mid-save leaves the last good checkpoint as it was.
+  const fs::path folder = staging_folder(directory, tag);
+  if (world.rank() == 0) {
+    fs::remove_all(folder);  // left by an interrupted save
+    fs::create_directories(folder);
+  }
   world.barrier();
 
   // The first replica of each stage saves the layers it owns: its tensor-parallel group
@@ -383,7 +415,10 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
     write_file_atomically(folder / "manifest.json", manifest.dump(2));
   }
   world.barrier();  // every file of this tag is in place
-  if (world.rank() == 0) write_file_atomically(directory / "latest", tag + "\n");
+  if (world.rank() == 0) {
+    publish(folder, directory / tag);
+    write_file_atomically(directory / "latest", tag + "\n");
+  }
   world.barrier();
 }
 

@@ -79,6 +79,18 @@ check "kill: the job with the killed rank failed" test $? -ne 0
 check "kill: latest still names the first save" test "$(cat "$work/killed/latest")" = "step_1"
 run 2 "$work/k3.out" --pipe 2 --micro-batches 4 --steps 1 --load "$work/killed"
 check "kill: the previous checkpoint loads and trains" grep -q '^loss 2 ' "$work/k3.out"
+# The same tag saved again (a rerun into the same folder) and killed mid-save: the tag that
+# `latest` names is never touched before the new one is complete.
+run 2 "$work/rt1.out" --pipe 2 --micro-batches 4 --steps 1 --save "$work/again"
+cp "$work/again/step_1/manifest.json" "$work/again.manifest"
+PIPETRAIN_FAULT_KILL_IN_SAVE=1 run 2 "$work/rt2.out" --pipe 2 --micro-batches 4 --steps 1 --dropout 0.1 --save "$work/again"
+check "kill in a repeated tag: the job failed" test $? -ne 0
+check "kill in a repeated tag: step_1 is the first save, unchanged" cmp -s "$work/again.manifest" "$work/again/step_1/manifest.json"
+run 2 "$work/rt3.out" --pipe 2 --micro-batches 4 --steps 1 --load "$work/again"
+check "kill in a repeated tag: it loads and trains" grep -q '^loss 2 ' "$work/rt3.out"
+run 2 "$work/rt4.out" --pipe 2 --micro-batches 4 --steps 1 --dropout 0.1 --save "$work/again"
+check "a repeated tag saved whole replaces the old one, no staging folder left" \
+  test "$(ls -A "$work/again")" = "$(printf 'latest\nstep_1')" -a -n "$(cmp "$work/again.manifest" "$work/again/step_1/manifest.json")"
 
 # 4. Python reads the layer files and the exported model.
 "$pipetrain" export --checkpoint "$work/bitwise" --out "$work/model.safetensors" >/dev/null
