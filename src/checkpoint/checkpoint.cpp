@@ -174,6 +174,38 @@ void publish(const fs::path& staged, const fs::path& target) {
   fs::remove_all(aside);
 }
 
+// The manifest's shape, checked before any value of it is used: what the loader reads is
+// there with the right type (a manifest is untrusted input).
+void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
+  auto fail = [&](const std::string& what) { throw InputError(path.string() + ": " + what); };
+  const auto* files = manifest.contains("files") ? &manifest["files"] : nullptr;
+  if (!files || !files->is_object()) fail("\"files\" must be an object");
+  for (const auto& [name, file] : files->items()) {
+    if (!file.is_object() || !file.contains("bytes") || !file["bytes"].is_number_unsigned() ||
+        !file.contains("crc32") || !file["crc32"].is_number_unsigned() ||
+        file["crc32"].get<uint64_t>() > 0xffffffffu) {
+      fail("files." + name + " must hold an unsigned \"bytes\" and a 32-bit \"crc32\"");
+    }
+  }
+  const auto* layers = manifest.contains("layers") ? &manifest["layers"] : nullptr;
+  if (!layers || !layers->is_array()) fail("\"layers\" must be an array");
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const auto& layer = (*layers)[i];
+    const std::string where = "layers[" + std::to_string(i) + "]";
+    if (!layer.is_object() || !layer.contains("type") || !layer["type"].is_string())
+      fail(where + " must be an object with a string \"type\"");
+    for (const char* key : {"file", "optimizer_file"}) {
+      if (layer.contains(key) && !layer[key].is_string())
+        fail(where + "." + key + " must be a string");
+    }
+  }
+  const auto* steps = manifest.contains("global_steps") ? &manifest["global_steps"] : nullptr;
+  if (!steps || !steps->is_number_integer() || steps->get<int64_t>() < 0)
+    fail("\"global_steps\" must be a whole number >= 0");
+  if (manifest.contains("loss_scaler") && !manifest["loss_scaler"].is_object())
+    fail("\"loss_scaler\" must be an object");
+}
+
 nlohmann::json read_manifest(const fs::path& folder) {
   const fs::path path = folder / "manifest.json";
   if (!fs::exists(path)) {
@@ -189,6 +221,7 @@ nlohmann::json read_manifest(const fs::path& folder) {
                      manifest.value("version", nlohmann::json()).dump() +
                      ", this pipetrain reads " + std::to_string(kFormatVersion));
   }
+  check_manifest(manifest, path);
   return manifest;
 }
 
@@ -196,9 +229,9 @@ nlohmann::json read_manifest(const fs::path& folder) {
 NamedTensors read_verified(const fs::path& folder, const nlohmann::json& manifest,
                            const std::string& name) {
   const fs::path path = inside(folder, name, (folder / "manifest.json").string());
-  if (!manifest["files"].contains(name))
-    throw InputError(path.string() + " is not listed in the manifest");
-  const auto& expected = manifest["files"][name];
+  const auto& files = manifest.at("files");
+  if (!files.contains(name)) throw InputError(path.string() + " is not listed in the manifest");
+  const auto& expected = files.at(name);
   const std::string bytes = read_file(path);
   if (bytes.size() != expected.value("bytes", uint64_t{0})) {
     throw InputError(path.string() + ": " + std::to_string(bytes.size()) +

@@ -78,6 +78,10 @@ damaged_case another-model "this model has 5" \
   "sed -i 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |' step_1/manifest.json"
 damaged_case no-latest "latest is missing" "rm latest"
 damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "echo '{}' >step_1/manifest.json"
+damaged_case manifest-without-files "manifest.json: \"files\" must be an object" \
+  "sed -i 's|\"files\": {|\"filez\": {|' step_1/manifest.json"
+damaged_case negative-steps "manifest.json: \"global_steps\" must be a whole number >= 0" \
+  "sed -i 's|\"global_steps\": 1|\"global_steps\": -20|' step_1/manifest.json"
 # Checkpoints stay inside their folder and hold regular files only.
 damaged_case manifest-traversal "'../step_1/layer_001.safetensors' is not a plain file name inside the checkpoint folder" \
   "sed -i 's|\"file\": \"layer_001.safetensors\"|\"file\": \"../step_1/layer_001.safetensors\"|' step_1/manifest.json"
