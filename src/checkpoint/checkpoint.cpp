@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/config/json_value.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
@@ -211,7 +212,7 @@ nlohmann::json read_manifest(const fs::path& folder) {
   if (!fs::exists(path)) {
     throw InputError(path.string() + " is missing (not a checkpoint, or its save was interrupted)");
   }
-  const nlohmann::json manifest = nlohmann::json::parse(read_file(path), nullptr, false);
+  const nlohmann::json manifest = parse_json(read_file(path), path.string());
   if (manifest.is_discarded() || !manifest.is_object() ||
       manifest.value("format", "") != "pipetrain-checkpoint") {
     throw InputError(path.string() + " is not a pipetrain checkpoint manifest");

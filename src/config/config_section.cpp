@@ -77,8 +77,7 @@ nlohmann::json read_json_file(const std::string& path) {
   if (!std::filesystem::exists(path, error))
     throw InputError("config file " + path + " cannot be read");
   const std::string text = read_file(path);  // refuses FIFOs, devices and folders
-  nlohmann::json json =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  nlohmann::json json = parse_json(text, "config file " + path, /*comments=*/true);
   if (json.is_discarded()) throw InputError("config file " + path + " is not valid JSON");
   if (!json.is_object()) throw InputError("config file " + path + " must hold a JSON object");
   return json;

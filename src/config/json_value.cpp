@@ -1,5 +1,7 @@
 #include "pipetrain/config/json_value.h"
 
+#include <limits>
+
 #include <sstream>
 
 #include "pipetrain/io/errors.h"
@@ -47,8 +49,37 @@ void throw_input_error(const std::string& message) {
   throw InputError(message);
 }
 
+nlohmann::json parse_json(const std::string& text, const std::string& source, bool comments) {
+  // Nesting is bounded before parsing: the library's values nest (and are freed) recursively.
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw InputError(source + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                         " levels");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false, comments);
+}
+
 int64_t read_integer(const std::string& key, const nlohmann::json& value, const Range& range) {
   if (!value.is_number_integer()) wrong_type(key, "an integer", value);
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw InputError(key + " is too large, got " + value.dump());
+  }
   const int64_t x = value.get<int64_t>();
   check(key, static_cast<double>(x), value, range, true);
   return x;

@@ -89,6 +89,20 @@ namespace {
 // Balances the number of layers whose type matches the method's pattern.
 Partition partition_by_type(const PartitionMethod& method, const std::vector<std::string>& types,
                             int stages) {
+  // std::regex compiles and matches recursively: bound what it is given.
+  constexpr std::size_t kMaxPatternLength = 256;
+  if (method.argument.size() > kMaxPatternLength) {
+    throw InputError("partition method 'type:...': the regular expression is longer than " +
+                     std::to_string(kMaxPatternLength) + " characters");
+  }
+  int depth = 0;
+  for (const char c : method.argument) {
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    if (depth > 8) {
+      throw InputError(
+          "partition method 'type:...': the regular expression nests groups deeper than 8");
+    }
+  }
   std::regex pattern;
   try {
     pattern = std::regex(method.argument, std::regex::icase);

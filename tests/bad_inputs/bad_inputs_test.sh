@@ -107,6 +107,9 @@ expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simu
 expect_bad "cli: export a missing checkpoint" "no checkpoint to load in /no/such/dir" export --checkpoint /no/such/dir --out model.safetensors
 expect_bad "cli: generate from a missing checkpoint" "no checkpoint to load in /no/such/dir" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir
+printf '{"pipeline": %s1%s}' "$(printf '[%.0s' {1..100000})" "$(printf ']%.0s' {1..100000})" >"$work/deep.json"
+expect_bad "cli: a config nested 100000 deep" "config file $work/deep.json: nested deeper than 64 levels" \
+  launch -n 2 -- "$pipetrain" train --config "$work/deep.json"
 mkfifo "$work/fifo.json"
 expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a folder, FIFO or device?)" \
   launch -n 2 -- "$pipetrain" train --config "$work/fifo.json"

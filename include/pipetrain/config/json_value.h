@@ -82,4 +82,10 @@ const nlohmann::json* find(const nlohmann::json& root, const std::string& key);
 // "pipeline.stages" as a JSON pointer: "/pipeline/stages".
 std::string pointer_of(std::string_view key);
 
+// Parses untrusted JSON text (a discarded value when it is not JSON); InputError naming
+// `source` when it nests deeper than kMaxJsonDepth levels.
+inline constexpr int kMaxJsonDepth = 64;
+nlohmann::json parse_json(const std::string& text, const std::string& source,
+                          bool comments = false);
+
 }  // namespace pipetrain
