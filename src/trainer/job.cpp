@@ -10,6 +10,7 @@
 #include "pipetrain/data/token_data.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer_seed.h"
+#include "pipetrain/trainer/output_paths.h"
 
 namespace pipetrain {
 namespace {
@@ -132,6 +133,7 @@ Job build_job(const nlohmann::json& file) {
   Job job;
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
+  check_output_paths(job.config.trainer);
   job.grid = build_grid(job.config);
   job.model =
       models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});
@@ -179,7 +181,9 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   config["train_micro_batch_size_per_gpu"] = micro_batch;
   config["gradient_accumulation_steps"] = 1;
   config["load"] = "";
-  config["save"] = "";
+  config["save"] = "";  // forward-only use writes none of the training run's outputs
+  config.erase("log");
+  config.erase("trace");
   return config;
 }
 

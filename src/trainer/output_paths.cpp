@@ -1,0 +1,58 @@
+#include "pipetrain/trainer/output_paths.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool writable_folder(const fs::path& folder) {
+  std::error_code error;
+  return fs::is_directory(folder, error) && ::access(folder.c_str(), W_OK | X_OK) == 0;
+}
+
+void check_file(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code error;
+  if (fs::is_directory(path, error))
+    throw InputError(key + " " + path + " is a folder, not a file to write");
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  if (!writable_folder(folder)) {
+    throw InputError(key + " " + path + ": the folder " + folder.string() +
+                     (fs::exists(folder, error) ? " is not writable" : " does not exist"));
+  }
+}
+
+void check_folder(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code error;
+  if (fs::exists(path, error) && !fs::is_directory(path, error))
+    throw InputError(key + " " + path + " exists and is not a folder");
+  fs::path existing = fs::absolute(path, error);
+  while (!fs::exists(existing, error) && existing.has_parent_path() &&
+         existing.parent_path() != existing) {
+    existing = existing.parent_path();
+  }
+  if (!writable_folder(existing)) {
+    throw InputError(key + " " + path + ": cannot be created in " + existing.string() +
+                     " (not a writable folder)");
+  }
+}
+
+}  // namespace
+
+void check_output_paths(const TrainerConfig& config) {
+  check_folder("save", config.save);
+  check_file("trace", config.trace);
+  check_file("log.metrics", config.log.metrics);
+  check_file("log.csv", config.log.csv);
+  check_folder("log.tensorboard", config.log.tensorboard);
+}
+
+}  // namespace pipetrain
