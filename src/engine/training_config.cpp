@@ -1,5 +1,7 @@
 #include "pipetrain/engine/training_config.h"
 
+#include <cctype>
+
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain {
@@ -83,8 +85,25 @@ void bind_run(KeyTable<TrainingConfig>& t) {
 }
 
 void bind_optimizer(KeyTable<TrainingConfig>& t) {
-  t.choice("optimizer.type", PIPETRAIN_FIELD(optimizer.type), spellings({"Adam", "AdamW", "SGD"}),
-           "LibTorch's optimizer", Quoting::kBare)
+  t.custom(
+       "optimizer.type", "one of `Adam` `AdamW` `SGD`",
+       "LibTorch's optimizer; any letter case, as DeepSpeed reads it",
+       [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+         static const Names<std::string> names = spellings({"Adam", "AdamW", "SGD"});
+         auto lower = [](std::string s) {
+           for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+           return s;
+         };
+         const std::string text = lower(read_string(key, v));
+         for (const auto& [name, value] : names) {
+           if (lower(name) == text) {
+             c.optimizer.type = value;
+             return;
+           }
+         }
+         read_choice(key, v, names, Quoting::kBare);  // throws, listing the names
+       },
+       [](const TrainingConfig& c) { return nlohmann::json(c.optimizer.type); })
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
               "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
               "0.01), `momentum` (SGD)")

@@ -79,6 +79,10 @@ TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
   EXPECT_EQ(parse(R"({"pipeline": {"stages": 0}})"), "pipeline.stages must be at least 1, got 0");
   EXPECT_EQ(parse(R"({"optimizer": {"type": "Lamb"}})"),
             R"(optimizer.type must be Adam, AdamW or SGD, got "Lamb")");
+  // DeepSpeed reads optimizer names in any case.
+  EXPECT_EQ(parse_training_config(nlohmann::json::parse(R"({"optimizer": {"type": "adamw"}})"))
+                .optimizer.type,
+            "AdamW");
   EXPECT_EQ(parse(R"({"gradient_accumulation_steps": -2})"),
             "gradient_accumulation_steps must be at least 1, got -2");
   EXPECT_EQ(parse(R"({"pipeline": []})"), "pipeline must be an object, got []");
