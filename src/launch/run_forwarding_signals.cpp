@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,9 +26,14 @@ int run_forwarding_signals(const std::vector<std::string>& argv) {
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
 
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    // Killed with the launcher, even by SIGKILL (which cannot be forwarded): mpirun takes
+    // its ranks down when it gets SIGTERM.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // the launcher died before prctl
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);

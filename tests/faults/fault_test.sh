@@ -77,6 +77,27 @@ train_args=(--schedule gpipe)
 crash 0 BackwardPass abort
 train_args=()
 
+# Killing the launcher, even with SIGKILL, takes mpirun and every rank with it.
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters 100000 \
+  --eval-interval 0 --save "$work/orphans-marker" >orphans.out 2>&1 &
+launcher=$!
+for _ in $(seq 100); do
+  [ "$(pgrep -fc "orphans-marker")" -ge 3 ] && break
+  sleep 0.2
+done
+sleep 2
+seen=$(pgrep -fc "orphans-marker")
+check "launcher test: the launcher, mpirun and both ranks were running ($seen processes)" test "$seen" -ge 4
+kill -9 "$launcher"
+left=1
+for _ in $(seq 50); do
+  left=$(pgrep -fc "orphans-marker")
+  [ "$left" -eq 0 ] && break
+  sleep 0.2
+done
+check "launcher killed with SIGKILL: no rank or mpirun left within 10 s ($left left)" test "$left" -eq 0
+pkill -9 -f "orphans-marker"
+
 # Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
 # ends with the same losses as a run that never crashed.
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 4 --eval-interval 0 >whole.out 2>&1
