@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/optim/optimizer_settings.h"
 
 namespace pipetrain {
 namespace {
@@ -107,6 +108,11 @@ void bind_optimizer(KeyTable<TrainingConfig>& t) {
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
               "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
               "0.01), `momentum` (SGD)")
+      // Checked when read, not when the engine builds the optimizer: before any work.
+      .check([](const TrainingConfig& c) {
+        read_optimizer_settings(c.optimizer);
+        make_lr_schedule(c.scheduler, base_learning_rate(c.optimizer));
+      })
       .custom(
           "scheduler.type", "one of `WarmupLR` `WarmupDecayLR` `WarmupCosineLR`",
           "learning-rate schedule; none (or empty): constant",

@@ -4,132 +4,26 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
-#include <cmath>
-
-#include "pipetrain/config/config_section.h"
-#include "pipetrain/io/errors.h"
-
 namespace pipetrain {
-namespace {
-
-// Typed reader over a params object that rejects keys it was not asked about.
-class Params {
- public:
-  Params(const nlohmann::json& json, const std::string& path) : section_(json, path) {}
-  double number(const std::string& key, double fallback) {
-    used_.push_back(key);
-    return section_.get_double(key, fallback);
-  }
-  std::string text(const std::string& key, const std::string& fallback) {
-    used_.push_back(key);
-    return section_.get_string(key, fallback);
-  }
-  std::pair<double, double> pair(const std::string& key, std::pair<double, double> fallback) {
-    used_.push_back(key);
-    const auto numbers = section_.get_numbers(key, {fallback.first, fallback.second});
-    if (numbers.size() != 2)
-      throw InputError(section_.path() + "." + key + " must hold two numbers");
-    return {numbers[0], numbers[1]};
-  }
-  void finish() const {
-    const auto unknown = section_.unknown_keys(used_);
-    if (!unknown.empty()) throw InputError("unknown key " + unknown.front());
-  }
-
- private:
-  ConfigSection section_;
-  std::vector<std::string> used_;
-};
-
-void check_positive(double value, const std::string& key) {
-  if (!(value > 0)) throw InputError(key + " must be > 0, got " + std::to_string(value));
-}
-
-double warmup_gamma(int64_t step, int64_t warmup_steps, bool log_warmup) {
-  if (step >= warmup_steps) return 1.0;
-  if (log_warmup)
-    return std::log(static_cast<double>(step + 1)) / std::log(static_cast<double>(warmup_steps));
-  return static_cast<double>(step) / warmup_steps;
-}
-
-}  // namespace
-
-double base_learning_rate(const OptimizerConfig& config) {
-  return ConfigSection(config.params, "optimizer.params").get_double("lr", 1e-3);
-}
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<at::Tensor> parameters) {
-  Params p(config.params, "optimizer.params");
-  const double lr = p.number("lr", 1e-3);
-  check_positive(lr, "optimizer.params.lr");
-  const double weight_decay = p.number("weight_decay", config.type == "AdamW" ? 0.01 : 0.0);
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  const OptimizerSettings s = read_optimizer_settings(config);
   if (config.type == "SGD") {
-    const double momentum = p.number("momentum", 0.0);
-    optimizer = std::make_unique<torch::optim::SGD>(
-        parameters, torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(weight_decay));
-  } else {
-    const auto [beta1, beta2] = p.pair("betas", {0.9, 0.999});
-    const double eps = p.number("eps", 1e-8);
-    if (config.type == "AdamW") {
-      optimizer = std::make_unique<torch::optim::AdamW>(
-          parameters,
-          torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay));
-    } else {
-      optimizer = std::make_unique<torch::optim::Adam>(
-          parameters,
-          torch::optim::AdamOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(weight_decay));
-    }
+    return std::make_unique<torch::optim::SGD>(
+        parameters,
+        torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
   }
-  p.finish();
-  return optimizer;
-}
-
-LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr) {
-  if (config.type.empty()) return [base_lr](int64_t) { return base_lr; };
-  Params p(config.params, "scheduler.params");
-  const int64_t warmup = static_cast<int64_t>(p.number("warmup_num_steps", 1000));
-  const std::string warmup_type = p.text("warmup_type", "log");
-  if (warmup_type != "log" && warmup_type != "linear") {
-    throw InputError("scheduler.params.warmup_type must be \"log\" or \"linear\", got \"" +
-                     warmup_type + "\"");
+  if (config.type == "AdamW") {
+    return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(s.lr)
+                                                                 .betas({s.beta1, s.beta2})
+                                                                 .eps(s.eps)
+                                                                 .weight_decay(s.weight_decay));
   }
-  if (warmup < 1) throw InputError("scheduler.params.warmup_num_steps must be at least 1");
-  const bool log_warmup = warmup_type == "log";
-  LrSchedule schedule;
-  if (config.type == "WarmupCosineLR") {
-    const int64_t total = static_cast<int64_t>(p.number("total_num_steps", 0));
-    const double min_ratio = p.number("warmup_min_ratio", 0.0);
-    const double cos_min_ratio = p.number("cos_min_ratio", 0.0001);
-    if (total <= warmup)
-      throw InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
-    schedule = [=](int64_t step) {
-      if (step < warmup)
-        return base_lr * (min_ratio + (1.0 - min_ratio) * warmup_gamma(step, warmup, log_warmup));
-      const double progress = std::min(1.0, static_cast<double>(step - warmup) / (total - warmup));
-      return base_lr *
-             (cos_min_ratio + (1.0 - cos_min_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
-    };
-  } else {
-    const double min_lr = p.number("warmup_min_lr", 0.0);
-    const double max_lr = p.number("warmup_max_lr", base_lr);
-    const int64_t total =
-        config.type == "WarmupDecayLR" ? static_cast<int64_t>(p.number("total_num_steps", 0)) : 0;
-    if (config.type == "WarmupDecayLR" && total <= warmup) {
-      throw InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
-    }
-    schedule = [=](int64_t step) {
-      double gamma = warmup_gamma(step, warmup, log_warmup);
-      if (total > 0 && step >= warmup) {
-        gamma =
-            std::max(0.0, static_cast<double>(total - step) / std::max<int64_t>(1, total - warmup));
-      }
-      return min_lr + (max_lr - min_lr) * gamma;
-    };
-  }
-  p.finish();
-  return schedule;
+  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(s.lr)
+                                                              .betas({s.beta1, s.beta2})
+                                                              .eps(s.eps)
+                                                              .weight_decay(s.weight_decay));
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

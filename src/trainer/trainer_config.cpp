@@ -36,7 +36,7 @@ const KeyTable<TrainerConfig>& trainer_keys() {
               "the sample printed at the end (GPT on text)")
         .integer("sample.tokens", PIPETRAIN_FIELD(sample.tokens), "0: no sample", at_least(0))
         .number("sample.temperature", PIPETRAIN_FIELD(sample.temperature), "0: greedy", at_least(0))
-        .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens")
+        .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens", at_least(0))
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  at_least(0))
