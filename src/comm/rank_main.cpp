@@ -3,15 +3,19 @@
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
 
 #include "pipetrain/comm/deadline.h"
+#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain {
@@ -43,6 +47,18 @@ int ranks_on_this_host() {
   return size;
 }
 
+// SIGINT, SIGTERM, SIGHUP: one line naming the rank and the signal, the temporary file of
+// an unfinished write removed, then the default action (the exit status shows the signal).
+void stop_on_signal(int signal) {
+  pipetrain::remove_unfinished_file();
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  const char* identity = comm::rank_identity_for_signals();
+  for (const char* part : {"pipetrain: ", identity, ": stopped by ", name, "\n"})
+    if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
 [[noreturn]] void abort_job(const char* what, int exit_code) {
   std::fprintf(stderr, "pipetrain: %s: %s\n", comm::rank_identity().c_str(), what);
   std::fflush(stderr);
@@ -70,6 +86,7 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   comm::set_rank_identity("rank " + std::to_string(rank));
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, stop_on_signal);
   std::set_terminate([] { abort_job("terminated without an exception to report", 1); });
 
   int exit_code = 0;
