@@ -1,9 +1,7 @@
 #include "pipetrain/comm/deadline.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 #include "pipetrain/io/errors.h"
@@ -35,19 +33,8 @@ Seconds default_timeout() {
   return Seconds(seconds);
 }
 
-namespace {
-char identity_for_signals[256] = "rank ?";
-}  // namespace
-
 void set_rank_identity(std::string identity) {
-  const std::size_t n = std::min(identity.size(), sizeof identity_for_signals - 1);
-  std::memcpy(identity_for_signals, identity.data(), n);
-  identity_for_signals[n] = '\0';
   identity_storage() = std::move(identity);
-}
-
-const char* rank_identity_for_signals() noexcept {
-  return identity_for_signals;
 }
 const std::string& rank_identity() {
   return identity_storage();

@@ -3,13 +3,11 @@
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
@@ -47,14 +45,11 @@ int ranks_on_this_host() {
   return size;
 }
 
-// SIGINT, SIGTERM, SIGHUP: one line naming the rank and the signal, the temporary file of
-// an unfinished write removed, then the default action (the exit status shows the signal).
+// SIGINT, SIGTERM, SIGHUP (also how mpirun ends the other ranks after one aborts, so
+// silent: the launcher says why): the temporary file of an unfinished write removed, then
+// the default action (the exit status shows the signal).
 void stop_on_signal(int signal) {
   pipetrain::remove_unfinished_file();
-  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
-  const char* identity = comm::rank_identity_for_signals();
-  for (const char* part : {"pipetrain: ", identity, ": stopped by ", name, "\n"})
-    if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
   std::signal(signal, SIG_DFL);
   std::raise(signal);
 }

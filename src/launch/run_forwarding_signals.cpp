@@ -15,7 +15,17 @@ namespace {
 
 volatile sig_atomic_t child_pid = 0;
 
+volatile sig_atomic_t told = 0;
+
+// Passes the signal on, and says once (async-signal-safe) why the job is ending.
 void forward(int signal) {
+  if (!told) {
+    told = 1;
+    const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+    for (const char* part : {"pipetrain: launch: stopping the job on ", name, "\n"}) {
+      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+    }
+  }
   if (child_pid > 0) ::kill(child_pid, signal);
 }
 

@@ -24,8 +24,6 @@ class DeadlineExceeded : public std::runtime_error {
 // Who this process is, e.g. "rank 3 (pipe=1 data=1)"; set once the topology is known.
 void set_rank_identity(std::string identity);
 const std::string& rank_identity();
-// The same, NUL-terminated in a fixed buffer a signal handler may read.
-const char* rank_identity_for_signals() noexcept;
 
 // What the caller is doing, e.g. "stage 1, step 4, RecvGrad buffer 0, micro-batch 3",
 // formatted only when a wait fails (the engine updates it for every instruction).
