@@ -11,9 +11,7 @@ constexpr std::chrono::microseconds kPollInterval{100};
 
 }  // namespace
 
-SendProgress::SendProgress() {
-  if (comm::mpi_thread_multiple()) thread_ = std::thread([this] { poll_until_stopped(); });
-}
+SendProgress::SendProgress() : threads_allowed_(comm::mpi_thread_multiple()) {}
 
 SendProgress::~SendProgress() {
   {
@@ -25,6 +23,9 @@ SendProgress::~SendProgress() {
 }
 
 void SendProgress::add(comm::PendingSend send) {
+  // Started with the first deferred send: schedules whose sends block never need it.
+  if (threads_allowed_ && !thread_.joinable())
+    thread_ = std::thread([this] { poll_until_stopped(); });
   {
     const std::lock_guard lock(mutex_);
     in_flight_.push_back(std::move(send));

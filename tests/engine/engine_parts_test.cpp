@@ -134,6 +134,15 @@ TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   EXPECT_DOUBLE_EQ(optimizer.last_learning_rate(), 0.5);
 }
 
+// The global norm when every counted gradient element on this stage is `own`.
+double norm_when_filled(const Grid& grid, const GradientSync& sync, double own) {
+  int64_t own_elements = 0;
+  for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
+  at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
+  grid.pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  return std::sqrt(squares.item<double>());
+}
+
 TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
@@ -142,11 +151,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
   const double own = grid->is_first_stage() ? 1 : 2;
-  int64_t own_elements = 0;
-  for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
-  at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
-  grid->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  const double norm = std::sqrt(squares.item<double>());
+  const double norm = norm_when_filled(*grid, sync, own);
   const at::Tensor p = module->parameters().back();
   const at::Tensor before = p.detach().clone();
   fill_grads(*module, own);
@@ -165,14 +170,10 @@ TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   fill_grads(*module, 3.0);
   optimizer.step(0);
   EXPECT_TRUE(std::isnan(optimizer.last_grad_norm()));
-  int64_t own_elements = 0;
-  for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
-  at::Tensor squares = at::tensor({9.0 * own_elements}, at::kDouble);
-  grid->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  const double norm = norm_when_filled(*grid, sync, 3.0);
   optimizer.set_grad_norm_wanted(true);
   fill_grads(*module, 3.0);
   optimizer.step(1);
-  const double norm = std::sqrt(squares.item<double>());
   EXPECT_NEAR(optimizer.last_grad_norm(), norm, 1e-7 * norm);
 }
 

@@ -36,7 +36,8 @@ class SendProgress {
   std::deque<comm::PendingSend> in_flight_;
   std::exception_ptr failure_;
   bool stop_ = false;
-  std::thread thread_;  // started last, joined first
+  const bool threads_allowed_;  // MPI_THREAD_MULTIPLE
+  std::thread thread_;          // started by the first add(), joined first
 };
 
 }  // namespace pipetrain
