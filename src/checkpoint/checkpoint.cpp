@@ -320,7 +320,7 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     const NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
     pending.rng_state = tensor_named(rng, "cpu");
-    if (at::globalContext().hasCUDA()) pending.cuda_rng_state = tensor_named(rng, "cuda");
+    if (engine.device().is_cuda()) pending.cuda_rng_state = tensor_named(rng, "cuda");
   }
   return pending;
 }
@@ -400,9 +400,10 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
       }
     }
   }
-  const at::Tensor rng = rng_state(at::kCPU);
-  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4),
-                 encode_safetensors({{"cpu", rng}}), files);
+  NamedTensors rng{{"cpu", rng_state(at::kCPU)}};
+  if (engine.device().is_cuda()) rng.emplace_back("cuda", rng_state(engine.device()));
+  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4), encode_safetensors(rng),
+                 files);
 
   const auto parts =
       comm::all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
@@ -486,8 +487,7 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (manifest.contains("loss_scaler")) engine.loss_scaler().restore(manifest["loss_scaler"]);
   if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
-  if (pending.cuda_rng_state.defined())
-    set_rng_state(at::Device(at::kCUDA, 0), pending.cuda_rng_state);
+  if (pending.cuda_rng_state.defined()) set_rng_state(engine.device(), pending.cuda_rng_state);
   if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
   return manifest["client_state"];
 }

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
       pipetrain::cli::add_keys_command(app),
+      pipetrain::cli::add_devices_command(app),
   };  // clang-format: one per line
 
   // CLI11 would only say that a sub-command is required; name the one that is not.

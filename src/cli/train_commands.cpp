@@ -36,6 +36,7 @@ Command add_train_command(CLI::App& app) {
                       "(pipeline.schedule)");
   command->add_option("--chunks", o.chunks,
                       "Model chunks per stage for the interleaved schedule (pipeline.chunks)");
+  command->add_option("--device", o.device, "Where ranks compute: auto, cpu or cuda (device)");
   return {command, [options] {
             return run_rank(0, nullptr, [&] {
               return train(apply_overrides(read_json_file(options->config), options->overrides));

@@ -55,18 +55,6 @@ std::size_t byte_count(const at::Tensor& tensor) {
   return static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
 }
 
-// One GPU per rank is what NCCL needs; compare the PCI location of every rank's device.
-bool ranks_share_a_gpu(const MpiCommunicator& group, int device) {
-  cudaDeviceProp properties{};
-  check_cuda(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
-  at::Tensor location = at::tensor({static_cast<int64_t>(properties.pciDomainID),
-                                    static_cast<int64_t>(properties.pciBusID),
-                                    static_cast<int64_t>(properties.pciDeviceID)});
-  at::Tensor all = const_cast<MpiCommunicator&>(group).all_gather(location);
-  const auto unique = std::get<0>(at::unique_dim(all, 0));
-  return unique.size(0) != group.size();
-}
-
 class NcclCommunicator;
 
 // An NCCL operation on the communicator's stream, complete once its event fires.
@@ -256,7 +244,6 @@ bool nccl_compiled() {
 }
 
 std::shared_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& bootstrap, int device) {
-  if (ranks_share_a_gpu(bootstrap, device)) return nullptr;
   return std::make_shared<NcclCommunicator>(bootstrap, device);
 }
 

@@ -16,8 +16,13 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 }  // namespace
 
 GradientSync::GradientSync(const PipelineModule& module, std::shared_ptr<const Grid> grid,
-                           int64_t bucket_elements, at::ScalarType wire)
-    : module_(module), grid_(std::move(grid)), bucket_elements_(bucket_elements), wire_(wire) {
+                           std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
+                           at::ScalarType wire)
+    : module_(module),
+      grid_(std::move(grid)),
+      data_(std::move(data)),
+      bucket_elements_(bucket_elements),
+      wire_(wire) {
   connect_tied_layers();
 }
 
@@ -86,7 +91,7 @@ void GradientSync::reduce_data_parallel() {
     int64_t offset = 0;
     for (std::size_t i = first; i < last; offset += grads[i++].numel())
       flat.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));
-    grid_->data_comm()->all_reduce(flat, comm::ReduceOp::kAverage);
+    data_->all_reduce(flat, comm::ReduceOp::kAverage);
     offset = 0;
     for (std::size_t i = first; i < last; offset += grads[i++].numel())
       grads[i].copy_(flat.narrow(0, offset, grads[i].numel()).view_as(grads[i]));

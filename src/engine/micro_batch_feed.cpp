@@ -11,8 +11,21 @@
 
 namespace pipetrain {
 
-MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype)
-    : grid_(std::move(grid)), dtype_(dtype) {}
+namespace {
+
+// A host tensor on `device`: through pinned memory and a copy the host need not wait for.
+at::Tensor placed(const at::Tensor& tensor, at::Device device) {
+  if (tensor.device() == device) return tensor;
+  const at::Tensor host =
+      tensor.device().is_cpu() && device.is_cuda() ? tensor.pin_memory() : tensor;
+  return host.to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
+
+MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype,
+                               at::Device device)
+    : grid_(std::move(grid)), dtype_(dtype), device_(device) {}
 
 MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t step) {
   std::optional<TensorList> inputs, labels;
@@ -42,10 +55,14 @@ MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t st
   if (grid_->is_first_stage()) {
     batch.inputs = std::move(*inputs);
     for (auto& t : batch.inputs) {
+      t = placed(t, device_);
       if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype_) t = t.to(dtype_);
     }
   }
-  if (grid_->is_last_stage()) batch.labels = std::move(*labels);
+  if (grid_->is_last_stage()) {
+    batch.labels = std::move(*labels);
+    for (auto& t : batch.labels) t = placed(t, device_);
+  }
   return batch;
 }
 

@@ -85,12 +85,18 @@ bool MixedPrecisionOptimizer::unscale_onto_masters() {
     if (unscale != 1.0) master.mutable_grad().mul_(unscale);
   }
   if (dtype_ != at::kHalf) return false;
-  bool finite = true;
+  // One pass on the device: a norm is finite exactly when its tensor is (up to a sum of
+  // squares past the float range, which DeepSpeed's check also counts as an overflow).
+  std::vector<at::Tensor> grads;
   for (const auto& [parameter, master] : masters_) {
-    if (master.grad().defined() && !master.grad().isfinite().all().item<bool>()) finite = false;
+    if (master.grad().defined()) grads.push_back(master.grad());
+  }
+  at::Tensor overflow = at::zeros({1}, at::kLong);
+  if (!grads.empty()) {
+    const at::Tensor finite = at::stack(at::_foreach_norm(grads, 2)).isfinite().all();
+    overflow.fill_(finite.logical_not().to(at::kLong).item<int64_t>());  // the step's one wait
   }
   // Every stage and replica must take the same decision.
-  at::Tensor overflow = at::tensor({finite ? int64_t{0} : int64_t{1}}, at::kLong);
   grid_->world_comm()->all_reduce(overflow, comm::ReduceOp::kMax);
   return overflow.item<int64_t>() != 0;
 }

@@ -6,6 +6,8 @@
 #include <exception>
 #include <stdexcept>
 
+#include "pipetrain/device/placement.h"
+#include "pipetrain/device/transport.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/validator.h"
 
@@ -69,6 +71,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
     : module_(std::move(module)),
       grid_(std::move(grid)),
       config_(resolved(std::move(config), grid_->data_parallel_size())),
+      device_(place_rank(config_.device, *grid_->world_comm())),
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
   check_stage();
@@ -79,20 +82,21 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
     }
   }
   const auto plan = fault_plan_from_environment();
+  module_->to(device_);
   const auto parameters = module_->parameters();
-  gradients_ =
-      std::make_unique<GradientSync>(*module_, grid_, config_.reduce_bucket_size,
-                                     to_scalar_type(config_.precision.communication_dtype));
+  gradients_ = std::make_unique<GradientSync>(
+      *module_, grid_, communicator_for(grid_->data_comm(), device_), config_.reduce_bucket_size,
+      to_scalar_type(config_.precision.communication_dtype));
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
                                                          gradients_->norm_parameters());
-  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype());
+  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
+  const bool partitioned = config_.pipeline.partitioned_transfers;
   if (plan && plan->rank == grid_->global_rank()) {
     faults_ = std::make_shared<FaultInjector>(
         *plan, parameters.empty() ? at::Tensor() : parameters.front());
-    link_ =
-        std::make_unique<FaultyStageLink>(grid_, config_.pipeline.partitioned_transfers, faults_);
+    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, faults_);
   } else {
-    link_ = std::make_unique<StageLink>(grid_, config_.pipeline.partitioned_transfers);
+    link_ = std::make_unique<StageLink>(grid_, partitioned, device_);
   }
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
@@ -169,7 +173,7 @@ Activation PipelineEngine::infer(const Activation& inputs) {
 }
 
 double PipelineEngine::execute(const Program& program, Run& run) {
-  run.loss_sum = at::zeros({}, at::kDouble);
+  run.loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   link_->set_send_completion(program.sends);
@@ -186,7 +190,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
     for (const Instruction& in : steps[t]) run_instruction(t, in, run);
   }
   link_->complete_sends();
-  return run.loss_sum.item<double>();
+  return run.loss_sum.item<double>();  // the step's one wait for the device
 }
 
 void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) {
@@ -271,7 +275,10 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
   }
   if (run.training) peak_live_ = std::max(peak_live_, ++live_);
   if (!is_last_virtual_stage(chunk)) return;
-  if (run.outputs) run.outputs->push_back(buffer.outputs);
+  if (run.outputs) {  // handed to the caller in host memory
+    Activation& kept = run.outputs->emplace_back();
+    for (const auto& t : buffer.outputs) kept.push_back(t.detach().to(at::kCPU));
+  }
   if (buffer.labels.empty()) return;  // infer(): outputs only
   Activation outputs = buffer.outputs;
   for (auto& t : outputs) {

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
-#include "pipetrain/comm/nccl_communicator.h"
 #include "pipetrain/comm/partitioned_transfer.h"
+#include "pipetrain/device/transport.h"
 
 namespace pipetrain {
 namespace {
@@ -20,10 +20,12 @@ int64_t byte_size(const TensorList& tensors) {
 
 }  // namespace
 
-StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned)
+StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device)
     : grid_(std::move(grid)),
       partitioned_(partitioned),
-      transport_(grid_->pipe_comm(), comm::communicator_for(grid_->pipe_comm(), at::kCPU)) {}
+      payloads_(communicator_for(grid_->pipe_comm(), device)),
+      transport_kind_(transport_of(*payloads_)),
+      transport_(grid_->pipe_comm(), payloads_, device) {}
 
 bool StageLink::partitioned() const {
   return partitioned_ && grid_->model_parallel_size() > 1;

@@ -49,6 +49,12 @@ const Names<Precision>& precisions() {
   return names;
 }
 
+const Names<DeviceKind>& devices() {
+  static const Names<DeviceKind> names{
+      {"auto", DeviceKind::kAuto}, {"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}};
+  return names;
+}
+
 // The batch sizes: 0 is unset (derived by resolve_batch), left out of the effective config.
 void bind_batch(KeyTable<TrainingConfig>& t) {
   auto batch_key = [&t](const char* name, auto field, const char* help) {
@@ -82,7 +88,10 @@ void bind_run(KeyTable<TrainingConfig>& t) {
       .number("comm_timeout", PIPETRAIN_FIELD(comm_timeout),
               "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300", at_least(0))
       .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
-               "elements per data-parallel all-reduce bucket", at_least(1));
+               "elements per data-parallel all-reduce bucket", at_least(1))
+      .choice("device", PIPETRAIN_FIELD(device), devices(),
+              "where each rank computes: `cuda` (GPU local rank % visible GPUs; exit 2 without "
+              "one), `cpu`, or `auto` (a GPU when the build has CUDA and one is visible)");
 }
 
 void bind_optimizer(KeyTable<TrainingConfig>& t) {

@@ -232,11 +232,19 @@ void PipelineModule::train(bool on) {
 }
 
 void PipelineModule::to(at::ScalarType dtype) {
+  for_each_module([dtype](torch::nn::Module& module) { module.to(dtype); });
+}
+
+void PipelineModule::to(at::Device device) {
+  for_each_module([device](torch::nn::Module& module) { module.to(device); });
+}
+
+void PipelineModule::for_each_module(const std::function<void(torch::nn::Module&)>& apply) {
   std::vector<torch::nn::Module*> done;
   for (auto& [index, layer] : layers_) {
     if (!layer.module || std::count(done.begin(), done.end(), layer.module.get())) continue;
     done.push_back(layer.module.get());
-    layer.module->to(dtype);
+    apply(*layer.module);
   }
 }
 

@@ -1,8 +1,8 @@
 #include "pipetrain/optim/optimizer.h"
 
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+
+#include "pipetrain/optim/fused_adam.h"
 
 namespace pipetrain {
 
@@ -14,16 +14,23 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
         parameters,
         torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
   }
+  // On a GPU, ATen's fused kernels; on the CPU, LibTorch's own step (bitwise what a plain
+  // LibTorch loop computes).
+  const bool fused = !parameters.empty() && parameters.front().is_cuda();
   if (config.type == "AdamW") {
-    return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(s.lr)
-                                                                 .betas({s.beta1, s.beta2})
-                                                                 .eps(s.eps)
-                                                                 .weight_decay(s.weight_decay));
+    const auto options = torch::optim::AdamWOptions(s.lr)
+                             .betas({s.beta1, s.beta2})
+                             .eps(s.eps)
+                             .weight_decay(s.weight_decay);
+    if (fused) return std::make_unique<FusedAdamW>(parameters, options);
+    return std::make_unique<torch::optim::AdamW>(parameters, options);
   }
-  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(s.lr)
-                                                              .betas({s.beta1, s.beta2})
-                                                              .eps(s.eps)
-                                                              .weight_decay(s.weight_decay));
+  const auto options = torch::optim::AdamOptions(s.lr)
+                           .betas({s.beta1, s.beta2})
+                           .eps(s.eps)
+                           .weight_decay(s.weight_decay);
+  if (fused) return std::make_unique<FusedAdam>(parameters, options);
+  return std::make_unique<torch::optim::Adam>(parameters, options);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -184,6 +184,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   config["save"] = "";  // forward-only use writes none of the training run's outputs
   config.erase("log");
   config.erase("trace");
+  config.erase("device");  // the machine that reads the checkpoint decides
   return config;
 }
 

@@ -12,6 +12,7 @@
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
+#include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/progress_line.h"
@@ -77,16 +78,18 @@ class RunLog {
     smoothed_seconds_ = smoothed_seconds_ == 0 ? s.seconds
                                                : kSpeedSmoothing * smoothed_seconds_ +
                                                      (1 - kSpeedSmoothing) * s.seconds;
-    if (!leader_) return;
     const PipelineEngine& engine = *job_.engine;
+    const std::vector<GpuMemory> memory = gather_gpu_memory(engine);
+    if (!leader_) return;
     const bool fp16 = job_.config.engine.precision.dtype == Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
     progress_.update(s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
                      tokens / smoothed_seconds_, smoothed_seconds_,
-                     fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
-                                " skipped " + std::to_string(engine.skipped_steps())
-                          : std::string());
+                     (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
+                                 " skipped " + std::to_string(engine.skipped_steps())
+                           : std::string()) +
+                         memory_summary(memory));
     if (s.validation_loss) {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
                         std::to_string(*s.validation_loss));
@@ -102,6 +105,14 @@ class RunLog {
         {"tokens_per_s", tokens / s.seconds},
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
+    if (!memory.empty()) {  // per rank, in rank order
+      record["gpu_memory_bytes"] = nlohmann::json::array();
+      record["gpu_peak_memory_bytes"] = nlohmann::json::array();
+      for (const auto& m : memory) {
+        record["gpu_memory_bytes"].push_back(m.allocated);
+        record["gpu_peak_memory_bytes"].push_back(m.peak_allocated);
+      }
+    }
     metrics_->write(record);
     if (tensorboard_) write_scalars(s, samples);
   }
@@ -140,12 +151,14 @@ class RunLog {
 
 // Rank 0: what the job is, and its effective config beside the checkpoints.
 void announce(const Job& job) {
+  const std::string devices = describe_devices(*job.engine);  // collective
   if (job.grid->global_rank() != 0) return;
   const Grid& grid = *job.grid;
   std::printf("effective config: %s\n", job.effective.dump().c_str());
-  std::printf("job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers\n",
+  std::printf("job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers; %s\n",
               grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
-              grid.model_parallel_size(), job.config.model.type.c_str(), job.module->num_layers());
+              grid.model_parallel_size(), job.config.model.type.c_str(), job.module->num_layers(),
+              devices.c_str());
   const std::string& save = job.config.trainer.save;
   if (!save.empty()) {
     fs::create_directories(save);

@@ -71,6 +71,7 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   if (o.trace) config["trace"] = *o.trace;
   if (o.schedule) config["pipeline"]["schedule"] = *o.schedule;
   if (o.chunks) config["pipeline"]["chunks"] = *o.chunks;
+  if (o.device) config["device"] = *o.device;
   if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
   if (o.model) config["model_parallel"] = *o.model;
   return config;

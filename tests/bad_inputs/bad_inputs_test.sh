@@ -116,6 +116,12 @@ expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a fold
 expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
 
+# Asking for a GPU where this build sees none (on a machine with one, the GPU tests run).
+if "$pipetrain" devices | grep -q '^visible GPUs: 0'; then
+  expect_bad "cli: --device cuda without a GPU" "device \"cuda\": no GPU is visible" \
+    launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --device cuda
+fi
+
 echo "$cases bad inputs"
 check "the corpus holds at least 40 bad inputs ($cases)" test "$cases" -ge 40
 finish

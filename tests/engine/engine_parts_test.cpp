@@ -37,7 +37,7 @@ void fill_grads(const PipelineModule& module, double value) {
 
 TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
   const auto grid = pipe_data_grid();
-  StageLink link(grid, /*partitioned=*/true);  // no model-parallel group: whole tensors
+  StageLink link(grid, /*partitioned=*/true, at::kCPU);  // no model-parallel group: whole tensors
   const at::Tensor activation =
       at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
   const at::Tensor ids = at::arange(4, at::kLong);
@@ -65,7 +65,7 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   auto world = comm::MpiCommunicator::world();
   const auto grid =
       std::make_shared<Grid>(pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
-  StageLink link(grid, /*partitioned=*/true);
+  StageLink link(grid, /*partitioned=*/true, at::kCPU);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {
     link.send({activation}, 1, Flow::kActivation);
@@ -80,7 +80,8 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
 TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, /*bucket_elements=*/50, at::kFloat);  // several buckets
+  GradientSync sync(*module, grid, grid->data_comm(), /*bucket_elements=*/50,
+                    at::kFloat);  // several buckets
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);
@@ -99,7 +100,7 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
 TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, 1000, at::kFloat);
+  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
   const at::Tensor tied = module->tied_parameters("embed").at(0);
   const auto& counted = sync.norm_parameters();
   const bool has_tied = std::any_of(counted.begin(), counted.end(),
@@ -146,7 +147,7 @@ double norm_when_filled(const Grid& grid, const GradientSync& sync, double own) 
 TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, 1000, at::kFloat);
+  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
@@ -164,7 +165,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
 TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, 1000, at::kFloat);
+  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, Precision::kFp32),
                                     sync.norm_parameters());
   fill_grads(*module, 3.0);

@@ -59,9 +59,9 @@ class FaultInjector {
 // A StageLink whose sends pass through a FaultInjector.
 class FaultyStageLink final : public StageLink {
  public:
-  FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned,
+  FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
                   std::shared_ptr<FaultInjector> faults)
-      : StageLink(std::move(grid), partitioned), faults_(std::move(faults)) {}
+      : StageLink(std::move(grid), partitioned, device), faults_(std::move(faults)) {}
   void send(const TensorList& tensors, int stage, Channel channel) override {
     StageLink::send(faults_->outgoing(tensors), stage, channel);
   }

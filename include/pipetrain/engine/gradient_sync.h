@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/device/transport.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"
 
@@ -20,9 +21,15 @@ namespace pipetrain {
 class GradientSync {
  public:
   // Collective over the grid's world (one communicator per tie key is split from it).
-  // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket.
+  // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket;
+  // `data` carries the data-parallel average (the grid's data communicator, or NCCL over
+  // the same ranks).
   GradientSync(const PipelineModule& module, std::shared_ptr<const Grid> grid,
-               int64_t bucket_elements, at::ScalarType wire);
+               std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
+               at::ScalarType wire);
+
+  // How the data-parallel average travels.
+  comm::Transport transport() const { return transport_of(*data_); }
 
   void reduce_tied();
   void reduce_data_parallel();
@@ -38,6 +45,7 @@ class GradientSync {
 
   const PipelineModule& module_;
   std::shared_ptr<const Grid> grid_;
+  std::shared_ptr<comm::Communicator> data_;
   int64_t bucket_elements_;
   at::ScalarType wire_;
   std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;

@@ -13,10 +13,11 @@ namespace pipetrain {
 // Feeds a stage its micro-batches: the first stage takes the inputs, the last the labels.
 // Under tensor parallelism only model-parallel rank 0 reads the source and broadcasts what
 // it read to its group; the others learn from it when it had nothing, rather than wait.
-// Floating inputs are cast to the model's dtype.
+// Micro-batches go to the stage's device (from pinned host memory, without waiting, to a
+// GPU); floating inputs are cast to the model's dtype there.
 class MicroBatchFeed {
  public:
-  MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype);
+  MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype, at::Device device);
 
   // Collective over the model-parallel group. `loaded` and `step` (micro-batches read so
   // far in this batch, the optimizer step) describe where the data ran out, if it did.
@@ -27,6 +28,7 @@ class MicroBatchFeed {
 
   std::shared_ptr<const Grid> grid_;
   at::ScalarType dtype_;
+  at::Device device_;
 };
 
 }  // namespace pipetrain

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/autograd/weight_grad_store.h"
+#include "pipetrain/comm/transport_choice.h"
 #include "pipetrain/engine/fault_injection.h"
 #include "pipetrain/engine/gradient_sync.h"
 #include "pipetrain/engine/micro_batch_feed.h"
@@ -43,8 +44,9 @@ struct InstructionRecord {
 class PipelineEngine {
  public:
   // Collective over the grid's world. The module must be built for this rank's stage of
-  // grid->pipe_parallel_size() stages. Batch sizes in `config` are resolved against the
-  // grid's data-parallel size (InputError showing the arithmetic if they disagree).
+  // grid->pipe_parallel_size() stages; it moves to the device config.device chooses
+  // (InputError for "cuda" without a GPU). Batch sizes in `config` are resolved against
+  // the grid's data-parallel size (InputError showing the arithmetic if they disagree).
   PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
                  TrainingConfig config);
 
@@ -95,6 +97,12 @@ class PipelineEngine {
   // Payload bytes this rank sent and received between stages so far (with partitioned
   // transfers: its shares, not the all-gathered whole; headers not counted).
   int64_t p2p_bytes() const { return link_->bytes(); }
+
+  // Where this rank computes, and how its activations and its data-parallel gradients
+  // travel (NCCL between GPUs of their own, else MPI).
+  at::Device device() const { return device_; }
+  comm::Transport pipe_transport() const { return link_->transport(); }
+  comm::Transport data_transport() const { return gradients_->transport(); }
 
   PipelineModule& module() { return *module_; }
   const PipelineModule& module() const { return *module_; }
@@ -172,6 +180,7 @@ class PipelineEngine {
   std::shared_ptr<PipelineModule> module_;
   std::shared_ptr<Grid> grid_;
   TrainingConfig config_;
+  at::Device device_;
   std::unique_ptr<GradientSync> gradients_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
   std::unique_ptr<MicroBatchFeed> feed_;

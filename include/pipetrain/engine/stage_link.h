@@ -5,6 +5,7 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
+#include "pipetrain/comm/transport_choice.h"
 #include "pipetrain/engine/send_progress.h"
 #include "pipetrain/topology/grid.h"
 
@@ -39,7 +40,8 @@ enum class SendCompletion { kBlocking, kDeferred };
 class StageLink {
  public:
   // `partitioned` takes effect only with a model-parallel group of more than one rank.
-  StageLink(std::shared_ptr<const Grid> grid, bool partitioned);
+  // Received tensors are placed on `device`; payloads travel by communicator_for's choice.
+  StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device);
   virtual ~StageLink() = default;
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
@@ -57,6 +59,8 @@ class StageLink {
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
   int64_t bytes() const { return bytes_; }
+  // How payloads travel: NCCL between GPUs of their own, else MPI.
+  comm::Transport transport() const { return transport_kind_; }
 
  private:
   bool partitioned() const;
@@ -65,6 +69,8 @@ class StageLink {
   std::shared_ptr<const Grid> grid_;
   bool partitioned_;
   SendCompletion completion_ = SendCompletion::kBlocking;
+  std::shared_ptr<comm::Communicator> payloads_;
+  comm::Transport transport_kind_;
   comm::TensorTransport transport_;
   SendProgress in_flight_;
   int64_t bytes_ = 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
+#include "pipetrain/device/device_choice.h"
 #include "pipetrain/module/partition_method.h"
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer_config.h"
@@ -55,6 +56,7 @@ struct TrainingConfig {
   int64_t seed = 1234;
   double comm_timeout = 0;                  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
   int64_t reduce_bucket_size = 25'000'000;  // elements per data-parallel all-reduce bucket
+  DeviceKind device = DeviceKind::kAuto;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   PipelineConfig pipeline;

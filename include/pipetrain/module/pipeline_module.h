@@ -12,8 +12,7 @@
 
 namespace pipetrain {
 
-using LossFunction =
-    std::function<at::Tensor(const Activation& outputs, const TensorList& labels)>;
+using LossFunction = std::function<at::Tensor(const Activation& outputs, const TensorList& labels)>;
 
 struct PipelineModuleOptions {
   int stages = 1;
@@ -22,7 +21,7 @@ struct PipelineModuleOptions {
   // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B).
   int chunks = 1;
   PartitionMethod partition_method{};  // by parameter counts unless set
-  uint64_t seed = 1234;              // base of every layer's initialisation seed
+  uint64_t seed = 1234;                // base of every layer's initialisation seed
   // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
   int activation_checkpoint_interval = 0;
   // Layer types that may be checkpointed; empty: any run of layers with parameters.
@@ -55,6 +54,8 @@ class PipelineModule {
   void train(bool on);
   // Converts this stage's parameters (in place: tensor handles stay valid) to `dtype`.
   void to(at::ScalarType dtype);
+  // Moves every layer's parameters and buffers to `device` (tied layers once).
+  void to(at::Device device);
   bool is_training() const { return training_; }
 
   // This stage's parameters, each once, named "<layer index>.<name in its module>"; a
@@ -72,6 +73,8 @@ class PipelineModule {
   std::vector<at::Tensor> tied_parameters(const std::string& key) const;
 
  private:
+  // Each distinct layer module once (a tied module appears in several layers).
+  void for_each_module(const std::function<void(torch::nn::Module&)>& apply);
   struct BuiltLayer {
     int index = 0;
     std::string type;

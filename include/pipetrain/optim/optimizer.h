@@ -9,7 +9,8 @@
 
 namespace pipetrain {
 
-// Adam, AdamW or SGD from LibTorch with read_optimizer_settings(config).
+// Adam, AdamW or SGD from LibTorch with read_optimizer_settings(config); for CUDA
+// parameters Adam and AdamW step with ATen's fused kernels (FusedAdam, FusedAdamW).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<at::Tensor> parameters);
 

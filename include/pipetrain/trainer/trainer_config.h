@@ -51,7 +51,7 @@ TrainerConfig parse_trainer_config(const nlohmann::json& json);
 struct TrainerOverrides {
   std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed, chunks;
   std::optional<double> lr;
-  std::optional<std::string> save, load, trace, schedule;
+  std::optional<std::string> save, load, trace, schedule, device;
 };
 
 // The config file with the overrides written into it: the effective config.

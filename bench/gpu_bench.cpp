@@ -1,0 +1,264 @@
+// The engine on a GPU, side by side in one run (scripts/device-check runs it):
+//   pipetrain launch -n 2 -- build/bench/gpu_bench
+// (a) engine overhead: GPT d 1024, 8 layers, context 1024, bf16, micro-batch 8, 8 micro-
+//     batches, one stage, against a plain LibTorch loop doing the same work in this binary
+//     (bf16 model, fp32 masters, ATen's fused AdamW, the same micro-batches from pinned
+//     memory); rank 0 alone, repetitions interleaved, medians;
+// (b) throughput: GPT d 2048, 8 layers, context 2048, bf16, micro-batch 8, one stage:
+//     model TFLOP/s by Megatron's formula (bench/gpu_eager.py runs PyTorch eager alike);
+// (c) pipe 2 on the one GPU (both ranks share it, MPI with host staging between them):
+//     the (a) model's step time against pipe 1, and each rank's peak GPU memory.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/data/data_source.h"
+#include "pipetrain/device/cuda.h"
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/optim/fused_adam.h"
+
+namespace {
+
+using namespace pipetrain;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kRepetitions = 5;
+constexpr double kLearningRate = 1e-4;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct Shape {
+  models::GptConfig gpt;
+  int64_t micro_batch;
+  int micro_batches;
+};
+
+const Shape kOverheadShape{
+    {.vocab_size = 50304, .context = 1024, .d_model = 1024, .heads = 16, .layers = 8}, 8, 8};
+const Shape kThroughputShape{
+    {.vocab_size = 50304, .context = 2048, .d_model = 2048, .heads = 16, .layers = 8}, 8, 4};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Megatron-LM's model FLOPs per step (forward and backward, full attention matrices):
+// 72 B s l h^2 (1 + s / 6h + V / 12 l h), B the sequences of a step.
+double model_flops(const Shape& s) {
+  const double b = static_cast<double>(s.micro_batch * s.micro_batches);
+  const double seq = static_cast<double>(s.gpt.context), l = static_cast<double>(s.gpt.layers);
+  const double h = static_cast<double>(s.gpt.d_model), v = static_cast<double>(s.gpt.vocab_size);
+  return 72 * b * seq * l * h * h * (1 + seq / (6 * h) + v / (12 * l * h));
+}
+
+std::shared_ptr<TensorDataset> random_tokens(const Shape& s) {
+  const int64_t samples = s.micro_batch * s.micro_batches;
+  return std::make_shared<TensorDataset>(
+      Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)},
+      Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)});
+}
+
+TrainingConfig bf16_config(const Shape& s, int stages) {
+  TrainingConfig config;
+  config.train_micro_batch_size_per_gpu = s.micro_batch;
+  config.gradient_accumulation_steps = s.micro_batches;
+  config.steps_per_print = 1 << 30;
+  config.pipeline.stages = stages;
+  config.precision.dtype = Precision::kBf16;
+  config.optimizer = {"AdamW", {{"lr", kLearningRate}, {"weight_decay", 0.0}}};
+  config.device = DeviceKind::kCuda;
+  return config;
+}
+
+// What the engine does for a step on one stage, written out as a plain loop: a bf16
+// model, fp32 masters stepped by fused AdamW, the loss in fp32 scaled by 1 / M.
+class PlainLoop {
+ public:
+  PlainLoop(const Shape& s, std::shared_ptr<TensorDataset> data)
+      : shape_(s),
+        model_(models::gpt_layers(s.gpt), models::gpt_loss(), {}),
+        data_(std::make_unique<DataLoader>(std::move(data), s.micro_batch, 1, 0)) {
+    model_.to(at::Device(at::kCUDA, 0));
+    model_.to(at::kBFloat16);
+    for (const auto& p : model_.parameters()) {
+      params_.push_back(p);
+      masters_.push_back(p.detach().to(at::kFloat).clone().requires_grad_(true));
+    }
+    adam_ = std::make_unique<FusedAdamW>(
+        masters_, torch::optim::AdamWOptions(kLearningRate).weight_decay(0.0));
+  }
+
+  double step() {
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(at::kCUDA));
+    for (int i = 0; i < shape_.micro_batches; ++i) {
+      MicroBatch batch = data_.next();
+      Activation inputs, labels;
+      for (auto& t : batch.inputs) inputs.push_back(t.pin_memory().to(at::kCUDA, true));
+      for (auto& t : batch.labels) labels.push_back(t.pin_memory().to(at::kCUDA, true));
+      Activation outputs = model_.forward(inputs);
+      for (auto& t : outputs) t = t.to(at::kFloat);
+      const at::Tensor loss = model_.loss(outputs, labels);
+      loss_sum += loss.detach().to(at::kDouble);
+      (loss / shape_.micro_batches).backward();
+    }
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      masters_[i].mutable_grad() = params_[i].grad().to(at::kFloat);
+      params_[i].mutable_grad() = at::Tensor();
+    }
+    adam_->step();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      params_[i].copy_(masters_[i]);
+      masters_[i].mutable_grad() = at::Tensor();
+    }
+    return loss_sum.item<double>() / shape_.micro_batches;
+  }
+
+ private:
+  Shape shape_;
+  PipelineModule model_;
+  RepeatingLoader data_;
+  std::vector<at::Tensor> params_, masters_;
+  std::unique_ptr<FusedAdamW> adam_;
+};
+
+struct Engine {
+  std::shared_ptr<PipelineModule> module;
+  std::unique_ptr<PipelineEngine> engine;
+  std::unique_ptr<RepeatingLoader> data;
+};
+
+Engine make_engine(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& comm,
+                   std::shared_ptr<TensorDataset> data) {
+  const int stages = comm->size();
+  auto grid = std::make_shared<Grid>(pipe_data_parallel_topology(stages, 1), comm);
+  Engine e;
+  e.module = std::make_shared<PipelineModule>(
+      models::gpt_layers(s.gpt), models::gpt_loss(),
+      PipelineModuleOptions{.stages = stages, .stage_id = grid->stage_id()});
+  e.engine = std::make_unique<PipelineEngine>(e.module, grid, bf16_config(s, stages));
+  e.engine->set_progress_report(false);
+  e.data = std::make_unique<RepeatingLoader>(
+      std::make_unique<DataLoader>(std::move(data), s.micro_batch, 1, 0));
+  return e;
+}
+
+double seconds_of(const std::function<void()>& step) {
+  const auto start = Clock::now();
+  step();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
+  const auto data = random_tokens(s);
+  PlainLoop plain(s, data);
+  Engine e = make_engine(s, alone, data);
+  std::vector<double> plain_s, engine_s;
+  double plain_loss = 0, engine_loss = 0;
+  for (int i = 0; i < 2; ++i) {  // warm-up: kernels chosen, memory cached
+    plain_loss = plain.step();
+    engine_loss = e.engine->train_batch(e.data.get());
+  }
+  for (int r = 0; r < kRepetitions; ++r) {
+    auto time_plain = [&] { plain_s.push_back(seconds_of([&] { plain.step(); })); };
+    auto time_engine = [&] {
+      engine_s.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+    };
+    if (r % 2 == 0) {
+      time_plain();
+      time_engine();
+    } else {
+      time_engine();
+      time_plain();
+    }
+  }
+  std::printf(
+      "(a) GPT d %lld, %lld layers, context %lld, bf16, %d micro-batches of %lld, 1 stage, %d "
+      "interleaved repetitions:\n    plain loop %.4f s, engine %.4f s per step: engine / plain "
+      "= %.3f (per repetition:",
+      static_cast<long long>(s.gpt.d_model), static_cast<long long>(s.gpt.layers),
+      static_cast<long long>(s.gpt.context), s.micro_batches, static_cast<long long>(s.micro_batch),
+      kRepetitions, median(plain_s), median(engine_s), median(engine_s) / median(plain_s));
+  for (int r = 0; r < kRepetitions; ++r) std::printf(" %.3f", engine_s[r] / plain_s[r]);
+  std::printf("); warm-up losses %.4f / %.4f\n", plain_loss, engine_loss);
+}
+
+void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
+  Engine e = make_engine(s, alone, random_tokens(s));
+  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
+  std::vector<double> seconds;
+  for (int r = 0; r < kRepetitions; ++r)
+    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+  const double flops = model_flops(s);
+  std::printf(
+      "(b) GPT d %lld, %lld layers, context %lld, bf16, %d micro-batches of %lld, 1 stage: %.4f "
+      "s per step, %.1f model TFLOP/s (Megatron's formula, %.1f TFLOP per step); peak memory "
+      "%.1f GiB\n",
+      static_cast<long long>(s.gpt.d_model), static_cast<long long>(s.gpt.layers),
+      static_cast<long long>(s.gpt.context), s.micro_batches, static_cast<long long>(s.micro_batch),
+      median(seconds), flops / median(seconds) / 1e12, flops / 1e12,
+      static_cast<double>(gpu_memory(0)->peak_allocated) / kGiB);
+}
+
+// Pipe 1 (rank 0 alone) against pipe 2 (both ranks on the one GPU), the (a) model.
+void shared_gpu_pipe(const Shape& s) {
+  auto world = comm::MpiCommunicator::world();
+  const auto data = random_tokens(s);
+  double one_stage = 0;
+  int64_t one_stage_peak = 0;
+  auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
+  if (world->rank() == 0) {
+    reset_gpu_peak_memory(0);
+    Engine e = make_engine(s, alone, data);
+    for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
+    std::vector<double> seconds;
+    for (int r = 0; r < kRepetitions; ++r)
+      seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+    one_stage = median(seconds);
+    one_stage_peak = gpu_memory(0)->peak_allocated;
+  }
+  world->barrier();
+  reset_gpu_peak_memory(0);
+  Engine e = make_engine(s, world, data);
+  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
+  std::vector<double> seconds;
+  for (int r = 0; r < kRepetitions; ++r) {
+    world->barrier();
+    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+  }
+  const at::Tensor peaks = world->all_gather(at::tensor({gpu_memory(0)->peak_allocated}));
+  if (world->rank() != 0) return;
+  std::printf(
+      "(c) the (a) model on the one GPU: pipe 1 %.4f s per step (peak %.1f GiB); pipe 2 (2 "
+      "ranks, %s between them) %.4f s per step = %.2fx pipe 1's time; peak per rank %.1f / %.1f "
+      "GiB\n",
+      one_stage, static_cast<double>(one_stage_peak) / kGiB,
+      std::string(comm::transport_name(e.engine->pipe_transport())).c_str(), median(seconds),
+      median(seconds) / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
+      static_cast<double>(peaks[1][0].item<int64_t>()) / kGiB);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_rank(argc, argv, [&] {
+    auto world = comm::MpiCommunicator::world();
+    if (world->size() != 2 || visible_gpus() == 0) {
+      std::fprintf(stderr, "gpu_bench needs 2 ranks and a GPU\n");
+      return 2;
+    }
+    const std::string only = argc > 1 ? argv[1] : "";
+    const auto alone = world->split(world->rank(), 0);  // (a) and (b): rank 0 by itself
+    if (world->rank() == 0 && (only.empty() || only == "a")) overhead(kOverheadShape, alone);
+    world->barrier();
+    if (world->rank() == 0 && (only.empty() || only == "b")) throughput(kThroughputShape, alone);
+    world->barrier();
+    if (only.empty() || only == "c") shared_gpu_pipe(kOverheadShape);
+    return 0;
+  });
+}

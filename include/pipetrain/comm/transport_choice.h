@@ -1,0 +1,20 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipetrain::comm {
+
+// How a group of ranks moves tensors: NCCL on the GPUs, or MPI, which stages CUDA
+// tensors through pinned host memory.
+enum class Transport { kMpi, kNccl };
+
+std::string_view transport_name(Transport transport);
+
+// The transport for a group, from each member's GPU identity ("host/PCI bus id", empty for
+// a rank on the CPU): NCCL when the build has it and every member holds a GPU of its own
+// (NCCL refuses two ranks on one GPU: "Duplicate GPU detected"); else MPI.
+Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built);
+
+}  // namespace pipetrain::comm

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace pipetrain {
+
+// What pipetrain needs to know of CUDA, answered without CUDA headers; a CPU build answers
+// "no GPU" to all of it.
+
+// Whether this build has CUDA (PIPETRAIN_CUDA).
+bool cuda_built();
+// GPUs this process may use (after CUDA_VISIBLE_DEVICES); 0 in a CPU build.
+int visible_gpus();
+// Makes `gpu` the current device of this thread (where new CUDA tensors go).
+void use_gpu(int gpu);
+// "host/PCI bus id" of a GPU: equal for two ranks exactly when they share it.
+std::string gpu_identity(int gpu);
+// The product name, e.g. "NVIDIA H200".
+std::string gpu_name(int gpu);
+
+// The caching allocator's view of a GPU's memory, in bytes.
+struct GpuMemory {
+  int64_t allocated = 0;       // held by tensors now
+  int64_t peak_allocated = 0;  // the most held at once since the process began
+  int64_t reserved = 0;        // taken from the driver (allocated plus cached)
+};
+std::optional<GpuMemory> gpu_memory(int gpu);
+// Starts counting peak_allocated afresh (no-op in a CPU build).
+void reset_gpu_peak_memory(int gpu);
+// Waits for everything queued on the GPU (no-op in a CPU build).
+void synchronize_gpu(int gpu);
+
+}  // namespace pipetrain

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/device/cuda.h"
+#include "pipetrain/engine/pipeline_engine.h"
+
+namespace pipetrain {
+
+// For the job line: each rank's device and transports, e.g. "cuda:0 (NVIDIA H200), pipe
+// mpi, data-parallel mpi on every rank", or one entry per rank where they differ.
+// Collective over the grid's world.
+std::string describe_devices(const PipelineEngine& engine);
+
+// Every rank's GPU memory in rank order; empty when no rank of the job is on a GPU.
+// Collective over the grid's world.
+std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine);
+
+// For the progress line: " mem A/B GiB", the most any rank holds now (A) and at its peak
+// (B); empty without GPUs.
+std::string memory_summary(const std::vector<GpuMemory>& ranks);
+
+}  // namespace pipetrain

@@ -1,0 +1,20 @@
+#include "pipetrain/comm/transport_choice.h"
+
+#include <algorithm>
+#include <set>
+
+namespace pipetrain::comm {
+
+std::string_view transport_name(Transport transport) {
+  return transport == Transport::kNccl ? "nccl" : "mpi";
+}
+
+Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built) {
+  if (!nccl_built || gpus.empty()) return Transport::kMpi;
+  const bool all_on_gpus =
+      std::none_of(gpus.begin(), gpus.end(), [](const std::string& gpu) { return gpu.empty(); });
+  const bool own_gpus = std::set<std::string>(gpus.begin(), gpus.end()).size() == gpus.size();
+  return all_on_gpus && own_gpus ? Transport::kNccl : Transport::kMpi;
+}
+
+}  // namespace pipetrain::comm

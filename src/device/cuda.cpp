@@ -1,0 +1,69 @@
+// The CUDA build's answers (see cuda_unavailable.cpp for the CPU build's).
+#include "pipetrain/device/cuda.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <array>
+#include <stdexcept>
+
+namespace pipetrain {
+namespace {
+
+void check_cuda(cudaError_t code, const char* call) {
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(code));
+}
+
+}  // namespace
+
+bool cuda_built() {
+  return true;
+}
+
+int visible_gpus() {
+  return static_cast<int>(c10::cuda::device_count());
+}
+
+void use_gpu(int gpu) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(gpu));
+}
+
+std::string gpu_identity(int gpu) {
+  std::array<char, 64> bus{};
+  check_cuda(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), gpu),
+             "cudaDeviceGetPCIBusId");
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  return std::string(host.data()) + "/" + bus.data();
+}
+
+std::string gpu_name(int gpu) {
+  cudaDeviceProp properties{};
+  check_cuda(cudaGetDeviceProperties(&properties, gpu), "cudaGetDeviceProperties");
+  return properties.name;
+}
+
+std::optional<GpuMemory> gpu_memory(int gpu) {
+  using c10::CachingAllocator::StatType;
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));
+  const auto all = static_cast<std::size_t>(StatType::AGGREGATE);
+  return GpuMemory{.allocated = stats.allocated_bytes[all].current,
+                   .peak_allocated = stats.allocated_bytes[all].peak,
+                   .reserved = stats.reserved_bytes[all].current};
+}
+
+void reset_gpu_peak_memory(int gpu) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
+}
+
+void synchronize_gpu(int gpu) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(gpu));
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+}  // namespace pipetrain

@@ -1,0 +1,36 @@
+// The CPU build: no GPU is ever visible.
+#include <stdexcept>
+
+#include "pipetrain/device/cuda.h"
+
+namespace pipetrain {
+
+bool cuda_built() {
+  return false;
+}
+
+int visible_gpus() {
+  return 0;
+}
+
+void use_gpu(int) {
+  throw std::logic_error("use_gpu: this build has no CUDA");
+}
+
+std::string gpu_identity(int) {
+  return {};
+}
+
+std::string gpu_name(int) {
+  return {};
+}
+
+std::optional<GpuMemory> gpu_memory(int) {
+  return std::nullopt;
+}
+
+void reset_gpu_peak_memory(int) {}
+
+void synchronize_gpu(int) {}
+
+}  // namespace pipetrain

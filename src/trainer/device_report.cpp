@@ -1,0 +1,58 @@
+#include "pipetrain/trainer/device_report.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "pipetrain/device/placement.h"
+
+namespace pipetrain {
+
+std::string describe_devices(const PipelineEngine& engine) {
+  const std::string mine = describe_device(engine.device()) + ", pipe " +
+                           std::string(comm::transport_name(engine.pipe_transport())) +
+                           ", data-parallel " +
+                           std::string(comm::transport_name(engine.data_transport()));
+  const auto all = comm::all_gather_text(*engine.grid().world_comm(), mine);
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
+    return all[0] + " on every rank";
+  std::string text;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    text += (r ? "; rank " : "rank ") + std::to_string(r) + " " + all[r];
+  return text;
+}
+
+std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine) {
+  auto& world = *engine.grid().world_comm();
+  const auto mine =
+      engine.device().is_cuda() ? gpu_memory(engine.device().index()) : std::optional<GpuMemory>();
+  at::Tensor on_gpu = at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong);
+  world.all_reduce(on_gpu, comm::ReduceOp::kMax);
+  if (on_gpu.item<int64_t>() == 0) return {};
+  const GpuMemory m = mine.value_or(GpuMemory{});
+  const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated, m.reserved}));
+  std::vector<GpuMemory> ranks;
+  for (int r = 0; r < world.size(); ++r) {
+    ranks.push_back({.allocated = all[r][0].item<int64_t>(),
+                     .peak_allocated = all[r][1].item<int64_t>(),
+                     .reserved = all[r][2].item<int64_t>()});
+  }
+  return ranks;
+}
+
+std::string memory_summary(const std::vector<GpuMemory>& ranks) {
+  if (ranks.empty()) return {};
+  int64_t now = 0, peak = 0;
+  for (const auto& m : ranks) {
+    now = std::max(now, m.allocated);
+    peak = std::max(peak, m.peak_allocated);
+  }
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  char text[64];
+  std::snprintf(text, sizeof text, " mem %.2f/%.2f GiB", static_cast<double>(now) / kGiB,
+                static_cast<double>(peak) / kGiB);
+  return text;
+}
+
+}  // namespace pipetrain
