@@ -105,14 +105,14 @@ double MixedPrecisionOptimizer::global_grad_norm() const {
   // The norm over the whole model: each stage's and shard's part, tied and replicated
   // tensors counted once.
   // One fused pass: each tensor's norm in its own type (accumulated in double on the CPU),
-  // their squares summed in double.
+  // their squares summed in double on the device, then read once (the end of the step).
   std::vector<at::Tensor> grads;
   for (const auto& master : norm_masters_) {
     if (master.grad().defined()) grads.push_back(master.grad());
   }
   at::Tensor squares = at::zeros({1}, at::kDouble);
   if (!grads.empty()) {
-    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum();
+    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().cpu();
   }
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);

@@ -97,7 +97,7 @@ struct GptBlockImpl : torch::nn::Module {
     const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
     const at::Tensor weights =
         at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
-    const at::Tensor keep = at::empty({batch, heads, seq, seq}, at::kFloat)
+    const at::Tensor keep = at::empty({batch, heads, seq, seq}, q.options().dtype(at::kFloat))
                                 .bernoulli_(1 - dropout_p)
                                 .narrow(1, group.rank() * local_heads, local_heads)
                                 .to(q.scalar_type());
