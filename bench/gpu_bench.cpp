@@ -189,7 +189,8 @@ void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alon
 }
 
 void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
-  Engine e = make_engine(s, alone, random_tokens(s));
+  const auto data = random_tokens(s);
+  Engine e = make_engine(s, alone, data);
   for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
   std::vector<double> seconds;
   for (int r = 0; r < kRepetitions; ++r)
@@ -203,6 +204,20 @@ void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& al
       static_cast<long long>(s.gpt.context), s.micro_batches, static_cast<long long>(s.micro_batch),
       median(seconds), flops / median(seconds) / 1e12, flops / 1e12,
       static_cast<double>(gpu_memory(0)->peak_allocated) / kGiB);
+  // Whether a gap to PyTorch eager is the engine's or the model's: the plain loop on the
+  // same shape, interleaved with the engine.
+  PlainLoop plain(s, data);
+  plain.step();
+  std::vector<double> plain_s, engine_s;
+  for (int r = 0; r < 3; ++r) {
+    plain_s.push_back(seconds_of([&] { plain.step(); }));
+    engine_s.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+  }
+  std::printf(
+      "    same shape, interleaved: plain LibTorch loop %.4f s, engine %.4f s per step (%.1f / "
+      "%.1f TFLOP/s)\n",
+      median(plain_s), median(engine_s), flops / median(plain_s) / 1e12,
+      flops / median(engine_s) / 1e12);
 }
 
 // Pipe 1 (rank 0 alone) against pipe 2 (both ranks on the one GPU), the (a) model.

@@ -437,7 +437,8 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
     for (auto& entry : described) {
       if (entry.contains("tie_key") && !entry.contains("file")) {
         for (const auto& first : described) {
-          if (first.value("tie_key", "") == entry["tie_key"] && first.contains("file")) {
+          if (first.value("tie_key", std::string()) == entry["tie_key"].get<std::string>() &&
+              first.contains("file")) {
             entry["file"] = first["file"];
             if (first.contains("optimizer_file")) entry["optimizer_file"] = first["optimizer_file"];
             entry["tied_to"] = first["index"];

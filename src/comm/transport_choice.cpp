@@ -10,7 +10,7 @@ std::string_view transport_name(Transport transport) {
 }
 
 Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built) {
-  if (!nccl_built || gpus.empty()) return Transport::kMpi;
+  if (!nccl_built || gpus.size() < 2) return Transport::kMpi;  // one rank moves nothing
   const bool all_on_gpus =
       std::none_of(gpus.begin(), gpus.end(), [](const std::string& gpu) { return gpu.empty(); });
   const bool own_gpus = std::set<std::string>(gpus.begin(), gpus.end()).size() == gpus.size();

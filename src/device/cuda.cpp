@@ -1,6 +1,7 @@
 // The CUDA build's answers (see cuda_unavailable.cpp for the CPU build's).
 #include "pipetrain/device/cuda.h"
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -49,6 +50,7 @@ std::string gpu_name(int gpu) {
 
 std::optional<GpuMemory> gpu_memory(int gpu) {
   using c10::CachingAllocator::StatType;
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);  // the allocator's devices
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));
   const auto all = static_cast<std::size_t>(StatType::AGGREGATE);
@@ -58,6 +60,7 @@ std::optional<GpuMemory> gpu_memory(int gpu) {
 }
 
 void reset_gpu_peak_memory(int gpu) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
 }
 

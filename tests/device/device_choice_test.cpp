@@ -65,7 +65,7 @@ TEST(ChooseTransport, NcclOnlyBetweenGpusOfTheirOwn) {
   EXPECT_EQ(choose_transport({"a/0000:01:00.0", ""}, true), Transport::kMpi);  // one on the CPU
   EXPECT_EQ(choose_transport({"", ""}, true), Transport::kMpi);
   EXPECT_EQ(choose_transport({"a/0000:01:00.0", "a/0000:02:00.0"}, false), Transport::kMpi);
-  EXPECT_EQ(choose_transport({"a/0000:01:00.0"}, true), Transport::kNccl);
+  EXPECT_EQ(choose_transport({"a/0000:01:00.0"}, true), Transport::kMpi);  // a group of one
   EXPECT_EQ(comm::transport_name(Transport::kNccl), "nccl");
   EXPECT_EQ(comm::transport_name(Transport::kMpi), "mpi");
 }

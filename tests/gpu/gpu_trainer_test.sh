@@ -44,6 +44,7 @@ train() { # OUT DEVICE [more arguments]
 
 train cuda.out cuda --save on-gpu --train-iters 2
 check "cuda: trains 2 steps" grep -q '^step 2/2 loss' cuda.out
+grep -m1 '^job:' cuda.out
 check "cuda: the job line names the GPU and the transports" \
   grep -qE '^job: 2 ranks = pipe 2 x data 1 x model 1; .*cuda:0 \(.+\), pipe mpi, data-parallel mpi on every rank$' cuda.out
 check "cuda: the progress line shows GPU memory" grep -qE '^step 2/2 .* mem [0-9.]+/[0-9.]+ GiB' cuda.out

@@ -13,8 +13,9 @@ enum class Transport { kMpi, kNccl };
 std::string_view transport_name(Transport transport);
 
 // The transport for a group, from each member's GPU identity ("host/PCI bus id", empty for
-// a rank on the CPU): NCCL when the build has it and every member holds a GPU of its own
-// (NCCL refuses two ranks on one GPU: "Duplicate GPU detected"); else MPI.
+// a rank on the CPU): NCCL when the build has it, the group has two ranks or more and every
+// member holds a GPU of its own (NCCL refuses two ranks on one GPU: "Duplicate GPU
+// detected"); else MPI (also for a group of one, which moves nothing).
 Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built);
 
 }  // namespace pipetrain::comm
