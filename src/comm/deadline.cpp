@@ -64,7 +64,7 @@ void wait_with_deadline(const std::function<bool()>& done, const std::function<s
   // yielding the core to others) for a while before it starts to sleep between polls.
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kYield = std::chrono::milliseconds(50);
-  constexpr auto kLongestSleep = std::chrono::microseconds(1000);
+  constexpr auto kLongestSleep = std::chrono::microseconds(100);
   auto sleep = std::chrono::microseconds(50);
   while (!done()) {
     const auto waited = Clock::now() - start;

@@ -286,6 +286,7 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
       t = t.to(at::kFloat);  // the loss in fp32
   }
   const at::Tensor loss = module_->loss(outputs, buffer.labels);
+  buffer.outputs.clear();  // the loss's graph holds what backward needs
   run.loss_sum += loss.detach().to(at::kDouble);
   // Each micro-batch carries 1/M of the batch's gradient (times the fp16 loss scale).
   if (run.training) buffer.loss = loss * (optimizer_->loss_scale() / micro_batches());
