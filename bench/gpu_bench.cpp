@@ -238,15 +238,16 @@ void shared_gpu_pipe(const Shape& s) {
     one_stage_peak = gpu_memory(0)->peak_allocated;
   }
   world->barrier();
-  reset_gpu_peak_memory(0);
   Engine e = make_engine(s, world, data);
+  const int gpu = e.engine->device().index();
+  reset_gpu_peak_memory(gpu);
   for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
   std::vector<double> seconds;
   for (int r = 0; r < kRepetitions; ++r) {
     world->barrier();
     seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
   }
-  const at::Tensor peaks = world->all_gather(at::tensor({gpu_memory(0)->peak_allocated}));
+  const at::Tensor peaks = world->all_gather(at::tensor({gpu_memory(gpu)->peak_allocated}));
   if (world->rank() != 0) return;
   std::printf(
       "(c) the (a) model on the one GPU: pipe 1 %.4f s per step (peak %.1f GiB); pipe 2 (2 "

@@ -10,7 +10,10 @@ std::shared_ptr<comm::Communicator> communicator_for(
   const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
   const auto gpus = comm::all_gather_text(*group, mine);
   if (comm::choose_transport(gpus, comm::nccl_compiled()) == comm::Transport::kNccl) {
-    if (auto nccl = comm::make_nccl_communicator(*group, device.index())) return nccl;
+    if (auto nccl = comm::make_nccl_communicator(*group, device.index())) {
+      nccl->set_timeout(group->timeout());
+      return nccl;
+    }
   }
   return group;
 }

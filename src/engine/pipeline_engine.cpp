@@ -90,19 +90,22 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
                                                          gradients_->norm_parameters());
   feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
-  const bool partitioned = config_.pipeline.partitioned_transfers;
-  if (plan && plan->rank == grid_->global_rank()) {
-    faults_ = std::make_shared<FaultInjector>(
-        *plan, parameters.empty() ? at::Tensor() : parameters.front());
-    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, faults_);
-  } else {
-    link_ = std::make_unique<StageLink>(grid_, partitioned, device_);
-  }
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
   train_program_ = program(schedule_kind_name(config_.pipeline.schedule), shape_.micro_batches);
   eval_program_ = program("inference", shape_.micro_batches);
   infer_program_ = program("inference", 1);
+  // NCCL may carry the pipe's payloads where its matching by order on one stream is safe.
+  const bool nccl_allowed = shape_.chunks == 1 && !train_program_.sends_deferred() &&
+                            !eval_program_.sends_deferred() && !infer_program_.sends_deferred();
+  const bool partitioned = config_.pipeline.partitioned_transfers;
+  if (plan && plan->rank == grid_->global_rank()) {
+    faults_ = std::make_shared<FaultInjector>(
+        *plan, parameters.empty() ? at::Tensor() : parameters.front());
+    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, nccl_allowed, faults_);
+  } else {
+    link_ = std::make_unique<StageLink>(grid_, partitioned, device_, nccl_allowed);
+  }
 }
 
 void PipelineEngine::check_stage() const {

@@ -20,10 +20,13 @@ int64_t byte_size(const TensorList& tensors) {
 
 }  // namespace
 
-StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device)
+StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
+                     bool nccl_allowed)
     : grid_(std::move(grid)),
       partitioned_(partitioned),
-      payloads_(communicator_for(grid_->pipe_comm(), device)),
+      device_(device),
+      payloads_(nccl_allowed ? communicator_for(grid_->pipe_comm(), device)
+                             : std::shared_ptr<comm::Communicator>(grid_->pipe_comm())),
       transport_kind_(transport_of(*payloads_)),
       transport_(grid_->pipe_comm(), payloads_, device) {}
 
@@ -39,7 +42,7 @@ void StageLink::send(const TensorList& tensors, int stage, Channel channel) {
   const comm::PartitionedTensors partitioned =
       comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_ += byte_size(partitioned.shares);
-  TensorList wire{partitioned.layout};
+  TensorList wire{partitioned.layout.to(device_)};  // payloads travel on the device
   wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
   post(wire, stage, channel);
 }
@@ -58,7 +61,8 @@ TensorList StageLink::recv(int stage, Channel channel, const TensorList& reuse) 
   }
   TensorList wire = transport_.recv(stage, tag_of(channel));
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
-  const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
+  const comm::PartitionedTensors partitioned{wire.front().cpu(),  // read on the host
+                                             {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);
   return comm::assemble(partitioned, *grid_->model_comm());
 }

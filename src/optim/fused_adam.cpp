@@ -52,6 +52,7 @@ void fused_step(torch::optim::Optimizer& optimizer, Kernel kernel) {
   at::NoGradGuard no_grad;
   for (auto& group : optimizer.param_groups()) {
     const auto& o = static_cast<const Options&>(group.options());
+    TORCH_CHECK(!o.amsgrad(), "the fused Adam kernels run here without amsgrad");
     const AdamLists lists = gather<State>(group, optimizer.state());
     if (lists.params.empty()) continue;
     const auto [beta1, beta2] = o.betas();

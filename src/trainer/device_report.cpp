@@ -23,14 +23,17 @@ std::string describe_devices(const PipelineEngine& engine) {
   return text;
 }
 
+bool any_rank_on_gpu(const PipelineEngine& engine) {
+  at::Tensor on_gpu = at::tensor({engine.device().is_cuda() ? int64_t{1} : int64_t{0}});
+  engine.grid().world_comm()->all_reduce(on_gpu, comm::ReduceOp::kMax);
+  return on_gpu.item<int64_t>() != 0;
+}
+
 std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine) {
   auto& world = *engine.grid().world_comm();
-  const auto mine =
-      engine.device().is_cuda() ? gpu_memory(engine.device().index()) : std::optional<GpuMemory>();
-  at::Tensor on_gpu = at::tensor({mine ? int64_t{1} : int64_t{0}}, at::kLong);
-  world.all_reduce(on_gpu, comm::ReduceOp::kMax);
-  if (on_gpu.item<int64_t>() == 0) return {};
-  const GpuMemory m = mine.value_or(GpuMemory{});
+  const GpuMemory m = engine.device().is_cuda()
+                          ? gpu_memory(engine.device().index()).value_or(GpuMemory{})
+                          : GpuMemory{};
   const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated, m.reserved}));
   std::vector<GpuMemory> ranks;
   for (int r = 0; r < world.size(); ++r) {

@@ -11,6 +11,7 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/folder_lock.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/job.h"
@@ -62,6 +63,7 @@ class RunLog {
   explicit RunLog(const Job& job)
       : job_(job),
         leader_(job.grid->global_rank() == 0),
+        on_gpus_(any_rank_on_gpu(*job.engine)),
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
@@ -79,7 +81,8 @@ class RunLog {
                                                : kSpeedSmoothing * smoothed_seconds_ +
                                                      (1 - kSpeedSmoothing) * s.seconds;
     const PipelineEngine& engine = *job_.engine;
-    const std::vector<GpuMemory> memory = gather_gpu_memory(engine);
+    const std::vector<GpuMemory> memory =
+        on_gpus_ ? gather_gpu_memory(engine) : std::vector<GpuMemory>{};
     if (!leader_) return;
     const bool fp16 = job_.config.engine.precision.dtype == Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
@@ -143,11 +146,32 @@ class RunLog {
 
   const Job& job_;
   bool leader_;
+  bool on_gpus_;  // the job reports GPU memory
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   double smoothed_seconds_ = 0;
 };
+
+// Rank 0 claims the save folder for the whole run (see FolderLock); every rank learns when
+// another job holds it, so all end with the same one-line error. Collective.
+std::unique_ptr<FolderLock> claim_save_folder(const Job& job) {
+  const std::string& save = job.config.trainer.save;
+  if (save.empty()) return nullptr;
+  std::unique_ptr<FolderLock> claim;
+  std::string problem;
+  if (job.grid->global_rank() == 0) {
+    try {
+      claim = std::make_unique<FolderLock>(save);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  }
+  for (const auto& found : comm::all_gather_text(*job.grid->world_comm(), problem)) {
+    if (!found.empty()) throw InputError(found);
+  }
+  return claim;
+}
 
 // Rank 0: what the job is, and its effective config beside the checkpoints.
 void announce(const Job& job) {
@@ -205,12 +229,11 @@ int train(const nlohmann::json& config_file) {
   Job job = build_job(config_file);
   PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
-  if (!t.load.empty()) {
-    load_checkpoint(engine, t.load, "latest", job.train_data.get());
-    if (job.grid->global_rank() == 0)
-      std::printf("resumed from %s at step %lld\n", t.load.c_str(),
-                  static_cast<long long>(engine.global_steps()));
-  }
+  if (!t.load.empty()) load_checkpoint(engine, t.load, "latest", job.train_data.get());
+  const auto claim = claim_save_folder(job);  // after every input check: nothing written before
+  if (!t.load.empty() && job.grid->global_rank() == 0)
+    std::printf("resumed from %s at step %lld\n", t.load.c_str(),
+                static_cast<long long>(engine.global_steps()));
   announce(job);
   RunLog log(job);
   const double first_validation = validation_loss(job);

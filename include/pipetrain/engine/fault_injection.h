@@ -60,8 +60,8 @@ class FaultInjector {
 class FaultyStageLink final : public StageLink {
  public:
   FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
-                  std::shared_ptr<FaultInjector> faults)
-      : StageLink(std::move(grid), partitioned, device), faults_(std::move(faults)) {}
+                  bool nccl_allowed, std::shared_ptr<FaultInjector> faults)
+      : StageLink(std::move(grid), partitioned, device, nccl_allowed), faults_(std::move(faults)) {}
   void send(const TensorList& tensors, int stage, Channel channel) override {
     StageLink::send(faults_->outgoing(tensors), stage, channel);
   }

@@ -136,6 +136,7 @@ class PipelineEngine {
     int buffers = 0;
     bool splits_backward = false;
     SendCompletion sends = SendCompletion::kBlocking;
+    bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 
   // One execution of a program: what it reads and gathers, alive for that call only.

@@ -40,8 +40,12 @@ enum class SendCompletion { kBlocking, kDeferred };
 class StageLink {
  public:
   // `partitioned` takes effect only with a model-parallel group of more than one rank.
-  // Received tensors are placed on `device`; payloads travel by communicator_for's choice.
-  StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device);
+  // Received tensors are placed on `device`. Payloads travel by communicator_for's choice
+  // when `nccl_allowed`, else over MPI: NCCL matches transfers between two ranks by their
+  // order alone (no tags) and queues them on one stream, which is safe only for one channel
+  // per direction (no chunks) and sends that block (see SendCompletion).
+  StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
+            bool nccl_allowed);
   virtual ~StageLink() = default;
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
@@ -68,6 +72,7 @@ class StageLink {
 
   std::shared_ptr<const Grid> grid_;
   bool partitioned_;
+  at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;
   std::shared_ptr<comm::Communicator> payloads_;
   comm::Transport transport_kind_;

@@ -13,8 +13,11 @@ namespace pipetrain {
 // Collective over the grid's world.
 std::string describe_devices(const PipelineEngine& engine);
 
-// Every rank's GPU memory in rank order; empty when no rank of the job is on a GPU.
-// Collective over the grid's world.
+// Whether any rank of the job computes on a GPU. Collective over the grid's world.
+bool any_rank_on_gpu(const PipelineEngine& engine);
+
+// Every rank's GPU memory in rank order (zeros for a rank on the CPU). Collective over the
+// grid's world; for jobs where any_rank_on_gpu.
 std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine);
 
 // For the progress line: " mem A/B GiB", the most any rank holds now (A) and at its peak
