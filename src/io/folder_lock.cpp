@@ -33,9 +33,11 @@ FolderLock::FolderLock(const std::filesystem::path& folder) {
   if (fd_ < 0)
     throw InputError(path.string() + ": cannot create the lock file: " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const std::string holder = holder_of(fd_);
+    const bool held = errno == EWOULDBLOCK;
+    const std::string holder = held ? holder_of(fd_) : "";
     ::close(fd_);
     fd_ = -1;
+    if (!held) return;  // a filesystem without flock (some NFS): no claim, as before
     throw InputError(folder.string() + " is in use by another job (" + holder +
                      "): wait for it, or save elsewhere");
   }

@@ -6,7 +6,8 @@ namespace pipetrain {
 
 // An exclusive claim on a folder by this process: flock on FOLDER/.pipetrain.lock, whose
 // text names the owner's host and pid. Released when the object goes or the process ends,
-// however it ends (the kernel drops the lock), so a crashed job never leaves it held.
+// however it ends (the kernel drops the lock), so a crashed job never leaves it held. On a
+// filesystem without flock (some NFS mounts) there is no claim, and no error.
 class FolderLock {
  public:
   // Creates the folder if needed. InputError naming the holder ("host H, pid P") when
