@@ -4,13 +4,14 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
-#include <thread>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <thread>
 #include <vector>
 
+#include "pipetrain/comm/deadline.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/comm/tensor_transport.h"
@@ -61,27 +62,73 @@ void tensor_round_trip(TensorTransport& transport, int me, int peer,
   }
 }
 
-// A 16 MiB transfer whose other end comes 200 ms late: the early side has waited past its
-// spin phase by then. Seconds from the late side's arrival until the transfer is done there.
-double late_peer_seconds(TensorTransport& transport, int me, bool late_receiver) {
+// A 16 MiB transfer whose other end comes 200 ms late, so the early end has waited past its
+// spin phase and polls with pauses of up to `pause`. Returns the milliseconds from the late
+// end's arrival until the transfer is done there, and the early end's CPU milliseconds per
+// second of waiting.
+struct LatePeer {
+  double transfer_ms;
+  double cpu_ms_per_s;
+};
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+LatePeer late_peer(TensorTransport& transport, int me, bool late_receiver,
+                   std::chrono::microseconds pause) {
+  pipetrain::comm::set_longest_poll_sleep(pause);
   const int peer = 1 - me;
   std::vector<at::Tensor> payload = {at::ones({4 << 20}, at::kFloat)};
-  double best = 1e30;
-  for (int round = 0; round < 3; ++round) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const bool late = (me == 1) == late_receiver;
-    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const auto start = Clock::now();
-    if (me == 0) {
-      transport.send(payload, peer, kTag).wait();
-    } else {
-      payload = transport.recv(peer, kTag, payload);
-    }
-    double seconds = late ? std::chrono::duration<double>(Clock::now() - start).count() : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    best = std::min(best, seconds);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const bool late = (me == 1) == late_receiver;
+  if (late) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
+  if (me == 0) {
+    transport.send(payload, peer, kTag).wait();
+  } else {
+    payload = transport.recv(peer, kTag, payload);
   }
-  return best;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  double result[2] = {late ? seconds * 1e3 : 0,
+                      late ? 0 : (thread_cpu_seconds() - cpu_start) * 1e3 / seconds};
+  MPI_Allreduce(MPI_IN_PLACE, result, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return {result[0], result[1]};
+}
+
+// The poll-pause study: each pause in turn, rounds interleaved, medians.
+void poll_pause_study(TensorTransport& transport, int me) {
+  const std::vector<int> pauses_us = {1000, 300, 100, 30};
+  constexpr int kStudyRounds = 5;
+  std::vector<std::vector<LatePeer>> receiver(pauses_us.size()), sender(pauses_us.size());
+  for (int round = 0; round < kStudyRounds; ++round) {
+    for (std::size_t p = 0; p < pauses_us.size(); ++p) {
+      const auto pause = std::chrono::microseconds(pauses_us[p]);
+      receiver[p].push_back(late_peer(transport, me, true, pause));
+      sender[p].push_back(late_peer(transport, me, false, pause));
+    }
+  }
+  pipetrain::comm::set_longest_poll_sleep(std::chrono::microseconds(100));
+  if (me != 0) return;
+  auto median = [](std::vector<LatePeer> v, double LatePeer::*field) {
+    std::sort(v.begin(), v.end(),
+              [field](const auto& a, const auto& b) { return a.*field < b.*field; });
+    return v[v.size() / 2].*field;
+  };
+  std::printf("\n16 MiB with the other end 200 ms late (medians of %d interleaved rounds):\n",
+              kStudyRounds);
+  std::printf("%12s %18s %18s %22s\n", "poll pause", "late receiver ms", "late sender ms",
+              "waiting CPU ms per s");
+  for (std::size_t p = 0; p < pauses_us.size(); ++p) {
+    std::vector<LatePeer> both = receiver[p];
+    both.insert(both.end(), sender[p].begin(), sender[p].end());
+    std::printf("%9d us %18.1f %18.1f %22.1f\n", pauses_us[p],
+                median(receiver[p], &LatePeer::transfer_ms),
+                median(sender[p], &LatePeer::transfer_ms), median(both, &LatePeer::cpu_ms_per_s));
+  }
 }
 
 }  // namespace
@@ -142,14 +189,7 @@ int main(int argc, char** argv) {
           (tensor_tiny - raw_tiny) * 1e6, tensor_tiny * 1e6, raw_tiny * 1e6);
       std::printf("header encode + decode of a 3-tensor tuple: %.3f us\n", encode_decode * 1e6);
     }
-    const double late_receiver = late_peer_seconds(transport, me, true);
-    const double late_sender = late_peer_seconds(transport, me, false);
-    if (me == 0) {
-      std::printf(
-          "16 MiB with the other end 200 ms late: %.1f ms after a late receiver comes, %.1f ms "
-          "after a late sender comes\n",
-          late_receiver * 1e3, late_sender * 1e3);
-    }
+    poll_pause_study(transport, me);
     return 0;
   });
 }

@@ -1,5 +1,6 @@
 #include "pipetrain/comm/deadline.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -56,6 +57,23 @@ std::string wait_context() {
   return current_context() ? current_context()->describe() : std::string();
 }
 
+namespace {
+
+std::atomic<int64_t>& longest_poll_sleep_us() {
+  static std::atomic<int64_t> us{100};
+  return us;
+}
+
+}  // namespace
+
+std::chrono::microseconds longest_poll_sleep() {
+  return std::chrono::microseconds(longest_poll_sleep_us().load(std::memory_order_relaxed));
+}
+
+void set_longest_poll_sleep(std::chrono::microseconds pause) {
+  longest_poll_sleep_us().store(pause.count(), std::memory_order_relaxed);
+}
+
 void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,
                         Seconds timeout) {
   using Clock = std::chrono::steady_clock;
@@ -64,8 +82,8 @@ void wait_with_deadline(const std::function<bool()>& done, const std::function<s
   // yielding the core to others) for a while before it starts to sleep between polls.
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kYield = std::chrono::milliseconds(50);
-  constexpr auto kLongestSleep = std::chrono::microseconds(100);
-  auto sleep = std::chrono::microseconds(50);
+  const auto longest = longest_poll_sleep();
+  auto sleep = std::min(std::chrono::microseconds(50), longest);
   while (!done()) {
     const auto waited = Clock::now() - start;
     if (waited >= timeout) {
@@ -83,7 +101,7 @@ void wait_with_deadline(const std::function<bool()>& done, const std::function<s
       continue;
     }
     std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, kLongestSleep);
+    sleep = std::min(sleep * 2, longest);
   }
 }
 

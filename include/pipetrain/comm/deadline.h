@@ -53,9 +53,15 @@ class ScopedWaitContext {
 std::string wait_context();
 
 // Calls `done` until it returns true: spinning briefly, then yielding (up to 50 ms), then
-// sleeping with growing pauses (up to 1 ms) so waiting ranks leave the cores to others. Throws
-// DeadlineExceeded describing the wait (`what()` is called only then) once `timeout`
-// has passed.
+// sleeping with growing pauses (up to longest_poll_sleep()) so waiting ranks leave the cores
+// to others. Throws DeadlineExceeded describing the wait (`what()` is called only then)
+// once `timeout` has passed.
+// The longest pause between two polls of a long wait: 100 µs unless set (for studies; see
+// bench/p2p_bench). A large MPI transfer moves only while both ends poll, so a longer pause
+// slows a transfer whose other end arrives late; a shorter one costs the waiting rank CPU.
+std::chrono::microseconds longest_poll_sleep();
+void set_longest_poll_sleep(std::chrono::microseconds pause);
+
 void wait_with_deadline(const std::function<bool()>& done, const std::function<std::string()>& what,
                         Seconds timeout);
 
