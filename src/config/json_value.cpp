@@ -116,6 +116,40 @@ std::vector<std::string> read_strings(const std::string& key, const nlohmann::js
   return strings;
 }
 
+namespace {
+
+// The length of the UTF-8 sequence that starts with `lead`, or 0 when no sequence does.
+int utf8_length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return 2;
+  if (lead >= 0xE0 && lead <= 0xEF) return 3;
+  if (lead >= 0xF0 && lead <= 0xF4) return 4;
+  return 0;
+}
+
+bool valid_utf8(const std::string& text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const int n = utf8_length(static_cast<unsigned char>(text[i]));
+    if (n == 0 || i + n > text.size()) return false;
+    for (int k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json utf8_string(const std::string& what, const std::string& text) {
+  if (!valid_utf8(text)) {
+    throw InputError(what +
+                     ": not valid UTF-8 (pipetrain keeps it in its JSON config); use a "
+                     "UTF-8 name");
+  }
+  return text;
+}
+
 nlohmann::json read_object(const std::string& key, const nlohmann::json& value) {
   if (!value.is_object()) wrong_type(key, "an object", value);
   return value;

@@ -66,12 +66,12 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   if (o.eval_interval) config["eval_interval"] = *o.eval_interval;
   if (o.seed) config["seed"] = *o.seed;
   if (o.lr) config["optimizer"]["params"]["lr"] = *o.lr;
-  if (o.save) config["save"] = *o.save;
-  if (o.load) config["load"] = *o.load;
-  if (o.trace) config["trace"] = *o.trace;
-  if (o.schedule) config["pipeline"]["schedule"] = *o.schedule;
+  if (o.save) config["save"] = utf8_string("--save", *o.save);
+  if (o.load) config["load"] = utf8_string("--load", *o.load);
+  if (o.trace) config["trace"] = utf8_string("--trace", *o.trace);
+  if (o.schedule) config["pipeline"]["schedule"] = utf8_string("--schedule", *o.schedule);
   if (o.chunks) config["pipeline"]["chunks"] = *o.chunks;
-  if (o.device) config["device"] = *o.device;
+  if (o.device) config["device"] = utf8_string("--device", *o.device);
   if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
   if (o.model) config["model_parallel"] = *o.model;
   return config;

@@ -98,6 +98,9 @@ expect_bad "cli: unknown sub-command" "unknown command 'frobnicate'" frobnicate
 expect_bad "cli: train without --config" "--config is required" train
 expect_bad "cli: missing config file" "config file missing.json cannot be read" launch -n 2 -- "$pipetrain" train --config missing.json
 expect_bad "cli: --pipe not a number" "--pipe" train --config "$work/tiny.json" --pipe two
+expect_bad "cli: --save not UTF-8" "--save: not valid UTF-8" \
+  launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --save $'caf\xe9'
+
 expect_bad "cli: --micro-batches zero" "gradient_accumulation_steps must be at least 1, got 0" \
   launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --micro-batches 0
 expect_bad "cli: launch zero ranks" "-n must be at least 1, got 0" launch -n 0 -- true

@@ -51,6 +51,9 @@ bool read_bool(const std::string& key, const nlohmann::json& value);
 std::string read_string(const std::string& key, const nlohmann::json& value);
 std::vector<std::string> read_strings(const std::string& key, const nlohmann::json& value);
 nlohmann::json read_object(const std::string& key, const nlohmann::json& value);
+// `text` from outside JSON (e.g. a path on the command line) as a JSON string; InputError
+// naming `what` when it is not UTF-8, which JSON (and so the effective config) cannot hold.
+nlohmann::json utf8_string(const std::string& what, const std::string& text);
 
 // "a", "b" or "c" (or A, B or C).
 std::string spell_choices(const std::vector<std::string>& names, Quoting quoting);
