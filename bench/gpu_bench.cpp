@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "pipetrain/comm/rank_main.h"
@@ -154,6 +155,30 @@ double seconds_of(const std::function<void()>& step) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Median seconds per step of `e` over kRepetitions steps after two warm-up steps;
+// `before_each` runs ahead of each timed step (e.g. a barrier).
+double median_step_seconds(
+    Engine& e, const std::function<void()>& before_each = [] {}) {
+  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
+  std::vector<double> seconds;
+  for (int r = 0; r < kRepetitions; ++r) {
+    before_each();
+    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+  }
+  return median(seconds);
+}
+
+// "GPT d 1024, 8 layers, context 1024, bf16, 8 micro-batches of 8, 1 stage", for the figures.
+std::string describe(const Shape& s) {
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "GPT d %lld, %lld layers, context %lld, bf16, %d micro-batches of %lld, 1 stage",
+                static_cast<long long>(s.gpt.d_model), static_cast<long long>(s.gpt.layers),
+                static_cast<long long>(s.gpt.context), s.micro_batches,
+                static_cast<long long>(s.micro_batch));
+  return text;
+}
+
 void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
   const auto data = random_tokens(s);
   PlainLoop plain(s, data);
@@ -178,12 +203,10 @@ void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alon
     }
   }
   std::printf(
-      "(a) GPT d %lld, %lld layers, context %lld, bf16, %d micro-batches of %lld, 1 stage, %d "
-      "interleaved repetitions:\n    plain loop %.4f s, engine %.4f s per step: engine / plain "
-      "= %.3f (per repetition:",
-      static_cast<long long>(s.gpt.d_model), static_cast<long long>(s.gpt.layers),
-      static_cast<long long>(s.gpt.context), s.micro_batches, static_cast<long long>(s.micro_batch),
-      kRepetitions, median(plain_s), median(engine_s), median(engine_s) / median(plain_s));
+      "(a) %s, %d interleaved repetitions:\n    plain loop %.4f s, engine %.4f s per step: engine "
+      "/ plain = %.3f (per repetition:",
+      describe(s).c_str(), kRepetitions, median(plain_s), median(engine_s),
+      median(engine_s) / median(plain_s));
   for (int r = 0; r < kRepetitions; ++r) std::printf(" %.3f", engine_s[r] / plain_s[r]);
   std::printf("); warm-up losses %.4f / %.4f\n", plain_loss, engine_loss);
 }
@@ -191,18 +214,12 @@ void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alon
 void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
   const auto data = random_tokens(s);
   Engine e = make_engine(s, alone, data);
-  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
-  std::vector<double> seconds;
-  for (int r = 0; r < kRepetitions; ++r)
-    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+  const double step = median_step_seconds(e);
   const double flops = model_flops(s);
   std::printf(
-      "(b) GPT d %lld, %lld layers, context %lld, bf16, %d micro-batches of %lld, 1 stage: %.4f "
-      "s per step, %.1f model TFLOP/s (Megatron's formula, %.1f TFLOP per step); peak memory "
-      "%.1f GiB\n",
-      static_cast<long long>(s.gpt.d_model), static_cast<long long>(s.gpt.layers),
-      static_cast<long long>(s.gpt.context), s.micro_batches, static_cast<long long>(s.micro_batch),
-      median(seconds), flops / median(seconds) / 1e12, flops / 1e12,
+      "(b) %s: %.4f s per step, %.1f model TFLOP/s (Megatron's formula, %.1f TFLOP per step); "
+      "peak memory %.1f GiB\n",
+      describe(s).c_str(), step, flops / step / 1e12, flops / 1e12,
       static_cast<double>(gpu_memory(0)->peak_allocated) / kGiB);
   // Whether a gap to PyTorch eager is the engine's or the model's: the plain loop on the
   // same shape, interleaved with the engine.
@@ -230,23 +247,14 @@ void shared_gpu_pipe(const Shape& s) {
   if (world->rank() == 0) {
     reset_gpu_peak_memory(0);
     Engine e = make_engine(s, alone, data);
-    for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
-    std::vector<double> seconds;
-    for (int r = 0; r < kRepetitions; ++r)
-      seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
-    one_stage = median(seconds);
+    one_stage = median_step_seconds(e);
     one_stage_peak = gpu_memory(0)->peak_allocated;
   }
   world->barrier();
   Engine e = make_engine(s, world, data);
   const int gpu = e.engine->device().index();
   reset_gpu_peak_memory(gpu);
-  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
-  std::vector<double> seconds;
-  for (int r = 0; r < kRepetitions; ++r) {
-    world->barrier();
-    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
-  }
+  const double two_stages = median_step_seconds(e, [&] { world->barrier(); });
   const at::Tensor peaks = world->all_gather(at::tensor({gpu_memory(gpu)->peak_allocated}));
   if (world->rank() != 0) return;
   std::printf(
@@ -254,8 +262,8 @@ void shared_gpu_pipe(const Shape& s) {
       "ranks, %s between them) %.4f s per step = %.2fx pipe 1's time; peak per rank %.1f / %.1f "
       "GiB\n",
       one_stage, static_cast<double>(one_stage_peak) / kGiB,
-      std::string(comm::transport_name(e.engine->pipe_transport())).c_str(), median(seconds),
-      median(seconds) / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
+      std::string(comm::transport_name(e.engine->pipe_transport())).c_str(), two_stages,
+      two_stages / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
       static_cast<double>(peaks[1][0].item<int64_t>()) / kGiB);
 }
 

@@ -4,7 +4,6 @@
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -55,18 +54,12 @@ std::optional<GpuMemory> gpu_memory(int gpu) {
       c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));
   const auto all = static_cast<std::size_t>(StatType::AGGREGATE);
   return GpuMemory{.allocated = stats.allocated_bytes[all].current,
-                   .peak_allocated = stats.allocated_bytes[all].peak,
-                   .reserved = stats.reserved_bytes[all].current};
+                   .peak_allocated = stats.allocated_bytes[all].peak};
 }
 
 void reset_gpu_peak_memory(int gpu) {
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
-}
-
-void synchronize_gpu(int gpu) {
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(gpu));
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 }  // namespace pipetrain

@@ -31,6 +31,4 @@ std::optional<GpuMemory> gpu_memory(int) {
 
 void reset_gpu_peak_memory(int) {}
 
-void synchronize_gpu(int) {}
-
 }  // namespace pipetrain

@@ -34,12 +34,11 @@ std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine) {
   const GpuMemory m = engine.device().is_cuda()
                           ? gpu_memory(engine.device().index()).value_or(GpuMemory{})
                           : GpuMemory{};
-  const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated, m.reserved}));
+  const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated}));
   std::vector<GpuMemory> ranks;
   for (int r = 0; r < world.size(); ++r) {
-    ranks.push_back({.allocated = all[r][0].item<int64_t>(),
-                     .peak_allocated = all[r][1].item<int64_t>(),
-                     .reserved = all[r][2].item<int64_t>()});
+    ranks.push_back(
+        {.allocated = all[r][0].item<int64_t>(), .peak_allocated = all[r][1].item<int64_t>()});
   }
   return ranks;
 }

@@ -23,13 +23,10 @@ std::string gpu_name(int gpu);
 // The caching allocator's view of a GPU's memory, in bytes.
 struct GpuMemory {
   int64_t allocated = 0;       // held by tensors now
-  int64_t peak_allocated = 0;  // the most held at once since the process began
-  int64_t reserved = 0;        // taken from the driver (allocated plus cached)
+  int64_t peak_allocated = 0;  // the most held at once since the last reset
 };
 std::optional<GpuMemory> gpu_memory(int gpu);
 // Starts counting peak_allocated afresh (no-op in a CPU build).
 void reset_gpu_peak_memory(int gpu);
-// Waits for everything queued on the GPU (no-op in a CPU build).
-void synchronize_gpu(int gpu);
 
 }  // namespace pipetrain
