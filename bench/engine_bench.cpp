@@ -33,19 +33,21 @@ double seconds_since(Clock::time_point start) {
 }
 
 // x * w with one scalar parameter: a layer whose compute is next to nothing.
-LayerSpec scale_layer() {
-  LayerSpec spec;
+module::LayerSpec scale_layer() {
+  module::LayerSpec spec;
   spec.type = "Scale";
   spec.build = [] {
     auto module = std::make_shared<torch::nn::Module>();
     auto weight = module->register_parameter("weight", at::ones({1}));
-    return Layer{module, [weight](const Activation& x) { return Activation{x[0] * weight}; }};
+    return module::Layer{module, [weight](const module::Activation& x) {
+                           return module::Activation{x[0] * weight};
+                         }};
   };
   return spec;
 }
 
-TrainingConfig config_for(int64_t micro_batch_size, int stages) {
-  TrainingConfig config;
+engine::TrainingConfig config_for(int64_t micro_batch_size, int stages) {
+  engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = micro_batch_size;
   config.gradient_accumulation_steps = kMicroBatches;
   config.steps_per_print = 1 << 30;
@@ -54,7 +56,7 @@ TrainingConfig config_for(int64_t micro_batch_size, int stages) {
 }
 
 // Seconds per train_batch over `steps` steps after a warm-up.
-double time_engine(PipelineEngine& engine, MicroBatchSource& data, int steps,
+double time_engine(engine::PipelineEngine& engine, engine::MicroBatchSource& data, int steps,
                    comm::Communicator& comm) {
   for (int i = 0; i < kWarmupSteps; ++i) engine.train_batch(&data);
   comm.barrier();
@@ -63,21 +65,22 @@ double time_engine(PipelineEngine& engine, MicroBatchSource& data, int steps,
   return seconds_since(start) / steps;
 }
 
-std::shared_ptr<Grid> grid_over(const std::shared_ptr<comm::MpiCommunicator>& comm, int stages) {
-  return std::make_shared<Grid>(pipe_data_parallel_topology(stages, 1), comm);
+std::shared_ptr<topology::Grid> grid_over(const std::shared_ptr<comm::MpiCommunicator>& comm,
+                                          int stages) {
+  return std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(stages, 1), comm);
 }
 
 void overhead(const std::shared_ptr<comm::MpiCommunicator>& world) {
-  std::vector<LayerSpec> layers(8, scale_layer());
+  std::vector<module::LayerSpec> layers(8, scale_layer());
   auto grid = grid_over(world, 2);
-  auto module = std::make_shared<PipelineModule>(
-      layers, [](const Activation& out, const Activation&) { return out[0].sum(); },
-      PipelineModuleOptions{
+  auto module = std::make_shared<module::PipelineModule>(
+      layers, [](const module::Activation& out, const module::Activation&) { return out[0].sum(); },
+      module::PipelineModuleOptions{
           .stages = 2, .stage_id = grid->stage_id(), .partition_method = "uniform"});
-  PipelineEngine engine(module, grid, config_for(1, 2));
-  auto data = std::make_shared<TensorDataset>(Activation{at::ones({64, 4})},
-                                              Activation{at::zeros({64, 1})});
-  RepeatingLoader loader(std::make_unique<DataLoader>(data, 1, 1, 0));
+  engine::PipelineEngine engine(module, grid, config_for(1, 2));
+  auto data = std::make_shared<data::TensorDataset>(module::Activation{at::ones({64, 4})},
+                                                    module::Activation{at::zeros({64, 1})});
+  data::RepeatingLoader loader(std::make_unique<data::DataLoader>(data, 1, 1, 0));
   const int64_t before = engine.instructions_executed();
   const int steps = 200;
   const double per_step = time_engine(engine, loader, steps, *world);
@@ -97,19 +100,19 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
   const int64_t micro_batch_size = 4;
   const int steps = 3;
   const int64_t samples = micro_batch_size * kMicroBatches;
-  auto data =
-      std::make_shared<TensorDataset>(Activation{at::randint(256, {samples * 4, 64}, at::kLong)},
-                                      Activation{at::randint(256, {samples * 4, 64}, at::kLong)});
+  auto data = std::make_shared<data::TensorDataset>(
+      module::Activation{at::randint(256, {samples * 4, 64}, at::kLong)},
+      module::Activation{at::randint(256, {samples * 4, 64}, at::kLong)});
 
   // Rank 0 alone: the plain loop and the one-stage engine.
   auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
   double plain = 0, one_stage = 0;
   if (world->rank() == 0) {
-    PipelineModule model(models::gpt_layers(gpt), models::gpt_loss(), {});
+    module::PipelineModule model(models::gpt_layers(gpt), models::gpt_loss(), {});
     torch::optim::Adam adam(model.parameters(), torch::optim::AdamOptions(1e-3));
-    DataLoader loader(data, samples, 1, 0);
+    data::DataLoader loader(data, samples, 1, 0);
     auto plain_step = [&] {
-      MicroBatch batch = loader.next();
+      engine::MicroBatch batch = loader.next();
       adam.zero_grad();
       model.loss(model.forward(batch.inputs), batch.labels).backward();
       adam.step();
@@ -121,20 +124,21 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
     plain = seconds_since(start) / steps;
 
     auto grid = grid_over(alone, 1);
-    auto module = std::make_shared<PipelineModule>(models::gpt_layers(gpt), models::gpt_loss(),
-                                                   PipelineModuleOptions{});
-    PipelineEngine engine(module, grid, config_for(micro_batch_size, 1));
-    RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+    auto module = std::make_shared<module::PipelineModule>(
+        models::gpt_layers(gpt), models::gpt_loss(), module::PipelineModuleOptions{});
+    engine::PipelineEngine engine(module, grid, config_for(micro_batch_size, 1));
+    data::RepeatingLoader repeating(
+        std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
     one_stage = time_engine(engine, repeating, steps, *alone);
   }
   world->barrier();
 
   auto grid = grid_over(world, 2);
-  auto module = std::make_shared<PipelineModule>(
+  auto module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(gpt), models::gpt_loss(),
-      PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
-  PipelineEngine engine(module, grid, config_for(micro_batch_size, 2));
-  RepeatingLoader repeating(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+      module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
+  engine::PipelineEngine engine(module, grid, config_for(micro_batch_size, 2));
+  data::RepeatingLoader repeating(std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
   const double two_stages = time_engine(engine, repeating, steps, *world);
   // Where each stage's time went, to explain the gap to the ideal.
   using schedule::OpKind;
@@ -173,19 +177,20 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
 void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
   const models::GptConfig gpt{
       .vocab_size = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
-  auto data = std::make_shared<TensorDataset>(Activation{at::randint(256, {64, 64}, at::kLong)},
-                                              Activation{at::randint(256, {64, 64}, at::kLong)});
+  auto data = std::make_shared<data::TensorDataset>(
+      module::Activation{at::randint(256, {64, 64}, at::kLong)},
+      module::Activation{at::randint(256, {64, 64}, at::kLong)});
   double seconds[2] = {0, 0};
   int64_t bytes[2] = {0, 0};
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     auto grid = grid_over(world, 2);
-    TrainingConfig config = config_for(4, 2);
-    config.precision.dtype = bf16 ? Precision::kBf16 : Precision::kFp32;
-    auto module = std::make_shared<PipelineModule>(
+    engine::TrainingConfig config = config_for(4, 2);
+    config.precision.dtype = bf16 ? engine::Precision::kBf16 : engine::Precision::kFp32;
+    auto module = std::make_shared<module::PipelineModule>(
         models::gpt_layers(gpt), models::gpt_loss(),
-        PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
-    PipelineEngine engine(module, grid, config);
-    RepeatingLoader loader(std::make_unique<DataLoader>(data, 4, 1, 0));
+        module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
+    engine::PipelineEngine engine(module, grid, config);
+    data::RepeatingLoader loader(std::make_unique<data::DataLoader>(data, 4, 1, 0));
     const int steps = 3;
     seconds[bf16] = time_engine(engine, loader, steps, *world);
     bytes[bf16] = engine.p2p_bytes() / (steps + kWarmupSteps);
@@ -212,27 +217,31 @@ void one_stage_gap(const std::shared_ptr<comm::MpiCommunicator>& world, int repe
     world->barrier();
     return;
   }
-  auto data = std::make_shared<TensorDataset>(
-      Activation{at::randint(256, {micro_batch_size * kMicroBatches, gpt.context}, at::kLong)},
-      Activation{at::randint(256, {micro_batch_size * kMicroBatches, gpt.context}, at::kLong)});
+  auto data = std::make_shared<data::TensorDataset>(
+      module::Activation{
+          at::randint(256, {micro_batch_size * kMicroBatches, gpt.context}, at::kLong)},
+      module::Activation{
+          at::randint(256, {micro_batch_size * kMicroBatches, gpt.context}, at::kLong)});
 
-  PipelineModule plain_model(models::gpt_layers(gpt), models::gpt_loss(), {});
+  module::PipelineModule plain_model(models::gpt_layers(gpt), models::gpt_loss(), {});
   torch::optim::Adam adam(plain_model.parameters(), torch::optim::AdamOptions(1e-3));
-  RepeatingLoader plain_data(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+  data::RepeatingLoader plain_data(
+      std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
   auto plain_step = [&] {
     adam.zero_grad();
     for (int i = 0; i < kMicroBatches; ++i) {
-      MicroBatch batch = plain_data.next();
+      engine::MicroBatch batch = plain_data.next();
       const at::Tensor loss = plain_model.loss(plain_model.forward(batch.inputs), batch.labels);
       (loss / kMicroBatches).backward();
     }
     adam.step();
   };
 
-  auto module = std::make_shared<PipelineModule>(models::gpt_layers(gpt), models::gpt_loss(),
-                                                 PipelineModuleOptions{});
-  PipelineEngine engine(module, grid_over(alone, 1), config_for(micro_batch_size, 1));
-  RepeatingLoader engine_data(std::make_unique<DataLoader>(data, micro_batch_size, 1, 0));
+  auto module = std::make_shared<module::PipelineModule>(
+      models::gpt_layers(gpt), models::gpt_loss(), module::PipelineModuleOptions{});
+  engine::PipelineEngine engine(module, grid_over(alone, 1), config_for(micro_batch_size, 1));
+  data::RepeatingLoader engine_data(
+      std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
 
   std::vector<double> plain, piped;
   plain_step();
@@ -273,7 +282,7 @@ void one_stage_gap(const std::shared_ptr<comm::MpiCommunicator>& world, int repe
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_rank(argc, argv, [&] {
+  return comm::run_rank(argc, argv, [&] {
     at::set_num_threads(1);
     auto world = comm::MpiCommunicator::world();
     if (world->size() != 2) {

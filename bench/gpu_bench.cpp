@@ -57,22 +57,22 @@ double model_flops(const Shape& s) {
   return 72 * b * seq * l * h * h * (1 + seq / (6 * h) + v / (12 * l * h));
 }
 
-std::shared_ptr<TensorDataset> random_tokens(const Shape& s) {
+std::shared_ptr<data::TensorDataset> random_tokens(const Shape& s) {
   const int64_t samples = s.micro_batch * s.micro_batches;
-  return std::make_shared<TensorDataset>(
-      Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)},
-      Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)});
+  return std::make_shared<data::TensorDataset>(
+      module::Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)},
+      module::Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)});
 }
 
-TrainingConfig bf16_config(const Shape& s, int stages) {
-  TrainingConfig config;
+engine::TrainingConfig bf16_config(const Shape& s, int stages) {
+  engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = s.micro_batch;
   config.gradient_accumulation_steps = s.micro_batches;
   config.steps_per_print = 1 << 30;
   config.pipeline.stages = stages;
-  config.precision.dtype = Precision::kBf16;
+  config.precision.dtype = engine::Precision::kBf16;
   config.optimizer = {"AdamW", {{"lr", kLearningRate}, {"weight_decay", 0.0}}};
-  config.device = DeviceKind::kCuda;
+  config.device = device::DeviceKind::kCuda;
   return config;
 }
 
@@ -80,28 +80,28 @@ TrainingConfig bf16_config(const Shape& s, int stages) {
 // model, fp32 masters stepped by fused AdamW, the loss in fp32 scaled by 1 / M.
 class PlainLoop {
  public:
-  PlainLoop(const Shape& s, std::shared_ptr<TensorDataset> data)
+  PlainLoop(const Shape& s, std::shared_ptr<data::TensorDataset> data)
       : shape_(s),
         model_(models::gpt_layers(s.gpt), models::gpt_loss(), {}),
-        data_(std::make_unique<DataLoader>(std::move(data), s.micro_batch, 1, 0)) {
+        data_(std::make_unique<data::DataLoader>(std::move(data), s.micro_batch, 1, 0)) {
     model_.to(at::Device(at::kCUDA, 0));
     model_.to(at::kBFloat16);
     for (const auto& p : model_.parameters()) {
       params_.push_back(p);
       masters_.push_back(p.detach().to(at::kFloat).clone().requires_grad_(true));
     }
-    adam_ = std::make_unique<FusedAdamW>(
+    adam_ = std::make_unique<optim::FusedAdamW>(
         masters_, torch::optim::AdamWOptions(kLearningRate).weight_decay(0.0));
   }
 
   double step() {
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(at::kCUDA));
     for (int i = 0; i < shape_.micro_batches; ++i) {
-      MicroBatch batch = data_.next();
-      Activation inputs, labels;
+      engine::MicroBatch batch = data_.next();
+      module::Activation inputs, labels;
       for (auto& t : batch.inputs) inputs.push_back(t.pin_memory().to(at::kCUDA, true));
       for (auto& t : batch.labels) labels.push_back(t.pin_memory().to(at::kCUDA, true));
-      Activation outputs = model_.forward(inputs);
+      module::Activation outputs = model_.forward(inputs);
       for (auto& t : outputs) t = t.to(at::kFloat);
       const at::Tensor loss = model_.loss(outputs, labels);
       loss_sum += loss.detach().to(at::kDouble);
@@ -122,30 +122,31 @@ class PlainLoop {
 
  private:
   Shape shape_;
-  PipelineModule model_;
-  RepeatingLoader data_;
+  module::PipelineModule model_;
+  data::RepeatingLoader data_;
   std::vector<at::Tensor> params_, masters_;
-  std::unique_ptr<FusedAdamW> adam_;
+  std::unique_ptr<optim::FusedAdamW> adam_;
 };
 
 struct Engine {
-  std::shared_ptr<PipelineModule> module;
-  std::unique_ptr<PipelineEngine> engine;
-  std::unique_ptr<RepeatingLoader> data;
+  std::shared_ptr<module::PipelineModule> module;
+  std::unique_ptr<engine::PipelineEngine> engine;
+  std::unique_ptr<data::RepeatingLoader> data;
 };
 
 Engine make_engine(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& comm,
-                   std::shared_ptr<TensorDataset> data) {
+                   std::shared_ptr<data::TensorDataset> data) {
   const int stages = comm->size();
-  auto grid = std::make_shared<Grid>(pipe_data_parallel_topology(stages, 1), comm);
+  auto grid =
+      std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(stages, 1), comm);
   Engine e;
-  e.module = std::make_shared<PipelineModule>(
+  e.module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(s.gpt), models::gpt_loss(),
-      PipelineModuleOptions{.stages = stages, .stage_id = grid->stage_id()});
-  e.engine = std::make_unique<PipelineEngine>(e.module, grid, bf16_config(s, stages));
+      module::PipelineModuleOptions{.stages = stages, .stage_id = grid->stage_id()});
+  e.engine = std::make_unique<engine::PipelineEngine>(e.module, grid, bf16_config(s, stages));
   e.engine->set_progress_report(false);
-  e.data = std::make_unique<RepeatingLoader>(
-      std::make_unique<DataLoader>(std::move(data), s.micro_batch, 1, 0));
+  e.data = std::make_unique<data::RepeatingLoader>(
+      std::make_unique<data::DataLoader>(std::move(data), s.micro_batch, 1, 0));
   return e;
 }
 
@@ -220,7 +221,7 @@ void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& al
       "(b) %s: %.4f s per step, %.1f model TFLOP/s (Megatron's formula, %.1f TFLOP per step); "
       "peak memory %.1f GiB\n",
       describe(s).c_str(), step, flops / step / 1e12, flops / 1e12,
-      static_cast<double>(gpu_memory(0)->peak_allocated) / kGiB);
+      static_cast<double>(device::gpu_memory(0)->peak_allocated) / kGiB);
   // Whether a gap to PyTorch eager is the engine's or the model's: the plain loop on the
   // same shape, interleaved with the engine.
   PlainLoop plain(s, data);
@@ -245,17 +246,17 @@ void shared_gpu_pipe(const Shape& s) {
   int64_t one_stage_peak = 0;
   auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
   if (world->rank() == 0) {
-    reset_gpu_peak_memory(0);
+    device::reset_gpu_peak_memory(0);
     Engine e = make_engine(s, alone, data);
     one_stage = median_step_seconds(e);
-    one_stage_peak = gpu_memory(0)->peak_allocated;
+    one_stage_peak = device::gpu_memory(0)->peak_allocated;
   }
   world->barrier();
   Engine e = make_engine(s, world, data);
   const int gpu = e.engine->device().index();
-  reset_gpu_peak_memory(gpu);
+  device::reset_gpu_peak_memory(gpu);
   const double two_stages = median_step_seconds(e, [&] { world->barrier(); });
-  const at::Tensor peaks = world->all_gather(at::tensor({gpu_memory(gpu)->peak_allocated}));
+  const at::Tensor peaks = world->all_gather(at::tensor({device::gpu_memory(gpu)->peak_allocated}));
   if (world->rank() != 0) return;
   std::printf(
       "(c) the (a) model on the one GPU: pipe 1 %.4f s per step (peak %.1f GiB); pipe 2 (2 "
@@ -270,9 +271,9 @@ void shared_gpu_pipe(const Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_rank(argc, argv, [&] {
+  return comm::run_rank(argc, argv, [&] {
     auto world = comm::MpiCommunicator::world();
-    if (world->size() != 2 || visible_gpus() == 0) {
+    if (world->size() != 2 || device::visible_gpus() == 0) {
       std::fprintf(stderr, "gpu_bench needs 2 ranks and a GPU\n");
       return 2;
     }

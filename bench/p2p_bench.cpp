@@ -134,7 +134,7 @@ void poll_pause_study(TensorTransport& transport, int me) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return pipetrain::run_rank(argc, argv, [] {
+  return pipetrain::comm::run_rank(argc, argv, [] {
     auto world = MpiCommunicator::world();
     if (world->size() != 2) {
       std::fprintf(stderr, "p2p_bench needs exactly 2 ranks\n");

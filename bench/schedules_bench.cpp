@@ -33,7 +33,7 @@ const models::GptConfig kGpt{
     .vocab_size = 256, .context = 128, .d_model = 384, .heads = 6, .layers = 8, .dropout = 0.0};
 
 struct Variant {
-  PipelineSchedule schedule;
+  engine::PipelineSchedule schedule;
   int chunks;
   int micro_batches;
 };
@@ -41,9 +41,9 @@ struct Variant {
 // One configuration, built once and stepped round-robin with the others.
 struct Configuration {
   Variant variant{};
-  std::shared_ptr<PipelineModule> module;
-  std::unique_ptr<PipelineEngine> engine;
-  std::unique_ptr<RepeatingLoader> data;
+  std::shared_ptr<module::PipelineModule> module;
+  std::unique_ptr<engine::PipelineEngine> engine;
+  std::unique_ptr<data::RepeatingLoader> data;
   std::vector<double> step_seconds;
   schedule::MeasuredCosts costs{kStages, 1};
   double end_of_batch_seconds = 0;  // this rank's reductions and optimizer step, summed
@@ -59,9 +59,9 @@ bool is_end_of_batch(OpKind kind) {
          kind == OpKind::kOptimizerStep;
 }
 
-Configuration build(const Variant& v, const std::shared_ptr<Grid>& grid,
-                    const std::shared_ptr<TensorDataset>& samples) {
-  TrainingConfig config;
+Configuration build(const Variant& v, const std::shared_ptr<topology::Grid>& grid,
+                    const std::shared_ptr<data::TensorDataset>& samples) {
+  engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = kMicroBatchSize;
   config.gradient_accumulation_steps = v.micro_batches;
   config.steps_per_print = 1 << 30;
@@ -72,13 +72,14 @@ Configuration build(const Variant& v, const std::shared_ptr<Grid>& grid,
   Configuration c;
   c.variant = v;
   c.costs = schedule::MeasuredCosts(kStages, v.chunks);
-  c.module = std::make_shared<PipelineModule>(
+  c.module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(kGpt), models::gpt_loss(),
-      PipelineModuleOptions{.stages = kStages, .stage_id = grid->stage_id(), .chunks = v.chunks});
-  c.engine = std::make_unique<PipelineEngine>(c.module, grid, config);
+      module::PipelineModuleOptions{
+          .stages = kStages, .stage_id = grid->stage_id(), .chunks = v.chunks});
+  c.engine = std::make_unique<engine::PipelineEngine>(c.module, grid, config);
   c.engine->set_progress_report(false);
-  c.data = std::make_unique<RepeatingLoader>(
-      std::make_unique<DataLoader>(samples, kMicroBatchSize, 1, 0));
+  c.data = std::make_unique<data::RepeatingLoader>(
+      std::make_unique<data::DataLoader>(samples, kMicroBatchSize, 1, 0));
   return c;
 }
 
@@ -104,7 +105,7 @@ double median(std::vector<double> values) {
 }
 
 std::string label(const Variant& v) {
-  std::string name(schedule_kind_name(v.schedule));
+  std::string name(engine::schedule_kind_name(v.schedule));
   if (name == "train") name = "1f1b";
   if (v.chunks > 1) name += " v" + std::to_string(v.chunks);
   return name;
@@ -131,8 +132,8 @@ double predicted_seconds(const Configuration& c, comm::Communicator& world) {
     tail = std::min(tail, gathered[s][3].item<double>());
   }
   const auto& v = c.variant;
-  const auto plan =
-      schedule::plan_pipeline(schedule_kind_name(v.schedule), {v.micro_batches, kStages, v.chunks});
+  const auto plan = schedule::plan_pipeline(engine::schedule_kind_name(v.schedule),
+                                            {v.micro_batches, kStages, v.chunks});
   if (world.rank() == 0) {
     std::printf("  %-15s m %d:", label(v).c_str(), v.micro_batches);
     for (int s = 0; s < kStages; ++s) {
@@ -149,19 +150,21 @@ double predicted_seconds(const Configuration& c, comm::Communicator& world) {
 
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
-  return run_rank(argc, argv, [&] {
+  return comm::run_rank(argc, argv, [&] {
     auto world = comm::MpiCommunicator::world();
-    auto grid = std::make_shared<Grid>(pipe_data_parallel_topology(kStages, 1), world);
+    auto grid =
+        std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(kStages, 1), world);
     at::manual_seed(0);
     const int64_t samples = 64;
-    auto data = std::make_shared<TensorDataset>(
-        Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)},
-        Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)});
+    auto data = std::make_shared<data::TensorDataset>(
+        module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)},
+        module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)});
     std::vector<Configuration> configurations;
     for (int m : {4, 8}) {
-      for (const auto& [schedule, chunks] :
-           {std::pair{PipelineSchedule::k1F1B, 1}, std::pair{PipelineSchedule::kGpipe, 1},
-            std::pair{PipelineSchedule::kInterleaved, 2}, std::pair{PipelineSchedule::kZbH1, 1}}) {
+      for (const auto& [schedule, chunks] : {std::pair{engine::PipelineSchedule::k1F1B, 1},
+                                             std::pair{engine::PipelineSchedule::kGpipe, 1},
+                                             std::pair{engine::PipelineSchedule::kInterleaved, 2},
+                                             std::pair{engine::PipelineSchedule::kZbH1, 1}}) {
         configurations.push_back(build({schedule, chunks, m}, grid, data));
       }
     }
@@ -191,7 +194,7 @@ int main(int argc, char** argv) {
       const double measured = median(c.step_seconds);
       const auto [low, high] = std::minmax_element(c.step_seconds.begin(), c.step_seconds.end());
       const auto plan =
-          schedule::plan_pipeline(schedule_kind_name(c.variant.schedule),
+          schedule::plan_pipeline(engine::schedule_kind_name(c.variant.schedule),
                                   {c.variant.micro_batches, kStages, c.variant.chunks});
       const auto planned = schedule::simulate(plan, {});
       char peak[64];

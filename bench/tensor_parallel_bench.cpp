@@ -35,8 +35,9 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
                 bool partitioned) {
   const models::GptConfig gpt{
       .vocab_size = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
-  auto grid = std::make_shared<Grid>(pipe_model_data_parallel_topology(2, data, model), world);
-  TrainingConfig config;
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(2, data, model), world);
+  engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = kMicroBatchSize;
   config.gradient_accumulation_steps = kMicroBatches;
   config.steps_per_print = 1 << 30;
@@ -46,16 +47,17 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
   model_config.gpt = gpt;
   const auto built =
       models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
-  auto module = std::make_shared<PipelineModule>(
-      built.layers, built.loss, PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
-  PipelineEngine engine(module, grid, config);
+  auto module = std::make_shared<module::PipelineModule>(
+      built.layers, built.loss,
+      module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
+  engine::PipelineEngine engine(module, grid, config);
   at::manual_seed(3);
   const int64_t samples = kMicroBatchSize * kMicroBatches * data;
-  auto dataset =
-      std::make_shared<TensorDataset>(Activation{at::randint(256, {samples, 64}, at::kLong)},
-                                      Activation{at::randint(256, {samples, 64}, at::kLong)});
-  RepeatingLoader loader(
-      std::make_unique<DataLoader>(dataset, kMicroBatchSize, data, grid->data_parallel_id()));
+  auto dataset = std::make_shared<data::TensorDataset>(
+      module::Activation{at::randint(256, {samples, 64}, at::kLong)},
+      module::Activation{at::randint(256, {samples, 64}, at::kLong)});
+  data::RepeatingLoader loader(
+      std::make_unique<data::DataLoader>(dataset, kMicroBatchSize, data, grid->data_parallel_id()));
   for (int i = 0; i < kWarmupSteps; ++i) engine.train_batch(&loader);
   const int64_t bytes_before = engine.p2p_bytes();
   using schedule::OpKind;
@@ -79,7 +81,7 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_rank(argc, argv, [] {
+  return comm::run_rank(argc, argv, [] {
     auto world = comm::MpiCommunicator::world();
     if (world->size() != 4) throw std::runtime_error("run tensor_parallel_bench on 4 ranks");
     const Figures replicas = measure(world, 2, 1, true);

@@ -20,31 +20,32 @@ using namespace pipetrain;
 namespace {
 
 // y = sin(x0) + x1 * x2 plus noise: something a small MLP can learn.
-std::shared_ptr<TensorDataset> synthetic_data(int64_t samples) {
+std::shared_ptr<data::TensorDataset> synthetic_data(int64_t samples) {
   at::manual_seed(0);
   const at::Tensor x = at::rand({samples, 3}) * 4 - 2;
   const at::Tensor y = (at::sin(x.select(1, 0)) + x.select(1, 1) * x.select(1, 2)).unsqueeze(1) +
                        0.01 * at::randn({samples, 1});
-  return std::make_shared<TensorDataset>(Activation{x}, Activation{y});
+  return std::make_shared<data::TensorDataset>(module::Activation{x}, module::Activation{y});
 }
 
-std::vector<LayerSpec> model() {
+std::vector<module::LayerSpec> model() {
   auto linear = [](int64_t in, int64_t out) {
-    return module_layer<torch::nn::Linear>("Linear", [=] { return torch::nn::Linear(in, out); });
+    return module::module_layer<torch::nn::Linear>("Linear",
+                                                   [=] { return torch::nn::Linear(in, out); });
   };
-  auto tanh =
-      function_layer("Tanh", [](const Activation& x) { return Activation{at::tanh(x[0])}; });
+  auto tanh = module::function_layer(
+      "Tanh", [](const module::Activation& x) { return module::Activation{at::tanh(x[0])}; });
   return {linear(3, 64), tanh, linear(64, 64), tanh, linear(64, 64), tanh, linear(64, 1)};
 }
 
-TrainingConfig config_from(int argc, char** argv) {
+engine::TrainingConfig config_from(int argc, char** argv) {
   if (argc > 1) {
-    TrainingConfig config = parse_training_config(read_json_file(argv[1]));
+    engine::TrainingConfig config = engine::parse_training_config(config::read_json_file(argv[1]));
     for (const auto& key : config.unknown_keys)
       std::fprintf(stderr, "warning: unknown config key %s\n", key.c_str());
     return config;
   }
-  return parse_training_config(nlohmann::json::parse(R"({
+  return engine::parse_training_config(nlohmann::json::parse(R"({
     "train_batch_size": 64, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
     "steps_per_print": 100, "wall_clock_breakdown": true,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.0}},
@@ -55,28 +56,30 @@ TrainingConfig config_from(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_rank(argc, argv, [&] {
-    const TrainingConfig config = config_from(argc, argv);
+  return comm::run_rank(argc, argv, [&] {
+    const engine::TrainingConfig config = config_from(argc, argv);
     auto world = comm::MpiCommunicator::world();
     const int stages = static_cast<int>(config.pipeline.stages);
-    auto grid =
-        std::make_shared<Grid>(pipe_data_parallel_topology(stages, world->size() / stages), world);
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_data_parallel_topology(stages, world->size() / stages), world);
 
-    auto module = std::make_shared<PipelineModule>(
+    auto module = std::make_shared<module::PipelineModule>(
         model(),
-        [](const Activation& out, const Activation& y) { return at::mse_loss(out[0], y[0]); },
-        PipelineModuleOptions{.stages = stages,
-                              .stage_id = grid->stage_id(),
-                              .partition_method = config.pipeline.partition_method,
-                              .seed = static_cast<uint64_t>(config.seed)});
-    PipelineEngine engine(module, grid, config);
+        [](const module::Activation& out, const module::Activation& y) {
+          return at::mse_loss(out[0], y[0]);
+        },
+        module::PipelineModuleOptions{.stages = stages,
+                                      .stage_id = grid->stage_id(),
+                                      .partition_method = config.pipeline.partition_method,
+                                      .seed = static_cast<uint64_t>(config.seed)});
+    engine::PipelineEngine engine(module, grid, config);
 
     // Each replica reads its shard; the loader restarts when the data runs out.
     const auto& resolved = engine.config();
-    RepeatingLoader data(
-        std::make_unique<DataLoader>(synthetic_data(4096), resolved.train_micro_batch_size_per_gpu,
-                                     grid->data_parallel_size(), grid->data_parallel_id(),
-                                     /*shuffle=*/true, /*seed=*/1));
+    data::RepeatingLoader data(std::make_unique<data::DataLoader>(
+        synthetic_data(4096), resolved.train_micro_batch_size_per_gpu, grid->data_parallel_size(),
+        grid->data_parallel_id(),
+        /*shuffle=*/true, /*seed=*/1));
     double first = 0, last = 0;
     for (int step = 0; step < 300; ++step) {
       last = engine.train_batch(&data);

@@ -19,7 +19,7 @@
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 
-namespace pipetrain {
+namespace pipetrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
@@ -34,8 +34,8 @@ std::string numbered(const char* prefix, int number, int width) {
 // This stage's weights grouped by the layer index in their names ("<index>.<tensor>"):
 // the fp32 masters the optimizer updates, so checkpoints hold full precision whatever
 // precision the model computes in.
-std::map<int, NamedTensors> parameters_by_layer(const PipelineEngine& engine) {
-  std::map<int, NamedTensors> layers;
+std::map<int, comm::NamedTensors> parameters_by_layer(const engine::PipelineEngine& engine) {
+  std::map<int, comm::NamedTensors> layers;
   for (const auto& [name, tensor] : engine.module().named_parameters()) {
     const auto dot = name.find('.');
     layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1),
@@ -50,7 +50,7 @@ std::map<int, NamedTensors> parameters_by_layer(const PipelineEngine& engine) {
 // loading.
 class ShardedState {
  public:
-  explicit ShardedState(const PipelineEngine& engine)
+  explicit ShardedState(const engine::PipelineEngine& engine)
       : layouts_(engine.module().shard_layouts()), group_(*engine.grid().model_comm()) {}
 
   // `name` is "<layer>.<tensor>"; `shard_shape` the parameter's shape on this rank.
@@ -86,9 +86,9 @@ class ShardedState {
     if (group_.size() == 1 || it == layouts_.end()) return nullptr;
     if (value.sizes() == expected) return &it->second;
     if (value.numel() != 1) {
-      throw InputError("state of the tensor-parallel parameter " + name + " is " +
-                       c10::str(value.sizes()) + ", neither a scalar nor shaped " +
-                       c10::str(expected));
+      throw io::InputError("state of the tensor-parallel parameter " + name + " is " +
+                           c10::str(value.sizes()) + ", neither a scalar nor shaped " +
+                           c10::str(expected));
     }
     return nullptr;
   }
@@ -97,7 +97,7 @@ class ShardedState {
   comm::Communicator& group_;
 };
 
-bool owns_layer(const PipelineModule& module, int index) {
+bool owns_layer(const module::PipelineModule& module, int index) {
   for (int chunk = 0; chunk < module.options().chunks; ++chunk) {
     const auto [first, last] = module.layer_range(chunk);
     if (index >= first && index < last) return true;
@@ -105,7 +105,7 @@ bool owns_layer(const PipelineModule& module, int index) {
   return false;
 }
 
-nlohmann::json describe(const NamedTensors& tensors) {
+nlohmann::json describe(const comm::NamedTensors& tensors) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, t] : tensors) {
     out[name] = {{"dtype", at::toString(t.scalar_type())}, {"shape", t.sizes().vec()}};
@@ -113,7 +113,7 @@ nlohmann::json describe(const NamedTensors& tensors) {
   return out;
 }
 
-nlohmann::json topology_of(const Grid& grid) {
+nlohmann::json topology_of(const topology::Grid& grid) {
   return {{"pipe", grid.pipe_parallel_size()},
           {"data", grid.data_parallel_size()},
           {"model", grid.model_parallel_size()}};
@@ -129,8 +129,8 @@ void maybe_die_mid_save(int rank) {
 // Writes a file and records its size and checksum in `files`.
 void write_recorded(const fs::path& folder, const std::string& name, const std::string& bytes,
                     nlohmann::json& files) {
-  write_file_atomically(folder / name, bytes);
-  files[name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes)}};
+  io::write_file_atomically(folder / name, bytes);
+  files[name] = {{"bytes", bytes.size()}, {"crc32", io::crc32(bytes)}};
 }
 
 // A name from a checkpoint's own files (a tag in `latest`, a file in a manifest) must stay
@@ -138,14 +138,14 @@ void write_recorded(const fs::path& folder, const std::string& name, const std::
 fs::path inside(const fs::path& folder, const std::string& name, const std::string& source) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\\') != std::string::npos || name.find('\0') != std::string::npos) {
-    throw InputError(source + ": '" + name +
-                     "' is not a plain file name inside the checkpoint folder");
+    throw io::InputError(source + ": '" + name +
+                         "' is not a plain file name inside the checkpoint folder");
   }
   const fs::path path = folder / name;
   std::error_code error;
   if (fs::is_symlink(fs::symlink_status(path, error))) {
-    throw InputError(path.string() +
-                     ": a symbolic link; checkpoint files must be the folder's own");
+    throw io::InputError(path.string() +
+                         ": a symbolic link; checkpoint files must be the folder's own");
   }
   return path;
 }
@@ -178,7 +178,7 @@ void publish(const fs::path& staged, const fs::path& target) {
 // The manifest's shape, checked before any value of it is used: what the loader reads is
 // there with the right type (a manifest is untrusted input).
 void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
-  auto fail = [&](const std::string& what) { throw InputError(path.string() + ": " + what); };
+  auto fail = [&](const std::string& what) { throw io::InputError(path.string() + ": " + what); };
   const auto* files = manifest.contains("files") ? &manifest["files"] : nullptr;
   if (!files || !files->is_object()) fail("\"files\" must be an object");
   for (const auto& [name, file] : files->items()) {
@@ -210,46 +210,47 @@ void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
 nlohmann::json read_manifest(const fs::path& folder) {
   const fs::path path = folder / "manifest.json";
   if (!fs::exists(path)) {
-    throw InputError(path.string() + " is missing (not a checkpoint, or its save was interrupted)");
+    throw io::InputError(path.string() +
+                         " is missing (not a checkpoint, or its save was interrupted)");
   }
-  const nlohmann::json manifest = parse_json(read_file(path), path.string());
+  const nlohmann::json manifest = config::parse_json(io::read_file(path), path.string());
   if (manifest.is_discarded() || !manifest.is_object() ||
       manifest.value("format", "") != "pipetrain-checkpoint") {
-    throw InputError(path.string() + " is not a pipetrain checkpoint manifest");
+    throw io::InputError(path.string() + " is not a pipetrain checkpoint manifest");
   }
   if (manifest.value("version", 0) != kFormatVersion) {
-    throw InputError(path.string() + ": format version " +
-                     manifest.value("version", nlohmann::json()).dump() +
-                     ", this pipetrain reads " + std::to_string(kFormatVersion));
+    throw io::InputError(path.string() + ": format version " +
+                         manifest.value("version", nlohmann::json()).dump() +
+                         ", this pipetrain reads " + std::to_string(kFormatVersion));
   }
   check_manifest(manifest, path);
   return manifest;
 }
 
 // A checkpoint file's tensors, after checking size and checksum against the manifest.
-NamedTensors read_verified(const fs::path& folder, const nlohmann::json& manifest,
-                           const std::string& name) {
+comm::NamedTensors read_verified(const fs::path& folder, const nlohmann::json& manifest,
+                                 const std::string& name) {
   const fs::path path = inside(folder, name, (folder / "manifest.json").string());
   const auto& files = manifest.at("files");
-  if (!files.contains(name)) throw InputError(path.string() + " is not listed in the manifest");
+  if (!files.contains(name)) throw io::InputError(path.string() + " is not listed in the manifest");
   const auto& expected = files.at(name);
-  const std::string bytes = read_file(path);
+  const std::string bytes = io::read_file(path);
   if (bytes.size() != expected.value("bytes", uint64_t{0})) {
-    throw InputError(path.string() + ": " + std::to_string(bytes.size()) +
-                     " bytes, the manifest says " +
-                     expected.value("bytes", nlohmann::json()).dump() + " (truncated or replaced)");
+    throw io::InputError(
+        path.string() + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " +
+        expected.value("bytes", nlohmann::json()).dump() + " (truncated or replaced)");
   }
-  const uint32_t crc = crc32(bytes);
+  const uint32_t crc = io::crc32(bytes);
   if (crc != expected.value("crc32", uint32_t{0})) {
     char text[96];
     std::snprintf(text, sizeof text, ": checksum mismatch (manifest %08x, file %08x)",
                   expected.value("crc32", 0u), crc);
-    throw InputError(path.string() + text);
+    throw io::InputError(path.string() + text);
   }
   return decode_safetensors(bytes, path.string());
 }
 
-at::Tensor tensor_named(const NamedTensors& tensors, const std::string& name) {
+at::Tensor tensor_named(const comm::NamedTensors& tensors, const std::string& name) {
   for (const auto& [n, t] : tensors) {
     if (n == name) return t;
   }
@@ -259,26 +260,26 @@ at::Tensor tensor_named(const NamedTensors& tensors, const std::string& name) {
 // What load_checkpoint will install, gathered and checked before anything changes.
 struct PendingLoad {
   std::vector<std::pair<at::Tensor, at::Tensor>> weights;  // (parameter, value)
-  std::vector<std::pair<at::Tensor, NamedTensors>> optimizer_states;
+  std::vector<std::pair<at::Tensor, comm::NamedTensors>> optimizer_states;
   at::Tensor rng_state;       // CPU
   at::Tensor cuda_rng_state;  // when saved on a machine with CUDA and loaded on one
 };
 
-PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
+PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
                          const nlohmann::json& manifest) {
-  const PipelineModule& module = engine.module();
+  const module::PipelineModule& module = engine.module();
   const auto& layers = manifest.at("layers");
   if (static_cast<int>(layers.size()) != module.num_layers()) {
-    throw InputError((folder / "manifest.json").string() + ": the checkpoint holds " +
-                     std::to_string(layers.size()) + " layers, this model has " +
-                     std::to_string(module.num_layers()));
+    throw io::InputError((folder / "manifest.json").string() + ": the checkpoint holds " +
+                         std::to_string(layers.size()) + " layers, this model has " +
+                         std::to_string(module.num_layers()));
   }
   for (int i = 0; i < module.num_layers(); ++i) {
     const std::string saved = layers[i].value("type", "");
     if (saved != module.specs()[i].type) {
-      throw InputError((folder / "manifest.json").string() + ": layer " + std::to_string(i) +
-                       " is a " + saved + " in the checkpoint, a " + module.specs()[i].type +
-                       " in this model");
+      throw io::InputError((folder / "manifest.json").string() + ": layer " + std::to_string(i) +
+                           " is a " + saved + " in the checkpoint, a " + module.specs()[i].type +
+                           " in this model");
     }
   }
   PendingLoad pending;
@@ -287,27 +288,27 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     const auto& layer = layers[index];
     const std::string file = layer.value("file", "");
     if (file.empty())
-      throw InputError((folder / "manifest.json").string() + ": no weights for layer " +
-                       std::to_string(index));
-    const NamedTensors saved = read_verified(folder, manifest, file);
-    NamedTensors optimizer_saved;
+      throw io::InputError((folder / "manifest.json").string() + ": no weights for layer " +
+                           std::to_string(index));
+    const comm::NamedTensors saved = read_verified(folder, manifest, file);
+    comm::NamedTensors optimizer_saved;
     if (layer.contains("optimizer_file"))
       optimizer_saved = read_verified(folder, manifest, layer["optimizer_file"]);
     for (const auto& [name, parameter] : parameters) {
       const std::string full_name = std::to_string(index) + "." + name;
       const at::Tensor value = tensor_named(saved, name);
       if (!value.defined())
-        throw InputError((folder / file).string() + ": no tensor '" + name + "'");
+        throw io::InputError((folder / file).string() + ": no tensor '" + name + "'");
       const auto expected = sharded.whole_shape(full_name, parameter.sizes());
       if (value.sizes() != at::IntArrayRef(expected) ||
           value.scalar_type() != parameter.scalar_type()) {
-        throw InputError((folder / file).string() + ": tensor '" + name + "' is " +
-                         at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
-                         ", the model expects " + at::toString(parameter.scalar_type()) + " " +
-                         c10::str(at::IntArrayRef(expected)));
+        throw io::InputError((folder / file).string() + ": tensor '" + name + "' is " +
+                             at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
+                             ", the model expects " + at::toString(parameter.scalar_type()) + " " +
+                             c10::str(at::IntArrayRef(expected)));
       }
       pending.weights.emplace_back(parameter, sharded.shard(full_name, value, parameter.sizes()));
-      NamedTensors state;
+      comm::NamedTensors state;
       for (const auto& [key, tensor] : optimizer_saved) {
         if (key.rfind(name + "/", 0) == 0)
           state.emplace_back(key.substr(name.size() + 1),
@@ -317,7 +318,7 @@ PendingLoad prepare_load(PipelineEngine& engine, const fs::path& folder,
     }
   }
   if (manifest.at("topology") == topology_of(engine.grid())) {
-    const NamedTensors rng =
+    const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
     pending.rng_state = tensor_named(rng, "cpu");
     if (engine.device().is_cuda()) pending.cuda_rng_state = tensor_named(rng, "cuda");
@@ -336,21 +337,22 @@ std::string resolve_tag(const fs::path& directory, const std::string& tag) {
   if (tag != "latest") return tag;
   const fs::path latest = directory / "latest";
   if (!fs::exists(latest))
-    throw InputError("no checkpoint to load in " + directory.string() + ": " + latest.string() +
-                     " is missing");
-  std::string name = read_file(latest);
+    throw io::InputError("no checkpoint to load in " + directory.string() + ": " + latest.string() +
+                         " is missing");
+  std::string name = io::read_file(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   inside(directory, name, latest.string());
   return name;
 }
 
-void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const std::string& tag,
-                     const nlohmann::json& client_state, const MicroBatchSource* data) {
+void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
+                     const std::string& tag, const nlohmann::json& client_state,
+                     const engine::MicroBatchSource* data) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
-    throw InputError("checkpoint tag '" + tag +
-                     "' must be a plain, non-empty name other than 'latest'");
+    throw io::InputError("checkpoint tag '" + tag +
+                         "' must be a plain, non-empty name other than 'latest'");
   }
-  const Grid& grid = engine.grid();
+  const topology::Grid& grid = engine.grid();
   auto& world = *grid.world_comm();
   // Written beside the tag and swapped in when complete: a save never touches a folder that
   // `latest` may name, so a crash mid-save leaves the last good checkpoint as it was.
@@ -366,10 +368,10 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
   // Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
-  const PipelineModule& module = engine.module();
+  const module::PipelineModule& module = engine.module();
   struct WholeLayer {
     int index;
-    NamedTensors weights, state;
+    comm::NamedTensors weights, state;
   };
   std::vector<WholeLayer> owned;
   if (grid.data_parallel_id() == 0) {
@@ -380,7 +382,7 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
       for (const auto& [name, parameter] : parameters) {
         const std::string full_name = std::to_string(index) + "." + name;
         layer.weights.emplace_back(name, sharded.whole(full_name, parameter, parameter.sizes()));
-        for (auto& [key, tensor] : optimizer_state(engine.optimizer(), parameter)) {
+        for (auto& [key, tensor] : optim::optimizer_state(engine.optimizer(), parameter)) {
           layer.state.emplace_back(name + "/" + key,
                                    sharded.whole(full_name, tensor, parameter.sizes()));
         }
@@ -400,8 +402,8 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
       }
     }
   }
-  NamedTensors rng{{"cpu", rng_state(at::kCPU)}};
-  if (engine.device().is_cuda()) rng.emplace_back("cuda", rng_state(engine.device()));
+  comm::NamedTensors rng{{"cpu", module::rng_state(at::kCPU)}};
+  if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
   write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4), encode_safetensors(rng),
                  files);
 
@@ -422,7 +424,7 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
                                {"files", nlohmann::json::object()}};
     nlohmann::json described = nlohmann::json::array();
     for (int i = 0; i < module.num_layers(); ++i) {
-      const LayerSpec& spec = module.specs()[i];
+      const module::LayerSpec& spec = module.specs()[i];
       nlohmann::json entry = {{"index", i}, {"type", spec.type}};
       if (spec.tied()) entry["tie_key"] = spec.tie_key;
       described.push_back(entry);
@@ -448,18 +450,18 @@ void save_checkpoint(PipelineEngine& engine, const fs::path& directory, const st
       }
     }
     manifest["layers"] = described;
-    write_file_atomically(folder / "manifest.json", manifest.dump(2));
+    io::write_file_atomically(folder / "manifest.json", manifest.dump(2));
   }
   world.barrier();  // every file of this tag is in place
   if (world.rank() == 0) {
     publish(folder, directory / tag);
-    write_file_atomically(directory / "latest", tag + "\n");
+    io::write_file_atomically(directory / "latest", tag + "\n");
   }
   world.barrier();
 }
 
-nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory,
-                               const std::string& tag, MicroBatchSource* data) {
+nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
+                               const std::string& tag, engine::MicroBatchSource* data) {
   auto& world = *engine.grid().world_comm();
   // Every rank checks everything it needs; only when all agree does anything change.
   std::string problem;
@@ -471,11 +473,11 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
     manifest = read_manifest(folder);
     pending = prepare_load(engine, folder, manifest);
   } catch (const std::exception& e) {
-    problem = error_message(e);
+    problem = io::error_message(e);
   }
   // Every rank learns the first problem found, so whichever rank reports it names the file.
   for (const auto& found : comm::all_gather_text(world, problem)) {
-    if (!found.empty()) throw InputError(found);
+    if (!found.empty()) throw io::InputError(found);
   }
 
   {
@@ -484,30 +486,31 @@ nlohmann::json load_checkpoint(PipelineEngine& engine, const fs::path& directory
   }
   engine.copy_masters_to_model();
   for (auto& [parameter, state] : pending.optimizer_states)
-    set_optimizer_state(engine.optimizer(), parameter, state);
+    optim::set_optimizer_state(engine.optimizer(), parameter, state);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (manifest.contains("loss_scaler")) engine.loss_scaler().restore(manifest["loss_scaler"]);
-  if (pending.rng_state.defined()) set_rng_state(at::kCPU, pending.rng_state);
-  if (pending.cuda_rng_state.defined()) set_rng_state(engine.device(), pending.cuda_rng_state);
+  if (pending.rng_state.defined()) module::set_rng_state(at::kCPU, pending.rng_state);
+  if (pending.cuda_rng_state.defined())
+    module::set_rng_state(engine.device(), pending.cuda_rng_state);
   if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
   return manifest["client_state"];
 }
 
 void export_checkpoint(const fs::path& directory, const std::string& tag, const fs::path& out) {
-  check_output_directory(out, "--out");
+  io::check_output_directory(out, "--out");
   const fs::path folder = directory / resolve_tag(directory, tag);
   const nlohmann::json manifest = read_manifest(folder);
-  NamedTensors all;
+  comm::NamedTensors all;
   for (const auto& layer : manifest.at("layers")) {
     if (!layer.contains("file") || layer.contains("tied_to")) continue;
-    const NamedTensors tensors = read_verified(folder, manifest, layer["file"]);
+    const comm::NamedTensors tensors = read_verified(folder, manifest, layer["file"]);
     for (const auto& [name, tensor] : tensors) {
       all.emplace_back("layers." + std::to_string(layer["index"].get<int>()) + "." + name, tensor);
     }
   }
-  write_file_atomically(
+  io::write_file_atomically(
       out, encode_safetensors(
                all, {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}}));
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::checkpoint

@@ -10,7 +10,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::checkpoint {
 namespace {
 
 constexpr std::array<std::pair<at::ScalarType, const char*>, 10> kDtypes = {{
@@ -35,7 +35,7 @@ const char* dtype_name(at::ScalarType type) {
 
 }  // namespace
 
-std::string encode_safetensors(const NamedTensors& tensors,
+std::string encode_safetensors(const comm::NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -63,8 +63,8 @@ std::string encode_safetensors(const NamedTensors& tensors,
   return out;
 }
 
-NamedTensors decode_safetensors(std::string_view bytes, const std::string& source) {
-  auto bad = [&](const std::string& why) { return InputError(source + ": " + why); };
+comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string& source) {
+  auto bad = [&](const std::string& why) { return io::InputError(source + ": " + why); };
   if (bytes.size() < 8)
     throw bad("truncated (" + std::to_string(bytes.size()) + " bytes, no header)");
   uint64_t length = 0;
@@ -76,7 +76,7 @@ NamedTensors decode_safetensors(std::string_view bytes, const std::string& sourc
   if (header.is_discarded() || !header.is_object()) throw bad("the header is not a JSON object");
   const std::string_view data = bytes.substr(8 + length);
 
-  NamedTensors tensors;
+  comm::NamedTensors tensors;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     const auto* dtype = entry.is_object() && entry.contains("dtype") ? &entry["dtype"] : nullptr;
@@ -119,4 +119,4 @@ NamedTensors decode_safetensors(std::string_view bytes, const std::string& sourc
   return tensors;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::checkpoint

@@ -20,7 +20,7 @@ Command add_export_command(CLI::App& app) {
   command->add_option("--tag", options->tag, "Tag to export")->capture_default_str();
   command->add_option("--out", options->out, "Output .safetensors file")->required();
   return {command, [options] {
-            export_checkpoint(options->checkpoint, options->tag, options->out);
+            checkpoint::export_checkpoint(options->checkpoint, options->tag, options->out);
             std::cout << "wrote " << options->out << "\n";
             return 0;
           }};

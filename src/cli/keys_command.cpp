@@ -10,7 +10,7 @@ Command add_keys_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "keys", "Print every config key (type, default, meaning) as a Markdown table");
   return {command, [] {
-            std::fputs(key_table_markdown().c_str(), stdout);
+            std::fputs(trainer::key_table_markdown().c_str(), stdout);
             return 0;
           }};
 }

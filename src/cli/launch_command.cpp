@@ -12,7 +12,7 @@ namespace pipetrain::cli {
 
 Command add_launch_command(CLI::App& app, std::vector<std::string> program) {
   struct Options {
-    LaunchOptions launch;
+    launch::LaunchOptions launch;
     bool dry_run = false;
   };
   auto options = std::make_shared<Options>();
@@ -26,7 +26,7 @@ Command add_launch_command(CLI::App& app, std::vector<std::string> program) {
   command->prefix_command();  // without "--", everything from the program on belongs to it
 
   return {command, [options, command, program] {
-            LaunchOptions launch = options->launch;
+            launch::LaunchOptions launch = options->launch;
             launch.command = command->remaining();
             launch.command.insert(launch.command.end(), program.begin(), program.end());
             launch.local_cores =
@@ -34,13 +34,13 @@ Command add_launch_command(CLI::App& app, std::vector<std::string> program) {
             launch.as_root = ::geteuid() == 0;
             // Ranks see a pseudo-terminal under mpirun; tell them what the user has.
             ::setenv("PIPETRAIN_TERMINAL", ::isatty(STDOUT_FILENO) ? "1" : "0", /*overwrite=*/0);
-            const auto argv = mpirun_command(launch);
+            const auto argv = launch::mpirun_command(launch);
             if (options->dry_run) {
               for (std::size_t i = 0; i < argv.size(); ++i) std::cout << (i ? " " : "") << argv[i];
               std::cout << '\n';
               return 0;
             }
-            return run_forwarding_signals(argv);
+            return launch::run_forwarding_signals(argv);
           }};
 }
 

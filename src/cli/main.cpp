@@ -71,11 +71,11 @@ int main(int argc, char** argv) {
     for (const auto& command : commands) {
       if (command.parser->parsed()) return command.run();
     }
-  } catch (const pipetrain::InputError& e) {
+  } catch (const pipetrain::io::InputError& e) {
     std::cerr << "pipetrain: " << e.what() << "\n";
     return kExitInputError;
   } catch (const std::exception& e) {
-    std::cerr << "pipetrain: error: " << pipetrain::error_message(e) << "\n";
+    std::cerr << "pipetrain: error: " << pipetrain::io::error_message(e) << "\n";
     return 1;
   }
   return 0;

@@ -30,25 +30,25 @@ Command add_partition_command(CLI::App& app) {
                       "parameters)");
 
   return {command, [options] {
-            const nlohmann::json json = read_json_file(options->config);
-            const ConfigSection root(json, "");
+            const nlohmann::json json = config::read_json_file(options->config);
+            const config::ConfigSection root(json, "");
             std::vector<std::string> unknown;
             const auto config = models::parse_model_config(json, &unknown);
             for (const auto& key : unknown)
               std::cerr << "pipetrain: warning: unknown config key " << key << "\n";
-            const PartitionMethod method(
+            const module::PartitionMethod method(
                 options->method.empty()
                     ? root.section("pipeline").get_string("partition_method", "parameters")
                     : options->method);
             if (options->stages < 1 || options->chunks < 1) {
-              throw InputError("--stages and --chunks must be at least 1");
+              throw io::InputError("--stages and --chunks must be at least 1");
             }
             const models::BuiltinModel model = models::make_builtin_model(config);
             const uint64_t seed = static_cast<uint64_t>(root.get_int("seed", 1234));
-            const LayerFacts facts = describe_layers(
-                model.layers, seed, partition_needs_profile(method), model.sample_input(4));
+            const module::LayerFacts facts = module::describe_layers(
+                model.layers, seed, module::partition_needs_profile(method), model.sample_input(4));
             const int virtual_stages = options->stages * options->chunks;
-            const Partition parts = partition_layers(method, facts, virtual_stages);
+            const module::Partition parts = module::partition_layers(method, facts, virtual_stages);
 
             int64_t total = 0;
             for (auto p : facts.parameters) total += p;

@@ -28,7 +28,8 @@ Command add_schedule_command(CLI::App& app) {
             const auto plan = schedule::plan_pipeline(options->shape.kind, options->shape.shape);
             if (options->stage) schedule::check_stage_id(options->shape.shape, *options->stage);
             if (options->format == "json") {
-              if (!options->stage) throw InputError("--format json prints one stage: give --stage");
+              if (!options->stage)
+                throw io::InputError("--format json prints one stage: give --stage");
               std::cout << schedule::to_json(plan, *options->stage) << '\n';
             } else {
               std::cout << schedule::to_table(plan, options->stage);

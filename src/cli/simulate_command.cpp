@@ -75,7 +75,7 @@ Command add_simulate_command(CLI::App& app) {
             if (costs.weight.empty()) {
               for (double b : costs.backward) costs.weight.push_back(b / 2);
             }
-            if (!options->svg.empty()) check_output_directory(options->svg, "--svg");
+            if (!options->svg.empty()) io::check_output_directory(options->svg, "--svg");
             const auto& shape = options->shape;
             const auto plan = schedule::plan_pipeline(shape.kind, shape.shape);
             costs.check(plan.shape.stages);
@@ -84,7 +84,7 @@ Command add_simulate_command(CLI::App& app) {
             }
             const auto timeline = schedule::simulate(plan, costs);
             if (!options->svg.empty()) {
-              write_file_atomically(options->svg, schedule::to_svg(plan, timeline));
+              io::write_file_atomically(options->svg, schedule::to_svg(plan, timeline));
             }
             print_report(*options, plan, timeline);
             return 0;

@@ -12,7 +12,7 @@ namespace pipetrain::cli {
 Command add_train_command(CLI::App& app) {
   struct Options {
     std::string config;
-    TrainerOverrides overrides;
+    trainer::TrainerOverrides overrides;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
@@ -38,8 +38,9 @@ Command add_train_command(CLI::App& app) {
                       "Model chunks per stage for the interleaved schedule (pipeline.chunks)");
   command->add_option("--device", o.device, "Where ranks compute: auto, cpu or cuda (device)");
   return {command, [options] {
-            return run_rank(0, nullptr, [&] {
-              return train(apply_overrides(read_json_file(options->config), options->overrides));
+            return comm::run_rank(0, nullptr, [&] {
+              return trainer::train(trainer::apply_overrides(
+                  config::read_json_file(options->config), options->overrides));
             });
           }};
 }
@@ -56,14 +57,14 @@ Command add_eval_command(CLI::App& app) {
   command->add_option("--eval-iters", options->eval_iters, "Validation batches")
       ->capture_default_str();
   return {command, [options] {
-            return run_rank(0, nullptr, [&] {
-              return evaluate_checkpoint(options->checkpoint, options->eval_iters);
+            return comm::run_rank(0, nullptr, [&] {
+              return trainer::evaluate_checkpoint(options->checkpoint, options->eval_iters);
             });
           }};
 }
 
 Command add_generate_command(CLI::App& app) {
-  auto options = std::make_shared<GenerateOptions>();
+  auto options = std::make_shared<trainer::GenerateOptions>();
   CLI::App* command =
       app.add_subcommand("generate", "Sample text from a GPT checkpoint through the pipeline");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
@@ -76,7 +77,8 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Sampling seed")->capture_default_str();
   return {command, [options] {
-            return run_rank(0, nullptr, [&] { return generate_from_checkpoint(*options); });
+            return comm::run_rank(0, nullptr,
+                                  [&] { return trainer::generate_from_checkpoint(*options); });
           }};
 }
 

@@ -28,8 +28,8 @@ Seconds default_timeout() {
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
   if (*end != '\0' || !(seconds > 0)) {
-    throw InputError("PIPETRAIN_COMM_TIMEOUT must be a positive number of seconds, got '" +
-                     std::string(text) + "'");
+    throw io::InputError("PIPETRAIN_COMM_TIMEOUT must be a positive number of seconds, got '" +
+                         std::string(text) + "'");
   }
   return Seconds(seconds);
 }

@@ -16,7 +16,7 @@
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::comm {
 namespace {
 
 int positive_env(const char* name) {
@@ -25,7 +25,7 @@ int positive_env(const char* name) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   if (*end != '\0' || value < 1) {
-    throw InputError(std::string(name) + " must be a positive integer, got '" + text + "'");
+    throw io::InputError(std::string(name) + " must be a positive integer, got '" + text + "'");
   }
   return static_cast<int>(value);
 }
@@ -49,13 +49,13 @@ int ranks_on_this_host() {
 // silent: the launcher says why): the temporary file of an unfinished write removed, then
 // the default action (the exit status shows the signal).
 void stop_on_signal(int signal) {
-  pipetrain::remove_unfinished_file();
+  io::remove_unfinished_file();
   std::signal(signal, SIG_DFL);
   std::raise(signal);
 }
 
 [[noreturn]] void abort_job(const char* what, int exit_code) {
-  std::fprintf(stderr, "pipetrain: %s: %s\n", comm::rank_identity().c_str(), what);
+  std::fprintf(stderr, "pipetrain: %s: %s\n", rank_identity().c_str(), what);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
@@ -80,7 +80,7 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  comm::set_rank_identity("rank " + std::to_string(rank));
+  set_rank_identity("rank " + std::to_string(rank));
   for (const int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, stop_on_signal);
   std::set_terminate([] { abort_job("terminated without an exception to report", 1); });
 
@@ -88,16 +88,16 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
   try {
     at::set_num_threads(intra_op_threads(usable_cores(), ranks_on_this_host()));
     exit_code = body();
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
     // the others before they repeat the same line.
     if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
     abort_job(e.what(), 2);
   } catch (const std::exception& e) {
-    abort_job(error_message(e).c_str(), 1);
+    abort_job(io::error_message(e).c_str(), 1);
   }
   MPI_Finalize();
   return exit_code;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::comm

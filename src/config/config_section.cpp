@@ -6,11 +6,12 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
 
-namespace pipetrain {
+namespace pipetrain::config {
 
 ConfigSection::ConfigSection(const nlohmann::json& object, std::string path)
     : object_(object.is_null() ? nlohmann::json::object() : object), path_(std::move(path)) {
-  if (!object_.is_object()) throw InputError(path_ + " must be an object, got " + object_.dump());
+  if (!object_.is_object())
+    throw io::InputError(path_ + " must be an object, got " + object_.dump());
 }
 
 std::string ConfigSection::key_path(const std::string& key) const {
@@ -18,7 +19,7 @@ std::string ConfigSection::key_path(const std::string& key) const {
 }
 
 void ConfigSection::wrong_type(const std::string& key, const char* expected) const {
-  throw InputError(key_path(key) + " must be " + expected + ", got " + object_.at(key).dump());
+  throw io::InputError(key_path(key) + " must be " + expected + ", got " + object_.at(key).dump());
 }
 
 int64_t ConfigSection::get_int(const std::string& key, int64_t fallback) const {
@@ -75,12 +76,12 @@ std::vector<std::string> ConfigSection::unknown_keys(const std::vector<std::stri
 nlohmann::json read_json_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
-    throw InputError("config file " + path + " cannot be read");
-  const std::string text = read_file(path);  // refuses FIFOs, devices and folders
+    throw io::InputError("config file " + path + " cannot be read");
+  const std::string text = io::read_file(path);  // refuses FIFOs, devices and folders
   nlohmann::json json = parse_json(text, "config file " + path, /*comments=*/true);
-  if (json.is_discarded()) throw InputError("config file " + path + " is not valid JSON");
-  if (!json.is_object()) throw InputError("config file " + path + " must hold a JSON object");
+  if (json.is_discarded()) throw io::InputError("config file " + path + " is not valid JSON");
+  if (!json.is_object()) throw io::InputError("config file " + path + " must hold a JSON object");
   return json;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::config

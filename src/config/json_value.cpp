@@ -6,7 +6,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::config {
 namespace {
 
 std::string format(double x) {
@@ -17,7 +17,7 @@ std::string format(double x) {
 
 [[noreturn]] void wrong_type(const std::string& key, const char* expected,
                              const nlohmann::json& value) {
-  throw InputError(key + " must be " + expected + ", got " + value.dump());
+  throw io::InputError(key + " must be " + expected + ", got " + value.dump());
 }
 
 // "at least 1", ">= 0", "> 0", "in 0..60", "in [0, 1)".
@@ -39,14 +39,14 @@ void check(const std::string& key, double x, const nlohmann::json& value, const 
   const bool low = range.min && (range.exclusive_min ? x <= *range.min : x < *range.min);
   const bool high = range.max && (range.exclusive_max ? x >= *range.max : x > *range.max);
   if (low || high) {
-    throw InputError(key + " must be " + describe(range, integer) + ", got " + value.dump());
+    throw io::InputError(key + " must be " + describe(range, integer) + ", got " + value.dump());
   }
 }
 
 }  // namespace
 
 void throw_input_error(const std::string& message) {
-  throw InputError(message);
+  throw io::InputError(message);
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& source, bool comments) {
@@ -64,8 +64,8 @@ nlohmann::json parse_json(const std::string& text, const std::string& source, bo
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
-        throw InputError(source + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
-                         " levels");
+        throw io::InputError(source + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                             " levels");
       }
     } else if (c == ']' || c == '}') {
       --depth;
@@ -78,7 +78,7 @@ int64_t read_integer(const std::string& key, const nlohmann::json& value, const 
   if (!value.is_number_integer()) wrong_type(key, "an integer", value);
   if (value.is_number_unsigned() &&
       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    throw InputError(key + " is too large, got " + value.dump());
+    throw io::InputError(key + " is too large, got " + value.dump());
   }
   const int64_t x = value.get<int64_t>();
   check(key, static_cast<double>(x), value, range, true);
@@ -112,7 +112,7 @@ std::vector<std::string> read_strings(const std::string& key, const nlohmann::js
     }
   }
   if (!value.is_array() || strings.size() != value.size())
-    throw InputError(key + " must be a string or a list of strings");
+    throw io::InputError(key + " must be a string or a list of strings");
   return strings;
 }
 
@@ -143,9 +143,9 @@ bool valid_utf8(const std::string& text) {
 
 nlohmann::json utf8_string(const std::string& what, const std::string& text) {
   if (!valid_utf8(text)) {
-    throw InputError(what +
-                     ": not valid UTF-8 (pipetrain keeps it in its JSON config); use a "
-                     "UTF-8 name");
+    throw io::InputError(what +
+                         ": not valid UTF-8 (pipetrain keeps it in its JSON config); use a "
+                         "UTF-8 name");
   }
   return text;
 }
@@ -185,4 +185,4 @@ std::string pointer_of(std::string_view key) {
   return pointer;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::config

@@ -6,13 +6,13 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::data {
 
-TensorDataset::TensorDataset(TensorList inputs, TensorList labels)
+TensorDataset::TensorDataset(comm::TensorList inputs, comm::TensorList labels)
     : inputs_(std::move(inputs)), labels_(std::move(labels)) {
-  const TensorList* parts[] = {&inputs_, &labels_};
+  const comm::TensorList* parts[] = {&inputs_, &labels_};
   size_ = inputs_.empty() ? 0 : inputs_.front().size(0);
-  for (const TensorList* part : parts) {
+  for (const comm::TensorList* part : parts) {
     for (const auto& t : *part) {
       if (t.dim() == 0 || t.size(0) != size_)
         throw std::invalid_argument("dataset tensors must share their first dimension");
@@ -20,9 +20,9 @@ TensorDataset::TensorDataset(TensorList inputs, TensorList labels)
   }
 }
 
-MicroBatch TensorDataset::get(const std::vector<int64_t>& indices) const {
+engine::MicroBatch TensorDataset::get(const std::vector<int64_t>& indices) const {
   const at::Tensor rows = at::tensor(indices, at::kLong);
-  MicroBatch batch;
+  engine::MicroBatch batch;
   for (const auto& t : inputs_) batch.inputs.push_back(t.index_select(0, rows));
   for (const auto& t : labels_) batch.labels.push_back(t.index_select(0, rows));
   return batch;
@@ -59,8 +59,8 @@ void DataLoader::reset(int64_t epoch) {
   position_ = 0;
 }
 
-MicroBatch DataLoader::next() {
-  if (position_ + batch_size_ > indices_.size()) throw DataExhausted();
+engine::MicroBatch DataLoader::next() {
+  if (position_ + batch_size_ > indices_.size()) throw engine::DataExhausted();
   const std::vector<int64_t> chosen(indices_.begin() + position_,
                                     indices_.begin() + position_ + batch_size_);
   position_ += batch_size_;
@@ -77,24 +77,24 @@ void DataLoader::restore(const nlohmann::json& state) {
     epoch = state.at("epoch").get<int64_t>();
     samples = state.at("samples").get<int64_t>();
   } catch (const std::exception&) {
-    throw InputError("checkpoint data position must hold integers epoch and samples, got " +
-                     state.dump());
+    throw io::InputError("checkpoint data position must hold integers epoch and samples, got " +
+                         state.dump());
   }
   if (samples < 0 || samples % replicas_ != 0) {
-    throw InputError("checkpoint data position: " + std::to_string(samples) +
-                     " samples do not split over " + std::to_string(replicas_) + " replicas");
+    throw io::InputError("checkpoint data position: " + std::to_string(samples) +
+                         " samples do not split over " + std::to_string(replicas_) + " replicas");
   }
   reset(epoch);
   position_ = static_cast<std::size_t>(samples / replicas_);
 }
 
-MicroBatch RepeatingLoader::next() {
+engine::MicroBatch RepeatingLoader::next() {
   try {
     return loader_->next();
-  } catch (const DataExhausted&) {
+  } catch (const engine::DataExhausted&) {
     loader_->reset(loader_->epoch() + 1);
     return loader_->next();  // a dataset smaller than one micro-batch still runs out
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::data

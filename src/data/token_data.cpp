@@ -10,15 +10,15 @@
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/module/layer_seed.h"
 
-namespace pipetrain {
+namespace pipetrain::data {
 namespace fs = std::filesystem;
 namespace {
 
 std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
-  if (paths.empty()) throw InputError("data.paths: no files or folders given");
+  if (paths.empty()) throw io::InputError("data.paths: no files or folders given");
   std::vector<fs::path> files;
   for (const auto& path : paths) {
-    if (!fs::exists(path)) throw InputError("data.paths: " + path + " does not exist");
+    if (!fs::exists(path)) throw io::InputError("data.paths: " + path + " does not exist");
     if (fs::is_regular_file(path)) {
       files.emplace_back(path);
       continue;
@@ -30,20 +30,20 @@ std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
-  if (files.empty()) throw InputError("data.paths: no files found in " + paths.front());
+  if (files.empty()) throw io::InputError("data.paths: no files found in " + paths.front());
   return files;
 }
 
 TokenCorpus split(at::Tensor tokens, int64_t vocab_size, double validation_fraction,
                   const std::string& source) {
   if (!(validation_fraction > 0 && validation_fraction < 1)) {
-    throw InputError("data.validation_fraction must be between 0 and 1");
+    throw io::InputError("data.validation_fraction must be between 0 and 1");
   }
   const int64_t n = tokens.numel();
   const int64_t validation = static_cast<int64_t>(n * validation_fraction);
   if (validation < 2 || n - validation < 2) {
-    throw InputError(source + " holds " + std::to_string(n) +
-                     " tokens, too few to split for training and validation");
+    throw io::InputError(source + " holds " + std::to_string(n) +
+                         " tokens, too few to split for training and validation");
   }
   return {tokens.narrow(0, 0, n - validation), tokens.narrow(0, n - validation, validation),
           vocab_size};
@@ -53,14 +53,14 @@ TokenCorpus split(at::Tensor tokens, int64_t vocab_size, double validation_fract
 // be reproduced without replaying the ones before it.
 at::Tensor draw_integers(uint64_t seed, uint64_t stream, int64_t draw, int64_t count,
                          int64_t high) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(
-      layer_seed(layer_seed(seed, static_cast<int>(stream)), static_cast<int>(draw)));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(draw)));
   return at::randint(high, {count}, generator, at::kLong);
 }
 
 int64_t drawn_from(const nlohmann::json& state) {
   if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer()) {
-    throw InputError("checkpoint data position must be {\"drawn\": N}, got " + state.dump());
+    throw io::InputError("checkpoint data position must be {\"drawn\": N}, got " + state.dump());
   }
   return state["drawn"].get<int64_t>();
 }
@@ -69,7 +69,7 @@ int64_t drawn_from(const nlohmann::json& state) {
 
 TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction) {
   std::string bytes;
-  for (const auto& file : regular_files(paths)) bytes += read_file(file);
+  for (const auto& file : regular_files(paths)) bytes += io::read_file(file);
   at::Tensor tokens = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(tokens.data_ptr(), bytes.data(), bytes.size());
   return split(tokens.to(at::kLong), 256, validation_fraction, "the text in " + paths.front());
@@ -78,14 +78,14 @@ TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation
 TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
                         int64_t vocab_size, double validation_fraction) {
   if (bytes_per_token != 2 && bytes_per_token != 4)
-    throw InputError("data.token_bytes must be 2 or 4");
+    throw io::InputError("data.token_bytes must be 2 or 4");
   std::vector<at::Tensor> parts;
   for (const auto& file : regular_files(paths)) {
-    const std::string bytes = read_file(file);
+    const std::string bytes = io::read_file(file);
     if (bytes.empty() || bytes.size() % bytes_per_token != 0) {
-      throw InputError(file.string() + ": " + std::to_string(bytes.size()) +
-                       " bytes is not a whole, non-zero number of " +
-                       std::to_string(bytes_per_token) + "-byte tokens");
+      throw io::InputError(file.string() + ": " + std::to_string(bytes.size()) +
+                           " bytes is not a whole, non-zero number of " +
+                           std::to_string(bytes_per_token) + "-byte tokens");
     }
     const int64_t count = static_cast<int64_t>(bytes.size() / bytes_per_token);
     at::Tensor raw = at::empty({count}, bytes_per_token == 2 ? at::kShort : at::kInt);
@@ -96,9 +96,9 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
     const int64_t largest = ids.max().item<int64_t>();
     if (largest >= vocab_size) {
       const int64_t at = ids.ge(vocab_size).nonzero()[0][0].item<int64_t>();
-      throw InputError(file.string() + ": token " + std::to_string(at) + " is " +
-                       std::to_string(ids[at].item<int64_t>()) + ", not below model.vocab_size " +
-                       std::to_string(vocab_size));
+      throw io::InputError(file.string() + ": token " + std::to_string(at) + " is " +
+                           std::to_string(ids[at].item<int64_t>()) +
+                           ", not below model.vocab_size " + std::to_string(vocab_size));
     }
     parts.push_back(ids);
   }
@@ -110,13 +110,13 @@ SequenceSource::SequenceSource(at::Tensor tokens, int64_t context, int64_t batch
                                uint64_t stream)
     : tokens_(std::move(tokens)), context_(context), batch_(batch), seed_(seed), stream_(stream) {
   if (tokens_.numel() < context_ + 2) {
-    throw InputError("a sequence of " + std::to_string(context_ + 1) + " tokens does not fit in " +
-                     std::to_string(tokens_.numel()) +
-                     " tokens of data (lower model.context or add data)");
+    throw io::InputError("a sequence of " + std::to_string(context_ + 1) +
+                         " tokens does not fit in " + std::to_string(tokens_.numel()) +
+                         " tokens of data (lower model.context or add data)");
   }
 }
 
-MicroBatch SequenceSource::next() {
+engine::MicroBatch SequenceSource::next() {
   const at::Tensor starts =
       draw_integers(seed_, stream_, drawn_++, batch_, tokens_.numel() - context_);
   const at::Tensor offsets = at::arange(context_ + 1, at::kLong);
@@ -137,9 +137,9 @@ RegressionSource::RegressionSource(int64_t inputs, int64_t outputs, int64_t batc
   output_weight_ = at::randn({32, outputs}, teacher) / std::sqrt(32.0);
 }
 
-MicroBatch RegressionSource::next() {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(
-      layer_seed(layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(drawn_++)));
+engine::MicroBatch RegressionSource::next() {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+      module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(drawn_++)));
   const at::Tensor x = at::rand({batch_, inputs_}, generator) * 2 - 1;
   return {{x}, {at::tanh(x.matmul(hidden_weight_)).matmul(output_weight_)}};
 }
@@ -148,4 +148,4 @@ void RegressionSource::restore(const nlohmann::json& state) {
   drawn_ = drawn_from(state);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::data

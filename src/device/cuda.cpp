@@ -10,7 +10,7 @@
 #include <array>
 #include <stdexcept>
 
-namespace pipetrain {
+namespace pipetrain::device {
 namespace {
 
 void check_cuda(cudaError_t code, const char* call) {
@@ -62,4 +62,4 @@ void reset_gpu_peak_memory(int gpu) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

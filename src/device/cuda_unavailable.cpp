@@ -3,7 +3,7 @@
 
 #include "pipetrain/device/cuda.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 bool cuda_built() {
   return false;
@@ -31,4 +31,4 @@ std::optional<GpuMemory> gpu_memory(int) {
 
 void reset_gpu_peak_memory(int) {}
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

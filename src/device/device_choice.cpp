@@ -5,18 +5,18 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 int choose_gpu(DeviceKind kind, int local_rank, int visible_gpus, bool cuda_built) {
   if (kind == DeviceKind::kCpu) return -1;
   if (visible_gpus > 0 && cuda_built) return local_rank % visible_gpus;
   if (kind == DeviceKind::kAuto) return -1;
   if (!cuda_built) {
-    throw InputError(
+    throw io::InputError(
         "device \"cuda\": this pipetrain was built without CUDA (rebuild with a CUDA toolkit "
         "and PIPETRAIN_CUDA=ON)");
   }
-  throw InputError(
+  throw io::InputError(
       "device \"cuda\": no GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
 }
 
@@ -31,4 +31,4 @@ int local_rank_from_environment(int fallback) {
   return fallback;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -6,7 +6,7 @@
 
 #include "pipetrain/device/cuda.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 namespace {
 
 // Ranks before this one on the same host.
@@ -34,4 +34,4 @@ std::string describe_device(at::Device device) {
   return device.str() + " (" + gpu_name(device.index()) + ")";
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -3,7 +3,7 @@
 #include "pipetrain/comm/nccl_communicator.h"
 #include "pipetrain/device/cuda.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 std::shared_ptr<comm::Communicator> communicator_for(
     const std::shared_ptr<comm::MpiCommunicator>& group, at::Device device) {
@@ -23,4 +23,4 @@ comm::Transport transport_of(const comm::Communicator& communicator) {
                                                                    : comm::Transport::kNccl;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

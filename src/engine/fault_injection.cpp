@@ -16,7 +16,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 constexpr std::array<std::pair<std::string_view, FaultAction>, 7> kActions{{
@@ -87,12 +87,13 @@ std::optional<FaultPlan> fault_plan_from_environment() {
         throw std::invalid_argument(key);
       }
     } catch (const std::exception&) {
-      throw InputError(std::string("PIPETRAIN_FAULT: cannot read '") + item + "'");
+      throw io::InputError(std::string("PIPETRAIN_FAULT: cannot read '") + item + "'");
     }
   }
   if (plan.rank < 0 || plan.step < 1 || !has_instruction || !has_action) {
-    throw InputError(std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
-                     "exit|abort|kill|hang|reshape|retype|overflow, got '" + text + "'");
+    throw io::InputError(
+        std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
+        "exit|abort|kill|hang|reshape|retype|overflow, got '" + text + "'");
   }
   return plan;
 }
@@ -122,10 +123,10 @@ void FaultInjector::before(const schedule::Instruction& instruction, int64_t ste
   poisoned_.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
 }
 
-TensorList FaultInjector::outgoing(const TensorList& tensors) {
+comm::TensorList FaultInjector::outgoing(const comm::TensorList& tensors) {
   if (pending_ != FaultAction::kReshape && pending_ != FaultAction::kRetype) return tensors;
   const FaultAction action = *std::exchange(pending_, std::nullopt);
-  TensorList broken;
+  comm::TensorList broken;
   for (const auto& t : tensors) {
     if (action == FaultAction::kReshape) {
       broken.push_back(t.detach().flatten());
@@ -136,4 +137,4 @@ TensorList FaultInjector::outgoing(const TensorList& tensors) {
   return broken;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

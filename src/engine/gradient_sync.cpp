@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 // The gradient of `parameter`, zeros if backward left none, so every rank reduces alike.
@@ -15,7 +15,8 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 
 }  // namespace
 
-GradientSync::GradientSync(const PipelineModule& module, std::shared_ptr<const Grid> grid,
+GradientSync::GradientSync(const module::PipelineModule& module,
+                           std::shared_ptr<const topology::Grid> grid,
                            std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
                            at::ScalarType wire)
     : module_(module),
@@ -99,4 +100,4 @@ void GradientSync::reduce_data_parallel() {
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

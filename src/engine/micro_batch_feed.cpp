@@ -9,7 +9,7 @@
 
 #include "pipetrain/comm/tensor_transport.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 namespace {
 
@@ -23,12 +23,12 @@ at::Tensor placed(const at::Tensor& tensor, at::Device device) {
 
 }  // namespace
 
-MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype,
+MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const topology::Grid> grid, at::ScalarType dtype,
                                at::Device device)
     : grid_(std::move(grid)), dtype_(dtype), device_(device) {}
 
 MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t step) {
-  std::optional<TensorList> inputs, labels;
+  std::optional<comm::TensorList> inputs, labels;
   std::exception_ptr failure;
   if (grid_->model_parallel_id() == 0) {
     try {
@@ -79,4 +79,4 @@ MicroBatch MicroBatchFeed::read(MicroBatchSource* source, int loaded, int64_t st
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -6,7 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 // Keeps the clipping coefficient finite when every gradient is zero (DeepSpeed's value).
@@ -26,15 +26,15 @@ at::ScalarType to_scalar_type(Precision precision) {
   return at::kFloat;
 }
 
-MixedPrecisionOptimizer::MixedPrecisionOptimizer(PipelineModule& module,
-                                                 std::shared_ptr<const Grid> grid,
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
+                                                 std::shared_ptr<const topology::Grid> grid,
                                                  const TrainingConfig& config,
                                                  const std::vector<at::Tensor>& norm_parameters)
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
-                                       : LossScalerConfig{.loss_scale = 1}) {
+                                       : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
   std::vector<at::Tensor> masters;
   for (const auto& p : module.parameters()) {
@@ -43,8 +43,9 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(PipelineModule& module,
     masters_.emplace_back(p, masters.back());
   }
   for (const auto& p : norm_parameters) norm_masters_.push_back(master_of(p));
-  optimizer_ = make_optimizer(config.optimizer, masters);
-  lr_schedule_ = make_lr_schedule(config.scheduler, base_learning_rate(config.optimizer));
+  optimizer_ = optim::make_optimizer(config.optimizer, masters);
+  lr_schedule_ =
+      optim::make_lr_schedule(config.scheduler, optim::base_learning_rate(config.optimizer));
 }
 
 const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {
@@ -69,7 +70,7 @@ void MixedPrecisionOptimizer::step(int64_t step) {
                                                     : std::numeric_limits<double>::quiet_NaN();
     if (clipping_ > 0) clip(last_grad_norm_);
     last_learning_rate_ = lr_schedule_(step);
-    set_learning_rate(*optimizer_, last_learning_rate_);
+    optim::set_learning_rate(*optimizer_, last_learning_rate_);
     optimizer_->step();
     copy_masters_to_model();
   }
@@ -127,4 +128,4 @@ void MixedPrecisionOptimizer::clip(double norm) {
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

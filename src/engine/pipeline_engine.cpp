@@ -11,7 +11,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/validator.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 using schedule::Instruction;
@@ -21,13 +21,13 @@ using Clock = std::chrono::steady_clock;
 // Eval mode without autograd for a scope; training mode again when it ends, thrown or not.
 class Evaluating {
  public:
-  explicit Evaluating(PipelineModule& module) : module_(module) { module_.train(false); }
+  explicit Evaluating(module::PipelineModule& module) : module_(module) { module_.train(false); }
   ~Evaluating() { module_.train(true); }
   Evaluating(const Evaluating&) = delete;
   Evaluating& operator=(const Evaluating&) = delete;
 
  private:
-  PipelineModule& module_;
+  module::PipelineModule& module_;
   at::NoGradGuard no_grad_;
 };
 
@@ -66,12 +66,12 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
   return program;
 }
 
-PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
-                               TrainingConfig config)
+PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
+                               std::shared_ptr<topology::Grid> grid, TrainingConfig config)
     : module_(std::move(module)),
       grid_(std::move(grid)),
       config_(resolved(std::move(config), grid_->data_parallel_size())),
-      device_(place_rank(config_.device, *grid_->world_comm())),
+      device_(device::place_rank(config_.device, *grid_->world_comm())),
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
   check_stage();
@@ -85,8 +85,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
   module_->to(device_);
   const auto parameters = module_->parameters();
   gradients_ = std::make_unique<GradientSync>(
-      *module_, grid_, communicator_for(grid_->data_comm(), device_), config_.reduce_bucket_size,
-      to_scalar_type(config_.precision.communication_dtype));
+      *module_, grid_, device::communicator_for(grid_->data_comm(), device_),
+      config_.reduce_bucket_size, to_scalar_type(config_.precision.communication_dtype));
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
                                                          gradients_->norm_parameters());
   feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
@@ -111,21 +111,21 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, std::shar
 void PipelineEngine::check_stage() const {
   const auto& options = module_->options();
   if (options.stages != grid_->pipe_parallel_size() || options.stage_id != grid_->stage_id()) {
-    throw InputError("the module is built for stage " + std::to_string(options.stage_id) + " of " +
-                     std::to_string(options.stages) + ", but this rank is stage " +
-                     std::to_string(grid_->stage_id()) + " of " +
-                     std::to_string(grid_->pipe_parallel_size()));
+    throw io::InputError("the module is built for stage " + std::to_string(options.stage_id) +
+                         " of " + std::to_string(options.stages) + ", but this rank is stage " +
+                         std::to_string(grid_->stage_id()) + " of " +
+                         std::to_string(grid_->pipe_parallel_size()));
   }
   if (options.chunks > 1 && options.stages < 2) {
-    throw InputError(
+    throw io::InputError(
         "model chunks need at least 2 pipeline stages (the first and the last "
         "chunk would share a rank and its data), got " +
         std::to_string(options.chunks) + " chunks on 1 stage");
   }
   if (options.chunks != config_.pipeline.chunks) {
-    throw InputError("the module is built with " + std::to_string(options.chunks) +
-                     " chunks per stage, but pipeline.chunks is " +
-                     std::to_string(config_.pipeline.chunks));
+    throw io::InputError("the module is built with " + std::to_string(options.chunks) +
+                         " chunks per stage, but pipeline.chunks is " +
+                         std::to_string(config_.pipeline.chunks));
   }
 }
 
@@ -156,23 +156,23 @@ PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bo
   return result;
 }
 
-Activation PipelineEngine::infer(const Activation& inputs) {
+module::Activation PipelineEngine::infer(const module::Activation& inputs) {
   // One micro-batch through the inference schedule; the first stage feeds `inputs`.
   class Once : public MicroBatchSource {
    public:
-    explicit Once(const Activation& inputs) : inputs_(inputs) {}
+    explicit Once(const module::Activation& inputs) : inputs_(inputs) {}
     MicroBatch next() override { return {inputs_, {}}; }
 
    private:
-    Activation inputs_;
+    module::Activation inputs_;
   } once(inputs);
-  std::vector<Activation> outputs;
+  std::vector<module::Activation> outputs;
   Run run{.data = &once, .outputs = &outputs};
   {
     const Evaluating evaluating(*module_);
     execute(infer_program_, run);
   }
-  return outputs.empty() ? Activation{} : outputs.front();
+  return outputs.empty() ? module::Activation{} : outputs.front();
 }
 
 double PipelineEngine::execute(const Program& program, Run& run) {
@@ -206,10 +206,10 @@ void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) 
     dispatch(in, run);
   } catch (const comm::DeadlineExceeded&) {
     throw;
-  } catch (const InputError&) {
+  } catch (const io::InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw std::runtime_error(comm::wait_context() + ": " + error_message(e));
+    throw std::runtime_error(comm::wait_context() + ": " + io::error_message(e));
   }
   const auto end = Clock::now();
   timers_.add(in.kind, end - start);
@@ -279,11 +279,11 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
   if (run.training) peak_live_ = std::max(peak_live_, ++live_);
   if (!is_last_virtual_stage(chunk)) return;
   if (run.outputs) {  // handed to the caller in host memory
-    Activation& kept = run.outputs->emplace_back();
+    module::Activation& kept = run.outputs->emplace_back();
     for (const auto& t : buffer.outputs) kept.push_back(t.detach().to(at::kCPU));
   }
   if (buffer.labels.empty()) return;  // infer(): outputs only
-  Activation outputs = buffer.outputs;
+  module::Activation outputs = buffer.outputs;
   for (auto& t : outputs) {
     if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat)
       t = t.to(at::kFloat);  // the loss in fp32
@@ -303,7 +303,7 @@ void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_g
   if (is_last_virtual_stage(chunk)) {
     buffer.loss.backward();
   } else {
-    TensorList outputs;
+    comm::TensorList outputs;
     for (const auto& t : buffer.outputs) {
       if (at::isFloatingType(t.scalar_type()) && t.requires_grad()) outputs.push_back(t);
     }
@@ -326,7 +326,7 @@ void PipelineEngine::backward_weight(PipeBuffer& buffer) {
 }
 
 void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
-  TensorList grads;
+  comm::TensorList grads;
   for (const auto& input : buffer.inputs) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
@@ -350,4 +350,4 @@ double PipelineEngine::mean_loss(double loss_sum) {
   return loss.item<double>();
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

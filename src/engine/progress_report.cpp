@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 using schedule::OpKind;
 
-ProgressReport::ProgressReport(std::shared_ptr<const Grid> grid, int64_t steps_per_print,
+ProgressReport::ProgressReport(std::shared_ptr<const topology::Grid> grid, int64_t steps_per_print,
                                bool breakdown, int64_t batch_size)
     : grid_(std::move(grid)),
       steps_per_print_(steps_per_print),
@@ -52,4 +52,4 @@ void ProgressReport::print(int64_t step, double loss, InstructionTimers& timers)
   std::fflush(stdout);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -4,7 +4,7 @@
 
 #include "pipetrain/comm/mpi_communicator.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 constexpr std::chrono::microseconds kPollInterval{100};
@@ -65,4 +65,4 @@ void SendProgress::poll_until_stopped() {
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -5,14 +5,14 @@
 #include "pipetrain/comm/partitioned_transfer.h"
 #include "pipetrain/device/transport.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 int tag_of(Channel channel) {
   return 2 * channel.chunk + (channel.flow == Flow::kActivation ? 1 : 2);
 }
 
-int64_t byte_size(const TensorList& tensors) {
+int64_t byte_size(const comm::TensorList& tensors) {
   int64_t bytes = 0;
   for (const auto& t : tensors) bytes += t.numel() * t.element_size();
   return bytes;
@@ -20,21 +20,21 @@ int64_t byte_size(const TensorList& tensors) {
 
 }  // namespace
 
-StageLink::StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
-                     bool nccl_allowed)
+StageLink::StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned,
+                     at::Device device, bool nccl_allowed)
     : grid_(std::move(grid)),
       partitioned_(partitioned),
       device_(device),
-      payloads_(nccl_allowed ? communicator_for(grid_->pipe_comm(), device)
+      payloads_(nccl_allowed ? device::communicator_for(grid_->pipe_comm(), device)
                              : std::shared_ptr<comm::Communicator>(grid_->pipe_comm())),
-      transport_kind_(transport_of(*payloads_)),
+      transport_kind_(device::transport_of(*payloads_)),
       transport_(grid_->pipe_comm(), payloads_, device) {}
 
 bool StageLink::partitioned() const {
   return partitioned_ && grid_->model_parallel_size() > 1;
 }
 
-void StageLink::send(const TensorList& tensors, int stage, Channel channel) {
+void StageLink::send(const comm::TensorList& tensors, int stage, Channel channel) {
   if (!partitioned()) {
     bytes_ += byte_size(tensors);
     return post(tensors, stage, channel);
@@ -42,24 +42,24 @@ void StageLink::send(const TensorList& tensors, int stage, Channel channel) {
   const comm::PartitionedTensors partitioned =
       comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_ += byte_size(partitioned.shares);
-  TensorList wire{partitioned.layout.to(device_)};  // payloads travel on the device
+  comm::TensorList wire{partitioned.layout.to(device_)};  // payloads travel on the device
   wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
   post(wire, stage, channel);
 }
 
-void StageLink::post(const TensorList& wire, int stage, Channel channel) {
+void StageLink::post(const comm::TensorList& wire, int stage, Channel channel) {
   comm::PendingSend pending = transport_.send(wire, stage, tag_of(channel));
   if (completion_ == SendCompletion::kBlocking) return pending.wait();
   in_flight_.add(std::move(pending));
 }
 
-TensorList StageLink::recv(int stage, Channel channel, const TensorList& reuse) {
+comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorList& reuse) {
   if (!partitioned()) {
-    TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
+    comm::TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
     bytes_ += byte_size(tensors);
     return tensors;
   }
-  TensorList wire = transport_.recv(stage, tag_of(channel));
+  comm::TensorList wire = transport_.recv(stage, tag_of(channel));
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
   const comm::PartitionedTensors partitioned{wire.front().cpu(),  // read on the host
                                              {wire.begin() + 1, wire.end()}};
@@ -67,4 +67,4 @@ TensorList StageLink::recv(int stage, Channel channel, const TensorList& reuse) 
   return comm::assemble(partitioned, *grid_->model_comm());
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -5,21 +5,22 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
-const Names<std::string>& scheduler_types() {
-  static const Names<std::string> names =
-      spellings({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
+const config::Names<std::string>& scheduler_types() {
+  static const config::Names<std::string> names =
+      config::spellings({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
   return names;
 }
 
-const Names<PipelineSchedule>& schedules() {
-  static const Names<PipelineSchedule> names{{"1f1b", PipelineSchedule::k1F1B},
-                                             {"train", PipelineSchedule::k1F1B},
-                                             {"gpipe", PipelineSchedule::kGpipe},
-                                             {"interleaved", PipelineSchedule::kInterleaved},
-                                             {"zb-h1", PipelineSchedule::kZbH1}};
+const config::Names<PipelineSchedule>& schedules() {
+  static const config::Names<PipelineSchedule> names{
+      {"1f1b", PipelineSchedule::k1F1B},
+      {"train", PipelineSchedule::k1F1B},
+      {"gpipe", PipelineSchedule::kGpipe},
+      {"interleaved", PipelineSchedule::kInterleaved},
+      {"zb-h1", PipelineSchedule::kZbH1}};
   return names;
 }
 
@@ -29,39 +30,41 @@ void check_chunks(const TrainingConfig& c) {
   const std::string chunks = std::to_string(p.chunks);
   if (p.schedule != PipelineSchedule::kInterleaved) {
     if (p.chunks == 1) return;
-    throw InputError("pipeline.chunks " + chunks +
-                     " needs pipeline.schedule \"interleaved\", not \"" +
-                     name_of(schedules(), p.schedule) + "\"");
+    throw io::InputError("pipeline.chunks " + chunks +
+                         " needs pipeline.schedule \"interleaved\", not \"" +
+                         config::name_of(schedules(), p.schedule) + "\"");
   }
   if (p.chunks < 2) {
-    throw InputError("pipeline.schedule \"interleaved\" needs pipeline.chunks of at least 2, got " +
-                     chunks);
+    throw io::InputError(
+        "pipeline.schedule \"interleaved\" needs pipeline.chunks of at least 2, got " + chunks);
   }
   if (p.stages < 2) {
-    throw InputError("pipeline.schedule \"interleaved\" needs pipeline.stages of at least 2, got " +
-                     std::to_string(p.stages));
+    throw io::InputError(
+        "pipeline.schedule \"interleaved\" needs pipeline.stages of at least 2, got " +
+        std::to_string(p.stages));
   }
 }
 
-const Names<Precision>& precisions() {
-  static const Names<Precision> names{
+const config::Names<Precision>& precisions() {
+  static const config::Names<Precision> names{
       {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
   return names;
 }
 
-const Names<DeviceKind>& devices() {
-  static const Names<DeviceKind> names{
-      {"auto", DeviceKind::kAuto}, {"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}};
+const config::Names<device::DeviceKind>& devices() {
+  static const config::Names<device::DeviceKind> names{{"auto", device::DeviceKind::kAuto},
+                                                       {"cpu", device::DeviceKind::kCpu},
+                                                       {"cuda", device::DeviceKind::kCuda}};
   return names;
 }
 
 // The batch sizes: 0 is unset (derived by resolve_batch), left out of the effective config.
-void bind_batch(KeyTable<TrainingConfig>& t) {
+void bind_batch(config::KeyTable<TrainingConfig>& t) {
   auto batch_key = [&t](const char* name, auto field, const char* help) {
     t.custom(
         name, "int", help,
         [field](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-          field(c) = read_integer(key, v, at_least(1));
+          field(c) = config::read_integer(key, v, config::at_least(1));
         },
         [field](const TrainingConfig& c) {
           return field(c) ? nlohmann::json(field(c)) : nlohmann::json();
@@ -77,41 +80,43 @@ void bind_batch(KeyTable<TrainingConfig>& t) {
             "must hold (the error shows the arithmetic)");
 }
 
-void bind_run(KeyTable<TrainingConfig>& t) {
+void bind_run(config::KeyTable<TrainingConfig>& t) {
   t.integer("steps_per_print", PIPETRAIN_FIELD(steps_per_print), "progress line period",
-            at_least(1))
+            config::at_least(1))
       .flag("wall_clock_breakdown", PIPETRAIN_FIELD(wall_clock_breakdown),
             "also print time per instruction kind and stage")
       .number("gradient_clipping", PIPETRAIN_FIELD(gradient_clipping),
-              "max global gradient norm; 0 is off", at_least(0))
+              "max global gradient norm; 0 is off", config::at_least(0))
       .integer("seed", PIPETRAIN_FIELD(seed), "base seed of every layer's initialisation")
       .number("comm_timeout", PIPETRAIN_FIELD(comm_timeout),
-              "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300", at_least(0))
+              "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300",
+              config::at_least(0))
       .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
-               "elements per data-parallel all-reduce bucket", at_least(1))
+               "elements per data-parallel all-reduce bucket", config::at_least(1))
       .choice("device", PIPETRAIN_FIELD(device), devices(),
               "where each rank computes: `cuda` (GPU local rank % visible GPUs; exit 2 without "
               "one), `cpu`, or `auto` (a GPU when the build has CUDA and one is visible)");
 }
 
-void bind_optimizer(KeyTable<TrainingConfig>& t) {
+void bind_optimizer(config::KeyTable<TrainingConfig>& t) {
   t.custom(
        "optimizer.type", "one of `Adam` `AdamW` `SGD`",
        "LibTorch's optimizer; any letter case, as DeepSpeed reads it",
        [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-         static const Names<std::string> names = spellings({"Adam", "AdamW", "SGD"});
+         static const config::Names<std::string> names =
+             config::spellings({"Adam", "AdamW", "SGD"});
          auto lower = [](std::string s) {
            for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
            return s;
          };
-         const std::string text = lower(read_string(key, v));
+         const std::string text = lower(config::read_string(key, v));
          for (const auto& [name, value] : names) {
            if (lower(name) == text) {
              c.optimizer.type = value;
              return;
            }
          }
-         read_choice(key, v, names, Quoting::kBare);  // throws, listing the names
+         config::read_choice(key, v, names, config::Quoting::kBare);  // throws, listing the names
        },
        [](const TrainingConfig& c) { return nlohmann::json(c.optimizer.type); })
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
@@ -119,16 +124,17 @@ void bind_optimizer(KeyTable<TrainingConfig>& t) {
               "0.01), `momentum` (SGD)")
       // Checked when read, not when the engine builds the optimizer: before any work.
       .check([](const TrainingConfig& c) {
-        read_optimizer_settings(c.optimizer);
-        make_lr_schedule(c.scheduler, base_learning_rate(c.optimizer));
+        optim::read_optimizer_settings(c.optimizer);
+        optim::make_lr_schedule(c.scheduler, optim::base_learning_rate(c.optimizer));
       })
       .custom(
           "scheduler.type", "one of `WarmupLR` `WarmupDecayLR` `WarmupCosineLR`",
           "learning-rate schedule; none (or empty): constant",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            const std::string text = read_string(key, v);
-            c.scheduler.type =
-                text.empty() ? text : read_choice(key, v, scheduler_types(), Quoting::kBare);
+            const std::string text = config::read_string(key, v);
+            c.scheduler.type = text.empty() ? text
+                                            : config::read_choice(key, v, scheduler_types(),
+                                                                  config::Quoting::kBare);
           },
           [](const TrainingConfig& c) {
             return c.scheduler.type.empty() ? nlohmann::json() : nlohmann::json(c.scheduler.type);
@@ -139,33 +145,35 @@ void bind_optimizer(KeyTable<TrainingConfig>& t) {
               "`cos_min_ratio`");
 }
 
-void bind_pipeline(KeyTable<TrainingConfig>& t) {
+void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
   t.integer("pipeline.stages", PIPETRAIN_FIELD(pipeline.stages),
-            "pipeline stages (data-parallel size = ranks / (stages × model_parallel))", at_least(1))
+            "pipeline stages (data-parallel size = ranks / (stages × model_parallel))",
+            config::at_least(1))
       .custom(
           "pipeline.partition_method", "string",
           "`parameters`, `uniform`, `type:REGEX`, `boundaries:A,B,...` or `profile` (see "
           "`pipetrain partition`)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.partition_method = PartitionMethod(read_string(key, v));
+            c.pipeline.partition_method = module::PartitionMethod(config::read_string(key, v));
           },
           [](const TrainingConfig& c) { return c.pipeline.partition_method.name(); })
       .integer("pipeline.activation_checkpoint_interval",
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
-               "layers per checkpointed run; 0 is off", at_least(0))
+               "layers per checkpointed run; 0 is off", config::at_least(0))
       .custom(
           "pipeline.schedule", "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1`",
           "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
           "Megatron's interleaved 1F1B over `pipeline.chunks`, or zero-bubble ZB-H1 (weight "
           "gradients deferred into the bubbles)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.schedule = read_choice(key, v, schedules(), Quoting::kQuoted);
+            c.pipeline.schedule =
+                config::read_choice(key, v, schedules(), config::Quoting::kQuoted);
           },
-          [](const TrainingConfig& c) { return name_of(schedules(), c.pipeline.schedule); })
+          [](const TrainingConfig& c) { return config::name_of(schedules(), c.pipeline.schedule); })
       .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
                "model chunks per stage for `interleaved` (at least 2; layers split into stages × "
                "chunks parts, stage s holding parts s, s + stages, ...); 1 otherwise",
-               at_least(1))
+               config::at_least(1))
       .check(check_chunks)
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
@@ -174,14 +182,14 @@ void bind_pipeline(KeyTable<TrainingConfig>& t) {
 }
 
 // bf16.enabled and fp16.enabled both set the model's precision.
-void bind_precision(KeyTable<TrainingConfig>& t) {
+void bind_precision(config::KeyTable<TrainingConfig>& t) {
   auto enabled = [&t](const char* name, Precision precision, const char* help) {
     t.custom(
         name, "bool", help,
         [precision](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-          if (!read_bool(key, v)) return;
+          if (!config::read_bool(key, v)) return;
           if (c.precision.dtype != Precision::kFp32)
-            throw InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
+            throw io::InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
           c.precision.dtype = precision;
         },
         [precision](const TrainingConfig& c) {
@@ -192,30 +200,30 @@ void bind_precision(KeyTable<TrainingConfig>& t) {
   enabled("fp16.enabled", Precision::kFp16,
           "model and transfers in float16, fp32 masters, loss scaling");
   t.number("fp16.loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.loss_scale),
-           "0: dynamic; > 0: this static scale", at_least(0))
+           "0: dynamic; > 0: this static scale", config::at_least(0))
       .integer("fp16.initial_scale_power",
                PIPETRAIN_FIELD(precision.loss_scaler.initial_scale_power),
-               "dynamic scaling starts at 2^this", within(0, 60))
+               "dynamic scaling starts at 2^this", config::within(0, 60))
       .integer("fp16.loss_scale_window", PIPETRAIN_FIELD(precision.loss_scaler.window),
-               "clean steps before the scale doubles", at_least(1))
+               "clean steps before the scale doubles", config::at_least(1))
       .integer("fp16.hysteresis", PIPETRAIN_FIELD(precision.loss_scaler.hysteresis),
-               "overflows before the scale halves", at_least(1))
+               "overflows before the scale halves", config::at_least(1))
       .number("fp16.min_loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.min_loss_scale),
-              "the scale never falls below this", above(0))
+              "the scale never falls below this", config::above(0))
       .custom(
           "communication_data_type", "string",
           "data-parallel gradient all-reduce in `fp32` or the model's type",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            const std::string text = read_string(key, v);
-            const std::string& model = name_of(precisions(), c.precision.dtype);
+            const std::string text = config::read_string(key, v);
+            const std::string& model = config::name_of(precisions(), c.precision.dtype);
             if (text != "fp32" && text != model) {
-              throw InputError("communication_data_type must be \"fp32\" or the model's \"" +
-                               model + "\", got \"" + text + "\"");
+              throw io::InputError("communication_data_type must be \"fp32\" or the model's \"" +
+                                   model + "\", got \"" + text + "\"");
             }
             c.precision.communication_dtype = text == "fp32" ? Precision::kFp32 : c.precision.dtype;
           },
           [](const TrainingConfig& c) {
-            return nlohmann::json(name_of(precisions(), c.precision.communication_dtype));
+            return nlohmann::json(config::name_of(precisions(), c.precision.communication_dtype));
           });
 }
 
@@ -234,9 +242,9 @@ std::string_view schedule_kind_name(PipelineSchedule schedule) {
   }
 }
 
-const KeyTable<TrainingConfig>& training_keys() {
-  static const KeyTable<TrainingConfig> table = [] {
-    KeyTable<TrainingConfig> t;
+const config::KeyTable<TrainingConfig>& training_keys() {
+  static const config::KeyTable<TrainingConfig> table = [] {
+    config::KeyTable<TrainingConfig> t;
     bind_batch(t);
     bind_run(t);
     bind_optimizer(t);
@@ -268,18 +276,18 @@ void resolve_batch(TrainingConfig& c, int64_t dp) {
                             ", data-parallel size " + std::to_string(dp);
   auto divide = [&](int64_t total, int64_t by, const std::string& what) {
     if (total % by != 0) {
-      throw InputError(what + ": " + std::to_string(total) + " is not divisible by " +
-                       std::to_string(by) + " (" + shown + ")");
+      throw io::InputError(what + ": " + std::to_string(total) + " is not divisible by " +
+                           std::to_string(by) + " (" + shown + ")");
     }
     return total / by;
   };
   if (batch && micro && steps) {
     if (batch != micro * steps * dp) {
-      throw InputError("train_batch_size " + std::to_string(batch) +
-                       " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
-                       " * gradient_accumulation_steps " + std::to_string(steps) +
-                       " * data-parallel size " + std::to_string(dp) + " = " +
-                       std::to_string(micro * steps * dp));
+      throw io::InputError("train_batch_size " + std::to_string(batch) +
+                           " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                           " * gradient_accumulation_steps " + std::to_string(steps) +
+                           " * data-parallel size " + std::to_string(dp) + " = " +
+                           std::to_string(micro * steps * dp));
     }
   } else if (batch && micro) {
     steps = divide(batch, micro * dp,
@@ -294,8 +302,8 @@ void resolve_batch(TrainingConfig& c, int64_t dp) {
     steps = 1;
     micro = divide(batch, dp, "train_micro_batch_size_per_gpu = train_batch_size / data-parallel");
   } else {
-    throw InputError("set train_batch_size or train_micro_batch_size_per_gpu (" + shown + ")");
+    throw io::InputError("set train_batch_size or train_micro_batch_size_per_gpu (" + shown + ")");
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::io {
 namespace {
 
 // The temporary file being written now, for remove_unfinished_file (a signal handler may
@@ -75,4 +75,4 @@ void remove_unfinished_file() noexcept {
   if (unfinished) ::unlink(unfinished_path);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

@@ -2,7 +2,7 @@
 
 #include <boost/crc.hpp>
 
-namespace pipetrain {
+namespace pipetrain::io {
 
 uint32_t crc32(std::string_view bytes) {
   boost::crc_32_type crc;
@@ -10,4 +10,4 @@ uint32_t crc32(std::string_view bytes) {
   return crc.checksum();
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

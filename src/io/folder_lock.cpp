@@ -11,7 +11,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::io {
 namespace {
 
 // The owner's text, as written by the process holding the lock.
@@ -54,4 +54,4 @@ FolderLock::~FolderLock() {
   if (fd_ >= 0) ::close(fd_);  // closing drops the flock
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

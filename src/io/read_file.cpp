@@ -5,7 +5,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::io {
 
 std::string read_file(const std::filesystem::path& path) {
   // Checked before opening: reading a FIFO or a device would block or never end.
@@ -21,4 +21,4 @@ std::string read_file(const std::filesystem::path& path) {
   return contents.str();
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

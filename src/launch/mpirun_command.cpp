@@ -9,7 +9,7 @@
 
 extern char** environ;
 
-namespace pipetrain {
+namespace pipetrain::launch {
 namespace {
 
 constexpr int kSmallHostCores = 16;
@@ -40,14 +40,15 @@ bool find_program(const std::string& program) {
 
 std::vector<std::string> mpirun_command(const LaunchOptions& options) {
   if (options.ranks < 1) {
-    throw InputError("-n must be at least 1, got " + std::to_string(options.ranks));
+    throw io::InputError("-n must be at least 1, got " + std::to_string(options.ranks));
   }
-  if (options.command.empty()) throw InputError("launch needs a program to run");
+  if (options.command.empty()) throw io::InputError("launch needs a program to run");
   if (!find_program(options.command.front())) {
-    throw InputError("launch: program " + options.command.front() + " not found or not executable");
+    throw io::InputError("launch: program " + options.command.front() +
+                         " not found or not executable");
   }
   if (!options.hostfile.empty() && !std::filesystem::is_regular_file(options.hostfile)) {
-    throw InputError("--hostfile " + options.hostfile + " does not exist");
+    throw io::InputError("--hostfile " + options.hostfile + " does not exist");
   }
   // --quiet: Open MPI's help banners (e.g. after MPI_Abort) bury pipetrain's one-line
   // messages; the failures they announce are checked here or reported by the ranks.
@@ -68,4 +69,4 @@ std::vector<std::string> mpirun_command(const LaunchOptions& options) {
   return argv;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::launch

@@ -10,7 +10,7 @@
 
 #include "pipetrain/launch/mpirun_command.h"
 
-namespace pipetrain {
+namespace pipetrain::launch {
 namespace {
 
 volatile sig_atomic_t child_pid = 0;
@@ -64,4 +64,4 @@ int run_forwarding_signals(const std::vector<std::string>& argv) {
   return 128 + WTERMSIG(status);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::launch

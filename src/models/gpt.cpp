@@ -121,8 +121,8 @@ TORCH_MODULE(GptBlock);
 void check(const GptConfig& c, const Group& group) {
   auto positive = [](int64_t v, const char* key) {
     if (v < 1)
-      throw InputError(std::string("model.") + key + " must be at least 1, got " +
-                       std::to_string(v));
+      throw io::InputError(std::string("model.") + key + " must be at least 1, got " +
+                           std::to_string(v));
   };
   positive(c.vocab_size, "vocab_size");
   positive(c.context, "context");
@@ -130,27 +130,27 @@ void check(const GptConfig& c, const Group& group) {
   positive(c.heads, "heads");
   positive(c.layers, "layers");
   if (c.d_model % c.heads != 0) {
-    throw InputError("model.d_model (" + std::to_string(c.d_model) +
-                     ") must be divisible by model.heads (" + std::to_string(c.heads) + ")");
+    throw io::InputError("model.d_model (" + std::to_string(c.d_model) +
+                         ") must be divisible by model.heads (" + std::to_string(c.heads) + ")");
   }
-  if (c.dropout < 0 || c.dropout >= 1) throw InputError("model.dropout must be in [0, 1)");
+  if (c.dropout < 0 || c.dropout >= 1) throw io::InputError("model.dropout must be in [0, 1)");
   for (const auto& [value, key] : {std::pair{c.heads, "heads"}, {c.vocab_size, "vocab_size"}}) {
     if (value % group.size() != 0) {
-      throw InputError(std::string("model.") + key + " (" + std::to_string(value) +
-                       ") must be divisible by the model-parallel size (" +
-                       std::to_string(group.size()) + ")");
+      throw io::InputError(std::string("model.") + key + " (" + std::to_string(value) +
+                           ") must be divisible by the model-parallel size (" +
+                           std::to_string(group.size()) + ")");
     }
   }
 }
 
 }  // namespace
 
-std::vector<LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
+std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
   check(c, group);
   const int64_t d = c.d_model;
-  std::vector<LayerSpec> specs;
+  std::vector<module::LayerSpec> specs;
 
-  LayerSpec embedding = module_layer<GptEmbedding>(
+  module::LayerSpec embedding = module::module_layer<GptEmbedding>(
       "GptEmbedding", [c, group] { return GptEmbedding(c, group); },
       [c] { return (c.vocab_size + c.context) * c.d_model; });
   if (c.tie_embeddings) {
@@ -162,25 +162,26 @@ std::vector<LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
   const int64_t block_parameters =
       2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
   for (int64_t i = 0; i < c.layers; ++i) {
-    specs.push_back(module_layer<GptBlock>(
+    specs.push_back(module::module_layer<GptBlock>(
         "GptBlock", [c, group] { return GptBlock(c, group); }, [=] { return block_parameters; }));
   }
-  specs.push_back(module_layer<torch::nn::LayerNorm>(
+  specs.push_back(module::module_layer<torch::nn::LayerNorm>(
       "LayerNorm", [d] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); },
       [d] { return 2 * d; }));
 
   if (c.tie_embeddings) {
-    LayerSpec head = embedding;
+    module::LayerSpec head = embedding;
     head.type = "GptHead";
     // Logits of this rank's vocabulary slice; the loss never gathers them.
-    head.tied_forward = [group](torch::nn::Module& module, const Activation& x) {
+    head.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
       const auto& tokens = static_cast<GptEmbeddingImpl&>(module).tokens->weight;
-      return Activation{autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
+      return module::Activation{
+          autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
     };
     specs.push_back(head);
   } else {
     const int64_t vocab = c.vocab_size;
-    specs.push_back(module_layer<ColumnParallelLinear>(
+    specs.push_back(module::module_layer<ColumnParallelLinear>(
         "GptHead",
         [=] {
           return ColumnParallelLinear(
@@ -191,8 +192,8 @@ std::vector<LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
   return specs;
 }
 
-LossFunction gpt_loss(const Group& group) {
-  return [group](const Activation& logits, const Activation& labels) {
+module::LossFunction gpt_loss(const Group& group) {
+  return [group](const module::Activation& logits, const module::Activation& labels) {
     return tensor_parallel::vocab_parallel_cross_entropy(logits.at(0), labels.at(0), group);
   };
 }

@@ -7,37 +7,38 @@
 
 namespace pipetrain::models {
 
-std::vector<LayerSpec> mlp_layers(const MlpConfig& c) {
+std::vector<module::LayerSpec> mlp_layers(const MlpConfig& c) {
   if (c.inputs < 1 || c.hidden < 1 || c.outputs < 1 || c.layers < 1) {
-    throw InputError("model: inputs, hidden, outputs and layers must be at least 1");
+    throw io::InputError("model: inputs, hidden, outputs and layers must be at least 1");
   }
-  std::vector<LayerSpec> specs;
+  std::vector<module::LayerSpec> specs;
   for (int64_t i = 0; i < c.layers; ++i) {
     const int64_t in = i == 0 ? c.inputs : c.hidden;
     const int64_t out = i == c.layers - 1 ? c.outputs : c.hidden;
-    specs.push_back(module_layer<torch::nn::Linear>(
+    specs.push_back(module::module_layer<torch::nn::Linear>(
         "Linear", [=] { return torch::nn::Linear(in, out); }, [=] { return in * out + out; }));
     if (i + 1 < c.layers) {
-      specs.push_back(function_layer(
-          "ReLU", [](const Activation& x) { return Activation{at::relu(x.at(0))}; }));
+      specs.push_back(module::function_layer("ReLU", [](const module::Activation& x) {
+        return module::Activation{at::relu(x.at(0))};
+      }));
     }
   }
   return specs;
 }
 
-LossFunction mlp_loss(const MlpConfig& c) {
+module::LossFunction mlp_loss(const MlpConfig& c) {
   if (c.task == "regression") {
-    return [](const Activation& out, const Activation& labels) {
+    return [](const module::Activation& out, const module::Activation& labels) {
       return at::mse_loss(out.at(0), labels.at(0));
     };
   }
   if (c.task == "classification") {
-    return [](const Activation& out, const Activation& labels) {
+    return [](const module::Activation& out, const module::Activation& labels) {
       return at::cross_entropy_loss(out.at(0), labels.at(0));
     };
   }
-  throw InputError("model.task must be \"regression\" or \"classification\", got \"" + c.task +
-                   "\"");
+  throw io::InputError("model.task must be \"regression\" or \"classification\", got \"" + c.task +
+                       "\"");
 }
 
 }  // namespace pipetrain::models

@@ -2,10 +2,11 @@
 
 namespace pipetrain::models {
 
-const KeyTable<ModelConfig>& model_keys() {
-  static const KeyTable<ModelConfig> table = [] {
-    KeyTable<ModelConfig> t;
-    t.choice("model.type", PIPETRAIN_FIELD(type), spellings({"gpt", "mlp"}), "the built-in model");
+const config::KeyTable<ModelConfig>& model_keys() {
+  static const config::KeyTable<ModelConfig> table = [] {
+    config::KeyTable<ModelConfig> t;
+    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "mlp"}),
+             "the built-in model");
     t.when([](const ModelConfig& c) { return c.type == "gpt"; }, "model.type gpt")
         .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")
@@ -21,7 +22,8 @@ const KeyTable<ModelConfig>& model_keys() {
         .integer("model.outputs", PIPETRAIN_FIELD(mlp.outputs), "outputs (or classes)")
         .integer("model.layers", PIPETRAIN_FIELD(mlp.layers), "linear layers")
         .choice("model.task", PIPETRAIN_FIELD(mlp.task),
-                spellings({"regression", "classification"}), "the loss: MSE or cross-entropy");
+                config::spellings({"regression", "classification"}),
+                "the loss: MSE or cross-entropy");
     return t;
   }();
   return table;

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <mutex>
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -116,4 +116,4 @@ Activation checkpointed(const LayerFunction& function, const Activation& inputs,
                                    at::TensorList(inputs), at::TensorList(parameters));
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

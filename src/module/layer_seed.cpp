@@ -1,6 +1,6 @@
 #include "pipetrain/module/layer_seed.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 uint64_t layer_seed(uint64_t base, int index) {
   // splitmix64 of the pair; kept below 2^63 for generators that take signed seeds.
@@ -10,4 +10,4 @@ uint64_t layer_seed(uint64_t base, int index) {
   return (z ^ (z >> 31)) >> 1;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

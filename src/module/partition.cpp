@@ -8,14 +8,14 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 void check_counts(int layers, int stages) {
-  if (stages < 1) throw InputError("stages must be at least 1, got " + std::to_string(stages));
+  if (stages < 1) throw io::InputError("stages must be at least 1, got " + std::to_string(stages));
   if (layers < stages) {
-    throw InputError("cannot split " + std::to_string(layers) + " layers over " +
-                     std::to_string(stages) + " stages: every stage needs at least one layer");
+    throw io::InputError("cannot split " + std::to_string(layers) + " layers over " +
+                         std::to_string(stages) + " stages: every stage needs at least one layer");
   }
 }
 
@@ -28,19 +28,20 @@ Partition parse_boundaries(const std::string& list, int layers, int stages) {
       parts.push_back(std::stoi(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw InputError("partition boundaries: '" + item + "' is not a layer index");
+      throw io::InputError("partition boundaries: '" + item + "' is not a layer index");
     }
   }
   parts.push_back(layers);
   if (static_cast<int>(parts.size()) != stages + 1) {
-    throw InputError("partition boundaries: " + std::to_string(parts.size() - 2) + " cuts give " +
-                     std::to_string(parts.size() - 1) + " stages, need " + std::to_string(stages));
+    throw io::InputError("partition boundaries: " + std::to_string(parts.size() - 2) +
+                         " cuts give " + std::to_string(parts.size() - 1) + " stages, need " +
+                         std::to_string(stages));
   }
   for (int s = 0; s < stages; ++s) {
     if (parts[s] >= parts[s + 1]) {
-      throw InputError("partition boundaries: stage " + std::to_string(s) + " would own layers [" +
-                       std::to_string(parts[s]) + ", " + std::to_string(parts[s + 1]) +
-                       "), which is empty");
+      throw io::InputError("partition boundaries: stage " + std::to_string(s) +
+                           " would own layers [" + std::to_string(parts[s]) + ", " +
+                           std::to_string(parts[s + 1]) + "), which is empty");
     }
   }
   return parts;
@@ -92,14 +93,14 @@ Partition partition_by_type(const PartitionMethod& method, const std::vector<std
   // std::regex compiles and matches recursively: bound what it is given.
   constexpr std::size_t kMaxPatternLength = 256;
   if (method.argument.size() > kMaxPatternLength) {
-    throw InputError("partition method 'type:...': the regular expression is longer than " +
-                     std::to_string(kMaxPatternLength) + " characters");
+    throw io::InputError("partition method 'type:...': the regular expression is longer than " +
+                         std::to_string(kMaxPatternLength) + " characters");
   }
   int depth = 0;
   for (const char c : method.argument) {
     depth += c == '(' ? 1 : c == ')' ? -1 : 0;
     if (depth > 8) {
-      throw InputError(
+      throw io::InputError(
           "partition method 'type:...': the regular expression nests groups deeper than 8");
     }
   }
@@ -107,8 +108,8 @@ Partition partition_by_type(const PartitionMethod& method, const std::vector<std
   try {
     pattern = std::regex(method.argument, std::regex::icase);
   } catch (const std::regex_error& e) {
-    throw InputError("partition method '" + method.name() +
-                     "': bad regular expression: " + e.what());
+    throw io::InputError("partition method '" + method.name() +
+                         "': bad regular expression: " + e.what());
   }
   std::vector<double> weights(types.size());
   for (std::size_t i = 0; i < types.size(); ++i)
@@ -140,4 +141,4 @@ Partition partition_layers(const PartitionMethod& method, const LayerFacts& laye
   throw std::logic_error("a partition method without a rule");
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

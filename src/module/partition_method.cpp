@@ -6,7 +6,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 using Kind = PartitionMethod::Kind;
@@ -31,8 +31,8 @@ PartitionMethod::PartitionMethod(const std::string& name) {
       return;
     }
   }
-  throw InputError("unknown partition method '" + name +
-                   "' (known: uniform, parameters, type:REGEX, boundaries:A,B,..., profile)");
+  throw io::InputError("unknown partition method '" + name +
+                       "' (known: uniform, parameters, type:REGEX, boundaries:A,B,..., profile)");
 }
 
 std::string PartitionMethod::name() const {
@@ -42,4 +42,4 @@ std::string PartitionMethod::name() const {
   return "?";
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

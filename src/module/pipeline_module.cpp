@@ -13,7 +13,7 @@
 #include "pipetrain/module/activation_checkpoint.h"
 #include "pipetrain/module/rng_state.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 int64_t count_parameters(const torch::nn::Module& module) {
@@ -60,7 +60,7 @@ double seconds_of(const std::function<void()>& run) {
 LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, bool profile,
                            const Activation& sample) {
   if (profile && sample.empty())
-    throw InputError("profile partitioning needs a sample micro-batch");
+    throw io::InputError("profile partitioning needs a sample micro-batch");
   LayerFacts facts;
   Activation x = sample;
   for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
@@ -100,13 +100,13 @@ LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, b
 PipelineModule::PipelineModule(std::vector<LayerSpec> specs, LossFunction loss,
                                PipelineModuleOptions options)
     : specs_(std::move(specs)), loss_(std::move(loss)), options_(std::move(options)) {
-  if (options_.chunks < 1) throw InputError("chunks must be at least 1");
+  if (options_.chunks < 1) throw io::InputError("chunks must be at least 1");
   if (options_.stage_id < 0 || options_.stage_id >= options_.stages) {
-    throw InputError("stage " + std::to_string(options_.stage_id) + " is out of range for " +
-                     std::to_string(options_.stages) + " stages");
+    throw io::InputError("stage " + std::to_string(options_.stage_id) + " is out of range for " +
+                         std::to_string(options_.stages) + " stages");
   }
   if (options_.activation_checkpoint_interval < 0) {
-    throw InputError("activation_checkpoint_interval must be >= 0");
+    throw io::InputError("activation_checkpoint_interval must be >= 0");
   }
   const int virtual_stages = options_.stages * options_.chunks;
   const bool profile = partition_needs_profile(options_.partition_method);
@@ -219,7 +219,7 @@ Activation PipelineModule::forward(const Activation& input, int chunk) {
   return x;
 }
 
-at::Tensor PipelineModule::loss(const Activation& outputs, const TensorList& labels) const {
+at::Tensor PipelineModule::loss(const Activation& outputs, const comm::TensorList& labels) const {
   if (!loss_) throw std::logic_error("this PipelineModule has no loss function");
   return loss_(outputs, labels);
 }
@@ -328,4 +328,4 @@ std::vector<at::Tensor> PipelineModule::tied_parameters(const std::string& key) 
   return tensors;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

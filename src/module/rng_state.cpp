@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 at::Tensor rng_state(const at::Device& device) {
   at::Generator generator = at::globalContext().defaultGenerator(device);
@@ -18,4 +18,4 @@ void set_rng_state(const at::Device& device, const at::Tensor& state) {
   generator.set_state(state);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::optim {
 namespace {
 
 // One group's tensors in the kernels' layout, each parameter's state made on first use.
@@ -78,4 +78,4 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   return {};
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

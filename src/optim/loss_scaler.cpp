@@ -6,7 +6,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 LossScaler::LossScaler(const LossScalerConfig& config)
     : config_(config),
@@ -55,8 +55,8 @@ void LossScaler::restore(const nlohmann::json& state) {
     last_overflow_ = state.at("last_overflow").get<int64_t>();
     skipped_ = state.at("skipped").get<int64_t>();
   } catch (const std::exception&) {
-    throw InputError("checkpoint loss_scaler state is malformed: " + state.dump());
+    throw io::InputError("checkpoint loss_scaler state is malformed: " + state.dump());
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

@@ -4,7 +4,7 @@
 
 #include "pipetrain/optim/fused_adam.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<at::Tensor> parameters) {
@@ -37,4 +37,4 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

@@ -7,7 +7,7 @@
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 namespace {
 
 // Typed reader over a params object that rejects keys it was not asked about.
@@ -26,28 +26,28 @@ class Params {
     used_.push_back(key);
     const auto numbers = section_.get_numbers(key, {fallback.first, fallback.second});
     if (numbers.size() != 2)
-      throw InputError(section_.path() + "." + key + " must hold two numbers");
+      throw io::InputError(section_.path() + "." + key + " must hold two numbers");
     return {numbers[0], numbers[1]};
   }
   void finish() const {
     const auto unknown = section_.unknown_keys(used_);
-    if (!unknown.empty()) throw InputError("unknown key " + unknown.front());
+    if (!unknown.empty()) throw io::InputError("unknown key " + unknown.front());
   }
 
  private:
-  ConfigSection section_;
+  config::ConfigSection section_;
   std::vector<std::string> used_;
 };
 
 void check_positive(double value, const std::string& key) {
-  if (!(value > 0)) throw InputError(key + " must be > 0, got " + std::to_string(value));
+  if (!(value > 0)) throw io::InputError(key + " must be > 0, got " + std::to_string(value));
 }
 
 // 0 <= value <= max (or < max).
 void check_within(double value, double max, bool exclusive, const std::string& key) {
   if (!(value >= 0) || value > max || (exclusive && value == max)) {
-    throw InputError(key + " must be in [0, " + std::to_string(static_cast<int>(max)) +
-                     (exclusive ? ")" : "]") + ", got " + std::to_string(value));
+    throw io::InputError(key + " must be in [0, " + std::to_string(static_cast<int>(max)) +
+                         (exclusive ? ")" : "]") + ", got " + std::to_string(value));
   }
 }
 
@@ -61,7 +61,7 @@ double warmup_gamma(int64_t step, int64_t warmup_steps, bool log_warmup) {
 }  // namespace
 
 double base_learning_rate(const OptimizerConfig& config) {
-  return ConfigSection(config.params, "optimizer.params").get_double("lr", 1e-3);
+  return config::ConfigSection(config.params, "optimizer.params").get_double("lr", 1e-3);
 }
 
 OptimizerSettings read_optimizer_settings(const OptimizerConfig& config) {
@@ -71,8 +71,8 @@ OptimizerSettings read_optimizer_settings(const OptimizerConfig& config) {
   check_positive(s.lr, "optimizer.params.lr");
   s.weight_decay = p.number("weight_decay", config.type == "AdamW" ? 0.01 : 0.0);
   if (!(s.weight_decay >= 0)) {
-    throw InputError("optimizer.params.weight_decay must be >= 0, got " +
-                     std::to_string(s.weight_decay));
+    throw io::InputError("optimizer.params.weight_decay must be >= 0, got " +
+                         std::to_string(s.weight_decay));
   }
   if (config.type == "SGD") {
     s.momentum = p.number("momentum", s.momentum);
@@ -94,10 +94,10 @@ LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr) {
   const int64_t warmup = static_cast<int64_t>(p.number("warmup_num_steps", 1000));
   const std::string warmup_type = p.text("warmup_type", "log");
   if (warmup_type != "log" && warmup_type != "linear") {
-    throw InputError("scheduler.params.warmup_type must be \"log\" or \"linear\", got \"" +
-                     warmup_type + "\"");
+    throw io::InputError("scheduler.params.warmup_type must be \"log\" or \"linear\", got \"" +
+                         warmup_type + "\"");
   }
-  if (warmup < 1) throw InputError("scheduler.params.warmup_num_steps must be at least 1");
+  if (warmup < 1) throw io::InputError("scheduler.params.warmup_num_steps must be at least 1");
   const bool log_warmup = warmup_type == "log";
   LrSchedule schedule;
   if (config.type == "WarmupCosineLR") {
@@ -105,7 +105,7 @@ LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr) {
     const double min_ratio = p.number("warmup_min_ratio", 0.0);
     const double cos_min_ratio = p.number("cos_min_ratio", 0.0001);
     if (total <= warmup)
-      throw InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
+      throw io::InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
     schedule = [=](int64_t step) {
       if (step < warmup)
         return base_lr * (min_ratio + (1.0 - min_ratio) * warmup_gamma(step, warmup, log_warmup));
@@ -119,7 +119,7 @@ LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr) {
     const int64_t total =
         config.type == "WarmupDecayLR" ? static_cast<int64_t>(p.number("total_num_steps", 0)) : 0;
     if (config.type == "WarmupDecayLR" && total <= warmup) {
-      throw InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
+      throw io::InputError("scheduler.params.total_num_steps must exceed warmup_num_steps");
     }
     schedule = [=](int64_t step) {
       double gamma = warmup_gamma(step, warmup, log_warmup);
@@ -134,4 +134,4 @@ LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr) {
   return schedule;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

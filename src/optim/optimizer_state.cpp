@@ -7,10 +7,10 @@
 
 #include <stdexcept>
 
-namespace pipetrain {
+namespace pipetrain::optim {
 namespace {
 
-at::Tensor find(const NamedTensors& state, const std::string& name) {
+at::Tensor find(const comm::NamedTensors& state, const std::string& name) {
   for (const auto& [n, t] : state) {
     if (n == name) return t;
   }
@@ -19,16 +19,16 @@ at::Tensor find(const NamedTensors& state, const std::string& name) {
 
 // Adam and AdamW keep the same fields in different classes.
 template <typename State>
-NamedTensors adam_like(const State& s) {
-  NamedTensors out = {{"step", at::tensor(s.step(), at::kLong)},
-                      {"exp_avg", s.exp_avg()},
-                      {"exp_avg_sq", s.exp_avg_sq()}};
+comm::NamedTensors adam_like(const State& s) {
+  comm::NamedTensors out = {{"step", at::tensor(s.step(), at::kLong)},
+                            {"exp_avg", s.exp_avg()},
+                            {"exp_avg_sq", s.exp_avg_sq()}};
   if (s.max_exp_avg_sq().defined()) out.emplace_back("max_exp_avg_sq", s.max_exp_avg_sq());
   return out;
 }
 
 template <typename State>
-std::unique_ptr<State> adam_like(const NamedTensors& saved, const at::Tensor& parameter) {
+std::unique_ptr<State> adam_like(const comm::NamedTensors& saved, const at::Tensor& parameter) {
   auto s = std::make_unique<State>();
   const at::Tensor step = find(saved, "step");
   if (!step.defined()) throw std::invalid_argument("Adam state without a step count");
@@ -42,7 +42,8 @@ std::unique_ptr<State> adam_like(const NamedTensors& saved, const at::Tensor& pa
 
 }  // namespace
 
-NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter) {
+comm::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
+                                   const at::Tensor& parameter) {
   auto& states = optimizer.state();
   const auto it = states.find(parameter.unsafeGetTensorImpl());
   if (it == states.end()) return {};
@@ -57,7 +58,7 @@ NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const at::Tenso
 }
 
 void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
-                         const NamedTensors& state) {
+                         const comm::NamedTensors& state) {
   auto& states = optimizer.state();
   void* key = parameter.unsafeGetTensorImpl();
   if (state.empty()) {
@@ -77,4 +78,4 @@ void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& p
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

@@ -6,8 +6,9 @@ namespace pipetrain::schedule {
 DataParallelSchedule::DataParallelSchedule(const PipeShape& shape, int stage_id)
     : Schedule(shape, stage_id) {
   if (shape.stages != 1) {
-    throw InputError("the data-parallel schedule runs without a pipeline: stages must be 1, got " +
-                     std::to_string(shape.stages));
+    throw io::InputError(
+        "the data-parallel schedule runs without a pipeline: stages must be 1, got " +
+        std::to_string(shape.stages));
   }
 }
 

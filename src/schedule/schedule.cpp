@@ -45,26 +45,27 @@ class GeneratedSchedule final : public Schedule {
 
 void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.micro_batches < 1) {
-    throw InputError("micro-batches must be at least 1, got " +
-                     std::to_string(shape.micro_batches));
+    throw io::InputError("micro-batches must be at least 1, got " +
+                         std::to_string(shape.micro_batches));
   }
   if (shape.stages < 1) {
-    throw InputError("stages must be at least 1, got " + std::to_string(shape.stages));
+    throw io::InputError("stages must be at least 1, got " + std::to_string(shape.stages));
   }
   if (shape.chunks < 1) {
-    throw InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
+    throw io::InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
   }
   // With a partial last group of micro-batches Megatron's interleaved order can wait in a
   // cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
   if (kind.uses_chunks && kind.trains && shape.chunks > 1 &&
       shape.micro_batches % shape.stages != 0) {
-    throw InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
-                     std::to_string(shape.micro_batches) + " micro-batches for " +
-                     std::to_string(shape.stages) + " stages");
+    throw io::InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
+                         std::to_string(shape.micro_batches) + " micro-batches for " +
+                         std::to_string(shape.stages) + " stages");
   }
   if (shape.chunks != 1 && !kind.uses_chunks) {
-    throw InputError("schedule '" + std::string(kind.name) +
-                     "' has one model chunk per stage, got chunks " + std::to_string(shape.chunks));
+    throw io::InputError("schedule '" + std::string(kind.name) +
+                         "' has one model chunk per stage, got chunks " +
+                         std::to_string(shape.chunks));
   }
 }
 
@@ -89,9 +90,9 @@ std::unique_ptr<Schedule> make_deepspeed_schedule(std::string_view kind, const P
 
 void check_stage_id(const PipeShape& shape, int stage_id) {
   if (stage_id < 0 || stage_id >= shape.stages) {
-    throw InputError("stage " + std::to_string(stage_id) + " is out of range for " +
-                     std::to_string(shape.stages) + " stages (0.." +
-                     std::to_string(shape.stages - 1) + ")");
+    throw io::InputError("stage " + std::to_string(stage_id) + " is out of range for " +
+                         std::to_string(shape.stages) + " stages (0.." +
+                         std::to_string(shape.stages - 1) + ")");
   }
 }
 
@@ -126,7 +127,7 @@ const ScheduleKind& schedule_kind(std::string_view name) {
   }
   std::string known;
   for (const auto& kind : kKinds) known += (known.empty() ? "" : ", ") + std::string(kind.name);
-  throw InputError("unknown schedule kind '" + std::string(name) + "' (known: " + known + ")");
+  throw io::InputError("unknown schedule kind '" + std::string(name) + "' (known: " + known + ")");
 }
 
 std::unique_ptr<Schedule> make_schedule(std::string_view kind, const PipeShape& shape,

@@ -16,11 +16,12 @@ double per_stage(const std::vector<double>& values, int stage) {
 
 void check_costs(const std::vector<double>& values, const char* field, int stages) {
   if (values.size() != 1 && static_cast<int>(values.size()) != stages) {
-    throw InputError(std::string(field) + " needs 1 or " + std::to_string(stages) +
-                     " values, got " + std::to_string(values.size()));
+    throw io::InputError(std::string(field) + " needs 1 or " + std::to_string(stages) +
+                         " values, got " + std::to_string(values.size()));
   }
   for (double v : values) {
-    if (!(v >= 0)) throw InputError(std::string(field) + " must be >= 0, got " + std::to_string(v));
+    if (!(v >= 0))
+      throw io::InputError(std::string(field) + " must be >= 0, got " + std::to_string(v));
   }
 }
 
@@ -39,12 +40,12 @@ void CostModel::check(int stages) const {
   check_costs(weight, "weight cost", stages);
   for (int s = 0; s < stages; ++s) {
     if (weight_cost(s) > backward_cost(s)) {
-      throw InputError("weight cost of stage " + std::to_string(s) +
-                       " exceeds its backward cost, of which it is a part");
+      throw io::InputError("weight cost of stage " + std::to_string(s) +
+                           " exceeds its backward cost, of which it is a part");
     }
   }
   if (latency < 0 || bandwidth < 0 || message_bytes < 0) {
-    throw InputError("latency, bandwidth and message bytes must be >= 0");
+    throw io::InputError("latency, bandwidth and message bytes must be >= 0");
   }
 }
 

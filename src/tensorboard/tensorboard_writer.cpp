@@ -12,7 +12,7 @@
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "tensorboard.pb.h"
 
-namespace pipetrain {
+namespace pipetrain::tensorboard {
 namespace {
 
 using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
@@ -56,8 +56,8 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& directory) {
           ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now())) + "." + host);
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_)
-    throw InputError("log.tensorboard: cannot write " + path_.string() + ": " +
-                     std::strerror(errno));
+    throw io::InputError("log.tensorboard: cannot write " + path_.string() + ": " +
+                         std::strerror(errno));
   tensorboard::Event header;
   header.set_wall_time(now());
   header.set_file_version("brain.Event:2");
@@ -119,4 +119,4 @@ std::vector<ScalarEvent> read_tensorboard_scalars(const std::filesystem::path& f
   return scalars;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::tensorboard

@@ -4,7 +4,7 @@
 
 #include "pipetrain/comm/deadline.h"
 
-namespace pipetrain {
+namespace pipetrain::topology {
 
 Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world)
     : topology_(std::move(topology)), world_(std::move(world)) {
@@ -45,4 +45,4 @@ int Grid::stage_to_global(int stage) const {
   return topology_.rank_with(global_rank(), {{"pipe", stage}});
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::topology

@@ -5,20 +5,20 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::topology {
 
 ProcessTopology::ProcessTopology(std::vector<std::string> axes, std::vector<int> dims)
     : axes_(std::move(axes)), dims_(std::move(dims)) {
   if (axes_.empty() || axes_.size() != dims_.size()) {
-    throw InputError("a topology needs one size per axis and at least one axis");
+    throw io::InputError("a topology needs one size per axis and at least one axis");
   }
   for (std::size_t i = 0; i < axes_.size(); ++i) {
     if (dims_[i] < 1) {
-      throw InputError("topology axis '" + axes_[i] + "' has size " + std::to_string(dims_[i]) +
-                       "; sizes must be at least 1");
+      throw io::InputError("topology axis '" + axes_[i] + "' has size " + std::to_string(dims_[i]) +
+                           "; sizes must be at least 1");
     }
     if (std::count(axes_.begin(), axes_.end(), axes_[i]) > 1) {
-      throw InputError("topology axis '" + axes_[i] + "' appears twice");
+      throw io::InputError("topology axis '" + axes_[i] + "' appears twice");
     }
     world_size_ *= dims_[i];
   }
@@ -118,8 +118,8 @@ void ProcessTopology::check_world_size(int world_size) const {
   for (std::size_t i = 0; i < axes_.size(); ++i) {
     shape += (i ? " x " : "") + axes_[i] + " " + std::to_string(dims_[i]);
   }
-  throw InputError("the grid " + shape + " needs " + std::to_string(world_size_) +
-                   " ranks, but the job has " + std::to_string(world_size));
+  throw io::InputError("the grid " + shape + " needs " + std::to_string(world_size_) +
+                       " ranks, but the job has " + std::to_string(world_size));
 }
 
 ProcessTopology pipe_data_parallel_topology(int pipe, int data) {
@@ -130,4 +130,4 @@ ProcessTopology pipe_model_data_parallel_topology(int pipe, int data, int model)
   return ProcessTopology({"pipe", "data", "model"}, {pipe, data, model});
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::topology

@@ -7,10 +7,10 @@
 
 #include "pipetrain/device/placement.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
-std::string describe_devices(const PipelineEngine& engine) {
-  const std::string mine = describe_device(engine.device()) + ", pipe " +
+std::string describe_devices(const engine::PipelineEngine& engine) {
+  const std::string mine = device::describe_device(engine.device()) + ", pipe " +
                            std::string(comm::transport_name(engine.pipe_transport())) +
                            ", data-parallel " +
                            std::string(comm::transport_name(engine.data_transport()));
@@ -23,19 +23,20 @@ std::string describe_devices(const PipelineEngine& engine) {
   return text;
 }
 
-bool any_rank_on_gpu(const PipelineEngine& engine) {
+bool any_rank_on_gpu(const engine::PipelineEngine& engine) {
   at::Tensor on_gpu = at::tensor({engine.device().is_cuda() ? int64_t{1} : int64_t{0}});
   engine.grid().world_comm()->all_reduce(on_gpu, comm::ReduceOp::kMax);
   return on_gpu.item<int64_t>() != 0;
 }
 
-std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine) {
+std::vector<device::GpuMemory> gather_gpu_memory(const engine::PipelineEngine& engine) {
   auto& world = *engine.grid().world_comm();
-  const GpuMemory m = engine.device().is_cuda()
-                          ? gpu_memory(engine.device().index()).value_or(GpuMemory{})
-                          : GpuMemory{};
+  const device::GpuMemory m =
+      engine.device().is_cuda()
+          ? device::gpu_memory(engine.device().index()).value_or(device::GpuMemory{})
+          : device::GpuMemory{};
   const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated}));
-  std::vector<GpuMemory> ranks;
+  std::vector<device::GpuMemory> ranks;
   for (int r = 0; r < world.size(); ++r) {
     ranks.push_back(
         {.allocated = all[r][0].item<int64_t>(), .peak_allocated = all[r][1].item<int64_t>()});
@@ -43,7 +44,7 @@ std::vector<GpuMemory> gather_gpu_memory(const PipelineEngine& engine) {
   return ranks;
 }
 
-std::string memory_summary(const std::vector<GpuMemory>& ranks) {
+std::string memory_summary(const std::vector<device::GpuMemory>& ranks) {
   if (ranks.empty()) return {};
   int64_t now = 0, peak = 0;
   for (const auto& m : ranks) {
@@ -57,4 +58,4 @@ std::string memory_summary(const std::vector<GpuMemory>& ranks) {
   return text;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -12,7 +12,7 @@
 #include "pipetrain/module/layer_seed.h"
 #include "pipetrain/trainer/output_paths.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 // Samples of random input that `profile` partitioning times each layer on.
@@ -22,81 +22,81 @@ constexpr uint64_t kValidationStreams = 1 << 20;
 // The byte vocabulary of text data.
 constexpr int64_t kByteVocabulary = 256;
 
-std::shared_ptr<Grid> build_grid(const JobConfig& config) {
+std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
   auto world = comm::MpiCommunicator::world();
   const int64_t pipe = config.engine.pipeline.stages;
   const int64_t model_parallel = config.trainer.model_parallel;
   const std::string times_model =
       model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
   if (world->size() % (pipe * model_parallel) != 0) {
-    throw InputError("pipeline.stages " + std::to_string(pipe) + times_model +
-                     " does not divide the job's " + std::to_string(world->size()) + " ranks");
+    throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_model +
+                         " does not divide the job's " + std::to_string(world->size()) + " ranks");
   }
   const int64_t data = world->size() / (pipe * model_parallel);
   const int64_t asked = config.trainer.data_parallel;
   if (asked && asked != data) {
-    throw InputError("data-parallel size " + std::to_string(asked) + " with " +
-                     std::to_string(pipe) + " stages" + times_model + " needs " +
-                     std::to_string(asked * pipe * model_parallel) + " ranks, the job has " +
-                     std::to_string(world->size()));
+    throw io::InputError("data-parallel size " + std::to_string(asked) + " with " +
+                         std::to_string(pipe) + " stages" + times_model + " needs " +
+                         std::to_string(asked * pipe * model_parallel) + " ranks, the job has " +
+                         std::to_string(world->size()));
   }
   // Without tensor parallelism the topology has no model axis, so ranks describe
   // themselves as (pipe, data) only.
-  return std::make_shared<Grid>(
+  return std::make_shared<topology::Grid>(
       model_parallel > 1
-          ? pipe_model_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data),
-                                              static_cast<int>(model_parallel))
-          : pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
+          ? topology::pipe_model_data_parallel_topology(
+                static_cast<int>(pipe), static_cast<int>(data), static_cast<int>(model_parallel))
+          : topology::pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
       world);
 }
 
-std::shared_ptr<PipelineModule> build_module(const Job& job) {
-  const TrainingConfig& engine = job.config.engine;
-  return std::make_shared<PipelineModule>(
+std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
+  const engine::TrainingConfig& engine = job.config.engine;
+  return std::make_shared<module::PipelineModule>(
       job.model.layers, job.model.loss,
-      PipelineModuleOptions{.stages = static_cast<int>(engine.pipeline.stages),
-                            .stage_id = job.grid->stage_id(),
-                            .chunks = static_cast<int>(engine.pipeline.chunks),
-                            .partition_method = engine.pipeline.partition_method,
-                            .seed = static_cast<uint64_t>(engine.seed),
-                            .activation_checkpoint_interval =
-                                static_cast<int>(engine.pipeline.activation_checkpoint_interval),
-                            .profile_sample = job.model.sample_input(kProfileBatch),
-                            .agree_on_costs = [grid = job.grid](std::vector<double>& costs) {
-                              at::Tensor shared = at::tensor(costs, at::kDouble);
-                              grid->world_comm()->broadcast(shared, 0);
-                              costs.assign(shared.data_ptr<double>(),
-                                           shared.data_ptr<double>() + shared.numel());
-                            }});
+      module::PipelineModuleOptions{
+          .stages = static_cast<int>(engine.pipeline.stages),
+          .stage_id = job.grid->stage_id(),
+          .chunks = static_cast<int>(engine.pipeline.chunks),
+          .partition_method = engine.pipeline.partition_method,
+          .seed = static_cast<uint64_t>(engine.seed),
+          .activation_checkpoint_interval =
+              static_cast<int>(engine.pipeline.activation_checkpoint_interval),
+          .profile_sample = job.model.sample_input(kProfileBatch),
+          .agree_on_costs = [grid = job.grid](std::vector<double>& costs) {
+            at::Tensor shared = at::tensor(costs, at::kDouble);
+            grid->world_comm()->broadcast(shared, 0);
+            costs.assign(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
+          }});
 }
 
 // Feature vectors for a model that reads them: synthetic regression data.
 void build_feature_data(Job& job, const models::FeatureInput& features, int64_t replica) {
   const int64_t batch = job.config.engine.train_micro_batch_size_per_gpu;
   const auto seed = static_cast<uint64_t>(job.config.engine.seed);
-  job.train_data =
-      std::make_unique<RegressionSource>(features.inputs, features.outputs, batch, seed, replica);
-  job.validation_data = std::make_unique<RegressionSource>(features.inputs, features.outputs, batch,
-                                                           seed, kValidationStreams + replica);
+  job.train_data = std::make_unique<data::RegressionSource>(features.inputs, features.outputs,
+                                                            batch, seed, replica);
+  job.validation_data = std::make_unique<data::RegressionSource>(
+      features.inputs, features.outputs, batch, seed, kValidationStreams + replica);
 }
 
 // Token sequences for a language model: bytes of text files, or token files.
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
-  TokenCorpus corpus;
+  data::TokenCorpus corpus;
   if (data.type == "text") {
     if (tokens.vocab_size < kByteVocabulary)
-      throw InputError("model.vocab_size " + std::to_string(tokens.vocab_size) +
-                       " is below 256, the byte vocabulary of text data");
-    corpus = text_corpus(data.paths, data.validation_fraction);
+      throw io::InputError("model.vocab_size " + std::to_string(tokens.vocab_size) +
+                           " is below 256, the byte vocabulary of text data");
+    corpus = data::text_corpus(data.paths, data.validation_fraction);
   } else {
-    corpus = token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
-                         data.validation_fraction);
+    corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
+                               data.validation_fraction);
   }
   auto source = [&](const at::Tensor& part, uint64_t stream) {
-    return std::make_unique<SequenceSource>(part, tokens.context,
-                                            job.config.engine.train_micro_batch_size_per_gpu,
-                                            static_cast<uint64_t>(job.config.engine.seed), stream);
+    return std::make_unique<data::SequenceSource>(
+        part, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
+        static_cast<uint64_t>(job.config.engine.seed), stream);
   };
   job.train_data = source(corpus.train, replica);
   job.validation_data = source(corpus.validation, kValidationStreams + replica);
@@ -107,8 +107,8 @@ void build_data(Job& job) {
   const int64_t replica = job.grid->data_parallel_id();
   const bool synthetic = type == "synthetic";
   if (synthetic != (job.model.features() != nullptr)) {
-    throw InputError("data.type \"" + type + "\" feeds model.type " +
-                     models::builtin_types_reading(!synthetic));
+    throw io::InputError("data.type \"" + type + "\" feeds model.type " +
+                         models::builtin_types_reading(!synthetic));
   }
   if (synthetic) {
     build_feature_data(job, *job.model.features(), replica);
@@ -124,7 +124,7 @@ void build_data(Job& job) {
 void seed_dropout(const Job& job) {
   const int replica =
       job.grid->stage_id() * job.grid->data_parallel_size() + job.grid->data_parallel_id();
-  at::manual_seed(layer_seed(static_cast<uint64_t>(job.config.engine.seed), -1 - replica));
+  at::manual_seed(module::layer_seed(static_cast<uint64_t>(job.config.engine.seed), -1 - replica));
 }
 
 }  // namespace
@@ -142,9 +142,9 @@ Job build_job(const nlohmann::json& file) {
     for (const auto& key : unknown)
       std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
   }
-  resolve_batch(job.config.engine, job.grid->data_parallel_size());
+  engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   job.effective = job_keys().write(job.config);
-  job.engine = std::make_unique<PipelineEngine>(job.module, job.grid, job.config.engine);
+  job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.grid, job.config.engine);
   job.engine->set_progress_report(false);
   const auto& log = job.config.trainer.log;  // the norm is only computed when logged or clipped
   job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
@@ -164,11 +164,11 @@ double validation_loss(Job& job) {
 }
 
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch) {
-  const nlohmann::json client_state = read_client_state(checkpoint);
+  const nlohmann::json client_state = checkpoint::read_client_state(checkpoint);
   if (!client_state.is_object() || !client_state.contains("config")) {
-    throw InputError(checkpoint +
-                     ": the checkpoint holds no training config (not saved by "
-                     "pipetrain train?)");
+    throw io::InputError(checkpoint +
+                         ": the checkpoint holds no training config (not saved by "
+                         "pipetrain train?)");
   }
   nlohmann::json config = client_state["config"];
   config["pipeline"]["stages"] = ranks;
@@ -188,4 +188,4 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   return config;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -1,11 +1,11 @@
 #include "pipetrain/trainer/job_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
-const KeyTable<JobConfig>& job_keys() {
-  static const KeyTable<JobConfig> table = [] {
-    KeyTable<JobConfig> t;
-    t.include(training_keys(), PIPETRAIN_FIELD(engine))
+const config::KeyTable<JobConfig>& job_keys() {
+  static const config::KeyTable<JobConfig> table = [] {
+    config::KeyTable<JobConfig> t;
+    t.include(engine::training_keys(), PIPETRAIN_FIELD(engine))
         .include(trainer_keys(), PIPETRAIN_FIELD(trainer))
         .include(models::model_keys(), PIPETRAIN_FIELD(model));
     return t;
@@ -29,4 +29,4 @@ std::string key_table_markdown() {
   return table;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

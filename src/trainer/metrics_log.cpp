@@ -8,13 +8,14 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 std::FILE* open_log(const std::string& path, bool append) {
   if (path.empty()) return nullptr;
   std::FILE* file = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!file) throw InputError("log file " + path + " cannot be written: " + std::strerror(errno));
+  if (!file)
+    throw io::InputError("log file " + path + " cannot be written: " + std::strerror(errno));
   return file;
 }
 
@@ -58,4 +59,4 @@ void MetricsLog::write(const nlohmann::json& record) {
   }
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -6,7 +6,7 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,12 +20,12 @@ void check_file(const std::string& key, const std::string& path) {
   if (path.empty()) return;
   std::error_code error;
   if (fs::is_directory(path, error))
-    throw InputError(key + " " + path + " is a folder, not a file to write");
+    throw io::InputError(key + " " + path + " is a folder, not a file to write");
   fs::path folder = fs::path(path).parent_path();
   if (folder.empty()) folder = ".";
   if (!writable_folder(folder)) {
-    throw InputError(key + " " + path + ": the folder " + folder.string() +
-                     (fs::exists(folder, error) ? " is not writable" : " does not exist"));
+    throw io::InputError(key + " " + path + ": the folder " + folder.string() +
+                         (fs::exists(folder, error) ? " is not writable" : " does not exist"));
   }
 }
 
@@ -33,15 +33,15 @@ void check_folder(const std::string& key, const std::string& path) {
   if (path.empty()) return;
   std::error_code error;
   if (fs::exists(path, error) && !fs::is_directory(path, error))
-    throw InputError(key + " " + path + " exists and is not a folder");
+    throw io::InputError(key + " " + path + " exists and is not a folder");
   fs::path existing = fs::absolute(path, error);
   while (!fs::exists(existing, error) && existing.has_parent_path() &&
          existing.parent_path() != existing) {
     existing = existing.parent_path();
   }
   if (!writable_folder(existing)) {
-    throw InputError(key + " " + path + ": cannot be created in " + existing.string() +
-                     " (not a writable folder)");
+    throw io::InputError(key + " " + path + ": cannot be created in " + existing.string() +
+                         " (not a writable folder)");
   }
 }
 
@@ -55,4 +55,4 @@ void check_output_paths(const TrainerConfig& config) {
   check_folder("log.tensorboard", config.log.tensorboard);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

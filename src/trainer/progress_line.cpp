@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 // Under mpirun a rank's stdout is a pseudo-terminal whatever the user's is, so
@@ -45,4 +45,4 @@ void ProgressLine::finish() {
   std::fflush(stdout);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

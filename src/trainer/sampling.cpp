@@ -6,7 +6,7 @@
 
 #include "pipetrain/tensor_parallel/collectives.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 // The next token from the last position's logits (whole, double precision).
@@ -22,16 +22,16 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
 
 }  // namespace
 
-std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> tokens,
+std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> tokens,
                                    int64_t count, const SamplingOptions& options, int64_t context) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
-  const Grid& grid = engine.grid();
+  const topology::Grid& grid = engine.grid();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t length = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
     const at::Tensor window =
         at::tensor(std::vector<int64_t>(tokens.end() - length, tokens.end()), at::kLong)
             .unsqueeze(0);
-    const TensorList outputs = engine.infer({window});
+    const comm::TensorList outputs = engine.infer({window});
     at::Tensor next = at::zeros({1}, at::kLong);
     if (grid.is_last_stage()) {
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.
@@ -60,4 +60,4 @@ std::string printable(const std::vector<int64_t>& tokens) {
   return text;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

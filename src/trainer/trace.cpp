@@ -8,12 +8,12 @@
 #include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/simulator.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 using schedule::OpKind;
 
-nlohmann::json to_json(const std::vector<InstructionRecord>& records) {
+nlohmann::json to_json(const std::vector<engine::InstructionRecord>& records) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : records) {
     out.push_back({r.step, static_cast<int>(r.instruction.kind), r.instruction.buffer,
@@ -24,9 +24,9 @@ nlohmann::json to_json(const std::vector<InstructionRecord>& records) {
 
 }  // namespace
 
-void write_trace(const std::string& path, const PipelineEngine& engine,
-                 const std::vector<InstructionRecord>& records) {
-  const Grid& grid = engine.grid();
+void write_trace(const std::string& path, const engine::PipelineEngine& engine,
+                 const std::vector<engine::InstructionRecord>& records) {
+  const topology::Grid& grid = engine.grid();
   const nlohmann::json mine = {{"rank", grid.global_rank()},
                                {"stage", grid.stage_id()},
                                {"data", grid.data_parallel_id()},
@@ -79,16 +79,16 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
       measured_costs.add(stage, kind, (end - start) / 1e3);
     }
   }
-  write_file_atomically(path,
-                        nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
+  io::write_file_atomically(
+      path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
 
   // The same step as the simulator sees it, from the measured per-stage costs (ms).
-  const std::string_view kind = schedule_kind_name(engine.config().pipeline.schedule);
+  const std::string_view kind = engine::schedule_kind_name(engine.config().pipeline.schedule);
   schedule::PipelinePlan plan =
       schedule::plan_pipeline(kind, {engine.micro_batches(), stages, chunks});
   const schedule::Timeline predicted = schedule::simulate(plan, measured_costs.costs());
-  write_file_atomically(path + ".svg", schedule::to_svg(plan, measured, "as run (ms)"));
-  write_file_atomically(
+  io::write_file_atomically(path + ".svg", schedule::to_svg(plan, measured, "as run (ms)"));
+  io::write_file_atomically(
       path + ".predicted.svg",
       schedule::to_svg(plan, predicted, "simulated from the measured costs (ms)"));
   std::printf(
@@ -98,4 +98,4 @@ void write_trace(const std::string& path, const PipelineEngine& engine,
       instructions, all.size(), path.c_str(), measured.makespan, predicted.makespan);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

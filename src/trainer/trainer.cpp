@@ -20,7 +20,7 @@
 #include "pipetrain/trainer/sampling.h"
 #include "pipetrain/trainer/trace.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace fs = std::filesystem;
 namespace {
 
@@ -42,7 +42,8 @@ struct StepResult {
 };
 
 // Milliseconds this rank spent per instruction kind between two readings of its timers.
-nlohmann::json timings_since(const InstructionTimers& before, const InstructionTimers& after) {
+nlohmann::json timings_since(const engine::InstructionTimers& before,
+                             const engine::InstructionTimers& after) {
   nlohmann::json timings = nlohmann::json::object();
   for (int k = 0; k < schedule::kNumOpKinds; ++k) {
     const auto kind = static_cast<schedule::OpKind>(k);
@@ -69,7 +70,7 @@ class RunLog {
     const TrainerConfig& t = job.config.trainer;
     metrics_ = std::make_unique<MetricsLog>(t.log.metrics, t.log.csv, /*append=*/!t.load.empty());
     if (!t.log.tensorboard.empty())
-      tensorboard_ = std::make_unique<TensorBoardWriter>(t.log.tensorboard);
+      tensorboard_ = std::make_unique<tensorboard::TensorBoardWriter>(t.log.tensorboard);
   }
 
   void message(const std::string& text) {
@@ -80,11 +81,11 @@ class RunLog {
     smoothed_seconds_ = smoothed_seconds_ == 0 ? s.seconds
                                                : kSpeedSmoothing * smoothed_seconds_ +
                                                      (1 - kSpeedSmoothing) * s.seconds;
-    const PipelineEngine& engine = *job_.engine;
-    const std::vector<GpuMemory> memory =
-        on_gpus_ ? gather_gpu_memory(engine) : std::vector<GpuMemory>{};
+    const engine::PipelineEngine& engine = *job_.engine;
+    const std::vector<device::GpuMemory> memory =
+        on_gpus_ ? gather_gpu_memory(engine) : std::vector<device::GpuMemory>{};
     if (!leader_) return;
-    const bool fp16 = job_.config.engine.precision.dtype == Precision::kFp16;
+    const bool fp16 = job_.config.engine.precision.dtype == engine::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
     progress_.update(s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
@@ -134,7 +135,7 @@ class RunLog {
 
  private:
   void write_scalars(const StepResult& s, double samples) {
-    const PipelineEngine& engine = *job_.engine;
+    const engine::PipelineEngine& engine = *job_.engine;
     std::map<std::string, double> scalars = {{"train/loss", s.loss},
                                              {"train/loss_scale", engine.loss_scale()},
                                              {"train/lr", engine.last_learning_rate()},
@@ -149,26 +150,26 @@ class RunLog {
   bool on_gpus_;  // the job reports GPU memory
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<tensorboard::TensorBoardWriter> tensorboard_;
   double smoothed_seconds_ = 0;
 };
 
 // Rank 0 claims the save folder for the whole run (see FolderLock); every rank learns when
 // another job holds it, so all end with the same one-line error. Collective.
-std::unique_ptr<FolderLock> claim_save_folder(const Job& job) {
+std::unique_ptr<io::FolderLock> claim_save_folder(const Job& job) {
   const std::string& save = job.config.trainer.save;
   if (save.empty()) return nullptr;
-  std::unique_ptr<FolderLock> claim;
+  std::unique_ptr<io::FolderLock> claim;
   std::string problem;
   if (job.grid->global_rank() == 0) {
     try {
-      claim = std::make_unique<FolderLock>(save);
-    } catch (const InputError& e) {
+      claim = std::make_unique<io::FolderLock>(save);
+    } catch (const io::InputError& e) {
       problem = e.what();
     }
   }
   for (const auto& found : comm::all_gather_text(*job.grid->world_comm(), problem)) {
-    if (!found.empty()) throw InputError(found);
+    if (!found.empty()) throw io::InputError(found);
   }
   return claim;
 }
@@ -177,7 +178,7 @@ std::unique_ptr<FolderLock> claim_save_folder(const Job& job) {
 void announce(const Job& job) {
   const std::string devices = describe_devices(*job.engine);  // collective
   if (job.grid->global_rank() != 0) return;
-  const Grid& grid = *job.grid;
+  const topology::Grid& grid = *job.grid;
   std::printf("effective config: %s\n", job.effective.dump().c_str());
   std::printf("job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers; %s\n",
               grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
@@ -186,18 +187,18 @@ void announce(const Job& job) {
   const std::string& save = job.config.trainer.save;
   if (!save.empty()) {
     fs::create_directories(save);
-    write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");
+    io::write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");
   }
 }
 
 // One optimizer step, traced when it is the step the config asks for.
 StepResult train_step(Job& job, RunLog& log) {
-  PipelineEngine& engine = *job.engine;
+  engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
   const int64_t trace_step = t.trace_step > 0 ? t.trace_step : t.train_iters;
   const bool trace = !t.trace.empty() && engine.global_steps() + 1 == trace_step;
   if (trace) engine.record_next_batch();
-  const InstructionTimers timers_before = engine.timers();
+  const engine::InstructionTimers timers_before = engine.timers();
   const auto start = Clock::now();
   StepResult result;
   result.loss = engine.train_batch(job.train_data.get());
@@ -227,9 +228,9 @@ void sample_at_end(Job& job) {
 
 int train(const nlohmann::json& config_file) {
   Job job = build_job(config_file);
-  PipelineEngine& engine = *job.engine;
+  engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
-  if (!t.load.empty()) load_checkpoint(engine, t.load, "latest", job.train_data.get());
+  if (!t.load.empty()) checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
   const auto claim = claim_save_folder(job);  // after every input check: nothing written before
   if (!t.load.empty() && job.grid->global_rank() == 0)
     std::printf("resumed from %s at step %lld\n", t.load.c_str(),
@@ -247,7 +248,7 @@ int train(const nlohmann::json& config_file) {
     log.step(step);
     if (!t.save.empty() && due(step.step, t.save_interval, t.train_iters)) {
       const std::string tag = "step_" + std::to_string(step.step);
-      save_checkpoint(engine, t.save, tag, client_state, job.train_data.get());
+      checkpoint::save_checkpoint(engine, t.save, tag, client_state, job.train_data.get());
       log.message("saved " + t.save + "/" + tag);
     }
   }
@@ -261,7 +262,7 @@ int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
   nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
   config["eval_iters"] = eval_iters;
   Job job = build_job(config);
-  load_checkpoint(*job.engine, checkpoint, "latest");
+  checkpoint::load_checkpoint(*job.engine, checkpoint, "latest");
   const double loss = validation_loss(job);
   if (job.grid->global_rank() == 0) {
     std::printf("validation loss %.4f over %lld batches (step %lld)\n", loss,
@@ -273,14 +274,14 @@ int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
 
 int generate_from_checkpoint(const GenerateOptions& options) {
   if (options.prompt.empty())
-    throw InputError("--prompt is empty: sampling needs at least one byte to start");
+    throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
   const int ranks = comm::MpiCommunicator::world()->size();
   Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch));
   const auto* tokens = job.model.tokens();
   if (!tokens)
-    throw InputError("generate needs a language model checkpoint (model.type " +
-                     models::builtin_types_reading(true) + ")");
-  load_checkpoint(*job.engine, options.checkpoint, "latest");
+    throw io::InputError("generate needs a language model checkpoint (model.type " +
+                         models::builtin_types_reading(true) + ")");
+  checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const auto text =
       sample_tokens(*job.engine, bytes_of(options.prompt), options.tokens,
                     {options.temperature, options.top_k, options.seed}, tokens->context);
@@ -288,4 +289,4 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   return 0;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

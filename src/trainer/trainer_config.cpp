@@ -2,27 +2,29 @@
 
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
-const KeyTable<TrainerConfig>& trainer_keys() {
-  static const KeyTable<TrainerConfig> table = [] {
-    KeyTable<TrainerConfig> t;
+const config::KeyTable<TrainerConfig>& trainer_keys() {
+  static const config::KeyTable<TrainerConfig> table = [] {
+    config::KeyTable<TrainerConfig> t;
     t.integer("data_parallel", PIPETRAIN_FIELD(data_parallel),
               "checked against the job (`--data`); 0: ranks / (stages × model_parallel)",
-              at_least(0))
+              config::at_least(0))
         .integer("model_parallel", PIPETRAIN_FIELD(model_parallel),
                  "tensor-parallel group size (`--model`); GPT only, dividing `heads` and "
                  "`vocab_size`",
-                 at_least(1))
-        .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", at_least(1))
+                 config::at_least(1))
+        .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
         .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
-                 "validate every N steps; 0: at the end only", at_least(0))
-        .integer("eval_iters", PIPETRAIN_FIELD(eval_iters), "batches per validation", at_least(1))
+                 "validate every N steps; 0: at the end only", config::at_least(0))
+        .integer("eval_iters", PIPETRAIN_FIELD(eval_iters), "batches per validation",
+                 config::at_least(1))
         .integer("save_interval", PIPETRAIN_FIELD(save_interval),
-                 "checkpoint every N steps; 0: at the end only", at_least(0))
+                 "checkpoint every N steps; 0: at the end only", config::at_least(0))
         .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
         .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
-        .choice("data.type", PIPETRAIN_FIELD(data.type), spellings({"text", "tokens", "synthetic"}),
+        .choice("data.type", PIPETRAIN_FIELD(data.type),
+                config::spellings({"text", "tokens", "synthetic"}),
                 "bytes of text files, token files, or synthetic regression data (MLP)")
         .texts("data.paths", PIPETRAIN_FIELD(data.paths), "files or folders")
         .integer("data.token_bytes", PIPETRAIN_FIELD(data.token_bytes),
@@ -34,15 +36,19 @@ const KeyTable<TrainerConfig>& trainer_keys() {
         .text("log.tensorboard", PIPETRAIN_FIELD(log.tensorboard), "TensorBoard event folder")
         .text("sample.prompt", PIPETRAIN_FIELD(sample.prompt),
               "the sample printed at the end (GPT on text)")
-        .integer("sample.tokens", PIPETRAIN_FIELD(sample.tokens), "0: no sample", at_least(0))
-        .number("sample.temperature", PIPETRAIN_FIELD(sample.temperature), "0: greedy", at_least(0))
-        .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens", at_least(0))
+        .integer("sample.tokens", PIPETRAIN_FIELD(sample.tokens), "0: no sample",
+                 config::at_least(0))
+        .number("sample.temperature", PIPETRAIN_FIELD(sample.temperature), "0: greedy",
+                config::at_least(0))
+        .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens",
+                 config::at_least(0))
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
-                 at_least(0))
+                 config::at_least(0))
         .check([](const TrainerConfig& c) {
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
-            throw InputError("sample.prompt is empty: sampling needs at least one byte to start");
+            throw io::InputError(
+                "sample.prompt is empty: sampling needs at least one byte to start");
         });
     return t;
   }();
@@ -66,15 +72,15 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   if (o.eval_interval) config["eval_interval"] = *o.eval_interval;
   if (o.seed) config["seed"] = *o.seed;
   if (o.lr) config["optimizer"]["params"]["lr"] = *o.lr;
-  if (o.save) config["save"] = utf8_string("--save", *o.save);
-  if (o.load) config["load"] = utf8_string("--load", *o.load);
-  if (o.trace) config["trace"] = utf8_string("--trace", *o.trace);
-  if (o.schedule) config["pipeline"]["schedule"] = utf8_string("--schedule", *o.schedule);
+  if (o.save) config["save"] = config::utf8_string("--save", *o.save);
+  if (o.load) config["load"] = config::utf8_string("--load", *o.load);
+  if (o.trace) config["trace"] = config::utf8_string("--trace", *o.trace);
+  if (o.schedule) config["pipeline"]["schedule"] = config::utf8_string("--schedule", *o.schedule);
   if (o.chunks) config["pipeline"]["chunks"] = *o.chunks;
-  if (o.device) config["device"] = utf8_string("--device", *o.device);
+  if (o.device) config["device"] = config::utf8_string("--device", *o.device);
   if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
   if (o.model) config["model_parallel"] = *o.model;
   return config;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

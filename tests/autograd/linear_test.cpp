@@ -107,11 +107,12 @@ TEST(SplittableLinear, CheckpointedRunsDeferTheirRecomputedWeightGradients) {
   const at::Tensor x = at::randn({2, 6, 4}).requires_grad_(true);
   const at::Tensor g = at::randn({2, 6, 3});
   const Gradients expected = plain_gradients(net, x, g);
-  Activation y;
+  module::Activation y;
   {
     const SplittableBackward splittable;
-    y = checkpointed([&](const Activation& in) { return Activation{net.forward(in.at(0))}; }, {x},
-                     net.parameters());
+    y = module::checkpointed(
+        [&](const module::Activation& in) { return module::Activation{net.forward(in.at(0))}; },
+        {x}, net.parameters());
   }
   WeightGradStore store;
   {

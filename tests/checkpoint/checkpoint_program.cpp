@@ -30,27 +30,28 @@ std::string argument(int argc, char** argv, const char* flag, const char* fallba
 }
 
 // CRC-32 over this rank's weights and their optimizer state, in name order.
-uint32_t digest(PipelineEngine& engine) {
+uint32_t digest(engine::PipelineEngine& engine) {
   std::string bytes;
   for (const auto& [name, parameter] : engine.module().named_parameters()) {
-    NamedTensors tensors = {{name, parameter}};
-    for (auto& entry : optimizer_state(engine.optimizer(), parameter)) tensors.push_back(entry);
-    bytes += encode_safetensors(tensors);
+    comm::NamedTensors tensors = {{name, parameter}};
+    for (auto& entry : optim::optimizer_state(engine.optimizer(), parameter))
+      tensors.push_back(entry);
+    bytes += checkpoint::encode_safetensors(tensors);
   }
-  return crc32(bytes);
+  return io::crc32(bytes);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_rank(argc, argv, [&] {
+  return comm::run_rank(argc, argv, [&] {
     const int pipe = std::stoi(argument(argc, argv, "--pipe", "1"));
     const int model_parallel = std::stoi(argument(argc, argv, "--model", "1"));
     const int steps = std::stoi(argument(argc, argv, "--steps", "3"));
     const std::string load = argument(argc, argv, "--load", "");
     const std::string save = argument(argc, argv, "--save", "");
 
-    TrainingConfig config;
+    engine::TrainingConfig config;
     config.train_batch_size = 8;
     config.gradient_accumulation_steps = std::stoi(argument(argc, argv, "--micro-batches", "4"));
     config.gradient_clipping = 1.0;
@@ -66,30 +67,31 @@ int main(int argc, char** argv) {
                         .dropout = std::stod(argument(argc, argv, "--dropout", "0"))};
 
     auto world = comm::MpiCommunicator::world();
-    auto grid =
-        std::make_shared<Grid>(pipe_model_data_parallel_topology(
-                                   pipe, world->size() / (pipe * model_parallel), model_parallel),
-                               world);
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(pipe, world->size() / (pipe * model_parallel),
+                                                    model_parallel),
+        world);
     const auto model =
         models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
-    auto module = std::make_shared<PipelineModule>(
+    auto module = std::make_shared<module::PipelineModule>(
         model.layers, model.loss,
-        PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
-    PipelineEngine engine(module, grid, config);
+        module::PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
+    engine::PipelineEngine engine(module, grid, config);
 
     at::manual_seed(42);
-    auto samples = std::make_shared<TensorDataset>(Activation{at::randint(32, {40, 8}, at::kLong)},
-                                                   Activation{at::randint(32, {40, 8}, at::kLong)});
-    RepeatingLoader data(
-        std::make_unique<DataLoader>(samples, engine.config().train_micro_batch_size_per_gpu,
-                                     grid->data_parallel_size(), grid->data_parallel_id(),
-                                     /*shuffle=*/true, /*seed=*/3));
+    auto samples = std::make_shared<data::TensorDataset>(
+        module::Activation{at::randint(32, {40, 8}, at::kLong)},
+        module::Activation{at::randint(32, {40, 8}, at::kLong)});
+    data::RepeatingLoader data(
+        std::make_unique<data::DataLoader>(samples, engine.config().train_micro_batch_size_per_gpu,
+                                           grid->data_parallel_size(), grid->data_parallel_id(),
+                                           /*shuffle=*/true, /*seed=*/3));
     // Each stage's and replica's dropout stream differs (a tensor-parallel group shares
     // one); a checkpoint must carry it over.
     at::manual_seed(100 + grid->stage_id() * grid->data_parallel_size() + grid->data_parallel_id());
 
     if (!load.empty()) {
-      const auto client = load_checkpoint(engine, load, "latest", &data);
+      const auto client = checkpoint::load_checkpoint(engine, load, "latest", &data);
       if (grid->global_rank() == 0)
         std::printf("loaded step %lld (%s)\n", static_cast<long long>(engine.global_steps()),
                     client.dump().c_str());
@@ -100,8 +102,8 @@ int main(int argc, char** argv) {
         std::printf("loss %lld %.17g\n", static_cast<long long>(engine.global_steps()), loss);
     }
     if (!save.empty()) {
-      save_checkpoint(engine, save, "step_" + std::to_string(engine.global_steps()),
-                      {{"note", "checkpoint_program"}}, &data);
+      checkpoint::save_checkpoint(engine, save, "step_" + std::to_string(engine.global_steps()),
+                                  {{"note", "checkpoint_program"}}, &data);
     }
     std::fflush(stdout);
     world->barrier();

@@ -6,11 +6,11 @@
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::checkpoint {
 namespace {
 
 TEST(Safetensors, RoundTripsEveryDtypeAndShape) {
-  NamedTensors tensors;
+  comm::NamedTensors tensors;
   for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong, at::kInt,
                      at::kShort, at::kChar, at::kByte}) {
     tensors.emplace_back(std::string("t_") + at::toString(dtype),
@@ -25,7 +25,7 @@ TEST(Safetensors, RoundTripsEveryDtypeAndShape) {
   for (int i = 0; i < 8; ++i)
     header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   EXPECT_EQ(header % 8, 0u);  // padded, so the data starts 8-byte aligned
-  const NamedTensors back = decode_safetensors(bytes, "memory");
+  const comm::NamedTensors back = decode_safetensors(bytes, "memory");
   ASSERT_EQ(back.size(), tensors.size());
   for (const auto& [name, tensor] : tensors) {
     const auto found =
@@ -41,7 +41,7 @@ TEST(Safetensors, DamagedBytesAreInputErrorsNamingTheSource) {
   auto error = [](const std::string& bytes) {
     try {
       decode_safetensors(bytes, "f.safetensors");
-    } catch (const InputError& e) {
+    } catch (const io::InputError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
@@ -59,8 +59,8 @@ TEST(Safetensors, DamagedBytesAreInputErrorsNamingTheSource) {
 }
 
 TEST(Safetensors, Crc32IsTheIeeeChecksum) {
-  EXPECT_EQ(crc32("123456789"), 0xCBF43926u);  // the standard check value
+  EXPECT_EQ(io::crc32("123456789"), 0xCBF43926u);  // the standard check value
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::checkpoint

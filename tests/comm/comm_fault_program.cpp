@@ -12,9 +12,10 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  return pipetrain::run_rank(argc, argv, [&] {
+  return pipetrain::comm::run_rank(argc, argv, [&] {
     using namespace pipetrain;
-    Grid grid(pipe_data_parallel_topology(2, 2), comm::MpiCommunicator::world());
+    topology::Grid grid(topology::pipe_data_parallel_topology(2, 2),
+                        comm::MpiCommunicator::world());
     auto& world = *grid.world_comm();
     // Bystanders wait longer, so the rank at fault reports first.
     world.set_timeout(world.timeout() * 3);

@@ -10,8 +10,9 @@
 namespace pipetrain::comm {
 namespace {
 
-Grid& grid() {
-  static Grid instance(pipe_data_parallel_topology(2, 2), MpiCommunicator::world());
+topology::Grid& grid() {
+  static topology::Grid instance(topology::pipe_data_parallel_topology(2, 2),
+                                 MpiCommunicator::world());
   return instance;
 }
 
@@ -24,7 +25,7 @@ at::Tensor pattern(int i, int j, at::ScalarType dtype, std::vector<int64_t> shap
 }
 
 TEST(Grid, CoordinatesAndStageMapping) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   ASSERT_EQ(g.world_size(), 4);
   EXPECT_EQ(g.stage_id(), g.global_rank() / 2);
   EXPECT_EQ(g.data_parallel_id(), g.global_rank() % 2);
@@ -37,7 +38,7 @@ TEST(Grid, CoordinatesAndStageMapping) {
 }
 
 TEST(TensorTransport, SingleTensorsWhoseShapeChangesEveryTransfer) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   TensorTransport transport(g.pipe_comm(), g.pipe_comm());
   const int peer = 1 - g.stage_id();
   constexpr int kTag = 11;
@@ -57,7 +58,7 @@ TEST(TensorTransport, SingleTensorsWhoseShapeChangesEveryTransfer) {
 }
 
 TEST(TensorTransport, MixedDtypeTuplesBothWays) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   TensorTransport transport(g.pipe_comm(), g.pipe_comm());
   const int peer = 1 - g.stage_id();
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kHalf, at::kBFloat16,
@@ -92,7 +93,7 @@ TEST(TensorTransport, MixedDtypeTuplesBothWays) {
 }
 
 TEST(TensorTransport, ReusesAMatchingBuffer) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   TensorTransport transport(g.pipe_comm(), g.pipe_comm());
   const int peer = 1 - g.stage_id();
   if (g.is_first_stage()) {
@@ -108,7 +109,7 @@ TEST(TensorTransport, ReusesAMatchingBuffer) {
 }
 
 TEST(Collectives, AllReduceOnTheDataCommunicator) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   auto& data = *g.data_comm();
   // Replicas of a stage hold rank-dependent values; sums stay within the stage.
   at::Tensor sum = at::full({3}, static_cast<double>(g.global_rank()), at::kFloat);
@@ -130,7 +131,7 @@ TEST(Collectives, AllReduceOnTheDataCommunicator) {
 }
 
 TEST(Collectives, BroadcastAndAllGatherOnSubCommunicators) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   // Broadcast along the pipe from stage 1: every stage ends with stage 1's value.
   at::Tensor value = at::full({2, 2}, static_cast<double>(g.global_rank()), at::kDouble);
   g.pipe_comm()->broadcast(value, 1);
@@ -145,7 +146,7 @@ TEST(Collectives, BroadcastAndAllGatherOnSubCommunicators) {
 }
 
 TEST(Deadline, AReceiveThatNeverCompletesThrowsWithWhoAndWhat) {
-  const Grid& g = grid();
+  const topology::Grid& g = grid();
   auto& pipe = *g.pipe_comm();
   const Seconds saved = pipe.timeout();
   pipe.set_timeout(Seconds(0.3));

@@ -5,7 +5,7 @@
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::comm {
 namespace {
 
 class IntraOpThreads : public ::testing::Test {
@@ -29,8 +29,8 @@ TEST_F(IntraOpThreads, ExplicitSettingsWin) {
   ::setenv("PIPETRAIN_THREADS", "5", 1);
   EXPECT_EQ(intra_op_threads(16, 4), 5);
   ::setenv("PIPETRAIN_THREADS", "lots", 1);
-  EXPECT_THROW(intra_op_threads(16, 4), InputError);
+  EXPECT_THROW(intra_op_threads(16, 4), io::InputError);
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::comm

@@ -27,7 +27,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return pipetrain::run_rank(argc, argv, [] {
+  return pipetrain::comm::run_rank(argc, argv, [] {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank != 0) {

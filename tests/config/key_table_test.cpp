@@ -5,7 +5,7 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::config {
 namespace {
 
 enum class Shape { kRound, kSquare };
@@ -40,7 +40,7 @@ std::string error_of(const char* text) {
   Toy toy;
   try {
     toy_keys().read(nlohmann::json::parse(text), toy);
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     return e.what();
   }
   return "no error";
@@ -123,4 +123,4 @@ TEST(KeyTable, IncludesAnotherTableForAPartOfALargerConfig) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::config

@@ -7,7 +7,7 @@
 #include "pipetrain/comm/transport_choice.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 namespace {
 
 using comm::choose_transport;
@@ -30,14 +30,14 @@ TEST(ChooseGpu, CudaWithoutAGpuIsBadInputSayingWhy) {
   try {
     choose_gpu(DeviceKind::kCuda, 0, 0, true);
     FAIL() << "no error";
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     EXPECT_STREQ(e.what(),
                  "device \"cuda\": no GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
   }
   try {
     choose_gpu(DeviceKind::kCuda, 0, 1, false);
     FAIL() << "no error";
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();
   }
 }
@@ -71,4 +71,4 @@ TEST(ChooseTransport, NcclOnlyBetweenGpusOfTheirOwn) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -4,7 +4,7 @@
 
 #include "pipetrain/data/data_source.h"
 
-namespace pipetrain {
+namespace pipetrain::data {
 namespace {
 
 TEST(DistributedIndices, ShardsLikeTorchsSampler) {
@@ -18,13 +18,13 @@ TEST(DistributedIndices, ShardsLikeTorchsSampler) {
 }
 
 TEST(DataLoader, RunsOutAndTheRepeatingLoaderGoesOn) {
-  auto data = std::make_shared<TensorDataset>(TensorList{at::arange(6).reshape({6, 1})},
-                                              TensorList{at::arange(6)});
+  auto data = std::make_shared<TensorDataset>(comm::TensorList{at::arange(6).reshape({6, 1})},
+                                              comm::TensorList{at::arange(6)});
   DataLoader loader(data, 2, 1, 0);
   EXPECT_TRUE(at::equal(loader.next().labels[0], at::tensor({0, 1}, at::kLong)));
   loader.next();
   loader.next();
-  EXPECT_THROW(loader.next(), DataExhausted);
+  EXPECT_THROW(loader.next(), engine::DataExhausted);
 
   RepeatingLoader repeating(std::make_unique<DataLoader>(data, 4, 1, 0));
   EXPECT_TRUE(at::equal(repeating.next().labels[0], at::tensor({0, 1, 2, 3}, at::kLong)));
@@ -33,4 +33,4 @@ TEST(DataLoader, RunsOutAndTheRepeatingLoaderGoesOn) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::data

@@ -17,7 +17,7 @@
 #include "pipetrain/schedule/schedule.h"
 #include "reference_training.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 using namespace pipetrain::testing;
@@ -54,7 +54,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
     if (world->size() % pipe == 0 && world->size() / pipe <= 2)
       shapes.emplace_back(pipe, world->size() / pipe);
   }
-  if (on_gpu() && visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
   if (shapes.empty()) GTEST_SKIP() << "no pipe of at least 2 stages in this world";
   const double tolerance = on_gpu() ? 1e-4 : 1e-5;
   ASSERT_FALSE(shapes.empty());
@@ -70,7 +70,8 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
     }
   }
   for (const auto& [pipe, data] : shapes) {
-    auto grid = std::make_shared<Grid>(pipe_data_parallel_topology(pipe, data), world);
+    auto grid =
+        std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
     for (const Case& c : cases) {
       if (chunks > 1 && c.micro_batches % pipe != 0) continue;  // Megatron's restriction
       if (c.model == "mlp" && pipe * chunks > 4) continue;      // 5 layers
@@ -82,19 +83,19 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       TrainingConfig config = training_config(c, pipe);
       config.pipeline.schedule = schedule;
       config.pipeline.chunks = chunks;
-      config.device = on_gpu() ? DeviceKind::kCuda : DeviceKind::kCpu;
+      config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
       const auto model = models::make_builtin_model(model_config(c.model));
-      auto module = std::make_shared<PipelineModule>(
+      auto module = std::make_shared<module::PipelineModule>(
           model.layers, model.loss,
-          PipelineModuleOptions{.stages = pipe,
-                                .stage_id = grid->stage_id(),
-                                .chunks = chunks,
-                                .seed = static_cast<uint64_t>(config.seed),
-                                .activation_checkpoint_interval = c.checkpoint_interval});
+          module::PipelineModuleOptions{.stages = pipe,
+                                        .stage_id = grid->stage_id(),
+                                        .chunks = chunks,
+                                        .seed = static_cast<uint64_t>(config.seed),
+                                        .activation_checkpoint_interval = c.checkpoint_interval});
       PipelineEngine engine(module, grid, config);
-      if (on_gpu() && visible_gpus() == 1)  // ranks sharing a GPU: MPI with host staging
+      if (on_gpu() && device::visible_gpus() == 1)  // ranks sharing a GPU: MPI with host staging
         EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
-      DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
+      data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
       for (int step = 0; step < kSteps; ++step) {
         const double loss = engine.train_batch(&loader);
         EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
@@ -139,4 +140,4 @@ TEST(EngineEquivalence, ZeroBubbleH1MatchesOneProcess) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

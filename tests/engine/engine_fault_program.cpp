@@ -14,29 +14,31 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  return pipetrain::run_rank(argc, argv, [&] {
+  return pipetrain::comm::run_rank(argc, argv, [&] {
     using namespace pipetrain;
-    auto grid =
-        std::make_shared<Grid>(pipe_data_parallel_topology(2, 1), comm::MpiCommunicator::world());
+    auto grid = std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(2, 1),
+                                                 comm::MpiCommunicator::world());
     const int64_t second_width = mode == "mismatch" ? 7 : 5;
-    std::vector<LayerSpec> layers = {
-        module_layer<torch::nn::Linear>("Linear", [] { return torch::nn::Linear(4, 5); }),
-        module_layer<torch::nn::Linear>("Linear",
-                                        [=] { return torch::nn::Linear(second_width, 1); }),
+    std::vector<module::LayerSpec> layers = {
+        module::module_layer<torch::nn::Linear>("Linear", [] { return torch::nn::Linear(4, 5); }),
+        module::module_layer<torch::nn::Linear>("Linear",
+                                                [=] { return torch::nn::Linear(second_width, 1); }),
     };
-    auto module = std::make_shared<PipelineModule>(
+    auto module = std::make_shared<module::PipelineModule>(
         layers,
-        [](const Activation& out, const Activation& y) { return at::mse_loss(out[0], y[0]); },
-        PipelineModuleOptions{
+        [](const module::Activation& out, const module::Activation& y) {
+          return at::mse_loss(out[0], y[0]);
+        },
+        module::PipelineModuleOptions{
             .stages = 2, .stage_id = grid->stage_id(), .partition_method = "uniform"});
-    TrainingConfig config;
+    engine::TrainingConfig config;
     config.train_micro_batch_size_per_gpu = 2;
     config.gradient_accumulation_steps = 4;
-    PipelineEngine engine(module, grid, config);
+    engine::PipelineEngine engine(module, grid, config);
     // 12 samples: one step takes 8, the second runs out at its third micro-batch.
-    auto data = std::make_shared<TensorDataset>(Activation{at::randn({12, 4})},
-                                                Activation{at::randn({12, 1})});
-    DataLoader loader(data, 2, 1, 0);
+    auto data = std::make_shared<data::TensorDataset>(module::Activation{at::randn({12, 4})},
+                                                      module::Activation{at::randn({12, 1})});
+    data::DataLoader loader(data, 2, 1, 0);
     if (mode == "grad-disabled") {
       at::NoGradGuard no_grad;
       engine.train_batch(&loader);

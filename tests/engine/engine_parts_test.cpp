@@ -13,25 +13,26 @@
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/models/gpt.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
-std::shared_ptr<Grid> pipe_data_grid() {
+std::shared_ptr<topology::Grid> pipe_data_grid() {
   auto world = comm::MpiCommunicator::world();
-  return std::make_shared<Grid>(pipe_data_parallel_topology(2, world->size() / 2), world);
+  return std::make_shared<topology::Grid>(
+      topology::pipe_data_parallel_topology(2, world->size() / 2), world);
 }
 
 // A tied GPT split over two stages (the embedding and the head share "embed").
-std::shared_ptr<PipelineModule> tied_gpt(const Grid& grid) {
+std::shared_ptr<module::PipelineModule> tied_gpt(const topology::Grid& grid) {
   const models::GptConfig config{
       .vocab_size = 16, .context = 4, .d_model = 8, .heads = 2, .layers = 2};
-  return std::make_shared<PipelineModule>(
+  return std::make_shared<module::PipelineModule>(
       models::gpt_layers(config), models::gpt_loss(),
-      PipelineModuleOptions{.stages = 2, .stage_id = grid.stage_id(), .seed = 5});
+      module::PipelineModuleOptions{.stages = 2, .stage_id = grid.stage_id(), .seed = 5});
 }
 
 // Every gradient filled with `value`.
-void fill_grads(const PipelineModule& module, double value) {
+void fill_grads(const module::PipelineModule& module, double value) {
   for (const auto& p : module.parameters()) p.mutable_grad() = at::full_like(p, value);
 }
 
@@ -44,13 +45,13 @@ TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
   const at::Tensor ids = at::arange(4, at::kLong);
   if (grid->is_first_stage()) {
     link.send({activation.requires_grad_(), ids}, 1, Flow::kActivation);
-    const TensorList grads = link.recv(1, Flow::kGradient);
+    const comm::TensorList grads = link.recv(1, Flow::kGradient);
     ASSERT_EQ(grads.size(), 1u);
     EXPECT_TRUE(at::equal(grads[0], activation.detach() * 2));
   } else {
-    TensorList reuse{at::empty({3, 5}), at::empty({4}, at::kLong)};
+    comm::TensorList reuse{at::empty({3, 5}), at::empty({4}, at::kLong)};
     const void* reused = reuse[0].data_ptr();
-    const TensorList received = link.recv(0, Flow::kActivation, reuse);
+    const comm::TensorList received = link.recv(0, Flow::kActivation, reuse);
     ASSERT_EQ(received.size(), 2u);
     EXPECT_TRUE(at::equal(received[0], activation));
     EXPECT_TRUE(received[0].requires_grad());
@@ -64,14 +65,14 @@ TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
 
 TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   auto world = comm::MpiCommunicator::world();
-  const auto grid =
-      std::make_shared<Grid>(pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
+  const auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
   StageLink link(grid, /*partitioned=*/true, at::kCPU, /*nccl_allowed=*/false);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {
     link.send({activation}, 1, Flow::kActivation);
   } else {
-    const TensorList received = link.recv(0, Flow::kActivation);
+    const comm::TensorList received = link.recv(0, Flow::kActivation);
     ASSERT_EQ(received.size(), 1u);
     EXPECT_TRUE(at::equal(received[0], activation));
   }
@@ -137,7 +138,7 @@ TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
 }
 
 // The global norm when every counted gradient element on this stage is `own`.
-double norm_when_filled(const Grid& grid, const GradientSync& sync, double own) {
+double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, double own) {
   int64_t own_elements = 0;
   for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
   at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
@@ -202,4 +203,4 @@ TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRan
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -38,22 +38,23 @@ models::ModelConfig model_config(const std::string& model) {
   return config;
 }
 
-std::shared_ptr<TensorDataset> dataset(const Case& c, int data_parallel) {
+std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
   const models::ModelConfig config = model_config(c.model);
   const int64_t samples = int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data_parallel;
   at::manual_seed(42);
   if (config.type == "mlp") {
-    return std::make_shared<TensorDataset>(Activation{at::randn({samples, config.mlp.inputs})},
-                                           Activation{at::randn({samples, config.mlp.outputs})});
+    return std::make_shared<data::TensorDataset>(
+        module::Activation{at::randn({samples, config.mlp.inputs})},
+        module::Activation{at::randn({samples, config.mlp.outputs})});
   }
   const auto& g = config.gpt;
-  return std::make_shared<TensorDataset>(
-      Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)},
-      Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)});
+  return std::make_shared<data::TensorDataset>(
+      module::Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)},
+      module::Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)});
 }
 
-TrainingConfig training_config(const Case& c, int stages) {
-  TrainingConfig config;
+engine::TrainingConfig training_config(const Case& c, int stages) {
+  engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = kMicroBatchSize;
   config.gradient_accumulation_steps = c.micro_batches;
   config.gradient_clipping = c.clipping;
@@ -70,9 +71,9 @@ TrainingConfig training_config(const Case& c, int stages) {
 
 // One process, one model, the whole global batch per step: what pipetrain must equal.
 Reference reference_run(const Case& c, int data_parallel,
-                        const std::shared_ptr<TensorDataset>& data) {
+                        const std::shared_ptr<data::TensorDataset>& data) {
   const auto model = models::make_builtin_model(model_config(c.model));
-  PipelineModule whole(model.layers, model.loss, {.seed = 1234});
+  module::PipelineModule whole(model.layers, model.loss, {.seed = 1234});
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (c.model == "mlp") {
     optimizer = std::make_unique<torch::optim::Adam>(whole.parameters(),
@@ -81,24 +82,24 @@ Reference reference_run(const Case& c, int data_parallel,
     optimizer = std::make_unique<torch::optim::SGD>(
         whole.parameters(), torch::optim::SGDOptions(kLearningRate).momentum(kMomentum));
   }
-  std::vector<std::unique_ptr<DataLoader>> replicas;
+  std::vector<std::unique_ptr<data::DataLoader>> replicas;
   for (int r = 0; r < data_parallel; ++r) {
-    replicas.push_back(std::make_unique<DataLoader>(data, kMicroBatchSize, data_parallel, r));
+    replicas.push_back(std::make_unique<data::DataLoader>(data, kMicroBatchSize, data_parallel, r));
   }
   auto next_global_batch = [&] {
     std::vector<at::Tensor> inputs, labels;
     for (auto& loader : replicas) {
       for (int j = 0; j < c.micro_batches; ++j) {
-        MicroBatch batch = loader->next();
+        engine::MicroBatch batch = loader->next();
         inputs.push_back(batch.inputs[0]);
         labels.push_back(batch.labels[0]);
       }
     }
-    return MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
+    return engine::MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
   };
   Reference reference;
   for (int step = 0; step < kSteps; ++step) {
-    const MicroBatch batch = next_global_batch();
+    const engine::MicroBatch batch = next_global_batch();
     optimizer->zero_grad();
     const at::Tensor loss = whole.loss(whole.forward(batch.inputs), batch.labels);
     loss.backward();
@@ -110,7 +111,7 @@ Reference reference_run(const Case& c, int data_parallel,
     reference.weights[name] = tensor.detach();
   }
   at::NoGradGuard no_grad;
-  const MicroBatch held_out = next_global_batch();
+  const engine::MicroBatch held_out = next_global_batch();
   reference.eval_loss = whole.loss(whole.forward(held_out.inputs), held_out.labels).item<double>();
   return reference;
 }

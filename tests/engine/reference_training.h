@@ -30,8 +30,8 @@ struct Case {
 std::string name(const Case& c);
 models::ModelConfig model_config(const std::string& model);
 // Enough samples for kSteps + 1 batches over `data_parallel` replicas.
-std::shared_ptr<TensorDataset> dataset(const Case& c, int data_parallel);
-TrainingConfig training_config(const Case& c, int stages);
+std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel);
+engine::TrainingConfig training_config(const Case& c, int stages);
 
 struct Reference {
   std::vector<double> losses;
@@ -41,6 +41,6 @@ struct Reference {
 
 // Trains kSteps on the global batches `data_parallel` replicas would read from `data`.
 Reference reference_run(const Case& c, int data_parallel,
-                        const std::shared_ptr<TensorDataset>& data);
+                        const std::shared_ptr<data::TensorDataset>& data);
 
 }  // namespace pipetrain::testing

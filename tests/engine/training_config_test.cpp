@@ -7,13 +7,13 @@
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/optim/optimizer.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     return e.what();
   }
   return "no error";
@@ -91,23 +91,23 @@ TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
 TEST(Optimizer, RejectsBadParams) {
   at::Tensor w = at::zeros({2}).requires_grad_(true);
   EXPECT_EQ(error_of([&] {
-              make_optimizer({"Adam", {{"lr", -1.0}}}, {w});
+              optim::make_optimizer({"Adam", {{"lr", -1.0}}}, {w});
             }),
             "optimizer.params.lr must be > 0, got -1.000000");
   EXPECT_EQ(error_of([&] {
-              make_optimizer({"Adam", {{"betas", 0.9}}}, {w});
+              optim::make_optimizer({"Adam", {{"betas", 0.9}}}, {w});
             }),
             "optimizer.params.betas must be a list of numbers, got 0.9");
   EXPECT_EQ(error_of([&] {
-              make_optimizer({"SGD", {{"nesterov", true}}}, {w});
+              optim::make_optimizer({"SGD", {{"nesterov", true}}}, {w});
             }),
             "unknown key optimizer.params.nesterov");
   EXPECT_NO_THROW(
-      make_optimizer({"AdamW", {{"lr", 0.1}, {"betas", {0.8, 0.9}}, {"eps", 1e-6}}}, {w}));
+      optim::make_optimizer({"AdamW", {{"lr", 0.1}, {"betas", {0.8, 0.9}}, {"eps", 1e-6}}}, {w}));
 }
 
 TEST(LrSchedule, FollowsDeepSpeedsFormulas) {
-  const auto warmup = make_lr_schedule(
+  const auto warmup = optim::make_lr_schedule(
       {"WarmupLR", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 0.1}, {"warmup_num_steps", 100}}},
       0.1);
   EXPECT_DOUBLE_EQ(warmup(0), 0.0);
@@ -115,32 +115,32 @@ TEST(LrSchedule, FollowsDeepSpeedsFormulas) {
   EXPECT_DOUBLE_EQ(warmup(100), 0.1);
   EXPECT_DOUBLE_EQ(warmup(5000), 0.1);
 
-  const auto decay = make_lr_schedule({"WarmupDecayLR",
-                                       {{"warmup_max_lr", 0.1},
-                                        {"warmup_num_steps", 10},
-                                        {"total_num_steps", 110},
-                                        {"warmup_type", "linear"}}},
-                                      0.1);
+  const auto decay = optim::make_lr_schedule({"WarmupDecayLR",
+                                              {{"warmup_max_lr", 0.1},
+                                               {"warmup_num_steps", 10},
+                                               {"total_num_steps", 110},
+                                               {"warmup_type", "linear"}}},
+                                             0.1);
   EXPECT_DOUBLE_EQ(decay(5), 0.05);
   EXPECT_DOUBLE_EQ(decay(60), 0.05);
   EXPECT_DOUBLE_EQ(decay(110), 0.0);
 
-  const auto cosine = make_lr_schedule({"WarmupCosineLR",
-                                        {{"warmup_num_steps", 10},
-                                         {"total_num_steps", 110},
-                                         {"warmup_type", "linear"},
-                                         {"cos_min_ratio", 0.0}}},
-                                       0.2);
+  const auto cosine = optim::make_lr_schedule({"WarmupCosineLR",
+                                               {{"warmup_num_steps", 10},
+                                                {"total_num_steps", 110},
+                                                {"warmup_type", "linear"},
+                                                {"cos_min_ratio", 0.0}}},
+                                              0.2);
   EXPECT_DOUBLE_EQ(cosine(5), 0.1);
   EXPECT_NEAR(cosine(60), 0.1, 1e-12);  // half way down the cosine
   EXPECT_NEAR(cosine(110), 0.0, 1e-12);
 
-  EXPECT_DOUBLE_EQ(make_lr_schedule({}, 0.3)(1000), 0.3);
+  EXPECT_DOUBLE_EQ(optim::make_lr_schedule({}, 0.3)(1000), 0.3);
   EXPECT_EQ(error_of([] {
-              make_lr_schedule({"WarmupDecayLR", {{"warmup_num_steps", 10}}}, 0.1);
+              optim::make_lr_schedule({"WarmupDecayLR", {{"warmup_num_steps", 10}}}, 0.1);
             }),
             "scheduler.params.total_num_steps must exceed warmup_num_steps");
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

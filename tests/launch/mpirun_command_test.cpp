@@ -6,7 +6,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/launch/mpirun_command.h"
 
-namespace pipetrain {
+namespace pipetrain::launch {
 namespace {
 
 bool contains(const std::vector<std::string>& argv, const std::string& word) {
@@ -35,11 +35,11 @@ TEST(MpirunCommand, BigHostNeitherOversubscribesNorUnbinds) {
 }
 
 TEST(MpirunCommand, BadInputIsAnInputError) {
-  EXPECT_THROW(mpirun_command({.ranks = 0, .command = {"true"}}), InputError);
-  EXPECT_THROW(mpirun_command({.ranks = 2, .command = {"/no/such/program"}}), InputError);
-  EXPECT_THROW(mpirun_command({.ranks = 2}), InputError);
+  EXPECT_THROW(mpirun_command({.ranks = 0, .command = {"true"}}), io::InputError);
+  EXPECT_THROW(mpirun_command({.ranks = 2, .command = {"/no/such/program"}}), io::InputError);
+  EXPECT_THROW(mpirun_command({.ranks = 2}), io::InputError);
   EXPECT_THROW(mpirun_command({.ranks = 2, .hostfile = "/no/such/hostfile", .command = {"true"}}),
-               InputError);
+               io::InputError);
 }
 
 TEST(RunForwardingSignals, ReturnsTheChildsStatus) {
@@ -49,4 +49,4 @@ TEST(RunForwardingSignals, ReturnsTheChildsStatus) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::launch

@@ -8,7 +8,7 @@
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/module/pipeline_module.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 models::GptConfig gpt() {
@@ -69,4 +69,4 @@ TEST(ActivationCheckpoint, DropoutIsActuallyOn) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -3,7 +3,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/partition.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 LayerFacts facts(std::vector<int64_t> parameters, std::vector<std::string> types = {}) {
@@ -47,20 +47,20 @@ TEST(Partition, ProfileBalancesMeasuredCosts) {
 }
 
 TEST(Partition, BadRequestsAreInputErrors) {
-  EXPECT_THROW(partition_layers("uniform", facts({1, 1}), 3), InputError);
-  EXPECT_THROW(partition_layers("parameters", facts({1, 1}), 3), InputError);
-  EXPECT_THROW(partition_layers("boundaries:2,2", facts({1, 1, 1, 1}), 3), InputError);
-  EXPECT_THROW(partition_layers("boundaries:2", facts({1, 1, 1, 1}), 3), InputError);
-  EXPECT_THROW(partition_layers("boundaries:x,3", facts({1, 1, 1, 1}), 3), InputError);
-  EXPECT_THROW(partition_layers("type:[", facts({1, 1}), 2), InputError);
-  EXPECT_THROW(partition_layers("random", facts({1, 1}), 2), InputError);
+  EXPECT_THROW(partition_layers("uniform", facts({1, 1}), 3), io::InputError);
+  EXPECT_THROW(partition_layers("parameters", facts({1, 1}), 3), io::InputError);
+  EXPECT_THROW(partition_layers("boundaries:2,2", facts({1, 1, 1, 1}), 3), io::InputError);
+  EXPECT_THROW(partition_layers("boundaries:2", facts({1, 1, 1, 1}), 3), io::InputError);
+  EXPECT_THROW(partition_layers("boundaries:x,3", facts({1, 1, 1, 1}), 3), io::InputError);
+  EXPECT_THROW(partition_layers("type:[", facts({1, 1}), 2), io::InputError);
+  EXPECT_THROW(partition_layers("random", facts({1, 1}), 2), io::InputError);
   try {
     partition_uniform(3, 4);
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     EXPECT_STREQ(e.what(),
                  "cannot split 3 layers over 4 stages: every stage needs at least one layer");
   }
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -11,7 +11,7 @@
 #include "pipetrain/models/mlp.h"
 #include "pipetrain/module/pipeline_module.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 namespace {
 
 using Named = std::map<std::string, at::Tensor>;
@@ -108,7 +108,7 @@ TEST(PipelineModule, InterleavedChunksOwnEveryPthVirtualStage) {
 TEST(PipelineModule, MoreStagesThanLayersIsAnInputError) {
   EXPECT_THROW(PipelineModule(models::mlp_layers({.layers = 2}), models::mlp_loss({}),
                               {.stages = 4, .stage_id = 0}),
-               InputError);
+               io::InputError);
 }
 
 TEST(PipelineModule, ProfilePartitioningMeasuresEveryLayer) {
@@ -123,8 +123,8 @@ TEST(PipelineModule, ProfilePartitioningMeasuresEveryLayer) {
   EXPECT_LE(module.parts()[1], 4);
   EXPECT_THROW(
       PipelineModule(specs, models::mlp_loss({}), {.stages = 2, .partition_method = "profile"}),
-      InputError);
+      io::InputError);
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::module

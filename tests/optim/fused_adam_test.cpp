@@ -8,7 +8,7 @@
 
 #include "pipetrain/optim/optimizer_state.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 namespace {
 
 std::vector<at::Tensor> parameters(uint64_t seed) {
@@ -64,4 +64,4 @@ TEST(FusedAdamW, StepsAsLibTorchsAdamWWithDecoupledDecay) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

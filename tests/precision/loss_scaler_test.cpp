@@ -4,7 +4,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/loss_scaler.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 namespace {
 
 TEST(LossScaler, DynamicHalvesAfterHysteresisAndGrowsAfterAWindow) {
@@ -52,24 +52,24 @@ TEST(LossScaler, StateRoundTrips) {
   restored.restore(scaler.state());
   EXPECT_EQ(restored.scale(), 16);
   EXPECT_EQ(restored.skipped_steps(), 1);
-  EXPECT_THROW(restored.restore({{"scale", "big"}}), InputError);
+  EXPECT_THROW(restored.restore({{"scale", "big"}}), io::InputError);
 }
 
 TEST(PrecisionConfig, Bf16AndFp16ExcludeEachOther) {
-  EXPECT_THROW(parse_training_config(nlohmann::json::parse(
+  EXPECT_THROW(engine::parse_training_config(nlohmann::json::parse(
                    R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})")),
-               InputError);
-  const auto fp16 = parse_training_config(nlohmann::json::parse(
+               io::InputError);
+  const auto fp16 = engine::parse_training_config(nlohmann::json::parse(
       R"({"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 3}})"));
-  EXPECT_EQ(fp16.precision.dtype, Precision::kFp16);
+  EXPECT_EQ(fp16.precision.dtype, engine::Precision::kFp16);
   EXPECT_EQ(fp16.precision.loss_scaler.initial_scale_power, 12);
-  EXPECT_THROW(parse_training_config(
+  EXPECT_THROW(engine::parse_training_config(
                    nlohmann::json::parse(R"({"fp16": {"enabled": true, "loss_scale": -1}})")),
-               InputError);
-  EXPECT_THROW(
-      parse_training_config(nlohmann::json::parse(R"({"communication_data_type": "fp16"})")),
-      InputError);
+               io::InputError);
+  EXPECT_THROW(engine::parse_training_config(
+                   nlohmann::json::parse(R"({"communication_data_type": "fp16"})")),
+               io::InputError);
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

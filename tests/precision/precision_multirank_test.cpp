@@ -13,20 +13,21 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/models/builtin_model.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 namespace {
 
 struct TrainingRun {
-  std::shared_ptr<Grid> grid;
-  std::shared_ptr<PipelineModule> module;
+  std::shared_ptr<topology::Grid> grid;
+  std::shared_ptr<module::PipelineModule> module;
   std::unique_ptr<PipelineEngine> engine;
-  std::unique_ptr<RepeatingLoader> data;
+  std::unique_ptr<data::RepeatingLoader> data;
 };
 
 TrainingRun make_run(const nlohmann::json& precision) {
   TrainingRun run;
   auto world = comm::MpiCommunicator::world();
-  run.grid = std::make_shared<Grid>(pipe_data_parallel_topology(2, world->size() / 2), world);
+  run.grid = std::make_shared<topology::Grid>(
+      topology::pipe_data_parallel_topology(2, world->size() / 2), world);
   nlohmann::json json = {{"train_micro_batch_size_per_gpu", 4},
                          {"gradient_accumulation_steps", 2},
                          {"steps_per_print", 1000}};
@@ -34,14 +35,14 @@ TrainingRun make_run(const nlohmann::json& precision) {
   TrainingConfig config = parse_training_config(json);
   const auto model = models::make_builtin_model(
       {.type = "mlp", .mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4}});
-  run.module = std::make_shared<PipelineModule>(
+  run.module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
-      PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});
+      module::PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});
   run.engine = std::make_unique<PipelineEngine>(run.module, run.grid, config);
   at::manual_seed(0);
-  auto samples = std::make_shared<TensorDataset>(Activation{at::randn({64, 8})},
-                                                 Activation{at::randn({64, 1})});
-  run.data = std::make_unique<RepeatingLoader>(std::make_unique<DataLoader>(
+  auto samples = std::make_shared<data::TensorDataset>(module::Activation{at::randn({64, 8})},
+                                                       module::Activation{at::randn({64, 1})});
+  run.data = std::make_unique<data::RepeatingLoader>(std::make_unique<data::DataLoader>(
       samples, 4, run.grid->data_parallel_size(), run.grid->data_parallel_id()));
   return run;
 }
@@ -77,11 +78,11 @@ TEST(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
   // The scaler comes back from a checkpoint.
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pipetrain-fp16-ckpt";
   if (run.grid->global_rank() == 0) std::filesystem::remove_all(dir);
-  save_checkpoint(*run.engine, dir, "step_4");
+  checkpoint::save_checkpoint(*run.engine, dir, "step_4");
   TrainingRun resumed =
       make_run({{"fp16", {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}}}});
   EXPECT_EQ(resumed.engine->loss_scale(), 1024);
-  load_checkpoint(*resumed.engine, dir);
+  checkpoint::load_checkpoint(*resumed.engine, dir);
   EXPECT_EQ(resumed.engine->loss_scale(), 512);
   EXPECT_EQ(resumed.engine->skipped_steps(), 1);
   EXPECT_TRUE(at::equal(weights_of(*resumed.engine), weights_of(*run.engine)));
@@ -119,4 +120,4 @@ TEST(Bf16, ReducesGradientsInBf16WhenAsked) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

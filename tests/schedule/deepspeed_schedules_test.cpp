@@ -75,7 +75,7 @@ TEST(DataParallelSchedule, RunsEachMicroBatchThenSteps) {
 }
 
 TEST(DataParallelSchedule, RefusesAPipeline) {
-  EXPECT_THROW(DataParallelSchedule({.micro_batches = 2, .stages = 2}, 0), InputError);
+  EXPECT_THROW(DataParallelSchedule({.micro_batches = 2, .stages = 2}, 0), io::InputError);
 }
 
 TEST(TrainSchedule, BufferCountFollowsTheSpec) {

@@ -32,7 +32,7 @@ TEST_P(EveryShape, ValidatesWithConsistentStepsAndBuffers) {
   for (int m = 1; m <= 32; ++m) {
     for (int p = 1; p <= max_stages(c); ++p) {
       if (c.chunks > 1 && m % p != 0) {
-        EXPECT_THROW(plan_pipeline(c.kind, {m, p, c.chunks}), InputError);
+        EXPECT_THROW(plan_pipeline(c.kind, {m, p, c.chunks}), io::InputError);
         continue;
       }
       const PipeShape shape{m, p, c.chunks};
@@ -114,13 +114,13 @@ TEST(Schedule, TransferPeersWrapAroundChunks) {
 }
 
 TEST(Schedule, BadArgumentsAreInputErrors) {
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 0}, 0), InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 0, .stages = 2}, 0), InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, 2), InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, -1), InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 0}, 0), io::InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 0, .stages = 2}, 0), io::InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, 2), io::InputError);
+  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, -1), io::InputError);
   EXPECT_THROW(make_schedule("zb-h1", {.micro_batches = 4, .stages = 2, .chunks = 2}, 0),
-               InputError);
-  EXPECT_THROW(make_schedule("pipedream", {.micro_batches = 4, .stages = 2}, 0), InputError);
+               io::InputError);
+  EXPECT_THROW(make_schedule("pipedream", {.micro_batches = 4, .stages = 2}, 0), io::InputError);
   EXPECT_EQ(make_schedule("gpipe", {.micro_batches = 4, .stages = 2}, 1)->num_pipe_buffers(), 4);
 }
 

@@ -74,13 +74,13 @@ TEST(Simulator, TransfersAndPerStageCostsShapeTheTimeline) {
 TEST(Simulator, RejectsInconsistentCosts) {
   CostModel costs;
   costs.forward = {1.0, 1.0, 1.0};
-  EXPECT_THROW(run("train", {4, 2}, costs), InputError);
+  EXPECT_THROW(run("train", {4, 2}, costs), io::InputError);
   costs = {};
   costs.weight = {3.0};  // more than the whole backward
-  EXPECT_THROW(run("zb-h1", {4, 2}, costs), InputError);
+  EXPECT_THROW(run("zb-h1", {4, 2}, costs), io::InputError);
   costs = {};
   costs.latency = -1;
-  EXPECT_THROW(run("train", {4, 2}, costs), InputError);
+  EXPECT_THROW(run("train", {4, 2}, costs), io::InputError);
 }
 
 }  // namespace

@@ -9,10 +9,8 @@
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
-namespace pipetrain {
+namespace pipetrain::tensor_parallel {
 namespace {
-
-using namespace tensor_parallel;
 
 void expect_close(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
   ASSERT_EQ(got.sizes(), expected.sizes()) << what;
@@ -94,4 +92,4 @@ TEST(TensorParallelLayers, VocabParallelEmbeddingAndCrossEntropyMatchThePlainOne
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::tensor_parallel

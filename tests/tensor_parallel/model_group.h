@@ -12,8 +12,8 @@ namespace pipetrain::testing {
 inline tensor_parallel::Group model_group_of_two() {
   static const auto grid = [] {
     auto world = comm::MpiCommunicator::world();
-    return std::make_shared<Grid>(pipe_model_data_parallel_topology(1, world->size() / 2, 2),
-                                  world);
+    return std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(1, world->size() / 2, 2), world);
   }();
   return tensor_parallel::Group{grid->model_comm()};
 }

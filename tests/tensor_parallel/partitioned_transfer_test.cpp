@@ -9,7 +9,7 @@
 
 #include "model_group.h"
 
-namespace pipetrain {
+namespace pipetrain::comm {
 namespace {
 
 TEST(PartitionedTransfer, UnevenSizesComeBackWhole) {
@@ -41,4 +41,4 @@ TEST(PartitionedTransfer, RanksWithDifferentLayoutsRefuse) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::comm

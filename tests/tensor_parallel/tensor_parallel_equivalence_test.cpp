@@ -12,7 +12,7 @@
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/tensor_parallel/shard.h"
 
-namespace pipetrain {
+namespace pipetrain::tensor_parallel {
 namespace {
 
 using namespace pipetrain::testing;
@@ -24,22 +24,22 @@ struct TrainedRun {
   std::map<std::string, at::Tensor> weights;  // whole: shards joined over the group
 };
 
-TrainedRun train(const Case& c, const std::shared_ptr<Grid>& grid, bool partitioned,
-                 const std::shared_ptr<TensorDataset>& samples) {
-  TrainingConfig config = training_config(c, grid->pipe_parallel_size());
+TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, bool partitioned,
+                 const std::shared_ptr<data::TensorDataset>& samples) {
+  engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
   config.pipeline.partitioned_transfers = partitioned;
-  const auto model =
-      models::make_builtin_model(model_config(c.model), tensor_parallel::Group{grid->model_comm()});
-  auto module = std::make_shared<PipelineModule>(
+  const auto model = models::make_builtin_model(model_config(c.model), Group{grid->model_comm()});
+  auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
-      PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
-                            .stage_id = grid->stage_id(),
-                            .seed = static_cast<uint64_t>(config.seed),
-                            .activation_checkpoint_interval = c.checkpoint_interval});
-  PipelineEngine engine(module, grid, config);
+      module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
+                                    .stage_id = grid->stage_id(),
+                                    .seed = static_cast<uint64_t>(config.seed),
+                                    .activation_checkpoint_interval = c.checkpoint_interval});
+  engine::PipelineEngine engine(module, grid, config);
   // Only model-parallel rank 0 reads; the others get its micro-batches.
-  DataLoader loader(samples, kMicroBatchSize, grid->data_parallel_size(), grid->data_parallel_id());
-  MicroBatchSource* data = grid->model_parallel_id() == 0 ? &loader : nullptr;
+  data::DataLoader loader(samples, kMicroBatchSize, grid->data_parallel_size(),
+                          grid->data_parallel_id());
+  engine::MicroBatchSource* data = grid->model_parallel_id() == 0 ? &loader : nullptr;
   TrainedRun run;
   for (int step = 0; step < kSteps; ++step) run.losses.push_back(engine.train_batch(data));
   run.eval_loss = engine.eval_batch(data).loss;
@@ -47,10 +47,10 @@ TrainedRun train(const Case& c, const std::shared_ptr<Grid>& grid, bool partitio
   const auto layouts = module->shard_layouts();
   for (const auto& [name, tensor] : module->named_parameters()) {
     const auto layout = layouts.find(name);
-    run.weights[name] = layout == layouts.end()
-                            ? tensor.detach()
-                            : tensor_parallel::join_shards(
-                                  grid->model_comm()->all_gather(tensor.detach()), layout->second);
+    run.weights[name] =
+        layout == layouts.end()
+            ? tensor.detach()
+            : join_shards(grid->model_comm()->all_gather(tensor.detach()), layout->second);
   }
   return run;
 }
@@ -68,7 +68,8 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
   }
   ASSERT_FALSE(shapes.empty());
   for (const auto& [pipe, data, model] : shapes) {
-    auto grid = std::make_shared<Grid>(pipe_model_data_parallel_topology(pipe, data, model), world);
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(pipe, data, model), world);
     const std::vector<Case> cases =
         model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
                                        {"gpt", 4, 0, 0.05},
@@ -112,4 +113,4 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::tensor_parallel

@@ -3,7 +3,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/topology/process_topology.h"
 
-namespace pipetrain {
+namespace pipetrain::topology {
 namespace {
 
 using Groups = std::vector<std::vector<int>>;
@@ -44,15 +44,15 @@ TEST(ProcessTopology, FilterAndStageMapping) {
 }
 
 TEST(ProcessTopology, InvalidShapesAreInputErrors) {
-  EXPECT_THROW(pipe_data_parallel_topology(0, 2), InputError);
-  EXPECT_THROW(ProcessTopology({"pipe", "pipe"}, {2, 2}), InputError);
-  EXPECT_THROW(ProcessTopology({}, {}), InputError);
+  EXPECT_THROW(pipe_data_parallel_topology(0, 2), io::InputError);
+  EXPECT_THROW(ProcessTopology({"pipe", "pipe"}, {2, 2}), io::InputError);
+  EXPECT_THROW(ProcessTopology({}, {}), io::InputError);
   const ProcessTopology topo = pipe_data_parallel_topology(2, 2);
   EXPECT_NO_THROW(topo.check_world_size(4));
   try {
     topo.check_world_size(3);
     FAIL() << "expected InputError";
-  } catch (const InputError& e) {
+  } catch (const io::InputError& e) {
     EXPECT_STREQ(e.what(), "the grid pipe 2 x data 2 needs 4 ranks, but the job has 3");
   }
   EXPECT_THROW(topo.coord(4), std::out_of_range);
@@ -60,4 +60,4 @@ TEST(ProcessTopology, InvalidShapesAreInputErrors) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::topology

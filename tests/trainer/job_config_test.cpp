@@ -7,7 +7,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/trainer/job_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 nlohmann::json tiny_config() {
@@ -19,7 +19,7 @@ void expect_round_trip(const nlohmann::json& file) {
   std::vector<std::string> unknown;
   JobConfig config = parse_job_config(file, &unknown);
   EXPECT_TRUE(unknown.empty());
-  resolve_batch(config.engine, 1);
+  engine::resolve_batch(config.engine, 1);
   const nlohmann::json effective = job_keys().write(config);
   JobConfig again = parse_job_config(effective, &unknown);
   EXPECT_TRUE(unknown.empty()) << unknown.front();
@@ -51,7 +51,7 @@ TEST(JobConfig, EachOwnerNamesItsOwnBadKey) {
   auto error = [](const nlohmann::json& file) {
     try {
       parse_job_config(file, nullptr);
-    } catch (const InputError& e) {
+    } catch (const io::InputError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
@@ -72,4 +72,4 @@ TEST(JobConfig, TheKeyTableDocumentsEveryKeyOnce) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

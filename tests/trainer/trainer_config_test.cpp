@@ -3,7 +3,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/trainer/trainer_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 namespace {
 
 TEST(TrainerOverrides, WinOverTheFile) {
@@ -35,7 +35,7 @@ TEST(TrainerConfig, BadKeysAreNamed) {
   auto error = [](const char* text) {
     try {
       parse_trainer_config(nlohmann::json::parse(text));
-    } catch (const InputError& e) {
+    } catch (const io::InputError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
@@ -49,4 +49,4 @@ TEST(TrainerConfig, BadKeysAreNamed) {
 }
 
 }  // namespace
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -16,13 +16,13 @@
 // name, flushed and renamed; `latest` moves only after every rank finished, so a crash
 // mid-save leaves the previous checkpoint intact. State is kept per layer, so a
 // checkpoint loads at another pipeline or data-parallel size.
-namespace pipetrain {
+namespace pipetrain::checkpoint {
 
 // Collective. `data`, if given, records where its reading stands (rank 0's position;
 // every replica reads the same number of samples).
-void save_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
+void save_checkpoint(engine::PipelineEngine& engine, const std::filesystem::path& directory,
                      const std::string& tag, const nlohmann::json& client_state = nullptr,
-                     const MicroBatchSource* data = nullptr);
+                     const engine::MicroBatchSource* data = nullptr);
 
 // Collective. Verifies every file this job needs (checksums, tensor names, shapes and
 // dtypes against the model) on every rank before changing anything; on any problem every
@@ -30,8 +30,10 @@ void save_checkpoint(PipelineEngine& engine, const std::filesystem::path& direct
 // the mismatch) and no weight has changed. Restores weights, optimizer state, the step count and,
 // when the topology is the same, each rank's random state; `data`, if given, resumes its position.
 // `tag` "latest" reads the tag from the `latest` file. Returns the client state.
-nlohmann::json load_checkpoint(PipelineEngine& engine, const std::filesystem::path& directory,
-                               const std::string& tag = "latest", MicroBatchSource* data = nullptr);
+nlohmann::json load_checkpoint(engine::PipelineEngine& engine,
+                               const std::filesystem::path& directory,
+                               const std::string& tag = "latest",
+                               engine::MicroBatchSource* data = nullptr);
 
 // The whole model of a checkpoint as one safetensors file with stable names
 // "layers.<index>.<tensor>", each tied tensor once. Verifies checksums first.
@@ -46,4 +48,4 @@ nlohmann::json read_client_state(const std::filesystem::path& directory,
 // The tag `latest` names (or `tag` itself); InputError if there is none.
 std::string resolve_tag(const std::filesystem::path& directory, const std::string& tag);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::checkpoint

@@ -14,13 +14,13 @@
 // The safetensors format: 8-byte little-endian header length, a JSON header naming each
 // tensor's dtype, shape and byte range, then the raw little-endian data. Readable from
 // Python (`safetensors.torch.load_file`), no code runs on load.
-namespace pipetrain {
+namespace pipetrain::checkpoint {
 
-std::string encode_safetensors(const NamedTensors& tensors,
+std::string encode_safetensors(const comm::NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata = {});
 
 // Throws InputError naming `source` and the problem (truncated, bad header, unknown dtype,
 // ranges that do not fit).
-NamedTensors decode_safetensors(std::string_view bytes, const std::string& source);
+comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string& source);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::checkpoint

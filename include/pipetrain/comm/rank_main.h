@@ -2,7 +2,7 @@
 
 #include <functional>
 
-namespace pipetrain {
+namespace pipetrain::comm {
 
 // Runs `body` as one rank of an MPI job, however it was started (pipetrain launch,
 // mpirun, srun): initialises MPI, sets the rank identity for error messages and the
@@ -16,4 +16,4 @@ int run_rank(int argc, char** argv, const std::function<int()>& body);
 // first (PIPETRAIN_THREADS, then OMP_NUM_THREADS), else cores / local_ranks, at least 1.
 int intra_op_threads(int cores, int local_ranks);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::comm

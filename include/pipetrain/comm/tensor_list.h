@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::comm {
 
 // Tensors held or moved together: a layer's inputs or outputs, their gradients, a
 // micro-batch's labels, the frames of one transfer.
@@ -15,4 +15,4 @@ using TensorList = std::vector<at::Tensor>;
 // Tensors by name, in order (a checkpoint file's, a parameter's optimizer state).
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-}  // namespace pipetrain
+}  // namespace pipetrain::comm

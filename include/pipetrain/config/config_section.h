@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::config {
 
 // Typed, path-aware access to one object of a JSON config: errors name the full key
 // ("model.d_model must be an integer, got \"wide\"") and are InputErrors.
@@ -41,4 +41,4 @@ class ConfigSection {
 // Parses a config file; InputError naming the file if it is missing or not a JSON object.
 nlohmann::json read_json_file(const std::string& path);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::config

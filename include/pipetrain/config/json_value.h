@@ -11,7 +11,7 @@
 
 // Reading one value of a JSON config: type checks and bounds, with errors (InputError)
 // that name the key, e.g. `pipeline.stages must be at least 1, got 0`.
-namespace pipetrain {
+namespace pipetrain::config {
 
 // Bounds of a numeric key; unset ends are open. Integers read "at least MIN"; numbers
 // ">= MIN" or "> MIN" (exclusive); both ends "in MIN..MAX" / "in [MIN, MAX)".
@@ -91,4 +91,4 @@ inline constexpr int kMaxJsonDepth = 64;
 nlohmann::json parse_json(const std::string& text, const std::string& source,
                           bool comments = false);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::config

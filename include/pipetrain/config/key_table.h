@@ -10,7 +10,7 @@
 
 #include "pipetrain/config/json_value.h"
 
-namespace pipetrain {
+namespace pipetrain::config {
 
 // One key of a config file as a person reads about it.
 struct KeyDoc {
@@ -242,4 +242,4 @@ class KeyTable {
   int group_ = -1;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::config

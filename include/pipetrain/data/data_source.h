@@ -10,18 +10,18 @@
 
 #include "pipetrain/engine/micro_batch_source.h"
 
-namespace pipetrain {
+namespace pipetrain::data {
 
 // Samples as rows of tensors: inputs[i] and labels[i] are sample i.
 class TensorDataset {
  public:
-  TensorDataset(TensorList inputs, TensorList labels);
+  TensorDataset(comm::TensorList inputs, comm::TensorList labels);
   int64_t size() const { return size_; }
-  MicroBatch get(const std::vector<int64_t>& indices) const;
+  engine::MicroBatch get(const std::vector<int64_t>& indices) const;
 
  private:
-  TensorList inputs_;
-  TensorList labels_;
+  comm::TensorList inputs_;
+  comm::TensorList labels_;
   int64_t size_ = 0;
 };
 
@@ -33,11 +33,11 @@ std::vector<int64_t> distributed_indices(int64_t size, int replicas, int rank, b
 
 // Micro-batches of `batch_size` samples over this replica's indices; incomplete last
 // micro-batches are dropped. reset(epoch) starts another epoch.
-class DataLoader : public MicroBatchSource {
+class DataLoader : public engine::MicroBatchSource {
  public:
   DataLoader(std::shared_ptr<const TensorDataset> dataset, int64_t batch_size, int replicas,
              int rank, bool shuffle = false, uint64_t seed = 0);
-  MicroBatch next() override;
+  engine::MicroBatch next() override;
   // {"epoch", "samples"}: samples consumed this epoch over all replicas, so the position
   // carries over to another number of replicas.
   nlohmann::json state() const override;
@@ -58,10 +58,10 @@ class DataLoader : public MicroBatchSource {
 };
 
 // Restarts its loader (next epoch) whenever it runs out, so training never stops for data.
-class RepeatingLoader : public MicroBatchSource {
+class RepeatingLoader : public engine::MicroBatchSource {
  public:
   explicit RepeatingLoader(std::unique_ptr<DataLoader> loader) : loader_(std::move(loader)) {}
-  MicroBatch next() override;
+  engine::MicroBatch next() override;
   nlohmann::json state() const override { return loader_->state(); }
   void restore(const nlohmann::json& state) override { loader_->restore(state); }
 
@@ -69,4 +69,4 @@ class RepeatingLoader : public MicroBatchSource {
   std::unique_ptr<DataLoader> loader_;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::data

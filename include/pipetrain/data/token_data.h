@@ -8,7 +8,7 @@
 
 #include "pipetrain/data/data_source.h"
 
-namespace pipetrain {
+namespace pipetrain::data {
 
 // A token stream split into training and validation parts (int64 1-D tensors).
 struct TokenCorpus {
@@ -33,10 +33,10 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 // from (seed, stream, draw count) alone, so a stream can resume anywhere and replicas
 // (different `stream`s) read different windows. Inputs are the first `context` tokens,
 // labels the next ones.
-class SequenceSource : public MicroBatchSource {
+class SequenceSource : public engine::MicroBatchSource {
  public:
   SequenceSource(at::Tensor tokens, int64_t context, int64_t batch, uint64_t seed, uint64_t stream);
-  MicroBatch next() override;
+  engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
 
@@ -51,10 +51,10 @@ class SequenceSource : public MicroBatchSource {
 
 // Regression data for the MLP: x uniform in [-1, 1), y a fixed random teacher network's
 // output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource.
-class RegressionSource : public MicroBatchSource {
+class RegressionSource : public engine::MicroBatchSource {
  public:
   RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed, uint64_t stream);
-  MicroBatch next() override;
+  engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
 
@@ -68,4 +68,4 @@ class RegressionSource : public MicroBatchSource {
   int64_t drawn_ = 0;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::data

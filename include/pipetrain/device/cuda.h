@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 // What pipetrain needs to know of CUDA, answered without CUDA headers; a CPU build answers
 // "no GPU" to all of it.
@@ -29,4 +29,4 @@ std::optional<GpuMemory> gpu_memory(int gpu);
 // Starts counting peak_allocated afresh (no-op in a CPU build).
 void reset_gpu_peak_memory(int gpu);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 // Where a rank computes: `auto` takes a GPU when the build has CUDA and one is visible.
 enum class DeviceKind { kAuto, kCpu, kCuda };
@@ -16,4 +16,4 @@ int choose_gpu(DeviceKind kind, int local_rank, int visible_gpus, bool cuda_buil
 // SLURM's SLURM_LOCALID or MPICH's MPI_LOCALRANKID when set, else `fallback`.
 int local_rank_from_environment(int fallback);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -7,7 +7,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/device/device_choice.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 // This rank's device for `kind` (see choose_gpu), made the thread's current CUDA device
 // when it is a GPU. Collective over `world`: without a launcher's local rank, the ranks
@@ -17,4 +17,4 @@ at::Device place_rank(DeviceKind kind, comm::Communicator& world);
 // For the job line: "cpu", or "cuda:0 (NVIDIA H200)".
 std::string describe_device(at::Device device);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

@@ -7,7 +7,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/transport_choice.h"
 
-namespace pipetrain {
+namespace pipetrain::device {
 
 // The communicator for tensors on `device` among `group`'s ranks, by choose_transport:
 // an NCCL communicator over the same ranks, or `group` itself (MPI). Collective.
@@ -17,4 +17,4 @@ std::shared_ptr<comm::Communicator> communicator_for(
 // Which transport a communicator from communicator_for is.
 comm::Transport transport_of(const comm::Communicator& communicator);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::device

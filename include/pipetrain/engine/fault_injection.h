@@ -11,7 +11,7 @@
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/schedule/instruction.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // What an injected fault does (see FaultPlan).
 enum class FaultAction { kExit, kAbort, kKill, kHang, kReshape, kRetype, kOverflow };
@@ -48,7 +48,7 @@ class FaultInjector {
   void before(const schedule::Instruction& instruction, int64_t step,
               const comm::WaitContext& where);
   // `tensors`, or broken as a pending reshape or retype fault asks.
-  TensorList outgoing(const TensorList& tensors);
+  comm::TensorList outgoing(const comm::TensorList& tensors);
 
  private:
   FaultPlan plan_;
@@ -59,10 +59,10 @@ class FaultInjector {
 // A StageLink whose sends pass through a FaultInjector.
 class FaultyStageLink final : public StageLink {
  public:
-  FaultyStageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
+  FaultyStageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
                   bool nccl_allowed, std::shared_ptr<FaultInjector> faults)
       : StageLink(std::move(grid), partitioned, device, nccl_allowed), faults_(std::move(faults)) {}
-  void send(const TensorList& tensors, int stage, Channel channel) override {
+  void send(const comm::TensorList& tensors, int stage, Channel channel) override {
     StageLink::send(faults_->outgoing(tensors), stage, channel);
   }
 
@@ -70,4 +70,4 @@ class FaultyStageLink final : public StageLink {
   std::shared_ptr<FaultInjector> faults_;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

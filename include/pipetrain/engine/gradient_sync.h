@@ -12,7 +12,7 @@
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // Makes every copy of a parameter see the same gradient before the optimizer steps:
 // tied parameters summed among the stages that own them, then every gradient averaged
@@ -24,12 +24,12 @@ class GradientSync {
   // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket;
   // `data` carries the data-parallel average (the grid's data communicator, or NCCL over
   // the same ranks).
-  GradientSync(const PipelineModule& module, std::shared_ptr<const Grid> grid,
+  GradientSync(const module::PipelineModule& module, std::shared_ptr<const topology::Grid> grid,
                std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
                at::ScalarType wire);
 
   // How the data-parallel average travels.
-  comm::Transport transport() const { return transport_of(*data_); }
+  comm::Transport transport() const { return device::transport_of(*data_); }
 
   void reduce_tied();
   void reduce_data_parallel();
@@ -43,8 +43,8 @@ class GradientSync {
   void connect_tied_layers();
   void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
 
-  const PipelineModule& module_;
-  std::shared_ptr<const Grid> grid_;
+  const module::PipelineModule& module_;
+  std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
   int64_t bucket_elements_;
   at::ScalarType wire_;
@@ -53,4 +53,4 @@ class GradientSync {
   std::vector<at::Tensor> buckets_;  // allocated once, reused every step
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

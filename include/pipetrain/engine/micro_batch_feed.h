@@ -8,7 +8,7 @@
 #include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/topology/grid.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // Feeds a stage its micro-batches: the first stage takes the inputs, the last the labels.
 // Under tensor parallelism only model-parallel rank 0 reads the source and broadcasts what
@@ -17,7 +17,8 @@ namespace pipetrain {
 // GPU); floating inputs are cast to the model's dtype there.
 class MicroBatchFeed {
  public:
-  MicroBatchFeed(std::shared_ptr<const Grid> grid, at::ScalarType dtype, at::Device device);
+  MicroBatchFeed(std::shared_ptr<const topology::Grid> grid, at::ScalarType dtype,
+                 at::Device device);
 
   // Collective over the model-parallel group. `loaded` and `step` (micro-batches read so
   // far in this batch, the optimizer step) describe where the data ran out, if it did.
@@ -26,9 +27,9 @@ class MicroBatchFeed {
  private:
   MicroBatch read(MicroBatchSource* source, int loaded, int64_t step);
 
-  std::shared_ptr<const Grid> grid_;
+  std::shared_ptr<const topology::Grid> grid_;
   at::ScalarType dtype_;
   at::Device device_;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

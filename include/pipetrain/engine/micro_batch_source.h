@@ -7,11 +7,11 @@
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/io/errors.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 struct MicroBatch {
-  TensorList inputs;  // what the first stage feeds in
-  TensorList labels;  // what the last stage's loss compares with
+  comm::TensorList inputs;  // what the first stage feeds in
+  comm::TensorList labels;  // what the last stage's loss compares with
 };
 
 class DataExhausted : public std::runtime_error {
@@ -28,8 +28,8 @@ class MicroBatchSource {
   // there; restore() throws InputError for a state it cannot take.
   virtual nlohmann::json state() const { return nullptr; }
   virtual void restore(const nlohmann::json& /*state*/) {
-    throw InputError("this data source cannot resume from a checkpoint");
+    throw io::InputError("this data source cannot resume from a checkpoint");
   }
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

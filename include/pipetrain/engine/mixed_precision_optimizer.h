@@ -14,7 +14,7 @@
 #include "pipetrain/optim/optimizer.h"
 #include "pipetrain/topology/grid.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // The optimizer step of a pipeline stage in any precision: the model in fp32, bf16 or
 // fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
@@ -28,8 +28,8 @@ class MixedPrecisionOptimizer {
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
   // (the parameters themselves in fp32). `norm_parameters`: the module parameters this
   // rank counts in the global gradient norm (see GradientSync).
-  MixedPrecisionOptimizer(PipelineModule& module, std::shared_ptr<const Grid> grid,
-                          const TrainingConfig& config,
+  MixedPrecisionOptimizer(module::PipelineModule& module,
+                          std::shared_ptr<const topology::Grid> grid, const TrainingConfig& config,
                           const std::vector<at::Tensor>& norm_parameters);
 
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
@@ -52,8 +52,8 @@ class MixedPrecisionOptimizer {
   // After the masters changed (a checkpoint load): the model takes their values.
   void copy_masters_to_model();
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  LossScaler& loss_scaler() { return loss_scaler_; }
-  const LossScaler& loss_scaler() const { return loss_scaler_; }
+  optim::LossScaler& loss_scaler() { return loss_scaler_; }
+  const optim::LossScaler& loss_scaler() const { return loss_scaler_; }
 
  private:
   // Moves gradients onto the fp32 masters (unscaled); whether any rank overflowed.
@@ -61,17 +61,17 @@ class MixedPrecisionOptimizer {
   double global_grad_norm() const;
   void clip(double norm);
 
-  std::shared_ptr<const Grid> grid_;
+  std::shared_ptr<const topology::Grid> grid_;
   at::ScalarType dtype_;
   double clipping_;
   std::vector<std::pair<at::Tensor, at::Tensor>> masters_;  // (parameter, fp32 master)
   std::vector<at::Tensor> norm_masters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  LrSchedule lr_schedule_;
-  LossScaler loss_scaler_;
+  optim::LrSchedule lr_schedule_;
+  optim::LossScaler loss_scaler_;
   double last_grad_norm_ = 0;
   bool norm_wanted_ = false;
   double last_learning_rate_ = 0;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -22,7 +22,7 @@
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/topology/grid.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // One executed instruction, for timelines (see PipelineEngine::record_next_batch).
 struct InstructionRecord {
@@ -47,8 +47,8 @@ class PipelineEngine {
   // grid->pipe_parallel_size() stages; it moves to the device config.device chooses
   // (InputError for "cuda" without a GPU). Batch sizes in `config` are resolved against
   // the grid's data-parallel size (InputError showing the arithmetic if they disagree).
-  PipelineEngine(std::shared_ptr<PipelineModule> module, std::shared_ptr<Grid> grid,
-                 TrainingConfig config);
+  PipelineEngine(std::shared_ptr<module::PipelineModule> module,
+                 std::shared_ptr<topology::Grid> grid, TrainingConfig config);
 
   // One optimizer step over gradient_accumulation_steps micro-batches. The first and last
   // stages read `data` (inputs / labels), and of those only model-parallel rank 0, which
@@ -60,7 +60,7 @@ class PipelineEngine {
     double loss = 0;
     // Last stage, when asked for: the model's outputs as this rank computed them (under
     // tensor parallelism, e.g. the GPT's vocabulary slice of the logits).
-    std::vector<Activation> outputs;
+    std::vector<module::Activation> outputs;
   };
   // Forward only, in eval mode and without autograd.
   EvalResult eval_batch(MicroBatchSource* data, bool return_outputs = false);
@@ -69,7 +69,7 @@ class PipelineEngine {
   // first stage feeds `inputs` (its model-parallel rank 0's); returns the model's outputs
   // on the last stage (as eval_batch's), nothing elsewhere. Collective over the pipe and
   // the model-parallel group.
-  Activation infer(const Activation& inputs);
+  module::Activation infer(const module::Activation& inputs);
 
   // Records every instruction of the next train_batch (collective: the batch then starts
   // with a barrier so all ranks share a time origin); take_records() hands them over.
@@ -88,8 +88,8 @@ class PipelineEngine {
   const at::Tensor& master_of(const at::Tensor& parameter) const {
     return optimizer_->master_of(parameter);
   }
-  const LossScaler& loss_scaler() const { return optimizer_->loss_scaler(); }
-  LossScaler& loss_scaler() { return optimizer_->loss_scaler(); }
+  const optim::LossScaler& loss_scaler() const { return optimizer_->loss_scaler(); }
+  optim::LossScaler& loss_scaler() { return optimizer_->loss_scaler(); }
   // After the masters changed (a checkpoint load): the model takes their values.
   void copy_masters_to_model() { optimizer_->copy_masters_to_model(); }
   double loss_scale() const { return optimizer_->loss_scale(); }
@@ -104,11 +104,11 @@ class PipelineEngine {
   comm::Transport pipe_transport() const { return link_->transport(); }
   comm::Transport data_transport() const { return gradients_->transport(); }
 
-  PipelineModule& module() { return *module_; }
-  const PipelineModule& module() const { return *module_; }
+  module::PipelineModule& module() { return *module_; }
+  const module::PipelineModule& module() const { return *module_; }
   torch::optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
   const TrainingConfig& config() const { return config_; }
-  const Grid& grid() const { return *grid_; }
+  const topology::Grid& grid() const { return *grid_; }
   int micro_batches() const { return static_cast<int>(config_.gradient_accumulation_steps); }
   int64_t global_steps() const { return global_steps_; }
   // For checkpoints: continue counting (and scheduling the learning rate) from `steps`.
@@ -122,10 +122,10 @@ class PipelineEngine {
  private:
   // Buffer ids are per stage, shared by its chunks: an instruction's chunk says whose.
   struct PipeBuffer {
-    Activation inputs;        // loaded, or received (floating ones require grad)
-    Activation outputs;       // forward results kept for backward
-    TensorList output_grads;  // received from the next stage
-    TensorList labels;
+    module::Activation inputs;      // loaded, or received (floating ones require grad)
+    module::Activation outputs;     // forward results kept for backward
+    comm::TensorList output_grads;  // received from the next stage
+    comm::TensorList labels;
     at::Tensor loss;  // last stage: this micro-batch's loss, scaled by 1 / micro-batches
     autograd::WeightGradStore weight_grads;  // BackwardInput's, until BackwardWeight
   };
@@ -142,7 +142,7 @@ class PipelineEngine {
   // One execution of a program: what it reads and gathers, alive for that call only.
   struct Run {
     MicroBatchSource* data = nullptr;
-    std::vector<Activation>* outputs = nullptr;  // the last stage's, when collected
+    std::vector<module::Activation>* outputs = nullptr;  // the last stage's, when collected
     bool training = false;
     bool splits_backward = false;  // the program's
     int loaded = 0;                // micro-batches
@@ -178,8 +178,8 @@ class PipelineEngine {
   void optimizer_step();
   double mean_loss(double loss_sum);
 
-  std::shared_ptr<PipelineModule> module_;
-  std::shared_ptr<Grid> grid_;
+  std::shared_ptr<module::PipelineModule> module_;
+  std::shared_ptr<topology::Grid> grid_;
   TrainingConfig config_;
   at::Device device_;
   std::unique_ptr<GradientSync> gradients_;
@@ -205,4 +205,4 @@ class PipelineEngine {
   std::vector<InstructionRecord> records_;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

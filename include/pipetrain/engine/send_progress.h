@@ -8,7 +8,7 @@
 
 #include "pipetrain/comm/tensor_transport.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // Sends in flight, moved along while the stage computes. MPI moves a large message only
 // while both sides are inside an MPI call; a send left alone during a 100 ms forward pass
@@ -40,4 +40,4 @@ class SendProgress {
   std::thread thread_;          // started by the first add(), joined first
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

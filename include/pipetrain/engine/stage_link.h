@@ -9,7 +9,7 @@
 #include "pipetrain/engine/send_progress.h"
 #include "pipetrain/topology/grid.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // What a transfer between stages carries: activations go to a later stage, the gradients
 // of those activations come back.
@@ -44,7 +44,7 @@ class StageLink {
   // when `nccl_allowed`, else over MPI: NCCL matches transfers between two ranks by their
   // order alone (no tags) and queues them on one stream, which is safe only for one channel
   // per direction (no chunks) and sends that block (see SendCompletion).
-  StageLink(std::shared_ptr<const Grid> grid, bool partitioned, at::Device device,
+  StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
             bool nccl_allowed);
   virtual ~StageLink() = default;
   StageLink(const StageLink&) = delete;
@@ -53,10 +53,10 @@ class StageLink {
   // How later sends complete (kBlocking at first); complete_sends() first when changing.
   void set_send_completion(SendCompletion sends) { completion_ = sends; }
   // The sent tensors must not be changed in place until the send completes.
-  virtual void send(const TensorList& tensors, int stage, Channel channel);
+  virtual void send(const comm::TensorList& tensors, int stage, Channel channel);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
   // whose dtype and shape match are filled in place.
-  TensorList recv(int stage, Channel channel, const TensorList& reuse = {});
+  comm::TensorList recv(int stage, Channel channel, const comm::TensorList& reuse = {});
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete(); }
 
@@ -68,9 +68,9 @@ class StageLink {
 
  private:
   bool partitioned() const;
-  void post(const TensorList& wire, int stage, Channel channel);
+  void post(const comm::TensorList& wire, int stage, Channel channel);
 
-  std::shared_ptr<const Grid> grid_;
+  std::shared_ptr<const topology::Grid> grid_;
   bool partitioned_;
   at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;
@@ -81,4 +81,4 @@ class StageLink {
   int64_t bytes_ = 0;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

@@ -5,7 +5,7 @@
 
 #include "pipetrain/schedule/instruction.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // Wall-clock seconds spent per instruction kind since the last reset.
 class InstructionTimers {
@@ -20,4 +20,4 @@ class InstructionTimers {
   std::array<double, schedule::kNumOpKinds> seconds_{};
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

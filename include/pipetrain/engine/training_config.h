@@ -11,7 +11,7 @@
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer_config.h"
 
-namespace pipetrain {
+namespace pipetrain::engine {
 
 // Which training schedule the engine executes: DeepSpeed's TrainSchedule (1F1B, also
 // named "train"), GPipe (every forward, then every backward), Megatron's interleaved 1F1B
@@ -23,7 +23,7 @@ std::string_view schedule_kind_name(PipelineSchedule schedule);
 
 struct PipelineConfig {
   int64_t stages = 1;
-  PartitionMethod partition_method{};  // by parameter counts unless set
+  module::PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   // Model chunks per stage (virtual stages): at least 2 with kInterleaved, else 1.
@@ -42,7 +42,7 @@ struct PrecisionConfig {
   Precision dtype = Precision::kFp32;  // bf16.enabled or fp16.enabled
   // The data-parallel gradient all-reduce: fp32 or the model's type.
   Precision communication_dtype = Precision::kFp32;
-  LossScalerConfig loss_scaler;  // fp16 only
+  optim::LossScalerConfig loss_scaler;  // fp16 only
 };
 
 struct TrainingConfig {
@@ -56,16 +56,16 @@ struct TrainingConfig {
   int64_t seed = 1234;
   double comm_timeout = 0;                  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
   int64_t reduce_bucket_size = 25'000'000;  // elements per data-parallel all-reduce bucket
-  DeviceKind device = DeviceKind::kAuto;
-  OptimizerConfig optimizer;
-  SchedulerConfig scheduler;
+  device::DeviceKind device = device::DeviceKind::kAuto;
+  optim::OptimizerConfig optimizer;
+  optim::SchedulerConfig scheduler;
   PipelineConfig pipeline;
   PrecisionConfig precision;
   std::vector<std::string> unknown_keys;  // for a warning, one per key
 };
 
 // The DeepSpeed-style keys the engine reads, each bound once (see KeyTable).
-const KeyTable<TrainingConfig>& training_keys();
+const config::KeyTable<TrainingConfig>& training_keys();
 
 // Reads the engine's keys, checking types, bounds and how keys fit together; InputError
 // names the key. Batch sizes are left as given: resolve them with resolve_batch() once
@@ -79,4 +79,4 @@ TrainingConfig parse_training_config(const nlohmann::json& json,
 // InputError showing the arithmetic if they disagree or do not divide.
 void resolve_batch(TrainingConfig& config, int64_t data_parallel_size);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::engine

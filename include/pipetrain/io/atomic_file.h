@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <string_view>
 
-namespace pipetrain {
+namespace pipetrain::io {
 
 // Writes `contents` to a temporary file beside `path`, flushes it to disk and renames it
 // over `path`: readers see the old file or the whole new one, never a partial write.
@@ -16,4 +16,4 @@ void remove_unfinished_file() noexcept;
 // Throws InputError naming `option` unless the folder that will hold `path` exists.
 void check_output_directory(const std::filesystem::path& path, std::string_view option);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

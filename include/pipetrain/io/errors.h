@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::io {
 
 // Bad input from the user (config, checkpoint, data, command line). The CLI reports it
 // as one line and exits with code 2, before any work starts.
@@ -21,4 +21,4 @@ inline std::string error_message(const std::exception& e) {
   return backtrace == std::string::npos ? what : what.substr(0, backtrace);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-namespace pipetrain {
+namespace pipetrain::io {
 
 // An exclusive claim on a folder by this process: flock on FOLDER/.pipetrain.lock, whose
 // text names the owner's host and pid. Released when the object goes or the process ends,
@@ -21,4 +21,4 @@ class FolderLock {
   int fd_ = -1;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::io

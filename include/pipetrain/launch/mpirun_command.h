@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::launch {
 
 struct LaunchOptions {
   int ranks = 1;
@@ -24,4 +24,4 @@ std::vector<std::string> mpirun_command(const LaunchOptions& options);
 // its exit status (128 + signal if a signal ended it). Throws if it cannot start.
 int run_forwarding_signals(const std::vector<std::string>& argv);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::launch

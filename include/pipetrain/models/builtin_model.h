@@ -24,10 +24,10 @@ struct FeatureInput {
 };
 
 struct BuiltinModel {
-  std::vector<LayerSpec> layers;
-  LossFunction loss;
+  std::vector<module::LayerSpec> layers;
+  module::LossFunction loss;
   // A random micro-batch's inputs of `batch` samples (for profiling).
-  std::function<Activation(int64_t batch)> sample_input;
+  std::function<module::Activation(int64_t batch)> sample_input;
   std::variant<TokenInput, FeatureInput> input;
 
   // A language model's input, null for one that reads features.

@@ -15,10 +15,10 @@ namespace pipetrain::models {
 // (int64); output: logits [batch, seq, vocab / group size], this rank's vocabulary slice.
 // With a tensor-parallel group the embedding, attention heads, MLP and head are split
 // over it (Megatron-LM's layout); the full weights are the same for every group size.
-std::vector<LayerSpec> gpt_layers(const GptConfig& config,
-                                  const tensor_parallel::Group& group = {});
+std::vector<module::LayerSpec> gpt_layers(const GptConfig& config,
+                                          const tensor_parallel::Group& group = {});
 
 // Mean cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq].
-LossFunction gpt_loss(const tensor_parallel::Group& group = {});
+module::LossFunction gpt_loss(const tensor_parallel::Group& group = {});
 
 }  // namespace pipetrain::models

@@ -11,9 +11,9 @@
 namespace pipetrain::models {
 
 // Linear layers (type "Linear") with ReLU function layers between them.
-std::vector<LayerSpec> mlp_layers(const MlpConfig& config);
+std::vector<module::LayerSpec> mlp_layers(const MlpConfig& config);
 
 // Mean squared error (regression) or cross-entropy over `outputs` classes.
-LossFunction mlp_loss(const MlpConfig& config);
+module::LossFunction mlp_loss(const MlpConfig& config);
 
 }  // namespace pipetrain::models

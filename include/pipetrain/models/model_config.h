@@ -21,7 +21,7 @@ struct ModelConfig {
 
 // The `model` section's keys, each bound once; the sizes of each model hold when
 // model.type names it.
-const KeyTable<ModelConfig>& model_keys();
+const config::KeyTable<ModelConfig>& model_keys();
 
 // Reads the `model` section of a config; unknown keys under it are returned in `unknown`
 // for a warning.

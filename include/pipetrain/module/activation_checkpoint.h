@@ -2,7 +2,7 @@
 
 #include "pipetrain/module/layer.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 // Runs `function` on `inputs` without keeping its intermediate activations: only the
 // inputs are saved, and backward runs `function` again (with the CPU and CUDA random
@@ -12,4 +12,4 @@ namespace pipetrain {
 Activation checkpointed(const LayerFunction& function, const Activation& inputs,
                         const std::vector<at::Tensor>& parameters);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

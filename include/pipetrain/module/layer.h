@@ -10,10 +10,10 @@
 
 #include "pipetrain/comm/tensor_list.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 // What flows between layers and stages: one tensor or a tuple of tensors.
-using Activation = TensorList;
+using Activation = comm::TensorList;
 using LayerFunction = std::function<Activation(const Activation&)>;
 
 // A built layer: the parameters live in `module` (null for a plain function such as a
@@ -67,4 +67,4 @@ inline LayerSpec function_layer(std::string type, LayerFunction forward) {
   return spec;
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -5,7 +5,7 @@
 
 #include "pipetrain/module/partition_method.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 // Stage boundaries: stage s owns layers [parts[s], parts[s+1]); parts has stages + 1
 // entries, from 0 to the layer count.
@@ -39,4 +39,4 @@ inline bool partition_needs_parameters(const PartitionMethod& method) {
   return method.kind == PartitionMethod::Kind::kParameters || partition_needs_profile(method);
 }
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::module {
 
 // How layers are split over stages, parsed once from its name:
 //   parameters         balance parameter counts (the default)
@@ -26,4 +26,4 @@ struct PartitionMethod {
   std::string argument;  // type: its REGEX; boundaries: its list
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -10,9 +10,10 @@
 #include "pipetrain/module/partition.h"
 #include "pipetrain/tensor_parallel/shard.h"
 
-namespace pipetrain {
+namespace pipetrain::module {
 
-using LossFunction = std::function<at::Tensor(const Activation& outputs, const TensorList& labels)>;
+using LossFunction =
+    std::function<at::Tensor(const Activation& outputs, const comm::TensorList& labels)>;
 
 struct PipelineModuleOptions {
   int stages = 1;
@@ -49,7 +50,7 @@ class PipelineModule {
 
   // Runs this stage's layers of `chunk` (checkpointed when training with an interval).
   Activation forward(const Activation& input, int chunk = 0);
-  at::Tensor loss(const Activation& outputs, const TensorList& labels) const;
+  at::Tensor loss(const Activation& outputs, const comm::TensorList& labels) const;
 
   void train(bool on);
   // Converts this stage's parameters (in place: tensor handles stay valid) to `dtype`.
@@ -102,4 +103,4 @@ class PipelineModule {
 LayerFacts describe_layers(const std::vector<LayerSpec>& specs, uint64_t seed, bool profile,
                            const Activation& sample);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::module

@@ -3,7 +3,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // LibTorch's Adam and AdamW, with their options and per-parameter state (which checkpoints
 // read and write), stepped by ATen's fused multi-tensor kernels: a few launches per step
@@ -21,4 +21,4 @@ class FusedAdamW final : public torch::optim::AdamW {
   at::Tensor step(LossClosure closure = nullptr) override;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

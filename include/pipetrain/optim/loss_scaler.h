@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // fp16 loss scaling with DeepSpeed's semantics. Dynamic (loss_scale 0): start at
 // 2^initial_scale_power; after an overflow the scale halves once `hysteresis` overflows
@@ -41,4 +41,4 @@ class LossScaler {
   int64_t skipped_ = 0;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

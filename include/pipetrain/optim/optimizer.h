@@ -7,7 +7,7 @@
 
 #include "pipetrain/optim/optimizer_settings.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // Adam, AdamW or SGD from LibTorch with read_optimizer_settings(config); for CUDA
 // parameters Adam and AdamW step with ATen's fused kernels (FusedAdam, FusedAdamW).
@@ -16,4 +16,4 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

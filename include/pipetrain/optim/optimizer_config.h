@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // DeepSpeed's `optimizer` section. `params` keep DeepSpeed's names and are read (and
 // checked) by make_optimizer().
@@ -19,4 +19,4 @@ struct SchedulerConfig {
   nlohmann::json params = nlohmann::json::object();
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

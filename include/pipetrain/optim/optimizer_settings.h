@@ -7,7 +7,7 @@
 
 // What the optimizer and learning-rate sections say, read and checked without torch (the
 // config checks them before any work).
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // The optimizer's settings read from DeepSpeed's parameter names (lr, betas, eps,
 // weight_decay, momentum) with their defaults, each range-checked: InputError naming
@@ -33,4 +33,4 @@ double base_learning_rate(const OptimizerConfig& config);
 using LrSchedule = std::function<double(int64_t step)>;
 LrSchedule make_lr_schedule(const SchedulerConfig& config, double base_lr);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

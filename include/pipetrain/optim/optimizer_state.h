@@ -4,14 +4,14 @@
 
 #include "pipetrain/comm/tensor_list.h"
 
-namespace pipetrain {
+namespace pipetrain::optim {
 
 // One parameter's optimizer state as named tensors (Adam/AdamW: step, exp_avg,
 // exp_avg_sq[, max_exp_avg_sq]; SGD: momentum_buffer), empty before the first step.
-NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
+comm::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
 
 // Installs state saved by optimizer_state() for `parameter` (replacing any it had).
 void set_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
-                         const NamedTensors& state);
+                         const comm::NamedTensors& state);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::optim

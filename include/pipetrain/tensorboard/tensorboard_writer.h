@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::tensorboard {
 
 // Scalars as TensorBoard event files (`tensorboard --logdir DIR` shows them): protobuf
 // Event records, each framed by its length and masked CRC-32C as TFRecord requires.
@@ -39,4 +39,4 @@ struct ScalarEvent {
 // damaged file. (Used by tests; also handy to inspect runs without TensorBoard.)
 std::vector<ScalarEvent> read_tensorboard_scalars(const std::filesystem::path& file);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::tensorboard

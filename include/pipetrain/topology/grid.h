@@ -5,7 +5,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/topology/process_topology.h"
 
-namespace pipetrain {
+namespace pipetrain::topology {
 
 // This rank's place in a pipe x data (x model) topology and the communicators along each
 // axis. Axes the topology lacks have size 1. Building a Grid is collective over `world`.
@@ -50,4 +50,4 @@ class Grid {
   std::shared_ptr<comm::MpiCommunicator> model_;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::topology

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::topology {
 
 // Named axes with sizes laid over the ranks of a job, row-major: the last axis varies
 // fastest, as in DeepSpeed, so coordinates agree with DeepSpeed's for the same axes.
@@ -50,4 +50,4 @@ class ProcessTopology {
 ProcessTopology pipe_data_parallel_topology(int pipe, int data);
 ProcessTopology pipe_model_data_parallel_topology(int pipe, int data, int model);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::topology

@@ -12,7 +12,7 @@
 #include "pipetrain/topology/grid.h"
 #include "pipetrain/trainer/job_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Everything one rank of a `pipetrain train` (eval, generate) job needs. The one place
 // that turns a config into a running job; built-in models are known here only through
@@ -21,11 +21,11 @@ struct Job {
   JobConfig config;
   nlohmann::json effective;  // every key with its value, batch sizes resolved
   models::BuiltinModel model;
-  std::shared_ptr<Grid> grid;
-  std::shared_ptr<PipelineModule> module;
-  std::unique_ptr<PipelineEngine> engine;
-  std::unique_ptr<MicroBatchSource> train_data;
-  std::unique_ptr<MicroBatchSource> validation_data;
+  std::shared_ptr<topology::Grid> grid;
+  std::shared_ptr<module::PipelineModule> module;
+  std::unique_ptr<engine::PipelineEngine> engine;
+  std::unique_ptr<engine::MicroBatchSource> train_data;
+  std::unique_ptr<engine::MicroBatchSource> validation_data;
   nlohmann::json validation_start;  // the validation source's state before any draw
 };
 
@@ -41,4 +41,4 @@ double validation_loss(Job& job);
 // checkpoint) running micro-batches of `micro_batch` samples, one per step.
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -10,18 +10,18 @@
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/trainer/trainer_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Everything `pipetrain train` reads from its config file: the engine's keys, the model's
 // and the trainer's, parsed once.
 struct JobConfig {
-  TrainingConfig engine;
+  engine::TrainingConfig engine;
   models::ModelConfig model;
   TrainerConfig trainer;
 };
 
 // Every key of a job, each bound once by its owner (the engine, the model, the trainer).
-const KeyTable<JobConfig>& job_keys();
+const config::KeyTable<JobConfig>& job_keys();
 
 // Reads every key (InputError names a bad one); the keys no owner knows go to `unknown`.
 JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
@@ -29,4 +29,4 @@ JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>*
 // Markdown rows, one per key: | `key` | type | default | meaning |.
 std::string key_table_markdown();
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Per-step metrics as JSON lines and, if asked, CSV with a fixed column set. Appends when
 // resuming, so one file holds the whole run; each line is flushed as written.
@@ -25,4 +25,4 @@ class MetricsLog {
   std::FILE* csv_ = nullptr;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

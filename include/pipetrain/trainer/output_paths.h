@@ -2,7 +2,7 @@
 
 #include "pipetrain/trainer/trainer_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Before any work: every output the trainer will write (save, trace, log.*) must be
 // writable where it points. A file's folder must exist and be writable; a folder's nearest
@@ -10,4 +10,4 @@ namespace pipetrain {
 // here. InputError naming the key and the path.
 void check_output_paths(const TrainerConfig& config);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

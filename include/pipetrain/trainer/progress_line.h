@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // A progress line on rank 0: updated in place on a terminal, a plain line every
 // `every` steps otherwise.
@@ -22,4 +22,4 @@ class ProgressLine {
   bool pending_ = false;
 };
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -6,7 +6,7 @@
 
 #include "pipetrain/engine/pipeline_engine.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // How to draw each next token: from the top-k of the softmax at `temperature` (0: greedy;
 // top_k 0: all tokens), with a generator seeded by `seed`.
@@ -19,7 +19,7 @@ struct SamplingOptions {
 // Samples `count` tokens after `prompt` through the pipeline (the inference schedule, one
 // micro-batch per token, at most `context` tokens of history), the last stage drawing.
 // Collective over the pipe; every stage returns the whole sequence.
-std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> prompt,
+std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
                                    int64_t count, const SamplingOptions& options, int64_t context);
 
 // Byte-level text: a string's bytes as tokens, and tokens as printable text ('?' for
@@ -27,4 +27,4 @@ std::vector<int64_t> sample_tokens(PipelineEngine& engine, std::vector<int64_t> 
 std::vector<int64_t> bytes_of(const std::string& text);
 std::string printable(const std::vector<int64_t>& tokens);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

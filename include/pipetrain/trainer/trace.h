@@ -5,7 +5,7 @@
 
 #include "pipetrain/engine/pipeline_engine.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Collective. Gathers every rank's records of one step and, on rank 0, writes
 //   PATH                  a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev): a track
@@ -14,7 +14,7 @@ namespace pipetrain {
 //   PATH.predicted.svg    the simulator's timeline of the same schedule with the measured
 //                         mean forward and backward time of each stage
 // and prints both makespans.
-void write_trace(const std::string& path, const PipelineEngine& engine,
-                 const std::vector<InstructionRecord>& records);
+void write_trace(const std::string& path, const engine::PipelineEngine& engine,
+                 const std::vector<engine::InstructionRecord>& records);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

@@ -6,7 +6,7 @@
 
 #include "pipetrain/trainer/trainer_config.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // `pipetrain train`, run on every rank (inside run_rank): builds the job from the config (a
 // file's JSON with the command line's overrides), trains for train_iters steps with
@@ -27,4 +27,4 @@ struct GenerateOptions {
 };
 int generate_from_checkpoint(const GenerateOptions& options);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer

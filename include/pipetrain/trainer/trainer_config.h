@@ -8,7 +8,7 @@
 
 #include "pipetrain/config/key_table.h"
 
-namespace pipetrain {
+namespace pipetrain::trainer {
 
 // Keys of `pipetrain train` beside DeepSpeed's (see the README's table).
 struct TrainerConfig {
@@ -42,7 +42,7 @@ struct TrainerConfig {
 };
 
 // The keys of `pipetrain train` beside the engine's and the model's, each bound once.
-const KeyTable<TrainerConfig>& trainer_keys();
+const config::KeyTable<TrainerConfig>& trainer_keys();
 
 // Reads the trainer's keys (InputError names a bad one); other keys are left alone.
 TrainerConfig parse_trainer_config(const nlohmann::json& json);
@@ -57,4 +57,4 @@ struct TrainerOverrides {
 // The config file with the overrides written into it: the effective config.
 nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& overrides);
 
-}  // namespace pipetrain
+}  // namespace pipetrain::trainer
