@@ -15,7 +15,6 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/module/rng_state.h"
-#include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 
@@ -31,15 +30,24 @@ std::string numbered(const char* prefix, int number, int width) {
   return name;
 }
 
-// This stage's weights grouped by the layer index in their names ("<index>.<tensor>"):
-// the fp32 masters the optimizer updates, so checkpoints hold full precision whatever
-// precision the model computes in.
-std::map<int, comm::NamedTensors> parameters_by_layer(const engine::PipelineEngine& engine) {
-  std::map<int, comm::NamedTensors> layers;
+// One of this stage's parameters as a checkpoint names it: "<index>.<tensor>" in the
+// module, `tensor` in layer `index`'s file; `position` in the module's parameter order
+// (that of PipelineEngine::whole_optimizer_state).
+struct StageParameter {
+  std::string name;  // within the layer
+  at::Tensor parameter;
+  std::size_t position;
+};
+
+// This stage's parameters grouped by the layer index in their names. Checkpoints hold the
+// fp32 masters the optimizer updates, so full precision whatever the model computes in.
+std::map<int, std::vector<StageParameter>> parameters_by_layer(
+    const engine::PipelineEngine& engine) {
+  std::map<int, std::vector<StageParameter>> layers;
+  std::size_t position = 0;
   for (const auto& [name, tensor] : engine.module().named_parameters()) {
     const auto dot = name.find('.');
-    layers[std::stoi(name.substr(0, dot))].emplace_back(name.substr(dot + 1),
-                                                        engine.master_of(tensor));
+    layers[std::stoi(name.substr(0, dot))].push_back({name.substr(dot + 1), tensor, position++});
   }
   return layers;
 }
@@ -259,9 +267,8 @@ at::Tensor tensor_named(const comm::NamedTensors& tensors, const std::string& na
 
 // What load_checkpoint will install, gathered and checked before anything changes.
 struct PendingLoad {
-  std::vector<std::pair<at::Tensor, at::Tensor>> weights;  // (parameter, value)
-  std::vector<std::pair<at::Tensor, comm::NamedTensors>> optimizer_states;
-  at::Tensor rng_state;       // CPU
+  std::vector<engine::ParameterState> masters;  // in the module's parameter order
+  at::Tensor rng_state;                         // CPU
   at::Tensor cuda_rng_state;  // when saved on a machine with CUDA and loaded on one
 };
 
@@ -283,6 +290,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
     }
   }
   PendingLoad pending;
+  pending.masters.resize(module.parameters().size());
   const ShardedState sharded(engine);
   for (const auto& [index, parameters] : parameters_by_layer(engine)) {
     const auto& layer = layers[index];
@@ -294,27 +302,24 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
     comm::NamedTensors optimizer_saved;
     if (layer.contains("optimizer_file"))
       optimizer_saved = read_verified(folder, manifest, layer["optimizer_file"]);
-    for (const auto& [name, parameter] : parameters) {
+    for (const auto& [name, parameter, position] : parameters) {
       const std::string full_name = std::to_string(index) + "." + name;
       const at::Tensor value = tensor_named(saved, name);
       if (!value.defined())
         throw io::InputError((folder / file).string() + ": no tensor '" + name + "'");
       const auto expected = sharded.whole_shape(full_name, parameter.sizes());
-      if (value.sizes() != at::IntArrayRef(expected) ||
-          value.scalar_type() != parameter.scalar_type()) {
+      if (value.sizes() != at::IntArrayRef(expected) || value.scalar_type() != at::kFloat) {
         throw io::InputError((folder / file).string() + ": tensor '" + name + "' is " +
                              at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
-                             ", the model expects " + at::toString(parameter.scalar_type()) + " " +
-                             c10::str(at::IntArrayRef(expected)));
+                             ", the model expects Float " + c10::str(at::IntArrayRef(expected)));
       }
-      pending.weights.emplace_back(parameter, sharded.shard(full_name, value, parameter.sizes()));
-      comm::NamedTensors state;
+      engine::ParameterState& whole = pending.masters[position];
+      whole.master = sharded.shard(full_name, value, parameter.sizes());
       for (const auto& [key, tensor] : optimizer_saved) {
         if (key.rfind(name + "/", 0) == 0)
-          state.emplace_back(key.substr(name.size() + 1),
-                             sharded.shard(full_name, tensor, parameter.sizes()));
+          whole.optimizer_state.emplace_back(key.substr(name.size() + 1),
+                                             sharded.shard(full_name, tensor, parameter.sizes()));
       }
-      pending.optimizer_states.emplace_back(parameter, std::move(state));
     }
   }
   if (manifest.at("topology") == topology_of(engine.grid())) {
@@ -365,7 +370,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
 
   // The first replica of each stage saves the layers it owns: its tensor-parallel group
   // joins the shards (all collectives first), then model-parallel rank 0 writes them.
-  // Every rank writes its RNG.
+  // Under ZeRO every replica first joins the optimizer's shards. Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const module::PipelineModule& module = engine.module();
@@ -374,15 +379,19 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
     comm::NamedTensors weights, state;
   };
   std::vector<WholeLayer> owned;
+  std::vector<engine::ParameterState> masters;
+  if (grid.data_parallel_id() == 0 || engine.config().zero.stage > 0)
+    masters = engine.whole_optimizer_state();
   if (grid.data_parallel_id() == 0) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
       WholeLayer& layer = owned.emplace_back(WholeLayer{index, {}, {}});
-      for (const auto& [name, parameter] : parameters) {
+      for (const auto& [name, parameter, position] : parameters) {
         const std::string full_name = std::to_string(index) + "." + name;
-        layer.weights.emplace_back(name, sharded.whole(full_name, parameter, parameter.sizes()));
-        for (auto& [key, tensor] : optim::optimizer_state(engine.optimizer(), parameter)) {
+        const engine::ParameterState& whole = masters.at(position);
+        layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
+        for (const auto& [key, tensor] : whole.optimizer_state) {
           layer.state.emplace_back(name + "/" + key,
                                    sharded.whole(full_name, tensor, parameter.sizes()));
         }
@@ -480,13 +489,7 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
     if (!found.empty()) throw io::InputError(found);
   }
 
-  {
-    at::NoGradGuard no_grad;
-    for (auto& [master, value] : pending.weights) master.copy_(value);
-  }
-  engine.copy_masters_to_model();
-  for (auto& [parameter, state] : pending.optimizer_states)
-    optim::set_optimizer_state(engine.optimizer(), parameter, state);
+  engine.restore_optimizer_state(pending.masters);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (manifest.contains("loss_scaler")) engine.loss_scaler().restore(manifest["loss_scaler"]);
   if (pending.rng_state.defined()) module::set_rng_state(at::kCPU, pending.rng_state);

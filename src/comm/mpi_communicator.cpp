@@ -226,6 +226,24 @@ at::Tensor MpiCommunicator::all_gather(const at::Tensor& input) {
   return gathered.to(input.device());
 }
 
+at::Tensor MpiCommunicator::reduce_scatter(const at::Tensor& input, ReduceOp op) {
+  check_reducible(input, op, size_);
+  const bool half = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
+  const at::Tensor host = half ? host_copy(input).to(at::kFloat) : host_copy(input);
+  at::Tensor block = at::empty({input.numel() / size_}, host.options());
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(
+      MPI_Ireduce_scatter_block(host.data_ptr(), block.data_ptr(), static_cast<int>(block.numel()),
+                                reduce_datatype(host.scalar_type()),
+                                op == ReduceOp::kMax ? MPI_MAX : MPI_SUM, comm_, &request),
+      "MPI_Ireduce_scatter_block");
+  wait_for(
+      request, [this] { return "reduce_scatter over " + std::to_string(size_) + " ranks"; },
+      timeout());
+  if (op == ReduceOp::kAverage) block.div_(size_);
+  return block.to(input.device(), input.scalar_type());
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");

@@ -27,6 +27,10 @@ void check_nccl(ncclResult_t code, const char* call) {
   }
 }
 
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::kSum ? ncclSum : op == ReduceOp::kMax ? ncclMax : ncclAvg;
+}
+
 ncclDataType_t element_type(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
@@ -127,12 +131,9 @@ class NcclCommunicator final : public Communicator {
     if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
       throw std::invalid_argument("all_reduce average needs a floating-point tensor");
     }
-    const ncclRedOp_t nccl_op = op == ReduceOp::kSum   ? ncclSum
-                                : op == ReduceOp::kMax ? ncclMax
-                                                       : ncclAvg;
     at::Tensor data = prepare(tensor);
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
-                             element_type(data.scalar_type()), nccl_op, comm_, stream_),
+                             element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
                "ncclAllReduce");
     finish("NCCL all_reduce over " + std::to_string(size()) + " ranks", data)->wait();
     if (!data.is_same(tensor)) tensor.copy_(data);
@@ -158,6 +159,18 @@ class NcclCommunicator final : public Communicator {
                "ncclAllGather");
     finish("NCCL all_gather over " + std::to_string(size()) + " ranks", gathered)->wait();
     return gathered;
+  }
+
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
+    check_reducible(input, op, size());
+    at::Tensor data = prepare(input);
+    at::Tensor block = at::empty({input.numel() / size()}, data.options());
+    prepare(block);
+    check_nccl(ncclReduceScatter(data.data_ptr(), block.data_ptr(), block.numel(),
+                                 element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
+    finish("NCCL reduce_scatter over " + std::to_string(size()) + " ranks", block)->wait();
+    return block;
   }
 
   void barrier() override {

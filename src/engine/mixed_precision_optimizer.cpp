@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
 #include <limits>
 #include <stdexcept>
+
+#include "pipetrain/engine/replicated_masters.h"
+#include "pipetrain/engine/sharded_masters.h"
+#include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -29,67 +32,56 @@ at::ScalarType to_scalar_type(Precision precision) {
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                                  std::shared_ptr<const topology::Grid> grid,
                                                  const TrainingConfig& config,
-                                                 const std::vector<at::Tensor>& norm_parameters)
+                                                 const std::vector<at::Tensor>& norm_parameters,
+                                                 std::shared_ptr<comm::Communicator> data)
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
+      sharded_(config.zero.stage > 0),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
-  std::vector<at::Tensor> masters;
-  for (const auto& p : module.parameters()) {
-    masters.push_back(
-        dtype_ == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
-    masters_.emplace_back(p, masters.back());
+  if (sharded_) {
+    masters_ = std::make_unique<ShardedMasters>(
+        module.parameters(), norm_parameters, grid_, data ? std::move(data) : grid_->data_comm(),
+        config.zero, to_scalar_type(config.precision.communication_dtype));
+  } else {
+    masters_ = std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, grid_);
   }
-  for (const auto& p : norm_parameters) norm_masters_.push_back(master_of(p));
-  optimizer_ = optim::make_optimizer(config.optimizer, masters);
+  optimizer_ = optim::make_optimizer(config.optimizer, masters_->tensors());
   lr_schedule_ =
       optim::make_lr_schedule(config.scheduler, optim::base_learning_rate(config.optimizer));
 }
 
 const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {
-  for (const auto& [p, master] : masters_) {
-    if (p.is_same(parameter)) return master;
-  }
-  throw std::invalid_argument("not a parameter of this optimizer's module");
-}
-
-void MixedPrecisionOptimizer::copy_masters_to_model() {
-  at::NoGradGuard no_grad;
-  for (auto& [parameter, master] : masters_) {
-    if (!master.is_same(parameter)) parameter.copy_(master);
-  }
+  const auto* replicated = dynamic_cast<const ReplicatedMasters*>(masters_.get());
+  if (!replicated) throw std::logic_error("under ZeRO no rank holds every master");
+  return replicated->master_of(parameter);
 }
 
 void MixedPrecisionOptimizer::step(int64_t step) {
-  const bool overflow = unscale_onto_masters();
+  masters_->take_gradients(1.0 / loss_scaler_.scale());
+  const bool overflow = any_overflow();
   loss_scaler_.update(overflow);
   if (!overflow) {
-    last_grad_norm_ = clipping_ > 0 || norm_wanted_ ? global_grad_norm()
+    last_grad_norm_ = clipping_ > 0 || norm_wanted_ ? masters_->global_grad_norm()
                                                     : std::numeric_limits<double>::quiet_NaN();
     if (clipping_ > 0) clip(last_grad_norm_);
     last_learning_rate_ = lr_schedule_(step);
     optim::set_learning_rate(*optimizer_, last_learning_rate_);
     optimizer_->step();
-    copy_masters_to_model();
+    masters_->copy_to_model();
   }
   optimizer_->zero_grad();
-  for (auto& [parameter, master] : masters_) parameter.mutable_grad() = at::Tensor();
+  masters_->clear_model_gradients();
 }
 
-bool MixedPrecisionOptimizer::unscale_onto_masters() {
-  const double unscale = 1.0 / loss_scaler_.scale();
-  for (auto& [parameter, master] : masters_) {
-    if (!parameter.grad().defined()) continue;
-    if (!master.is_same(parameter)) master.mutable_grad() = parameter.grad().to(at::kFloat);
-    if (unscale != 1.0) master.mutable_grad().mul_(unscale);
-  }
+bool MixedPrecisionOptimizer::any_overflow() const {
   if (dtype_ != at::kHalf) return false;
   // One pass on the device: a norm is finite exactly when its tensor is (up to a sum of
   // squares past the float range, which DeepSpeed's check also counts as an overflow).
   std::vector<at::Tensor> grads;
-  for (const auto& [parameter, master] : masters_) {
+  for (const auto& master : masters_->tensors()) {
     if (master.grad().defined()) grads.push_back(master.grad());
   }
   at::Tensor overflow = at::zeros({1}, at::kLong);
@@ -102,30 +94,30 @@ bool MixedPrecisionOptimizer::unscale_onto_masters() {
   return overflow.item<int64_t>() != 0;
 }
 
-double MixedPrecisionOptimizer::global_grad_norm() const {
-  // The norm over the whole model: each stage's and shard's part, tied and replicated
-  // tensors counted once.
-  // One fused pass: each tensor's norm in its own type (accumulated in double on the CPU),
-  // their squares summed in double on the device, then read once (the end of the step).
-  std::vector<at::Tensor> grads;
-  for (const auto& master : norm_masters_) {
-    if (master.grad().defined()) grads.push_back(master.grad());
-  }
-  at::Tensor squares = at::zeros({1}, at::kDouble);
-  if (!grads.empty()) {
-    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().cpu();
-  }
-  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  return std::sqrt(squares.item<double>());
-}
-
 void MixedPrecisionOptimizer::clip(double norm) {
   const double coefficient = clipping_ / (norm + kClipEpsilon);
   if (!(clipping_ > 0 && coefficient < 1.0)) return;  // also when the norm is NaN
-  for (const auto& [parameter, master] : masters_) {
+  for (const auto& master : masters_->tensors()) {
     if (master.grad().defined()) master.mutable_grad().mul_(coefficient);
   }
+}
+
+int64_t MixedPrecisionOptimizer::state_bytes() {
+  int64_t bytes = masters_->master_bytes();
+  for (const auto& master : masters_->tensors()) {
+    for (const auto& [key, tensor] : optim::optimizer_state(*optimizer_, master))
+      bytes += static_cast<int64_t>(tensor.nbytes());
+  }
+  return bytes;
+}
+
+std::vector<ParameterState> MixedPrecisionOptimizer::whole_state() {
+  return masters_->whole_state(*optimizer_);
+}
+
+void MixedPrecisionOptimizer::restore(const std::vector<ParameterState>& whole) {
+  masters_->restore(whole, *optimizer_);
+  masters_->copy_to_model();
 }
 
 }  // namespace pipetrain::engine

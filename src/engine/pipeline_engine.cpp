@@ -84,11 +84,12 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   const auto plan = fault_plan_from_environment();
   module_->to(device_);
   const auto parameters = module_->parameters();
-  gradients_ = std::make_unique<GradientSync>(
-      *module_, grid_, device::communicator_for(grid_->data_comm(), device_),
-      config_.reduce_bucket_size, to_scalar_type(config_.precision.communication_dtype));
+  const auto data = device::communicator_for(grid_->data_comm(), device_);
+  gradients_ =
+      std::make_unique<GradientSync>(*module_, grid_, data, config_.reduce_bucket_size,
+                                     to_scalar_type(config_.precision.communication_dtype));
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
-                                                         gradients_->norm_parameters());
+                                                         gradients_->norm_parameters(), data);
   feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
@@ -253,8 +254,9 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return;
     case OpKind::kReduceTiedGrads:
       return gradients_->reduce_tied();
-    case OpKind::kReduceGrads:
-      return gradients_->reduce_data_parallel();
+    case OpKind::kReduceGrads:  // under ZeRO the optimizer step reduce-scatters instead
+      if (!optimizer_->reduces_data_parallel()) gradients_->reduce_data_parallel();
+      return;
     case OpKind::kOptimizerStep:
       return optimizer_step();
     default:

@@ -227,6 +227,35 @@ void bind_precision(config::KeyTable<TrainingConfig>& t) {
           });
 }
 
+// DeepSpeed's `zero_optimization` section.
+void bind_zero(config::KeyTable<TrainingConfig>& t) {
+  t.custom(
+       "zero_optimization.stage", "int",
+       "ZeRO over the data-parallel ranks: 0 off; 1 fp32 masters and optimizer state sharded "
+       "(gradients reduce-scattered, updated shards all-gathered); 2 also drops the full "
+       "gradients once reduced; 3 is not supported",
+       [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+         const int64_t stage = config::read_integer(key, v, config::at_least(0));
+         if (stage == 3) {
+           throw io::InputError(key +
+                                " 3 is not supported: it shards the parameters themselves, "
+                                "which a pipeline stage keeps whole; use 0, 1 or 2");
+         }
+         if (stage > 3)
+           throw io::InputError(key + " must be 0, 1 or 2, got " + std::to_string(stage));
+         c.zero.stage = stage;
+       },
+       [](const TrainingConfig& c) { return nlohmann::json(c.zero.stage); })
+      .integer("zero_optimization.reduce_bucket_size", PIPETRAIN_FIELD(zero.reduce_bucket_size),
+               "elements per ZeRO gradient reduce-scatter (stages 1, 2)", config::at_least(1))
+      .integer("zero_optimization.allgather_bucket_size",
+               PIPETRAIN_FIELD(zero.allgather_bucket_size),
+               "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))
+      .accepted("zero_optimization.overlap_comm", "bool",
+                "DeepSpeed's; accepted and ignored: gradients are reduced after a step's last "
+                "backward, as in DeepSpeed's pipeline engine, so there is nothing to overlap");
+}
+
 }  // namespace
 
 std::string_view schedule_kind_name(PipelineSchedule schedule) {
@@ -250,6 +279,7 @@ const config::KeyTable<TrainingConfig>& training_keys() {
     bind_optimizer(t);
     bind_pipeline(t);
     bind_precision(t);
+    bind_zero(t);
     return t;
   }();
   return table;

@@ -16,6 +16,7 @@
 #include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
+#include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/progress_line.h"
 #include "pipetrain/trainer/sampling.h"
 #include "pipetrain/trainer/trace.h"
@@ -84,6 +85,9 @@ class RunLog {
     const engine::PipelineEngine& engine = *job_.engine;
     const std::vector<device::GpuMemory> memory =
         on_gpus_ ? gather_gpu_memory(engine) : std::vector<device::GpuMemory>{};
+    // Optimizer state appears at the first step taken and keeps its size: gathered once.
+    if (optimizer_state_summary(optimizer_bytes_).empty())
+      optimizer_bytes_ = gather_optimizer_state_bytes(*job_.engine);
     if (!leader_) return;
     const bool fp16 = job_.config.engine.precision.dtype == engine::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
@@ -93,7 +97,7 @@ class RunLog {
                      (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
                                  " skipped " + std::to_string(engine.skipped_steps())
                            : std::string()) +
-                         memory_summary(memory));
+                         optimizer_state_summary(optimizer_bytes_) + memory_summary(memory));
     if (s.validation_loss) {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
                         std::to_string(*s.validation_loss));
@@ -109,7 +113,8 @@ class RunLog {
         {"tokens_per_s", tokens / s.seconds},
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
-    if (!memory.empty()) {  // per rank, in rank order
+    record["optimizer_state_bytes"] = optimizer_bytes_;  // per rank, in rank order
+    if (!memory.empty()) {                               // per rank, in rank order
       record["gpu_memory_bytes"] = nlohmann::json::array();
       record["gpu_peak_memory_bytes"] = nlohmann::json::array();
       for (const auto& m : memory) {
@@ -151,6 +156,7 @@ class RunLog {
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<tensorboard::TensorBoardWriter> tensorboard_;
+  std::vector<int64_t> optimizer_bytes_;  // per rank, once state exists
   double smoothed_seconds_ = 0;
 };
 

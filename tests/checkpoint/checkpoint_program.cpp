@@ -2,7 +2,7 @@
 // at the end, and prints each step's loss (all 17 digits) and a digest of each rank's
 // weights and optimizer state, for checkpoint_test.sh to compare runs:
 //   checkpoint_program --pipe P [--model T] --micro-batches M --steps S [--dropout D]
-//                      [--load DIR] [--save DIR]
+//                      [--zero STAGE] [--load DIR] [--save DIR]
 // The data-parallel size is what the ranks leave: ranks / (P x T).
 #include <ATen/ATen.h>
 
@@ -16,7 +16,6 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/optim/optimizer_state.h"
 
 using namespace pipetrain;
 
@@ -29,13 +28,16 @@ std::string argument(int argc, char** argv, const char* flag, const char* fallba
   return fallback;
 }
 
-// CRC-32 over this rank's weights and their optimizer state, in name order.
+// CRC-32 over this rank's fp32 masters and their optimizer state, in name order (under
+// ZeRO joined from the data-parallel group: collective).
 uint32_t digest(engine::PipelineEngine& engine) {
   std::string bytes;
-  for (const auto& [name, parameter] : engine.module().named_parameters()) {
-    comm::NamedTensors tensors = {{name, parameter}};
-    for (auto& entry : optim::optimizer_state(engine.optimizer(), parameter))
-      tensors.push_back(entry);
+  const auto whole = engine.whole_optimizer_state();
+  std::size_t position = 0;
+  for (const auto& named : engine.module().named_parameters()) {
+    const engine::ParameterState& state = whole.at(position++);
+    comm::NamedTensors tensors = {{named.first, state.master}};
+    for (const auto& entry : state.optimizer_state) tensors.push_back(entry);
     bytes += checkpoint::encode_safetensors(tensors);
   }
   return io::crc32(bytes);
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     config.train_batch_size = 8;
     config.gradient_accumulation_steps = std::stoi(argument(argc, argv, "--micro-batches", "4"));
     config.gradient_clipping = 1.0;
+    config.zero.stage = std::stoi(argument(argc, argv, "--zero", "0"));
     config.steps_per_print = 1 << 30;
     config.optimizer = {"AdamW", {{"lr", 0.01}}};
     config.scheduler = {"WarmupLR", {{"warmup_num_steps", 4}, {"warmup_max_lr", 0.01}}};

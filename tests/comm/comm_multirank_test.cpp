@@ -145,6 +145,23 @@ TEST(Collectives, BroadcastAndAllGatherOnSubCommunicators) {
   g.world_comm()->barrier();
 }
 
+TEST(Collectives, ReduceScatterGivesEachRankItsBlock) {
+  auto& world = *grid().world_comm();
+  const int n = world.size();
+  // Rank r contributes (r + 1) * [0, 1, ..., 3n - 1]; block b holds elements [3b, 3b + 3).
+  const at::Tensor input = at::arange(3 * n, at::kFloat) * (world.rank() + 1);
+  const double ranks_sum = n * (n + 1) / 2.0;
+  const at::Tensor mine = at::arange(3 * world.rank(), 3 * world.rank() + 3, at::kFloat);
+  EXPECT_TRUE(at::equal(world.reduce_scatter(input, ReduceOp::kSum), mine * ranks_sum));
+  EXPECT_TRUE(at::allclose(world.reduce_scatter(input, ReduceOp::kAverage), mine * ranks_sum / n));
+  const at::Tensor half = world.reduce_scatter(input.to(at::kBFloat16), ReduceOp::kMax);
+  EXPECT_EQ(half.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(half.to(at::kFloat), mine * n));
+  EXPECT_THROW(world.reduce_scatter(at::zeros({3 * n + 1}), ReduceOp::kSum), std::invalid_argument);
+  EXPECT_THROW(world.reduce_scatter(at::zeros({n}, at::kLong), ReduceOp::kAverage),
+               std::invalid_argument);
+}
+
 TEST(Deadline, AReceiveThatNeverCompletesThrowsWithWhoAndWhat) {
   const topology::Grid& g = grid();
   auto& pipe = *g.pipe_comm();

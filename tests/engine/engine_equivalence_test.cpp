@@ -139,5 +139,76 @@ TEST(EngineEquivalence, ZeroBubbleH1MatchesOneProcess) {
   expect_every_shape_matches_one_process(PipelineSchedule::kZbH1);
 }
 
+// ZeRO stages 1 and 2 at every pipe x data shape of this world with data-parallel ranks
+// (data 4 too): the same losses and weights as one process, with clipping and, for the
+// MLP, AdamW with weight decay; the optimizer state each rank holds falls by the
+// data-parallel size (up to the padding of one shard).
+TEST(EngineEquivalence, ZeroStagesMatchOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  std::vector<std::pair<int, int>> shapes;  // (pipe, data)
+  for (int pipe : {1, 2}) {
+    if (world->size() % pipe == 0 && world->size() / pipe >= 2)
+      shapes.emplace_back(pipe, world->size() / pipe);
+  }
+  if (shapes.empty()) GTEST_SKIP() << "no data-parallel ranks in this world";
+  const double tolerance = on_gpu() ? 1e-4 : 1e-5;
+  const std::vector<Case> cases = {{"gpt", 2, 0, 0.05},
+                                   {"gpt-untied", 4, 2, 0.0},
+                                   {"mlp", 2, 0, 0.05, 0.01},
+                                   {"mlp", 4, 1, 0.0, 0.1}};
+  for (const auto& [pipe, data] : shapes) {
+    auto grid =
+        std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
+    for (const Case& c : cases) {
+      const auto samples = dataset(c, data);
+      const Reference reference = reference_run(c, data, samples);
+      int64_t unsharded_bytes = 0;
+      for (int stage : {0, 1, 2}) {
+        SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
+                     ", ZeRO stage " + std::to_string(stage) + ": " + name(c));
+        engine::TrainingConfig config = training_config(c, pipe);
+        config.zero.stage = stage;
+        config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
+        config.zero.allgather_bucket_size = 700;
+        config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
+        const auto model = models::make_builtin_model(model_config(c.model));
+        auto module = std::make_shared<module::PipelineModule>(
+            model.layers, model.loss,
+            module::PipelineModuleOptions{.stages = pipe,
+                                          .stage_id = grid->stage_id(),
+                                          .seed = static_cast<uint64_t>(config.seed),
+                                          .activation_checkpoint_interval = c.checkpoint_interval});
+        engine::PipelineEngine engine(module, grid, config);
+        data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
+        for (int step = 0; step < kSteps; ++step) {
+          const double loss = engine.train_batch(&loader);
+          EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
+              << "step " << step;
+        }
+        for (const auto& [name, parameter] : module->named_parameters()) {
+          const at::Tensor tensor = parameter.cpu();
+          const at::Tensor& expected = reference.weights.at(name);
+          EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
+              << name << " differs by " << (tensor - expected).abs().max().item<double>();
+        }
+        const auto evaluation = engine.eval_batch(&loader);
+        EXPECT_NEAR(evaluation.loss, reference.eval_loss,
+                    tolerance * std::abs(reference.eval_loss));
+        const int64_t bytes = engine.optimizer_state_bytes();
+        if (stage == 0) {
+          unsharded_bytes = bytes;
+        } else {
+          int64_t elements = 0;  // one shard's padding, at most data - 1 elements per state
+          for (const auto& p : module->parameters()) elements += p.numel();
+          const int64_t states = unsharded_bytes / (4 * std::max<int64_t>(elements, 1));
+          EXPECT_LE(bytes, unsharded_bytes / data + states * 4 * (data - 1));
+          EXPECT_GT(bytes, 0);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain::engine

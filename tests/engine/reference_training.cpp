@@ -2,6 +2,7 @@
 
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <ATen/ATen.h>
@@ -18,7 +19,8 @@ constexpr double kMomentum = 0.9;
 
 std::string name(const Case& c) {
   return c.model + " m=" + std::to_string(c.micro_batches) +
-         " ckpt=" + std::to_string(c.checkpoint_interval) + " clip=" + std::to_string(c.clipping);
+         " ckpt=" + std::to_string(c.checkpoint_interval) + " clip=" + std::to_string(c.clipping) +
+         (c.weight_decay > 0 ? " AdamW wd=" + std::to_string(c.weight_decay) : "");
 }
 
 models::ModelConfig model_config(const std::string& model) {
@@ -59,7 +61,9 @@ engine::TrainingConfig training_config(const Case& c, int stages) {
   config.gradient_accumulation_steps = c.micro_batches;
   config.gradient_clipping = c.clipping;
   config.steps_per_print = 1000;
-  if (c.model == "mlp") {
+  if (c.model == "mlp" && c.weight_decay > 0) {
+    config.optimizer = {"AdamW", {{"lr", kLearningRate}, {"weight_decay", c.weight_decay}}};
+  } else if (c.model == "mlp") {
     config.optimizer = {"Adam", {{"lr", kLearningRate}}};
   } else {
     config.optimizer = {"SGD", {{"lr", kLearningRate}, {"momentum", kMomentum}}};
@@ -75,7 +79,10 @@ Reference reference_run(const Case& c, int data_parallel,
   const auto model = models::make_builtin_model(model_config(c.model));
   module::PipelineModule whole(model.layers, model.loss, {.seed = 1234});
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (c.model == "mlp") {
+  if (c.model == "mlp" && c.weight_decay > 0) {
+    optimizer = std::make_unique<torch::optim::AdamW>(
+        whole.parameters(), torch::optim::AdamWOptions(kLearningRate).weight_decay(c.weight_decay));
+  } else if (c.model == "mlp") {
     optimizer = std::make_unique<torch::optim::Adam>(whole.parameters(),
                                                      torch::optim::AdamOptions(kLearningRate));
   } else {

@@ -2,7 +2,7 @@
 // The single-process reference the multi-rank equivalence tests compare against: one
 // model, the whole global batch per step, plain LibTorch autograd and optimizers.
 //
-// The GPT trains with SGD + momentum, the MLP with Adam: GPT's key bias has an exactly
+// The GPT trains with SGD + momentum, the MLP with Adam (or AdamW): GPT's key bias has an exactly
 // zero gradient (softmax ignores a shift shared by all scores), and Adam divides such a
 // gradient's rounding noise by its own size, which turns 1e-10 noise into visible steps
 // in any two runs that add the micro-batches in a different order.
@@ -25,6 +25,7 @@ struct Case {
   int micro_batches;
   int checkpoint_interval;
   double clipping;
+  double weight_decay = 0;  // > 0: the MLP trains with AdamW and this decay, not Adam
 };
 
 std::string name(const Case& c);

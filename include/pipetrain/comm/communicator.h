@@ -42,6 +42,9 @@ class Communicator {
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Every rank's `input` stacked along a new first dimension, in rank order.
   virtual at::Tensor all_gather(const at::Tensor& input) = 0;
+  // The element-wise reduction of every rank's `input` (1-D, size() x n elements), of
+  // which this rank gets block rank() (n elements), in `input`'s dtype and device.
+  virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) = 0;
   virtual void barrier() = 0;
 
   Seconds timeout() const { return timeout_; }
@@ -50,6 +53,10 @@ class Communicator {
  private:
   Seconds timeout_ = default_timeout();
 };
+
+// Throws std::invalid_argument unless `input` can be reduce-scattered by `op` over `ranks`
+// (1-D, a whole number of elements per rank, floating point for an average).
+void check_reducible(const at::Tensor& input, ReduceOp op, int ranks);
 
 // Every rank's `text`, in rank order (two all-gathers: lengths, then padded bytes).
 std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text);

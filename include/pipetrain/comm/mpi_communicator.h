@@ -39,6 +39,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op) override;
   void broadcast(at::Tensor& tensor, int root) override;
   at::Tensor all_gather(const at::Tensor& input) override;
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override;
   void barrier() override;
 
  private:

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "pipetrain/comm/communicator.h"
+#include "pipetrain/engine/master_weights.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
@@ -26,19 +28,27 @@ at::ScalarType to_scalar_type(Precision precision);
 class MixedPrecisionOptimizer {
  public:
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
-  // (the parameters themselves in fp32). `norm_parameters`: the module parameters this
-  // rank counts in the global gradient norm (see GradientSync).
+  // (the parameters themselves in fp32), all of them or, under ZeRO (config.zero.stage),
+  // this rank's shard over `data` (the data-parallel group, by default the grid's
+  // MPI one; collective then).
+  // `norm_parameters`: the module parameters this rank counts in the global gradient norm
+  // (see GradientSync).
   MixedPrecisionOptimizer(module::PipelineModule& module,
                           std::shared_ptr<const topology::Grid> grid, const TrainingConfig& config,
-                          const std::vector<at::Tensor>& norm_parameters);
+                          const std::vector<at::Tensor>& norm_parameters,
+                          std::shared_ptr<comm::Communicator> data = nullptr);
 
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
+  // Whether the data-parallel gradient reduction is this optimizer's (ZeRO), not
+  // GradientSync's.
+  bool reduces_data_parallel() const { return sharded_; }
 
-  // Collective over the grid's world: unscales the model's gradients onto the masters,
-  // agrees on overflow, clips, sets the rate of step `step` (0-based), steps, copies the
-  // masters back into the model and clears every gradient.
+  // Collective over the grid's world: moves the model's gradients onto the masters
+  // (unscaled; under ZeRO reduce-scattered), agrees on overflow, clips, sets the rate of
+  // step `step` (0-based), steps, copies the masters back into the model and clears every
+  // gradient.
   void step(int64_t step);
 
   // Of the last step that was not skipped: the global gradient norm before clipping (NaN
@@ -48,24 +58,32 @@ class MixedPrecisionOptimizer {
   void set_grad_norm_wanted(bool on) { norm_wanted_ = on; }
   double last_learning_rate() const { return last_learning_rate_; }
 
+  // Bytes this rank holds for the optimizer: its state (moments, momentum) and fp32
+  // masters kept beside the model's parameters. 0 before the first step creates state.
+  int64_t state_bytes();
+
+  // Checkpoints: every parameter's fp32 master and optimizer state, whole, in the
+  // module's parameter order; restore() installs such values and the model takes them.
+  // Under ZeRO both are collective over the data-parallel group.
+  std::vector<ParameterState> whole_state();
+  void restore(const std::vector<ParameterState>& whole);
+
+  // Stage 0 only (throws under ZeRO, where no rank holds every master).
   const at::Tensor& master_of(const at::Tensor& parameter) const;
-  // After the masters changed (a checkpoint load): the model takes their values.
-  void copy_masters_to_model();
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   optim::LossScaler& loss_scaler() { return loss_scaler_; }
   const optim::LossScaler& loss_scaler() const { return loss_scaler_; }
 
  private:
-  // Moves gradients onto the fp32 masters (unscaled); whether any rank overflowed.
-  bool unscale_onto_masters();
-  double global_grad_norm() const;
+  // Whether any rank's gradients overflowed (fp16 only; the step's one wait).
+  bool any_overflow() const;
   void clip(double norm);
 
   std::shared_ptr<const topology::Grid> grid_;
   at::ScalarType dtype_;
   double clipping_;
-  std::vector<std::pair<at::Tensor, at::Tensor>> masters_;  // (parameter, fp32 master)
-  std::vector<at::Tensor> norm_masters_;
+  bool sharded_;
+  std::unique_ptr<MasterWeights> masters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;
   optim::LossScaler loss_scaler_;

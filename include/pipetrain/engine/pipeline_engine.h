@@ -84,14 +84,22 @@ class PipelineEngine {
   void set_grad_norm_reporting(bool on) { optimizer_->set_grad_norm_wanted(on); }
   double last_learning_rate() const { return optimizer_->last_learning_rate(); }
   // Mixed precision: the fp32 master copy the optimizer updates for a model parameter
-  // (the parameter itself in fp32), the fp16 loss scale and the steps skipped on overflow.
+  // (the parameter itself in fp32; stage 0 only), the fp16 loss scale and the steps
+  // skipped on overflow.
   const at::Tensor& master_of(const at::Tensor& parameter) const {
     return optimizer_->master_of(parameter);
   }
   const optim::LossScaler& loss_scaler() const { return optimizer_->loss_scaler(); }
   optim::LossScaler& loss_scaler() { return optimizer_->loss_scaler(); }
-  // After the masters changed (a checkpoint load): the model takes their values.
-  void copy_masters_to_model() { optimizer_->copy_masters_to_model(); }
+  // Checkpoints: each parameter's fp32 master and optimizer state, whole, in the module's
+  // parameter order; restoring them also sets the model's weights. Collective over the
+  // data-parallel group under ZeRO (every replica calls them).
+  std::vector<ParameterState> whole_optimizer_state() { return optimizer_->whole_state(); }
+  void restore_optimizer_state(const std::vector<ParameterState>& whole) {
+    optimizer_->restore(whole);
+  }
+  // Bytes of optimizer state and separate fp32 masters on this rank (ZeRO divides them).
+  int64_t optimizer_state_bytes() { return optimizer_->state_bytes(); }
   double loss_scale() const { return optimizer_->loss_scale(); }
   int64_t skipped_steps() const { return loss_scaler().skipped_steps(); }
   // Payload bytes this rank sent and received between stages so far (with partitioned

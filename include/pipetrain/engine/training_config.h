@@ -45,6 +45,15 @@ struct PrecisionConfig {
   optim::LossScalerConfig loss_scaler;  // fp16 only
 };
 
+// DeepSpeed's ZeRO: the optimizer's state split over the data-parallel ranks.
+struct ZeroConfig {
+  // 0: every replica holds all of it; 1: fp32 masters and optimizer state sharded,
+  // gradients reduce-scattered; 2: also the full gradients dropped once reduced.
+  int64_t stage = 0;
+  int64_t reduce_bucket_size = 500'000'000;     // elements per reduce-scatter (DeepSpeed's)
+  int64_t allgather_bucket_size = 500'000'000;  // elements per all-gather of the shards
+};
+
 struct TrainingConfig {
   // Batch arithmetic: train_batch_size = micro batch * accumulation steps * data-parallel size.
   int64_t train_batch_size = 0;
@@ -61,6 +70,7 @@ struct TrainingConfig {
   optim::SchedulerConfig scheduler;
   PipelineConfig pipeline;
   PrecisionConfig precision;
+  ZeroConfig zero;
   std::vector<std::string> unknown_keys;  // for a warning, one per key
 };
 

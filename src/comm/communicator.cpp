@@ -1,10 +1,20 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "pipetrain/comm/communicator.h"
 
 namespace pipetrain::comm {
+
+void check_reducible(const at::Tensor& input, ReduceOp op, int ranks) {
+  if (input.dim() != 1 || input.numel() % ranks != 0) {
+    throw std::invalid_argument("reduce_scatter needs a 1-D tensor of a multiple of " +
+                                std::to_string(ranks) + " elements");
+  }
+  if (op == ReduceOp::kAverage && !at::isFloatingType(input.scalar_type()))
+    throw std::invalid_argument("reduce_scatter average needs a floating-point tensor");
+}
 
 std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text) {
   const at::Tensor lengths =

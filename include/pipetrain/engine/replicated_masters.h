@@ -1,0 +1,40 @@
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "pipetrain/engine/master_weights.h"
+#include "pipetrain/topology/grid.h"
+
+namespace pipetrain::engine {
+
+// Stage 0: every replica keeps an fp32 master of each of its parameters (the parameter
+// itself when the model is fp32); GradientSync has already averaged the gradients.
+class ReplicatedMasters : public MasterWeights {
+ public:
+  // `norm_parameters`: those counted in the global norm on this rank (see GradientSync).
+  ReplicatedMasters(const std::vector<at::Tensor>& parameters,
+                    const std::vector<at::Tensor>& norm_parameters,
+                    std::shared_ptr<const topology::Grid> grid);
+
+  const std::vector<at::Tensor>& tensors() const override { return masters_; }
+  void take_gradients(double unscale) override;
+  double global_grad_norm() const override;
+  void copy_to_model() override;
+  void clear_model_gradients() override;
+  int64_t master_bytes() const override;
+  std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
+  void restore(const std::vector<ParameterState>& whole,
+               torch::optim::Optimizer& optimizer) override;
+
+  const at::Tensor& master_of(const at::Tensor& parameter) const;
+
+ private:
+  std::shared_ptr<const topology::Grid> grid_;
+  std::vector<at::Tensor> parameters_;
+  std::vector<at::Tensor> masters_;  // one per parameter, same order
+  std::vector<at::Tensor> norm_masters_;
+};
+
+}  // namespace pipetrain::engine

@@ -1,0 +1,93 @@
+#include "pipetrain/engine/replicated_masters.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "pipetrain/optim/optimizer_state.h"
+
+namespace pipetrain::engine {
+
+ReplicatedMasters::ReplicatedMasters(const std::vector<at::Tensor>& parameters,
+                                     const std::vector<at::Tensor>& norm_parameters,
+                                     std::shared_ptr<const topology::Grid> grid)
+    : grid_(std::move(grid)), parameters_(parameters) {
+  for (const auto& p : parameters_) {
+    masters_.push_back(
+        p.scalar_type() == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
+  }
+  for (const auto& p : norm_parameters) norm_masters_.push_back(master_of(p));
+}
+
+const at::Tensor& ReplicatedMasters::master_of(const at::Tensor& parameter) const {
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (parameters_[i].is_same(parameter)) return masters_[i];
+  }
+  throw std::invalid_argument("not a parameter of this optimizer's module");
+}
+
+void ReplicatedMasters::take_gradients(double unscale) {
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& parameter = parameters_[i];
+    at::Tensor& master = masters_[i];
+    if (!parameter.grad().defined()) continue;
+    if (!master.is_same(parameter)) master.mutable_grad() = parameter.grad().to(at::kFloat);
+    if (unscale != 1.0) master.mutable_grad().mul_(unscale);
+  }
+}
+
+double ReplicatedMasters::global_grad_norm() const {
+  // Each stage's and shard's part, tied and replicated tensors counted once. One fused
+  // pass: each tensor's norm in its own type, their squares summed in double on the
+  // device, then read once (the end of the step).
+  std::vector<at::Tensor> grads;
+  for (const auto& master : norm_masters_) {
+    if (master.grad().defined()) grads.push_back(master.grad());
+  }
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  if (!grads.empty()) {
+    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().cpu();
+  }
+  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  return std::sqrt(squares.item<double>());
+}
+
+void ReplicatedMasters::copy_to_model() {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (!masters_[i].is_same(parameters_[i])) parameters_[i].copy_(masters_[i]);
+  }
+}
+
+void ReplicatedMasters::clear_model_gradients() {
+  for (auto& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
+}
+
+int64_t ReplicatedMasters::master_bytes() const {
+  int64_t bytes = 0;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (!masters_[i].is_same(parameters_[i])) bytes += masters_[i].nbytes();
+  }
+  return bytes;
+}
+
+std::vector<ParameterState> ReplicatedMasters::whole_state(
+    torch::optim::Optimizer& optimizer) const {
+  std::vector<ParameterState> whole;
+  for (const auto& master : masters_)
+    whole.push_back({master, optim::optimizer_state(optimizer, master)});
+  return whole;
+}
+
+void ReplicatedMasters::restore(const std::vector<ParameterState>& whole,
+                                torch::optim::Optimizer& optimizer) {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    masters_[i].copy_(whole.at(i).master);
+    optim::set_optimizer_state(optimizer, masters_[i], whole[i].optimizer_state);
+  }
+}
+
+}  // namespace pipetrain::engine

@@ -1,0 +1,54 @@
+// ZeRO's flat layout: tensors read as one padded vector cut into equal shards.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/engine/flat_shards.h"
+
+namespace pipetrain::engine {
+namespace {
+
+TEST(FlatShards, PadsToEqualShards) {
+  const FlatShards layout({6, 1, 3}, 4);  // 10 elements
+  EXPECT_EQ(layout.shard_size(), 3);
+  EXPECT_EQ(layout.padded_size(), 12);
+  EXPECT_EQ(layout.offset(0), 0);
+  EXPECT_EQ(layout.offset(1), 6);
+  EXPECT_EQ(layout.offset(2), 7);
+}
+
+TEST(FlatShards, ReadsRangesAcrossTensorsAndPadding) {
+  const FlatShards layout({6, 1, 3}, 4);
+  const std::vector<at::Tensor> tensors = {at::arange(6, at::kFloat).view({2, 3}),
+                                           at::full({1}, 6.0f),
+                                           at::arange(7, 10, at::kFloat).view({3, 1}).t()};
+  at::Tensor whole = at::empty({12});
+  layout.read(tensors, 0, whole);
+  EXPECT_TRUE(at::equal(whole, at::cat({at::arange(10, at::kFloat), at::zeros({2})})));
+  for (int r = 0; r < 4; ++r) {
+    at::Tensor shard = at::full({3}, -1.0f);
+    layout.read(tensors, r * 3, shard);
+    EXPECT_TRUE(at::equal(shard, whole.narrow(0, r * 3, 3))) << "shard " << r;
+  }
+  at::Tensor middle = at::empty({2});  // the end of the first tensor, all of the second
+  layout.read(tensors, 5, middle);
+  EXPECT_TRUE(at::equal(middle, at::tensor({5.0f, 6.0f})));
+}
+
+TEST(FlatShards, ConvertsToTheOutputsType) {
+  const FlatShards layout({3}, 2);
+  at::Tensor out = at::empty({4}, at::kDouble);
+  layout.read({at::tensor({1.5f, 2.5f, 3.5f}).to(at::kBFloat16)}, 0, out);
+  EXPECT_TRUE(at::equal(out, at::tensor({1.5, 2.5, 3.5, 0.0}, at::kDouble)));
+}
+
+TEST(FlatShards, RefusesRangesOutsideTheLayout) {
+  const FlatShards layout({3}, 2);
+  at::Tensor out = at::empty({2});
+  EXPECT_THROW(layout.read({at::zeros({3})}, 3, out), std::invalid_argument);
+  EXPECT_THROW(layout.read({}, 0, out), std::invalid_argument);
+  EXPECT_THROW(FlatShards({3}, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipetrain::engine
