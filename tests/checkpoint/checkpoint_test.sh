@@ -71,6 +71,10 @@ run 4 "$work/z1.out" --pipe 2 --micro-batches 2 --steps 2 --zero 1 --save "$work
 run 4 "$work/z2.out" --pipe 1 --micro-batches 1 --steps 2 --zero 2 --load "$work/zero" --save "$work/zero"
 run 2 "$work/z3.out" --pipe 2 --micro-batches 4 --steps 2 --zero 0 --load "$work/zero"
 cat "$work/z1.out" "$work/z2.out" "$work/z3.out" | losses /dev/stdin >"$work/zero.losses"
+run 4 "$work/zt.out" --pipe 1 --model 2 --micro-batches 2 --steps 2 --zero 1
+paste <(losses "$work/zt.out") <(losses "$work/reference.out" | head -2) >"$work/zt.pairs"
+check "zero with tensor parallelism: (1,2,2) stage 1 steps 1-2 within 1e-5 ($(cut -f1,2 -d' ' "$work/zt.pairs" | tr '\n' ' '))" \
+  awk '{ if ($2 != $5) bad = 1; d = $3 - $6; if (d < 0) d = -d; if (d > 1e-5 * $6) bad = 1 } END { exit (bad || NR != 2) }' "$work/zt.pairs"
 check "zero: six steps ran" test "$(wc -l <"$work/zero.losses")" -eq 6
 paste "$work/zero.losses" <(losses "$work/reference.out") >"$work/zero.pairs"
 check "zero: (2,2) stage 1, then (1,4) stage 2, then (2,1) stage 0 within 1e-5 ($(cut -f1,2 -d' ' "$work/zero.pairs" | tr '\n' ' '))" \

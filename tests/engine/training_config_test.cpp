@@ -63,13 +63,13 @@ TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
     "optimizer": {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95]}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
     "pipeline": {"stages": 2, "activation_checkpoint_interval": 1},
-    "model": {"type": "mlp", "layers": 3}, "zero_optimization": {}})");
+    "model": {"type": "mlp", "layers": 3}, "flops_profiler": {}})");
   const auto config = parse_training_config(json, {"model"});
   EXPECT_EQ(config.train_batch_size, 16);
   EXPECT_EQ(config.optimizer.type, "AdamW");
   EXPECT_EQ(config.pipeline.stages, 2);
   EXPECT_EQ(models::parse_model_config(json).mlp.layers, 3);
-  EXPECT_EQ(config.unknown_keys, std::vector<std::string>{"zero_optimization"});
+  EXPECT_EQ(config.unknown_keys, std::vector<std::string>{"flops_profiler"});
 
   auto parse = [](const char* text) {
     return error_of([&] { parse_training_config(nlohmann::json::parse(text)); });

@@ -41,10 +41,10 @@ TEST(JobConfig, TheEffectiveConfigReadsBackTheSameForEveryModel) {
 TEST(JobConfig, KeysOfTheOtherModelAndOfNoOwnerAreUnknown) {
   nlohmann::json file = tiny_config();
   file["model"] = {{"type", "mlp"}, {"vocab_size", 300}};
-  file["zero_optimization"] = {{"stage", 1}};
+  file["flops_profiler"] = {{"enabled", true}};
   std::vector<std::string> unknown;
   parse_job_config(file, &unknown);
-  EXPECT_EQ(unknown, (std::vector<std::string>{"model.vocab_size", "zero_optimization"}));
+  EXPECT_EQ(unknown, (std::vector<std::string>{"flops_profiler", "model.vocab_size"}));
 }
 
 TEST(JobConfig, EachOwnerNamesItsOwnBadKey) {
