@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/config/json_value.h"
@@ -15,6 +16,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/module/rng_state.h"
+#include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 
@@ -265,6 +267,27 @@ at::Tensor tensor_named(const comm::NamedTensors& tensors, const std::string& na
   return {};
 }
 
+// ZeRO steps a stage's parameters as one tensor with one step count; a checkpoint saved
+// without ZeRO where some tensors went without gradients (and so took fewer steps) cannot
+// be joined into one.
+void check_one_step_count(const std::vector<engine::ParameterState>& masters,
+                          const fs::path& folder) {
+  std::optional<int64_t> steps;
+  for (const auto& whole : masters) {
+    for (const auto& [key, tensor] : whole.optimizer_state) {
+      if (optim::is_per_element(key)) continue;
+      const int64_t count = tensor.reshape({-1})[0].item<int64_t>();
+      if (steps && *steps != count) {
+        throw io::InputError(folder.string() +
+                             ": its tensors took different numbers of optimizer steps (" +
+                             std::to_string(*steps) + " and " + std::to_string(count) +
+                             "), which zero_optimization.stage > 0 cannot hold in one shard");
+      }
+      steps = count;
+    }
+  }
+}
+
 // What load_checkpoint will install, gathered and checked before anything changes.
 struct PendingLoad {
   std::vector<engine::ParameterState> masters;  // in the module's parameter order
@@ -316,12 +339,23 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       engine::ParameterState& whole = pending.masters[position];
       whole.master = sharded.shard(full_name, value, parameter.sizes());
       for (const auto& [key, tensor] : optimizer_saved) {
-        if (key.rfind(name + "/", 0) == 0)
-          whole.optimizer_state.emplace_back(key.substr(name.size() + 1),
-                                             sharded.shard(full_name, tensor, parameter.sizes()));
+        if (key.rfind(name + "/", 0) != 0) continue;
+        const std::string entry = key.substr(name.size() + 1);
+        // Per-element state is shaped like the whole tensor; a step count is one number.
+        const bool fits = optim::is_per_element(entry) ? tensor.sizes() == at::IntArrayRef(expected)
+                                                       : tensor.numel() == 1;
+        if (!fits) {
+          throw io::InputError((folder / layer["optimizer_file"].get<std::string>()).string() +
+                               ": tensor '" + key + "' is " + c10::str(tensor.sizes()) +
+                               ", which does not fit parameter '" + name + "' " +
+                               c10::str(at::IntArrayRef(expected)));
+        }
+        whole.optimizer_state.emplace_back(entry,
+                                           sharded.shard(full_name, tensor, parameter.sizes()));
       }
     }
   }
+  if (engine.config().zero.stage > 0) check_one_step_count(pending.masters, folder);
   if (manifest.at("topology") == topology_of(engine.grid())) {
     const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));

@@ -44,8 +44,6 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
   own_ = flat_.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size());
   aliased_ = flat_.scalar_type() == at::kFloat;
   master_ = {(aliased_ ? own_.detach() : own_.to(at::kFloat).clone()).requires_grad_(true)};
-  bucket_ = at::empty({per_rank(zero_.reduce_bucket_size) * layout_.shards()},
-                      options.dtype(wire_).requires_grad(false));
   build_norm_mask(norm_parameters);
 }
 
@@ -87,10 +85,13 @@ void ShardedMasters::take_gradients(double unscale) {
   const int64_t shard = layout_.shard_size();
   const int64_t step = per_rank(zero_.reduce_bucket_size);
   at::Tensor grad = at::empty({shard}, own_.options().dtype(at::kFloat));
+  // Allocated per step, not kept: at the default bucket size it is as large as the
+  // gradients themselves.
+  at::Tensor buffer = at::empty({step * layout_.shards()}, own_.options().dtype(wire_));
   // Round k reduces elements [k * step, (k + 1) * step) of every rank's shard at once.
   for (int64_t begin = 0; begin < shard; begin += step) {
     const int64_t n = std::min(step, shard - begin);
-    at::Tensor bucket = bucket_.narrow(0, 0, n * layout_.shards());
+    at::Tensor bucket = buffer.narrow(0, 0, n * layout_.shards());
     for (int r = 0; r < layout_.shards(); ++r)
       layout_.read(grads, r * shard + begin, bucket.narrow(0, r * n, n));
     grad.narrow(0, begin, n).copy_(data_->reduce_scatter(bucket, comm::ReduceOp::kAverage));

@@ -43,6 +43,27 @@ int planned_peak(const schedule::PipelinePlan& plan, int stage) {
   return peak;
 }
 
+// Trains kSteps on `loader` and evaluates the next batch (returning its outputs), each
+// loss and the final weights within `tolerance` of the reference.
+PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataLoader& loader,
+                                             const Reference& reference, double tolerance) {
+  for (int step = 0; step < kSteps; ++step) {
+    const double loss = engine.train_batch(&loader);
+    EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
+        << "step " << step;
+  }
+  for (const auto& [name, parameter] : engine.module().named_parameters()) {
+    EXPECT_EQ(parameter.device(), engine.device());
+    const at::Tensor tensor = parameter.cpu();
+    const at::Tensor& expected = reference.weights.at(name);
+    EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
+        << name << " differs by " << (tensor - expected).abs().max().item<double>();
+  }
+  const auto evaluation = engine.eval_batch(&loader, /*return_outputs=*/true);
+  EXPECT_NEAR(evaluation.loss, reference.eval_loss, tolerance * std::abs(reference.eval_loss));
+  return evaluation;
+}
+
 // Trains every case under `schedule` (with `chunks` per stage) on every pipe x data shape
 // of this world and compares with one process; the engine's live activations must peak
 // where the schedule's plan does.
@@ -96,20 +117,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       if (on_gpu() && device::visible_gpus() == 1)  // ranks sharing a GPU: MPI with host staging
         EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
       data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
-      for (int step = 0; step < kSteps; ++step) {
-        const double loss = engine.train_batch(&loader);
-        EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
-            << "step " << step;
-      }
-      for (const auto& [name, parameter] : module->named_parameters()) {
-        EXPECT_EQ(parameter.device(), engine.device());
-        const at::Tensor tensor = parameter.cpu();
-        const at::Tensor& expected = reference.weights.at(name);
-        EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
-            << name << " differs by " << (tensor - expected).abs().max().item<double>();
-      }
-      const auto evaluation = engine.eval_batch(&loader, /*return_outputs=*/true);
-      EXPECT_NEAR(evaluation.loss, reference.eval_loss, tolerance * std::abs(reference.eval_loss));
+      const auto evaluation = train_and_compare(engine, loader, reference, tolerance);
       EXPECT_EQ(evaluation.outputs.size(),
                 grid->is_last_stage() ? static_cast<std::size_t>(c.micro_batches) : 0u);
       const auto plan =
@@ -140,21 +148,23 @@ TEST(EngineEquivalence, ZeroBubbleH1MatchesOneProcess) {
 }
 
 // ZeRO stages 1 and 2 at every pipe x data shape of this world with data-parallel ranks
-// (data 4 too): the same losses and weights as one process, with clipping and, for the
-// MLP, AdamW with weight decay; the optimizer state each rank holds falls by the
-// data-parallel size (up to the padding of one shard).
-TEST(EngineEquivalence, ZeroStagesMatchOneProcess) {
+// (data 4 too), under every schedule: the same losses and weights as one process, with
+// clipping and, for the MLP, AdamW with weight decay; the optimizer state each rank holds
+// falls by the data-parallel size (up to the padding of one shard).
+void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) {
   auto world = comm::MpiCommunicator::world();
   if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
   std::vector<std::pair<int, int>> shapes;  // (pipe, data)
   for (int pipe : {1, 2}) {
+    if (chunks > 1 && pipe == 1) continue;  // interleaving needs a pipe
     if (world->size() % pipe == 0 && world->size() / pipe >= 2)
       shapes.emplace_back(pipe, world->size() / pipe);
   }
-  if (shapes.empty()) GTEST_SKIP() << "no data-parallel ranks in this world";
+  if (shapes.empty()) GTEST_SKIP() << "no data-parallel ranks (and pipe) in this world";
   const double tolerance = on_gpu() ? 1e-4 : 1e-5;
-  const std::vector<Case> cases = {{"gpt", 2, 0, 0.05},
-                                   {"gpt-untied", 4, 2, 0.0},
+  const std::string deep = chunks > 1 ? "-deep" : "";
+  const std::vector<Case> cases = {{"gpt" + deep, 2, 0, 0.05},
+                                   {"gpt-untied" + deep, 4, 2, 0.0},
                                    {"mlp", 2, 0, 0.05, 0.01},
                                    {"mlp", 4, 1, 0.0, 0.1}};
   for (const auto& [pipe, data] : shapes) {
@@ -168,6 +178,8 @@ TEST(EngineEquivalence, ZeroStagesMatchOneProcess) {
         SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
                      ", ZeRO stage " + std::to_string(stage) + ": " + name(c));
         engine::TrainingConfig config = training_config(c, pipe);
+        config.pipeline.schedule = schedule;
+        config.pipeline.chunks = chunks;
         config.zero.stage = stage;
         config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
         config.zero.allgather_bucket_size = 700;
@@ -177,24 +189,12 @@ TEST(EngineEquivalence, ZeroStagesMatchOneProcess) {
             model.layers, model.loss,
             module::PipelineModuleOptions{.stages = pipe,
                                           .stage_id = grid->stage_id(),
+                                          .chunks = chunks,
                                           .seed = static_cast<uint64_t>(config.seed),
                                           .activation_checkpoint_interval = c.checkpoint_interval});
         engine::PipelineEngine engine(module, grid, config);
         data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
-        for (int step = 0; step < kSteps; ++step) {
-          const double loss = engine.train_batch(&loader);
-          EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
-              << "step " << step;
-        }
-        for (const auto& [name, parameter] : module->named_parameters()) {
-          const at::Tensor tensor = parameter.cpu();
-          const at::Tensor& expected = reference.weights.at(name);
-          EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
-              << name << " differs by " << (tensor - expected).abs().max().item<double>();
-        }
-        const auto evaluation = engine.eval_batch(&loader);
-        EXPECT_NEAR(evaluation.loss, reference.eval_loss,
-                    tolerance * std::abs(reference.eval_loss));
+        train_and_compare(engine, loader, reference, tolerance);
         const int64_t bytes = engine.optimizer_state_bytes();
         if (stage == 0) {
           unsharded_bytes = bytes;
@@ -208,6 +208,23 @@ TEST(EngineEquivalence, ZeroStagesMatchOneProcess) {
       }
     }
   }
+}
+
+TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnder1F1B) {
+  expect_zero_matches_one_process(PipelineSchedule::k1F1B);
+}
+
+TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderGPipe) {
+  expect_zero_matches_one_process(PipelineSchedule::kGpipe);
+}
+
+TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderInterleaved) {
+  expect_zero_matches_one_process(PipelineSchedule::kInterleaved, 2);
+}
+
+TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderZeroBubbleH1) {
+  // The split backward's deferred weight gradients land before the reduction.
+  expect_zero_matches_one_process(PipelineSchedule::kZbH1);
 }
 
 }  // namespace

@@ -18,13 +18,13 @@
 
 namespace pipetrain::engine {
 
+// The tensor type of a precision.
+at::ScalarType to_scalar_type(Precision precision);
+
 // The optimizer step of a pipeline stage in any precision: the model in fp32, bf16 or
 // fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
 // on any rank skips the step on every rank), global-norm clipping and the learning-rate
 // schedule.
-// The tensor type of a precision.
-at::ScalarType to_scalar_type(Precision precision);
-
 class MixedPrecisionOptimizer {
  public:
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters

@@ -16,13 +16,15 @@ namespace pipetrain::engine {
 // of its shard only. Gradients are reduce-scattered onto the shards (not all-reduced),
 // each rank steps its shard, and the updated shards are all-gathered into every replica's
 // flat buffer. Stage 2 also drops the model's full gradients as soon as they are reduced.
+// Unlike stage 0 at data-parallel size 1, a parameter that got no gradient steps with a
+// zero one (weight decay and momentum still move it).
 // With an fp32 model the master shard is the rank's part of the flat buffer itself.
 class ShardedMasters : public MasterWeights {
  public:
-  // Collective over `data` (the data-parallel group: the same stage and model rank).
-  // Re-seats every parameter's storage in the flat buffer (values kept), so nothing may
-  // move the module to another device or dtype afterwards. `wire`: the dtype gradients
-  // are reduced in.
+  // `data`: the data-parallel group (the same stage and model rank), over which the
+  // other methods but master_bytes() are collective. Re-seats every parameter's storage in the flat
+  // buffer (values kept), so nothing may move the module to another device or dtype afterwards.
+  // `wire`: the dtype gradients are reduced in.
   ShardedMasters(const std::vector<at::Tensor>& parameters,
                  const std::vector<at::Tensor>& norm_parameters,
                  std::shared_ptr<const topology::Grid> grid,
@@ -58,7 +60,6 @@ class ShardedMasters : public MasterWeights {
   bool aliased_;                    // the master is own_ itself (fp32 model)
   std::vector<at::Tensor> master_;  // the fp32 shard the optimizer steps
   at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
-  at::Tensor bucket_;               // reduce-scatter input, reused
 };
 
 }  // namespace pipetrain::engine
