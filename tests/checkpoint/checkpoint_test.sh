@@ -158,5 +158,7 @@ damaged "another model" "the checkpoint holds 7 layers, this model has 6" \
   'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(m[\"layers\"][-1]);json.dump(m,open(\"step_3/manifest.json\",\"w\"))"'
 damaged "other shapes" "layer_001.safetensors: tensor 'qkv.weight' is Float \[48, 8\], the model expects Float \[48, 16\]" \
   '"$python" "$here/replace_layer.py" step_3 layer_001.safetensors'
+damaged "optimizer state of another shape" "optimizer_001.safetensors: tensor 'qkv.weight/exp_avg' is \[48, 8\], which does not fit parameter 'qkv.weight' \[48, 16\]" \
+  '"$python" "$here/replace_layer.py" step_3 optimizer_001.safetensors qkv.weight/exp_avg'
 
 finish
