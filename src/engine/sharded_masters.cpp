@@ -43,7 +43,7 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
   seat_parameters();
   own_ = flat_.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size());
   aliased_ = flat_.scalar_type() == at::kFloat;
-  master_ = {(aliased_ ? own_.detach() : own_.to(at::kFloat).clone()).requires_grad_(true)};
+  master_ = {(aliased_ ? own_.detach() : own_.to(at::kFloat)).requires_grad_(true)};
   build_norm_mask(norm_parameters);
 }
 

@@ -43,6 +43,19 @@ int planned_peak(const schedule::PipelinePlan& plan, int stage) {
   return peak;
 }
 
+// This rank's stage of the case's model, as `config` splits it over the grid's pipe.
+std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topology::Grid& grid,
+                                                     const TrainingConfig& config) {
+  const auto model = models::make_builtin_model(model_config(c.model));
+  return std::make_shared<module::PipelineModule>(
+      model.layers, model.loss,
+      module::PipelineModuleOptions{.stages = grid.pipe_parallel_size(),
+                                    .stage_id = grid.stage_id(),
+                                    .chunks = static_cast<int>(config.pipeline.chunks),
+                                    .seed = static_cast<uint64_t>(config.seed),
+                                    .activation_checkpoint_interval = c.checkpoint_interval});
+}
+
 // Trains kSteps on `loader` and evaluates the next batch (returning its outputs), each
 // loss and the final weights within `tolerance` of the reference.
 PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataLoader& loader,
@@ -105,14 +118,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       config.pipeline.schedule = schedule;
       config.pipeline.chunks = chunks;
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
-      const auto model = models::make_builtin_model(model_config(c.model));
-      auto module = std::make_shared<module::PipelineModule>(
-          model.layers, model.loss,
-          module::PipelineModuleOptions{.stages = pipe,
-                                        .stage_id = grid->stage_id(),
-                                        .chunks = chunks,
-                                        .seed = static_cast<uint64_t>(config.seed),
-                                        .activation_checkpoint_interval = c.checkpoint_interval});
+      auto module = stage_module(c, *grid, config);
       PipelineEngine engine(module, grid, config);
       if (on_gpu() && device::visible_gpus() == 1)  // ranks sharing a GPU: MPI with host staging
         EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
@@ -125,26 +131,6 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       EXPECT_EQ(engine.peak_live_activations(), planned_peak(plan, grid->stage_id()));
     }
   }
-}
-
-TEST(EngineEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
-  // DeepSpeed's 1F1B holds at most the stages ahead of this one.
-  expect_every_shape_matches_one_process(PipelineSchedule::k1F1B);
-}
-
-TEST(EngineEquivalence, GPipeMatchesOneProcessToo) {
-  // GPipe runs every forward before any backward: all micro-batches are live at once.
-  expect_every_shape_matches_one_process(PipelineSchedule::kGpipe);
-}
-
-TEST(EngineEquivalence, InterleavedOverTwoChunksMatchesOneProcess) {
-  // Layers in pipe x 2 parts; the last stage's first chunk feeds the first stage's second.
-  expect_every_shape_matches_one_process(PipelineSchedule::kInterleaved, 2);
-}
-
-TEST(EngineEquivalence, ZeroBubbleH1MatchesOneProcess) {
-  // Backward split: input gradients first, linear layers' weight gradients later.
-  expect_every_shape_matches_one_process(PipelineSchedule::kZbH1);
 }
 
 // ZeRO stages 1 and 2 at every pipe x data shape of this world with data-parallel ranks
@@ -184,15 +170,8 @@ void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) 
         config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
         config.zero.allgather_bucket_size = 700;
         config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
-        const auto model = models::make_builtin_model(model_config(c.model));
-        auto module = std::make_shared<module::PipelineModule>(
-            model.layers, model.loss,
-            module::PipelineModuleOptions{.stages = pipe,
-                                          .stage_id = grid->stage_id(),
-                                          .chunks = chunks,
-                                          .seed = static_cast<uint64_t>(config.seed),
-                                          .activation_checkpoint_interval = c.checkpoint_interval});
-        engine::PipelineEngine engine(module, grid, config);
+        auto module = stage_module(c, *grid, config);
+        PipelineEngine engine(module, grid, config);
         data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
         train_and_compare(engine, loader, reference, tolerance);
         const int64_t bytes = engine.optimizer_state_bytes();
@@ -210,22 +189,25 @@ void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) 
   }
 }
 
-TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnder1F1B) {
-  expect_zero_matches_one_process(PipelineSchedule::k1F1B);
+// Each training schedule with its chunks per stage: DeepSpeed's 1F1B (at most the stages
+// ahead live), GPipe (every micro-batch live at once), interleaved 1F1B over two chunks
+// (the last stage's first chunk feeds the first stage's second) and ZB-H1 (input
+// gradients first, linear layers' weight gradients later).
+class Schedules : public ::testing::TestWithParam<std::pair<PipelineSchedule, int>> {};
+
+TEST_P(Schedules, EveryGridShapeOfThisWorldMatchesOneProcess) {
+  expect_every_shape_matches_one_process(GetParam().first, GetParam().second);
 }
 
-TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderGPipe) {
-  expect_zero_matches_one_process(PipelineSchedule::kGpipe);
+TEST_P(Schedules, ZeroStagesMatchOneProcess) {
+  expect_zero_matches_one_process(GetParam().first, GetParam().second);
 }
 
-TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderInterleaved) {
-  expect_zero_matches_one_process(PipelineSchedule::kInterleaved, 2);
-}
-
-TEST(EngineEquivalence, ZeroStagesMatchOneProcessUnderZeroBubbleH1) {
-  // The split backward's deferred weight gradients land before the reduction.
-  expect_zero_matches_one_process(PipelineSchedule::kZbH1);
-}
+INSTANTIATE_TEST_SUITE_P(EngineEquivalence, Schedules,
+                         ::testing::Values(std::make_pair(PipelineSchedule::k1F1B, 1),
+                                           std::make_pair(PipelineSchedule::kGpipe, 1),
+                                           std::make_pair(PipelineSchedule::kInterleaved, 2),
+                                           std::make_pair(PipelineSchedule::kZbH1, 1)));
 
 }  // namespace
 }  // namespace pipetrain::engine
