@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "pipetrain/launch/mpirun_command.h"
+#include "pipetrain/launch/run_job.h"
 
 namespace pipetrain::cli {
 
@@ -34,13 +35,11 @@ Command add_launch_command(CLI::App& app, std::vector<std::string> program) {
             launch.as_root = ::geteuid() == 0;
             // Ranks see a pseudo-terminal under mpirun; tell them what the user has.
             ::setenv("PIPETRAIN_TERMINAL", ::isatty(STDOUT_FILENO) ? "1" : "0", /*overwrite=*/0);
+            if (!options->dry_run) return launch::run_job(launch);
             const auto argv = launch::mpirun_command(launch);
-            if (options->dry_run) {
-              for (std::size_t i = 0; i < argv.size(); ++i) std::cout << (i ? " " : "") << argv[i];
-              std::cout << '\n';
-              return 0;
-            }
-            return launch::run_forwarding_signals(argv);
+            for (std::size_t i = 0; i < argv.size(); ++i) std::cout << (i ? " " : "") << argv[i];
+            std::cout << '\n';
+            return 0;
           }};
 }
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -15,6 +16,15 @@
 namespace {
 
 constexpr int kExitInputError = 2;
+
+// A command line every rank of a job was given alike: only the first rank (or a process
+// outside MPI) reports what is wrong with it, so the job says it once.
+std::ostream& report() {
+  static std::ostream silent(nullptr);
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = std::getenv("PMI_RANK");
+  return rank && std::string_view(rank) != "0" ? silent : std::cerr;
+}
 
 }  // namespace
 
@@ -47,7 +57,7 @@ int main(int argc, char** argv) {
                        [&](const auto& command) { return command.parser->get_name() == name; });
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::cerr << "pipetrain: unknown command '" << argv[1] << "' (see pipetrain --help)\n";
+    report() << "pipetrain: unknown command '" << argv[1] << "' (see pipetrain --help)\n";
     return kExitInputError;
   }
   try {
@@ -59,12 +69,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "pipetrain: " << e.what() << " (see pipetrain --help)\n";
+    report() << "pipetrain: " << e.what() << " (see pipetrain --help)\n";
     return kExitInputError;
   }
 
   if (!program.empty() && !commands.front().parser->parsed()) {
-    std::cerr << "pipetrain: arguments after -- are only for 'launch'\n";
+    report() << "pipetrain: arguments after -- are only for 'launch'\n";
     return kExitInputError;
   }
   try {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {
@@ -35,6 +36,7 @@ Seconds default_timeout() {
 }
 
 void set_rank_identity(std::string identity) {
+  io::describe_rank(identity);
   identity_storage() = std::move(identity);
 }
 const std::string& rank_identity() {

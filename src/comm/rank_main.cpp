@@ -5,7 +5,6 @@
 #include <sched.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -13,8 +12,9 @@
 #include <thread>
 
 #include "pipetrain/comm/deadline.h"
-#include "pipetrain/io/atomic_file.h"
+#include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {
@@ -45,18 +45,10 @@ int ranks_on_this_host() {
   return size;
 }
 
-// SIGINT, SIGTERM, SIGHUP (also how mpirun ends the other ranks after one aborts, so
-// silent: the launcher says why): the temporary file of an unfinished write removed, then
-// the default action (the exit status shows the signal).
-void stop_on_signal(int signal) {
-  io::remove_unfinished_file();
-  std::signal(signal, SIG_DFL);
-  std::raise(signal);
-}
-
 [[noreturn]] void abort_job(const char* what, int exit_code) {
   std::fprintf(stderr, "pipetrain: %s: %s\n", rank_identity().c_str(), what);
   std::fflush(stderr);
+  io::record_exit(exit_code);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }
@@ -80,8 +72,9 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  io::open_rank_record(rank);
   set_rank_identity("rank " + std::to_string(rank));
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, stop_on_signal);
+  install_stop_handlers();
   std::set_terminate([] { abort_job("terminated without an exception to report", 1); });
 
   int exit_code = 0;
@@ -97,6 +90,7 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
     abort_job(io::error_message(e).c_str(), 1);
   }
   MPI_Finalize();
+  io::record_exit(exit_code);
   return exit_code;
 }
 

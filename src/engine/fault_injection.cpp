@@ -1,4 +1,5 @@
 #include "pipetrain/engine/fault_injection.h"
+#include "pipetrain/io/rank_record.h"
 
 #include <ATen/ATen.h>
 #include <unistd.h>
@@ -50,9 +51,15 @@ std::string_view name_of(FaultAction action) {
   std::fflush(stderr);
   // Let mpirun forward the line from a remote host before this process disappears.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  if (action == FaultAction::kExit) std::_Exit(3);
+  if (action == FaultAction::kExit) {
+    io::record_exit(3);
+    std::_Exit(3);
+  }
   if (action == FaultAction::kAbort) std::abort();
-  if (action == FaultAction::kKill) std::raise(SIGKILL);
+  if (action == FaultAction::kKill) {
+    io::record_signal(SIGKILL);  // the launcher should not take it for a kill from outside
+    std::raise(SIGKILL);
+  }
   while (true) std::this_thread::sleep_for(std::chrono::seconds(60));  // hang
 }
 

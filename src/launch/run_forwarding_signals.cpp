@@ -15,23 +15,24 @@ namespace {
 
 volatile sig_atomic_t child_pid = 0;
 
-volatile sig_atomic_t told = 0;
+volatile sig_atomic_t received = 0;
 
-// Passes the signal on, and says once (async-signal-safe) why the job is ending.
+// Passes the signal on (SIGTERM as SIGUSR2, see the header), and says once
+// (async-signal-safe) why the job is ending.
 void forward(int signal) {
-  if (!told) {
-    told = 1;
+  if (!received) {
+    received = signal;
     const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
-    for (const char* part : {"pipetrain: launch: stopping the job on ", name, "\n"}) {
+    for (const char* part : {"pipetrain: launch: passing ", name, " to the job\n"}) {
       if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
     }
   }
-  if (child_pid > 0) ::kill(child_pid, signal);
+  if (child_pid > 0) ::kill(child_pid, signal == SIGTERM ? SIGUSR2 : signal);
 }
 
 }  // namespace
 
-int run_forwarding_signals(const std::vector<std::string>& argv) {
+ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
@@ -60,8 +61,7 @@ int run_forwarding_signals(const std::vector<std::string>& argv) {
       throw std::runtime_error(std::string("waitpid failed: ") + std::strerror(errno));
   }
   child_pid = 0;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), received};
 }
 
 }  // namespace pipetrain::launch

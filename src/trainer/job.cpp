@@ -8,6 +8,7 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/data/token_data.h"
+#include "pipetrain/io/activity.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer_seed.h"
 #include "pipetrain/trainer/output_paths.h"
@@ -137,24 +138,32 @@ Job build_job(const nlohmann::json& file) {
   job.grid = build_grid(job.config);
   job.model =
       models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});
-  job.module = build_module(job);
+  {
+    const io::Activity building("building the model's layers");
+    job.module = build_module(job);
+  }
   if (job.grid->global_rank() == 0) {
     for (const auto& key : unknown)
       std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
   }
   engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   job.effective = job_keys().write(job.config);
-  job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.grid, job.config.engine);
+  {
+    const io::Activity preparing("setting up the engine (fp32 masters, pipe buffers)");
+    job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.grid, job.config.engine);
+  }
   job.engine->set_progress_report(false);
   const auto& log = job.config.trainer.log;  // the norm is only computed when logged or clipped
   job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
                                       !log.tensorboard.empty());
   seed_dropout(job);
+  const io::Activity reading("reading the training data");
   build_data(job);
   return job;
 }
 
 double validation_loss(Job& job) {
+  const io::Activity evaluating("computing the validation loss");
   // The same validation batches every time: back to where the source started.
   job.validation_data->restore(job.validation_start);
   double total = 0;

@@ -9,9 +9,12 @@
 #include <optional>
 
 #include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/comm/stop_signals.h"
+#include "pipetrain/io/activity.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/folder_lock.h"
+#include "pipetrain/launch/job_ending.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/job.h"
@@ -207,6 +210,7 @@ StepResult train_step(Job& job, RunLog& log) {
   const engine::InstructionTimers timers_before = engine.timers();
   const auto start = Clock::now();
   StepResult result;
+  const io::Activity training("training step " + std::to_string(engine.global_steps() + 1));
   result.loss = engine.train_batch(job.train_data.get());
   if (trace) {
     write_trace(t.trace, engine, engine.take_records());
@@ -236,7 +240,10 @@ int train(const nlohmann::json& config_file) {
   Job job = build_job(config_file);
   engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
-  if (!t.load.empty()) checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
+  if (!t.load.empty()) {
+    const io::Activity loading("loading checkpoint " + t.load);
+    checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
+  }
   const auto claim = claim_save_folder(job);  // after every input check: nothing written before
   if (!t.load.empty() && job.grid->global_rank() == 0)
     std::printf("resumed from %s at step %lld\n", t.load.c_str(),
@@ -247,15 +254,29 @@ int train(const nlohmann::json& config_file) {
   log.message("validation loss before training: " + std::to_string(first_validation));
   double last_validation = first_validation;
   const nlohmann::json client_state = {{"config", job.effective}};
+  auto save = [&](int64_t step) {
+    const std::string tag = "step_" + std::to_string(step);
+    const io::Activity saving("saving checkpoint " + t.save + "/" + tag);
+    checkpoint::save_checkpoint(engine, t.save, tag, client_state, job.train_data.get());
+    return tag;
+  };
+  const comm::DeferredStop stop(t.save.empty() ? 0 : t.save_on_signal);
   while (engine.global_steps() < t.train_iters) {
     StepResult step = train_step(job, log);
     if (due(step.step, t.eval_interval, t.train_iters))
       step.validation_loss = last_validation = validation_loss(job);
     log.step(step);
-    if (!t.save.empty() && due(step.step, t.save_interval, t.train_iters)) {
-      const std::string tag = "step_" + std::to_string(step.step);
-      checkpoint::save_checkpoint(engine, t.save, tag, client_state, job.train_data.get());
-      log.message("saved " + t.save + "/" + tag);
+    const bool saved = !t.save.empty() && due(step.step, t.save_interval, t.train_iters);
+    if (saved) log.message("saved " + t.save + "/" + save(step.step));
+    if (stop.requested(*job.grid->world_comm())) {
+      const std::string tag = saved ? "step_" + std::to_string(step.step) : save(step.step);
+      if (job.grid->global_rank() == 0)
+        std::fprintf(stderr,
+                     "pipetrain: stopped on %s after step %lld: saved %s/%s; resume with --load "
+                     "%s (exit %d)\n",
+                     launch::signal_name(stop.signal()).c_str(), static_cast<long long>(step.step),
+                     t.save.c_str(), tag.c_str(), t.save.c_str(), kSavedOnSignalExitCode);
+      return kSavedOnSignalExitCode;
     }
   }
   log.finish(first_validation, last_validation);

@@ -1,8 +1,18 @@
 #include "pipetrain/trainer/trainer_config.h"
 
+#include <csignal>
+
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::trainer {
+namespace {
+
+const config::Names<int>& stop_signals() {
+  static const config::Names<int> names{{"SIGTERM", SIGTERM}, {"SIGUSR1", SIGUSR1}, {"none", 0}};
+  return names;
+}
+
+}  // namespace
 
 const config::KeyTable<TrainerConfig>& trainer_keys() {
   static const config::KeyTable<TrainerConfig> table = [] {
@@ -23,6 +33,10 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "checkpoint every N steps; 0: at the end only", config::at_least(0))
         .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
         .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
+        .choice("save_on_signal", PIPETRAIN_FIELD(save_on_signal), stop_signals(),
+                "with `save`: this signal (as a scheduler sends before preempting a job, e.g. "
+                "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "
+                "the job with exit status 75; `none`: it stops the job at once")
         .choice("data.type", PIPETRAIN_FIELD(data.type),
                 config::spellings({"text", "tokens", "synthetic"}),
                 "bytes of text files, token files, or synthetic regression data (MLP)")

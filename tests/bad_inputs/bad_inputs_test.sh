@@ -98,6 +98,8 @@ expect_bad "cli: unknown sub-command" "unknown command 'frobnicate'" frobnicate
 expect_bad "cli: train without --config" "--config is required" train
 expect_bad "cli: missing config file" "config file missing.json cannot be read" launch -n 2 -- "$pipetrain" train --config missing.json
 expect_bad "cli: --pipe not a number" "--pipe" train --config "$work/tiny.json" --pipe two
+expect_bad "cli: an unknown option, in every rank" "The following argument was not expected: --bogus" \
+  $(train --config "$work/tiny.json" --bogus)
 expect_bad "cli: --save not UTF-8" "--save: not valid UTF-8" \
   launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --save $'caf\xe9'
 

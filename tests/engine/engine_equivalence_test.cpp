@@ -120,8 +120,9 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
       auto module = stage_module(c, *grid, config);
       PipelineEngine engine(module, grid, config);
-      if (on_gpu() && device::visible_gpus() == 1)  // ranks sharing a GPU: MPI with host staging
+      if (on_gpu() && device::visible_gpus() == 1) {  // ranks sharing a GPU: MPI, host staging
         EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
+      }
       data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
       const auto evaluation = train_and_compare(engine, loader, reference, tolerance);
       EXPECT_EQ(evaluation.outputs.size(),

@@ -98,23 +98,81 @@ done
 check "launcher killed with SIGKILL: no rank or mpirun left within 10 s ($left left)" test "$left" -eq 0
 pkill -9 -f "orphans-marker"
 
-# SIGTERM to the launcher: the job stops with one line saying why, and no temporary file of
-# an unfinished write is left.
-"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters 100000 \
-  --eval-interval 0 --save "$work/stopped" >stopped.out 2>&1 &
-launcher=$!
-for _ in $(seq 100); do
-  grep -q "^step " stopped.out && break
-  sleep 0.2
-done
-kill -TERM "$launcher"
-wait "$launcher"
+# A job ends with a line saying why, also when no rank could say it: the launcher reads the
+# ranks' accounts. Starts a 2-rank job, signals `target` (launcher or rank 1), waits.
+signal_job() { # name, signal, target, train arguments...
+  local name=$1 signal=$2 target=$3 pid
+  shift 3
+  "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/at-end.json" \
+    --train-iters 100000 --eval-interval 0 "$@" >"$name.out" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 150); do
+    grep -q "^step " "$name.out" && break
+    sleep 0.2
+  done
+  pid=$launcher
+  if [ "$target" = rank ]; then
+    for pid in $(pgrep -f "train --config $work/at-end.json"); do
+      grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$pid/environ" 2>/dev/null && break
+    done
+  fi
+  kill "-$signal" "$pid"
+  wait "$launcher"
+}
+errors() { grep '^pipetrain:' "$1" | tr '\n' ' '; }
+sed 's|"save_interval": 6|"save_interval": 0|' "$config" >"$work/at-end.json" # saves only at the end
+
+signal_job killed KILL rank
 rc=$?
-check "SIGTERM: the job ends non-zero (exit $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
-check "SIGTERM: one line says why ($(grep '^pipetrain:' stopped.out | tr '\n' ' '))" \
-  test "$(grep -c '^pipetrain:' stopped.out)" -eq 1 -a \
-  "$(grep '^pipetrain:' stopped.out)" = "pipetrain: launch: stopping the job on SIGTERM"
-check "SIGTERM: no temporary file left" test -z "$(find "$work/stopped" -name '*.tmp.*' 2>/dev/null)"
+check "SIGKILL from outside: exit 137 (got $rc)" test "$rc" -eq 137
+check "SIGKILL from outside: one line names the rank ($(errors killed.out))" \
+  test "$(grep -c '^pipetrain:' killed.out)" -eq 1 -a -n "$(grep -E '^pipetrain: launch: rank 1 \(pipe=1 data=0\), pid [0-9]+ on .*, was killed by SIGKILL from outside the job' killed.out)"
+signal_job crashed SEGV rank
+rc=$?
+check "SIGSEGV: exit 139 (got $rc)" test "$rc" -eq 139
+check "SIGSEGV: one line names the rank ($(errors crashed.out))" \
+  test "$(grep -c '^pipetrain:' crashed.out)" -eq 1 -a -n "$(grep -E '^pipetrain: launch: rank 1 \(pipe=1 data=0\), pid [0-9]+ on .*, died of SIGSEGV$' crashed.out)"
+
+# SIGTERM without a save folder stops the job with one line, leaving no temporary file.
+signal_job stopped TERM launcher
+rc=$?
+check "SIGTERM: exit 143 (got $rc)" test "$rc" -eq 143
+check "SIGTERM: one line says why ($(errors stopped.out))" \
+  test "$(errors stopped.out)" = "pipetrain: launch: passing SIGTERM to the job "
+# Ctrl-C stops at once even with a save folder: only save_on_signal's signal saves.
+signal_job interrupted INT launcher --save "$work/interrupted"
+rc=$?
+check "SIGINT: the job ends non-zero (exit $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "SIGINT: one line says why ($(errors interrupted.out))" \
+  test "$(errors interrupted.out)" = "pipetrain: launch: passing SIGINT to the job "
+check "SIGINT: nothing saved, no temporary file" \
+  test ! -e "$work/interrupted/latest" -a -z "$(find "$work/interrupted" -name '*.tmp.*' 2>/dev/null)"
+
+# Preemption: SIGTERM with a save folder finishes the step, saves it, and exits 75; the run
+# resumed from it ends where a run that was never stopped does.
+signal_job preempted TERM launcher --save "$work/preempted"
+rc=$?
+check "preempted: exit 75 (got $rc)" test "$rc" -eq 75
+saved=$(cat "$work/preempted/latest" 2>/dev/null)
+check "preempted: the line names the saved step ($(errors preempted.out))" \
+  grep -qE "^pipetrain: stopped on SIGTERM after step ${saved#step_}: saved $work/preempted/$saved; resume with --load $work/preempted \(exit 75\)$" preempted.out
+check "preempted: no temporary file left" test -z "$(find "$work/preempted" -name '*.tmp.*')"
+total=$((${saved#step_} + 3))
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters "$total" \
+  --eval-interval 0 --load "$work/preempted" --save "$work/preempted" >resumed-preempted.out 2>&1
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters "$total" \
+  --eval-interval 0 >unstopped.out 2>&1
+last() { grep -oE "^step $total/$total loss [0-9.]+" "$1"; }
+check "preempted: the resumed run ends as the unstopped one ($(last resumed-preempted.out) vs $(last unstopped.out))" \
+  test -n "$(last unstopped.out)" -a "$(last unstopped.out)" = "$(last resumed-preempted.out)"
+
+# An allocation that fails says what it was for and how big, on one line, exit 1.
+sed 's|"d_model": 32|"d_model": 65536|' "$config" >huge.json
+(ulimit -v 4000000 && "$pipetrain" launch -n 1 -- "$pipetrain" train --config huge.json --pipe 1 >huge.out 2>&1)
+rc=$?
+check "out of memory: exit 1 (got $rc)" test "$rc" -eq 1
+check "out of memory: one line names what and how much ($(head -c 300 huge.out))" \
+  test "$(wc -l <huge.out)" -eq 1 -a -n "$(grep -E "^pipetrain: rank 0 \(pipe=0 data=0\): out of memory while building the model's layers: tried to allocate [0-9.]+ GiB$" huge.out)"
 
 # Resume after a crash: a rank dies in step 3 after step 2's checkpoint; the rerun from it
 # ends with the same losses as a run that never crashed.

@@ -43,9 +43,10 @@ TEST(MpirunCommand, BadInputIsAnInputError) {
 }
 
 TEST(RunForwardingSignals, ReturnsTheChildsStatus) {
-  EXPECT_EQ(run_forwarding_signals({"sh", "-c", "exit 3"}), 3);
-  EXPECT_EQ(run_forwarding_signals({"sh", "-c", "kill -TERM $$"}), 128 + 15);
-  EXPECT_EQ(run_forwarding_signals({"/no/such/program"}), 127);
+  EXPECT_EQ(run_forwarding_signals({"sh", "-c", "exit 3"}).status, 3);
+  EXPECT_EQ(run_forwarding_signals({"sh", "-c", "kill -TERM $$"}).status, 128 + 15);
+  EXPECT_EQ(run_forwarding_signals({"/no/such/program"}).status, 127);
+  EXPECT_EQ(run_forwarding_signals({"true"}).signal_received, 0);
 }
 
 }  // namespace

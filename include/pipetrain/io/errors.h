@@ -13,12 +13,10 @@ class InputError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// An exception's message for a person: LibTorch's errors carry a C++ backtrace after
-// their message, which is cut off here.
-inline std::string error_message(const std::exception& e) {
-  const std::string what = e.what();
-  const auto backtrace = what.find("\nException raised from ");
-  return backtrace == std::string::npos ? what : what.substr(0, backtrace);
-}
+// An exception's message for a person, on one line: LibTorch's C++ backtrace after the
+// message is cut off, and a failed allocation (std::bad_alloc, or LibTorch's CPU or CUDA
+// allocator) says what was being done (see Activity) and, where known, its size, e.g.
+// "out of memory while building the model's layers: tried to allocate 48.0 GiB".
+std::string error_message(const std::exception& e);
 
 }  // namespace pipetrain::io

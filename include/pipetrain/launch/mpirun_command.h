@@ -20,8 +20,16 @@ struct LaunchOptions {
 // the program. Throws InputError for ranks < 1, a missing hostfile or no program.
 std::vector<std::string> mpirun_command(const LaunchOptions& options);
 
-// Runs `argv` as a child process, forwarding SIGINT, SIGTERM and SIGHUP to it, and returns
-// its exit status (128 + signal if a signal ended it). Throws if it cannot start.
-int run_forwarding_signals(const std::vector<std::string>& argv);
+struct ChildEnding {
+  int status = 0;           // exit status, 128 + signal if a signal ended it
+  int signal_received = 0;  // the first stop signal this process passed on; 0: none
+};
+
+// Runs `argv` (mpirun) as a child process that dies with this one, passing SIGINT and
+// SIGHUP on to it, and SIGTERM as SIGUSR2: mpirun answers SIGTERM by killing the job (its
+// ranks get SIGTERM, then SIGKILL a second later), but passes SIGUSR1 and SIGUSR2 to every
+// rank, whose handlers read SIGUSR2 as SIGTERM (a rank saving on SIGTERM gets to finish its
+// step). Prints one line when it passes a signal on. Throws if the child cannot start.
+ChildEnding run_forwarding_signals(const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::launch

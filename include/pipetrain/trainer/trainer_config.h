@@ -1,5 +1,6 @@
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,9 +18,10 @@ struct TrainerConfig {
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;
-  int64_t save_interval = 0;  // 0: only at the end (when `save` is set)
-  std::string save;           // checkpoint directory
-  std::string load;           // resume from this directory's latest checkpoint
+  int64_t save_interval = 0;     // 0: only at the end (when `save` is set)
+  std::string save;              // checkpoint directory
+  std::string load;              // resume from this directory's latest checkpoint
+  int save_on_signal = SIGTERM;  // saves a checkpoint and stops the job; 0: none
   struct Data {
     std::string type = "text";  // text, tokens or synthetic
     std::vector<std::string> paths{"/usr/share/common-licenses"};

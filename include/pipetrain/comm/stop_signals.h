@@ -1,0 +1,37 @@
+#pragma once
+
+#include "pipetrain/comm/communicator.h"
+
+// How a rank answers signals. Ranks stay silent when a signal ends them: mpirun ends the
+// other ranks with SIGTERM after one fails, and the failing rank, or the launcher (from the
+// ranks' accounts, see io/rank_record.h), says why.
+namespace pipetrain::comm {
+
+// Stop signals (SIGINT, SIGTERM, SIGHUP, and SIGUSR2, which `pipetrain launch` sends in
+// SIGTERM's place) end the rank at once: the temporary file of an unfinished write removed,
+// the signal recorded, then the default action (the exit status shows the signal). Crash
+// signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) are recorded, then take their default action.
+void install_stop_handlers();
+
+// While it lives, `signal` (SIGTERM or SIGUSR1) no longer ends the rank: it is noted, for
+// the caller to stop at a point of its choosing (the trainer: at the end of a step, after
+// saving a checkpoint). A second one ends the rank at once. Signal 0: nothing is deferred.
+// Under `pipetrain launch`, SIGTERM means the launcher's SIGUSR2: a SIGTERM itself is then
+// mpirun ending the job (after Ctrl-C, or after a rank failed) and still ends the rank.
+class DeferredStop {
+ public:
+  explicit DeferredStop(int signal);
+  ~DeferredStop();  // the signal ends the rank at once again
+  DeferredStop(const DeferredStop&) = delete;
+  DeferredStop& operator=(const DeferredStop&) = delete;
+
+  // Collective over `world` (every rank gets the same answer): whether any rank has
+  // received the signal.
+  bool requested(Communicator& world) const;
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+}  // namespace pipetrain::comm

@@ -1,0 +1,51 @@
+#include "pipetrain/launch/run_job.h"
+
+#include <stdlib.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "pipetrain/io/rank_record.h"
+#include "pipetrain/launch/job_ending.h"
+
+namespace pipetrain::launch {
+namespace fs = std::filesystem;
+namespace {
+
+// A fresh folder under the temporary directory, removed with the object.
+class TemporaryFolder {
+ public:
+  TemporaryFolder() {
+    std::string pattern = (fs::temp_directory_path() / "pipetrain-ranks-XXXXXX").string();
+    if (::mkdtemp(pattern.data())) path_ = pattern;
+  }
+  ~TemporaryFolder() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+
+  const fs::path& path() const { return path_; }  // empty when it could not be made
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) {
+  const TemporaryFolder records;
+  if (!records.path().empty()) ::setenv("PIPETRAIN_RANK_RECORDS", records.path().c_str(), 1);
+  const ChildEnding ending = run_forwarding_signals(mpirun_command(options));
+  if (ending.signal_received == 0 && !records.path().empty()) {
+    const std::string line = describe_ending(io::read_rank_records(records.path()), ending.status);
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  // A SIGTERM passed on as SIGUSR2 that ended the ranks reads as the SIGTERM it was.
+  if (ending.signal_received == SIGTERM && ending.status == 128 + SIGUSR2) return 128 + SIGTERM;
+  return ending.status;
+}
+
+}  // namespace pipetrain::launch
