@@ -7,6 +7,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <optional>
 
 #include "pipetrain/checkpoint/safetensors.h"
@@ -25,6 +27,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFormatVersion = 1;
+// The manifest is parsed whole: larger ones are refused before reading.
+constexpr std::uintmax_t kLargestManifest = 64u << 20;
 
 std::string numbered(const char* prefix, int number, int width) {
   char name[64];
@@ -185,6 +189,61 @@ void publish(const fs::path& staged, const fs::path& target) {
   fs::remove_all(aside);
 }
 
+std::string crc_text(const std::string& bytes) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x\n", io::crc32(bytes));
+  return text;
+}
+
+// manifest.json with its CRC-32 beside it, in manifest.crc32.
+void write_manifest(const fs::path& folder, const nlohmann::json& manifest) {
+  const std::string bytes = manifest.dump(2);
+  io::write_file_atomically(folder / "manifest.json", bytes);
+  io::write_file_atomically(folder / "manifest.crc32", crc_text(bytes));
+}
+
+// Bytes a tensor of this dtype and shape takes in a file; nullopt if the description is not
+// one (an unknown dtype, a negative or overflowing size).
+std::optional<uint64_t> tensor_bytes(const nlohmann::json& tensor) {
+  static const std::map<std::string, uint64_t> kSizes = {
+      {"Float", 4}, {"Double", 8}, {"Half", 2}, {"BFloat16", 2}, {"Long", 8}, {"Int", 4}};
+  if (!tensor.is_object() || !tensor.contains("dtype") || !tensor["dtype"].is_string() ||
+      !tensor.contains("shape") || !tensor["shape"].is_array())
+    return std::nullopt;
+  const auto size = kSizes.find(tensor["dtype"].get<std::string>());
+  if (size == kSizes.end()) return std::nullopt;
+  uint64_t bytes = size->second;
+  for (const auto& extent : tensor["shape"]) {
+    if (!extent.is_number_unsigned()) return std::nullopt;
+    const uint64_t n = extent.get<uint64_t>();
+    if (n != 0 && bytes > UINT64_MAX / n) return std::nullopt;
+    bytes *= n;
+  }
+  return bytes;
+}
+
+// A layer's described tensors (if any) must be well formed and fit in the file holding them.
+void check_layer_tensors(const nlohmann::json& layer, const nlohmann::json& files,
+                         const std::string& where,
+                         const std::function<void(const std::string&)>& fail) {
+  if (!layer.contains("tensors")) return;
+  if (!layer["tensors"].is_object()) fail(where + ".tensors must be an object");
+  uint64_t total = 0;
+  for (const auto& [name, tensor] : layer["tensors"].items()) {
+    const auto bytes = tensor_bytes(tensor);
+    if (!bytes || *bytes > UINT64_MAX - total)
+      fail(where + ".tensors." + name + " must hold a known \"dtype\" and a \"shape\" of sizes");
+    total += *bytes;
+  }
+  const std::string file = layer.value("file", std::string());
+  if (file.empty()) fail(where + " describes tensors but names no \"file\"");
+  const uint64_t held = files[file]["bytes"].get<uint64_t>();
+  if (total > held) {
+    fail(where + ".tensors take " + std::to_string(total) + " bytes, more than the " +
+         std::to_string(held) + " of " + file);
+  }
+}
+
 // The manifest's shape, checked before any value of it is used: what the loader reads is
 // there with the right type (a manifest is untrusted input).
 void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
@@ -206,9 +265,14 @@ void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
     if (!layer.is_object() || !layer.contains("type") || !layer["type"].is_string())
       fail(where + " must be an object with a string \"type\"");
     for (const char* key : {"file", "optimizer_file"}) {
-      if (layer.contains(key) && !layer[key].is_string())
-        fail(where + "." + key + " must be a string");
+      if (!layer.contains(key)) continue;
+      if (!layer[key].is_string()) fail(where + "." + key + " must be a string");
+      const std::string name = layer[key].get<std::string>();
+      inside(path.parent_path(), name, path.string());
+      if (!files->contains(name))
+        fail(where + "." + key + " '" + name + "' is not listed in \"files\"");
     }
+    check_layer_tensors(layer, *files, where, fail);
   }
   const auto* steps = manifest.contains("global_steps") ? &manifest["global_steps"] : nullptr;
   if (!steps || !steps->is_number_integer() || steps->get<int64_t>() < 0)
@@ -223,7 +287,21 @@ nlohmann::json read_manifest(const fs::path& folder) {
     throw io::InputError(path.string() +
                          " is missing (not a checkpoint, or its save was interrupted)");
   }
-  const nlohmann::json manifest = config::parse_json(io::read_file(path), path.string());
+  const std::string bytes = io::read_file(path, kLargestManifest);
+  const fs::path crc_path = folder / "manifest.crc32";
+  if (!fs::exists(crc_path)) {
+    throw io::InputError(crc_path.string() +
+                         " is missing (a checkpoint of an earlier pipetrain, or its save was "
+                         "interrupted)");
+  }
+  const std::string crc = io::read_file(crc_path, 64);
+  if (crc != crc_text(bytes)) {
+    std::string said = crc.substr(0, crc.find('\n'));
+    throw io::InputError(path.string() + ": checksum mismatch (manifest.crc32 says '" + said +
+                         "', the file's is " + crc_text(bytes).substr(0, 8) +
+                         "): damaged, or edited by hand");
+  }
+  const nlohmann::json manifest = config::parse_json(bytes, path.string());
   if (manifest.is_discarded() || !manifest.is_object() ||
       manifest.value("format", "") != "pipetrain-checkpoint") {
     throw io::InputError(path.string() + " is not a pipetrain checkpoint manifest");
@@ -244,11 +322,16 @@ comm::NamedTensors read_verified(const fs::path& folder, const nlohmann::json& m
   const auto& files = manifest.at("files");
   if (!files.contains(name)) throw io::InputError(path.string() + " is not listed in the manifest");
   const auto& expected = files.at(name);
-  const std::string bytes = io::read_file(path);
-  if (bytes.size() != expected.value("bytes", uint64_t{0})) {
-    throw io::InputError(
-        path.string() + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " +
-        expected.value("bytes", nlohmann::json()).dump() + " (truncated or replaced)");
+  // The size first, from the file system: nothing larger than the manifest says is read.
+  std::error_code error;
+  const std::uintmax_t size = fs::file_size(path, error);
+  const std::string bytes =
+      !error && size != expected["bytes"].get<uint64_t>() ? std::string() : io::read_file(path);
+  const uint64_t found = error ? bytes.size() : size;
+  if (found != expected["bytes"].get<uint64_t>()) {
+    throw io::InputError(path.string() + ": " + std::to_string(found) +
+                         " bytes, the manifest says " + expected["bytes"].dump() +
+                         " (truncated or replaced)");
   }
   const uint32_t crc = io::crc32(bytes);
   if (crc != expected.value("crc32", uint32_t{0})) {
@@ -372,6 +455,24 @@ nlohmann::json read_client_state(const fs::path& directory, const std::string& t
       .value("client_state", nlohmann::json());
 }
 
+std::vector<int64_t> saved_parameter_counts(const fs::path& directory, const std::string& tag) {
+  const fs::path folder = directory / resolve_tag(directory, tag);
+  const nlohmann::json manifest = read_manifest(folder);  // tensors checked to fit their files
+  std::vector<int64_t> counts;
+  for (const auto& layer : manifest.at("layers")) {
+    int64_t count = layer.contains("tied_to") ? -1 : 0;
+    if (count == 0 && layer.contains("tensors")) {
+      for (const auto& [name, tensor] : layer["tensors"].items()) {
+        int64_t elements = 1;
+        for (const auto& extent : tensor["shape"]) elements *= extent.get<int64_t>();
+        count += elements;
+      }
+    }
+    counts.push_back(count);
+  }
+  return counts;
+}
+
 std::string resolve_tag(const fs::path& directory, const std::string& tag) {
   if (tag != "latest") return tag;
   const fs::path latest = directory / "latest";
@@ -493,7 +594,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
       }
     }
     manifest["layers"] = described;
-    io::write_file_atomically(folder / "manifest.json", manifest.dump(2));
+    write_manifest(folder, manifest);
   }
   world.barrier();  // every file of this tag is in place
   if (world.rank() == 0) {

@@ -77,7 +77,8 @@ nlohmann::json read_json_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error))
     throw io::InputError("config file " + path + " cannot be read");
-  const std::string text = io::read_file(path);  // refuses FIFOs, devices and folders
+  constexpr std::uintmax_t kLargestConfig = 16u << 20;  // parsed whole: a bound, not a limit
+  const std::string text = io::read_file(path, kLargestConfig);  // refuses FIFOs, devices, folders
   nlohmann::json json = parse_json(text, "config file " + path, /*comments=*/true);
   if (json.is_discarded()) throw io::InputError("config file " + path + " is not valid JSON");
   if (!json.is_object()) throw io::InputError("config file " + path + " must hold a JSON object");

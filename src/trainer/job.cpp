@@ -128,9 +128,29 @@ void seed_dropout(const Job& job) {
   at::manual_seed(module::layer_seed(static_cast<uint64_t>(job.config.engine.seed), -1 - replica));
 }
 
+// A model built from a checkpoint's own config must match what its files hold, layer by
+// layer, before anything is allocated.
+void check_against_checkpoint(const std::vector<module::LayerSpec>& layers,
+                              const std::string& checkpoint) {
+  const std::vector<int64_t> saved = checkpoint::saved_parameter_counts(checkpoint);
+  if (saved.size() != layers.size()) {
+    throw io::InputError(checkpoint + ": its model config gives " + std::to_string(layers.size()) +
+                         " layers, its manifest lists " + std::to_string(saved.size()));
+  }
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (saved[i] < 0 || !layers[i].count_parameters) continue;  // a tied layer's later use
+    const int64_t expected = layers[i].count_parameters();
+    if (expected != saved[i]) {
+      throw io::InputError(checkpoint + ": layer " + std::to_string(i) + " (" + layers[i].type +
+                           "): its model config gives " + std::to_string(expected) +
+                           " parameters, its files hold " + std::to_string(saved[i]));
+    }
+  }
+}
+
 }  // namespace
 
-Job build_job(const nlohmann::json& file) {
+Job build_job(const nlohmann::json& file, const std::string& trusted_from) {
   Job job;
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
@@ -138,6 +158,7 @@ Job build_job(const nlohmann::json& file) {
   job.grid = build_grid(job.config);
   job.model =
       models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});
+  if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   {
     const io::Activity building("building the model's layers");
     job.module = build_module(job);

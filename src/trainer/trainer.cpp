@@ -288,7 +288,7 @@ int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
   const int ranks = comm::MpiCommunicator::world()->size();
   nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
   config["eval_iters"] = eval_iters;
-  Job job = build_job(config);
+  Job job = build_job(config, checkpoint);
   checkpoint::load_checkpoint(*job.engine, checkpoint, "latest");
   const double loss = validation_loss(job);
   if (job.grid->global_rank() == 0) {
@@ -303,7 +303,8 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   if (options.prompt.empty())
     throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch));
+  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch),
+                      options.checkpoint);
   const auto* tokens = job.model.tokens();
   if (!tokens)
     throw io::InputError("generate needs a language model checkpoint (model.type " +

@@ -66,6 +66,12 @@ data_case empty-folder "data.paths: no files found" \
 tiny='{"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": 2}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 1, "eval_iters": 1, "sample": {"tokens": 0}}'
 echo "$tiny" >"$work/tiny.json"
 (cd "$work" && "$pipetrain" launch -n 2 -- "$pipetrain" train --config tiny.json --save good >/dev/null 2>&1)
+# A manifest edited as a damaged or hostile one would be, its checksum made to match.
+sealed() { sed -i "$1" step_1/manifest.json && python3 "$corpus/../checkpoint/reseal_manifest.py" step_1; }
+sealed_json() { # a Python statement changing the manifest `m`
+  python3 -c "import json, sys; p = 'step_1/manifest.json'; m = json.load(open(p)); exec(sys.argv[1]); json.dump(m, open(p, 'w'))" "$1" &&
+    python3 "$corpus/../checkpoint/reseal_manifest.py" step_1
+}
 damaged_case() { # name, expected, damage (run inside the copy)
   rm -rf "$work/$1" && cp -r "$work/good" "$work/$1" && (cd "$work/$1" && eval "$3")
   # shellcheck disable=SC2046
@@ -75,22 +81,34 @@ damaged_case truncated "layer_001.safetensors: " "truncate -s 64 step_1/layer_00
 damaged_case flipped-byte "checksum mismatch" "printf '\\377' | dd of=step_1/layer_002.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null"
 damaged_case missing-file "optimizer_001.safetensors: cannot be read" "rm step_1/optimizer_001.safetensors"
 damaged_case another-model "this model has 5" \
-  "sed -i 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |' step_1/manifest.json"
+  "sealed 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |'"
 damaged_case no-latest "latest is missing" "rm latest"
-damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "echo '{}' >step_1/manifest.json"
+damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "sealed 's|.*|{}|;1!d'"
+damaged_case unsealed-manifest "manifest.json: checksum mismatch (manifest.crc32 says" \
+  "sed -i 's|\"global_steps\": 1|\"global_steps\": 0|' step_1/manifest.json"
+damaged_case unsealed-old-checkpoint "step_1/manifest.crc32 is missing" "rm step_1/manifest.crc32"
+damaged_case tensors-beyond-their-file "layers[1].tensors take " \
+  "sealed_json \"m['layers'][1]['tensors']['qkv.weight']['shape'] = [48000000, 16]\""
 damaged_case manifest-without-files "manifest.json: \"files\" must be an object" \
-  "sed -i 's|\"files\": {|\"filez\": {|' step_1/manifest.json"
+  "sealed 's|\"files\": {|\"filez\": {|'"
 damaged_case negative-steps "manifest.json: \"global_steps\" must be a whole number >= 0" \
-  "sed -i 's|\"global_steps\": 1|\"global_steps\": -20|' step_1/manifest.json"
+  "sealed 's|\"global_steps\": 1|\"global_steps\": -20|'"
 # Checkpoints stay inside their folder and hold regular files only.
 damaged_case manifest-traversal "'../step_1/layer_001.safetensors' is not a plain file name inside the checkpoint folder" \
-  "sed -i 's|\"file\": \"layer_001.safetensors\"|\"file\": \"../step_1/layer_001.safetensors\"|' step_1/manifest.json"
+  "sealed 's|\"file\": \"layer_001.safetensors\"|\"file\": \"../step_1/layer_001.safetensors\"|'"
 damaged_case latest-traversal "latest: '../good/step_1' is not a plain file name inside the checkpoint folder" \
   "echo ../good/step_1 >latest"
 damaged_case symlinked-layer "layer_002.safetensors: a symbolic link; checkpoint files must be the folder's own" \
   "cp step_1/layer_002.safetensors ../elsewhere.safetensors && rm step_1/layer_002.safetensors && ln -s \"\$PWD/../elsewhere.safetensors\" step_1/layer_002.safetensors"
 damaged_case fifo-layer "layer_002.safetensors: not a regular file (a folder, FIFO or device?)" \
   "rm step_1/layer_002.safetensors && mkfifo step_1/layer_002.safetensors"
+
+# A checkpoint's own config is trusted by eval only as far as its files reach.
+rm -rf "$work/inflated" && cp -r "$work/good" "$work/inflated"
+(cd "$work/inflated" && sealed 's|"d_model": 16|"d_model": 1600000|')
+expect_bad "checkpoint inflated-config (eval)" \
+  "layer 0 (GptEmbedding): its model config gives 435200000 parameters, its files hold 4352" \
+  launch -n 2 -- "$pipetrain" eval --checkpoint "$work/inflated"
 
 # 4. Command lines.
 expect_bad "cli: no sub-command" "subcommand" 

@@ -153,9 +153,12 @@ damaged "flipped byte" "layer_001.safetensors: checksum mismatch \(manifest [0-9
   'printf "\x01" | dd of=step_3/layer_001.safetensors bs=1 seek=300 conv=notrunc 2>/dev/null'
 damaged "missing file" "optimizer_003.safetensors: cannot be read" 'rm step_3/optimizer_003.safetensors'
 damaged "missing manifest" "manifest.json is missing \(not a checkpoint, or its save was interrupted\)" 'rm step_3/manifest.json'
+damaged "manifest edited, not resealed" "manifest.json: checksum mismatch \(manifest.crc32 says '[0-9a-f]{8}', the file's is [0-9a-f]{8}\): damaged, or edited by hand" \
+  'sed -i "s|\"global_steps\": 3|\"global_steps\": 2|" step_3/manifest.json'
+damaged "missing manifest checksum" "manifest.crc32 is missing" 'rm step_3/manifest.crc32'
 damaged "no latest" "no checkpoint to load in .*latest is missing" 'rm latest'
 damaged "another model" "the checkpoint holds 7 layers, this model has 6" \
-  'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(m[\"layers\"][-1]);json.dump(m,open(\"step_3/manifest.json\",\"w\"))"'
+  'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(m[\"layers\"][-1]);json.dump(m,open(\"step_3/manifest.json\",\"w\"))" && python3 "$here/reseal_manifest.py" step_3'
 damaged "other shapes" "layer_001.safetensors: tensor 'qkv.weight' is Float \[48, 8\], the model expects Float \[48, 16\]" \
   '"$python" "$here/replace_layer.py" step_3 layer_001.safetensors'
 damaged "optimizer state of another shape" "optimizer_001.safetensors: tensor 'qkv.weight/exp_avg' is \[48, 8\], which does not fit parameter 'qkv.weight' \[48, 16\]" \

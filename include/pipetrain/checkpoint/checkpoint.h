@@ -3,12 +3,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
 // Checkpoints: one folder per tag under a checkpoint directory, holding
 //   manifest.json               model, topology, files with CRC-32s, step, data, client state
+//   manifest.crc32              the manifest's own CRC-32 (8 hex digits)
 //   layer_NNN.safetensors       layer NNN's weights (a tied layer once, under its first index)
 //   optimizer_NNN.safetensors   optimizer state of layer NNN's weights ("<tensor>/<field>")
 //   rng_rank_RRRR.safetensors   each rank's random state
@@ -44,6 +46,12 @@ void export_checkpoint(const std::filesystem::path& directory, const std::string
 // checked, without loading any weights); InputError if it cannot be read.
 nlohmann::json read_client_state(const std::filesystem::path& directory,
                                  const std::string& tag = "latest");
+
+// Parameters per layer as the checkpoint's manifest describes them, read without loading
+// any weights (the described tensors are checked to fit in the files that hold them); -1
+// for a later occurrence of a tied layer.
+std::vector<int64_t> saved_parameter_counts(const std::filesystem::path& directory,
+                                            const std::string& tag = "latest");
 
 // The tag `latest` names (or `tag` itself); InputError if there is none.
 std::string resolve_tag(const std::filesystem::path& directory, const std::string& tag);

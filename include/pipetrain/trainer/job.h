@@ -30,8 +30,11 @@ struct Job {
 };
 
 // Collective over the MPI world: parses `file` once (unknown keys warned about on rank 0),
-// builds the grid, this stage's part of the model, the engine and the data.
-Job build_job(const nlohmann::json& file);
+// builds the grid, this stage's part of the model, the engine and the data. With
+// `trusted_from`, a checkpoint the config was read from (see config_of_checkpoint), the
+// model's layers are first checked to have the parameter counts the checkpoint's files
+// hold, so that a config edited in a manifest allocates nothing the files could not fill.
+Job build_job(const nlohmann::json& file, const std::string& trusted_from = {});
 
 // Collective: the mean loss over eval_iters validation batches, the same ones every time.
 double validation_loss(Job& job);
