@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "pipetrain/data/indexed_dataset.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/module/layer_seed.h"
@@ -34,19 +35,19 @@ std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
   return files;
 }
 
-TokenCorpus split(at::Tensor tokens, int64_t vocab_size, double validation_fraction,
-                  const std::string& source) {
+// The last `validation_fraction` of the stream is the validation part.
+TokenCorpus split(std::shared_ptr<const TokenStream> tokens, int64_t vocab_size,
+                  double validation_fraction, const std::string& source) {
   if (!(validation_fraction > 0 && validation_fraction < 1)) {
     throw io::InputError("data.validation_fraction must be between 0 and 1");
   }
-  const int64_t n = tokens.numel();
-  const int64_t validation = static_cast<int64_t>(n * validation_fraction);
+  const int64_t n = tokens->size();
+  const auto validation = static_cast<int64_t>(static_cast<double>(n) * validation_fraction);
   if (validation < 2 || n - validation < 2) {
     throw io::InputError(source + " holds " + std::to_string(n) +
                          " tokens, too few to split for training and validation");
   }
-  return {tokens.narrow(0, 0, n - validation), tokens.narrow(0, n - validation, validation),
-          vocab_size};
+  return {{tokens, 0, n - validation}, {tokens, n - validation, validation}, vocab_size};
 }
 
 // Window starts for draw `draw` of `stream`: a counter-based generator, so any draw can
@@ -72,7 +73,8 @@ TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation
   for (const auto& file : regular_files(paths)) bytes += io::read_file(file);
   at::Tensor tokens = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(tokens.data_ptr(), bytes.data(), bytes.size());
-  return split(tokens.to(at::kLong), 256, validation_fraction, "the text in " + paths.front());
+  return split(std::make_shared<TensorTokens>(tokens), 256, validation_fraction,
+               "the text in " + paths.front());
 }
 
 TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
@@ -102,25 +104,39 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
     }
     parts.push_back(ids);
   }
-  return split(at::cat(parts), vocab_size, validation_fraction,
+  return split(std::make_shared<TensorTokens>(at::cat(parts)), vocab_size, validation_fraction,
                "the token files in " + paths.front());
 }
 
-SequenceSource::SequenceSource(at::Tensor tokens, int64_t context, int64_t batch, uint64_t seed,
-                               uint64_t stream)
-    : tokens_(std::move(tokens)), context_(context), batch_(batch), seed_(seed), stream_(stream) {
-  if (tokens_.numel() < context_ + 2) {
+TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
+                           double validation_fraction) {
+  return split(std::make_shared<IndexedTokens>(prefixes), vocab_size, validation_fraction,
+               "the indexed dataset " + (prefixes.empty() ? std::string() : prefixes.front()));
+}
+
+SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
+                               uint64_t seed, uint64_t stream)
+    : tokens_(std::move(tokens)),
+      vocab_size_(vocab_size),
+      context_(context),
+      batch_(batch),
+      seed_(seed),
+      stream_(stream) {
+  if (tokens_.length < context_ + 2) {
     throw io::InputError("a sequence of " + std::to_string(context_ + 1) +
-                         " tokens does not fit in " + std::to_string(tokens_.numel()) +
+                         " tokens does not fit in " + std::to_string(tokens_.length) +
                          " tokens of data (lower model.context or add data)");
   }
 }
 
 engine::MicroBatch SequenceSource::next() {
   const at::Tensor starts =
-      draw_integers(seed_, stream_, drawn_++, batch_, tokens_.numel() - context_);
-  const at::Tensor offsets = at::arange(context_ + 1, at::kLong);
-  const at::Tensor windows = tokens_.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});
+      draw_integers(seed_, stream_, drawn_++, batch_, tokens_.length - context_);
+  at::Tensor windows = at::empty({batch_, context_ + 1}, at::kLong);
+  for (int64_t b = 0; b < batch_; ++b) {
+    tokens_.stream->read(tokens_.begin + starts.data_ptr<int64_t>()[b], context_ + 1, vocab_size_,
+                         windows.data_ptr<int64_t>() + b * (context_ + 1));
+  }
   return {{windows.narrow(1, 0, context_).contiguous()},
           {windows.narrow(1, 1, context_).contiguous()}};
 }

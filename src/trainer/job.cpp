@@ -81,7 +81,8 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
       features.inputs, features.outputs, batch, seed, kValidationStreams + replica);
 }
 
-// Token sequences for a language model: bytes of text files, or token files.
+// Token sequences for a language model: bytes of text files, token files, or Megatron's
+// indexed datasets.
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
   data::TokenCorpus corpus;
@@ -90,13 +91,15 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
       throw io::InputError("model.vocab_size " + std::to_string(tokens.vocab_size) +
                            " is below 256, the byte vocabulary of text data");
     corpus = data::text_corpus(data.paths, data.validation_fraction);
+  } else if (data.type == "indexed") {
+    corpus = data::indexed_corpus(data.paths, tokens.vocab_size, data.validation_fraction);
   } else {
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
-  auto source = [&](const at::Tensor& part, uint64_t stream) {
+  auto source = [&](const data::TokenSpan& part, uint64_t stream) {
     return std::make_unique<data::SequenceSource>(
-        part, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
+        part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
         static_cast<uint64_t>(job.config.engine.seed), stream);
   };
   job.train_data = source(corpus.train, replica);

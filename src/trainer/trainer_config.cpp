@@ -38,8 +38,10 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                 "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "
                 "the job with exit status 75; `none`: it stops the job at once")
         .choice("data.type", PIPETRAIN_FIELD(data.type),
-                config::spellings({"text", "tokens", "synthetic"}),
-                "bytes of text files, token files, or synthetic regression data (MLP)")
+                config::spellings({"text", "tokens", "indexed", "synthetic"}),
+                "bytes of text files, token files, Megatron's indexed datasets (`paths`: "
+                "prefixes of `.bin`/`.idx` pairs, mapped; windows cross document boundaries as "
+                "in Megatron's GPT dataset), or synthetic regression data (MLP)")
         .texts("data.paths", PIPETRAIN_FIELD(data.paths), "files or folders")
         .integer("data.token_bytes", PIPETRAIN_FIELD(data.token_bytes),
                  "2 (uint16) or 4 (uint32) for `tokens`")

@@ -59,6 +59,13 @@ data_case too-short "too few to split" \
   "{\"type\": \"text\", \"paths\": [\"$work/short.txt\"]}" "printf 'tiny' >'$work/short.txt'"
 data_case context-longer-than-data "a sequence of 17 tokens does not fit in" \
   "{\"type\": \"text\", \"paths\": [\"$work/line.txt\"]}" "printf 'one short line of text here' >'$work/line.txt'"
+writer="$corpus/../data/write_indexed.py"
+data_case indexed-bad-magic "magic.idx: not a Megatron indexed dataset index (no MMIDIDX header)" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/magic\"]}" "python3 '$writer' '$work/magic' uint16 50 magic"
+data_case indexed-truncated-bin "cut.idx: sequence 49 (offset 1048, 11 tokens) ends beyond the 1064-byte .bin (truncated or mismatched)" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/cut\"]}" "python3 '$writer' '$work/cut' uint16 50 truncated-bin"
+data_case indexed-pointer-outside "pointer.idx: sequence 25 (offset 1000000526, 9 tokens) does not follow the one before it" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/pointer\"]}" "python3 '$writer' '$work/pointer' uint16 50 pointer"
 data_case empty-folder "data.paths: no files found" \
   "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
 

@@ -165,6 +165,18 @@ check "model 2: its checkpoint evaluates on one rank as model 1's ($(eval_loss t
 to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$(variant tokens "$to_tokens")" --train-iters 2 >tokens.out 2>&1
 check "tokens: trains on a uint16 token file" grep -q '^step 2/2 loss' tokens.out
+# Megatron's indexed datasets, written in its format by a standard-library writer: a job
+# trains on them, and resumes from a checkpoint exactly as one that never stopped.
+python3 "$(dirname "$config")/../data/write_indexed.py" corpus uint16 400
+to_indexed='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "indexed", "paths": ["corpus"]|; s|"vocab_size": 256|"vocab_size": 1000|'
+indexed=$(variant indexed "$to_indexed")
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$indexed" --train-iters 4 --eval-interval 0 >indexed.out 2>&1
+check "indexed: trains on a Megatron .bin/.idx pair" grep -q '^step 4/4 loss' indexed.out
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$indexed" --train-iters 2 --eval-interval 0 --save indexed-ckpt >indexed-a.out 2>&1
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$indexed" --train-iters 4 --eval-interval 0 --load indexed-ckpt >indexed-b.out 2>&1
+last_step() { grep -oE '^step 4/4 loss [0-9.]+' "$1"; }
+check "indexed: 2 + 2 steps resumed end as 4 steps did ($(last_step indexed.out) vs $(last_step indexed-b.out))" \
+  test -n "$(last_step indexed.out)" -a "$(last_step indexed.out)" = "$(last_step indexed-b.out)"
 "$pipetrain" launch -n 2 -- "$pipetrain" train --train-iters 20 --config "$(variant mlp \
   's|"model": {[^}]*}|"model": {"type": "mlp", "inputs": 8, "hidden": 32, "outputs": 2, "layers": 3}|; s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "synthetic"|')" >mlp.out 2>&1
 check "synthetic: the MLP learns its teacher" awk '/^validation loss: /{ exit !($5 < 0.5 * $3) }' mlp.out
@@ -179,6 +191,8 @@ bad() { # description, pattern, arguments...
 }
 bad "out-of-vocabulary token" "bad.bin: token 2 is 300, not below model.vocab_size 256" \
   --config "$(variant bad-tokens "${to_tokens/tokens.bin/bad.bin}")"
+bad "indexed ids beyond the vocabulary" "corpus.bin: token [0-9]* is [0-9]*, not in \[0, model.vocab_size 256)" \
+  --config "$(variant indexed-small 's|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "indexed", "paths": ["corpus"]|')"
 bad "missing data" "data.paths: /no/such/corpus does not exist" \
   --config "$(variant no-data 's|/usr/share/common-licenses|/no/such/corpus|')"
 bad "grid not matching the job" "pipeline.stages 3 does not divide the job's 2 ranks" --config "$config" --pipe 3

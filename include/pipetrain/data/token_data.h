@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "pipetrain/data/data_source.h"
+#include "pipetrain/data/token_stream.h"
 
 namespace pipetrain::data {
 
-// A token stream split into training and validation parts (int64 1-D tensors).
+// A token stream split into training and validation parts.
 struct TokenCorpus {
-  at::Tensor train;
-  at::Tensor validation;
+  TokenSpan train;
+  TokenSpan validation;
   int64_t vocab_size = 256;
 };
 
@@ -29,19 +30,26 @@ TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation
 TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
                         int64_t vocab_size, double validation_fraction);
 
-// Language-model micro-batches: `batch` windows of `context` + 1 tokens at positions drawn
-// from (seed, stream, draw count) alone, so a stream can resume anywhere and replicas
-// (different `stream`s) read different windows. Inputs are the first `context` tokens,
-// labels the next ones.
+// Megatron indexed datasets (see IndexedTokens), mapped rather than read: ids are checked
+// against `vocab_size` as windows are drawn (InputError naming the file), not up front.
+TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
+                           double validation_fraction);
+
+// Language-model micro-batches: `batch` windows of `context` + 1 tokens of `tokens` at
+// positions drawn from (seed, stream, draw count) alone, so a stream can resume anywhere and
+// replicas (different `stream`s) read different windows. Inputs are the first `context`
+// tokens, labels the next ones.
 class SequenceSource : public engine::MicroBatchSource {
  public:
-  SequenceSource(at::Tensor tokens, int64_t context, int64_t batch, uint64_t seed, uint64_t stream);
+  SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
+                 uint64_t seed, uint64_t stream);
   engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
 
  private:
-  at::Tensor tokens_;
+  TokenSpan tokens_;
+  int64_t vocab_size_;
   int64_t context_;
   int64_t batch_;
   uint64_t seed_;

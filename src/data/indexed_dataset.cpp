@@ -1,0 +1,226 @@
+#include "pipetrain/data/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
+
+namespace pipetrain::data {
+namespace {
+
+constexpr char kMagic[] = "MMIDIDX\0\0";  // the first 9 bytes of an .idx
+constexpr std::size_t kMagicBytes = 9;
+constexpr std::size_t kHeaderBytes = kMagicBytes + 8 + 1 + 8 + 8;
+
+struct TokenType {
+  int item_size = 0;
+  bool is_signed = false;
+};
+
+// Megatron's DType codes; floats are no token ids.
+TokenType token_type(int code, const std::string& idx) {
+  switch (code) {
+    case 1:
+      return {1, false};  // uint8
+    case 2:
+      return {1, true};  // int8
+    case 3:
+      return {2, true};  // int16
+    case 4:
+      return {4, true};  // int32
+    case 5:
+      return {8, true};  // int64
+    case 8:
+      return {2, false};  // uint16
+    case 6:
+    case 7:
+      throw io::InputError(idx + ": dtype code " + std::to_string(code) +
+                           " is a floating-point type, not token ids");
+    default:
+      throw io::InputError(idx + ": unknown dtype code " + std::to_string(code));
+  }
+}
+
+// Little-endian reads from the .idx (this machine is little-endian, as Megatron assumes).
+template <typename T>
+T at(const std::string& bytes, std::size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof value);
+  return value;
+}
+
+std::string without_suffix(std::string prefix) {
+  for (const char* suffix : {".bin", ".idx"}) {
+    const std::size_t n = std::strlen(suffix);
+    if (prefix.size() > n && prefix.compare(prefix.size() - n, n, suffix) == 0)
+      prefix.resize(prefix.size() - n);
+  }
+  return prefix;
+}
+
+// The sequences of one .idx: their count, total tokens and documents, checked against the
+// .bin's size.
+struct Index {
+  TokenType type;
+  int64_t tokens = 0;
+  int64_t documents = 0;
+};
+
+Index read_index(const std::string& idx, uint64_t bin_bytes) {
+  const std::string bytes = io::read_file(idx);
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0)
+    throw io::InputError(idx + ": not a Megatron indexed dataset index (no MMIDIDX header)");
+  if (const auto version = at<uint64_t>(bytes, kMagicBytes); version != 1)
+    throw io::InputError(idx + ": index version " + std::to_string(version) + ", only 1 is read");
+  Index index;
+  index.type = token_type(static_cast<unsigned char>(bytes[kMagicBytes + 8]), idx);
+  const auto sequences = at<uint64_t>(bytes, kMagicBytes + 9);
+  const auto document_entries = at<uint64_t>(bytes, kMagicBytes + 17);
+  const uint64_t room = bytes.size() - kHeaderBytes;
+  if (sequences > room / 12 || document_entries > room / 8 ||
+      (room - sequences * 12) / 8 < document_entries) {
+    throw io::InputError(idx + ": " + std::to_string(sequences) + " sequences and " +
+                         std::to_string(document_entries) + " document entries do not fit in its " +
+                         std::to_string(bytes.size()) + " bytes");
+  }
+  const uint64_t expected = kHeaderBytes + sequences * 12 + document_entries * 8;
+  if (bytes.size() != expected && bytes.size() != expected + sequences) {  // + multimodal modes
+    throw io::InputError(idx + ": " + std::to_string(bytes.size()) +
+                         " bytes, its counts call for " + std::to_string(expected));
+  }
+  const std::size_t lengths = kHeaderBytes;
+  const std::size_t pointers = lengths + sequences * 4;
+  const std::size_t documents = pointers + sequences * 8;
+  const auto item = static_cast<uint64_t>(index.type.item_size);
+  uint64_t next = 0;  // where the next sequence must start in the .bin
+  for (uint64_t i = 0; i < sequences; ++i) {
+    const auto length = at<int32_t>(bytes, lengths + i * 4);
+    const auto pointer = at<int64_t>(bytes, pointers + i * 8);
+    const std::string sequence = "sequence " + std::to_string(i) + " (offset " +
+                                 std::to_string(pointer) + ", " + std::to_string(length) +
+                                 " tokens)";
+    if (length < 0 || pointer < 0 || static_cast<uint64_t>(pointer) != next)
+      throw io::InputError(idx + ": " + sequence + " does not follow the one before it");
+    if (static_cast<uint64_t>(length) * item > bin_bytes - next) {
+      throw io::InputError(idx + ": " + sequence + " ends beyond the " + std::to_string(bin_bytes) +
+                           "-byte .bin (truncated or mismatched)");
+    }
+    next += static_cast<uint64_t>(length) * item;
+  }
+  if (next != bin_bytes) {
+    throw io::InputError(idx + ": its sequences hold " + std::to_string(next) +
+                         " bytes, the .bin " + std::to_string(bin_bytes) +
+                         " (truncated or mismatched)");
+  }
+  int64_t previous = 0;
+  for (uint64_t d = 0; d < document_entries; ++d) {
+    const auto boundary = at<int64_t>(bytes, documents + d * 8);
+    if ((d == 0 && boundary != 0) || boundary < previous ||
+        static_cast<uint64_t>(boundary) > sequences) {
+      throw io::InputError(idx + ": document index entry " + std::to_string(d) + " is " +
+                           std::to_string(boundary) + ", not a sequence boundary in order");
+    }
+    previous = boundary;
+  }
+  index.tokens = static_cast<int64_t>(next / item);
+  index.documents = document_entries > 0 ? static_cast<int64_t>(document_entries) - 1 : 0;
+  return index;
+}
+
+}  // namespace
+
+IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes) {
+  if (prefixes.empty()) throw io::InputError("data.paths: no indexed dataset prefixes given");
+  for (const auto& given : prefixes) {
+    const std::string prefix = without_suffix(given);
+    Mapped file;
+    file.bin = prefix + ".bin";
+    const int fd = ::open(file.bin.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw io::InputError(file.bin + ": cannot be read (missing?)");
+    struct stat status {};
+    if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+      ::close(fd);
+      throw io::InputError(file.bin + ": not a regular file (a folder, FIFO or device?)");
+    }
+    file.bytes = static_cast<std::size_t>(status.st_size);
+    Index index;
+    try {
+      index = read_index(prefix + ".idx", file.bytes);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (file.bytes > 0) {
+      void* mapped = ::mmap(nullptr, file.bytes, PROT_READ, MAP_SHARED, fd, 0);
+      if (mapped == MAP_FAILED) {
+        ::close(fd);
+        throw io::InputError(file.bin + ": cannot be mapped into memory");
+      }
+      ::madvise(mapped, file.bytes, MADV_RANDOM);  // windows are drawn at random
+      file.data = static_cast<const unsigned char*>(mapped);
+    }
+    ::close(fd);  // the mapping stays
+    file.item_size = index.type.item_size;
+    file.is_signed = index.type.is_signed;
+    file.first = total_;
+    file.tokens = index.tokens;
+    total_ += index.tokens;
+    documents_ += index.documents;
+    files_.push_back(file);
+  }
+}
+
+IndexedTokens::~IndexedTokens() {
+  for (const auto& file : files_) {
+    if (file.data) ::munmap(const_cast<unsigned char*>(file.data), file.bytes);
+  }
+}
+
+int64_t IndexedTokens::token_at(const Mapped& file, int64_t index) const {
+  const unsigned char* p = file.data + index * file.item_size;
+  switch (file.item_size) {
+    case 1:
+      return file.is_signed ? static_cast<int8_t>(*p) : *p;
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return file.is_signed ? static_cast<int16_t>(v) : v;
+    }
+    case 4: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
+}
+
+void IndexedTokens::read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const {
+  auto file =
+      std::upper_bound(files_.begin(), files_.end(), start,
+                       [](int64_t position, const Mapped& f) { return position < f.first; });
+  --file;  // the last file starting at or before `start`
+  for (int64_t i = 0; i < count; ++i) {
+    while (start + i >= file->first + file->tokens) ++file;
+    const int64_t index = start + i - file->first;
+    const int64_t id = token_at(*file, index);
+    if (id < 0 || id >= vocab_size) {
+      throw io::InputError(file->bin + ": token " + std::to_string(index) + " is " +
+                           std::to_string(id) + ", not in [0, model.vocab_size " +
+                           std::to_string(vocab_size) + ")");
+    }
+    out[i] = id;
+  }
+}
+
+}  // namespace pipetrain::data

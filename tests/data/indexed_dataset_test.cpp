@@ -1,0 +1,101 @@
+#include "pipetrain/data/indexed_dataset.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tokens tests/data/write_indexed.py puts in document d, in order.
+std::vector<int64_t> expected_tokens(int documents) {
+  std::vector<int64_t> tokens;
+  for (int d = 0; d < documents; ++d) {
+    for (int j = 0; j < 5 + d % 11; ++j) tokens.push_back((7 * d + j) % 1000);
+    tokens.push_back(999);
+  }
+  return tokens;
+}
+
+class IndexedDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    folder_ = fs::temp_directory_path() / ("indexed-test-" + std::to_string(::getpid()));
+    fs::create_directories(folder_);
+  }
+  void TearDown() override { fs::remove_all(folder_); }
+
+  // Writes PREFIX.bin/.idx with Megatron's layout through the Python writer.
+  std::string write(const std::string& name, const std::string& dtype, int documents,
+                    const std::string& damage = "") {
+    const std::string prefix = (folder_ / name).string();
+    const std::string command = "python3 " PIPETRAIN_SOURCE_DIR "/tests/data/write_indexed.py " +
+                                prefix + " " + dtype + " " + std::to_string(documents) + " " +
+                                damage;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return prefix;
+  }
+
+  fs::path folder_;
+};
+
+TEST_F(IndexedDatasetTest, ReadsBackTokenForTokenAcrossFilesAndDtypes) {
+  const std::string a = write("a", "uint16", 40);
+  const std::string b = write("b", "int32", 25);
+  const IndexedTokens tokens({a, b + ".bin"});  // a prefix, or a file of the pair
+  std::vector<int64_t> expected = expected_tokens(40);
+  const std::vector<int64_t> second = expected_tokens(25);
+  expected.insert(expected.end(), second.begin(), second.end());
+  ASSERT_EQ(tokens.size(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(tokens.documents(), 65);
+  std::vector<int64_t> read(expected.size());
+  tokens.read(0, tokens.size(), 1000, read.data());
+  EXPECT_EQ(read, expected);
+  // A window across the boundary of the two files.
+  const int64_t boundary = static_cast<int64_t>(expected_tokens(40).size());
+  std::vector<int64_t> window(9);
+  tokens.read(boundary - 4, 9, 1000, window.data());
+  EXPECT_EQ(window,
+            std::vector<int64_t>(expected.begin() + boundary - 4, expected.begin() + boundary + 5));
+}
+
+TEST_F(IndexedDatasetTest, RefusesAnIdOutsideTheVocabularyAsItIsRead) {
+  const IndexedTokens tokens({write("v", "uint16", 10)});
+  std::vector<int64_t> window(6);
+  EXPECT_THROW(tokens.read(0, 6, 999, window.data()), io::InputError);  // 999 ends document 0
+  EXPECT_NO_THROW(tokens.read(0, 5, 999, window.data()));
+}
+
+TEST_F(IndexedDatasetTest, RefusesDamagedFilesNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"magic", ".idx: not a Megatron indexed dataset index (no MMIDIDX header)"},
+      {"version", ".idx: index version 2, only 1 is read"},
+      {"float", ".idx: dtype code 6 is a floating-point type, not token ids"},
+      {"truncated-bin", "(truncated or mismatched)"},
+      {"pointer", "does not follow the one before it"},
+      {"document-index", ".idx: document index entry 2 is 25, not a sequence boundary in order"},
+      {"count", "do not fit in its"},
+  };
+  for (const auto& [damage, message] : cases) {
+    const std::string prefix = write(damage, "uint16", 20, damage);
+    try {
+      IndexedTokens tokens({prefix});
+      ADD_FAILURE() << damage << ": opened";
+    } catch (const io::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << damage << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(prefix), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(IndexedTokens({(folder_ / "missing").string()}), io::InputError);
+}
+
+}  // namespace
+}  // namespace pipetrain::data
