@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
 #include "pipetrain/engine/replicated_masters.h"
 #include "pipetrain/engine/sharded_masters.h"
+#include "pipetrain/engine/weight_decay.h"
 #include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::engine {
@@ -14,6 +16,22 @@ namespace {
 
 // Keeps the clipping coefficient finite when every gradient is zero (DeepSpeed's value).
 constexpr double kClipEpsilon = 1e-6;
+
+// Per parameter of `module` (in parameters() order), whether weight decay applies to it.
+std::vector<bool> decayed_parameters(const module::PipelineModule& module,
+                                     const std::vector<std::string>& exempt) {
+  const WeightDecayRule rule(exempt);
+  std::vector<bool> decayed;
+  for (const auto& [full_name, tensor] : module.named_parameters()) {
+    const auto dot = full_name.find('.');
+    const module::LayerSpec& spec = module.specs().at(std::stoul(full_name.substr(0, dot)));
+    const std::string name = full_name.substr(dot + 1);
+    const bool listed = std::find(spec.no_weight_decay.begin(), spec.no_weight_decay.end(), name) !=
+                        spec.no_weight_decay.end();
+    decayed.push_back(rule.decays(spec.type, name, tensor.dim(), listed));
+  }
+  return decayed;
+}
 
 }  // namespace
 
@@ -38,17 +56,23 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
       sharded_(config.zero.stage > 0),
+      weight_decay_(optim::weight_decay_of(config.optimizer)),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
+  const std::vector<bool> decayed = decayed_parameters(module, config.weight_decay_exempt);
   if (sharded_) {
-    masters_ = std::make_unique<ShardedMasters>(
-        module.parameters(), norm_parameters, grid_, data ? std::move(data) : grid_->data_comm(),
-        config.zero, to_scalar_type(config.precision.communication_dtype));
+    masters_ =
+        std::make_unique<ShardedMasters>(module.parameters(), norm_parameters, decayed, grid_,
+                                         data ? std::move(data) : grid_->data_comm(), config.zero,
+                                         to_scalar_type(config.precision.communication_dtype));
   } else {
-    masters_ = std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, grid_);
+    masters_ =
+        std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, decayed, grid_);
   }
-  optimizer_ = optim::make_optimizer(config.optimizer, masters_->tensors());
+  // Decay is applied here, to some parameters only (see apply_weight_decay).
+  optimizer_ =
+      optim::make_optimizer(config.optimizer, masters_->tensors(), /*with_weight_decay=*/false);
   lr_schedule_ =
       optim::make_lr_schedule(config.scheduler, optim::base_learning_rate(config.optimizer));
 }
@@ -69,6 +93,7 @@ void MixedPrecisionOptimizer::step(int64_t step) {
     if (clipping_ > 0) clip(last_grad_norm_);
     last_learning_rate_ = lr_schedule_(step);
     optim::set_learning_rate(*optimizer_, last_learning_rate_);
+    masters_->apply_weight_decay(weight_decay_, last_learning_rate_);
     optimizer_->step();
     masters_->copy_to_model();
   }

@@ -11,8 +11,11 @@ namespace pipetrain::engine {
 
 ReplicatedMasters::ReplicatedMasters(const std::vector<at::Tensor>& parameters,
                                      const std::vector<at::Tensor>& norm_parameters,
+                                     std::vector<bool> decayed,
                                      std::shared_ptr<const topology::Grid> grid)
-    : grid_(std::move(grid)), parameters_(parameters) {
+    : grid_(std::move(grid)), parameters_(parameters), decayed_(std::move(decayed)) {
+  if (decayed_.size() != parameters_.size())
+    throw std::invalid_argument("one weight-decay flag per parameter");
   for (const auto& p : parameters_) {
     masters_.push_back(
         p.scalar_type() == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
@@ -34,6 +37,13 @@ void ReplicatedMasters::take_gradients(double unscale) {
     if (!parameter.grad().defined()) continue;
     if (!master.is_same(parameter)) master.mutable_grad() = parameter.grad().to(at::kFloat);
     if (unscale != 1.0) master.mutable_grad().mul_(unscale);
+  }
+}
+
+void ReplicatedMasters::apply_weight_decay(const optim::WeightDecay& decay, double lr) {
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    if (decayed_[i] && masters_[i].grad().defined())
+      optim::apply_weight_decay(decay, masters_[i], lr);
   }
 }
 

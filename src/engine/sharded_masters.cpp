@@ -28,6 +28,7 @@ std::vector<int64_t> packed_strides(at::IntArrayRef sizes) {
 
 ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
                                const std::vector<at::Tensor>& norm_parameters,
+                               const std::vector<bool>& decayed,
                                std::shared_ptr<const topology::Grid> grid,
                                std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                                at::ScalarType wire)
@@ -45,6 +46,10 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
   aliased_ = flat_.scalar_type() == at::kFloat;
   master_ = {(aliased_ ? own_.detach() : own_.to(at::kFloat)).requires_grad_(true)};
   build_norm_mask(norm_parameters);
+  if (decayed.size() != parameters_.size())
+    throw std::invalid_argument("one weight-decay flag per parameter");
+  any_decayed_ = std::find(decayed.begin(), decayed.end(), true) != decayed.end();
+  decay_mask_ = shard_mask(decayed);
 }
 
 void ShardedMasters::seat_parameters() {
@@ -62,15 +67,26 @@ void ShardedMasters::seat_parameters() {
 }
 
 void ShardedMasters::build_norm_mask(const std::vector<at::Tensor>& norm_parameters) {
-  if (norm_parameters.size() == parameters_.size()) return;  // every tensor counts
+  std::vector<bool> counted;
+  for (const auto& p : parameters_) {
+    counted.push_back(std::any_of(norm_parameters.begin(), norm_parameters.end(),
+                                  [&](const at::Tensor& n) { return n.is_same(p); }));
+  }
+  norm_mask_ = shard_mask(counted);
+}
+
+at::Tensor ShardedMasters::shard_mask(const std::vector<bool>& chosen) const {
+  if (std::find(chosen.begin(), chosen.end(), false) == chosen.end()) return {};
   at::Tensor whole = at::zeros({layout_.padded_size()}, own_.options().dtype(at::kFloat));
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    const bool counted =
-        std::any_of(norm_parameters.begin(), norm_parameters.end(),
-                    [&](const at::Tensor& n) { return n.is_same(parameters_[i]); });
-    if (counted) whole.narrow(0, layout_.offset(i), parameters_[i].numel()).fill_(1);
+    if (chosen[i]) whole.narrow(0, layout_.offset(i), parameters_[i].numel()).fill_(1);
   }
-  norm_mask_ = whole.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size()).clone();
+  return whole.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size()).clone();
+}
+
+void ShardedMasters::apply_weight_decay(const optim::WeightDecay& decay, double lr) {
+  if (any_decayed_ && master_.front().grad().defined())
+    optim::apply_weight_decay(decay, master_.front(), lr, decay_mask_);
 }
 
 int64_t ShardedMasters::per_rank(int64_t bucket) const {

@@ -1,7 +1,9 @@
 #include "pipetrain/engine/training_config.h"
 
 #include <cctype>
+#include "pipetrain/engine/weight_decay.h"
 
+#include "pipetrain/engine/weight_decay.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
 
@@ -122,8 +124,14 @@ void bind_optimizer(config::KeyTable<TrainingConfig>& t) {
       .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
               "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
               "0.01), `momentum` (SGD)")
+      .texts("weight_decay_exempt", PIPETRAIN_FIELD(weight_decay_exempt),
+             "parameters `weight_decay` leaves alone: `auto` (tensors of fewer than 2 "
+             "dimensions, i.e. biases and norms, and the embeddings, as Megatron-style recipes "
+             "configure it), or regexes searched in `TYPE.NAME` (the layer's type and the "
+             "parameter's name, e.g. `GptBlock.qkv.bias`); `[]` decays every parameter")
       // Checked when read, not when the engine builds the optimizer: before any work.
       .check([](const TrainingConfig& c) {
+        WeightDecayRule{c.weight_decay_exempt};  // throws for a pattern that is no regex
         optim::read_optimizer_settings(c.optimizer);
         optim::make_lr_schedule(c.scheduler, optim::base_learning_rate(c.optimizer));
       })

@@ -153,6 +153,7 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
   module::LayerSpec embedding = module::module_layer<GptEmbedding>(
       "GptEmbedding", [c, group] { return GptEmbedding(c, group); },
       [c] { return (c.vocab_size + c.context) * c.d_model; });
+  embedding.no_weight_decay = {"tokens.weight", "positions.weight"};
   if (c.tie_embeddings) {
     embedding.tie_key = "embed";
     embedding.tied_parameters = {"tokens.weight"};

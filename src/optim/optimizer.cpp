@@ -1,5 +1,6 @@
 #include "pipetrain/optim/optimizer.h"
 
+#include <ATen/ATen.h>
 #include <torch/optim/sgd.h>
 
 #include "pipetrain/optim/fused_adam.h"
@@ -7,8 +8,10 @@
 namespace pipetrain::optim {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
-                                                        std::vector<at::Tensor> parameters) {
-  const OptimizerSettings s = read_optimizer_settings(config);
+                                                        std::vector<at::Tensor> parameters,
+                                                        bool with_weight_decay) {
+  OptimizerSettings s = read_optimizer_settings(config);
+  if (!with_weight_decay) s.weight_decay = 0;
   if (config.type == "SGD") {
     return std::make_unique<torch::optim::SGD>(
         parameters,
@@ -31,6 +34,27 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
                            .weight_decay(s.weight_decay);
   if (fused) return std::make_unique<FusedAdam>(parameters, options);
   return std::make_unique<torch::optim::Adam>(parameters, options);
+}
+
+WeightDecay weight_decay_of(const OptimizerConfig& config) {
+  return {read_optimizer_settings(config).weight_decay, config.type == "AdamW"};
+}
+
+void apply_weight_decay(const WeightDecay& decay, at::Tensor& parameter, double lr,
+                        const at::Tensor& mask) {
+  if (decay.rate == 0) return;
+  at::NoGradGuard no_grad;
+  if (decay.decoupled) {
+    const double factor = 1 - lr * decay.rate;  // rounded to the parameter's type once
+    if (!mask.defined()) {
+      parameter.mul_(factor);
+    } else {
+      parameter.mul_(at::ones_like(parameter).masked_fill_(mask.to(at::kBool), factor));
+    }
+    return;
+  }
+  at::Tensor& grad = parameter.mutable_grad();
+  grad.add_(mask.defined() ? parameter * mask : parameter, decay.rate);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

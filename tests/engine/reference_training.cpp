@@ -80,8 +80,17 @@ Reference reference_run(const Case& c, int data_parallel,
   module::PipelineModule whole(model.layers, model.loss, {.seed = 1234});
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (c.model == "mlp" && c.weight_decay > 0) {
+    // Two parameter groups, as Megatron-style recipes set them: matrices decay, biases not.
+    std::vector<at::Tensor> matrices, others;
+    for (const auto& p : whole.parameters()) (p.dim() >= 2 ? matrices : others).push_back(p);
+    const auto options = torch::optim::AdamWOptions(kLearningRate).weight_decay(c.weight_decay);
+    auto no_decay = std::make_unique<torch::optim::AdamWOptions>(options);
+    no_decay->weight_decay(0);
     optimizer = std::make_unique<torch::optim::AdamW>(
-        whole.parameters(), torch::optim::AdamWOptions(kLearningRate).weight_decay(c.weight_decay));
+        std::vector<torch::optim::OptimizerParamGroup>{
+            torch::optim::OptimizerParamGroup(matrices),
+            torch::optim::OptimizerParamGroup(others, std::move(no_decay))},
+        options);
   } else if (c.model == "mlp") {
     optimizer = std::make_unique<torch::optim::Adam>(whole.parameters(),
                                                      torch::optim::AdamOptions(kLearningRate));

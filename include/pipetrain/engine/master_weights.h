@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/comm/tensor_list.h"
+#include "pipetrain/optim/optimizer.h"
 
 namespace pipetrain::engine {
 
@@ -31,6 +32,9 @@ class MasterWeights {
   // Puts the model's gradients, averaged over the data-parallel replicas and multiplied by
   // `unscale`, onto the masters' gradients in fp32.
   virtual void take_gradients(double unscale) = 0;
+  // Weight decay at learning rate `lr` on the parameters it applies to (see
+  // WeightDecayRule), where they have gradients; before the optimizer steps them.
+  virtual void apply_weight_decay(const optim::WeightDecay& decay, double lr) = 0;
   // The global gradient norm over the whole model (each tensor counted once): collective.
   virtual double global_grad_norm() const = 0;
   // The model takes the masters' values (after a step or a load).

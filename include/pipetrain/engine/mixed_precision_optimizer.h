@@ -23,8 +23,8 @@ at::ScalarType to_scalar_type(Precision precision);
 
 // The optimizer step of a pipeline stage in any precision: the model in fp32, bf16 or
 // fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
-// on any rank skips the step on every rank), global-norm clipping and the learning-rate
-// schedule.
+// on any rank skips the step on every rank), global-norm clipping, the learning-rate
+// schedule and weight decay on the parameters config.weight_decay_exempt leaves to it.
 class MixedPrecisionOptimizer {
  public:
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
@@ -83,6 +83,7 @@ class MixedPrecisionOptimizer {
   at::ScalarType dtype_;
   double clipping_;
   bool sharded_;
+  optim::WeightDecay weight_decay_;
   std::unique_ptr<MasterWeights> masters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;

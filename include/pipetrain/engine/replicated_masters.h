@@ -13,13 +13,15 @@ namespace pipetrain::engine {
 // itself when the model is fp32); GradientSync has already averaged the gradients.
 class ReplicatedMasters : public MasterWeights {
  public:
-  // `norm_parameters`: those counted in the global norm on this rank (see GradientSync).
+  // `norm_parameters`: those counted in the global norm on this rank (see GradientSync);
+  // `decayed`: per parameter, whether weight decay applies to it.
   ReplicatedMasters(const std::vector<at::Tensor>& parameters,
-                    const std::vector<at::Tensor>& norm_parameters,
+                    const std::vector<at::Tensor>& norm_parameters, std::vector<bool> decayed,
                     std::shared_ptr<const topology::Grid> grid);
 
   const std::vector<at::Tensor>& tensors() const override { return masters_; }
   void take_gradients(double unscale) override;
+  void apply_weight_decay(const optim::WeightDecay& decay, double lr) override;
   double global_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
@@ -34,6 +36,7 @@ class ReplicatedMasters : public MasterWeights {
   std::shared_ptr<const topology::Grid> grid_;
   std::vector<at::Tensor> parameters_;
   std::vector<at::Tensor> masters_;  // one per parameter, same order
+  std::vector<bool> decayed_;        // the same
   std::vector<at::Tensor> norm_masters_;
 };
 

@@ -24,15 +24,17 @@ class ShardedMasters : public MasterWeights {
   // `data`: the data-parallel group (the same stage and model rank), over which the
   // other methods but master_bytes() are collective. Re-seats every parameter's storage in the flat
   // buffer (values kept), so nothing may move the module to another device or dtype afterwards.
-  // `wire`: the dtype gradients are reduced in.
+  // `wire`: the dtype gradients are reduced in; `decayed`: per parameter, whether weight
+  // decay applies to it.
   ShardedMasters(const std::vector<at::Tensor>& parameters,
-                 const std::vector<at::Tensor>& norm_parameters,
+                 const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
                  std::shared_ptr<const topology::Grid> grid,
                  std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                  at::ScalarType wire);
 
   const std::vector<at::Tensor>& tensors() const override { return master_; }
   void take_gradients(double unscale) override;
+  void apply_weight_decay(const optim::WeightDecay& decay, double lr) override;
   double global_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
@@ -44,6 +46,9 @@ class ShardedMasters : public MasterWeights {
  private:
   void seat_parameters();
   void build_norm_mask(const std::vector<at::Tensor>& norm_parameters);
+  // This rank's elements of the parameters `chosen` marks: 1, else 0; undefined when every
+  // parameter is chosen.
+  at::Tensor shard_mask(const std::vector<bool>& chosen) const;
   // Elements per rank in one reduce-scatter or all-gather of at most `bucket` elements.
   int64_t per_rank(int64_t bucket) const;
   // A whole flat vector (every rank's shard) as one tensor per parameter.
@@ -60,6 +65,8 @@ class ShardedMasters : public MasterWeights {
   bool aliased_;                    // the master is own_ itself (fp32 model)
   std::vector<at::Tensor> master_;  // the fp32 shard the optimizer steps
   at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
+  at::Tensor decay_mask_;           // 1 where weight decay applies; undefined: everywhere
+  bool any_decayed_ = false;
 };
 
 }  // namespace pipetrain::engine

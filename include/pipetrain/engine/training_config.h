@@ -67,6 +67,9 @@ struct TrainingConfig {
   int64_t reduce_bucket_size = 25'000'000;  // elements per data-parallel all-reduce bucket
   device::DeviceKind device = device::DeviceKind::kAuto;
   optim::OptimizerConfig optimizer;
+  // Parameters weight decay leaves alone: "auto" (biases, norms, embeddings), or regexes
+  // over "TYPE.NAME" (see decayed_parameters).
+  std::vector<std::string> weight_decay_exempt{"auto"};
   optim::SchedulerConfig scheduler;
   PipelineConfig pipeline;
   PrecisionConfig precision;

@@ -39,6 +39,10 @@ struct LayerSpec {
   // embedding weight); empty: the module's own forward.
   std::function<Activation(torch::nn::Module&, const Activation&)> tied_forward;
 
+  // Parameters (names in the module) that weight decay leaves alone by default beyond the
+  // tensors below 2 dimensions, e.g. an embedding's tables (see WeightDecayRule).
+  std::vector<std::string> no_weight_decay;
+
   bool tied() const { return !tie_key.empty(); }
 };
 
