@@ -4,6 +4,7 @@
 #include <fcntl.h>  // AT_FDCWD
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -294,9 +295,11 @@ nlohmann::json read_manifest(const fs::path& folder) {
                          " is missing (a checkpoint of an earlier pipetrain, or its save was "
                          "interrupted)");
   }
-  const std::string crc = io::read_file(crc_path, 64);
-  if (crc != crc_text(bytes)) {
-    std::string said = crc.substr(0, crc.find('\n'));
+  std::string said = io::read_file(crc_path, 64);
+  while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
+  char* end = nullptr;
+  const unsigned long value = std::strtoul(said.c_str(), &end, 16);
+  if (said.empty() || *end != '\0' || value != io::crc32(bytes)) {
     throw io::InputError(path.string() + ": checksum mismatch (manifest.crc32 says '" + said +
                          "', the file's is " + crc_text(bytes).substr(0, 8) +
                          "): damaged, or edited by hand");
@@ -462,8 +465,18 @@ std::vector<int64_t> saved_parameter_counts(const fs::path& directory, const std
   for (const auto& layer : manifest.at("layers")) {
     int64_t count = layer.contains("tied_to") ? -1 : 0;
     if (count == 0 && layer.contains("tensors")) {
+      // The manifest's sizes were checked against each other; this one against the disk.
+      const std::string file = layer["file"].get<std::string>();
+      std::error_code error;
+      const std::uintmax_t on_disk = fs::file_size(inside(folder, file, "manifest"), error);
+      if (error || on_disk != manifest["files"][file]["bytes"].get<uint64_t>()) {
+        throw io::InputError(
+            (folder / file).string() + ": " +
+            (error ? std::string("cannot be read") : std::to_string(on_disk) + " bytes") +
+            ", the manifest says " + manifest["files"][file]["bytes"].dump());
+      }
       for (const auto& [name, tensor] : layer["tensors"].items()) {
-        int64_t elements = 1;
+        int64_t elements = 1;  // below the file's bytes (checked): no overflow
         for (const auto& extent : tensor["shape"]) elements *= extent.get<int64_t>();
         count += elements;
       }

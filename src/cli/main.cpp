@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -19,11 +21,23 @@ constexpr int kExitInputError = 2;
 
 // A command line every rank of a job was given alike: only the first rank (or a process
 // outside MPI) reports what is wrong with it, so the job says it once.
+bool first_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* rank = std::getenv(name)) return std::string_view(rank) == "0";
+  }
+  return true;
+}
+
 std::ostream& report() {
   static std::ostream silent(nullptr);
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank) rank = std::getenv("PMI_RANK");
-  return rank && std::string_view(rank) != "0" ? silent : std::cerr;
+  return first_rank() ? std::cerr : silent;
+}
+
+// The exit of a bad command line: other ranks wait a moment, so that mpirun, which ends the
+// job when a rank exits non-zero, does not end the first one before it has said why.
+int input_error() {
+  if (!first_rank()) std::this_thread::sleep_for(std::chrono::seconds(1));
+  return kExitInputError;
 }
 
 }  // namespace
@@ -58,7 +72,7 @@ int main(int argc, char** argv) {
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
     report() << "pipetrain: unknown command '" << argv[1] << "' (see pipetrain --help)\n";
-    return kExitInputError;
+    return input_error();
   }
   try {
     app.parse(argc, argv);
@@ -70,12 +84,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     report() << "pipetrain: " << e.what() << " (see pipetrain --help)\n";
-    return kExitInputError;
+    return input_error();
   }
 
   if (!program.empty() && !commands.front().parser->parsed()) {
     report() << "pipetrain: arguments after -- are only for 'launch'\n";
-    return kExitInputError;
+    return input_error();
   }
   try {
     for (const auto& command : commands) {
@@ -83,7 +97,7 @@ int main(int argc, char** argv) {
     }
   } catch (const pipetrain::io::InputError& e) {
     std::cerr << "pipetrain: " << e.what() << "\n";
-    return kExitInputError;
+    return input_error();
   } catch (const std::exception& e) {
     std::cerr << "pipetrain: error: " << pipetrain::io::error_message(e) << "\n";
     return 1;

@@ -3,6 +3,8 @@
 #include <ATen/ops/tensor.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <ctime>
 
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/rank_record.h"
@@ -12,6 +14,7 @@ namespace {
 
 volatile sig_atomic_t deferred_signal = 0;  // the signal DeferredStop holds back; 0: none
 volatile sig_atomic_t received = 0;         // it arrived
+volatile sig_atomic_t received_at = 0;      // when (CLOCK_MONOTONIC seconds)
 // Under `pipetrain launch` a SIGTERM meant for the job comes as SIGUSR2, so a SIGTERM is
 // mpirun ending the job (after Ctrl-C, or a failed rank): it stops the rank at once.
 volatile sig_atomic_t term_relayed = 0;
@@ -30,21 +33,35 @@ void crash(int signal) {
 }
 
 bool deferred(int signal) {
-  if (deferred_signal == SIGTERM)
-    return signal == SIGUSR2 || (signal == SIGTERM && !term_relayed);
+  if (deferred_signal == SIGTERM) return signal == SIGUSR2 || (signal == SIGTERM && !term_relayed);
   return deferred_signal != 0 && signal == deferred_signal;
 }
 
+// Seconds in which a repeat of the deferred signal is the same request delivered twice
+// (to the process group and through mpirun, say), not a second one.
+constexpr int kRepeatSeconds = 2;
+
+sig_atomic_t now_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<sig_atomic_t>(now.tv_sec);
+}
+
 void stop_or_defer(int signal) {
-  if (!deferred(signal) || received) {
+  if (!deferred(signal)) {
     stop_now(signal);
     return;
   }
+  if (received) {
+    if (now_seconds() - received_at > kRepeatSeconds) stop_now(signal);
+    return;
+  }
   received = 1;
+  received_at = now_seconds();
   io::record_signal(signal);  // the launcher knows this rank was told to stop
 }
 
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR2};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 
 }  // namespace
 
@@ -55,14 +72,14 @@ void install_stop_handlers() {
 
 DeferredStop::DeferredStop(int signal) : signal_(signal) {
   received = 0;
-  term_relayed = io::started_by_launcher() ? 1 : 0;
+  // Under the launcher its SIGUSR2 is the request; under plain mpirun a SIGTERM is mpirun
+  // ending the job (it sends SIGKILL a second later): both stop at once.
+  term_relayed = io::started_by_launcher() || std::getenv("OMPI_COMM_WORLD_RANK") ? 1 : 0;
   deferred_signal = signal;
-  if (signal == SIGUSR1) std::signal(SIGUSR1, stop_or_defer);
 }
 
 DeferredStop::~DeferredStop() {
   deferred_signal = 0;
-  if (signal_ == SIGUSR1) std::signal(SIGUSR1, SIG_DFL);
 }
 
 bool DeferredStop::requested(Communicator& world) const {

@@ -55,9 +55,14 @@ std::string_view name_of(FaultAction action) {
     io::record_exit(3);
     std::_Exit(3);
   }
-  if (action == FaultAction::kAbort) std::abort();
+  // The line above said why: the launcher is told the rank spoke (a status of its own).
+  if (action == FaultAction::kAbort) {
+    io::record_exit(128 + SIGABRT);
+    std::signal(SIGABRT, SIG_DFL);
+    std::abort();
+  }
   if (action == FaultAction::kKill) {
-    io::record_signal(SIGKILL);  // the launcher should not take it for a kill from outside
+    io::record_exit(128 + SIGKILL);
     std::raise(SIGKILL);
   }
   while (true) std::this_thread::sleep_for(std::chrono::seconds(60));  // hang

@@ -40,15 +40,23 @@ bool out_of_memory(const std::exception& e, const std::string& what) {
          what.find("CUDA out of memory") != std::string::npos;
 }
 
-}  // namespace
-
-std::string error_message(const std::exception& e) {
+std::string describe(const std::exception& e) {
   std::string what = without_backtrace(e.what());
   if (!out_of_memory(e, what)) return what;
   const std::string activity = failed_activity();
   const std::string size = requested_size(what);
   return "out of memory" + (activity.empty() ? std::string() : " while " + activity) +
          (size.empty() ? " (" + what + ")" : ": tried to allocate " + size);
+}
+
+}  // namespace
+
+std::string error_message(const std::exception& e) {
+  try {
+    return describe(e);
+  } catch (...) {  // e.g. no memory left to describe a failed allocation with
+    return e.what();
+  }
 }
 
 }  // namespace pipetrain::io

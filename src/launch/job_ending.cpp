@@ -33,7 +33,8 @@ std::string signal_name(int signal) {
   return abbreviation ? std::string("SIG") + abbreviation : "signal " + std::to_string(signal);
 }
 
-std::string describe_ending(const std::vector<io::RankEnding>& ranks, int mpirun_status) {
+std::string describe_ending(const std::vector<io::RankEnding>& ranks, int job_ranks,
+                            int mpirun_status) {
   if (mpirun_status == 0) return {};
   for (const auto& r : ranks) {
     if (r.how == How::kExited && r.code != 0) return {};  // it said why
@@ -44,13 +45,20 @@ std::string describe_ending(const std::vector<io::RankEnding>& ranks, int mpirun
     if (mpirun_status <= 128)
       return prefix + who(r) + " ended without a word (exit status " +
              std::to_string(mpirun_status) + ")";
-    return prefix + who(r) + " was killed by " + signal_name(mpirun_status - 128) +
-           " from outside the job (a kill, or the kernel's out-of-memory killer)";
+    if (mpirun_status - 128 != SIGKILL)
+      return prefix + who(r) + " died of " + signal_name(mpirun_status - 128) + " without a word";
+    return prefix + who(r) + " was killed by SIGKILL from outside the job (a kill, or the " +
+           "kernel's out-of-memory killer)";
   }
   if (const auto* crash = first(ranks, [](const io::RankEnding& r) {
         return r.how == How::kSignalled && !stop_signal(r.code);
       })) {
     return prefix + who(*crash) + " died of " + signal_name(crash->code);
+  }
+  if (static_cast<int>(ranks.size()) < job_ranks) {  // the cause may be elsewhere
+    return prefix + "the job ended with status " + std::to_string(mpirun_status) + "; " +
+           std::to_string(job_ranks - static_cast<int>(ranks.size())) + " of " +
+           std::to_string(job_ranks) + " ranks left no account on this host (other hosts?)";
   }
   if (const auto* stopped = first(ranks, [](const io::RankEnding& r) {
         return r.how == How::kSignalled && stop_signal(r.code);
@@ -58,10 +66,6 @@ std::string describe_ending(const std::vector<io::RankEnding>& ranks, int mpirun
     return prefix + who(*stopped) + " was stopped by " +
            signal_name(stopped->code == SIGUSR2 ? SIGTERM : stopped->code) +
            " from outside the job";
-  }
-  if (ranks.empty() && mpirun_status > 128) {
-    return prefix + "a rank was killed by " + signal_name(mpirun_status - 128) +
-           " (no rank left an account on this host)";
   }
   return {};
 }

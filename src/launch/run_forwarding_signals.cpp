@@ -20,6 +20,10 @@ volatile sig_atomic_t received = 0;
 // Passes the signal on (SIGTERM as SIGUSR2, see the header), and says once
 // (async-signal-safe) why the job is ending.
 void forward(int signal) {
+  if (signal == SIGUSR1 || signal == SIGUSR2) {  // for the ranks (e.g. save_on_signal)
+    if (child_pid > 0) ::kill(child_pid, signal);
+    return;
+  }
   if (!received) {
     received = signal;
     const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
@@ -53,7 +57,8 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
   struct sigaction action {};
   action.sa_handler = forward;
   ::sigemptyset(&action.sa_mask);
-  for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
+    ::sigaction(signal, &action, nullptr);
 
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {

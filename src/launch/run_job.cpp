@@ -17,7 +17,9 @@ namespace {
 class TemporaryFolder {
  public:
   TemporaryFolder() {
-    std::string pattern = (fs::temp_directory_path() / "pipetrain-ranks-XXXXXX").string();
+    std::error_code error;  // without one the job runs, only without the ranks' accounts
+    const fs::path base = fs::temp_directory_path(error);
+    std::string pattern = ((error ? fs::path("/tmp") : base) / "pipetrain-ranks-XXXXXX").string();
     if (::mkdtemp(pattern.data())) path_ = pattern;
   }
   ~TemporaryFolder() {
@@ -40,7 +42,8 @@ int run_job(const LaunchOptions& options) {
   if (!records.path().empty()) ::setenv("PIPETRAIN_RANK_RECORDS", records.path().c_str(), 1);
   const ChildEnding ending = run_forwarding_signals(mpirun_command(options));
   if (ending.signal_received == 0 && !records.path().empty()) {
-    const std::string line = describe_ending(io::read_rank_records(records.path()), ending.status);
+    const std::string line =
+        describe_ending(io::read_rank_records(records.path()), options.ranks, ending.status);
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
   }
   // A SIGTERM passed on as SIGUSR2 that ended the ranks reads as the SIGTERM it was.

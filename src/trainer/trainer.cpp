@@ -268,7 +268,7 @@ int train(const nlohmann::json& config_file) {
     log.step(step);
     const bool saved = !t.save.empty() && due(step.step, t.save_interval, t.train_iters);
     if (saved) log.message("saved " + t.save + "/" + save(step.step));
-    if (stop.requested(*job.grid->world_comm())) {
+    if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
       const std::string tag = saved ? "step_" + std::to_string(step.step) : save(step.step);
       if (job.grid->global_rank() == 0)
         std::fprintf(stderr,

@@ -22,42 +22,53 @@ io::RankEnding rank(int r, How how, int code = 0, int64_t when = 0) {
           .when_ns = when};
 }
 
+// describe_ending for a job of as many ranks as there are accounts.
+std::string ending_of(const std::vector<io::RankEnding>& ranks, int status) {
+  return describe_ending(ranks, static_cast<int>(ranks.size()), status);
+}
+
 TEST(DescribeEnding, SaysNothingWhenTheJobSucceededOrARankSpoke) {
-  EXPECT_EQ(describe_ending({rank(0, How::kExited, 0)}, 0), "");
+  EXPECT_EQ(ending_of({rank(0, How::kExited, 0)}, 0), "");
   // Rank 1 printed its error and aborted; mpirun then ended rank 0 (SIGTERM, SIGKILL).
-  EXPECT_EQ(describe_ending({rank(0, How::kSignalled, SIGTERM, 5), rank(1, How::kExited, 2)}, 2),
-            "");
-  EXPECT_EQ(describe_ending({rank(0, How::kUnknown), rank(1, How::kExited, 1)}, 137), "");
+  EXPECT_EQ(ending_of({rank(0, How::kSignalled, SIGTERM, 5), rank(1, How::kExited, 2)}, 2), "");
+  EXPECT_EQ(ending_of({rank(0, How::kUnknown), rank(1, How::kExited, 1)}, 137), "");
 }
 
 TEST(DescribeEnding, NamesARankKilledFromOutside) {
   // Rank 2 was SIGKILLed; mpirun then sent the others SIGTERM.
-  EXPECT_EQ(
-      describe_ending({rank(0, How::kSignalled, SIGTERM, 9), rank(1, How::kSignalled, SIGTERM, 8),
+  EXPECT_EQ(ending_of({rank(0, How::kSignalled, SIGTERM, 9), rank(1, How::kSignalled, SIGTERM, 8),
                        rank(2, How::kUnknown), rank(3, How::kSignalled, SIGTERM, 7)},
                       137),
-      "pipetrain: launch: rank 2 (pipe=1), pid 102 on h, was killed by SIGKILL from outside "
-      "the job (a kill, or the kernel's out-of-memory killer)");
+            "pipetrain: launch: rank 2 (pipe=1), pid 102 on h, was killed by SIGKILL from outside "
+            "the job (a kill, or the kernel's out-of-memory killer)");
   EXPECT_EQ(
-      describe_ending({rank(0, How::kExited, 0), rank(1, How::kUnknown)}, 4),
+      ending_of({rank(0, How::kExited, 0), rank(1, How::kUnknown)}, 4),
       "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, ended without a word (exit status 4)");
 }
 
 TEST(DescribeEnding, NamesACrashBeforeTheStopsItCaused) {
-  EXPECT_EQ(describe_ending(
-                {rank(0, How::kSignalled, SIGTERM, 1), rank(1, How::kSignalled, SIGSEGV, 2)}, 139),
-            "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, died of SIGSEGV");
+  EXPECT_EQ(
+      ending_of({rank(0, How::kSignalled, SIGTERM, 1), rank(1, How::kSignalled, SIGSEGV, 2)}, 139),
+      "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, died of SIGSEGV");
 }
 
 TEST(DescribeEnding, NamesTheFirstRankStoppedFromOutside) {
-  EXPECT_EQ(describe_ending(
-                {rank(0, How::kSignalled, SIGTERM, 20), rank(1, How::kSignalled, SIGINT, 10)}, 130),
-            "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, was stopped by SIGINT from outside "
-            "the job");
-  EXPECT_EQ(describe_ending({}, 137),
-            "pipetrain: launch: a rank was killed by SIGKILL (no rank left an account on this "
-            "host)");
-  EXPECT_EQ(describe_ending({}, 1), "");
+  EXPECT_EQ(
+      ending_of({rank(0, How::kSignalled, SIGTERM, 20), rank(1, How::kSignalled, SIGINT, 10)}, 130),
+      "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, was stopped by SIGINT from outside "
+      "the job");
+  // Rank 2 on another host died; the local ranks only saw mpirun's SIGTERM.
+  EXPECT_EQ(
+      describe_ending({rank(0, How::kSignalled, SIGTERM, 1), rank(1, How::kSignalled, SIGTERM, 2)},
+                      4, 137),
+      "pipetrain: launch: the job ended with status 137; 2 of 4 ranks left no account on "
+      "this host (other hosts?)");
+  EXPECT_EQ(ending_of({}, 0), "");
+}
+
+TEST(DescribeEnding, NamesASilentCrashWithoutBlamingOutsiders) {
+  EXPECT_EQ(ending_of({rank(0, How::kExited, 0), rank(1, How::kUnknown)}, 139),
+            "pipetrain: launch: rank 1 (pipe=0), pid 101 on h, died of SIGSEGV without a word");
 }
 
 // A rank's account as the launcher reads it back, through the files the ranks write.

@@ -7,7 +7,7 @@
 // ranks' accounts, see io/rank_record.h), says why.
 namespace pipetrain::comm {
 
-// Stop signals (SIGINT, SIGTERM, SIGHUP, and SIGUSR2, which `pipetrain launch` sends in
+// Stop signals (SIGINT, SIGTERM, SIGHUP, SIGUSR1, and SIGUSR2, which `pipetrain launch` sends in
 // SIGTERM's place) end the rank at once: the temporary file of an unfinished write removed,
 // the signal recorded, then the default action (the exit status shows the signal). Crash
 // signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) are recorded, then take their default action.
@@ -15,9 +15,11 @@ void install_stop_handlers();
 
 // While it lives, `signal` (SIGTERM or SIGUSR1) no longer ends the rank: it is noted, for
 // the caller to stop at a point of its choosing (the trainer: at the end of a step, after
-// saving a checkpoint). A second one ends the rank at once. Signal 0: nothing is deferred.
-// Under `pipetrain launch`, SIGTERM means the launcher's SIGUSR2: a SIGTERM itself is then
-// mpirun ending the job (after Ctrl-C, or after a rank failed) and still ends the rank.
+// saving a checkpoint). A second one (more than 2 s later: one request may arrive twice)
+// ends the rank at once. Signal 0: nothing is deferred. Under `pipetrain launch`, SIGTERM
+// means the launcher's SIGUSR2, and under plain mpirun only SIGUSR1 can be deferred: a
+// SIGTERM itself is then mpirun ending the job (after Ctrl-C, or after a rank failed) and
+// still ends the rank. Under srun (or any other starter) a SIGTERM is deferred.
 class DeferredStop {
  public:
   explicit DeferredStop(int signal);

@@ -25,11 +25,12 @@ struct ChildEnding {
   int signal_received = 0;  // the first stop signal this process passed on; 0: none
 };
 
-// Runs `argv` (mpirun) as a child process that dies with this one, passing SIGINT and
-// SIGHUP on to it, and SIGTERM as SIGUSR2: mpirun answers SIGTERM by killing the job (its
-// ranks get SIGTERM, then SIGKILL a second later), but passes SIGUSR1 and SIGUSR2 to every
+// Runs `argv` (mpirun) as a child process that dies with this one, passing SIGINT, SIGHUP,
+// SIGUSR1 and SIGUSR2 on to it, and SIGTERM as SIGUSR2: mpirun answers SIGTERM by killing the job
+// (its ranks get SIGTERM, then SIGKILL a second later), but passes SIGUSR1 and SIGUSR2 to every
 // rank, whose handlers read SIGUSR2 as SIGTERM (a rank saving on SIGTERM gets to finish its
-// step). Prints one line when it passes a signal on. Throws if the child cannot start.
+// step). Prints one line when it passes SIGINT, SIGTERM or SIGHUP on. Throws if the child cannot
+// start.
 ChildEnding run_forwarding_signals(const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::launch
