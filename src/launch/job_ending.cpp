@@ -35,7 +35,7 @@ std::string signal_name(int signal) {
 
 std::string describe_ending(const std::vector<io::RankEnding>& ranks, int job_ranks,
                             int mpirun_status) {
-  if (mpirun_status == 0) return {};
+  if (mpirun_status == 0 || ranks.empty()) return {};  // none: ranks that never started one
   for (const auto& r : ranks) {
     if (r.how == How::kExited && r.code != 0) return {};  // it said why
   }

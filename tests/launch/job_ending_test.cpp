@@ -63,7 +63,7 @@ TEST(DescribeEnding, NamesTheFirstRankStoppedFromOutside) {
                       4, 137),
       "pipetrain: launch: the job ended with status 137; 2 of 4 ranks left no account on "
       "this host (other hosts?)");
-  EXPECT_EQ(ending_of({}, 0), "");
+  EXPECT_EQ(describe_ending({}, 2, 2), "");  // e.g. a bad command line before any account
 }
 
 TEST(DescribeEnding, NamesASilentCrashWithoutBlamingOutsiders) {

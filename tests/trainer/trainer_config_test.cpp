@@ -42,7 +42,7 @@ TEST(TrainerConfig, BadKeysAreNamed) {
   };
   EXPECT_EQ(error(R"({"train_iters": 0})"), "train_iters must be at least 1, got 0");
   EXPECT_EQ(error(R"({"data": {"type": "images"}})"),
-            R"(data.type must be "text", "tokens" or "synthetic", got "images")");
+            R"(data.type must be "text", "tokens", "indexed" or "synthetic", got "images")");
   EXPECT_EQ(error(R"({"data": {"paths": [1]}})"),
             "data.paths must be a string or a list of strings");
   EXPECT_EQ(error(R"({"save": 3})"), "save must be a string, got 3");
