@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 
 #include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/read_file.h"
 
 namespace pipetrain::io {
 namespace fs = std::filesystem;
@@ -59,11 +59,10 @@ void write_end(const char* how, int code) noexcept {
   ::close(fd);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+// A file of the folder, or nothing where a rank has not written it (yet).
+std::string read_if_present(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error) ? read_file(path) : std::string();
 }
 
 }  // namespace
@@ -112,10 +111,10 @@ std::vector<RankEnding> read_rank_records(const fs::path& folder) {
     if (name.rfind("rank-", 0) != 0 || name.find('.') != std::string::npos) continue;
     RankEnding ending;
     ending.rank = std::atoi(name.c_str() + 5);
-    std::istringstream who(read_text(entry.path()));
+    std::istringstream who(read_if_present(entry.path()));
     who >> ending.host >> ending.pid;
     std::getline(who >> std::ws, ending.identity);
-    std::istringstream end(read_text(entry.path().string() + ".end"));
+    std::istringstream end(read_if_present(entry.path().string() + ".end"));
     std::string how;
     if (end >> how >> ending.code >> ending.when_ns) {
       ending.how = how == "exit" ? RankEnding::How::kExited : RankEnding::How::kSignalled;

@@ -266,10 +266,13 @@ int train(const nlohmann::json& config_file) {
     if (due(step.step, t.eval_interval, t.train_iters))
       step.validation_loss = last_validation = validation_loss(job);
     log.step(step);
-    const bool saved = !t.save.empty() && due(step.step, t.save_interval, t.train_iters);
-    if (saved) log.message("saved " + t.save + "/" + save(step.step));
+    std::string saved;  // the tag this step saved, if any
+    if (!t.save.empty() && due(step.step, t.save_interval, t.train_iters)) {
+      saved = save(step.step);
+      log.message("saved " + t.save + "/" + saved);
+    }
     if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
-      const std::string tag = saved ? "step_" + std::to_string(step.step) : save(step.step);
+      const std::string tag = saved.empty() ? save(step.step) : saved;
       if (job.grid->global_rank() == 0)
         std::fprintf(stderr,
                      "pipetrain: stopped on %s after step %lld: saved %s/%s; resume with --load "
