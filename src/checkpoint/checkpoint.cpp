@@ -647,8 +647,7 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   return manifest["client_state"];
 }
 
-void export_checkpoint(const fs::path& directory, const std::string& tag, const fs::path& out) {
-  io::check_output_directory(out, "--out");
+comm::NamedTensors read_model_tensors(const fs::path& directory, const std::string& tag) {
   const fs::path folder = directory / resolve_tag(directory, tag);
   const nlohmann::json manifest = read_manifest(folder);
   comm::NamedTensors all;
@@ -659,9 +658,15 @@ void export_checkpoint(const fs::path& directory, const std::string& tag, const 
       all.emplace_back("layers." + std::to_string(layer["index"].get<int>()) + "." + name, tensor);
     }
   }
+  return all;
+}
+
+void export_checkpoint(const fs::path& directory, const std::string& tag, const fs::path& out) {
+  io::check_output_directory(out, "--out");
   io::write_file_atomically(
-      out, encode_safetensors(
-               all, {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}}));
+      out,
+      encode_safetensors(read_model_tensors(directory, tag),
+                         {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}}));
 }
 
 }  // namespace pipetrain::checkpoint

@@ -1,10 +1,11 @@
-// `pipetrain train`, `eval` and `generate`: each runs as one rank of an MPI job (under
+// `pipetrain train`, `eval`, `generate` and `logits`: each runs as one rank of an MPI job (under
 // pipetrain launch, mpirun or srun; alone it is a job of one rank).
 #include <memory>
 
 #include "commands.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
+#include "pipetrain/trainer/logits.h"
 #include "pipetrain/trainer/trainer.h"
 
 namespace pipetrain::cli {
@@ -65,8 +66,8 @@ Command add_eval_command(CLI::App& app) {
 
 Command add_generate_command(CLI::App& app) {
   auto options = std::make_shared<trainer::GenerateOptions>();
-  CLI::App* command =
-      app.add_subcommand("generate", "Sample text from a GPT checkpoint through the pipeline");
+  CLI::App* command = app.add_subcommand(
+      "generate", "Sample text from a language model checkpoint through the pipeline");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
   command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
   command->add_option("--tokens", options->tokens, "Tokens (bytes) to generate")
@@ -76,9 +77,34 @@ Command add_generate_command(CLI::App& app) {
   command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Sampling seed")->capture_default_str();
+  command
+      ->add_option("--model", options->model_parallel,
+                   "Tensor-parallel size (the pipeline gets ranks / model stages)")
+      ->capture_default_str();
   return {command, [options] {
             return comm::run_rank(0, nullptr,
                                   [&] { return trainer::generate_from_checkpoint(*options); });
+          }};
+}
+
+Command add_logits_command(CLI::App& app) {
+  auto options = std::make_shared<trainer::LogitsOptions>();
+  CLI::App* command = app.add_subcommand(
+      "logits",
+      "Write what a language model checkpoint predicts at every position of a token "
+      "sequence (safetensors \"logits\" [tokens, vocab])");
+  command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
+  command->add_option("--tag", options->tag, "Tag to read")->capture_default_str();
+  command->add_option("--tokens", options->tokens, "Token ids, e.g. 5,17,2")
+      ->required()
+      ->delimiter(',');
+  command
+      ->add_option("--model", options->model_parallel,
+                   "Tensor-parallel size (the pipeline gets ranks / model stages)")
+      ->capture_default_str();
+  command->add_option("--out", options->out, "Output .safetensors file")->required();
+  return {command, [options] {
+            return comm::run_rank(0, nullptr, [&] { return trainer::write_logits(*options); });
           }};
 }
 

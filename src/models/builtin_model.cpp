@@ -3,25 +3,41 @@
 #include <ATen/ATen.h>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/llama.h"
 
 namespace pipetrain::models {
+namespace {
+
+// A language model over `vocab_size` tokens in windows of `context`.
+BuiltinModel language_model(std::vector<module::LayerSpec> layers,
+                            const tensor_parallel::Group& group, int64_t vocab_size,
+                            int64_t context) {
+  return {std::move(layers), gpt_loss(group),
+          [vocab_size, context](int64_t batch) {
+            return module::Activation{at::randint(vocab_size, {batch, context}, at::kLong)};
+          },
+          TokenInput{vocab_size, context}};
+}
+
+}  // namespace
 
 std::string builtin_types_reading(bool tokens) {
-  return tokens ? "\"gpt\"" : "\"mlp\"";
+  return tokens ? "\"gpt\" or \"llama\"" : "\"mlp\"";
 }
 
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group) {
   if (config.type == "gpt") {
-    const GptConfig g = config.gpt;
-    return {gpt_layers(g, group), gpt_loss(group),
-            [g](int64_t batch) {
-              return module::Activation{at::randint(g.vocab_size, {batch, g.context}, at::kLong)};
-            },
-            TokenInput{g.vocab_size, g.context}};
+    const GptConfig& g = config.gpt;
+    return language_model(gpt_layers(g, group), group, g.vocab_size, g.context);
+  }
+  if (config.type == "llama") {
+    const LlamaConfig& l = config.llama;
+    return language_model(llama_layers(l, group), group, l.vocab_size, l.context);
   }
   if (group.parallel()) {
     throw io::InputError("model_parallel " + std::to_string(group.size()) +
-                         " needs a model with tensor-parallel layers (model.type \"gpt\"), not \"" +
+                         " needs a model with tensor-parallel layers (model.type \"gpt\" or "
+                         "\"llama\"), not \"" +
                          config.type + "\"");
   }
   const MlpConfig m = config.mlp;

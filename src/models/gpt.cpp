@@ -56,6 +56,7 @@ struct GptBlockImpl : torch::nn::Module {
         heads(c.heads),
         local_heads(c.heads / group.size()),
         dropout_p(c.dropout),
+        gelu_approximation(c.gelu == Gelu::kTanh ? "tanh" : "none"),
         attention_norm(register_module(
             "attention_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
         qkv(register_module(
@@ -81,7 +82,7 @@ struct GptBlockImpl : torch::nn::Module {
     const at::Tensor attended = attend(split[0], split[1], split[2]);
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
-    return h + dropout(contract(at::gelu(expand(mlp_norm(h)))));
+    return h + dropout(contract(at::gelu(expand(mlp_norm(h)), gelu_approximation)));
   }
 
   // Causal attention over this rank's heads ([batch, local heads, seq, head dim] each).
@@ -108,6 +109,7 @@ struct GptBlockImpl : torch::nn::Module {
   int64_t heads;  // of the whole model
   int64_t local_heads;
   double dropout_p;
+  std::string gelu_approximation;  // at::gelu's name for it
   torch::nn::LayerNorm attention_norm;
   ColumnParallelLinear qkv;
   RowParallelLinear projection;

@@ -5,7 +5,7 @@ namespace pipetrain::models {
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "mlp"}),
+    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "llama", "mlp"}),
              "the built-in model");
     t.when([](const ModelConfig& c) { return c.type == "gpt"; }, "model.type gpt")
         .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
@@ -14,7 +14,25 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .integer("model.heads", PIPETRAIN_FIELD(gpt.heads), "attention heads")
         .integer("model.layers", PIPETRAIN_FIELD(gpt.layers), "transformer blocks")
         .number("model.dropout", PIPETRAIN_FIELD(gpt.dropout), "dropout, in [0, 1)")
+        .choice("model.activation", PIPETRAIN_FIELD(gpt.gelu),
+                config::Names<Gelu>{{"gelu", Gelu::kExact}, {"gelu_tanh", Gelu::kTanh}},
+                "the MLP's GELU: exact, or the tanh approximation (GPT-2)")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
+              "the LM head uses the token embedding");
+    t.when([](const ModelConfig& c) { return c.type == "llama"; }, "model.type llama")
+        .integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
+        .integer("model.context", PIPETRAIN_FIELD(llama.context), "longest sequence")
+        .integer("model.d_model", PIPETRAIN_FIELD(llama.d_model), "width, divisible by `heads`")
+        .integer("model.heads", PIPETRAIN_FIELD(llama.heads), "query heads")
+        .integer("model.num_key_value_heads", PIPETRAIN_FIELD(llama.num_key_value_heads),
+                 "key/value heads, dividing `heads` (grouped-query attention)")
+        .integer("model.intermediate_size", PIPETRAIN_FIELD(llama.intermediate_size),
+                 "the SwiGLU MLP's width")
+        .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks")
+        .number("model.rope_theta", PIPETRAIN_FIELD(llama.rope_theta), "rotary embeddings' base")
+        .number("model.rms_norm_eps", PIPETRAIN_FIELD(llama.rms_norm_eps),
+                "added to the RMSNorm's mean square")
+        .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
     t.when([](const ModelConfig& c) { return c.type == "mlp"; }, "model.type mlp")
         .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")

@@ -153,7 +153,7 @@ void check_against_checkpoint(const std::vector<module::LayerSpec>& layers,
 
 }  // namespace
 
-Job build_job(const nlohmann::json& file, const std::string& trusted_from) {
+Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataUse data) {
   Job job;
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
@@ -181,8 +181,10 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from) {
   job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
                                       !log.tensorboard.empty());
   seed_dropout(job);
-  const io::Activity reading("reading the training data");
-  build_data(job);
+  if (data == DataUse::kRead) {
+    const io::Activity reading("reading the training data");
+    build_data(job);
+  }
   return job;
 }
 
@@ -196,7 +198,12 @@ double validation_loss(Job& job) {
   return total / job.config.trainer.eval_iters;
 }
 
-nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch) {
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
+                                    int model_parallel) {
+  if (model_parallel < 1 || ranks % model_parallel != 0) {
+    throw io::InputError("--model " + std::to_string(model_parallel) +
+                         " must divide the job's ranks (" + std::to_string(ranks) + ")");
+  }
   const nlohmann::json client_state = checkpoint::read_client_state(checkpoint);
   if (!client_state.is_object() || !client_state.contains("config")) {
     throw io::InputError(checkpoint +
@@ -204,13 +211,13 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
                          "pipetrain train?)");
   }
   nlohmann::json config = client_state["config"];
-  config["pipeline"]["stages"] = ranks;
+  config["pipeline"]["stages"] = ranks / model_parallel;
   // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks.
   config["pipeline"].erase("schedule");
   config["pipeline"].erase("chunks");
   config.erase("train_batch_size");
   config.erase("data_parallel");
-  config.erase("model_parallel");
+  config["model_parallel"] = model_parallel;
   config["train_micro_batch_size_per_gpu"] = micro_batch;
   config["gradient_accumulation_steps"] = 1;
   config["load"] = "";

@@ -306,8 +306,9 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   if (options.prompt.empty())
     throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch),
-                      options.checkpoint);
+  Job job = build_job(
+      config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch, options.model_parallel),
+      options.checkpoint, DataUse::kNone);
   const auto* tokens = job.model.tokens();
   if (!tokens)
     throw io::InputError("generate needs a language model checkpoint (model.type " +

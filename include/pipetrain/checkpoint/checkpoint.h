@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
@@ -36,6 +37,11 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine,
                                const std::filesystem::path& directory,
                                const std::string& tag = "latest",
                                engine::MicroBatchSource* data = nullptr);
+
+// The whole model of a checkpoint, named "layers.<index>.<tensor>", each tied tensor once
+// (float32, as saved). Verifies checksums first.
+comm::NamedTensors read_model_tensors(const std::filesystem::path& directory,
+                                      const std::string& tag);
 
 // The whole model of a checkpoint as one safetensors file with stable names
 // "layers.<index>.<tensor>", each tied tensor once. Verifies checksums first.

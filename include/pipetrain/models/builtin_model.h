@@ -41,7 +41,7 @@ struct BuiltinModel {
 // joined for messages, e.g. "\"gpt\"".
 std::string builtin_types_reading(bool tokens);
 
-// With a tensor-parallel group of more than one rank: its shard of the model (GPT only).
+// With a tensor-parallel group of more than one rank: its shard of the model (GPT and LLaMA).
 BuiltinModel make_builtin_model(const ModelConfig& config,
                                 const tensor_parallel::Group& group = {});
 

@@ -7,15 +7,17 @@
 
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/models/gpt_config.h"
+#include "pipetrain/models/llama_config.h"
 #include "pipetrain/models/mlp_config.h"
 
 // The built-in models' config, without torch (what a command that only reads configs needs).
 namespace pipetrain::models {
 
-// The `model` section of a config: {"type": "gpt" | "mlp", sizes...}.
+// The `model` section of a config: {"type": "gpt" | "llama" | "mlp", sizes...}.
 struct ModelConfig {
   std::string type = "gpt";
   GptConfig gpt{};
+  LlamaConfig llama{};
   MlpConfig mlp{};
 };
 

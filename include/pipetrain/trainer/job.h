@@ -29,19 +29,26 @@ struct Job {
   nlohmann::json validation_start;  // the validation source's state before any draw
 };
 
+// Whether a job reads its training and validation data (forward-only uses do not).
+enum class DataUse { kRead, kNone };
+
 // Collective over the MPI world: parses `file` once (unknown keys warned about on rank 0),
 // builds the grid, this stage's part of the model, the engine and the data. With
 // `trusted_from`, a checkpoint the config was read from (see config_of_checkpoint), the
 // model's layers are first checked to have the parameter counts the checkpoint's files
 // hold, so that a config edited in a manifest allocates nothing the files could not fill.
-Job build_job(const nlohmann::json& file, const std::string& trusted_from = {});
+// With DataUse::kNone the data sources stay null (the data keys are still read).
+Job build_job(const nlohmann::json& file, const std::string& trusted_from = {},
+              DataUse data = DataUse::kRead);
 
 // Collective: the mean loss over eval_iters validation batches, the same ones every time.
 double validation_loss(Job& job);
 
 // The config a checkpoint was trained with, re-sized for a job of `ranks` ranks on one
-// pipeline (data-parallel 1, the default schedule without chunks: layers are whole in a
-// checkpoint) running micro-batches of `micro_batch` samples, one per step.
-nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch);
+// pipeline (data-parallel 1, ranks / model_parallel stages, the default schedule without
+// chunks: layers are whole in a checkpoint) running micro-batches of `micro_batch`
+// samples, one per step. InputError when model_parallel does not divide ranks.
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
+                                    int model_parallel = 1);
 
 }  // namespace pipetrain::trainer

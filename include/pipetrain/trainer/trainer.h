@@ -21,7 +21,7 @@ int train(const nlohmann::json& config_file);
 // `pipetrain eval`: the validation loss of a checkpoint, printed by rank 0.
 int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters);
 
-// `pipetrain generate`: text sampled from a checkpoint's GPT, printed by rank 0.
+// `pipetrain generate`: text sampled from a checkpoint's language model, printed by rank 0.
 struct GenerateOptions {
   std::string checkpoint;
   std::string prompt = "The ";
@@ -29,6 +29,7 @@ struct GenerateOptions {
   double temperature = 0.8;
   int64_t top_k = 20;
   uint64_t seed = 1;
+  int model_parallel = 1;  // the rest of the ranks are pipeline stages
 };
 int generate_from_checkpoint(const GenerateOptions& options);
 

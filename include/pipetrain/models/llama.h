@@ -1,0 +1,21 @@
+#pragma once
+
+#include <vector>
+
+#include "pipetrain/models/llama_config.h"
+#include "pipetrain/module/layer.h"
+#include "pipetrain/tensor_parallel/group.h"
+
+namespace pipetrain::models {
+
+// Layers of a LLaMA-family decoder, computed as transformers' LlamaForCausalLM computes
+// it: token embedding (tie key "embed" when tied), `layers` pre-RMSNorm blocks with causal
+// grouped-query self-attention under rotary position embeddings and a SwiGLU MLP, no
+// biases, a final RMSNorm and the LM head. Input: token ids [batch, seq] (int64); output:
+// logits [batch, seq, vocab / group size], this rank's vocabulary slice. With a
+// tensor-parallel group the embedding, query and key/value heads, MLP and head are split
+// over it; the full weights are the same for every group size. The loss is gpt_loss().
+std::vector<module::LayerSpec> llama_layers(const LlamaConfig& config,
+                                            const tensor_parallel::Group& group = {});
+
+}  // namespace pipetrain::models

@@ -1,0 +1,267 @@
+#include "pipetrain/models/hugging_face.h"
+
+#include <cmath>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain::models {
+namespace {
+
+constexpr double kLayerNormEps = 1e-5;  // the GPT's LayerNorms (torch's default)
+
+// A config.json field, checked for its type; `fallback` when it is absent or null.
+class HfFields {
+ public:
+  HfFields(const nlohmann::json& hf, std::string source) : hf_(hf), source_(std::move(source)) {
+    if (!hf_.is_object()) throw io::InputError(source_ + ": not a JSON object");
+  }
+
+  int64_t integer(const std::string& key) const {
+    const nlohmann::json& v = required(key);
+    if (!v.is_number_integer()) refuse(key, "must be an integer");
+    return v.get<int64_t>();
+  }
+  int64_t integer(const std::string& key, int64_t fallback) const {
+    return present(key) ? integer(key) : fallback;
+  }
+  double number(const std::string& key, double fallback) const {
+    if (!present(key)) return fallback;
+    if (!hf_[key].is_number()) refuse(key, "must be a number");
+    return hf_[key].get<double>();
+  }
+  bool flag(const std::string& key, bool fallback) const {
+    if (!present(key)) return fallback;
+    if (!hf_[key].is_boolean()) refuse(key, "must be true or false");
+    return hf_[key].get<bool>();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    if (!present(key)) return fallback;
+    if (!hf_[key].is_string()) refuse(key, "must be a string");
+    return hf_[key].get<std::string>();
+  }
+  bool present(const std::string& key) const { return hf_.contains(key) && !hf_[key].is_null(); }
+  const nlohmann::json& get(const std::string& key) const {
+    if (!hf_[key].is_object()) refuse(key, "must be an object");
+    return hf_[key];
+  }
+  const std::string& source() const { return source_; }
+  [[noreturn]] void refuse(const std::string& key, const std::string& why) const {
+    throw io::InputError(source_ + ": " + key + " " + why);
+  }
+
+ private:
+  const nlohmann::json& required(const std::string& key) const {
+    if (!present(key)) refuse(key, "is missing");
+    return hf_[key];
+  }
+  const nlohmann::json& hf_;
+  std::string source_;
+};
+
+std::string architecture_of(const nlohmann::json& hf, const HfFields& fields) {
+  if (hf.contains("architectures") && hf["architectures"].is_array() &&
+      !hf["architectures"].empty() && hf["architectures"][0].is_string()) {
+    return hf["architectures"][0].get<std::string>();
+  }
+  const std::string type = fields.text("model_type", "");
+  if (type == "gpt2") return "GPT2LMHeadModel";
+  if (type == "llama") return "LlamaForCausalLM";
+  fields.refuse("architectures", "is missing (and model_type is not \"gpt2\" or \"llama\")");
+}
+
+GptConfig gpt2_from_hf(const HfFields& f) {
+  GptConfig g;
+  g.vocab_size = f.integer("vocab_size");
+  g.context = f.integer("n_positions");
+  g.d_model = f.integer("n_embd");
+  g.heads = f.integer("n_head");
+  g.layers = f.integer("n_layer");
+  g.dropout = f.number("resid_pdrop", 0.1);
+  g.tie_embeddings = f.flag("tie_word_embeddings", true);
+  const std::string activation = f.text("activation_function", "gelu_new");
+  if (activation == "gelu_new" || activation == "gelu_pytorch_tanh") {
+    g.gelu = Gelu::kTanh;
+  } else if (activation == "gelu") {
+    g.gelu = Gelu::kExact;
+  } else {
+    f.refuse("activation_function", "\"" + activation +
+                                        "\" is not one pipetrain computes (gelu, "
+                                        "gelu_new, gelu_pytorch_tanh)");
+  }
+  if (f.integer("n_inner", 4 * g.d_model) != 4 * g.d_model)
+    f.refuse("n_inner", "must be 4 * n_embd (the GPT's MLP width)");
+  if (f.number("layer_norm_epsilon", kLayerNormEps) != kLayerNormEps)
+    f.refuse("layer_norm_epsilon", "must be 1e-05 (the GPT's LayerNorm)");
+  if (!f.flag("scale_attn_weights", true))
+    f.refuse("scale_attn_weights", "must be true (attention is scaled by 1/sqrt(head size))");
+  if (f.flag("scale_attn_by_inverse_layer_idx", false))
+    f.refuse("scale_attn_by_inverse_layer_idx", "is not supported");
+  return g;
+}
+
+// transformers 4 writes rope_theta (and rope_scaling for variants), 5 writes
+// rope_parameters {rope_type, rope_theta}; only the plain rotation is computed.
+double rope_theta_of(const HfFields& f) {
+  if (f.present("rope_scaling")) f.refuse("rope_scaling", "is not supported (plain rotary)");
+  if (!f.present("rope_parameters")) return f.number("rope_theta", 10000.0);
+  const HfFields rope(f.get("rope_parameters"), f.source() + ": rope_parameters");
+  if (rope.text("rope_type", "default") != "default")
+    rope.refuse("rope_type", "must be \"default\" (plain rotary)");
+  return rope.number("rope_theta", f.number("rope_theta", 10000.0));
+}
+
+LlamaConfig llama_from_hf(const HfFields& f) {
+  LlamaConfig l;
+  l.vocab_size = f.integer("vocab_size");
+  l.context = f.integer("max_position_embeddings");
+  l.d_model = f.integer("hidden_size");
+  l.heads = f.integer("num_attention_heads");
+  l.num_key_value_heads = f.integer("num_key_value_heads", l.heads);
+  l.intermediate_size = f.integer("intermediate_size");
+  l.layers = f.integer("num_hidden_layers");
+  l.rope_theta = rope_theta_of(f);
+  l.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  l.tie_embeddings = f.flag("tie_word_embeddings", false);
+  if (f.text("hidden_act", "silu") != "silu")
+    f.refuse("hidden_act", "must be \"silu\" (the SwiGLU MLP)");
+  if (f.flag("attention_bias", false)) f.refuse("attention_bias", "is not supported (no biases)");
+  if (f.flag("mlp_bias", false)) f.refuse("mlp_bias", "is not supported (no biases)");
+  if (l.heads > 0 && f.integer("head_dim", l.d_model / l.heads) * l.heads != l.d_model)
+    f.refuse("head_dim", "must be hidden_size / num_attention_heads");
+  return l;
+}
+
+void add(std::vector<HfTensor>& tensors, const std::string& hf, int layer, const std::string& name,
+         bool transposed = false) {
+  tensors.push_back({hf, "layers." + std::to_string(layer) + "." + name, transposed});
+}
+
+std::vector<HfTensor> gpt2_tensors(const GptConfig& g) {
+  std::vector<HfTensor> t;
+  add(t, "transformer.wte.weight", 0, "tokens.weight");
+  add(t, "transformer.wpe.weight", 0, "positions.weight");
+  const std::pair<const char*, const char*> norms[] = {{"ln_1", "attention_norm"},
+                                                       {"ln_2", "mlp_norm"}};
+  const std::pair<const char*, const char*> linears[] = {{"attn.c_attn", "qkv"},
+                                                         {"attn.c_proj", "projection"},
+                                                         {"mlp.c_fc", "expand"},
+                                                         {"mlp.c_proj", "contract"}};
+  for (int i = 0; i < g.layers; ++i) {
+    const std::string block = "transformer.h." + std::to_string(i) + ".";
+    for (const auto& [hf, ours] : norms) {
+      add(t, block + hf + ".weight", i + 1, std::string(ours) + ".weight");
+      add(t, block + hf + ".bias", i + 1, std::string(ours) + ".bias");
+    }
+    for (const auto& [hf, ours] : linears) {
+      add(t, block + hf + ".weight", i + 1, std::string(ours) + ".weight", /*transposed=*/true);
+      add(t, block + hf + ".bias", i + 1, std::string(ours) + ".bias");
+    }
+  }
+  const int final_norm = static_cast<int>(g.layers) + 1;
+  add(t, "transformer.ln_f.weight", final_norm, "weight");
+  add(t, "transformer.ln_f.bias", final_norm, "bias");
+  if (!g.tie_embeddings) add(t, "lm_head.weight", final_norm + 1, "weight");
+  return t;
+}
+
+std::vector<HfTensor> llama_tensors(const LlamaConfig& l) {
+  std::vector<HfTensor> t;
+  add(t, "model.embed_tokens.weight", 0, "tokens.weight");
+  const std::pair<const char*, const char*> weights[] = {
+      {"input_layernorm", "attention_norm"}, {"self_attn.q_proj", "q_proj"},
+      {"self_attn.k_proj", "k_proj"},        {"self_attn.v_proj", "v_proj"},
+      {"self_attn.o_proj", "o_proj"},        {"post_attention_layernorm", "mlp_norm"},
+      {"mlp.gate_proj", "gate_proj"},        {"mlp.up_proj", "up_proj"},
+      {"mlp.down_proj", "down_proj"}};
+  for (int i = 0; i < l.layers; ++i) {
+    for (const auto& [hf, ours] : weights) {
+      add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
+          std::string(ours) + ".weight");
+    }
+  }
+  const int final_norm = static_cast<int>(l.layers) + 1;
+  add(t, "model.norm.weight", final_norm, "weight");
+  if (!l.tie_embeddings) add(t, "lm_head.weight", final_norm + 1, "weight");
+  return t;
+}
+
+}  // namespace
+
+ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
+  const HfFields fields(hf, source);
+  const std::string architecture = architecture_of(hf, fields);
+  ModelConfig config;
+  if (architecture == "GPT2LMHeadModel") {
+    config.type = "gpt";
+    config.gpt = gpt2_from_hf(fields);
+  } else if (architecture == "LlamaForCausalLM") {
+    config.type = "llama";
+    config.llama = llama_from_hf(fields);
+  } else {
+    fields.refuse("architectures", "\"" + architecture +
+                                       "\" is not one pipetrain imports (GPT2LMHeadModel, "
+                                       "LlamaForCausalLM)");
+  }
+  return config;
+}
+
+nlohmann::json hf_config_of(const ModelConfig& config) {
+  if (config.type == "gpt") {
+    const GptConfig& g = config.gpt;
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", g.vocab_size},
+            {"n_positions", g.context},
+            {"n_embd", g.d_model},
+            {"n_head", g.heads},
+            {"n_layer", g.layers},
+            {"n_inner", nullptr},
+            {"activation_function", g.gelu == Gelu::kTanh ? "gelu_new" : "gelu"},
+            {"layer_norm_epsilon", kLayerNormEps},
+            {"resid_pdrop", g.dropout},
+            {"embd_pdrop", g.dropout},
+            {"attn_pdrop", g.dropout},
+            {"tie_word_embeddings", g.tie_embeddings},
+            {"torch_dtype", "float32"}};
+  }
+  if (config.type == "llama") {
+    const LlamaConfig& l = config.llama;
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", l.vocab_size},
+            {"max_position_embeddings", l.context},
+            {"hidden_size", l.d_model},
+            {"num_attention_heads", l.heads},
+            {"num_key_value_heads", l.num_key_value_heads},
+            {"head_dim", l.d_model / l.heads},
+            {"intermediate_size", l.intermediate_size},
+            {"num_hidden_layers", l.layers},
+            {"rope_theta", l.rope_theta},  // transformers 4; 5 reads rope_parameters
+            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", l.rope_theta}}},
+            {"rms_norm_eps", l.rms_norm_eps},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"tie_word_embeddings", l.tie_embeddings},
+            {"torch_dtype", "float32"}};
+  }
+  throw io::InputError("model.type \"" + config.type +
+                       "\" has no transformers format (only \"gpt\" and \"llama\")");
+}
+
+std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
+  if (config.type == "gpt") return gpt2_tensors(config.gpt);
+  if (config.type == "llama") return llama_tensors(config.llama);
+  throw io::InputError("model.type \"" + config.type +
+                       "\" has no transformers format (only \"gpt\" and \"llama\")");
+}
+
+bool hf_buffer(const std::string& hf_name) {
+  auto ends_with = [&](const std::string& tail) {
+    return hf_name.size() >= tail.size() &&
+           hf_name.compare(hf_name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+}
+
+}  // namespace pipetrain::models

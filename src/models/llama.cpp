@@ -1,0 +1,213 @@
+#include "pipetrain/models/llama.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <utility>
+
+#include "pipetrain/autograd/linear.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/layers.h"
+
+namespace pipetrain::models {
+namespace {
+
+constexpr double kInitStd = 0.02;  // transformers' initializer_range
+constexpr tensor_parallel::LinearOptions kLinear{.bias = false, .init_std = kInitStd};
+
+using tensor_parallel::ColumnParallelLinear;
+using tensor_parallel::Group;
+using tensor_parallel::RowParallelLinear;
+using tensor_parallel::VocabParallelEmbedding;
+
+// Root-mean-square normalisation with a learned scale, computed in float32 whatever the
+// activations' type (as transformers' LlamaRMSNorm).
+struct RmsNormImpl : torch::nn::Module {
+  RmsNormImpl(int64_t dim, double eps_)
+      : eps(eps_), weight(register_parameter("weight", at::ones({dim}))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor wide = x.to(at::kFloat);
+    const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * normed.to(x.scalar_type());
+  }
+
+  double eps;
+  at::Tensor weight;
+};
+TORCH_MODULE(RmsNorm);
+
+// Rotary position embeddings of positions 0..seq-1, [seq, head_dim] each, in `like`'s type
+// and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two
+// halves of a head rotated together (transformers' rotate_half layout).
+struct Rotation {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+Rotation rotation(int64_t seq, int64_t head_dim, double theta, const at::Tensor& like) {
+  const auto f32 = like.options().dtype(at::kFloat);
+  const at::Tensor pairs = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat);
+  const at::Tensor inverse_frequency = at::reciprocal(at::pow(theta, pairs / head_dim));
+  const at::Tensor angles = at::outer(at::arange(seq, f32), inverse_frequency).repeat({1, 2});
+  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+at::Tensor rotate(const at::Tensor& x, const Rotation& r) {
+  const auto halves = x.chunk(2, -1);
+  return x * r.cos + at::cat({-halves[1], halves[0]}, -1) * r.sin;
+}
+
+// Token embeddings split by vocabulary over the tensor-parallel group.
+struct LlamaEmbeddingImpl : torch::nn::Module {
+  LlamaEmbeddingImpl(const LlamaConfig& c, const Group& group)
+      : tokens(register_module("tokens",
+                               VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))) {}
+
+  at::Tensor forward(const at::Tensor& ids) { return tokens(ids); }
+
+  VocabParallelEmbedding tokens;
+};
+TORCH_MODULE(LlamaEmbedding);
+
+// A decoder block. Each rank of the tensor-parallel group computes heads / size query
+// heads, the num_key_value_heads / size key/value heads they read, and intermediate_size
+// / size MLP features; the residual stream and the norms are replicated.
+struct LlamaBlockImpl : torch::nn::Module {
+  LlamaBlockImpl(const LlamaConfig& c, const Group& group)
+      : head_dim(c.d_model / c.heads),
+        rope_theta(c.rope_theta),
+        attention_norm(register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
+        q_proj(register_module(
+            "q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group, kLinear))),
+        k_proj(register_module(
+            "k_proj",
+            ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group, kLinear))),
+        v_proj(register_module(
+            "v_proj",
+            ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group, kLinear))),
+        o_proj(register_module("o_proj",
+                               RowParallelLinear(c.heads * head_dim, c.d_model, group, kLinear))),
+        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
+        gate_proj(register_module(
+            "gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLinear))),
+        up_proj(register_module(
+            "up_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLinear))),
+        down_proj(register_module(
+            "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLinear))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    if (x.dim() != 3)
+      throw std::invalid_argument("a LLaMA block takes [batch, seq, d_model] activations");
+    const at::Tensor h = x + o_proj(attend(attention_norm(x)));
+    const at::Tensor n = mlp_norm(h);
+    return h + down_proj(at::silu(gate_proj(n)) * up_proj(n));
+  }
+
+  // Causal grouped-query attention over this rank's heads; returns [batch, seq, width].
+  at::Tensor attend(const at::Tensor& x) {
+    const int64_t batch = x.size(0), seq = x.size(1);
+    auto heads_of = [&](const at::Tensor& projected) {  // [batch, heads, seq, head_dim]
+      return projected.view({batch, seq, -1, head_dim}).transpose(1, 2);
+    };
+    const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
+    const Rotation r = rotation(seq, head_dim, rope_theta, q);
+    const at::Tensor attended =
+        at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{}, 0.0,
+                                         /*is_causal=*/true, /*scale=*/{}, /*enable_gqa=*/true);
+    return attended.transpose(1, 2).reshape({batch, seq, -1});
+  }
+
+  int64_t head_dim;
+  double rope_theta;
+  RmsNorm attention_norm;
+  ColumnParallelLinear q_proj, k_proj, v_proj;
+  RowParallelLinear o_proj;
+  RmsNorm mlp_norm;
+  ColumnParallelLinear gate_proj, up_proj;
+  RowParallelLinear down_proj;
+};
+TORCH_MODULE(LlamaBlock);
+
+void check(const LlamaConfig& c, const Group& group) {
+  auto at_least_one = [](int64_t v, const char* key) {
+    if (v < 1)
+      throw io::InputError(std::string("model.") + key + " must be at least 1, got " +
+                           std::to_string(v));
+  };
+  at_least_one(c.vocab_size, "vocab_size");
+  at_least_one(c.context, "context");
+  at_least_one(c.d_model, "d_model");
+  at_least_one(c.heads, "heads");
+  at_least_one(c.num_key_value_heads, "num_key_value_heads");
+  at_least_one(c.intermediate_size, "intermediate_size");
+  at_least_one(c.layers, "layers");
+  auto divides = [](int64_t value, const char* key, int64_t by, const std::string& what) {
+    if (value % by != 0) {
+      throw io::InputError(std::string("model.") + key + " (" + std::to_string(value) +
+                           ") must be divisible by " + what + " (" + std::to_string(by) + ")");
+    }
+  };
+  divides(c.d_model, "d_model", c.heads, "model.heads");
+  divides(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
+  divides(c.heads, "heads", c.num_key_value_heads, "model.num_key_value_heads");
+  if (!(c.rope_theta > 0)) throw io::InputError("model.rope_theta must be positive");
+  if (!(c.rms_norm_eps > 0)) throw io::InputError("model.rms_norm_eps must be positive");
+  const std::string tp = "the model-parallel size";
+  divides(c.heads, "heads", group.size(), tp);
+  divides(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
+  divides(c.intermediate_size, "intermediate_size", group.size(), tp);
+  divides(c.vocab_size, "vocab_size", group.size(), tp);
+}
+
+module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
+                             const module::LayerSpec& embedding) {
+  if (c.tie_embeddings) {
+    module::LayerSpec head = embedding;
+    head.type = "LlamaHead";
+    // Logits of this rank's vocabulary slice; the loss never gathers them.
+    head.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
+      const auto& tokens = static_cast<LlamaEmbeddingImpl&>(module).tokens->weight;
+      return module::Activation{
+          autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
+    };
+    return head;
+  }
+  return module::module_layer<ColumnParallelLinear>(
+      "LlamaHead", [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLinear); },
+      [=] { return c.d_model * c.vocab_size; });
+}
+
+}  // namespace
+
+std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& group) {
+  check(c, group);
+  const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
+  std::vector<module::LayerSpec> specs;
+
+  module::LayerSpec embedding = module::module_layer<LlamaEmbedding>(
+      "LlamaEmbedding", [c, group] { return LlamaEmbedding(c, group); },
+      [c] { return c.vocab_size * c.d_model; });
+  embedding.no_weight_decay = {"tokens.weight"};
+  if (c.tie_embeddings) {
+    embedding.tie_key = "embed";
+    embedding.tied_parameters = {"tokens.weight"};
+  }
+  specs.push_back(embedding);
+
+  const int64_t block_parameters =
+      2 * d + 2 * d * d + 2 * d * kv_width + 3 * d * c.intermediate_size;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    specs.push_back(module::module_layer<LlamaBlock>(
+        "LlamaBlock", [c, group] { return LlamaBlock(c, group); },
+        [=] { return block_parameters; }));
+  }
+  specs.push_back(module::module_layer<RmsNorm>(
+      "RMSNorm", [c] { return RmsNorm(c.d_model, c.rms_norm_eps); }, [d] { return d; }));
+  specs.push_back(head_layer(c, group, embedding));
+  return specs;
+}
+
+}  // namespace pipetrain::models

@@ -1,0 +1,173 @@
+#include "pipetrain/trainer/hugging_face.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/checkpoint/safetensors.h"
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
+#include "pipetrain/models/hugging_face.h"
+#include "pipetrain/trainer/job.h"
+
+namespace pipetrain::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::uintmax_t kMaxJsonBytes = 64 << 20;
+constexpr const char* kWeights = "model.safetensors";
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+nlohmann::json read_json(const fs::path& path) {
+  if (!fs::is_regular_file(path)) throw io::InputError(path.string() + ": no such file");
+  try {
+    return nlohmann::json::parse(io::read_file(path, kMaxJsonBytes));
+  } catch (const nlohmann::json::exception& e) {
+    throw io::InputError(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+// The safetensors files of a model folder: one, or the shards its index names.
+std::vector<fs::path> weight_files(const fs::path& folder) {
+  if (fs::exists(folder / kIndex)) {
+    const nlohmann::json index = read_json(folder / kIndex);
+    if (!index.contains("weight_map") || !index["weight_map"].is_object())
+      throw io::InputError((folder / kIndex).string() + ": weight_map is missing");
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+      const std::string name = file.is_string() ? file.get<std::string>() : "";
+      if (name.empty() || fs::path(name).filename() != name || name == "..")
+        throw io::InputError((folder / kIndex).string() + ": weight_map[\"" + tensor +
+                             "\"] is not a file name in the folder");
+      files.insert(name);
+    }
+    std::vector<fs::path> paths;
+    for (const auto& name : files) paths.push_back(folder / name);
+    return paths;
+  }
+  if (fs::exists(folder / kWeights)) return {folder / kWeights};
+  throw io::InputError(folder.string() + ": no " + kWeights + " or " + kIndex +
+                       " (save the model with safe_serialization=True)");
+}
+
+std::map<std::string, at::Tensor> read_weights(const fs::path& folder) {
+  std::map<std::string, at::Tensor> weights;
+  for (const fs::path& file : weight_files(folder)) {
+    if (!fs::is_regular_file(file)) throw io::InputError(file.string() + ": no such file");
+    for (auto& [name, tensor] : checkpoint::decode_safetensors(io::read_file(file), file)) {
+      if (!weights.emplace(name, tensor).second)
+        throw io::InputError(file.string() + ": tensor " + name + " is also in another file");
+    }
+  }
+  return weights;
+}
+
+// The file's tensor for `wanted` as pipetrain holds it: float32, [out, in] for linears.
+// GPT-2 files written without the "transformer." prefix (the original release) are read too.
+at::Tensor take(std::map<std::string, at::Tensor>& weights, const models::HfTensor& wanted,
+                at::IntArrayRef shape, const fs::path& folder) {
+  auto found = weights.find(wanted.hf_name);
+  const std::string prefix = "transformer.";
+  if (found == weights.end() && wanted.hf_name.rfind(prefix, 0) == 0)
+    found = weights.find(wanted.hf_name.substr(prefix.size()));
+  if (found == weights.end())
+    throw io::InputError(folder.string() + ": tensor " + wanted.hf_name + " is missing");
+  at::Tensor tensor = wanted.transposed ? found->second.t() : found->second;
+  if (tensor.sizes() != shape) {
+    std::vector<int64_t> needed = shape.vec();
+    if (wanted.transposed) std::reverse(needed.begin(), needed.end());
+    throw io::InputError(folder.string() + ": tensor " + found->first + " has shape " +
+                         c10::str(found->second.sizes()) + ", the model config.json describes " +
+                         "needs " + c10::str(at::IntArrayRef(needed)));
+  }
+  weights.erase(found);
+  return tensor.to(at::kFloat).contiguous();
+}
+
+// Refuses tensors the model does not have (a tied head's copy and GPT-2's mask buffers
+// excepted).
+void check_all_used(const std::map<std::string, at::Tensor>& left, bool tied,
+                    const fs::path& folder) {
+  for (const auto& [name, tensor] : left) {
+    if (models::hf_buffer(name) || (tied && name == "lm_head.weight")) continue;
+    throw io::InputError(folder.string() + ": tensor " + name +
+                         " is not part of the model config.json describes");
+  }
+}
+
+bool tied(const models::ModelConfig& m) {
+  return m.type == "gpt" ? m.gpt.tie_embeddings : m.llama.tie_embeddings;
+}
+
+void check_import_output(const fs::path& out) {
+  if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
+    throw io::InputError("--out " + out.string() + ": exists and is not an empty folder");
+}
+
+}  // namespace
+
+int import_hugging_face(const std::string& folder_name, const std::string& out) {
+  const fs::path folder = folder_name;
+  if (comm::MpiCommunicator::world()->size() != 1)
+    throw io::InputError("import runs as one process, not under a launch of several ranks");
+  check_import_output(out);
+  const models::ModelConfig model =
+      models::model_config_from_hf(read_json(folder / "config.json"), folder / "config.json");
+  std::map<std::string, at::Tensor> weights = read_weights(folder);
+
+  nlohmann::json config = models::model_keys().write(model);
+  config["pipeline"]["stages"] = 1;
+  config["train_micro_batch_size_per_gpu"] = 1;
+  Job job = build_job(config, {}, DataUse::kNone);
+  std::map<std::string, models::HfTensor> by_name;
+  for (const auto& t : models::hf_tensors(model)) by_name.emplace(t.name, t);
+  std::vector<engine::ParameterState> masters;
+  for (const auto& [name, parameter] : job.module->named_parameters()) {
+    const auto found = by_name.find("layers." + name);
+    if (found == by_name.end())
+      throw std::logic_error("no transformers name for parameter " + name);
+    masters.push_back({take(weights, found->second, parameter.sizes(), folder), {}});
+  }
+  check_all_used(weights, tied(model), folder);
+  job.engine->restore_optimizer_state(masters);
+  checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}});
+  std::printf("imported %s (%s, %zu tensors) into %s/step_0\n", folder.c_str(), model.type.c_str(),
+              masters.size(), out.c_str());
+  return 0;
+}
+
+void export_hugging_face(const std::string& checkpoint, const std::string& tag,
+                         const std::string& out) {
+  const nlohmann::json client = checkpoint::read_client_state(checkpoint, tag);
+  if (!client.is_object() || !client.contains("config"))
+    throw io::InputError(checkpoint + ": the checkpoint holds no model config");
+  const models::ModelConfig model = models::parse_model_config(client["config"]);
+  const std::vector<models::HfTensor> names = models::hf_tensors(model);
+  const nlohmann::json hf_config = models::hf_config_of(model);
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw io::InputError("--out " + out + ": exists and is not a folder");
+
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& [name, tensor] : checkpoint::read_model_tensors(checkpoint, tag))
+    tensors.emplace(name, tensor);
+  comm::NamedTensors hf;
+  for (const auto& t : names) {
+    const auto found = tensors.find(t.name);
+    if (found == tensors.end())
+      throw io::InputError(checkpoint + ": no tensor " + t.name + " in the checkpoint");
+    hf.emplace_back(t.hf_name, t.transposed ? found->second.t().contiguous() : found->second);
+  }
+  fs::create_directories(out);
+  io::write_file_atomically(fs::path(out) / kWeights,
+                            checkpoint::encode_safetensors(hf, {{"format", "pt"}}));
+  io::write_file_atomically(fs::path(out) / "config.json", hf_config.dump(2) + "\n");
+}
+
+}  // namespace pipetrain::trainer

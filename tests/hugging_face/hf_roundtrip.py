@@ -1,0 +1,85 @@
+"""Logits of transformers' own models against pipetrain's import of them, and back.
+
+Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH   (ARCH: gpt2, gpt2-untied, llama, llama-tied)
+
+Creates a tiny random model with transformers, saves it (safetensors; the LLaMA in two
+shards), imports it with `pipetrain import`, computes `pipetrain logits` at pipe 1, pipe 2
+and model 2 and compares them with transformers' logits (fp32, 1e-5 relative to the largest
+logit); then exports the checkpoint with `pipetrain export --format hf`, loads the folder
+with AutoModelForCausalLM.from_pretrained and compares again. Exits non-zero on a mismatch.
+"""
+import pathlib
+import subprocess
+import sys
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+TOLERANCE = 1e-5
+
+
+def tiny_model(arch):
+    torch.manual_seed(7)
+    if arch.startswith("gpt2"):
+        config = transformers.GPT2Config(
+            vocab_size=260, n_positions=24, n_embd=32, n_layer=3, n_head=4,
+            activation_function="gelu_new", tie_word_embeddings=(arch == "gpt2"),
+            bos_token_id=None, eos_token_id=None)
+        return transformers.GPT2LMHeadModel(config)
+    config = transformers.LlamaConfig(
+        vocab_size=260, hidden_size=32, intermediate_size=88, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
+        rope_theta=500.0, rms_norm_eps=1e-5, tie_word_embeddings=(arch == "llama-tied"))
+    return transformers.LlamaForCausalLM(config)
+
+
+def reference_logits(model, tokens):
+    model.eval()
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0].float()
+
+
+def run(*command):
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n"
+                 f"{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def compare(what, got, want):
+    error = (got - want).abs().max().item() / want.abs().max().item()
+    print(f"{what}: max |difference| / max |logit| = {error:.2e}")
+    if got.shape != want.shape or not error <= TOLERANCE:
+        sys.exit(f"{what}: logits differ ({tuple(got.shape)} vs {tuple(want.shape)}, {error:.2e})")
+
+
+def main():
+    pipetrain, work, arch = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+    model = tiny_model(arch)
+    hf_folder = work / f"{arch}-hf"
+    shard = "2KB" if arch.startswith("llama") else "100MB"
+    model.save_pretrained(hf_folder, safe_serialization=True, max_shard_size=shard)
+    tokens = [int(t) for t in torch.randint(0, 260, (20,), generator=torch.Generator().manual_seed(3))]
+    want = reference_logits(model, tokens)
+
+    checkpoint = work / f"{arch}-ckpt"
+    run(pipetrain, "import", "--hf", hf_folder, "--out", checkpoint)
+    ids = ",".join(map(str, tokens))
+    for ranks, parallel in [(1, 1), (2, 1), (2, 2)]:
+        out = work / f"{arch}-logits-{ranks}-{parallel}.safetensors"
+        run(pipetrain, "launch", "-n", ranks, "--", pipetrain, "logits", "--checkpoint",
+            checkpoint, "--tokens", ids, "--model", parallel, "--out", out)
+        compare(f"{arch} pipe {ranks // parallel} model {parallel}", load_file(out)["logits"], want)
+
+    exported = work / f"{arch}-exported"
+    run(pipetrain, "export", "--format", "hf", "--checkpoint", checkpoint, "--out", exported)
+    back = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    if type(back) is not type(model):
+        sys.exit(f"exported folder loads as {type(back).__name__}, not {type(model).__name__}")
+    compare(f"{arch} exported, loaded by transformers", reference_logits(back, tokens), want)
+
+
+if __name__ == "__main__":
+    main()
