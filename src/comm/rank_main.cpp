@@ -45,11 +45,17 @@ int ranks_on_this_host() {
   return size;
 }
 
-[[noreturn]] void abort_job(const char* what, int exit_code) {
+// `alone`: a job of one rank that ends before any transfer (bad input), which needs no
+// abort of others (MPI_Abort would add its banner to the one line).
+[[noreturn]] void abort_job(const char* what, int exit_code, bool alone = false) {
   std::fprintf(stderr, "pipetrain: %s: %s\n", rank_identity().c_str(), what);
   std::fflush(stderr);
   io::record_exit(exit_code);
-  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (alone) {
+    MPI_Finalize();
+  } else {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::_Exit(exit_code);
 }
 
@@ -85,7 +91,9 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
     // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
     // the others before they repeat the same line.
     if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
-    abort_job(e.what(), 2);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    abort_job(e.what(), 2, /*alone=*/size == 1);
   } catch (const std::exception& e) {
     abort_job(io::error_message(e).c_str(), 1);
   }

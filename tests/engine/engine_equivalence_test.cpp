@@ -103,6 +103,9 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       cases.push_back({model, m, m % 2 ? 1 : 2, m >= 4 ? 0.05 : 0.0});
     }
   }
+  const std::string deep = chunks > 1 ? "-deep" : "";
+  cases.push_back({"llama" + deep, 2, 0, 0.0});
+  cases.push_back({"llama-tied" + deep, 4, 1, 0.05});
   for (const auto& [pipe, data] : shapes) {
     auto grid =
         std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);

@@ -28,6 +28,17 @@ models::ModelConfig model_config(const std::string& model) {
   if (model == "mlp") {
     config.type = "mlp";
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
+  } else if (model.rfind("llama", 0) == 0) {
+    config.type = "llama";
+    config.llama = {.vocab_size = 20,
+                    .context = 6,
+                    .d_model = 8,
+                    .heads = 4,
+                    .num_key_value_heads = 2,
+                    .intermediate_size = 12,
+                    .layers = model.find("-deep") != std::string::npos ? 6 : 2,
+                    .tie_embeddings = model.find("tied") != std::string::npos &&
+                                      model.find("untied") == std::string::npos};
   } else {
     config.gpt = {.vocab_size = 20,
                   .context = 6,
@@ -49,10 +60,10 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
         module::Activation{at::randn({samples, config.mlp.inputs})},
         module::Activation{at::randn({samples, config.mlp.outputs})});
   }
-  const auto& g = config.gpt;
+  const models::TokenInput tokens = *models::make_builtin_model(config).tokens();
   return std::make_shared<data::TensorDataset>(
-      module::Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)},
-      module::Activation{at::randint(g.vocab_size, {samples, g.context}, at::kLong)});
+      module::Activation{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)},
+      module::Activation{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)});
 }
 
 engine::TrainingConfig training_config(const Case& c, int stages) {

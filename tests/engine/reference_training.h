@@ -21,7 +21,9 @@ constexpr int kSteps = 5;
 constexpr int kMicroBatchSize = 2;
 
 struct Case {
-  std::string model;  // gpt, gpt-untied, gpt-heads4 (tied), mlp; "-deep": 6 blocks, not 2
+  // gpt, gpt-untied, gpt-heads4 (tied), llama (untied), llama-tied, mlp; "-deep": 6 blocks,
+  // not 2
+  std::string model;
   int micro_batches;
   int checkpoint_interval;
   double clipping;

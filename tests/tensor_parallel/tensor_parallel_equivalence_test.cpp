@@ -74,7 +74,9 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
         model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
                                        {"gpt", 4, 0, 0.05},
                                        {"gpt-untied", 2, 1, 0.0},
-                                       {"gpt", 2, 2, 0.05}}
+                                       {"gpt", 2, 2, 0.05},
+                                       {"llama", 2, 0, 0.05},
+                                       {"llama-tied", 4, 1, 0.0}}
                    : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +

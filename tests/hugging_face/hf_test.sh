@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# transformers interop: tiny GPT-2 and LLaMA models made by transformers are imported,
+# give transformers' logits at pipe 1, pipe 2 and model 2, and come back out loadable
+# (hf_roundtrip.py); damaged model folders and bad arguments end with exit 2 and one line
+# naming the file and field or tensor, writing nothing.
+# Usage: hf_test.sh PATH/TO/pipetrain PYTHON (with torch and transformers)
+set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+pipetrain=$(realpath "$1")
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+
+for arch in gpt2 gpt2-untied llama llama-tied; do
+  check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
+done
+
+expect_bad() { # description, expected text, pipetrain arguments...
+  local what=$1 expected=$2
+  shift 2
+  local run="$work/run" rc
+  rm -rf "$run" && mkdir -p "$run"
+  (cd "$run" && timeout 60 "$pipetrain" "$@" >../out 2>&1)
+  rc=$?
+  check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$what: one line (got $(wc -l <"$work/out"))" test "$(wc -l <"$work/out")" -eq 1
+  check "$what: names the problem: $(head -c 300 "$work/out")" grep -qF -- "$expected" "$work/out"
+  check "$what: writes nothing" test -z "$(ls -A "$run")"
+}
+
+# A copy of a saved model folder with config.json edited by a Python expression on `c`.
+damaged() { # source folder, name, python statement
+  local copy="$work/$2"
+  rm -rf "$copy" && cp -r "$work/$1" "$copy"
+  "$python" - "$copy/config.json" "$3" <<'PY'
+import json, sys
+path, edit = sys.argv[1], sys.argv[2]
+c = json.load(open(path))
+exec(edit)
+json.dump(c, open(path, "w"))
+PY
+  echo "$copy"
+}
+
+expect_bad "unknown architecture" "architectures \"BertForMaskedLM\" is not one pipetrain imports" \
+  import --hf "$(damaged llama-hf bert 'c["architectures"] = ["BertForMaskedLM"]')" --out ckpt
+expect_bad "rope scaling" "rope_scaling is not supported" \
+  import --hf "$(damaged llama-hf scaled 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}')" \
+  --out ckpt
+expect_bad "shape" "has shape [88, 32], the model config.json describes needs [96, 32]" \
+  import --hf "$(damaged llama-hf wider 'c["intermediate_size"] = 96')" --out ckpt
+expect_bad "missing field" "config.json: n_embd is missing" \
+  import --hf "$(damaged gpt2-hf nowidth 'del c["n_embd"]')" --out ckpt
+expect_bad "activation" "activation_function \"relu\" is not one pipetrain computes" \
+  import --hf "$(damaged gpt2-hf relu 'c["activation_function"] = "relu"')" --out ckpt
+
+# Tensors: one missing, one extra, a truncated shard.
+edited=$(damaged gpt2-hf missing 'pass')
+"$python" - "$edited/model.safetensors" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1]); del t["transformer.h.1.mlp.c_fc.bias"]
+save_file(t, sys.argv[1], metadata={"format": "pt"})
+PY
+expect_bad "missing tensor" "tensor transformer.h.1.mlp.c_fc.bias is missing" import --hf "$edited" --out ckpt
+edited=$(damaged gpt2-hf extra 'pass')
+"$python" - "$edited/model.safetensors" <<'PY'
+import sys, torch
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1]); t["transformer.h.9.attn.c_attn.weight"] = torch.zeros(2, 2)
+save_file(t, sys.argv[1], metadata={"format": "pt"})
+PY
+expect_bad "extra tensor" "tensor transformer.h.9.attn.c_attn.weight is not part of the model" \
+  import --hf "$edited" --out ckpt
+edited=$(damaged llama-hf truncated 'pass')
+shard=$(ls "$edited"/model-*.safetensors | head -1)
+truncate -s 100 "$shard"
+expect_bad "truncated shard" "$(basename "$shard")" import --hf "$edited" --out ckpt
+printf '{"architectures": ' >"$edited/config.json"
+expect_bad "config not JSON" "config.json: not valid JSON" import --hf "$edited" --out ckpt
+
+mkdir -p "$work/full" && touch "$work/full/something"
+expect_bad "output folder in use" "exists and is not an empty folder" \
+  import --hf "$work/gpt2-hf" --out "$work/full"
+expect_bad "token outside the vocabulary" "--tokens: id 999 is outside the vocabulary [0, 260)" \
+  logits --checkpoint "$work/gpt2-ckpt" --tokens 1,999 --out logits.safetensors
+expect_bad "too many tokens" "--tokens: 30 tokens, the model's context is 24" \
+  logits --checkpoint "$work/gpt2-ckpt" --tokens "$(seq -s, 1 30)" --out logits.safetensors
+
+finish
