@@ -21,9 +21,16 @@ std::string read_file(const std::filesystem::path& path, std::uintmax_t max_byte
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot be read (missing?)");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  if (error) {  // a size not known in advance: read as it comes
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    return contents.str();
+  }
+  // One read into a buffer of the file's size (a checkpoint's layers run to gigabytes).
+  std::string contents(size, '\0');
+  in.read(contents.data(), static_cast<std::streamsize>(size));
+  contents.resize(static_cast<std::size_t>(in.gcount()));
+  return contents;
 }
 
 }  // namespace pipetrain::io
