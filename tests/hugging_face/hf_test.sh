@@ -18,6 +18,51 @@ for arch in gpt2 gpt2-untied llama llama-tied; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
 
+# scripts/prepare-data: a tokenizer.json made here, three licence texts as documents; the
+# tokens read back equal the tokenizer's, and a LLaMA trains on them at pipe 2 x data 2.
+"$python" - "$work/tokenizer.json" <<'PY'
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>"])
+tokenizer.train(["/usr/share/common-licenses/GPL-3"], trainer)
+tokenizer.save(sys.argv[1])
+PY
+texts=(/usr/share/common-licenses/{Apache-2.0,GPL-3,MPL-2.0})
+check "prepare-data runs" "$here/../../scripts/prepare-data" --tokenizer "$work/tokenizer.json" \
+  --eod "</s>" --out "$work/corpus" "${texts[@]}"
+check "prepare-data: tokens read back" "$python" - "$work" "${texts[@]}" <<'PY'
+import struct, sys
+import numpy as np
+from tokenizers import Tokenizer
+work, files = sys.argv[1], sys.argv[2:]
+tokenizer = Tokenizer.from_file(f"{work}/tokenizer.json")
+eod = tokenizer.token_to_id("</s>")
+docs = [tokenizer.encode(open(f).read(), add_special_tokens=False).ids + [eod] for f in files]
+idx = open(f"{work}/corpus.idx", "rb").read()
+assert idx[:9] == b"MMIDIDX\x00\x00" and struct.unpack("<QBQQ", idx[9:34]) == (1, 8, 3, 4)
+lengths = np.frombuffer(idx, np.int32, 3, 34)
+tokens = np.fromfile(f"{work}/corpus.bin", np.uint16)
+assert list(lengths) == [len(d) for d in docs], (lengths, [len(d) for d in docs])
+assert tokens.tolist() == [t for d in docs for t in d]
+PY
+cat >"$work/llama.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 2,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+ "pipeline": {"stages": 2}, "train_iters": 6, "eval_interval": 6, "eval_iters": 2,
+ "save": "$work/trained", "sample": {"tokens": 0},
+ "model": {"type": "llama", "vocab_size": 400, "context": 32, "d_model": 32, "heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 64, "layers": 2},
+ "data": {"type": "indexed", "paths": ["$work/corpus"]}}
+JSON
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config "$work/llama.json" >"$work/train.out" 2>&1
+check "LLaMA on prepared data trains at pipe 2 x data 2 ($(tail -1 "$work/train.out"))" \
+  grep -qE "^validation loss: .* after 6 steps" "$work/train.out"
+check "LLaMA validation loss falls" awk '/^validation loss:/ {exit !($3 > $5)}' "$work/train.out"
+check "generate from it at model 2" "$pipetrain" launch -n 2 -- "$pipetrain" generate \
+  --checkpoint "$work/trained" --model 2 --tokens 8 --prompt "Licence"
+
 expect_bad() { # description, expected text, pipetrain arguments...
   local what=$1 expected=$2
   shift 2

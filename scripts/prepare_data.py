@@ -1,0 +1,119 @@
+"""Tokenizes text files into a Megatron-LM indexed dataset for `data.type: indexed`.
+
+Run through scripts/prepare-data (which picks the project's Python environment):
+  scripts/prepare-data --tokenizer TOKENIZER --out PREFIX [--eod TOKEN] [--lines] FILE...
+
+TOKENIZER  a Hugging Face tokenizer.json (the `tokenizers` package) or a SentencePiece
+           .model (needs the `sentencepiece` package in that environment)
+PREFIX     writes PREFIX.bin (the tokens) and PREFIX.idx (MMIDIDX version 1: sequence
+           lengths, byte offsets, document index), as Megatron-LM's _IndexWriter does;
+           tokens are uint16 when the vocabulary has fewer than 65500 entries, else int32
+--eod      a token (its text, e.g. "</s>", or its id) appended to every document
+--lines    every non-empty line is a document (default: every file is one)
+Prints the number of documents and tokens and the vocabulary size to set as
+model.vocab_size. Files are written to temporary names and renamed when complete.
+"""
+import argparse
+import array
+import os
+import pathlib
+import struct
+import sys
+
+DTYPES = {"uint16": (8, "H"), "int32": (4, "i")}  # Megatron's dtype codes
+
+
+class Tokenizer:
+    def __init__(self, path):
+        path = pathlib.Path(path)
+        if path.suffix == ".model":
+            try:
+                import sentencepiece
+            except ImportError:
+                sys.exit(f"prepare-data: {path}: reading a SentencePiece model needs the "
+                         "sentencepiece package (pip install sentencepiece)")
+            self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+            self.vocab_size = self._sp.get_piece_size()
+            self.encode = lambda text: self._sp.encode(text)
+            self.token_id = self._sp.piece_to_id
+        else:
+            from tokenizers import Tokenizer as HfTokenizer
+            try:
+                self._hf = HfTokenizer.from_file(str(path))
+            except Exception as e:  # the package's own error types vary by version
+                sys.exit(f"prepare-data: {path}: not a tokenizer.json ({e})")
+            self.vocab_size = self._hf.get_vocab_size(with_added_tokens=True)
+            self.encode = lambda text: self._hf.encode(text, add_special_tokens=False).ids
+            self.token_id = self._hf.token_to_id
+
+
+def end_of_document(tokenizer, eod):
+    if eod is None:
+        return []
+    if eod.isdigit() and int(eod) < tokenizer.vocab_size:
+        return [int(eod)]
+    token = tokenizer.token_id(eod)
+    if token is None or token < 0:
+        sys.exit(f"prepare-data: --eod {eod!r} is not a token of the tokenizer")
+    return [token]
+
+
+def documents(files, lines):
+    for name in files:
+        try:
+            text = pathlib.Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            sys.exit(f"prepare-data: {name}: cannot be read as UTF-8 text ({e})")
+        if lines:
+            yield from (line for line in text.splitlines() if line.strip())
+        else:
+            yield text
+
+
+def write_atomically(path, chunks):
+    temporary = f"{path}.tmp.{os.getpid()}"
+    with open(temporary, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="prepare-data", description=__doc__.split("\n")[0])
+    parser.add_argument("--tokenizer", required=True)
+    parser.add_argument("--out", required=True, help="prefix of the .bin/.idx pair")
+    parser.add_argument("--eod")
+    parser.add_argument("--lines", action="store_true")
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args()
+
+    tokenizer = Tokenizer(args.tokenizer)
+    dtype = "uint16" if tokenizer.vocab_size < 65500 else "int32"
+    code, typecode = DTYPES[dtype]
+    eod = end_of_document(tokenizer, args.eod)
+    tokens, lengths = array.array(typecode), []
+    for text in documents(args.files, args.lines):
+        ids = tokenizer.encode(text) + eod
+        tokens.extend(ids)
+        lengths.append(len(ids))
+    if not lengths or not len(tokens):
+        sys.exit("prepare-data: the files hold no text to tokenize")
+
+    pointers, offset = array.array("q"), 0
+    for length in lengths:
+        pointers.append(offset)
+        offset += length * tokens.itemsize
+    header = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code) +
+              struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
+    index = [header, array.array("i", lengths).tobytes(), pointers.tobytes(),
+             array.array("q", range(len(lengths) + 1)).tobytes()]
+    write_atomically(args.out + ".bin", [tokens.tobytes()])
+    write_atomically(args.out + ".idx", index)
+    print(f"{args.out}: {len(lengths)} documents, {len(tokens)} tokens ({dtype}); "
+          f"model.vocab_size {tokenizer.vocab_size}")
+
+
+if __name__ == "__main__":
+    main()
