@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <csignal>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -227,6 +228,11 @@ std::optional<uint64_t> tensor_bytes(const nlohmann::json& tensor) {
 void check_layer_tensors(const nlohmann::json& layer, const nlohmann::json& files,
                          const std::string& where,
                          const std::function<void(const std::string&)>& fail) {
+  if (layer.contains("weight_decay_exempt") &&
+      (!layer["weight_decay_exempt"].is_array() ||
+       !std::all_of(layer["weight_decay_exempt"].begin(), layer["weight_decay_exempt"].end(),
+                    [](const nlohmann::json& name) { return name.is_string(); })))
+    fail(where + ".weight_decay_exempt must be a list of tensor names");
   if (!layer.contains("tensors")) return;
   if (!layer["tensors"].is_object()) fail(where + ".tensors must be an object");
   uint64_t total = 0;
@@ -377,9 +383,26 @@ void check_one_step_count(const std::vector<engine::ParameterState>& masters,
 // What load_checkpoint will install, gathered and checked before anything changes.
 struct PendingLoad {
   std::vector<engine::ParameterState> masters;  // in the module's parameter order
-  at::Tensor rng_state;                         // CPU
+  // Tensors in another weight decay group than when saved: the first, and how many.
+  std::string regrouped;
+  int regrouped_count = 0;
+  at::Tensor rng_state;       // CPU
   at::Tensor cuda_rng_state;  // when saved on a machine with CUDA and loaded on one
 };
+
+// Weight decay groups are kept in checkpoints (weight_decay_exempt per layer; older
+// checkpoints lack it); a tensor this job's config puts in the other group is noted for a warning.
+void note_regrouping(const nlohmann::json& layer, const std::string& name,
+                     const std::string& full_name, bool decayed_now, PendingLoad& pending) {
+  if (!layer.contains("weight_decay_exempt")) return;
+  const auto& exempt = layer["weight_decay_exempt"];
+  const bool decayed_then = std::find(exempt.begin(), exempt.end(), name) == exempt.end();
+  if (decayed_then == decayed_now) return;
+  if (pending.regrouped_count++ == 0)
+    pending.regrouped =
+        "layer " + full_name +
+        (decayed_then ? " was decayed, is exempt now" : " was exempt, is decayed now");
+}
 
 PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
                          const nlohmann::json& manifest) {
@@ -422,6 +445,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
                              at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
                              ", the model expects Float " + c10::str(at::IntArrayRef(expected)));
       }
+      note_regrouping(layer, name, full_name, engine.weight_decayed().at(position), pending);
       engine::ParameterState& whole = pending.masters[position];
       whole.master = sharded.shard(full_name, value, parameter.sizes());
       for (const auto& [key, tensor] : optimizer_saved) {
@@ -525,6 +549,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   struct WholeLayer {
     int index;
     comm::NamedTensors weights, state;
+    std::vector<std::string> decay_exempt;  // the layer's tensors weight decay leaves alone
   };
   std::vector<WholeLayer> owned;
   std::vector<engine::ParameterState> masters;
@@ -534,9 +559,10 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
-      WholeLayer& layer = owned.emplace_back(WholeLayer{index, {}, {}});
+      WholeLayer& layer = owned.emplace_back(WholeLayer{index, {}, {}, {}});
       for (const auto& [name, parameter, position] : parameters) {
         const std::string full_name = std::to_string(index) + "." + name;
+        if (!engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
         const engine::ParameterState& whole = masters.at(position);
         layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
         for (const auto& [key, tensor] : whole.optimizer_state) {
@@ -547,10 +573,11 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
     }
   }
   if (grid.model_parallel_id() == 0) {
-    for (const auto& [index, whole, state] : owned) {
+    for (const auto& [index, whole, state, decay_exempt] : owned) {
       nlohmann::json& layer = layers[std::to_string(index)];
       layer["file"] = numbered("layer", index, 3);
       layer["tensors"] = describe(whole);
+      layer["weight_decay_exempt"] = decay_exempt;
       write_recorded(folder, layer["file"], encode_safetensors(whole), files);
       maybe_die_mid_save(grid.global_rank());
       if (!state.empty()) {
@@ -637,6 +664,16 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
     if (!found.empty()) throw io::InputError(found);
   }
 
+  const topology::Grid& grid = engine.grid();
+  if (pending.regrouped_count > 0 && grid.data_parallel_id() == 0 &&
+      grid.model_parallel_id() == 0) {
+    std::fprintf(stderr,
+                 "pipetrain: warning: %s: %d tensor(s) of stage %d in another weight decay group "
+                 "than when saved (%s); training goes on with this config's "
+                 "weight_decay_exempt\n",
+                 folder.c_str(), pending.regrouped_count, grid.stage_id(),
+                 pending.regrouped.c_str());
+  }
   engine.restore_optimizer_state(pending.masters);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());
   if (manifest.contains("loss_scaler")) engine.loss_scaler().restore(manifest["loss_scaler"]);

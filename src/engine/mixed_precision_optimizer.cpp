@@ -60,15 +60,15 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
-  const std::vector<bool> decayed = decayed_parameters(module, config.weight_decay_exempt);
+  decayed_ = decayed_parameters(module, config.weight_decay_exempt);
   if (sharded_) {
     masters_ =
-        std::make_unique<ShardedMasters>(module.parameters(), norm_parameters, decayed, grid_,
+        std::make_unique<ShardedMasters>(module.parameters(), norm_parameters, decayed_, grid_,
                                          data ? std::move(data) : grid_->data_comm(), config.zero,
                                          to_scalar_type(config.precision.communication_dtype));
   } else {
     masters_ =
-        std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, decayed, grid_);
+        std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_, grid_);
   }
   // Decay is applied here, to some parameters only (see apply_weight_decay).
   optimizer_ =

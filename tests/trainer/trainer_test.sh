@@ -31,6 +31,19 @@ check "checkpoints at steps 6 and 12" test -d full/ckpt/step_6 -a -d full/ckpt/s
   >half1.out 2>&1
 train 4 half2.out --load half/ckpt --save half/ckpt
 check "resume says where it starts" grep -q '^resumed from half/ckpt at step 6' half2.out
+check "weight decay groups kept in the manifest" "$python" - half/ckpt/step_6/manifest.json <<'PY'
+import json, sys
+layers = json.load(open(sys.argv[1]))["layers"]
+assert set(layers[0]["weight_decay_exempt"]) == {"tokens.weight", "positions.weight"}
+block = set(layers[1]["weight_decay_exempt"])
+assert "attention_norm.weight" in block and "qkv.bias" in block and "qkv.weight" not in block
+PY
+check "the same groups resume without a word" test "$(grep -c 'weight decay group' half2.out)" -eq 0
+"$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["weight_decay_exempt"] = []; json.dump(c, open("decay-all.json", "w"))' "$config"
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config decay-all.json --load half/ckpt \
+  --train-iters 7 >regrouped.out 2>&1
+check "other groups on resume: a warning naming a tensor ($(grep -m1 'weight decay group' regrouped.out))" \
+  grep -q "tensor(s) of stage 0 in another weight decay group than when saved (layer 0.tokens.weight was exempt, is decayed now)" regrouped.out
 
 # 3. Logs hold the right steps; the resumed run's losses equal the uninterrupted run's.
 # Variants of the config, as files (ranks cannot read the launcher's pipes).

@@ -73,6 +73,8 @@ class MixedPrecisionOptimizer {
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   optim::LossScaler& loss_scaler() { return loss_scaler_; }
   const optim::LossScaler& loss_scaler() const { return loss_scaler_; }
+  // Per parameter of the module (parameters() order), whether weight decay applies to it.
+  const std::vector<bool>& decayed() const { return decayed_; }
 
  private:
   // Whether any rank's gradients overflowed (fp16 only; the step's one wait).
@@ -84,6 +86,7 @@ class MixedPrecisionOptimizer {
   double clipping_;
   bool sharded_;
   optim::WeightDecay weight_decay_;
+  std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
   std::unique_ptr<MasterWeights> masters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;

@@ -90,6 +90,9 @@ class PipelineEngine {
     return optimizer_->master_of(parameter);
   }
   const optim::LossScaler& loss_scaler() const { return optimizer_->loss_scaler(); }
+  // The weight decay groups: per parameter of the module (parameters() order), whether
+  // decay applies to it (config.weight_decay_exempt).
+  const std::vector<bool>& weight_decayed() const { return optimizer_->decayed(); }
   optim::LossScaler& loss_scaler() { return optimizer_->loss_scaler(); }
   // Checkpoints: each parameter's fp32 master and optimizer state, whole, in the module's
   // parameter order; restoring them also sets the model's weights. Collective over the
