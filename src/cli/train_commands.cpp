@@ -70,8 +70,7 @@ Command add_generate_command(CLI::App& app) {
       "generate", "Sample text from a language model checkpoint through the pipeline");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
   command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
-  command->add_option("--tokens", options->tokens, "Tokens (bytes) to generate")
-      ->capture_default_str();
+  command->add_option("--tokens", options->tokens, "Tokens to generate")->capture_default_str();
   command->add_option("--temperature", options->temperature, "Softmax temperature; 0 is greedy")
       ->capture_default_str();
   command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")

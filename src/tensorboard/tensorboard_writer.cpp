@@ -8,9 +8,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "event_record.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
-#include "tensorboard.pb.h"
 
 namespace pipetrain::tensorboard {
 namespace {
@@ -58,10 +58,7 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& directory) {
   if (!file_)
     throw io::InputError("log.tensorboard: cannot write " + path_.string() + ": " +
                          std::strerror(errno));
-  tensorboard::Event header;
-  header.set_wall_time(now());
-  header.set_file_version("brain.Event:2");
-  write_record(header.SerializeAsString());
+  write_record(encode_event({.wall_time = now(), .file_version = "brain.Event:2"}));
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -69,15 +66,10 @@ TensorBoardWriter::~TensorBoardWriter() {
 }
 
 void TensorBoardWriter::add_scalars(int64_t step, const std::map<std::string, double>& values) {
-  tensorboard::Event event;
-  event.set_wall_time(now());
-  event.set_step(step);
-  for (const auto& [tag, value] : values) {
-    auto* entry = event.mutable_summary()->add_value();
-    entry->set_tag(tag);
-    entry->set_simple_value(static_cast<float>(value));
-  }
-  write_record(event.SerializeAsString());
+  Event event{.wall_time = now(), .step = step};
+  for (const auto& [tag, value] : values)
+    event.scalars.emplace_back(tag, static_cast<float>(value));
+  write_record(encode_event(event));
   std::fflush(file_);
 }
 
@@ -109,11 +101,9 @@ std::vector<ScalarEvent> read_tensorboard_scalars(const std::filesystem::path& f
         masked_crc(data.data(), data.size())) {
       throw std::runtime_error(file.string() + ": bad data checksum");
     }
-    tensorboard::Event event;
-    if (!event.ParseFromString(data))
-      throw std::runtime_error(file.string() + ": a record is not an Event");
-    for (const auto& value : event.summary().value())
-      scalars.push_back({event.step(), value.tag(), value.simple_value()});
+    const std::optional<Event> event = decode_event(data);
+    if (!event) throw std::runtime_error(file.string() + ": a record is not an Event");
+    for (const auto& [tag, value] : event->scalars) scalars.push_back({event->step, tag, value});
     at += 12 + length + 4;
   }
   return scalars;

@@ -45,19 +45,4 @@ std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<i
   return tokens;
 }
 
-std::vector<int64_t> bytes_of(const std::string& text) {
-  std::vector<int64_t> bytes;
-  for (const unsigned char c : text) bytes.push_back(c);  // 0..255, as the text data reads them
-  return bytes;
-}
-
-std::string printable(const std::vector<int64_t>& tokens) {
-  std::string text;
-  for (int64_t t : tokens) {
-    const char c = static_cast<char>(t);
-    text += (c == '\n' || c == '\t' || (t >= 32 && t < 127)) ? c : '?';
-  }
-  return text;
-}
-
 }  // namespace pipetrain::trainer

@@ -10,6 +10,7 @@
 
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/stop_signals.h"
+#include "pipetrain/data/tokenizer.h"
 #include "pipetrain/io/activity.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
@@ -222,16 +223,23 @@ StepResult train_step(Job& job, RunLog& log) {
   return result;
 }
 
-// A language model trained on text ends with a sample of its text.
-void sample_at_end(Job& job) {
+// The tokenizer of the sample a language model ends with: on text data (bytes) or with
+// sample.tokenizer; null for no sample. Made before training, so a bad file fails first.
+std::unique_ptr<data::Tokenizer> sample_tokenizer(const Job& job) {
   const TrainerConfig& t = job.config.trainer;
   const auto* tokens = job.model.tokens();
-  if (!tokens || t.data.type != "text" || t.sample.tokens <= 0) return;
+  if (!tokens || t.sample.tokens <= 0) return nullptr;
+  if (t.data.type != "text" && t.sample.tokenizer.empty()) return nullptr;
+  return data::make_tokenizer(t.sample.tokenizer, tokens->vocab_size);
+}
+
+void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
+  const TrainerConfig& t = job.config.trainer;
   const auto text = sample_tokens(
-      *job.engine, bytes_of(t.sample.prompt), t.sample.tokens,
+      *job.engine, tokenizer.encode(t.sample.prompt), t.sample.tokens,
       {t.sample.temperature, t.sample.top_k, static_cast<uint64_t>(job.config.engine.seed)},
-      tokens->context);
-  if (job.grid->global_rank() == 0) std::printf("sample: %s\n", printable(text).c_str());
+      job.model.tokens()->context);
+  if (job.grid->global_rank() == 0) std::printf("sample: %s\n", tokenizer.decode(text).c_str());
 }
 
 }  // namespace
@@ -240,6 +248,7 @@ int train(const nlohmann::json& config_file) {
   Job job = build_job(config_file);
   engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
+  const std::unique_ptr<data::Tokenizer> tokenizer = sample_tokenizer(job);
   if (!t.load.empty()) {
     const io::Activity loading("loading checkpoint " + t.load);
     checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
@@ -283,7 +292,7 @@ int train(const nlohmann::json& config_file) {
     }
   }
   log.finish(first_validation, last_validation);
-  sample_at_end(job);
+  if (tokenizer) sample_at_end(job, *tokenizer);
   return 0;
 }
 
@@ -313,11 +322,17 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   if (!tokens)
     throw io::InputError("generate needs a language model checkpoint (model.type " +
                          models::builtin_types_reading(true) + ")");
+  // The tokenizer named here, else the one the model trained with (sample.tokenizer).
+  const auto tokenizer = data::make_tokenizer(
+      options.tokenizer.empty() ? job.config.trainer.sample.tokenizer : options.tokenizer,
+      tokens->vocab_size);
+  const std::vector<int64_t> prompt = tokenizer->encode(options.prompt);
+  if (prompt.empty()) throw io::InputError("--prompt: the tokenizer gives no tokens for it");
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const auto text =
-      sample_tokens(*job.engine, bytes_of(options.prompt), options.tokens,
+      sample_tokens(*job.engine, prompt, options.tokens,
                     {options.temperature, options.top_k, options.seed}, tokens->context);
-  if (job.grid->global_rank() == 0) std::printf("%s\n", printable(text).c_str());
+  if (job.grid->global_rank() == 0) std::printf("%s\n", tokenizer->decode(text).c_str());
   return 0;
 }
 

@@ -51,13 +51,17 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .text("log.csv", PIPETRAIN_FIELD(log.csv), "the same as CSV")
         .text("log.tensorboard", PIPETRAIN_FIELD(log.tensorboard), "TensorBoard event folder")
         .text("sample.prompt", PIPETRAIN_FIELD(sample.prompt),
-              "the sample printed at the end (GPT on text)")
+              "the sample printed at the end (a language model on text, or with "
+              "`sample.tokenizer`)")
         .integer("sample.tokens", PIPETRAIN_FIELD(sample.tokens), "0: no sample",
                  config::at_least(0))
         .number("sample.temperature", PIPETRAIN_FIELD(sample.temperature), "0: greedy",
                 config::at_least(0))
         .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens",
                  config::at_least(0))
+        .text("sample.tokenizer", PIPETRAIN_FIELD(sample.tokenizer),
+              "a SentencePiece `.model` that encodes the prompt and decodes the sample (and "
+              "`generate`'s, read from the checkpoint); empty: bytes")
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))

@@ -22,9 +22,4 @@ struct SamplingOptions {
 std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
                                    int64_t count, const SamplingOptions& options, int64_t context);
 
-// Byte-level text: a string's bytes as tokens, and tokens as printable text ('?' for
-// bytes that are not).
-std::vector<int64_t> bytes_of(const std::string& text);
-std::string printable(const std::vector<int64_t>& tokens);
-
 }  // namespace pipetrain::trainer

@@ -30,6 +30,7 @@ struct GenerateOptions {
   int64_t top_k = 20;
   uint64_t seed = 1;
   int model_parallel = 1;  // the rest of the ranks are pipeline stages
+  std::string tokenizer;   // empty: the checkpoint's sample.tokenizer, else bytes
 };
 int generate_from_checkpoint(const GenerateOptions& options);
 

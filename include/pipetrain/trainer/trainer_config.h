@@ -38,6 +38,7 @@ struct TrainerConfig {
     int64_t tokens = 200;  // 0: no sample at the end
     double temperature = 0.8;
     int64_t top_k = 20;
+    std::string tokenizer;  // a SentencePiece .model; empty: bytes
   } sample;
   std::string trace;       // Chrome/Perfetto trace of one step
   int64_t trace_step = 0;  // 0: the last step
