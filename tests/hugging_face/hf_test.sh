@@ -47,21 +47,37 @@ tokens = np.fromfile(f"{work}/corpus.bin", np.uint16)
 assert list(lengths) == [len(d) for d in docs], (lengths, [len(d) for d in docs])
 assert tokens.tolist() == [t for d in docs for t in d]
 PY
+# A SentencePiece model: the corpus prepared with it, a LLaMA trained on it that ends with
+# a sample it decodes (sample.tokenizer), and generate reading the tokenizer from the
+# checkpoint, at model 2.
+"$python" - "$work/spm" <<'PY'
+import sys, sentencepiece
+sentencepiece.SentencePieceTrainer.train(
+    input="/usr/share/common-licenses/GPL-3", model_prefix=sys.argv[1], vocab_size=300,
+    model_type="unigram", eos_id=1, bos_id=-1, unk_id=0, pad_id=-1, minloglevel=2)
+PY
+check "prepare-data with a SentencePiece model" "$here/../../scripts/prepare-data" \
+  --tokenizer "$work/spm.model" --eod "</s>" --out "$work/spm-corpus" "${texts[@]}"
 cat >"$work/llama.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 2,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
  "pipeline": {"stages": 2}, "train_iters": 6, "eval_interval": 6, "eval_iters": 2,
- "save": "$work/trained", "sample": {"tokens": 0},
- "model": {"type": "llama", "vocab_size": 400, "context": 32, "d_model": 32, "heads": 4,
+ "save": "$work/trained",
+ "sample": {"tokens": 8, "prompt": "The licence", "tokenizer": "$work/spm.model"},
+ "model": {"type": "llama", "vocab_size": 320, "context": 32, "d_model": 32, "heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 64, "layers": 2},
- "data": {"type": "indexed", "paths": ["$work/corpus"]}}
+ "data": {"type": "indexed", "paths": ["$work/spm-corpus"]}}
 JSON
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$work/llama.json" >"$work/train.out" 2>&1
-check "LLaMA on prepared data trains at pipe 2 x data 2 ($(tail -1 "$work/train.out"))" \
+check "LLaMA on prepared data trains at pipe 2 x data 2 ($(grep '^validation loss:' "$work/train.out"))" \
   grep -qE "^validation loss: .* after 6 steps" "$work/train.out"
 check "LLaMA validation loss falls" awk '/^validation loss:/ {exit !($3 > $5)}' "$work/train.out"
-check "generate from it at model 2" "$pipetrain" launch -n 2 -- "$pipetrain" generate \
-  --checkpoint "$work/trained" --model 2 --tokens 8 --prompt "Licence"
+check "the sample is decoded text ($(grep '^sample:' "$work/train.out"))" \
+  grep -q "^sample: The licence" "$work/train.out"
+"$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint "$work/trained" --model 2 \
+  --tokens 8 --prompt "The licence" >"$work/generated.out" 2>&1
+check "generate at model 2 decodes with the checkpoint's tokenizer ($(head -c 200 "$work/generated.out"))" \
+  grep -q "^The licence" "$work/generated.out"
 
 expect_bad() { # description, expected text, pipetrain arguments...
   local what=$1 expected=$2
@@ -134,5 +150,14 @@ expect_bad "token outside the vocabulary" "--tokens: id 999 is outside the vocab
   logits --checkpoint "$work/gpt2-ckpt" --tokens 1,999 --out logits.safetensors
 expect_bad "too many tokens" "--tokens: 30 tokens, the model's context is 24" \
   logits --checkpoint "$work/gpt2-ckpt" --tokens "$(seq -s, 1 30)" --out logits.safetensors
+
+expect_bad "tokenizer of another kind" "not a tokenizer pipetrain reads (a SentencePiece .model)" \
+  generate --checkpoint "$work/trained" --tokenizer "$work/tokenizer.json"
+expect_bad "tokenizer missing" "no-such.model: no such tokenizer file" \
+  generate --checkpoint "$work/trained" --tokenizer "$work/no-such.model"
+cp "$work/llama.json" "$work/small-vocab.json"
+sed -i 's/"vocab_size": 320/"vocab_size": 290/' "$work/small-vocab.json"
+expect_bad "tokenizer larger than the vocabulary" "300 tokens, more than the model's vocab_size 290" \
+  launch -n 2 -- "$pipetrain" train --config "$work/small-vocab.json"
 
 finish
