@@ -35,7 +35,10 @@ class Tokenizer:
             self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
             self.vocab_size = self._sp.get_piece_size()
             self.encode = lambda text: self._sp.encode(text)
-            self.token_id = self._sp.piece_to_id
+            # piece_to_id gives the unknown token's id for a piece it does not have
+            self.token_id = lambda piece: (self._sp.piece_to_id(piece)
+                                           if self._sp.id_to_piece(self._sp.piece_to_id(piece))
+                                           == piece else None)
         else:
             from tokenizers import Tokenizer as HfTokenizer
             try:

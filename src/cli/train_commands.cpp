@@ -96,7 +96,6 @@ Command add_logits_command(CLI::App& app) {
       "Write what a language model checkpoint predicts at every position of a token "
       "sequence (safetensors \"logits\" [tokens, vocab])");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
-  command->add_option("--tag", options->tag, "Tag to read")->capture_default_str();
   command->add_option("--tokens", options->tokens, "Token ids, e.g. 5,17,2")
       ->required()
       ->delimiter(',');

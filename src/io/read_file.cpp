@@ -21,7 +21,7 @@ std::string read_file(const std::filesystem::path& path, std::uintmax_t max_byte
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot be read (missing?)");
-  if (error) {  // a size not known in advance: read as it comes
+  if (error || size == 0) {  // a size not known in advance (procfs says 0): read as it comes
     std::ostringstream contents;
     contents << in.rdbuf();
     return contents.str();
@@ -29,7 +29,9 @@ std::string read_file(const std::filesystem::path& path, std::uintmax_t max_byte
   // One read into a buffer of the file's size (a checkpoint's layers run to gigabytes).
   std::string contents(size, '\0');
   in.read(contents.data(), static_cast<std::streamsize>(size));
-  contents.resize(static_cast<std::size_t>(in.gcount()));
+  if (static_cast<std::uintmax_t>(in.gcount()) != size)
+    throw InputError(path.string() + ": " + std::to_string(in.gcount()) + " of its " +
+                     std::to_string(size) + " bytes could be read (changed while reading?)");
   return contents;
 }
 

@@ -126,7 +126,7 @@ LlamaConfig llama_from_hf(const HfFields& f) {
     f.refuse("hidden_act", "must be \"silu\" (the SwiGLU MLP)");
   if (f.flag("attention_bias", false)) f.refuse("attention_bias", "is not supported (no biases)");
   if (f.flag("mlp_bias", false)) f.refuse("mlp_bias", "is not supported (no biases)");
-  if (l.heads > 0 && f.integer("head_dim", l.d_model / l.heads) * l.heads != l.d_model)
+  if (f.present("head_dim") && f.integer("head_dim") * l.heads != l.d_model)
     f.refuse("head_dim", "must be hidden_size / num_attention_heads");
   return l;
 }
@@ -222,6 +222,9 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
             {"embd_pdrop", g.dropout},
             {"attn_pdrop", g.dropout},
             {"tie_word_embeddings", g.tie_embeddings},
+            // GPT-2's end-of-text token is its last id.
+            {"bos_token_id", g.vocab_size - 1},
+            {"eos_token_id", g.vocab_size - 1},
             {"torch_dtype", "float32"}};
   }
   if (config.type == "llama") {
@@ -261,7 +264,8 @@ bool hf_buffer(const std::string& hf_name) {
     return hf_name.size() >= tail.size() &&
            hf_name.compare(hf_name.size() - tail.size(), tail.size(), tail) == 0;
   };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") ||
+         ends_with(".rotary_emb.inv_freq");
 }
 
 }  // namespace pipetrain::models

@@ -80,6 +80,11 @@ at::Tensor take(std::map<std::string, at::Tensor>& weights, const models::HfTens
   if (found == weights.end())
     throw io::InputError(folder.string() + ": tensor " + wanted.hf_name + " is missing");
   at::Tensor tensor = wanted.transposed ? found->second.t() : found->second;
+  if (!at::isFloatingType(tensor.scalar_type())) {
+    throw io::InputError(folder.string() + ": tensor " + found->first + " is " +
+                         std::string(c10::toString(tensor.scalar_type())) +
+                         ", not a floating-point type");
+  }
   if (tensor.sizes() != shape) {
     std::vector<int64_t> needed = shape.vec();
     if (wanted.transposed) std::reverse(needed.begin(), needed.end());
@@ -106,7 +111,7 @@ bool tied(const models::ModelConfig& m) {
   return m.type == "gpt" ? m.gpt.tie_embeddings : m.llama.tie_embeddings;
 }
 
-void check_import_output(const fs::path& out) {
+void check_empty_output(const fs::path& out) {
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     throw io::InputError("--out " + out.string() + ": exists and is not an empty folder");
 }
@@ -117,9 +122,15 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   const fs::path folder = folder_name;
   if (comm::MpiCommunicator::world()->size() != 1)
     throw io::InputError("import runs as one process, not under a launch of several ranks");
-  check_import_output(out);
+  check_empty_output(out);
+  const fs::path config_json = folder / "config.json";
   const models::ModelConfig model =
-      models::model_config_from_hf(read_json(folder / "config.json"), folder / "config.json");
+      models::model_config_from_hf(read_json(config_json), config_json);
+  try {  // the sizes' own rules (divisibility, positive counts), before any weight is read
+    models::make_builtin_model(model);
+  } catch (const io::InputError& e) {
+    throw io::InputError(config_json.string() + ": " + e.what());
+  }
   std::map<std::string, at::Tensor> weights = read_weights(folder);
 
   nlohmann::json config = models::model_keys().write(model);
@@ -151,8 +162,8 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
   const models::ModelConfig model = models::parse_model_config(client["config"]);
   const std::vector<models::HfTensor> names = models::hf_tensors(model);
   const nlohmann::json hf_config = models::hf_config_of(model);
-  if (fs::exists(out) && !fs::is_directory(out))
-    throw io::InputError("--out " + out + ": exists and is not a folder");
+  // An earlier export's shards or index would outlive this one and be read instead.
+  check_empty_output(out);
 
   std::map<std::string, at::Tensor> tensors;
   for (auto& [name, tensor] : checkpoint::read_model_tensors(checkpoint, tag))

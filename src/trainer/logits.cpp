@@ -42,7 +42,7 @@ int write_logits(const LogitsOptions& options) {
     throw io::InputError("logits needs a language model checkpoint (model.type " +
                          models::builtin_types_reading(true) + ")");
   check_tokens(options.tokens, *input);
-  checkpoint::load_checkpoint(*job.engine, options.checkpoint, options.tag);
+  checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const at::Tensor ids = at::tensor(options.tokens, at::kLong).unsqueeze(0);
   const comm::TensorList outputs = job.engine->infer({ids});
   const topology::Grid& grid = *job.grid;

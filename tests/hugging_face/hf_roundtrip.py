@@ -19,6 +19,15 @@ from safetensors.torch import load_file
 TOLERANCE = 1e-5
 
 
+def randomized(model):
+    """Every parameter random: transformers starts norms at 1 and biases at 0, which would
+    let a mix-up of norm weights or of same-shaped biases pass unseen."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    return model
+
+
 def tiny_model(arch):
     torch.manual_seed(7)
     if arch.startswith("gpt2"):
@@ -26,12 +35,12 @@ def tiny_model(arch):
             vocab_size=260, n_positions=24, n_embd=32, n_layer=3, n_head=4,
             activation_function="gelu_new", tie_word_embeddings=(arch == "gpt2"),
             bos_token_id=None, eos_token_id=None)
-        return transformers.GPT2LMHeadModel(config)
+        return randomized(transformers.GPT2LMHeadModel(config))
     config = transformers.LlamaConfig(
         vocab_size=260, hidden_size=32, intermediate_size=88, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
         rope_theta=500.0, rms_norm_eps=1e-5, tie_word_embeddings=(arch == "llama-tied"))
-    return transformers.LlamaForCausalLM(config)
+    return randomized(transformers.LlamaForCausalLM(config))
 
 
 def reference_logits(model, tokens):

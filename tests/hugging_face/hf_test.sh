@@ -78,6 +78,12 @@ check "the sample is decoded text ($(grep '^sample:' "$work/train.out"))" \
   --tokens 8 --prompt "The licence" >"$work/generated.out" 2>&1
 check "generate at model 2 decodes with the checkpoint's tokenizer ($(head -c 200 "$work/generated.out"))" \
   grep -q "^The licence" "$work/generated.out"
+# Which tokenizer ran shows in a character the corpus lacks: SentencePiece's unknown piece
+# decodes as " ⁇ ", bytes would show "??" for the two bytes of "ü" (--tokens 0: the prompt
+# encoded and decoded).
+"$pipetrain" generate --checkpoint "$work/trained" --tokens 0 --prompt "The ü" >"$work/unknown.out" 2>&1
+check "generate takes the tokenizer from the checkpoint ($(cat "$work/unknown.out"))" \
+  grep -q "^The .*⁇" "$work/unknown.out"
 
 expect_bad() { # description, expected text, pipetrain arguments...
   local what=$1 expected=$2

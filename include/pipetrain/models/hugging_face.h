@@ -31,7 +31,8 @@ nlohmann::json hf_config_of(const ModelConfig& config);
 // Every tensor of the model in layer order (a tied head's weight is the embedding's).
 std::vector<HfTensor> hf_tensors(const ModelConfig& config);
 
-// Whether a transformers file's tensor is no weight (GPT-2's attention-mask buffers).
+// Whether a transformers file's tensor is no weight (GPT-2's attention-mask buffers, the
+// rotary inv_freq older LLaMA files hold).
 bool hf_buffer(const std::string& hf_name);
 
 }  // namespace pipetrain::models

@@ -6,12 +6,11 @@
 
 namespace pipetrain::trainer {
 
-// `pipetrain logits`: what a checkpoint's language model predicts at every position of a
+// `pipetrain logits`: what a checkpoint's (latest) language model predicts at every position of a
 // token sequence, computed through the pipeline (ranks / model_parallel stages) and written
 // by one rank as a safetensors file holding "logits", float32 [tokens, vocab_size].
 struct LogitsOptions {
   std::string checkpoint;
-  std::string tag = "latest";
   std::vector<int64_t> tokens;
   int model_parallel = 1;
   std::string out;

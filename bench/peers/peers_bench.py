@@ -1,0 +1,246 @@
+"""pipetrain side by side with DeepSpeed's PipelineEngine, torch.distributed.pipelining's
+Schedule1F1B and a plain one-process PyTorch loop, on the same tied GPT (bench/peers/gpt.py,
+pipetrain's layers in PyTorch), the same split ("type:GptBlock"), 8 micro-batches, AdamW
+(lr 1e-4, no weight decay), fp32, one intra-op thread per rank, random tokens in memory.
+
+  bench/peers/run [--repetitions R] [--models small,medium,large]
+
+Every repetition runs each system once, in turn (interleaved), after waiting up to a
+minute for the machine to be idle (1-minute load below 0.5); a run's figure is the median
+of its timed steps after warm-up. Prints a table of medians over repetitions and the ratio
+pipetrain / peer for each repetition (> 1: pipetrain is faster).
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+MODELS = {  # d, heads, layers, context, micro-batch, timed steps
+    "small": (32, 4, 4, 16, 1, 20),
+    "medium": (96, 4, 4, 64, 8, 10),
+    "large": (384, 6, 8, 128, 4, 4),
+}
+MICRO_BATCHES = 8
+WARMUP = 2
+VOCAB = 256
+SYSTEMS = ["pipetrain pipe 2", "DeepSpeed pipe 2", "torch.pipelining pipe 2", "plain loop",
+           "pipetrain 1 stage"]
+
+
+# ---------------------------------------------------------------- one rank of a peer
+def rank_main(system, sizes):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    d, heads, layers, context, micro_batch, steps = sizes
+    torch.manual_seed(7)
+    samples = micro_batch * MICRO_BATCHES
+    ids = torch.randint(VOCAB, (samples, context))
+    labels = torch.randint(VOCAB, (samples, context))
+    run = {"plain": plain_steps, "deepspeed": deepspeed_steps, "pipelining": pipelining_steps}
+    seconds = run[system](torch, dist, d, heads, layers, context, micro_batch, ids, labels,
+                          steps)
+    if seconds is not None:
+        print("STEPS " + json.dumps(seconds), flush=True)
+
+
+def timed(step, steps, barrier=lambda: None):
+    seconds = []
+    for i in range(WARMUP + steps):
+        barrier()
+        start = time.perf_counter()
+        step()
+        barrier()
+        if i >= WARMUP:
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def plain_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels, steps):
+    import gpt
+    model = gpt.Gpt(VOCAB, context, d, heads, layers)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+
+    def step():
+        for x, y in zip(ids.split(micro_batch), labels.split(micro_batch)):
+            (gpt.loss_fn(model(x), y) / MICRO_BATCHES).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return timed(step, steps)
+
+
+def deepspeed_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels, steps):
+    import deepspeed
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+    import gpt
+    deepspeed.init_distributed(dist_backend="gloo")
+    specs = [TiedLayerSpec("embed", gpt.GptEmbedding, VOCAB, context, d,
+                           tied_weight_attr="tokens.weight")]
+    specs += [LayerSpec(gpt.GptBlock, d, heads) for _ in range(layers)]
+    specs += [LayerSpec(torch.nn.LayerNorm, d),
+              TiedLayerSpec("embed", gpt.GptEmbedding, VOCAB, context, d, forward_fn=gpt.head,
+                            tied_weight_attr="tokens.weight")]
+    # DeepSpeed seeds Python's random with the layer's seed, which must be an int.
+    module = PipelineModule(specs, num_stages=2, loss_fn=gpt.loss_fn,
+                            partition_method="type:GptBlock", seed_fn=lambda s: None)
+    config = {"train_micro_batch_size_per_gpu": micro_batch,
+              "gradient_accumulation_steps": MICRO_BATCHES, "steps_per_print": 10**9,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0,
+                                                        "torch_adam": True}},
+              "wall_clock_breakdown": False}
+    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
+                                           config=config)
+    batches = list(zip(ids.split(micro_batch), labels.split(micro_batch)))
+
+    def step():
+        engine.train_batch(iter(batches))
+    seconds = timed(step, steps, dist.barrier)
+    return seconds if dist.get_rank() == 0 else None
+
+
+def pipelining_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels, steps):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    import gpt
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = gpt.Gpt(VOCAB, context, d, heads, layers)  # the same seed: equal weights
+    half = layers // 2
+
+    class First(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = model.embedding
+            self.blocks = torch.nn.Sequential(*list(model.blocks)[:half])
+
+        def forward(self, x):
+            return self.blocks(self.embedding(x))
+
+    class Last(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.Sequential(*list(model.blocks)[half:])
+            self.norm = model.norm
+            self.tied = torch.nn.Parameter(model.embedding.tokens.weight.detach().clone())
+
+        def forward(self, x):
+            return self.norm(self.blocks(x)) @ self.tied.t()
+
+    part = First() if rank == 0 else Last()
+    stage = PipelineStage(part, rank, 2, torch.device("cpu"))
+    schedule = Schedule1F1B(stage, n_microbatches=MICRO_BATCHES, loss_fn=gpt.loss_fn)
+    optimizer = torch.optim.AdamW(part.parameters(), lr=1e-4, weight_decay=0.0)
+    tied = part.embedding.tokens.weight if rank == 0 else part.tied
+
+    def step():
+        if rank == 0:
+            schedule.step(ids)
+        else:
+            schedule.step(target=labels)
+        dist.all_reduce(tied.grad)  # the tied embedding's two halves, as DeepSpeed does
+        optimizer.step()
+        optimizer.zero_grad()
+    seconds = timed(step, steps, dist.barrier)
+    return seconds if rank == 0 else None
+
+
+# ---------------------------------------------------------------- the driver
+def launch(command, env, timeout=1800):
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    for line in done.stdout.splitlines():
+        if line.startswith("STEPS "):
+            return statistics.median(json.loads(line[6:]))
+    sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n"
+             f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def python_ranks(python, system, sizes, ranks, port):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               WORLD_SIZE=str(ranks), PYTHONPATH=str(HERE), DS_ACCELERATOR="cpu")
+    processes = []
+    for rank in range(ranks):
+        env_rank = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_SIZE=str(ranks))
+        processes.append(subprocess.Popen(
+            [python, __file__, "--rank", system, ",".join(map(str, sizes))], env=env_rank,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=1800) for p in processes]
+    for line in outputs[0][0].splitlines():
+        if line.startswith("STEPS "):
+            return statistics.median(json.loads(line[6:]))
+    sys.exit(f"{system} failed:\n" + "\n".join(o[0][-2000:] + o[1][-3000:] for o in outputs))
+
+
+def wait_for_idle(limit=60):
+    start = time.time()
+    while time.time() - start < limit and os.getloadavg()[0] >= 0.5:
+        time.sleep(2)
+
+
+def run_system(system, sizes, python, pipetrain, steps_program, port):
+    env = dict(os.environ, PIPETRAIN_THREADS="1", OMP_NUM_THREADS="1")
+    if system.startswith("pipetrain"):
+        stages = 2 if "pipe 2" in system else 1
+        args = [*sizes[:5], MICRO_BATCHES, stages, sizes[5], WARMUP]
+        return launch([pipetrain, "launch", "-n", str(stages), "--", steps_program,
+                       *map(str, args)], env)
+    if system == "plain loop":
+        return python_ranks(python, "plain", sizes, 1, port)
+    kind = "deepspeed" if system.startswith("DeepSpeed") else "pipelining"
+    return python_ranks(python, kind, sizes, 2, port)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--models", default="small,medium,large")
+    parser.add_argument("--pipetrain", default=str(ROOT / "build/src/pipetrain"))
+    parser.add_argument("--steps-program", default=str(ROOT / "build/bench/pipetrain_steps"))
+    args = parser.parse_args()
+    import deepspeed
+    import torch
+    print(f"torch {torch.__version__}, DeepSpeed {deepspeed.__version__}, "
+          f"{os.cpu_count()} cores; seconds per step are medians over timed steps")
+    port = 29500
+    for name in args.models.split(","):
+        sizes = MODELS[name]
+        d, heads, layers, context, micro_batch, steps = sizes
+        print(f"\n{name}: GPT d {d}, {heads} heads, {layers} layers, context {context}, "
+              f"vocabulary {VOCAB}, micro-batch {micro_batch}, {MICRO_BATCHES} micro-batches; "
+              f"{steps} timed steps after {WARMUP}", flush=True)
+        seconds = {s: [] for s in SYSTEMS}
+        for rep in range(args.repetitions):
+            for system in SYSTEMS:
+                wait_for_idle()
+                port += 1
+                seconds[system].append(run_system(system, sizes, sys.executable, args.pipetrain,
+                                                  args.steps_program, port))
+            print(f"  repetition {rep + 1}: " + ", ".join(
+                f"{s} {seconds[s][-1]:.4f} s" for s in SYSTEMS), flush=True)
+        reference = seconds["pipetrain pipe 2"]
+        print(f"  | system | s/step (median) | pipetrain pipe 2 speed / its (median, per repetition) |")
+        print("  |---|---|---|")
+        for system in SYSTEMS:
+            mine = reference if "loop" not in system and "1 stage" not in system else \
+                seconds["pipetrain 1 stage"]
+            ratios = [other / own for other, own in zip(seconds[system], mine)]
+            label = "pipetrain 1 stage" if mine is not reference else "pipetrain pipe 2"
+            print(f"  | {system} | {statistics.median(seconds[system]):.4f} | "
+                  f"{label}: {statistics.median(ratios):.2f}x "
+                  f"({', '.join(f'{r:.2f}' for r in ratios)}) |")
+        speedup = [one / two for one, two in zip(seconds["pipetrain 1 stage"], reference)]
+        print(f"  pipetrain pipe-2 speed-up over its 1 stage: {statistics.median(speedup):.2f}x "
+              f"({', '.join(f'{r:.2f}' for r in speedup)}); 1F1B's ideal at m 8, p 2: "
+              f"{2 * MICRO_BATCHES / (MICRO_BATCHES + 1):.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
+        sys.path.insert(0, str(HERE))
+        rank_main(sys.argv[2], tuple(int(v) for v in sys.argv[3].split(",")))
+    else:
+        main()
