@@ -6,7 +6,7 @@ pipetrain's layers in PyTorch), the same split ("type:GptBlock"), 8 micro-batche
   bench/peers/run [--repetitions R] [--models small,medium,large]
 
 Every repetition runs each system once, in turn (interleaved), after waiting up to a
-minute for the machine to be idle (1-minute load below 0.5); a run's figure is the median
+minute for the machine to be idle (cores under 10% busy); a run's figure is the median
 of its timed steps after warm-up. Prints a table of medians over repetitions and the ratio
 pipetrain / peer for each repetition (> 1: pipetrain is faster).
 """
@@ -175,10 +175,22 @@ def python_ranks(python, system, sizes, ranks, port):
     sys.exit(f"{system} failed:\n" + "\n".join(o[0][-2000:] + o[1][-3000:] for o in outputs))
 
 
+def busy_fraction(interval=0.5):
+    """The share of all cores busy over `interval` seconds (/proc/stat)."""
+    def sample():
+        fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    total0, idle0 = sample()
+    time.sleep(interval)
+    total1, idle1 = sample()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
 def wait_for_idle(limit=60):
+    """Until the cores are idle (under 10% busy over half a second), at most `limit` s."""
     start = time.time()
-    while time.time() - start < limit and os.getloadavg()[0] >= 0.5:
-        time.sleep(2)
+    while time.time() - start < limit and busy_fraction() >= 0.10:
+        time.sleep(1)
 
 
 def run_system(system, sizes, python, pipetrain, steps_program, port):
