@@ -1,0 +1,105 @@
+// The built-in models describe themselves truly: each layer's parameter count (used to
+// partition without building) equals what its module holds, and transformers' name map
+// covers every parameter of the GPT and the LLaMA exactly once.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "pipetrain/data/tokenizer.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/models/builtin_model.h"
+#include "pipetrain/models/hugging_face.h"
+
+namespace pipetrain::models {
+namespace {
+
+std::vector<ModelConfig> configs() {
+  std::vector<ModelConfig> all;
+  for (bool tied : {true, false}) {
+    ModelConfig gpt;
+    gpt.gpt = {.vocab_size = 50, .context = 9, .d_model = 12, .heads = 3, .layers = 2};
+    gpt.gpt.tie_embeddings = tied;
+    all.push_back(gpt);
+    ModelConfig llama;
+    llama.type = "llama";
+    llama.llama = {.vocab_size = 50,
+                   .context = 9,
+                   .d_model = 16,
+                   .heads = 4,
+                   .num_key_value_heads = 2,
+                   .intermediate_size = 24,
+                   .layers = 3,
+                   .tie_embeddings = tied};
+    all.push_back(llama);
+  }
+  ModelConfig mlp;
+  mlp.type = "mlp";
+  all.push_back(mlp);
+  return all;
+}
+
+// "layers.<i>.<name>" of every parameter, a tied module's under its first layer only.
+std::set<std::string> parameter_names(const BuiltinModel& model) {
+  std::set<std::string> names, tie_keys;
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const module::LayerSpec& spec = model.layers[i];
+    if (spec.tied() && !tie_keys.insert(spec.tie_key).second) continue;
+    const module::Layer layer = spec.build();
+    if (!layer.module) continue;
+    for (const auto& p : layer.module->named_parameters())
+      names.insert("layers." + std::to_string(i) + "." + p.key());
+  }
+  return names;
+}
+
+TEST(BuiltinModels, ParameterCountsEqualTheBuiltModules) {
+  for (const ModelConfig& config : configs()) {
+    const BuiltinModel model = make_builtin_model(config);
+    for (std::size_t i = 0; i < model.layers.size(); ++i) {
+      const module::LayerSpec& spec = model.layers[i];
+      if (!spec.count_parameters) continue;
+      const module::Layer layer = spec.build();
+      int64_t built = 0;
+      if (layer.module)
+        for (const auto& p : layer.module->parameters()) built += p.numel();
+      EXPECT_EQ(spec.count_parameters(), built)
+          << config.type << " layer " << i << " " << spec.type;
+    }
+  }
+}
+
+TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
+  for (const ModelConfig& config : configs()) {
+    if (config.type == "mlp") {
+      EXPECT_THROW(hf_tensors(config), io::InputError);
+      continue;
+    }
+    std::set<std::string> mapped, hf;
+    for (const HfTensor& t : hf_tensors(config)) {
+      EXPECT_TRUE(mapped.insert(t.name).second) << t.name << " mapped twice";
+      EXPECT_TRUE(hf.insert(t.hf_name).second) << t.hf_name << " used twice";
+    }
+    EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << config.type;
+  }
+}
+
+TEST(BuiltinModels, TransformersConfigRoundTrips) {
+  for (const ModelConfig& config : configs()) {
+    if (config.type == "mlp") continue;
+    const ModelConfig back = model_config_from_hf(hf_config_of(config), "config.json");
+    EXPECT_EQ(model_keys().write(back), model_keys().write(config)) << config.type;
+  }
+}
+
+TEST(Tokenizers, BytesRoundTripAndCheckTheVocabulary) {
+  const auto bytes = data::make_tokenizer("", 256);
+  EXPECT_EQ(bytes->encode("Hi\n"), (std::vector<int64_t>{72, 105, 10}));
+  EXPECT_EQ(bytes->decode({72, 105, 10, 200, 300}), "Hi\n??");
+  EXPECT_THROW(data::make_tokenizer("", 100), io::InputError);  // bytes need 256 ids
+  EXPECT_THROW(data::make_tokenizer("tokenizer.json", 1000), io::InputError);
+  EXPECT_THROW(data::make_tokenizer("no-such.model", 1000), io::InputError);
+}
+
+}  // namespace
+}  // namespace pipetrain::models
