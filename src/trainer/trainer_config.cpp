@@ -69,6 +69,10 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
             throw io::InputError(
                 "sample.prompt is empty: sampling needs at least one byte to start");
+          if (!c.sample.tokenizer.empty() && c.data.type == "text")
+            throw io::InputError(
+                "sample.tokenizer goes with token data (data.type tokens or indexed); text data "
+                "is bytes");
         });
     return t;
   }();

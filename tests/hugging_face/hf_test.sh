@@ -74,6 +74,12 @@ check "LLaMA on prepared data trains at pipe 2 x data 2 ($(grep '^validation los
 check "LLaMA validation loss falls" awk '/^validation loss:/ {exit !($3 > $5)}' "$work/train.out"
 check "the sample is decoded text ($(grep '^sample:' "$work/train.out"))" \
   grep -q "^sample: The licence" "$work/train.out"
+# The same in bf16 (RMSNorm computes in float32 inside), at pipe 2 x model 2, no checkpoints.
+"$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["bf16"] = {"enabled": True}; c["save"] = ""; c["model_parallel"] = 2; json.dump(c, open(sys.argv[2], "w"))' \
+  "$work/llama.json" "$work/llama-bf16.json"
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config "$work/llama-bf16.json" >"$work/bf16.out" 2>&1
+check "LLaMA in bf16 at pipe 2 x model 2 trains ($(grep '^validation loss:' "$work/bf16.out"))" \
+  awk '/^validation loss:/ {found = 1; bad = !($3 > $5)} END {exit !found || bad}' "$work/bf16.out"
 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint "$work/trained" --model 2 \
   --tokens 8 --prompt "The licence" >"$work/generated.out" 2>&1
 check "generate at model 2 decodes with the checkpoint's tokenizer ($(head -c 200 "$work/generated.out"))" \
