@@ -1,6 +1,7 @@
 #include "pipetrain/trainer/trainer_config.h"
 
 #include <csignal>
+#include <filesystem>
 
 #include "pipetrain/io/errors.h"
 
@@ -59,9 +60,17 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                 config::at_least(0))
         .integer("sample.top_k", PIPETRAIN_FIELD(sample.top_k), "0: all tokens",
                  config::at_least(0))
-        .text("sample.tokenizer", PIPETRAIN_FIELD(sample.tokenizer),
-              "a SentencePiece `.model` that encodes the prompt and decodes the sample (and "
-              "`generate`'s, read from the checkpoint); empty: bytes")
+        .custom(
+            "sample.tokenizer", "string",
+            "a SentencePiece `.model` that encodes the prompt and decodes the sample (and "
+            "`generate`'s, read from the checkpoint); empty: bytes. Kept as an absolute path, "
+            "so a checkpoint names it from anywhere",
+            [](const std::string& key, const nlohmann::json& value, TrainerConfig& c) {
+              const std::string path = config::read_string(key, value);
+              c.sample.tokenizer =
+                  path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+            },
+            [](const TrainerConfig& c) { return nlohmann::json(c.sample.tokenizer); })
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))

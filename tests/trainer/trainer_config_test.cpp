@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "pipetrain/io/errors.h"
 #include "pipetrain/trainer/trainer_config.h"
 
@@ -29,6 +31,15 @@ TEST(TrainerOverrides, WinOverTheFile) {
   EXPECT_EQ(trainer.save, "out");
   EXPECT_EQ(trainer.data_parallel, 1);
   EXPECT_EQ(parse_trainer_config(file).train_iters, 100);  // the file itself is untouched
+}
+
+TEST(TrainerConfig, TheTokenizerIsKeptAsAnAbsolutePath) {
+  const TrainerConfig config = parse_trainer_config(nlohmann::json::parse(
+      R"({"data": {"type": "indexed"}, "sample": {"tokenizer": "models/../spm.model"}})"));
+  const std::filesystem::path path = config.sample.tokenizer;
+  EXPECT_TRUE(path.is_absolute()) << path;
+  EXPECT_EQ(path, std::filesystem::current_path() / "spm.model");
+  EXPECT_EQ(parse_trainer_config(nlohmann::json::object()).sample.tokenizer, "");  // bytes
 }
 
 TEST(TrainerConfig, BadKeysAreNamed) {
