@@ -21,13 +21,16 @@ struct TrainedRun {
   std::vector<double> losses;
   double eval_loss = 0;
   int64_t p2p_bytes = 0;
+  int64_t optimizer_bytes = 0;                // optimizer state and separate masters on this rank
   std::map<std::string, at::Tensor> weights;  // whole: shards joined over the group
 };
 
 TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, bool partitioned,
-                 const std::shared_ptr<data::TensorDataset>& samples) {
+                 const std::shared_ptr<data::TensorDataset>& samples, int zero_stage = 0) {
   engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
   config.pipeline.partitioned_transfers = partitioned;
+  config.zero.stage = zero_stage;
+  config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
   const auto model = models::make_builtin_model(model_config(c.model), Group{grid->model_comm()});
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
@@ -44,6 +47,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   for (int step = 0; step < kSteps; ++step) run.losses.push_back(engine.train_batch(data));
   run.eval_loss = engine.eval_batch(data).loss;
   run.p2p_bytes = engine.p2p_bytes();
+  run.optimizer_bytes = engine.optimizer_state_bytes();
   const auto layouts = module->shard_layouts();
   for (const auto& [name, tensor] : module->named_parameters()) {
     const auto layout = layouts.find(name);
@@ -53,6 +57,21 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
             : join_shards(grid->model_comm()->all_gather(tensor.detach()), layout->second);
   }
   return run;
+}
+
+void expect_matches(const TrainedRun& run, const Reference& reference) {
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_NEAR(run.losses[step], reference.losses[step], 1e-5 * std::abs(reference.losses[step]))
+        << "step " << step;
+  }
+  EXPECT_NEAR(run.eval_loss, reference.eval_loss, 1e-5 * std::abs(reference.eval_loss));
+  EXPECT_FALSE(run.weights.empty());
+  for (const auto& [name, tensor] : run.weights) {
+    const at::Tensor& expected = reference.weights.at(name);
+    ASSERT_EQ(tensor.sizes(), expected.sizes()) << name;
+    EXPECT_TRUE(at::allclose(tensor, expected, 1e-5, 1e-6))
+        << name << " differs by " << (tensor - expected).abs().max().item<double>();
+  }
 }
 
 struct Shape {
@@ -71,12 +90,9 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(pipe, data, model), world);
     const std::vector<Case> cases =
-        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
-                                       {"gpt", 4, 0, 0.05},
-                                       {"gpt-untied", 2, 1, 0.0},
-                                       {"gpt", 2, 2, 0.05},
-                                       {"llama", 2, 0, 0.05},
-                                       {"llama-tied", 4, 1, 0.0}}
+        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},        {"gpt", 4, 0, 0.05},
+                                       {"gpt-untied", 2, 1, 0.0}, {"gpt", 2, 2, 0.05},
+                                       {"llama", 2, 0, 0.05},     {"llama-tied", 4, 1, 0.0}}
                    : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
@@ -84,19 +100,7 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       const auto samples = dataset(c, data);
       const Reference reference = reference_run(c, data, samples);
       const TrainedRun run = train(c, grid, /*partitioned=*/true, samples);
-      for (int step = 0; step < kSteps; ++step) {
-        EXPECT_NEAR(run.losses[step], reference.losses[step],
-                    1e-5 * std::abs(reference.losses[step]))
-            << "step " << step;
-      }
-      EXPECT_NEAR(run.eval_loss, reference.eval_loss, 1e-5 * std::abs(reference.eval_loss));
-      EXPECT_FALSE(run.weights.empty());
-      for (const auto& [name, tensor] : run.weights) {
-        const at::Tensor& expected = reference.weights.at(name);
-        ASSERT_EQ(tensor.sizes(), expected.sizes()) << name;
-        EXPECT_TRUE(at::allclose(tensor, expected, 1e-5, 1e-6))
-            << name << " differs by " << (tensor - expected).abs().max().item<double>();
-      }
+      expect_matches(run, reference);
 
       // The same training with whole tensors sent: the same numbers, twice the bytes.
       const TrainedRun whole = train(c, grid, /*partitioned=*/false, samples);
@@ -109,6 +113,31 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       } else {
         EXPECT_EQ(whole.p2p_bytes, 0);
         EXPECT_EQ(run.p2p_bytes, 0);
+      }
+    }
+  }
+}
+
+// ZeRO stages 1 and 2 with tensor parallelism: each model-parallel rank's data-parallel
+// group shards its own slices; the same losses and weights as one process.
+TEST(TensorParallelEquivalence, ZeroStagesWithModelParallelMatchOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  std::vector<Shape> shapes;
+  for (const Shape& s : {Shape{1, 2, 2}, Shape{2, 2, 2}, Shape{1, 4, 2}}) {
+    if (s.pipe * s.data * s.model == world->size()) shapes.push_back(s);
+  }
+  if (shapes.empty()) GTEST_SKIP() << "no data x model shape in this world";
+  for (const auto& [pipe, data, model] : shapes) {
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(pipe, data, model), world);
+    for (const Case& c : {Case{"gpt", 2, 0, 0.05}, Case{"llama-tied", 4, 1, 0.0}}) {
+      const auto samples = dataset(c, data);
+      const Reference reference = reference_run(c, data, samples);
+      for (int stage : {1, 2}) {
+        SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
+                     " x model " + std::to_string(model) + ", ZeRO stage " + std::to_string(stage) +
+                     ": " + name(c));
+        expect_matches(train(c, grid, /*partitioned=*/true, samples, stage), reference);
       }
     }
   }
