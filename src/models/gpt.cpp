@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "pipetrain/autograd/linear.h"
+#include "layer_rules.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -121,28 +121,15 @@ struct GptBlockImpl : torch::nn::Module {
 TORCH_MODULE(GptBlock);
 
 void check(const GptConfig& c, const Group& group) {
-  auto positive = [](int64_t v, const char* key) {
-    if (v < 1)
-      throw io::InputError(std::string("model.") + key + " must be at least 1, got " +
-                           std::to_string(v));
-  };
-  positive(c.vocab_size, "vocab_size");
-  positive(c.context, "context");
-  positive(c.d_model, "d_model");
-  positive(c.heads, "heads");
-  positive(c.layers, "layers");
-  if (c.d_model % c.heads != 0) {
-    throw io::InputError("model.d_model (" + std::to_string(c.d_model) +
-                         ") must be divisible by model.heads (" + std::to_string(c.heads) + ")");
-  }
+  require_positive(c.vocab_size, "vocab_size");
+  require_positive(c.context, "context");
+  require_positive(c.d_model, "d_model");
+  require_positive(c.heads, "heads");
+  require_positive(c.layers, "layers");
+  require_divisible(c.d_model, "d_model", c.heads, "model.heads");
   if (c.dropout < 0 || c.dropout >= 1) throw io::InputError("model.dropout must be in [0, 1)");
-  for (const auto& [value, key] : {std::pair{c.heads, "heads"}, {c.vocab_size, "vocab_size"}}) {
-    if (value % group.size() != 0) {
-      throw io::InputError(std::string("model.") + key + " (" + std::to_string(value) +
-                           ") must be divisible by the model-parallel size (" +
-                           std::to_string(group.size()) + ")");
-    }
-  }
+  require_divisible(c.heads, "heads", group.size(), "the model-parallel size");
+  require_divisible(c.vocab_size, "vocab_size", group.size(), "the model-parallel size");
 }
 
 }  // namespace
@@ -173,15 +160,7 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
       [d] { return 2 * d; }));
 
   if (c.tie_embeddings) {
-    module::LayerSpec head = embedding;
-    head.type = "GptHead";
-    // Logits of this rank's vocabulary slice; the loss never gathers them.
-    head.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
-      const auto& tokens = static_cast<GptEmbeddingImpl&>(module).tokens->weight;
-      return module::Activation{
-          autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
-    };
-    specs.push_back(head);
+    specs.push_back(tied_head<GptEmbeddingImpl>(embedding, "GptHead", group));
   } else {
     const int64_t vocab = c.vocab_size;
     specs.push_back(module::module_layer<ColumnParallelLinear>(

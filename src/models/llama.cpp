@@ -7,9 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "pipetrain/autograd/linear.h"
-#include "pipetrain/io/errors.h"
-#include "pipetrain/tensor_parallel/collectives.h"
+#include "layer_rules.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
 namespace pipetrain::models {
@@ -132,49 +130,28 @@ struct LlamaBlockImpl : torch::nn::Module {
 TORCH_MODULE(LlamaBlock);
 
 void check(const LlamaConfig& c, const Group& group) {
-  auto at_least_one = [](int64_t v, const char* key) {
-    if (v < 1)
-      throw io::InputError(std::string("model.") + key + " must be at least 1, got " +
-                           std::to_string(v));
-  };
-  at_least_one(c.vocab_size, "vocab_size");
-  at_least_one(c.context, "context");
-  at_least_one(c.d_model, "d_model");
-  at_least_one(c.heads, "heads");
-  at_least_one(c.num_key_value_heads, "num_key_value_heads");
-  at_least_one(c.intermediate_size, "intermediate_size");
-  at_least_one(c.layers, "layers");
-  auto divides = [](int64_t value, const char* key, int64_t by, const std::string& what) {
-    if (value % by != 0) {
-      throw io::InputError(std::string("model.") + key + " (" + std::to_string(value) +
-                           ") must be divisible by " + what + " (" + std::to_string(by) + ")");
-    }
-  };
-  divides(c.d_model, "d_model", c.heads, "model.heads");
-  divides(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
-  divides(c.heads, "heads", c.num_key_value_heads, "model.num_key_value_heads");
+  require_positive(c.vocab_size, "vocab_size");
+  require_positive(c.context, "context");
+  require_positive(c.d_model, "d_model");
+  require_positive(c.heads, "heads");
+  require_positive(c.num_key_value_heads, "num_key_value_heads");
+  require_positive(c.intermediate_size, "intermediate_size");
+  require_positive(c.layers, "layers");
+  require_divisible(c.d_model, "d_model", c.heads, "model.heads");
+  require_divisible(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
+  require_divisible(c.heads, "heads", c.num_key_value_heads, "model.num_key_value_heads");
   if (!(c.rope_theta > 0)) throw io::InputError("model.rope_theta must be positive");
   if (!(c.rms_norm_eps > 0)) throw io::InputError("model.rms_norm_eps must be positive");
   const std::string tp = "the model-parallel size";
-  divides(c.heads, "heads", group.size(), tp);
-  divides(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
-  divides(c.intermediate_size, "intermediate_size", group.size(), tp);
-  divides(c.vocab_size, "vocab_size", group.size(), tp);
+  require_divisible(c.heads, "heads", group.size(), tp);
+  require_divisible(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
+  require_divisible(c.intermediate_size, "intermediate_size", group.size(), tp);
+  require_divisible(c.vocab_size, "vocab_size", group.size(), tp);
 }
 
 module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
                              const module::LayerSpec& embedding) {
-  if (c.tie_embeddings) {
-    module::LayerSpec head = embedding;
-    head.type = "LlamaHead";
-    // Logits of this rank's vocabulary slice; the loss never gathers them.
-    head.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
-      const auto& tokens = static_cast<LlamaEmbeddingImpl&>(module).tokens->weight;
-      return module::Activation{
-          autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
-    };
-    return head;
-  }
+  if (c.tie_embeddings) return tied_head<LlamaEmbeddingImpl>(embedding, "LlamaHead", group);
   return module::module_layer<ColumnParallelLinear>(
       "LlamaHead", [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLinear); },
       [=] { return c.d_model * c.vocab_size; });

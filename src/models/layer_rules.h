@@ -1,0 +1,45 @@
+#pragma once
+// What the built-in language models share: the rules their sizes obey (InputError naming
+// the `model.` key) and the LM head that computes through a tied token embedding.
+
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/autograd/linear.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/module/layer.h"
+#include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/group.h"
+
+namespace pipetrain::models {
+
+// "model.KEY must be at least 1, got V".
+inline void require_positive(int64_t value, const std::string& key) {
+  if (value < 1)
+    throw io::InputError("model." + key + " must be at least 1, got " + std::to_string(value));
+}
+
+// "model.KEY (V) must be divisible by WHAT (BY)".
+inline void require_divisible(int64_t value, const std::string& key, int64_t by,
+                              const std::string& what) {
+  if (value % by != 0) {
+    throw io::InputError("model." + key + " (" + std::to_string(value) + ") must be divisible by " +
+                         what + " (" + std::to_string(by) + ")");
+  }
+}
+
+// The logits of this rank's vocabulary slice through the token embedding of a tied
+// embedding module (`Embedding::tokens`); the loss never gathers them.
+template <typename Embedding>
+module::LayerSpec tied_head(module::LayerSpec embedding, std::string type,
+                            const tensor_parallel::Group& group) {
+  embedding.type = std::move(type);
+  embedding.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
+    const auto& tokens = static_cast<Embedding&>(module).tokens->weight;
+    return module::Activation{
+        autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
+  };
+  return embedding;
+}
+
+}  // namespace pipetrain::models
