@@ -97,4 +97,21 @@ expect_input_error "does not exist" launch -n 2 --hostfile "$work/no-hosts" -- t
 expect_input_error "program no-such-program not found" launch -n 2 -- no-such-program
 expect_input_error "only for 'launch'" schedule -m 2 -p 2 -- extra
 
+# The Quick start's first command, shortened to 2 steps. It writes runs/default in the
+# source tree, so it runs only where there is none (a fresh checkout, as in CI) and
+# removes it after.
+source_dir=$2
+if [ -e "$source_dir/runs/default" ]; then
+  echo "skipped: scripts/train (runs/default exists in $source_dir; not overwritten)"
+else
+  PIPETRAIN_BUILD_DIR=$(cd "$(dirname "$pipetrain")/.." && pwd) \
+    "$source_dir/scripts/train" --train-iters 2 --eval-interval 0 >"$work/train.out" 2>&1
+  check "scripts/train runs the default job ($(tail -1 "$work/train.out" | head -c 200))" \
+    grep -q "^validation loss: .* after 2 steps" "$work/train.out"
+  check "scripts/train leaves its outputs in runs/default" \
+    test -s "$source_dir/runs/default/metrics.jsonl" -a -d "$source_dir/runs/default/checkpoints/step_2"
+  rm -rf "$source_dir/runs/default"
+  rmdir "$source_dir/runs" 2>/dev/null
+fi
+
 finish
