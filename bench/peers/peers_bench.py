@@ -233,18 +233,18 @@ def main():
                                                   args.steps_program, port))
             print(f"  repetition {rep + 1}: " + ", ".join(
                 f"{s} {seconds[s][-1]:.4f} s" for s in SYSTEMS), flush=True)
-        reference = seconds["pipetrain pipe 2"]
         print(f"  | system | s/step (median) | pipetrain pipe 2 speed / its (median, per repetition) |")
         print("  |---|---|---|")
         for system in SYSTEMS:
-            mine = reference if "loop" not in system and "1 stage" not in system else \
-                seconds["pipetrain 1 stage"]
-            ratios = [other / own for other, own in zip(seconds[system], mine)]
-            label = "pipetrain 1 stage" if mine is not reference else "pipetrain pipe 2"
+            # The loop and the 1-stage run against pipetrain's 1 stage, the pipes against its pipe 2.
+            label = "pipetrain 1 stage" if system in ("plain loop", "pipetrain 1 stage") \
+                else "pipetrain pipe 2"
+            ratios = [other / own for other, own in zip(seconds[system], seconds[label])]
             print(f"  | {system} | {statistics.median(seconds[system]):.4f} | "
                   f"{label}: {statistics.median(ratios):.2f}x "
                   f"({', '.join(f'{r:.2f}' for r in ratios)}) |")
-        speedup = [one / two for one, two in zip(seconds["pipetrain 1 stage"], reference)]
+        speedup = [one / two for one, two in zip(seconds["pipetrain 1 stage"],
+                                                      seconds["pipetrain pipe 2"])]
         print(f"  pipetrain pipe-2 speed-up over its 1 stage: {statistics.median(speedup):.2f}x "
               f"({', '.join(f'{r:.2f}' for r in speedup)}); 1F1B's ideal at m 8, p 2: "
               f"{2 * MICRO_BATCHES / (MICRO_BATCHES + 1):.2f}x", flush=True)

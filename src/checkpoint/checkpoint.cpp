@@ -4,9 +4,9 @@
 #include <fcntl.h>  // AT_FDCWD
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>

@@ -50,6 +50,7 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
     throw std::invalid_argument("one weight-decay flag per parameter");
   any_decayed_ = std::find(decayed.begin(), decayed.end(), true) != decayed.end();
   decay_mask_ = shard_mask(decayed);
+  if (decay_mask_.defined()) decay_mask_ = decay_mask_.to(at::kBool);  // not converted per step
 }
 
 void ShardedMasters::seat_parameters() {

@@ -1,7 +1,6 @@
 #include "pipetrain/engine/training_config.h"
 
 #include <cctype>
-#include "pipetrain/engine/weight_decay.h"
 
 #include "pipetrain/engine/weight_decay.h"
 #include "pipetrain/io/errors.h"

@@ -185,6 +185,11 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l) {
   return t;
 }
 
+io::InputError no_transformers_format(const ModelConfig& config) {
+  return io::InputError("model.type \"" + config.type +
+                        "\" has no transformers format (only \"gpt\" and \"llama\")");
+}
+
 }  // namespace
 
 ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
@@ -248,15 +253,13 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
             {"tie_word_embeddings", l.tie_embeddings},
             {"torch_dtype", "float32"}};
   }
-  throw io::InputError("model.type \"" + config.type +
-                       "\" has no transformers format (only \"gpt\" and \"llama\")");
+  throw no_transformers_format(config);
 }
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
   if (config.type == "gpt") return gpt2_tensors(config.gpt);
   if (config.type == "llama") return llama_tensors(config.llama);
-  throw io::InputError("model.type \"" + config.type +
-                       "\" has no transformers format (only \"gpt\" and \"llama\")");
+  throw no_transformers_format(config);
 }
 
 bool hf_buffer(const std::string& hf_name) {

@@ -15,8 +15,13 @@ void varint(std::string& out, uint64_t value) {
   out += static_cast<char>(value);
 }
 
+// A field's key on the wire: its number and its wire type.
+constexpr uint64_t field_key(int field, WireType type) {
+  return (static_cast<uint64_t>(field) << 3) | type;
+}
+
 void key(std::string& out, int field, WireType type) {
-  varint(out, (static_cast<uint64_t>(field) << 3) | type);
+  varint(out, field_key(field, type));
 }
 
 template <typename T>
@@ -92,11 +97,19 @@ std::optional<std::pair<std::string, float>> decode_value(std::string_view bytes
     uint64_t k = 0;
     std::string_view tag;
     if (!in.varint(k)) return std::nullopt;
-    const bool ok = k == ((1 << 3) | kLength)    ? in.length_delimited(tag)
-                    : k == ((2 << 3) | kFixed32) ? in.fixed(value.second)
-                                                 : in.skip(k & 7);
+    bool ok = true;
+    switch (k) {
+      case field_key(1, kLength):
+        ok = in.length_delimited(tag);
+        value.first = tag;
+        break;
+      case field_key(2, kFixed32):
+        ok = in.fixed(value.second);
+        break;
+      default:
+        ok = in.skip(k & 7);
+    }
     if (!ok) return std::nullopt;
-    if (k == ((1 << 3) | kLength)) value.first = tag;
   }
   return value;
 }
@@ -107,7 +120,7 @@ bool decode_summary(std::string_view bytes, Event& event) {
     uint64_t k = 0;
     std::string_view span;
     if (!in.varint(k)) return false;
-    if (k != ((1 << 3) | kLength)) {
+    if (k != field_key(1, kLength)) {
       if (!in.skip(k & 7)) return false;
       continue;
     }
@@ -153,18 +166,18 @@ std::optional<Event> decode_event(std::string_view bytes) {
     if (!in.varint(k)) return std::nullopt;
     bool ok = true;
     switch (k) {
-      case (1 << 3) | kFixed64:
+      case field_key(1, kFixed64):
         ok = in.fixed(event.wall_time);
         break;
-      case (2 << 3) | kVarint:
+      case field_key(2, kVarint):
         ok = in.varint(step);
         event.step = static_cast<int64_t>(step);
         break;
-      case (3 << 3) | kLength:
+      case field_key(3, kLength):
         ok = in.length_delimited(span);
         event.file_version = span;
         break;
-      case (5 << 3) | kLength:
+      case field_key(5, kLength):
         ok = in.length_delimited(span) && decode_summary(span, event);
         break;
       default:

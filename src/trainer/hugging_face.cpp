@@ -96,8 +96,8 @@ at::Tensor take(std::map<std::string, at::Tensor>& weights, const models::HfTens
   return tensor.to(at::kFloat).contiguous();
 }
 
-// Refuses tensors the model does not have (a tied head's copy and GPT-2's mask buffers
-// excepted).
+// Refuses tensors the model does not have (a tied head's copy and buffers such as
+// GPT-2's masks excepted, see models::hf_buffer).
 void check_all_used(const std::map<std::string, at::Tensor>& left, bool tied,
                     const fs::path& folder) {
   for (const auto& [name, tensor] : left) {

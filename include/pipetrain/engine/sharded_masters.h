@@ -65,7 +65,7 @@ class ShardedMasters : public MasterWeights {
   bool aliased_;                    // the master is own_ itself (fp32 model)
   std::vector<at::Tensor> master_;  // the fp32 shard the optimizer steps
   at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
-  at::Tensor decay_mask_;           // 1 where weight decay applies; undefined: everywhere
+  at::Tensor decay_mask_;           // true where weight decay applies; undefined: everywhere
   bool any_decayed_ = false;
 };
 

@@ -27,7 +27,7 @@ WeightDecay weight_decay_of(const OptimizerConfig& config);
 // Weight decay as the optimizer steps it, for `parameter` at learning rate `lr`: decoupled
 // decay shrinks the parameter by lr * rate (before the update, as torch.optim.AdamW does);
 // L2 decay (Adam, SGD) adds rate * parameter to its gradient, which it must have. `mask`
-// (optional, 0 or 1 per element, the parameter's shape) limits it to some elements.
+// (optional, bool or 0/1 per element, the parameter's shape) limits it to some elements.
 void apply_weight_decay(const WeightDecay& decay, at::Tensor& parameter, double lr,
                         const at::Tensor& mask = {});
 
