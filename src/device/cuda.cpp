@@ -47,13 +47,13 @@ std::string gpu_name(int gpu) {
   return properties.name;
 }
 
-std::optional<GpuMemory> gpu_memory(int gpu) {
+std::optional<MemoryUse> gpu_memory(int gpu) {
   using c10::CachingAllocator::StatType;
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);  // the allocator's devices
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));
   const auto all = static_cast<std::size_t>(StatType::AGGREGATE);
-  return GpuMemory{.allocated = stats.allocated_bytes[all].current,
+  return MemoryUse{.allocated = stats.allocated_bytes[all].current,
                    .peak_allocated = stats.allocated_bytes[all].peak};
 }
 

@@ -25,7 +25,7 @@ std::string gpu_name(int) {
   return {};
 }
 
-std::optional<GpuMemory> gpu_memory(int) {
+std::optional<MemoryUse> gpu_memory(int) {
   return std::nullopt;
 }
 

@@ -15,16 +15,6 @@ const config::Names<std::string>& scheduler_types() {
   return names;
 }
 
-const config::Names<PipelineSchedule>& schedules() {
-  static const config::Names<PipelineSchedule> names{
-      {"1f1b", PipelineSchedule::k1F1B},
-      {"train", PipelineSchedule::k1F1B},
-      {"gpipe", PipelineSchedule::kGpipe},
-      {"interleaved", PipelineSchedule::kInterleaved},
-      {"zb-h1", PipelineSchedule::kZbH1}};
-  return names;
-}
-
 // Chunks go with the interleaved schedule, which needs a pipe to interleave over.
 void check_chunks(const TrainingConfig& c) {
   const PipelineConfig& p = c.pipeline;
@@ -33,7 +23,7 @@ void check_chunks(const TrainingConfig& c) {
     if (p.chunks == 1) return;
     throw io::InputError("pipeline.chunks " + chunks +
                          " needs pipeline.schedule \"interleaved\", not \"" +
-                         config::name_of(schedules(), p.schedule) + "\"");
+                         config::name_of(pipeline_schedules(), p.schedule) + "\"");
   }
   if (p.chunks < 2) {
     throw io::InputError(
@@ -174,9 +164,11 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
           "gradients deferred into the bubbles)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
             c.pipeline.schedule =
-                config::read_choice(key, v, schedules(), config::Quoting::kQuoted);
+                config::read_choice(key, v, pipeline_schedules(), config::Quoting::kQuoted);
           },
-          [](const TrainingConfig& c) { return config::name_of(schedules(), c.pipeline.schedule); })
+          [](const TrainingConfig& c) {
+            return config::name_of(pipeline_schedules(), c.pipeline.schedule);
+          })
       .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
                "model chunks per stage for `interleaved` (at least 2; layers split into stages × "
                "chunks parts, stage s holding parts s, s + stages, ...); 1 otherwise",
@@ -264,6 +256,16 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
 }
 
 }  // namespace
+
+const config::Names<PipelineSchedule>& pipeline_schedules() {
+  static const config::Names<PipelineSchedule> names{
+      {"1f1b", PipelineSchedule::k1F1B},
+      {"train", PipelineSchedule::k1F1B},
+      {"gpipe", PipelineSchedule::kGpipe},
+      {"interleaved", PipelineSchedule::kInterleaved},
+      {"zb-h1", PipelineSchedule::kZbH1}};
+  return names;
+}
 
 std::string_view schedule_kind_name(PipelineSchedule schedule) {
   switch (schedule) {

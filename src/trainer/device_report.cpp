@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/device/placement.h"
 
 namespace pipetrain::trainer {
@@ -29,14 +30,14 @@ bool any_rank_on_gpu(const engine::PipelineEngine& engine) {
   return on_gpu.item<int64_t>() != 0;
 }
 
-std::vector<device::GpuMemory> gather_gpu_memory(const engine::PipelineEngine& engine) {
+std::vector<device::MemoryUse> gather_memory(const engine::PipelineEngine& engine) {
   auto& world = *engine.grid().world_comm();
-  const device::GpuMemory m =
-      engine.device().is_cuda()
-          ? device::gpu_memory(engine.device().index()).value_or(device::GpuMemory{})
-          : device::GpuMemory{};
+  const device::MemoryUse m =
+      (engine.device().is_cuda() ? device::gpu_memory(engine.device().index())
+                                 : device::cpu_memory())
+          .value_or(device::MemoryUse{});
   const at::Tensor all = world.all_gather(at::tensor({m.allocated, m.peak_allocated}));
-  std::vector<device::GpuMemory> ranks;
+  std::vector<device::MemoryUse> ranks;
   for (int r = 0; r < world.size(); ++r) {
     ranks.push_back(
         {.allocated = all[r][0].item<int64_t>(), .peak_allocated = all[r][1].item<int64_t>()});
@@ -44,7 +45,7 @@ std::vector<device::GpuMemory> gather_gpu_memory(const engine::PipelineEngine& e
   return ranks;
 }
 
-std::string memory_summary(const std::vector<device::GpuMemory>& ranks) {
+std::string memory_summary(const std::vector<device::MemoryUse>& ranks) {
   if (ranks.empty()) return {};
   int64_t now = 0, peak = 0;
   for (const auto& m : ranks) {

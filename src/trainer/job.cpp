@@ -8,6 +8,7 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/data/token_data.h"
+#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/io/activity.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer_seed.h"
@@ -158,6 +159,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
   check_output_paths(job.config.trainer);
+  if (job.config.trainer.memory_breakdown) device::count_cpu_memory();  // before any tensor
   job.grid = build_grid(job.config);
   job.model =
       models::make_builtin_model(job.config.model, tensor_parallel::Group{job.grid->model_comm()});

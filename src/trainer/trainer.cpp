@@ -70,6 +70,7 @@ class RunLog {
       : job_(job),
         leader_(job.grid->global_rank() == 0),
         on_gpus_(any_rank_on_gpu(*job.engine)),
+        reports_memory_(on_gpus_ || job.config.trainer.memory_breakdown),
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
@@ -87,8 +88,8 @@ class RunLog {
                                                : kSpeedSmoothing * smoothed_seconds_ +
                                                      (1 - kSpeedSmoothing) * s.seconds;
     const engine::PipelineEngine& engine = *job_.engine;
-    const std::vector<device::GpuMemory> memory =
-        on_gpus_ ? gather_gpu_memory(engine) : std::vector<device::GpuMemory>{};
+    const std::vector<device::MemoryUse> memory =
+        reports_memory_ ? gather_memory(engine) : std::vector<device::MemoryUse>{};
     // Optimizer state appears at the first step taken and keeps its size: gathered once.
     if (optimizer_state_summary(optimizer_bytes_).empty())
       optimizer_bytes_ = gather_optimizer_state_bytes(*job_.engine);
@@ -119,11 +120,12 @@ class RunLog {
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
     record["optimizer_state_bytes"] = optimizer_bytes_;  // per rank, in rank order
     if (!memory.empty()) {                               // per rank, in rank order
-      record["gpu_memory_bytes"] = nlohmann::json::array();
-      record["gpu_peak_memory_bytes"] = nlohmann::json::array();
+      const std::string device = on_gpus_ ? "gpu" : "cpu";
+      nlohmann::json& now = record[device + "_memory_bytes"] = nlohmann::json::array();
+      nlohmann::json& peak = record[device + "_peak_memory_bytes"] = nlohmann::json::array();
       for (const auto& m : memory) {
-        record["gpu_memory_bytes"].push_back(m.allocated);
-        record["gpu_peak_memory_bytes"].push_back(m.peak_allocated);
+        now.push_back(m.allocated);
+        peak.push_back(m.peak_allocated);
       }
     }
     metrics_->write(record);
@@ -156,7 +158,8 @@ class RunLog {
 
   const Job& job_;
   bool leader_;
-  bool on_gpus_;  // the job reports GPU memory
+  bool on_gpus_;         // some rank computes on a GPU
+  bool reports_memory_;  // GPU memory, or CPU memory counted for memory_breakdown
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<tensorboard::TensorBoardWriter> tensorboard_;

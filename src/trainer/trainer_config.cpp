@@ -71,6 +71,10 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                   path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
             },
             [](const TrainerConfig& c) { return nlohmann::json(c.sample.tokenizer); })
+        .flag("memory_breakdown", PIPETRAIN_FIELD(memory_breakdown),
+              "DeepSpeed's name: report each rank's tensor memory (now and peak) in the "
+              "progress line and `log.metrics`; CPU ranks count it with a counting allocator "
+              "(GPU ranks always report the caching allocator's)")
         .text("trace", PIPETRAIN_FIELD(trace), "write a Chrome/Perfetto trace of one step here")
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))

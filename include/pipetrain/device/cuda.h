@@ -4,6 +4,8 @@
 #include <optional>
 #include <string>
 
+#include "pipetrain/device/memory_use.h"
+
 namespace pipetrain::device {
 
 // What pipetrain needs to know of CUDA, answered without CUDA headers; a CPU build answers
@@ -20,12 +22,8 @@ std::string gpu_identity(int gpu);
 // The product name, e.g. "NVIDIA H200".
 std::string gpu_name(int gpu);
 
-// The caching allocator's view of a GPU's memory, in bytes.
-struct GpuMemory {
-  int64_t allocated = 0;       // held by tensors now
-  int64_t peak_allocated = 0;  // the most held at once since the last reset
-};
-std::optional<GpuMemory> gpu_memory(int gpu);
+// The caching allocator's view of a GPU's memory.
+std::optional<MemoryUse> gpu_memory(int gpu);
 // Starts counting peak_allocated afresh (no-op in a CPU build).
 void reset_gpu_peak_memory(int gpu);
 

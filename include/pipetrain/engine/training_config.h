@@ -20,6 +20,8 @@ enum class PipelineSchedule { k1F1B, kGpipe, kInterleaved, kZbH1 };
 
 // The schedule layer's name of a schedule (see schedule::make_schedule).
 std::string_view schedule_kind_name(PipelineSchedule schedule);
+// The config's spellings of the schedules (pipeline.schedule).
+const config::Names<PipelineSchedule>& pipeline_schedules();
 
 struct PipelineConfig {
   int64_t stages = 1;

@@ -40,7 +40,8 @@ struct TrainerConfig {
     int64_t top_k = 20;
     std::string tokenizer;  // a SentencePiece .model; empty: bytes
   } sample;
-  std::string trace;       // Chrome/Perfetto trace of one step
+  bool memory_breakdown = false;  // count CPU tensor memory per rank and report it
+  std::string trace;              // Chrome/Perfetto trace of one step
   int64_t trace_step = 0;  // 0: the last step
 };
 

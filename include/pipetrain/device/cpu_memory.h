@@ -1,0 +1,18 @@
+#pragma once
+
+#include <optional>
+
+#include "pipetrain/device/memory_use.h"
+
+namespace pipetrain::device {
+
+// Puts a counting allocator in front of LibTorch's CPU allocator, once per process (later
+// calls do nothing). Tensors allocated before the call are not counted, so call it before
+// the model is built. Counting costs two atomic additions per allocation.
+void count_cpu_memory();
+
+// Bytes held by CPU tensors of this process since count_cpu_memory() (peak: since then);
+// nothing before it.
+std::optional<MemoryUse> cpu_memory();
+
+}  // namespace pipetrain::device

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/key_table.h"
+
+namespace pipetrain::planner {
+
+// A link's speed for one rank: bytes per second each way, and seconds per message.
+struct Link {
+  double bandwidth = 0;
+  double latency = 0;
+
+  // One message of `bytes`.
+  double transfer(double bytes) const { return latency + bytes / bandwidth; }
+  // A ring all-reduce of `bytes` over `ranks` ranks: 2(n-1)/n of the bytes each way,
+  // 2(n-1) steps (a reduce-scatter and an all-gather cost half each).
+  double all_reduce(double bytes, int ranks) const;
+};
+
+// The machines a job runs on, as the planner sees them (see clusters/*.json). Every figure
+// is per device (a GPU, or a CPU core for a CPU-only machine).
+struct Cluster {
+  std::string name;
+  std::vector<std::string> sources;  // where the figures come from
+  int64_t nodes = 1;
+  int64_t devices_per_node = 1;
+  double memory_bytes = 0;      // per device
+  double fp32_flops = 0;        // dense peak, FLOP/s
+  double bf16_flops = 0;        // dense peak in bf16 (and fp16)
+  double efficiency = 1;        // the share of the peak a transformer's matrix products reach
+  double memory_bandwidth = 0;  // bytes per second the optimizer step streams through
+  double layer_overhead = 0;    // seconds per layer pass beyond its FLOPs (launches, engine)
+  double step_overhead = 0;     // seconds per optimizer step beyond the passes
+  Link intra_node;              // between devices of one node
+  Link inter_node;              // between nodes, per device
+
+  int64_t devices() const { return nodes * devices_per_node; }
+  // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16).
+  double achieved_flops(bool half_precision) const;
+  // The link a group of `size` ranks `stride` apart uses: NVLink-like inside a node, the
+  // network once the group spans nodes.
+  const Link& link(int size, int stride) const;
+};
+
+// The keys of a cluster file, each bound once (`pipetrain plan --cluster`).
+const config::KeyTable<Cluster>& cluster_keys();
+
+// Reads a cluster file; InputError names the file and the bad or unknown key.
+Cluster read_cluster(const std::string& path);
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/models/model_config.h"
+
+namespace pipetrain::planner {
+
+// What one layer of a built-in model costs for one sample (a sequence of `context` tokens),
+// counted from its sizes the way its module computes: the planner's unit of work.
+// Tensor parallelism divides the `split_` parts by the model-parallel size t.
+struct LayerCost {
+  std::string type;        // the LayerSpec's type, e.g. "GptBlock"
+  std::string tie_key;     // tied layers hold one copy per stage
+  int64_t parameters = 0;  // as the partitioner counts them
+  int64_t split_parameters = 0;
+
+  // Multiply-adds count two FLOPs. Backward is split as zero-bubble schedules split it:
+  // gradients of the inputs, then of the weights.
+  double forward_flops = 0;
+  double backward_input_flops = 0;
+  double backward_weight_flops = 0;
+
+  // Activations kept from forward until backward, in elements of the compute type.
+  double saved = 0;
+  double split_saved = 0;  // the part tensor parallelism divides (per-head, per-feature)
+  double saved_fp32 = 0;   // kept in float32 whatever the compute type (norm statistics, ...)
+  // Elements handed to the next layer: a stage boundary's message, and a checkpoint.
+  double output = 0;
+  // All-reduces of `output` elements over the model-parallel group per pass (t > 1).
+  int forward_all_reduces = 0;
+  int backward_all_reduces = 0;
+
+  double backward_flops() const { return backward_input_flops + backward_weight_flops; }
+  // Parameters held by one rank of a model-parallel group of size t.
+  double parameters_per_rank(int t) const;
+  // Bytes of saved activations per sample on one rank of a group of size t.
+  double saved_bytes(int t, int element_bytes) const;
+};
+
+// The layers of a built-in model, in the order make_builtin_model builds them. Throws
+// InputError for a model the planner cannot cost (the MLP).
+std::vector<LayerCost> layer_costs(const models::ModelConfig& config);
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/engine/training_config.h"
+
+namespace pipetrain::planner {
+
+// One way to run a job: the grid, the batch split, the schedule, ZeRO and checkpointing.
+struct Layout {
+  int tensor = 1;  // model-parallel size t (within a node)
+  int pipe = 1;
+  int data = 1;
+  int64_t micro_batch = 1;    // samples per micro-batch
+  int64_t micro_batches = 1;  // per step: global batch = micro_batch · micro_batches · data
+  engine::PipelineSchedule schedule = engine::PipelineSchedule::k1F1B;
+  int chunks = 1;  // model chunks per stage (interleaved)
+  int zero = 0;
+  bool checkpointing = false;  // every layer's activations recomputed in backward
+
+  int64_t devices() const { return static_cast<int64_t>(tensor) * pipe * data; }
+  int64_t global_batch() const { return micro_batch * micro_batches * data; }
+  // The simulator's name of the schedule ("train", "gpipe", "interleaved", "zb-h1").
+  std::string schedule_kind() const;
+  // The config's spelling of the schedule, with chunks: "1f1b", "interleaved x2", ...
+  std::string schedule_label() const;
+};
+
+}  // namespace pipetrain::planner

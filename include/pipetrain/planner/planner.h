@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipetrain/planner/prediction.h"
+
+namespace pipetrain::planner {
+
+// What the user fixes; every unset field is searched.
+struct LayoutLimits {
+  std::optional<int> tensor, pipe, data, zero, chunks;
+  std::optional<int64_t> micro_batch;
+  std::optional<engine::PipelineSchedule> schedule;
+  std::optional<bool> checkpointing;
+  int64_t max_micro_batch = 16;  // micro-batch sizes tried: powers of two up to this
+};
+
+struct Candidate {
+  Layout layout;
+  Prediction prediction;
+  std::string rejected;  // empty when it fits; else why not (e.g. out of memory)
+};
+
+// Every layout of `devices` ranks for a step of `global_batch` samples that the limits
+// allow: t dividing a node's devices and the model's heads and vocabulary, p up to the
+// layer count, d the rest, micro-batches dividing the batch, every schedule (interleaved
+// with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is predicted; those
+// whose fullest stage exceeds the device memory are marked rejected. Sorted: fitting
+// layouts by step time, then the rejected by peak memory. Throws InputError when no
+// layout exists at all (the batch, the model and the limits leave none), naming why.
+std::vector<Candidate> plan_layouts(const Workload& workload, const Cluster& cluster,
+                                    int64_t global_batch, const LayoutLimits& limits = {});
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,61 @@
+#pragma once
+
+#include <vector>
+
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/models/model_config.h"
+#include "pipetrain/planner/cluster.h"
+#include "pipetrain/planner/layer_cost.h"
+#include "pipetrain/planner/layout.h"
+
+namespace pipetrain::planner {
+
+// What is being trained: the model's layers and the engine settings a layout leaves alone
+// (precision, optimizer, partition method, bucket sizes).
+struct Workload {
+  models::ModelConfig model;
+  engine::TrainingConfig training;
+  std::vector<LayerCost> layers;
+
+  Workload(models::ModelConfig model, engine::TrainingConfig training);
+  bool half_precision() const;
+  int element_bytes() const;  // of weights, gradients and activations
+};
+
+// Bytes one rank of a stage holds at its peak, by what holds them.
+struct StageMemory {
+  double weights = 0;
+  double gradients = 0;
+  double masters = 0;      // fp32 copies (and their gradients) beside a bf16/fp16 model
+  double optimizer = 0;    // moments (momentum for SGD)
+  double buffers = 0;      // data-parallel buckets
+  double activations = 0;  // live micro-batches' saved activations at the schedule's peak
+  int live_micro_batches = 0;
+
+  double total() const { return weights + gradients + masters + optimizer + buffers + activations; }
+};
+
+struct Prediction {
+  double step_seconds = 0;
+  double pipeline_seconds = 0;       // the schedule's makespan, tensor-parallel traffic in it
+  double data_parallel_seconds = 0;  // gradient reduction (and ZeRO's all-gather), slowest stage
+  double tied_seconds = 0;           // tied gradients summed between their stages
+  double optimizer_seconds = 0;      // slowest stage
+  double bubble = 0;                 // idle share of the stages' time in the schedule
+  double model_flops = 0;            // per step, without recomputation
+  double mfu = 0;                    // model FLOPs / (step time · devices · dense peak)
+  std::vector<StageMemory> stages;
+
+  double peak_bytes() const;  // the fullest stage's
+  int peak_stage() const;
+};
+
+// Predicts a step of `layout`: the schedule simulated on per-stage pass times from the
+// layers' FLOPs at the cluster's achieved throughput, tensor-parallel all-reduces inside
+// the passes, pipe transfers on the link between stages; then the data-parallel reduction
+// and the optimizer step, which pipetrain runs after the schedule. Memory per stage: the
+// static tensors plus the saved activations of the most micro-batches the schedule keeps
+// live. Throws InputError for a layout the model cannot take (more stages than layers).
+Prediction predict(const Workload& workload, const Cluster& cluster, const Layout& layout);
+
+}  // namespace pipetrain::planner

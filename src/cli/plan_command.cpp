@@ -1,0 +1,203 @@
+// `pipetrain plan`: the best layouts of a model on a cluster, predicted.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "commands.h"
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/planner/planner.h"
+#include "pipetrain/trainer/job_config.h"
+
+namespace pipetrain::cli {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct Options {
+  std::string config;
+  std::string cluster;
+  int64_t global_batch = 0;
+  int top = 5;
+  std::string out;
+  std::string schedule, checkpointing;
+  planner::LayoutLimits limits;
+};
+
+void print_header() {
+  std::printf("%3s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s\n", "#", "t", "p",
+              "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s", "bubble", "dp %",
+              "MFU", "peak GiB (st)");
+}
+
+void print_row(int rank, const planner::Candidate& c) {
+  const auto& l = c.layout;
+  const auto& p = c.prediction;
+  std::printf(
+      "%3d %3d %4d %4d %4lld %5lld %-15s %4d %4s %10.4g %10.4g %6.1f%% %5.1f%% %5.1f%% %8.2f (%d)",
+      rank, l.tensor, l.pipe, l.data, static_cast<long long>(l.micro_batch),
+      static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
+      l.checkpointing ? "on" : "off", p.step_seconds,
+      static_cast<double>(l.global_batch()) / p.step_seconds, 100 * p.bubble,
+      100 * p.data_parallel_seconds / p.step_seconds, 100 * p.mfu, p.peak_bytes() / kGiB,
+      p.peak_stage());
+  if (!c.rejected.empty()) std::printf("  %s", c.rejected.c_str());
+  std::printf("\n");
+}
+
+// Where `other` spends the time it loses against `best`: the largest of its extra bubble,
+// compute (recomputation, tensor-parallel traffic), data-parallel traffic and optimizer.
+std::string why_slower(const planner::Prediction& best, const planner::Prediction& other) {
+  auto parts = [](const planner::Prediction& p) {
+    return std::map<std::string, double>{
+        {"bubble", p.pipeline_seconds * p.bubble},
+        {"compute and tensor-parallel traffic", p.pipeline_seconds * (1 - p.bubble)},
+        {"data-parallel traffic", p.data_parallel_seconds + p.tied_seconds},
+        {"optimizer step", p.optimizer_seconds}};
+  };
+  const auto mine = parts(other), theirs = parts(best);
+  std::string reason;
+  double most = -1;
+  for (const auto& [name, seconds] : mine) {
+    if (seconds - theirs.at(name) > most) {
+      most = seconds - theirs.at(name);
+      reason = name;
+    }
+  }
+  return reason;
+}
+
+// The fastest fitting layout of each family the winner does not belong to, and why it lost.
+void print_losers(const std::vector<planner::Candidate>& all) {
+  const planner::Candidate& best = all.front();
+  using Family = std::pair<std::string, std::function<bool(const planner::Layout&)>>;
+  const std::vector<Family> families{
+      {"no pipeline (p 1)", [](const planner::Layout& l) { return l.pipe == 1; }},
+      {"no tensor parallelism (t 1)", [](const planner::Layout& l) { return l.tensor == 1; }},
+      {"pure data parallelism", [](const planner::Layout& l) { return l.pipe * l.tensor == 1; }},
+      {"1F1B",
+       [](const planner::Layout& l) { return l.schedule == engine::PipelineSchedule::k1F1B; }},
+      {"interleaved",
+       [](const planner::Layout& l) {
+         return l.schedule == engine::PipelineSchedule::kInterleaved;
+       }},
+      {"zb-h1",
+       [](const planner::Layout& l) { return l.schedule == engine::PipelineSchedule::kZbH1; }},
+      {"without checkpointing", [](const planner::Layout& l) { return !l.checkpointing; }},
+  };
+  std::printf("why the others lost:\n");
+  for (const auto& [name, member] : families) {
+    if (member(best.layout)) continue;
+    const planner::Candidate* fastest = nullptr;
+    const planner::Candidate* smallest = nullptr;
+    for (const auto& c : all) {
+      if (!member(c.layout)) continue;
+      if (c.rejected.empty() && !fastest) fastest = &c;
+      if (!smallest || c.prediction.peak_bytes() < smallest->prediction.peak_bytes()) smallest = &c;
+    }
+    if (fastest) {
+      std::printf("  %-28s best %.4g s/step (+%.1f%%): more %s\n", name.c_str(),
+                  fastest->prediction.step_seconds,
+                  100 * (fastest->prediction.step_seconds / best.prediction.step_seconds - 1),
+                  why_slower(best.prediction, fastest->prediction).c_str());
+    } else if (smallest) {
+      std::printf("  %-28s never fits: at least %.1f GiB on a device\n", name.c_str(),
+                  smallest->prediction.peak_bytes() / kGiB);
+    }
+  }
+}
+
+// The input config with the layout's keys set: ready for `pipetrain train`.
+nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
+  config["pipeline"]["stages"] = l.pipe;
+  config["pipeline"]["schedule"] = config::name_of(engine::pipeline_schedules(), l.schedule);
+  config["pipeline"]["chunks"] = l.chunks;
+  config["pipeline"]["activation_checkpoint_interval"] = l.checkpointing ? 1 : 0;
+  config["model_parallel"] = l.tensor;
+  config["data_parallel"] = l.data;
+  config["train_batch_size"] = l.global_batch();
+  config["train_micro_batch_size_per_gpu"] = l.micro_batch;
+  config["gradient_accumulation_steps"] = l.micro_batches;
+  config["zero_optimization"]["stage"] = l.zero;
+  return config;
+}
+
+int run_plan(const Options& o) {
+  if (!o.out.empty()) io::check_output_directory(o.out, "--out");
+  if (o.top < 1) throw io::InputError("--top must be at least 1");
+  const planner::Cluster cluster = planner::read_cluster(o.cluster);
+  const nlohmann::json json = config::read_json_file(o.config);
+  std::vector<std::string> unknown;
+  const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
+  for (const auto& key : unknown)
+    std::cerr << "pipetrain: warning: unknown config key " << key << "\n";
+  planner::LayoutLimits limits = o.limits;
+  if (!o.schedule.empty())
+    limits.schedule = config::read_choice("--schedule", o.schedule, engine::pipeline_schedules(),
+                                          config::Quoting::kQuoted);
+  if (!o.checkpointing.empty())
+    limits.checkpointing = config::read_choice("--checkpointing", o.checkpointing,
+                                               config::Names<bool>{{"on", true}, {"off", false}},
+                                               config::Quoting::kQuoted);
+  const planner::Workload workload(job.model, job.engine);
+  const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
+
+  double parameters = 0;
+  for (const auto& layer : workload.layers) parameters += layer.parameters;
+  std::printf(
+      "plan: %s, %.4g parameters, on %s: %lld devices (%lld x %lld), %.0f GiB each; "
+      "global batch %lld\n",
+      job.model.type.c_str(), parameters, cluster.name.c_str(),
+      static_cast<long long>(cluster.devices()), static_cast<long long>(cluster.nodes),
+      static_cast<long long>(cluster.devices_per_node), cluster.memory_bytes / kGiB,
+      static_cast<long long>(o.global_batch));
+  int fitting = 0;
+  for (const auto& c : all) fitting += c.rejected.empty();
+  std::printf("layouts: %zu predicted, %d fit in memory, %zu do not\n", all.size(), fitting,
+              all.size() - fitting);
+  print_header();
+  for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
+    print_row(i + 1, all[i]);
+  if (fitting == 0) {
+    throw io::InputError("no layout fits in " + std::to_string(cluster.memory_bytes / kGiB) +
+                         " GiB per device: the smallest needs " +
+                         std::to_string(all.front().prediction.peak_bytes() / kGiB) + " GiB");
+  }
+  print_losers(all);
+  if (!o.out.empty()) {
+    io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");
+    std::printf("wrote %s (layout 1)\n", o.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "plan", "Choose pipe x data x model, schedule, micro-batches, ZeRO and checkpointing");
+  command->add_option("--config", options->config, "Model and training config (JSON)")->required();
+  command->add_option("--cluster", options->cluster, "Cluster description (JSON, see clusters/)")
+      ->required();
+  command->add_option("--global-batch", options->global_batch, "Samples per optimizer step")
+      ->required();
+  command->add_option("--top", options->top, "Layouts to print")->capture_default_str();
+  command->add_option("--out", options->out, "Write the best layout's config here");
+  auto& limits = options->limits;
+  command->add_option("--model,-t", limits.tensor, "Fix the model-parallel size");
+  command->add_option("--pipe,-p", limits.pipe, "Fix the pipeline stages");
+  command->add_option("--data,-d", limits.data, "Fix the data-parallel size");
+  command->add_option("--micro-batch,-b", limits.micro_batch, "Fix the micro-batch size");
+  command->add_option("--max-micro-batch", limits.max_micro_batch, "Largest micro-batch tried")
+      ->capture_default_str();
+  command->add_option("--schedule", options->schedule, "Fix the schedule (1f1b, gpipe, ...)");
+  command->add_option("--chunks", limits.chunks, "Fix the model chunks per stage");
+  command->add_option("--zero", limits.zero, "Fix the ZeRO stage (0 or 1)");
+  command->add_option("--checkpointing", options->checkpointing, "Fix checkpointing: on or off");
+  return {command, [options] { return run_plan(*options); }};
+}
+
+}  // namespace pipetrain::cli

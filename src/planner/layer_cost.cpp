@@ -1,0 +1,143 @@
+#include "pipetrain/planner/layer_cost.h"
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain::planner {
+namespace {
+
+// A [s, in] x [in, out] matrix product: forward, input gradient and weight gradient each
+// take 2·s·in·out FLOPs.
+void add_linear(LayerCost& layer, double s, double in, double out) {
+  layer.forward_flops += 2 * s * in * out;
+  layer.backward_input_flops += 2 * s * in * out;
+  layer.backward_weight_flops += 2 * s * in * out;
+}
+
+// Attention over s positions with width d (all heads): scores and weighted values take
+// 2·s²·d FLOPs each forward, twice that backward, all of it input gradients. Counted for
+// the whole square, as Megatron-LM counts it (a causal kernel may skip the upper half).
+void add_attention(LayerCost& layer, double s, double d) {
+  layer.forward_flops += 4 * s * s * d;
+  layer.backward_input_flops += 8 * s * s * d;
+}
+
+// The token embedding (vocabulary split over the group, as VocabParallelEmbedding does),
+// plus positions when the model learns them. A lookup: no FLOPs worth counting.
+LayerCost embedding(const std::string& type, int64_t vocab, int64_t positions, int64_t d, int64_t s,
+                    bool tied) {
+  LayerCost layer;
+  layer.type = type;
+  if (tied) layer.tie_key = "embed";
+  layer.parameters = (vocab + positions) * d;
+  layer.split_parameters = vocab * d;
+  layer.output = static_cast<double>(s * d);
+  layer.forward_all_reduces = 1;  // the vocabulary-parallel lookup's partial sums
+  return layer;
+}
+
+// The LM head: logits over the vocabulary split over the group, and the cross-entropy on
+// them, which keeps the logits' float32 softmax for backward.
+LayerCost head(const std::string& type, int64_t vocab, int64_t d, int64_t s, bool tied,
+               int64_t tied_parameters) {
+  LayerCost layer;
+  layer.type = type;
+  if (tied) layer.tie_key = "embed";
+  layer.parameters = tied ? tied_parameters : vocab * d;
+  layer.split_parameters = vocab * d;
+  add_linear(layer, s, d, vocab);
+  layer.saved = static_cast<double>(s * d);
+  layer.saved_fp32 = 0;
+  layer.split_saved = static_cast<double>(s * vocab);  // the logits
+  layer.output = 1;                                    // the loss
+  layer.backward_all_reduces = 1;                      // the column-parallel input gradient
+  return layer;
+}
+
+LayerCost norm(const std::string& type, int64_t parameters, int64_t d, int64_t s) {
+  LayerCost layer;
+  layer.type = type;
+  layer.parameters = parameters;
+  layer.saved = static_cast<double>(s * d);
+  layer.saved_fp32 = static_cast<double>(2 * s);
+  layer.output = static_cast<double>(s * d);
+  return layer;
+}
+
+std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
+  const int64_t d = c.d_model, s = c.context;
+  std::vector<LayerCost> layers{
+      embedding("GptEmbedding", c.vocab_size, c.context, d, s, c.tie_embeddings)};
+  LayerCost block;
+  block.type = "GptBlock";
+  block.parameters = 12 * d * d + 13 * d;       // see gpt_layers()
+  block.split_parameters = 12 * d * d + 7 * d;  // column-parallel weights and biases
+  add_linear(block, s, d, 3 * d);
+  add_attention(block, s, d);
+  add_linear(block, s, d, d);
+  add_linear(block, s, d, 4 * d);
+  add_linear(block, s, 4 * d, d);
+  // Kept for backward: the block's input, both norms' outputs and the residual between
+  // them (replicated); q/k/v, the attention output and its merged copy, the MLP's two
+  // 4·d activations (split by heads and features).
+  block.saved = static_cast<double>(4 * s * d);
+  block.split_saved = static_cast<double>(13 * s * d);
+  block.saved_fp32 = static_cast<double>(4 * s + c.heads * s);  // norm statistics, logsumexp
+  if (c.dropout > 0) {  // attention weights computed unfused, with their masks
+    block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
+  }
+  block.output = static_cast<double>(s * d);
+  block.forward_all_reduces = 2;   // after attention, after the MLP
+  block.backward_all_reduces = 2;  // into the two column-parallel inputs
+  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(block);
+  layers.push_back(norm("LayerNorm", 2 * d, d, s));
+  layers.push_back(head("GptHead", c.vocab_size, d, s, c.tie_embeddings, layers[0].parameters));
+  return layers;
+}
+
+std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
+  const int64_t d = c.d_model, s = c.context, ffn = c.intermediate_size;
+  const int64_t kv = d / c.heads * c.num_key_value_heads;  // key (and value) width
+  std::vector<LayerCost> layers{
+      embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
+  LayerCost block;
+  block.type = "LlamaBlock";
+  block.parameters = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * ffn;
+  block.split_parameters = block.parameters - 2 * d;
+  add_linear(block, s, d, d + 2 * kv);
+  add_attention(block, s, d);
+  add_linear(block, s, d, d);
+  add_linear(block, s, d, 2 * ffn);
+  add_linear(block, s, ffn, d);
+  block.saved = static_cast<double>(4 * s * d);
+  // q, k, v and their rotated copies, the attention output and its merged copy; gate, up,
+  // silu(gate) and the product.
+  block.split_saved = static_cast<double>(s * (4 * d + 4 * kv) + 4 * s * ffn);
+  block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
+  block.output = static_cast<double>(s * d);
+  block.forward_all_reduces = 2;
+  block.backward_all_reduces = 2;
+  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(block);
+  layers.push_back(norm("RMSNorm", d, d, s));
+  layers.push_back(head("LlamaHead", c.vocab_size, d, s, c.tie_embeddings, layers[0].parameters));
+  return layers;
+}
+
+}  // namespace
+
+double LayerCost::parameters_per_rank(int t) const {
+  return static_cast<double>(parameters - split_parameters) +
+         static_cast<double>(split_parameters) / t;
+}
+
+double LayerCost::saved_bytes(int t, int element_bytes) const {
+  return (saved + split_saved / t) * element_bytes + saved_fp32 * 4;
+}
+
+std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
+  if (config.type == "gpt") return gpt_costs(config.gpt);
+  if (config.type == "llama") return llama_costs(config.llama);
+  throw io::InputError("plan: model.type \"" + config.type +
+                       "\" cannot be costed; the planner knows \"gpt\" and \"llama\"");
+}
+
+}  // namespace pipetrain::planner

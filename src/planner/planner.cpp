@@ -1,0 +1,114 @@
+#include "pipetrain/planner/planner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain::planner {
+namespace {
+
+using engine::PipelineSchedule;
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> found;
+  for (int64_t k = 1; k <= n; ++k)
+    if (n % k == 0) found.push_back(static_cast<int>(k));
+  return found;
+}
+
+template <typename T>
+bool allowed(const std::optional<T>& fixed, T value) {
+  return !fixed || *fixed == value;
+}
+
+// The model-parallel sizes the model can take: dividing its heads (and key/value heads)
+// and its vocabulary, as the built-in models require.
+bool splits(const models::ModelConfig& m, int t) {
+  if (m.type == "llama")
+    return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
+           m.llama.vocab_size % t == 0;
+  return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
+}
+
+// Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
+std::vector<std::pair<PipelineSchedule, int>> schedules(int pipe, int64_t micro_batches,
+                                                        int layers) {
+  if (pipe == 1) return {{PipelineSchedule::k1F1B, 1}};
+  std::vector<std::pair<PipelineSchedule, int>> found{
+      {PipelineSchedule::k1F1B, 1}, {PipelineSchedule::kGpipe, 1}, {PipelineSchedule::kZbH1, 1}};
+  for (int chunks : {2, 4}) {
+    if (micro_batches % pipe == 0 && pipe * chunks <= layers)
+      found.push_back({PipelineSchedule::kInterleaved, chunks});
+  }
+  return found;
+}
+
+// Micro-batch sizes to try for `per_replica` samples per replica: the fixed one, or the
+// powers of two that divide it up to the limit.
+std::vector<int64_t> micro_batch_sizes(const LayoutLimits& limits, int64_t per_replica) {
+  if (limits.micro_batch) return {*limits.micro_batch};
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1; b <= std::min(limits.max_micro_batch, per_replica); b *= 2)
+    if (per_replica % b == 0) sizes.push_back(b);
+  return sizes;
+}
+
+std::string out_of_memory(const Prediction& p, const Cluster& c) {
+  char text[128];
+  std::snprintf(text, sizeof text, "out of memory: stage %d needs %.1f GiB of %.1f", p.peak_stage(),
+                p.peak_bytes() / (1 << 30), c.memory_bytes / (1 << 30));
+  return text;
+}
+
+}  // namespace
+
+std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t global_batch,
+                                    const LayoutLimits& limits) {
+  if (global_batch < 1) throw io::InputError("--global-batch must be at least 1");
+  const int layers = static_cast<int>(w.layers.size());
+  std::vector<Candidate> found;
+  for (int t : divisors(c.devices_per_node)) {
+    if (!allowed(limits.tensor, t) || !splits(w.model, t)) continue;
+    for (int pipe : divisors(c.devices() / t)) {
+      const int data = static_cast<int>(c.devices() / t / pipe);
+      if (pipe > layers || !allowed(limits.pipe, pipe) || !allowed(limits.data, data) ||
+          global_batch % data != 0)
+        continue;
+      for (int64_t b : micro_batch_sizes(limits, global_batch / data)) {
+        if (b < 1 || (global_batch / data) % b != 0) continue;
+        const int64_t m = global_batch / data / b;
+        for (const auto& [schedule, chunks] : schedules(pipe, m, layers)) {
+          if (!allowed(limits.schedule, schedule) || !allowed(limits.chunks, chunks)) continue;
+          for (bool checkpointing : {false, true}) {
+            if (!allowed(limits.checkpointing, checkpointing)) continue;
+            for (int zero : {0, 1}) {
+              if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero)) continue;
+              const Layout layout{t, pipe, data, b, m, schedule, chunks, zero, checkpointing};
+              Candidate candidate{layout, predict(w, c, layout), {}};
+              if (candidate.prediction.peak_bytes() > c.memory_bytes)
+                candidate.rejected = out_of_memory(candidate.prediction, c);
+              found.push_back(std::move(candidate));
+            }
+          }
+        }
+      }
+    }
+  }
+  if (found.empty()) {
+    throw io::InputError(
+        "no layout of " + std::to_string(c.devices()) + " devices runs a batch of " +
+        std::to_string(global_batch) +
+        " samples under these limits (the data-parallel size must divide the "
+        "batch, the micro-batch the batch per replica, t the heads and vocabulary, "
+        "and there must be no more stages than layers)");
+  }
+  std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
+    if (a.rejected.empty()) return a.prediction.step_seconds < b.prediction.step_seconds;
+    return a.prediction.peak_bytes() < b.prediction.peak_bytes();
+  });
+  return found;
+}
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,249 @@
+#include "pipetrain/planner/prediction.h"
+
+#include <algorithm>
+#include <set>
+
+#include "pipetrain/module/partition.h"
+#include "pipetrain/schedule/simulator.h"
+
+namespace pipetrain::planner {
+namespace {
+
+using engine::Precision;
+
+// Bytes of optimizer state per parameter: Adam's two moments, SGD's momentum (assumed on).
+double optimizer_state_bytes(const std::string& type) {
+  return type == "SGD" || type == "sgd" ? 4 : 8;
+}
+
+// Bytes the optimizer step streams per parameter: reads of the parameter, its gradient and
+// the state, writes of the parameter and the state; with a bf16/fp16 model also the fp32
+// master and its gradient, and the copy back.
+double optimizer_traffic_bytes(const std::string& type, bool mixed) {
+  const double state = optimizer_state_bytes(type);
+  return 4 + 4 + 4 + 2 * state + (mixed ? 12 : 0);
+}
+
+// The layers of one virtual stage: [begin, end).
+struct Span {
+  int begin = 0;
+  int end = 0;
+};
+
+module::Partition split_layers(const Workload& w, int virtual_stages) {
+  module::LayerFacts facts;
+  std::vector<double> flops;
+  for (const auto& layer : w.layers) {
+    facts.parameters.push_back(layer.parameters);
+    facts.types.push_back(layer.type);
+    flops.push_back(layer.forward_flops + layer.backward_flops());
+  }
+  const auto& method = w.training.pipeline.partition_method;
+  if (module::partition_needs_profile(method))
+    return module::partition_balanced(flops, virtual_stages);
+  return module::partition_layers(method, facts, virtual_stages);
+}
+
+// Per stage: the pass times the simulator runs, and what the stage holds.
+struct StageWork {
+  double forward = 0;
+  double backward_input = 0;
+  double backward_weight = 0;
+  double parameters = 0;             // one rank's, tied copies once
+  double saved_per_sample = 0;       // the largest chunk's, bytes
+  double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
+  double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
+  bool holds_embedding = false;
+  bool holds_head = false;
+};
+
+class StageCosting {
+ public:
+  StageCosting(const Workload& w, const Cluster& c, const Layout& l)
+      : w_(w),
+        c_(c),
+        l_(l),
+        bytes_(w.element_bytes()),
+        flops_(c.achieved_flops(w.half_precision())) {}
+
+  // Adds one chunk's layers to its stage.
+  void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
+    double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
+    for (int i = span.begin; i < span.end; ++i) {
+      const LayerCost& layer = w_.layers[i];
+      const double b = static_cast<double>(l_.micro_batch);
+      const double all_reduce = all_reduce_seconds(b * layer.output);
+      forward += b * layer.forward_flops / l_.tensor / flops_ + c_.layer_overhead +
+                 layer.forward_all_reduces * all_reduce;
+      input += b * layer.backward_input_flops / l_.tensor / flops_ + c_.layer_overhead +
+               layer.backward_all_reduces * all_reduce;
+      weight += b * layer.backward_weight_flops / l_.tensor / flops_;
+      saved += layer.saved_bytes(l_.tensor, bytes_);
+      checkpoint += (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_;
+      stage.largest_layer_saved =
+          std::max(stage.largest_layer_saved, layer.saved_bytes(l_.tensor, bytes_));
+      if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
+        stage.parameters += layer.parameters_per_rank(l_.tensor);
+      stage.holds_embedding = stage.holds_embedding || i == 0;
+      stage.holds_head = stage.holds_head || i + 1 == static_cast<int>(w_.layers.size());
+    }
+    if (l_.checkpointing) input += forward;  // the forward again, before its backward
+    stage.forward += forward;
+    stage.backward_input += input;
+    stage.backward_weight += weight;
+    stage.saved_per_sample = std::max(stage.saved_per_sample, saved);
+    stage.checkpoint_per_sample = std::max(stage.checkpoint_per_sample, checkpoint);
+  }
+
+  double all_reduce_seconds(double elements) const {
+    return c_.link(l_.tensor, 1).all_reduce(elements * bytes_, l_.tensor);
+  }
+
+ private:
+  const Workload& w_;
+  const Cluster& c_;
+  const Layout& l_;
+  int bytes_;
+  double flops_;
+};
+
+std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Layout& l) {
+  const module::Partition parts = split_layers(w, l.pipe * l.chunks);
+  const StageCosting costing(w, c, l);
+  std::vector<StageWork> stages(l.pipe);
+  std::vector<std::set<std::string>> ties(l.pipe);
+  for (int v = 0; v < l.pipe * l.chunks; ++v)
+    costing.add_chunk(stages[v % l.pipe], {parts[v], parts[v + 1]}, ties[v % l.pipe]);
+  return stages;
+}
+
+// The activations a rank holds at its peak: the live micro-batches' saved tensors (only
+// the layer inputs with checkpointing, plus one layer recomputed at a time).
+double activation_bytes(const StageWork& stage, const Layout& l, int live) {
+  const double b = static_cast<double>(l.micro_batch);
+  if (!l.checkpointing) return live * b * stage.saved_per_sample;
+  return live * b * stage.checkpoint_per_sample + b * stage.largest_layer_saved;
+}
+
+StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {
+  const bool mixed = w.half_precision();
+  const double shard = l.zero > 0 ? 1.0 / l.data : 1.0;
+  const double p = stage.parameters;
+  StageMemory m;
+  m.weights = p * w.element_bytes();
+  m.gradients = p * w.element_bytes();
+  m.masters = mixed ? 2 * 4 * p * shard : 0;  // fp32 master and its gradient
+  m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * p * shard;
+  if (l.data > 1 && l.zero == 0) {
+    const int wire =
+        w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
+    m.buffers = std::min(p, static_cast<double>(w.training.reduce_bucket_size)) * wire;
+  }
+  m.activations = activation_bytes(stage, l, live);
+  m.live_micro_batches = live;
+  return m;
+}
+
+schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const Workload& w,
+                                    const Cluster& c, const Layout& l) {
+  schedule::CostModel costs;
+  costs.forward.clear();
+  costs.backward.clear();
+  costs.weight.clear();
+  for (const auto& stage : stages) {
+    costs.forward.push_back(stage.forward);
+    costs.backward.push_back(stage.backward_input + stage.backward_weight);
+    costs.weight.push_back(stage.backward_weight);
+  }
+  const Link& pipe_link = c.link(l.pipe, l.data * l.tensor);
+  costs.latency = pipe_link.latency;
+  costs.bandwidth = pipe_link.bandwidth;
+  // Stage boundaries carry a block's output: the residual stream.
+  costs.message_bytes =
+      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes();
+  return costs;
+}
+
+// After the schedule: each stage's gradients averaged over its replicas (ZeRO: reduce-
+// scattered, then the updated parameters all-gathered), and its optimizer step.
+void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Workload& w,
+                  const Cluster& c, const Layout& l) {
+  const bool mixed = w.half_precision();
+  const double wire =
+      w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
+  const Link& data_link = c.link(l.data, l.tensor);
+  const double traffic = optimizer_traffic_bytes(w.training.optimizer.type, mixed);
+  double slowest = 0;
+  for (const auto& stage : stages) {
+    const double reduce =
+        l.zero == 0 ? data_link.all_reduce(stage.parameters * wire, l.data)
+                    : 0.5 * data_link.all_reduce(stage.parameters * wire, l.data) +
+                          0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), l.data);
+    const double step =
+        stage.parameters * (l.zero > 0 ? 1.0 / l.data : 1.0) * traffic / c.memory_bandwidth;
+    if (reduce + step > slowest) {
+      slowest = reduce + step;
+      p.data_parallel_seconds = reduce;
+      p.optimizer_seconds = step;
+    }
+  }
+  const LayerCost& embedding = w.layers.front();
+  if (!embedding.tie_key.empty() && l.pipe > 1) {
+    const Link& tied = c.link(l.pipe, l.data * l.tensor);
+    p.tied_seconds =
+        tied.all_reduce(embedding.split_parameters / static_cast<double>(l.tensor) * wire, 2);
+  }
+}
+
+}  // namespace
+
+Workload::Workload(models::ModelConfig model_, engine::TrainingConfig training_)
+    : model(std::move(model_)), training(std::move(training_)), layers(layer_costs(model)) {}
+
+bool Workload::half_precision() const {
+  return training.precision.dtype != Precision::kFp32;
+}
+
+int Workload::element_bytes() const {
+  return half_precision() ? 2 : 4;
+}
+
+double Prediction::peak_bytes() const {
+  return stages.empty() ? 0 : stages[peak_stage()].total();
+}
+
+int Prediction::peak_stage() const {
+  int most = 0;
+  for (int s = 1; s < static_cast<int>(stages.size()); ++s)
+    if (stages[s].total() > stages[most].total()) most = s;
+  return most;
+}
+
+Prediction predict(const Workload& w, const Cluster& c, const Layout& l) {
+  const std::vector<StageWork> stages = stage_work(w, c, l);
+  const auto plan = schedule::plan_pipeline(l.schedule_kind(),
+                                            {static_cast<int>(l.micro_batches), l.pipe, l.chunks});
+  const schedule::Timeline timeline = schedule::simulate(plan, simulator_costs(stages, w, c, l));
+
+  Prediction p;
+  p.pipeline_seconds = timeline.makespan;
+  double busy = 0;
+  for (int s = 0; s < l.pipe; ++s) {
+    busy += timeline.stages[s].busy;
+    p.stages.push_back(stage_memory(w, l, stages[s], timeline.stages[s].peak_live_activations));
+  }
+  p.bubble = timeline.makespan > 0 ? 1 - busy / (l.pipe * timeline.makespan) : 0;
+  add_step_end(p, stages, w, c, l);
+  p.step_seconds = p.pipeline_seconds + p.data_parallel_seconds + p.optimizer_seconds +
+                   p.tied_seconds + c.step_overhead;
+
+  double flops_per_sample = 0;
+  for (const auto& layer : w.layers)
+    flops_per_sample += layer.forward_flops + layer.backward_flops();
+  p.model_flops = flops_per_sample * static_cast<double>(l.global_batch());
+  const double peak = w.half_precision() ? c.bf16_flops : c.fp32_flops;
+  p.mfu = p.model_flops / (p.step_seconds * static_cast<double>(l.devices()) * peak);
+  return p;
+}
+
+}  // namespace pipetrain::planner
