@@ -9,6 +9,7 @@ namespace pipetrain::cli {
 
 // `program`: the arguments after "--", if any.
 Command add_launch_command(CLI::App& app, std::vector<std::string> program);
+Command add_calibrate_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_export_command(CLI::App& app);

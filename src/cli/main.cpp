@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::add_import_command(app),
       pipetrain::cli::add_partition_command(app),
       pipetrain::cli::add_plan_command(app),
+      pipetrain::cli::add_calibrate_command(app),
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
       pipetrain::cli::add_keys_command(app),

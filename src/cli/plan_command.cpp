@@ -23,6 +23,7 @@ struct Options {
   int top = 5;
   std::string out;
   std::string schedule, checkpointing;
+  std::string format = "table";
   planner::LayoutLimits limits;
 };
 
@@ -109,6 +110,42 @@ void print_losers(const std::vector<planner::Candidate>& all) {
   }
 }
 
+// A candidate for `--format json`: the layout, the prediction, each stage's memory.
+nlohmann::json candidate_json(const planner::Candidate& c) {
+  const auto& l = c.layout;
+  const auto& p = c.prediction;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : p.stages) {
+    stages.push_back({{"weights", s.weights},
+                      {"gradients", s.gradients},
+                      {"masters", s.masters},
+                      {"optimizer", s.optimizer},
+                      {"buffers", s.buffers},
+                      {"activations", s.activations},
+                      {"live_micro_batches", s.live_micro_batches},
+                      {"total", s.total()}});
+  }
+  return {{"model_parallel", l.tensor},
+          {"pipe", l.pipe},
+          {"data", l.data},
+          {"micro_batch", l.micro_batch},
+          {"micro_batches", l.micro_batches},
+          {"schedule", config::name_of(engine::pipeline_schedules(), l.schedule)},
+          {"chunks", l.chunks},
+          {"zero", l.zero},
+          {"checkpointing", l.checkpointing},
+          {"step_seconds", p.step_seconds},
+          {"pipeline_seconds", p.pipeline_seconds},
+          {"data_parallel_seconds", p.data_parallel_seconds},
+          {"tied_seconds", p.tied_seconds},
+          {"optimizer_seconds", p.optimizer_seconds},
+          {"bubble", p.bubble},
+          {"mfu", p.mfu},
+          {"model_flops", p.model_flops},
+          {"stages", stages},
+          {"rejected", c.rejected}};
+}
+
 // The input config with the layout's keys set: ready for `pipetrain train`.
 nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   config["pipeline"]["stages"] = l.pipe;
@@ -143,6 +180,13 @@ int run_plan(const Options& o) {
                                                config::Quoting::kQuoted);
   const planner::Workload workload(job.model, job.engine);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
+  if (o.format == "json") {
+    nlohmann::json rows = nlohmann::json::array();
+    for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
+      rows.push_back(candidate_json(all[i]));
+    std::printf("%s\n", rows.dump().c_str());
+    return 0;
+  }
 
   double parameters = 0;
   for (const auto& layer : workload.layers) parameters += layer.parameters;
@@ -186,6 +230,11 @@ Command add_plan_command(CLI::App& app) {
       ->required();
   command->add_option("--top", options->top, "Layouts to print")->capture_default_str();
   command->add_option("--out", options->out, "Write the best layout's config here");
+  command->add_option("--format", options->format, "table, or json (the top layouts, one line)")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  command->add_option("--devices", options->limits.devices,
+                      "Plan for this many of the cluster's devices (default: all)");
   auto& limits = options->limits;
   command->add_option("--model,-t", limits.tensor, "Fix the model-parallel size");
   command->add_option("--pipe,-p", limits.pipe, "Fix the pipeline stages");

@@ -67,11 +67,15 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
                                     const LayoutLimits& limits) {
   if (global_batch < 1) throw io::InputError("--global-batch must be at least 1");
   const int layers = static_cast<int>(w.layers.size());
+  const int64_t devices = limits.devices.value_or(c.devices());
+  if (devices < 1 || devices > c.devices())
+    throw io::InputError("--devices must be between 1 and the cluster's " +
+                         std::to_string(c.devices()) + ", got " + std::to_string(devices));
   std::vector<Candidate> found;
-  for (int t : divisors(c.devices_per_node)) {
-    if (!allowed(limits.tensor, t) || !splits(w.model, t)) continue;
-    for (int pipe : divisors(c.devices() / t)) {
-      const int data = static_cast<int>(c.devices() / t / pipe);
+  for (int t : divisors(std::min(c.devices_per_node, devices))) {
+    if (devices % t != 0 || !allowed(limits.tensor, t) || !splits(w.model, t)) continue;
+    for (int pipe : divisors(devices / t)) {
+      const int data = static_cast<int>(devices / t / pipe);
       if (pipe > layers || !allowed(limits.pipe, pipe) || !allowed(limits.data, data) ||
           global_batch % data != 0)
         continue;
@@ -97,7 +101,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
   }
   if (found.empty()) {
     throw io::InputError(
-        "no layout of " + std::to_string(c.devices()) + " devices runs a batch of " +
+        "no layout of " + std::to_string(devices) + " devices runs a batch of " +
         std::to_string(global_batch) +
         " samples under these limits (the data-parallel size must divide the "
         "batch, the micro-batch the batch per replica, t the heads and vocabulary, "

@@ -11,6 +11,7 @@ namespace pipetrain::planner {
 
 // What the user fixes; every unset field is searched.
 struct LayoutLimits {
+  std::optional<int64_t> devices;  // of the cluster's; unset: all of them
   std::optional<int> tensor, pipe, data, zero, chunks;
   std::optional<int64_t> micro_batch;
   std::optional<engine::PipelineSchedule> schedule;
@@ -24,13 +25,13 @@ struct Candidate {
   std::string rejected;  // empty when it fits; else why not (e.g. out of memory)
 };
 
-// Every layout of `devices` ranks for a step of `global_batch` samples that the limits
-// allow: t dividing a node's devices and the model's heads and vocabulary, p up to the
-// layer count, d the rest, micro-batches dividing the batch, every schedule (interleaved
-// with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is predicted; those
-// whose fullest stage exceeds the device memory are marked rejected. Sorted: fitting
-// layouts by step time, then the rejected by peak memory. Throws InputError when no
-// layout exists at all (the batch, the model and the limits leave none), naming why.
+// Every layout of the cluster's devices (or limits.devices) for a step of `global_batch` samples
+// that the limits allow: t dividing a node's devices and the model's heads and vocabulary, p up to
+// the layer count, d the rest, micro-batches dividing the batch, every schedule (interleaved with 2
+// or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is predicted; those whose fullest stage
+// exceeds the device memory are marked rejected. Sorted: fitting layouts by step time, then the
+// rejected by peak memory. Throws InputError when no layout exists at all (the batch, the model and
+// the limits leave none), naming why.
 std::vector<Candidate> plan_layouts(const Workload& workload, const Cluster& cluster,
                                     int64_t global_batch, const LayoutLimits& limits = {});
 

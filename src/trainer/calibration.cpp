@@ -1,0 +1,144 @@
+#include "pipetrain/trainer/calibration.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/models/gpt.h"
+#include "pipetrain/optim/optimizer.h"
+#include "pipetrain/planner/layer_cost.h"
+
+namespace pipetrain::trainer {
+namespace {
+
+// The median of `repeats` timings of `work`, after one warm-up run.
+double median_seconds(int repeats, const std::function<void()>& work) {
+  work();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The best float32 FLOP/s of products shaped as a d-384 GPT's on 512 tokens, and a square.
+double matmul_flops() {
+  double best = 0;
+  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{
+           {512, 384, 1152}, {512, 384, 1536}, {512, 1536, 384}, {1024, 1024, 1024}}) {
+    const at::Tensor a = at::randn({m, k}), b = at::randn({k, n});
+    const double seconds = median_seconds(9, [&] { (void)at::matmul(a, b); });
+    best = std::max(best, 2.0 * static_cast<double>(m * k * n) / seconds);
+  }
+  return best;
+}
+
+// Seconds of one forward and backward pass of a GPT block of `config` on `batch` samples.
+double block_seconds(const models::GptConfig& config, int64_t batch, int repeats) {
+  const auto specs = models::gpt_layers(config);
+  const module::Layer block = specs.at(1).build();
+  const at::Tensor x = at::randn({batch, config.context, config.d_model}).requires_grad_(true);
+  return median_seconds(repeats, [&] {
+    const at::Tensor y = block.forward({x}).at(0);
+    y.sum().backward();
+  });
+}
+
+struct Compute {
+  double peak = 0;
+  double efficiency = 1;
+  double layer_overhead = 0;
+};
+
+Compute measure_compute() {
+  Compute c;
+  c.peak = matmul_flops();
+  // A block too small for its FLOPs to matter: what a pass costs beyond them (two passes).
+  const models::GptConfig tiny{
+      .vocab_size = 8, .context = 4, .d_model = 8, .heads = 1, .layers = 1};
+  c.layer_overhead = block_seconds(tiny, 1, 21) / 2;
+  const models::GptConfig mid{
+      .vocab_size = 256, .context = 128, .d_model = 384, .heads = 6, .layers = 1};
+  const int64_t batch = 4;
+  const planner::LayerCost cost = planner::layer_costs({.type = "gpt", .gpt = mid}).at(1);
+  const double flops = batch * (cost.forward_flops + cost.backward_flops());
+  const double seconds = block_seconds(mid, batch, 7) - 2 * c.layer_overhead;
+  c.efficiency = std::min(1.0, flops / seconds / c.peak);
+  return c;
+}
+
+// Bytes per second Adam streams: per parameter it reads the parameter, gradient and two
+// moments and writes the parameter and the moments (the planner's 28 bytes).
+double optimizer_bandwidth() {
+  const int64_t n = 4 << 20;
+  at::Tensor p = at::randn({n}).requires_grad_(true);
+  p.mutable_grad() = at::randn({n});
+  const auto optimizer = optim::make_optimizer({}, {p});
+  const double seconds = median_seconds(7, [&] { optimizer->step(); });
+  return 28.0 * static_cast<double>(n) / seconds;
+}
+
+// Ranks 0 and 1 bounce a message `rounds` times; the seconds of one way.
+double one_way_seconds(comm::MpiCommunicator& world, int64_t bytes, int rounds) {
+  at::Tensor message = at::zeros({bytes}, at::kByte);
+  const int peer = 1 - world.rank();
+  return median_seconds(rounds,
+                        [&] {
+                          if (world.rank() == 0) {
+                            world.send(message, peer, 0)->wait();
+                            world.recv(message, peer, 0)->wait();
+                          } else {
+                            world.recv(message, peer, 0)->wait();
+                            world.send(message, peer, 0)->wait();
+                          }
+                        }) /
+         2;
+}
+
+double physical_memory() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+planner::Cluster calibrate_machine() {
+  auto world = comm::MpiCommunicator::world();
+  planner::Cluster c;
+  c.name = "this machine, calibrated";
+  c.sources = {"pipetrain calibrate with " + std::to_string(world->size()) + " rank(s)"};
+  c.devices_per_node = std::max(1u, std::thread::hardware_concurrency());
+  c.memory_bytes = physical_memory() / static_cast<double>(c.devices_per_node);
+  const Compute compute = measure_compute();  // every rank at once, as in training
+  c.fp32_flops = c.bf16_flops = compute.peak;
+  c.efficiency = compute.efficiency;
+  c.layer_overhead = compute.layer_overhead;
+  c.memory_bandwidth = optimizer_bandwidth();
+  world->barrier();
+  if (world->size() >= 2 && world->rank() < 2) {
+    c.intra_node.latency = one_way_seconds(*world, 8, 41);
+    const int64_t big = 4 << 20;
+    c.intra_node.bandwidth = static_cast<double>(big) /
+                             std::max(1e-9, one_way_seconds(*world, big, 9) - c.intra_node.latency);
+  } else if (world->size() < 2) {  // no peer: memory copies stand in for MPI's shared memory
+    c.intra_node = {c.memory_bandwidth / 2, 0};
+  }
+  c.inter_node = c.intra_node;
+  at::Tensor figures = at::tensor({c.intra_node.latency, c.intra_node.bandwidth}, at::kDouble);
+  world->broadcast(figures, 0);
+  c.intra_node = c.inter_node = {figures[1].item<double>(), figures[0].item<double>()};
+  return c;
+}
+
+}  // namespace pipetrain::trainer
