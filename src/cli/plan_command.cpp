@@ -1,5 +1,7 @@
 // `pipetrain plan`: the best layouts of a model on a cluster, predicted.
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -21,6 +23,7 @@ struct Options {
   std::string cluster;
   int64_t global_batch = 0;
   int top = 5;
+  int64_t nodes = 0;  // 0: the cluster file's
   std::string out;
   std::string schedule, checkpointing;
   std::string format = "table";
@@ -36,14 +39,22 @@ void print_header() {
 void print_row(int rank, const planner::Candidate& c) {
   const auto& l = c.layout;
   const auto& p = c.prediction;
-  std::printf(
-      "%3d %3d %4d %4d %4lld %5lld %-15s %4d %4s %10.4g %10.4g %6.1f%% %5.1f%% %5.1f%% %8.2f (%d)",
-      rank, l.tensor, l.pipe, l.data, static_cast<long long>(l.micro_batch),
-      static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
-      l.checkpointing ? "on" : "off", p.step_seconds,
-      static_cast<double>(l.global_batch()) / p.step_seconds, 100 * p.bubble,
-      100 * p.data_parallel_seconds / p.step_seconds, 100 * p.mfu, p.peak_bytes() / kGiB,
-      p.peak_stage());
+  // A layout ruled out by its memory alone has no predicted times: "-".
+  const bool timed = !std::isnan(p.step_seconds);
+  auto shown = [timed](double value, const char* format) {
+    if (!timed) return std::string("-");
+    char text[32];
+    std::snprintf(text, sizeof text, format, value);
+    return std::string(text);
+  };
+  std::printf("%3d %3d %4d %4d %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)", rank,
+              l.tensor, l.pipe, l.data, static_cast<long long>(l.micro_batch),
+              static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
+              l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
+              shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
+              shown(100 * p.bubble, "%.1f%%").c_str(),
+              shown(100 * p.data_parallel_seconds / p.step_seconds, "%.1f%%").c_str(),
+              shown(100 * p.mfu, "%.1f%%").c_str(), p.peak_bytes() / kGiB, p.peak_stage());
   if (!c.rejected.empty()) std::printf("  %s", c.rejected.c_str());
   std::printf("\n");
 }
@@ -70,42 +81,42 @@ std::string why_slower(const planner::Prediction& best, const planner::Predictio
   return reason;
 }
 
-// The fastest fitting layout of each family the winner does not belong to, and why it lost.
+// For each choice the planner made (t, p, micro-batch, schedule, ZeRO, checkpointing): the
+// fastest fitting layout that chose otherwise, and where it loses its time; or that no
+// such layout fits.
 void print_losers(const std::vector<planner::Candidate>& all) {
-  const planner::Candidate& best = all.front();
-  using Family = std::pair<std::string, std::function<bool(const planner::Layout&)>>;
-  const std::vector<Family> families{
-      {"no pipeline (p 1)", [](const planner::Layout& l) { return l.pipe == 1; }},
-      {"no tensor parallelism (t 1)", [](const planner::Layout& l) { return l.tensor == 1; }},
-      {"pure data parallelism", [](const planner::Layout& l) { return l.pipe * l.tensor == 1; }},
-      {"1F1B",
-       [](const planner::Layout& l) { return l.schedule == engine::PipelineSchedule::k1F1B; }},
-      {"interleaved",
-       [](const planner::Layout& l) {
-         return l.schedule == engine::PipelineSchedule::kInterleaved;
-       }},
-      {"zb-h1",
-       [](const planner::Layout& l) { return l.schedule == engine::PipelineSchedule::kZbH1; }},
-      {"without checkpointing", [](const planner::Layout& l) { return !l.checkpointing; }},
+  using Choice = std::pair<std::string, std::function<std::string(const planner::Layout&)>>;
+  const std::vector<Choice> choices{
+      {"t", [](const planner::Layout& l) { return std::to_string(l.tensor); }},
+      {"p", [](const planner::Layout& l) { return std::to_string(l.pipe); }},
+      {"b", [](const planner::Layout& l) { return std::to_string(l.micro_batch); }},
+      {"schedule", [](const planner::Layout& l) { return l.schedule_label(); }},
+      {"zero", [](const planner::Layout& l) { return std::to_string(l.zero); }},
+      {"checkpointing", [](const planner::Layout& l) { return l.checkpointing ? "on" : "off"; }},
   };
-  std::printf("why the others lost:\n");
-  for (const auto& [name, member] : families) {
-    if (member(best.layout)) continue;
-    const planner::Candidate* fastest = nullptr;
-    const planner::Candidate* smallest = nullptr;
+  const planner::Candidate& best = all.front();
+  std::printf("why the others lost (the best of each other choice):\n");
+  for (const auto& [name, value_of] : choices) {
+    std::map<std::string, const planner::Candidate*> fastest, smallest;
     for (const auto& c : all) {
-      if (!member(c.layout)) continue;
-      if (c.rejected.empty() && !fastest) fastest = &c;
-      if (!smallest || c.prediction.peak_bytes() < smallest->prediction.peak_bytes()) smallest = &c;
+      const std::string value = value_of(c.layout);
+      if (value == value_of(best.layout)) continue;
+      if (c.rejected.empty() && !fastest.count(value)) fastest[value] = &c;
+      if (!smallest.count(value) ||
+          c.prediction.peak_bytes() < smallest[value]->prediction.peak_bytes())
+        smallest[value] = &c;
     }
-    if (fastest) {
-      std::printf("  %-28s best %.4g s/step (+%.1f%%): more %s\n", name.c_str(),
-                  fastest->prediction.step_seconds,
-                  100 * (fastest->prediction.step_seconds / best.prediction.step_seconds - 1),
-                  why_slower(best.prediction, fastest->prediction).c_str());
-    } else if (smallest) {
-      std::printf("  %-28s never fits: at least %.1f GiB on a device\n", name.c_str(),
-                  smallest->prediction.peak_bytes() / kGiB);
+    for (const auto& [value, c] : smallest) {
+      const std::string label = name + " " + value;
+      if (fastest.count(value)) {
+        const planner::Prediction& p = fastest[value]->prediction;
+        std::printf("  %-22s %.4g s/step (+%.1f%%): more %s\n", label.c_str(), p.step_seconds,
+                    100 * (p.step_seconds / best.prediction.step_seconds - 1),
+                    why_slower(best.prediction, p).c_str());
+      } else {
+        std::printf("  %-22s out of memory: at least %.1f GiB on a device\n", label.c_str(),
+                    c->prediction.peak_bytes() / kGiB);
+      }
     }
   }
 }
@@ -164,7 +175,9 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
 int run_plan(const Options& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
   if (o.top < 1) throw io::InputError("--top must be at least 1");
-  const planner::Cluster cluster = planner::read_cluster(o.cluster);
+  planner::Cluster cluster = planner::read_cluster(o.cluster);
+  if (o.nodes < 0) throw io::InputError("--nodes must be at least 1");
+  if (o.nodes > 0) cluster.nodes = o.nodes;
   const nlohmann::json json = config::read_json_file(o.config);
   std::vector<std::string> unknown;
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
@@ -233,6 +246,7 @@ Command add_plan_command(CLI::App& app) {
   command->add_option("--format", options->format, "table, or json (the top layouts, one line)")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+  command->add_option("--nodes", options->nodes, "Nodes of the cluster (default: the file's)");
   command->add_option("--devices", options->limits.devices,
                       "Plan for this many of the cluster's devices (default: all)");
   auto& limits = options->limits;

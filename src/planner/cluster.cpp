@@ -29,8 +29,8 @@ double Link::all_reduce(double bytes, int ranks) const {
   return steps * latency + steps / ranks * bytes / bandwidth;
 }
 
-double Cluster::achieved_flops(bool half_precision) const {
-  return (half_precision ? bf16_flops : fp32_flops) * efficiency;
+double Cluster::achieved_flops(bool half_precision, double width) const {
+  return (half_precision ? bf16_flops : fp32_flops) * efficiency * width / (width + half_width);
 }
 
 const Link& Cluster::link(int size, int stride) const {
@@ -51,7 +51,11 @@ const config::KeyTable<Cluster>& cluster_keys() {
     scaled(t, "peak_tflops.bf16", PIPETRAIN_FIELD(bf16_flops), 1e12,
            "dense bf16/fp16 peak per device, TFLOP/s", config::at_least(0));
     t.number("efficiency", PIPETRAIN_FIELD(efficiency),
-             "share of the peak the model's matrix products reach", config::within(0.001, 1));
+             "share of the peak a transformer's large matrix products reach",
+             config::within(0.001, 1))
+        .number("half_width", PIPETRAIN_FIELD(half_width),
+                "products of width w (d_model / t) reach efficiency · w / (w + half_width)",
+                config::at_least(0));
     scaled(t, "memory_bandwidth_gbs", PIPETRAIN_FIELD(memory_bandwidth), 1e9,
            "GB/s the optimizer step streams parameters and state at");
     scaled(t, "layer_overhead_us", PIPETRAIN_FIELD(layer_overhead), 1e-6,

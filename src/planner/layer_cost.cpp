@@ -31,6 +31,8 @@ LayerCost embedding(const std::string& type, int64_t vocab, int64_t positions, i
   layer.parameters = (vocab + positions) * d;
   layer.split_parameters = vocab * d;
   layer.output = static_cast<double>(s * d);
+  layer.width = static_cast<double>(d);
+  layer.dense_gradient = true;    // the lookup's backward scatters into a whole table
   layer.forward_all_reduces = 1;  // the vocabulary-parallel lookup's partial sums
   return layer;
 }
@@ -45,11 +47,13 @@ LayerCost head(const std::string& type, int64_t vocab, int64_t d, int64_t s, boo
   layer.parameters = tied ? tied_parameters : vocab * d;
   layer.split_parameters = vocab * d;
   add_linear(layer, s, d, vocab);
+  layer.width = static_cast<double>(d);
   layer.saved = static_cast<double>(s * d);
-  layer.saved_fp32 = 0;
-  layer.split_saved = static_cast<double>(s * vocab);  // the logits
-  layer.output = 1;                                    // the loss
-  layer.backward_all_reduces = 1;                      // the column-parallel input gradient
+  layer.split_saved = static_cast<double>(s * vocab);    // the log-softmax
+  layer.workspace = static_cast<double>(2 * s * vocab);  // its gradient and the logits'
+
+  layer.output = 1;                // the loss
+  layer.backward_all_reduces = 1;  // the column-parallel input gradient
   return layer;
 }
 
@@ -59,6 +63,8 @@ LayerCost norm(const std::string& type, int64_t parameters, int64_t d, int64_t s
   layer.parameters = parameters;
   layer.saved = static_cast<double>(s * d);
   layer.saved_fp32 = static_cast<double>(2 * s);
+  layer.width = static_cast<double>(d);
+  layer.workspace = static_cast<double>(2 * s * d);
   layer.output = static_cast<double>(s * d);
   return layer;
 }
@@ -85,6 +91,8 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
   }
+  block.workspace = static_cast<double>(5 * s * d);  // the MLP's gradients and the stream's
+  block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.forward_all_reduces = 2;   // after attention, after the MLP
   block.backward_all_reduces = 2;  // into the two column-parallel inputs
@@ -113,6 +121,8 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
   // silu(gate) and the product.
   block.split_saved = static_cast<double>(s * (4 * d + 4 * kv) + 4 * s * ffn);
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
+  block.workspace = static_cast<double>(s * (2 * ffn + d));         // gate's and up's, the stream's
+  block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.forward_all_reduces = 2;
   block.backward_all_reduces = 2;
@@ -131,6 +141,11 @@ double LayerCost::parameters_per_rank(int t) const {
 
 double LayerCost::saved_bytes(int t, int element_bytes) const {
   return (saved + split_saved / t) * element_bytes + saved_fp32 * 4;
+}
+
+double LayerCost::workspace_bytes(int t, int element_bytes, double batch) const {
+  return batch * workspace / t * element_bytes +
+         (dense_gradient ? parameters_per_rank(t) * element_bytes : 0.0);
 }
 
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {

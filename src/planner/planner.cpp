@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "pipetrain/io/errors.h"
 
@@ -61,6 +62,19 @@ std::string out_of_memory(const Prediction& p, const Cluster& c) {
   return text;
 }
 
+// A layout predicted, or ruled out by its static memory alone (then without a step time).
+Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
+  Candidate candidate{layout, {}, {}};
+  candidate.prediction.stages = static_memory(w, c, layout);
+  if (candidate.prediction.peak_bytes() <= c.memory_bytes)
+    candidate.prediction = predict(w, c, layout);
+  else
+    candidate.prediction.step_seconds = std::numeric_limits<double>::quiet_NaN();
+  if (candidate.prediction.peak_bytes() > c.memory_bytes)
+    candidate.rejected = out_of_memory(candidate.prediction, c);
+  return candidate;
+}
+
 }  // namespace
 
 std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t global_batch,
@@ -89,10 +103,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
             for (int zero : {0, 1}) {
               if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero)) continue;
               const Layout layout{t, pipe, data, b, m, schedule, chunks, zero, checkpointing};
-              Candidate candidate{layout, predict(w, c, layout), {}};
-              if (candidate.prediction.peak_bytes() > c.memory_bytes)
-                candidate.rejected = out_of_memory(candidate.prediction, c);
-              found.push_back(std::move(candidate));
+              found.push_back(assess(w, c, layout));
             }
           }
         }

@@ -53,6 +53,7 @@ struct StageWork {
   double saved_per_sample = 0;       // the largest chunk's, bytes
   double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
+  double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   bool holds_embedding = false;
   bool holds_head = false;
 };
@@ -60,11 +61,7 @@ struct StageWork {
 class StageCosting {
  public:
   StageCosting(const Workload& w, const Cluster& c, const Layout& l)
-      : w_(w),
-        c_(c),
-        l_(l),
-        bytes_(w.element_bytes()),
-        flops_(c.achieved_flops(w.half_precision())) {}
+      : w_(w), c_(c), l_(l), bytes_(w.element_bytes()) {}
 
   // Adds one chunk's layers to its stage.
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
@@ -73,15 +70,17 @@ class StageCosting {
       const LayerCost& layer = w_.layers[i];
       const double b = static_cast<double>(l_.micro_batch);
       const double all_reduce = all_reduce_seconds(b * layer.output);
-      forward += b * layer.forward_flops / l_.tensor / flops_ + c_.layer_overhead +
+      const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.tensor);
+      forward += b * layer.forward_flops / l_.tensor / flops + c_.layer_overhead +
                  layer.forward_all_reduces * all_reduce;
-      input += b * layer.backward_input_flops / l_.tensor / flops_ + c_.layer_overhead +
+      input += b * layer.backward_input_flops / l_.tensor / flops + c_.layer_overhead +
                layer.backward_all_reduces * all_reduce;
-      weight += b * layer.backward_weight_flops / l_.tensor / flops_;
+      weight += b * layer.backward_weight_flops / l_.tensor / flops;
       saved += layer.saved_bytes(l_.tensor, bytes_);
       checkpoint += (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_;
       stage.largest_layer_saved =
           std::max(stage.largest_layer_saved, layer.saved_bytes(l_.tensor, bytes_));
+      stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
         stage.parameters += layer.parameters_per_rank(l_.tensor);
       stage.holds_embedding = stage.holds_embedding || i == 0;
@@ -104,7 +103,6 @@ class StageCosting {
   const Cluster& c_;
   const Layout& l_;
   int bytes_;
-  double flops_;
 };
 
 std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Layout& l) {
@@ -118,11 +116,13 @@ std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Lay
 }
 
 // The activations a rank holds at its peak: the live micro-batches' saved tensors (only
-// the layer inputs with checkpointing, plus one layer recomputed at a time).
+// the layer inputs with checkpointing, plus one layer recomputed at a time), and the
+// gradients in flight in one layer's backward.
 double activation_bytes(const StageWork& stage, const Layout& l, int live) {
   const double b = static_cast<double>(l.micro_batch);
-  if (!l.checkpointing) return live * b * stage.saved_per_sample;
-  return live * b * stage.checkpoint_per_sample + b * stage.largest_layer_saved;
+  const double backward = live > 0 ? stage.workspace : 0.0;
+  if (!l.checkpointing) return live * b * stage.saved_per_sample + backward;
+  return live * b * stage.checkpoint_per_sample + b * stage.largest_layer_saved + backward;
 }
 
 StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {
@@ -217,6 +217,12 @@ int Prediction::peak_stage() const {
   for (int s = 1; s < static_cast<int>(stages.size()); ++s)
     if (stages[s].total() > stages[most].total()) most = s;
   return most;
+}
+
+std::vector<StageMemory> static_memory(const Workload& w, const Cluster& c, const Layout& l) {
+  std::vector<StageMemory> memory;
+  for (const auto& stage : stage_work(w, c, l)) memory.push_back(stage_memory(w, l, stage, 0));
+  return memory;
 }
 
 Prediction predict(const Workload& w, const Cluster& c, const Layout& l) {

@@ -45,37 +45,59 @@ double matmul_flops() {
   return best;
 }
 
-// Seconds of one forward and backward pass of a GPT block of `config` on `batch` samples.
-double block_seconds(const models::GptConfig& config, int64_t batch, int repeats) {
+// Seconds of one forward and backward pass through `layers` of a GPT of `config` on
+// `batch` samples (the loss on the last layer's output summed).
+double passes_seconds(const models::GptConfig& config, int64_t batch, int first, int end,
+                      int repeats) {
   const auto specs = models::gpt_layers(config);
-  const module::Layer block = specs.at(1).build();
-  const at::Tensor x = at::randn({batch, config.context, config.d_model}).requires_grad_(true);
+  std::vector<module::Layer> layers;
+  for (int i = first; i < end; ++i) layers.push_back(specs.at(i).build());
+  const at::Tensor x = first == 0
+                           ? at::randint(config.vocab_size, {batch, config.context}, at::kLong)
+                           : at::randn({batch, config.context, config.d_model});
   return median_seconds(repeats, [&] {
-    const at::Tensor y = block.forward({x}).at(0);
-    y.sum().backward();
+    module::Activation a{first == 0 ? x : x.clone().requires_grad_(true)};
+    for (const auto& layer : layers) a = layer.forward(a);
+    a.at(0).sum().backward();
   });
 }
 
 struct Compute {
   double peak = 0;
   double efficiency = 1;
+  double half_width = 0;
   double layer_overhead = 0;
 };
+
+// Achieved FLOP/s of a GPT block of width d on 512 tokens, its pass overheads removed.
+double block_flops(int64_t d, int64_t heads, double overhead) {
+  const models::GptConfig config{
+      .vocab_size = 256, .context = 128, .d_model = d, .heads = heads, .layers = 1};
+  const int64_t batch = 4;
+  const planner::LayerCost cost = planner::layer_costs({.type = "gpt", .gpt = config}).at(1);
+  const double flops = batch * (cost.forward_flops + cost.backward_flops());
+  return flops / (passes_seconds(config, batch, 1, 2, 7) - 2 * overhead);
+}
 
 Compute measure_compute() {
   Compute c;
   c.peak = matmul_flops();
-  // A block too small for its FLOPs to matter: what a pass costs beyond them (two passes).
-  const models::GptConfig tiny{
-      .vocab_size = 8, .context = 4, .d_model = 8, .heads = 1, .layers = 1};
-  c.layer_overhead = block_seconds(tiny, 1, 21) / 2;
-  const models::GptConfig mid{
-      .vocab_size = 256, .context = 128, .d_model = 384, .heads = 6, .layers = 1};
-  const int64_t batch = 4;
-  const planner::LayerCost cost = planner::layer_costs({.type = "gpt", .gpt = mid}).at(1);
-  const double flops = batch * (cost.forward_flops + cost.backward_flops());
-  const double seconds = block_seconds(mid, batch, 7) - 2 * c.layer_overhead;
-  c.efficiency = std::min(1.0, flops / seconds / c.peak);
+  // A GPT too small for its FLOPs to matter, every kind of layer: what a pass costs beyond
+  // them (two passes per layer).
+  // (Untied: a tied head's module alone is the embedding.)
+  const models::GptConfig tiny{.vocab_size = 8,
+                               .context = 4,
+                               .d_model = 8,
+                               .heads = 1,
+                               .layers = 4,
+                               .tie_embeddings = false};
+  const int layers = static_cast<int>(tiny.layers) + 3;
+  c.layer_overhead = passes_seconds(tiny, 1, 0, layers, 21) / (2 * layers);
+  // Efficiency at two widths: e(w) = efficiency · w / (w + half_width), solved for both.
+  const double narrow = block_flops(96, 4, c.layer_overhead) / c.peak;
+  const double wide = block_flops(384, 6, c.layer_overhead) / c.peak;
+  c.half_width = std::max(0.0, (wide - narrow) / (narrow / 96 - wide / 384));
+  c.efficiency = std::min(1.0, wide * (384 + c.half_width) / 384);
   return c;
 }
 
@@ -123,6 +145,7 @@ planner::Cluster calibrate_machine() {
   const Compute compute = measure_compute();  // every rank at once, as in training
   c.fp32_flops = c.bf16_flops = compute.peak;
   c.efficiency = compute.efficiency;
+  c.half_width = compute.half_width;
   c.layer_overhead = compute.layer_overhead;
   c.memory_bandwidth = optimizer_bandwidth();
   world->barrier();

@@ -1,6 +1,7 @@
 // The built-in models describe themselves truly: each layer's parameter count (used to
 // partition without building) equals what its module holds, and transformers' name map
-// covers every parameter of the GPT and the LLaMA exactly once.
+// covers every parameter of the GPT and the LLaMA exactly once; the planner's costs list
+// the same layers.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -10,6 +11,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/models/hugging_face.h"
+#include "pipetrain/planner/layer_cost.h"
 
 namespace pipetrain::models {
 namespace {
@@ -65,6 +67,22 @@ TEST(BuiltinModels, ParameterCountsEqualTheBuiltModules) {
         for (const auto& p : layer.module->parameters()) built += p.numel();
       EXPECT_EQ(spec.count_parameters(), built)
           << config.type << " layer " << i << " " << spec.type;
+    }
+  }
+}
+
+// The planner costs the layers the models build: same order, types, ties and counts.
+TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
+  for (const ModelConfig& config : configs()) {
+    if (config.type == "mlp") continue;
+    const BuiltinModel model = make_builtin_model(config);
+    const auto costs = planner::layer_costs(config);
+    ASSERT_EQ(costs.size(), model.layers.size()) << config.type;
+    for (std::size_t i = 0; i < costs.size(); ++i) {
+      const module::LayerSpec& spec = model.layers[i];
+      EXPECT_EQ(costs[i].type, spec.type) << config.type << " layer " << i;
+      EXPECT_EQ(costs[i].tie_key, spec.tie_key) << config.type << " layer " << i;
+      EXPECT_EQ(costs[i].parameters, spec.count_parameters()) << config.type << " layer " << i;
     }
   }
 }

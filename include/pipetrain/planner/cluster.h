@@ -27,10 +27,13 @@ struct Cluster {
   std::vector<std::string> sources;  // where the figures come from
   int64_t nodes = 1;
   int64_t devices_per_node = 1;
-  double memory_bytes = 0;      // per device
-  double fp32_flops = 0;        // dense peak, FLOP/s
-  double bf16_flops = 0;        // dense peak in bf16 (and fp16)
-  double efficiency = 1;        // the share of the peak a transformer's matrix products reach
+  double memory_bytes = 0;  // per device
+  double fp32_flops = 0;    // dense peak, FLOP/s
+  double bf16_flops = 0;    // dense peak in bf16 (and fp16)
+  double efficiency = 1;    // the share of the peak a transformer's large matrix products reach
+  // Narrower products reach less: at width w (d_model / t) the share is efficiency ·
+  // w / (w + half_width); 0 when width does not matter (a GPU at transformer sizes).
+  double half_width = 0;
   double memory_bandwidth = 0;  // bytes per second the optimizer step streams through
   double layer_overhead = 0;    // seconds per layer pass beyond its FLOPs (launches, engine)
   double step_overhead = 0;     // seconds per optimizer step beyond the passes
@@ -38,8 +41,9 @@ struct Cluster {
   Link inter_node;              // between nodes, per device
 
   int64_t devices() const { return nodes * devices_per_node; }
-  // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16).
-  double achieved_flops(bool half_precision) const;
+  // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16) on products
+  // of width `width`.
+  double achieved_flops(bool half_precision, double width) const;
   // The link a group of `size` ranks `stride` apart uses: NVLink-like inside a node, the
   // network once the group spans nodes.
   const Link& link(int size, int stride) const;

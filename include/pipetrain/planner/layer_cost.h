@@ -27,6 +27,13 @@ struct LayerCost {
   double saved = 0;
   double split_saved = 0;  // the part tensor parallelism divides (per-head, per-feature)
   double saved_fp32 = 0;   // kept in float32 whatever the compute type (norm statistics, ...)
+  // Activation gradients in flight during its backward, per sample, in elements of the
+  // compute type (split by t); with `dense_gradient`, its weight gradient is also built
+  // whole before it is added to the parameter's (an embedding's table).
+  double workspace = 0;
+  bool dense_gradient = false;
+  // The width of its matrix products before tensor parallelism (d_model).
+  double width = 0;
   // Elements handed to the next layer: a stage boundary's message, and a checkpoint.
   double output = 0;
   // All-reduces of `output` elements over the model-parallel group per pass (t > 1).
@@ -38,6 +45,8 @@ struct LayerCost {
   double parameters_per_rank(int t) const;
   // Bytes of saved activations per sample on one rank of a group of size t.
   double saved_bytes(int t, int element_bytes) const;
+  // Bytes its backward needs beyond the saved activations, for `batch` samples.
+  double workspace_bytes(int t, int element_bytes, double batch) const;
 };
 
 // The layers of a built-in model, in the order make_builtin_model builds them. Throws

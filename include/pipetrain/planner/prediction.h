@@ -58,4 +58,8 @@ struct Prediction {
 // live. Throws InputError for a layout the model cannot take (more stages than layers).
 Prediction predict(const Workload& workload, const Cluster& cluster, const Layout& layout);
 
+// Each stage's memory before any activation (no simulation): what rules a layout out early.
+std::vector<StageMemory> static_memory(const Workload& workload, const Cluster& cluster,
+                                       const Layout& layout);
+
 }  // namespace pipetrain::planner

@@ -1,0 +1,211 @@
+// The planner's cost model against hand-computed FLOPs and bytes, its predictions against
+// closed forms, and its answers to inputs that leave no layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "pipetrain/io/errors.h"
+#include "pipetrain/planner/planner.h"
+
+namespace pipetrain::planner {
+namespace {
+
+models::ModelConfig gpt(int64_t vocab, int64_t context, int64_t d, int64_t heads, int64_t layers) {
+  models::ModelConfig config;
+  config.type = "gpt";
+  config.gpt = {
+      .vocab_size = vocab, .context = context, .d_model = d, .heads = heads, .layers = layers};
+  return config;
+}
+
+// A cluster whose transfers and overheads are free: only FLOPs take time (1 GFLOP/s).
+Cluster ideal(int64_t devices) {
+  Cluster c;
+  c.devices_per_node = devices;
+  c.memory_bytes = 1e12;
+  c.fp32_flops = c.bf16_flops = 1e9;
+  c.memory_bandwidth = 1e30;
+  c.intra_node = c.inter_node = {1e30, 0};
+  return c;
+}
+
+TEST(LayerCost, GptBlockMatchesHandCountedFlopsAndBytes) {
+  const auto layers = layer_costs(gpt(256, 16, 32, 4, 2));
+  ASSERT_EQ(layers.size(), 5u);  // embedding, 2 blocks, norm, head
+  const LayerCost& block = layers[1];
+  // qkv 2·16·32·96, projection 2·16·32·32, MLP 2 · 2·16·32·128; scores and values 2 · 2·16²·32.
+  EXPECT_DOUBLE_EQ(block.forward_flops, 98304 + 32768 + 262144 + 32768);
+  EXPECT_DOUBLE_EQ(block.backward_input_flops, 393216 + 65536);
+  EXPECT_DOUBLE_EQ(block.backward_weight_flops, 393216);
+  EXPECT_EQ(block.parameters, 12 * 32 * 32 + 13 * 32);
+  // 17 activations of [16, 32] kept, 4 of them replicated under tensor parallelism.
+  EXPECT_DOUBLE_EQ(block.saved + block.split_saved, 17 * 16 * 32);
+  EXPECT_DOUBLE_EQ(block.saved_bytes(2, 4), (4 * 512 + 13 * 512 / 2.0) * 4 + (4 * 16 + 4 * 16) * 4);
+  EXPECT_DOUBLE_EQ(block.parameters_per_rank(2), 13 * 32 - 7 * 32 + (12 * 32 * 32 + 7 * 32) / 2.0);
+  const LayerCost& head = layers[4];
+  EXPECT_DOUBLE_EQ(head.forward_flops, 2 * 16 * 32 * 256);
+  EXPECT_DOUBLE_EQ(head.backward_flops(), 2 * 2 * 16 * 32 * 256);
+  EXPECT_EQ(head.tie_key, layers[0].tie_key);  // tied: one copy on a stage holding both
+  EXPECT_EQ(layers[0].parameters, (256 + 16) * 32);
+}
+
+// Megatron-LM's count (Narayanan et al. 2021, eq. 3 without recomputation: 72·s·l·h²·(1 +
+// s/6h + V/12lh) per sample) for its 1.7B model equals the sum over the planner's layers.
+TEST(LayerCost, WholeModelMatchesMegatronFormula) {
+  const double s = 2048, h = 2304, l = 24, V = 51200;
+  double flops = 0;
+  for (const auto& layer : layer_costs(gpt(51200, 2048, 2304, 24, 24)))
+    flops += layer.forward_flops + layer.backward_flops();
+  EXPECT_NEAR(flops / (72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))), 1.0, 1e-12);
+}
+
+TEST(LayerCost, LlamaCountsGroupedQueryAttentionAndSwiGlu) {
+  models::ModelConfig config;
+  config.type = "llama";
+  config.llama = {.vocab_size = 128,
+                  .context = 8,
+                  .d_model = 32,
+                  .heads = 4,
+                  .num_key_value_heads = 2,
+                  .intermediate_size = 64,
+                  .layers = 1};
+  const auto layers = layer_costs(config);
+  const LayerCost& block = layers[1];
+  // q, o: 32x32; k, v: 32x16; gate, up: 32x64; down 64x32; two RMSNorm weights.
+  EXPECT_EQ(block.parameters, 2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64 + 2 * 32);
+  EXPECT_DOUBLE_EQ(block.forward_flops,
+                   2 * 8 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64) + 4 * 8 * 8 * 32);
+  EXPECT_EQ(layers.back().parameters, 128 * 32);  // untied head
+  config.type = "mlp";
+  EXPECT_THROW(layer_costs(config), io::InputError);
+}
+
+// Blocks dominate (vocabulary 4): the simulated bubble of 1F1B is (p-1)/(m+p-1) and of
+// the interleaved schedule (p-1)/(v·m+p-1), as the closed forms say.
+TEST(Prediction, BubblesMatchClosedForms) {
+  engine::TrainingConfig training;
+  training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
+  const Workload w(gpt(4, 256, 256, 4, 8), training);
+  for (int m : {4, 8, 16}) {
+    Layout l{.pipe = 4, .micro_batch = 1, .micro_batches = m};
+    EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (m + 3), 0.01) << m;
+    l.schedule = engine::PipelineSchedule::kInterleaved;
+    l.chunks = 2;
+    EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (2 * m + 3), 0.01) << m;
+  }
+}
+
+TEST(Prediction, StepTimeIsFlopsOverThroughputWithoutPipeline) {
+  const Workload w(gpt(256, 16, 32, 4, 2), engine::TrainingConfig{});
+  const Layout l{.micro_batch = 2, .micro_batches = 3};
+  const Prediction p = predict(w, ideal(1), l);
+  double flops = 0;
+  for (const auto& layer : w.layers) flops += layer.forward_flops + layer.backward_flops();
+  EXPECT_NEAR(p.step_seconds, 6 * flops / 1e9, 1e-12);
+  EXPECT_NEAR(p.mfu, 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(p.bubble, 0);
+}
+
+TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
+  engine::TrainingConfig training;
+  const Workload fp32(gpt(256, 16, 32, 4, 2), training);
+  double parameters = 0;
+  for (int i = 0; i < 4; ++i) parameters += fp32.layers[i].parameters;  // head tied: once
+  const Layout one{.micro_batch = 1, .micro_batches = 1};
+  const StageMemory m = predict(fp32, ideal(2), one).stages.at(0);
+  EXPECT_DOUBLE_EQ(m.weights, 4 * parameters);
+  EXPECT_DOUBLE_EQ(m.gradients, 4 * parameters);
+  EXPECT_DOUBLE_EQ(m.optimizer, 8 * parameters);  // Adam's two moments
+  EXPECT_DOUBLE_EQ(m.masters, 0);
+  EXPECT_EQ(m.live_micro_batches, 1);
+
+  training.precision.dtype = engine::Precision::kBf16;
+  const Workload bf16(gpt(256, 16, 32, 4, 2), training);
+  const Layout zero{.data = 2, .micro_batch = 1, .micro_batches = 1, .zero = 1};
+  const StageMemory z = predict(bf16, ideal(2), zero).stages.at(0);
+  EXPECT_DOUBLE_EQ(z.weights, 2 * parameters);
+  EXPECT_DOUBLE_EQ(z.masters, 8 * parameters / 2);    // fp32 master and gradient, sharded
+  EXPECT_DOUBLE_EQ(z.optimizer, 8 * parameters / 2);  // sharded
+  EXPECT_DOUBLE_EQ(z.buffers, 0);
+}
+
+TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
+  const Workload w(gpt(256, 16, 32, 4, 6), engine::TrainingConfig{});
+  Layout l{.pipe = 2, .micro_batch = 1, .micro_batches = 8};
+  EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 2);
+  l.schedule = engine::PipelineSchedule::kGpipe;
+  EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 8);
+  l.schedule = engine::PipelineSchedule::k1F1B;
+  l.checkpointing = true;  // the forward again in backward: more time, less memory
+  const Prediction checkpointed = predict(w, ideal(2), l);
+  l.checkpointing = false;
+  const Prediction plain = predict(w, ideal(2), l);
+  EXPECT_GT(checkpointed.step_seconds, plain.step_seconds);
+  EXPECT_LT(checkpointed.stages[0].activations, plain.stages[0].activations);
+}
+
+TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
+  Cluster c = ideal(4);
+  c.nodes = 2;
+  c.devices_per_node = 2;
+  const Workload w(gpt(256, 16, 32, 4, 4), engine::TrainingConfig{});
+  for (const auto& candidate : plan_layouts(w, c, 8)) {
+    EXPECT_LE(candidate.layout.tensor, 2);
+    EXPECT_EQ(candidate.layout.devices(), 4);
+    EXPECT_EQ(candidate.layout.global_batch(), 8);
+  }
+}
+
+TEST(Planner, MarksLayoutsThatDoNotFit) {
+  Cluster c = ideal(2);
+  c.memory_bytes = 1e3;  // nothing fits
+  const Workload w(gpt(256, 16, 32, 4, 4), engine::TrainingConfig{});
+  const auto all = plan_layouts(w, c, 8);
+  ASSERT_FALSE(all.empty());
+  for (const auto& candidate : all)
+    EXPECT_NE(candidate.rejected.find("out of memory"), std::string::npos);
+}
+
+TEST(Planner, RefusesLimitsThatLeaveNoLayout) {
+  const Workload w(gpt(256, 16, 32, 4, 4), engine::TrainingConfig{});
+  LayoutLimits limits;
+  limits.data = 3;  // 3 does not divide a batch of 8 (nor the 2 devices)
+  EXPECT_THROW(plan_layouts(w, ideal(2), 8, limits), io::InputError);
+  EXPECT_THROW(plan_layouts(w, ideal(2), 0), io::InputError);
+  limits = {};
+  limits.devices = 3;
+  EXPECT_THROW(plan_layouts(w, ideal(2), 8, limits), io::InputError);
+}
+
+TEST(Cluster, FileErrorsNameTheKey) {
+  const auto path = std::filesystem::temp_directory_path() / "planner_test_cluster.json";
+  const std::string valid = R"({"nodes": 1, "devices_per_node": 8, "memory_gib": 80,
+    "peak_tflops": {"fp32": 67, "bf16": 989}, "efficiency": 0.5, "memory_bandwidth_gbs": 3000,
+    "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
+    "inter_node": {"bandwidth_gbs": 50, "latency_us": 10})";
+  std::ofstream(path) << valid << "}";
+  const Cluster c = read_cluster(path);
+  EXPECT_DOUBLE_EQ(c.achieved_flops(true, 4096), 989e12 * 0.5);  // half_width 0: any width
+  EXPECT_EQ(&c.link(8, 1), &c.intra_node);
+  EXPECT_EQ(&c.link(2, 8), &c.inter_node);
+  std::ofstream(path) << valid << R"(, "colour": "red"})";
+  try {
+    read_cluster(path);
+    FAIL();
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("colour"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << R"({"nodes": 1})";
+  try {
+    read_cluster(path);
+    FAIL();
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("memory_gib"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
