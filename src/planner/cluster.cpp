@@ -60,6 +60,10 @@ const config::KeyTable<Cluster>& cluster_keys() {
            "GB/s the optimizer step streams parameters and state at");
     scaled(t, "layer_overhead_us", PIPETRAIN_FIELD(layer_overhead), 1e-6,
            "µs per layer pass beyond its FLOPs", config::at_least(0));
+    scaled(t, "pass_overhead_us", PIPETRAIN_FIELD(pass_overhead), 1e-6,
+           "µs per forward or backward instruction of a stage beyond its layers (the engine, "
+           "its transfers)",
+           config::at_least(0));
     scaled(t, "step_overhead_ms", PIPETRAIN_FIELD(step_overhead), 1e-3,
            "ms per optimizer step beyond the passes", config::at_least(0));
     scaled(t, "intra_node.bandwidth_gbs", PIPETRAIN_FIELD(intra_node.bandwidth), 1e9,

@@ -87,6 +87,8 @@ class StageCosting {
       stage.holds_head = stage.holds_head || i + 1 == static_cast<int>(w_.layers.size());
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
+    forward += c_.pass_overhead;
+    input += c_.pass_overhead;
     stage.forward += forward;
     stage.backward_input += input;
     stage.backward_weight += weight;

@@ -15,6 +15,8 @@
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/optim/optimizer.h"
 #include "pipetrain/planner/layer_cost.h"
+#include "pipetrain/planner/prediction.h"
+#include "pipetrain/trainer/job.h"
 
 namespace pipetrain::trainer {
 namespace {
@@ -133,6 +135,48 @@ double physical_memory() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
+// The median seconds of a training step of `job`, the slowest rank's, after a warm-up.
+double step_seconds(Job& job, int steps) {
+  at::Tensor seconds = at::tensor(
+      {median_seconds(steps, [&] { job.engine->train_batch(job.train_data.get()); })}, at::kDouble);
+  job.grid->world_comm()->all_reduce(seconds, comm::ReduceOp::kMax);
+  return seconds.item<double>();
+}
+
+// What the engine adds beyond layers, links and the optimizer: a tiny GPT on a pipeline of
+// every rank, trained at 2 and at 16 micro-batches; the planner's prediction without
+// overheads subtracted, the rest split into a cost per pass (how the predicted step grows
+// per unit of pass overhead, at each micro-batch count) and a cost per step.
+void measure_engine_overheads(planner::Cluster& c) {
+  const int ranks = comm::MpiCommunicator::world()->size();
+  struct Point {
+    double left = 0;    // measured minus predicted without overheads, seconds
+    double passes = 0;  // seconds the prediction grows per second of pass overhead
+  };
+  std::vector<Point> points;
+  for (int64_t micro_batches : {2, 16}) {
+    const nlohmann::json config = {
+        {"model", {{"type", "gpt"}, {"context", 4}, {"d_model", 8}, {"heads", 1}, {"layers", 4}}},
+        {"pipeline", {{"stages", ranks}}},
+        {"train_micro_batch_size_per_gpu", 1},
+        {"gradient_accumulation_steps", micro_batches},
+        {"sample", {{"tokens", 0}}}};
+    Job job = build_job(config);
+    const double measured = step_seconds(job, 9);
+    const planner::Workload workload(job.config.model, job.config.engine);
+    const planner::Layout layout{.pipe = ranks, .micro_batch = 1, .micro_batches = micro_batches};
+    planner::Cluster bare = c;
+    bare.pass_overhead = bare.step_overhead = 0;
+    const double base = planner::predict(workload, bare, layout).step_seconds;
+    bare.pass_overhead = 1e-3;
+    const double grown = planner::predict(workload, bare, layout).step_seconds;
+    points.push_back({measured - base, (grown - base) / 1e-3});
+  }
+  c.pass_overhead =
+      std::max(0.0, (points[1].left - points[0].left) / (points[1].passes - points[0].passes));
+  c.step_overhead = std::max(0.0, points[0].left - points[0].passes * c.pass_overhead);
+}
+
 }  // namespace
 
 planner::Cluster calibrate_machine() {
@@ -161,6 +205,7 @@ planner::Cluster calibrate_machine() {
   at::Tensor figures = at::tensor({c.intra_node.latency, c.intra_node.bandwidth}, at::kDouble);
   world->broadcast(figures, 0);
   c.intra_node = c.inter_node = {figures[1].item<double>(), figures[0].item<double>()};
+  measure_engine_overheads(c);
   return c;
 }
 

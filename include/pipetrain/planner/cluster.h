@@ -36,6 +36,7 @@ struct Cluster {
   double half_width = 0;
   double memory_bandwidth = 0;  // bytes per second the optimizer step streams through
   double layer_overhead = 0;    // seconds per layer pass beyond its FLOPs (launches, engine)
+  double pass_overhead = 0;     // seconds per compute instruction of a stage beyond its layers
   double step_overhead = 0;     // seconds per optimizer step beyond the passes
   Link intra_node;              // between devices of one node
   Link inter_node;              // between nodes, per device

@@ -9,7 +9,9 @@ namespace pipetrain::trainer {
 // float32 matrix-product peak, the share of it a GPT block's forward and backward reach,
 // time per layer pass beyond FLOPs (a tiny block), the optimizer step's streaming rate
 // (Adam over 4M parameters), and, with two ranks or more, MPI's point-to-point latency
-// and bandwidth between ranks 0 and 1. Collective over the world; each rank returns its
+// and bandwidth between ranks 0 and 1; last, what the engine itself adds per pass and per
+// step (a tiny GPT trained on a pipeline of every rank, the planner's prediction of it
+// without overheads subtracted). Collective over the world; each rank returns its
 // own compute figures and the link figures of ranks 0 and 1.
 planner::Cluster calibrate_machine();
 
