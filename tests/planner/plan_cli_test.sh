@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# `pipetrain plan` as a user meets it: a table, a ready config that trains, one-line errors
+# with exit 2 for inputs that leave no layout; and its memory predictions against the
+# measured peak of real runs (CPU tensor bytes, memory_breakdown), within 10% per stage.
+# Usage: plan_cli_test.sh PATH/TO/pipetrain SOURCE_DIR
+set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+pipetrain=$1
+source_dir=$2
+cluster=$source_dir/clusters/this-machine.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+run() {
+  "$pipetrain" "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+}
+
+expect_input_error() { # pattern, args...
+  local pattern=$1
+  shift
+  run "$@"
+  check "'$*' exits 2 (got $rc)" test "$rc" -eq 2
+  check "'$*' prints one line on stderr" test "$(wc -l <"$work/err")" -eq 1
+  check "'$*' names '$pattern': $(cat "$work/err")" grep -q -- "$pattern" "$work/err"
+}
+
+cat >"$work/model.json" <<'JSON'
+{"model": {"type": "gpt", "vocab_size": 256, "context": 32, "d_model": 32, "heads": 4,
+           "layers": 4},
+ "optimizer": {"type": "AdamW"}, "train_iters": 2, "eval_iters": 1, "sample": {"tokens": 0}}
+JSON
+
+# The best layouts of 2 devices, why the others lost, and a config that trains as planned.
+run plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --out "$work/ready.json"
+check "plan exits 0 (got $rc: $(cat "$work/err"))" test "$rc" -eq 0
+check "plan prints the table" grep -q "peak GiB" "$work/out"
+check "plan says why the others lost" grep -q "why the others lost" "$work/out"
+check "plan wrote the ready config" test -s "$work/ready.json"
+stages=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pipeline']['stages'])" "$work/ready.json")
+data=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['data_parallel'])" "$work/ready.json")
+"$pipetrain" launch -n $((stages * data)) -- "$pipetrain" train --config "$work/ready.json" >"$work/train" 2>&1
+check "the planned config trains ($(tail -1 "$work/train"))" grep -q "validation loss:" "$work/train"
+
+# Inputs that leave no layout, or that are wrong: exit 2, one line, nothing written.
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['memory_gib']=1e-4; json.dump(c,open(sys.argv[2],'w'))" "$cluster" "$work/tiny.json"
+expect_input_error "no layout fits" plan --config "$work/model.json" --cluster "$work/tiny.json" --global-batch 16 --out "$work/none.json"
+check "no config written when nothing fits" test ! -e "$work/none.json"
+expect_input_error "global-batch" plan --config "$work/model.json" --cluster "$cluster" --global-batch 0
+expect_input_error "no layout of 2 devices" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --data 3
+expect_input_error "devices" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --devices 5
+expect_input_error "schedule" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --schedule zigzag
+echo '{"nodes": 1}' >"$work/partial.json"
+expect_input_error "memory_gib" plan --config "$work/model.json" --cluster "$work/partial.json" --global-batch 16
+expect_input_error "missing.json" plan --config "$work/model.json" --cluster "$work/missing.json" --global-batch 16
+echo '{"model": {"type": "mlp"}}' >"$work/mlp.json"
+expect_input_error "cannot be costed" plan --config "$work/mlp.json" --cluster "$cluster" --global-batch 16
+
+# Predicted peak memory per stage against the measured peak (the most any rank of the
+# stage held), for pipe x data = 1x1, 2x1, 1x2 and with checkpointing. The data is a
+# Megatron indexed dataset, mapped: its tokens are no tensors, so the model's are measured.
+python3 "$source_dir/tests/data/write_indexed.py" "$work/corpus" uint16 4000
+cat >"$work/measured.json" <<JSON
+{"model": {"type": "gpt", "vocab_size": 1024, "context": 64, "d_model": 96, "heads": 4,
+           "layers": 4},
+ "data": {"type": "indexed", "paths": ["$work/corpus"]},
+ "optimizer": {"type": "AdamW"}, "train_micro_batch_size_per_gpu": 8,
+ "gradient_accumulation_steps": 8, "train_iters": 3, "eval_iters": 1, "sample": {"tokens": 0},
+ "memory_breakdown": true}
+JSON
+for layout in "1 1 0" "2 1 0" "1 2 0" "2 1 1"; do
+  read -r pipe data checkpoint <<<"$layout"
+  python3 - "$work/measured.json" "$work/run.json" "$pipe" "$checkpoint" "$work/metrics.jsonl" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["pipeline"] = {"stages": int(sys.argv[3]), "activation_checkpoint_interval": int(sys.argv[4])}
+c["log"] = {"metrics": sys.argv[5]}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  rm -f "$work/metrics.jsonl"
+  "$pipetrain" launch -n $((pipe * data)) -- "$pipetrain" train --config "$work/run.json" >"$work/train" 2>&1
+  check "run $layout trains" grep -q "validation loss:" "$work/train"
+  checkpointing=$([ "$checkpoint" = 1 ] && echo on || echo off)
+  "$pipetrain" plan --config "$work/run.json" --cluster "$cluster" --devices $((pipe * data)) \
+    --global-batch $((64 * data)) --pipe "$pipe" --data "$data" --micro-batch 8 --schedule 1f1b \
+    --zero 0 --checkpointing "$checkpointing" --format json >"$work/predicted.json"
+  report=$(python3 - "$work/metrics.jsonl" "$work/predicted.json" "$pipe" "$data" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+predicted = json.load(open(sys.argv[2]))[0]["stages"]
+pipe, data = int(sys.argv[3]), int(sys.argv[4])
+peaks = records[-1]["cpu_peak_memory_bytes"]
+worst = 0
+for s in range(pipe):
+    measured = max(peaks[s * data:(s + 1) * data])
+    error = abs(predicted[s]["total"] / measured - 1)
+    worst = max(worst, error)
+    print(f"stage {s}: predicted {predicted[s]['total']:.0f} measured {measured} ({100 * error:.1f}%)", end="; ")
+print("ok" if worst <= 0.10 else "OFF BY MORE THAN 10%")
+PY
+)
+  echo "pipe $pipe data $data checkpointing $checkpointing: $report"
+  check "peak memory within 10% at pipe $pipe data $data checkpointing $checkpointing: $report" \
+    grep -q "ok$" <<<"$report"
+done
+finish
