@@ -60,8 +60,10 @@ void print_row(int rank, const planner::Candidate& c) {
 }
 
 // Where `other` spends the time it loses against `best`: the largest of its extra bubble,
-// compute (recomputation, tensor-parallel traffic), data-parallel traffic and optimizer.
-std::string why_slower(const planner::Prediction& best, const planner::Prediction& other) {
+// compute (with recomputation when only it checkpoints), data-parallel traffic and optimizer.
+std::string why_slower(const planner::Candidate& winner, const planner::Candidate& loser) {
+  const planner::Prediction& best = winner.prediction;
+  const planner::Prediction& other = loser.prediction;
   auto parts = [](const planner::Prediction& p) {
     return std::map<std::string, double>{
         {"bubble", p.pipeline_seconds * p.bubble},
@@ -78,6 +80,8 @@ std::string why_slower(const planner::Prediction& best, const planner::Predictio
       reason = name;
     }
   }
+  if (reason.rfind("compute", 0) == 0 && loser.layout.checkpointing && !winner.layout.checkpointing)
+    reason = "compute (recomputation: it needs checkpointing to fit)";
   return reason;
 }
 
@@ -97,22 +101,24 @@ void print_losers(const std::vector<planner::Candidate>& all) {
   const planner::Candidate& best = all.front();
   std::printf("why the others lost (the best of each other choice):\n");
   for (const auto& [name, value_of] : choices) {
-    std::map<std::string, const planner::Candidate*> fastest, smallest;
+    // Keyed (length, text): numbers in numeric order.
+    using Key = std::pair<std::size_t, std::string>;
+    std::map<Key, const planner::Candidate*> fastest, smallest;
     for (const auto& c : all) {
-      const std::string value = value_of(c.layout);
-      if (value == value_of(best.layout)) continue;
+      const Key value{value_of(c.layout).size(), value_of(c.layout)};
+      if (value.second == value_of(best.layout)) continue;
       if (c.rejected.empty() && !fastest.count(value)) fastest[value] = &c;
       if (!smallest.count(value) ||
           c.prediction.peak_bytes() < smallest[value]->prediction.peak_bytes())
         smallest[value] = &c;
     }
     for (const auto& [value, c] : smallest) {
-      const std::string label = name + " " + value;
+      const std::string label = name + " " + value.second;
       if (fastest.count(value)) {
         const planner::Prediction& p = fastest[value]->prediction;
         std::printf("  %-22s %.4g s/step (+%.1f%%): more %s\n", label.c_str(), p.step_seconds,
                     100 * (p.step_seconds / best.prediction.step_seconds - 1),
-                    why_slower(best.prediction, p).c_str());
+                    why_slower(best, *fastest[value]).c_str());
       } else {
         std::printf("  %-22s out of memory: at least %.1f GiB on a device\n", label.c_str(),
                     c->prediction.peak_bytes() / kGiB);

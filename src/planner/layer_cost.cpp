@@ -51,6 +51,7 @@ LayerCost head(const std::string& type, int64_t vocab, int64_t d, int64_t s, boo
   layer.saved = static_cast<double>(s * d);
   layer.split_saved = static_cast<double>(s * vocab);    // the log-softmax
   layer.workspace = static_cast<double>(2 * s * vocab);  // its gradient and the logits'
+  layer.float32_loss = true;
 
   layer.output = 1;                // the loss
   layer.backward_all_reduces = 1;  // the column-parallel input gradient
@@ -140,11 +141,12 @@ double LayerCost::parameters_per_rank(int t) const {
 }
 
 double LayerCost::saved_bytes(int t, int element_bytes) const {
-  return (saved + split_saved / t) * element_bytes + saved_fp32 * 4;
+  const int split_bytes = float32_loss ? 4 : element_bytes;
+  return saved * element_bytes + split_saved / t * split_bytes + saved_fp32 * 4;
 }
 
 double LayerCost::workspace_bytes(int t, int element_bytes, double batch) const {
-  return batch * workspace / t * element_bytes +
+  return batch * workspace / t * (float32_loss ? 4 : element_bytes) +
          (dense_gradient ? parameters_per_rank(t) * element_bytes : 0.0);
 }
 

@@ -134,7 +134,8 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   StageMemory m;
   m.weights = p * w.element_bytes();
   m.gradients = p * w.element_bytes();
-  m.masters = mixed ? 2 * 4 * p * shard : 0;  // fp32 master and its gradient
+  // The fp32 masters (their gradients are made at the step, after the activations' peak).
+  m.masters = mixed ? 4 * p * shard : 0;
   m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * p * shard;
   if (l.data > 1 && l.zero == 0) {
     const int wire =

@@ -58,7 +58,8 @@ echo '{"model": {"type": "mlp"}}' >"$work/mlp.json"
 expect_input_error "cannot be costed" plan --config "$work/mlp.json" --cluster "$cluster" --global-batch 16
 
 # Predicted peak memory per stage against the measured peak (the most any rank of the
-# stage held), for pipe x data = 1x1, 2x1, 1x2 and with checkpointing. The data is a
+# stage held), for pipe x data = 1x1, 2x1, 1x2, with checkpointing, in bf16 and with ZeRO-1
+# over 2 replicas. The data is a
 # Megatron indexed dataset, mapped: its tokens are no tensors, so the model's are measured.
 python3 "$source_dir/tests/data/write_indexed.py" "$work/corpus" uint16 4000
 cat >"$work/measured.json" <<JSON
@@ -69,13 +70,18 @@ cat >"$work/measured.json" <<JSON
  "gradient_accumulation_steps": 8, "train_iters": 3, "eval_iters": 1, "sample": {"tokens": 0},
  "memory_breakdown": true}
 JSON
-for layout in "1 1 0" "2 1 0" "1 2 0" "2 1 1"; do
-  read -r pipe data checkpoint <<<"$layout"
-  python3 - "$work/measured.json" "$work/run.json" "$pipe" "$checkpoint" "$work/metrics.jsonl" <<'PY'
+for layout in "1 1 0 fp32 0" "2 1 0 fp32 0" "1 2 0 fp32 0" "2 1 1 fp32 0" "2 1 0 bf16 0" \
+  "1 2 0 bf16 1"; do
+  read -r pipe data checkpoint precision zero <<<"$layout"
+  python3 - "$work/measured.json" "$work/run.json" "$pipe" "$checkpoint" "$work/metrics.jsonl" \
+    "$precision" "$zero" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["pipeline"] = {"stages": int(sys.argv[3]), "activation_checkpoint_interval": int(sys.argv[4])}
 c["log"] = {"metrics": sys.argv[5]}
+if sys.argv[6] != "fp32":
+    c[sys.argv[6]] = {"enabled": True}
+c["zero_optimization"] = {"stage": int(sys.argv[7])}
 json.dump(c, open(sys.argv[2], "w"))
 PY
   rm -f "$work/metrics.jsonl"
@@ -84,7 +90,7 @@ PY
   checkpointing=$([ "$checkpoint" = 1 ] && echo on || echo off)
   "$pipetrain" plan --config "$work/run.json" --cluster "$cluster" --devices $((pipe * data)) \
     --global-batch $((64 * data)) --pipe "$pipe" --data "$data" --micro-batch 8 --schedule 1f1b \
-    --zero 0 --checkpointing "$checkpointing" --format json >"$work/predicted.json"
+    --zero "$zero" --checkpointing "$checkpointing" --format json >"$work/predicted.json"
   report=$(python3 - "$work/metrics.jsonl" "$work/predicted.json" "$pipe" "$data" <<'PY'
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
@@ -100,8 +106,8 @@ for s in range(pipe):
 print("ok" if worst <= 0.10 else "OFF BY MORE THAN 10%")
 PY
 )
-  echo "pipe $pipe data $data checkpointing $checkpointing: $report"
-  check "peak memory within 10% at pipe $pipe data $data checkpointing $checkpointing: $report" \
+  echo "pipe $pipe data $data checkpointing $checkpointing $precision zero $zero: $report"
+  check "peak memory within 10% at pipe $pipe data $data checkpointing $checkpointing $precision zero $zero: $report" \
     grep -q "ok$" <<<"$report"
 done
 finish

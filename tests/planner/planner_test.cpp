@@ -126,7 +126,7 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   const Layout zero{.data = 2, .micro_batch = 1, .micro_batches = 1, .zero = 1};
   const StageMemory z = predict(bf16, ideal(2), zero).stages.at(0);
   EXPECT_DOUBLE_EQ(z.weights, 2 * parameters);
-  EXPECT_DOUBLE_EQ(z.masters, 8 * parameters / 2);    // fp32 master and gradient, sharded
+  EXPECT_DOUBLE_EQ(z.masters, 4 * parameters / 2);    // fp32 masters, sharded
   EXPECT_DOUBLE_EQ(z.optimizer, 8 * parameters / 2);  // sharded
   EXPECT_DOUBLE_EQ(z.buffers, 0);
 }

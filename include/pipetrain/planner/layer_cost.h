@@ -32,6 +32,9 @@ struct LayerCost {
   // whole before it is added to the parameter's (an embedding's table).
   double workspace = 0;
   bool dense_gradient = false;
+  // Its split activations and workspace are float32 whatever the compute type (the LM
+  // head: the engine computes the loss in float32).
+  bool float32_loss = false;
   // The width of its matrix products before tensor parallelism (d_model).
   double width = 0;
   // Elements handed to the next layer: a stage boundary's message, and a checkpoint.

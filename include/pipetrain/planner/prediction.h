@@ -26,7 +26,7 @@ struct Workload {
 struct StageMemory {
   double weights = 0;
   double gradients = 0;
-  double masters = 0;      // fp32 copies (and their gradients) beside a bf16/fp16 model
+  double masters = 0;      // fp32 copies beside a bf16/fp16 model
   double optimizer = 0;    // moments (momentum for SGD)
   double buffers = 0;      // data-parallel buckets
   double activations = 0;  // live micro-batches' saved activations at the schedule's peak
