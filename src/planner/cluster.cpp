@@ -45,11 +45,11 @@ const config::KeyTable<Cluster>& cluster_keys() {
         .integer("nodes", PIPETRAIN_FIELD(nodes), "machines", config::at_least(1))
         .integer("devices_per_node", PIPETRAIN_FIELD(devices_per_node),
                  "GPUs per machine (cores of a CPU-only machine)", config::at_least(1));
-    scaled(t, "memory_gib", PIPETRAIN_FIELD(memory_bytes), kGiB, "memory per device, GiB");
+    scaled(t, "memory_gib", PIPETRAIN_FIELD(memory_bytes), kGiB, "memory per device, GiB (required)");
     scaled(t, "peak_tflops.fp32", PIPETRAIN_FIELD(fp32_flops), 1e12,
-           "dense float32 peak per device, TFLOP/s");
+           "dense float32 peak per device, TFLOP/s (required)");
     scaled(t, "peak_tflops.bf16", PIPETRAIN_FIELD(bf16_flops), 1e12,
-           "dense bf16/fp16 peak per device, TFLOP/s", config::at_least(0));
+           "dense bf16/fp16 peak per device, TFLOP/s; 0: the float32 peak", config::at_least(0));
     t.number("efficiency", PIPETRAIN_FIELD(efficiency),
              "share of the peak a transformer's large matrix products reach",
              config::within(0.001, 1))
@@ -57,7 +57,7 @@ const config::KeyTable<Cluster>& cluster_keys() {
                 "products of width w (d_model / t) reach efficiency · w / (w + half_width)",
                 config::at_least(0));
     scaled(t, "memory_bandwidth_gbs", PIPETRAIN_FIELD(memory_bandwidth), 1e9,
-           "GB/s the optimizer step streams parameters and state at");
+           "GB/s the optimizer step streams parameters and state at (required)");
     scaled(t, "layer_overhead_us", PIPETRAIN_FIELD(layer_overhead), 1e-6,
            "µs per layer pass beyond its FLOPs", config::at_least(0));
     scaled(t, "pass_overhead_us", PIPETRAIN_FIELD(pass_overhead), 1e-6,
@@ -67,11 +67,11 @@ const config::KeyTable<Cluster>& cluster_keys() {
     scaled(t, "step_overhead_ms", PIPETRAIN_FIELD(step_overhead), 1e-3,
            "ms per optimizer step beyond the passes", config::at_least(0));
     scaled(t, "intra_node.bandwidth_gbs", PIPETRAIN_FIELD(intra_node.bandwidth), 1e9,
-           "GB/s each way between two devices of a node");
+           "GB/s each way between two devices of a node (required)");
     scaled(t, "intra_node.latency_us", PIPETRAIN_FIELD(intra_node.latency), 1e-6,
            "µs per message inside a node", config::at_least(0));
     scaled(t, "inter_node.bandwidth_gbs", PIPETRAIN_FIELD(inter_node.bandwidth), 1e9,
-           "GB/s each way per device between nodes");
+           "GB/s each way per device between nodes (required)");
     scaled(t, "inter_node.latency_us", PIPETRAIN_FIELD(inter_node.latency), 1e-6,
            "µs per message between nodes", config::at_least(0));
     t.check([](const Cluster& c) {

@@ -21,12 +21,7 @@ JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>*
 }
 
 std::string key_table_markdown() {
-  std::string table = "| key | type | default | meaning |\n|---|---|---|---|\n";
-  for (const auto& doc : job_keys().docs()) {
-    table += "| `" + doc.key + "` | " + doc.type + " | " +
-             (doc.fallback.empty() ? "" : "`" + doc.fallback + "`") + " | " + doc.help + " |\n";
-  }
-  return table;
+  return config::markdown_table(job_keys().docs());
 }
 
 }  // namespace pipetrain::trainer

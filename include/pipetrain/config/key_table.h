@@ -242,4 +242,14 @@ class KeyTable {
   int group_ = -1;
 };
 
+// Markdown rows, one per key: | `key` | type | default | meaning |, with the header.
+inline std::string markdown_table(const std::vector<KeyDoc>& docs) {
+  std::string table = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& doc : docs) {
+    table += "| `" + doc.key + "` | " + doc.type + " | " +
+             (doc.fallback.empty() ? "" : "`" + doc.fallback + "`") + " | " + doc.help + " |\n";
+  }
+  return table;
+}
+
 }  // namespace pipetrain::config
