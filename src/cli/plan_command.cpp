@@ -199,6 +199,19 @@ int run_plan(const Options& o) {
                                                config::Quoting::kQuoted);
   const planner::Workload workload(job.model, job.engine);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
+  int fitting = 0;
+  for (const auto& c : all) fitting += c.rejected.empty();
+  if (fitting == 0) {  // the layouts are sorted: the first needs the least memory
+    const planner::Candidate& least = all.front();
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "no layout fits in %.3g GiB per device: the smallest, t %d p %d d %d b %lld, "
+                  "needs %.3g GiB on stage %d",
+                  cluster.memory_bytes / kGiB, least.layout.tensor, least.layout.pipe,
+                  least.layout.data, static_cast<long long>(least.layout.micro_batch),
+                  least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
+    throw io::InputError(text);
+  }
   if (o.format == "json") {
     nlohmann::json rows = nlohmann::json::array();
     for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
@@ -216,18 +229,11 @@ int run_plan(const Options& o) {
       static_cast<long long>(cluster.devices()), static_cast<long long>(cluster.nodes),
       static_cast<long long>(cluster.devices_per_node), cluster.memory_bytes / kGiB,
       static_cast<long long>(o.global_batch));
-  int fitting = 0;
-  for (const auto& c : all) fitting += c.rejected.empty();
   std::printf("layouts: %zu predicted, %d fit in memory, %zu do not\n", all.size(), fitting,
               all.size() - fitting);
   print_header();
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
     print_row(i + 1, all[i]);
-  if (fitting == 0) {
-    throw io::InputError("no layout fits in " + std::to_string(cluster.memory_bytes / kGiB) +
-                         " GiB per device: the smallest needs " +
-                         std::to_string(all.front().prediction.peak_bytes() / kGiB) + " GiB");
-  }
   print_losers(all);
   if (!o.out.empty()) {
     io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");

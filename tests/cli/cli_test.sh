@@ -8,21 +8,6 @@ pipetrain=$1
 examples=$2/examples
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Runs pipetrain; leaves exit code in $rc, stdout in $work/out, stderr in $work/err.
-run() {
-  "$pipetrain" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-
-expect_input_error() { # pattern, args...
-  local pattern=$1
-  shift
-  run "$@"
-  check "'$*' exits 2 (got $rc)" test "$rc" -eq 2
-  check "'$*' prints one line" test "$(wc -l <"$work/err")" -eq 1
-  check "'$*' names '$pattern': $(cat "$work/err")" grep -q -- "$pattern" "$work/err"
-  check "'$*' prints nothing on stdout" test ! -s "$work/out"
-}
 
 # The README's key table is what `pipetrain keys` prints from the one key table.
 run keys

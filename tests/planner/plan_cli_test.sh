@@ -12,19 +12,6 @@ cluster=$source_dir/clusters/this-machine.json
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
-run() {
-  "$pipetrain" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-
-expect_input_error() { # pattern, args...
-  local pattern=$1
-  shift
-  run "$@"
-  check "'$*' exits 2 (got $rc)" test "$rc" -eq 2
-  check "'$*' prints one line on stderr" test "$(wc -l <"$work/err")" -eq 1
-  check "'$*' names '$pattern': $(cat "$work/err")" grep -q -- "$pattern" "$work/err"
-}
 
 cat >"$work/model.json" <<'JSON'
 {"model": {"type": "gpt", "vocab_size": 256, "context": 32, "d_model": 32, "heads": 4,
