@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "pipetrain/config/config_section.h"
@@ -23,7 +24,7 @@ struct Options {
   std::string cluster;
   int64_t global_batch = 0;
   int top = 5;
-  int64_t nodes = 0;  // 0: the cluster file's
+  std::optional<int64_t> nodes;  // unset: the cluster file's
   std::string out;
   std::string schedule, checkpointing;
   std::string format = "table";
@@ -182,8 +183,10 @@ int run_plan(const Options& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
   if (o.top < 1) throw io::InputError("--top must be at least 1");
   planner::Cluster cluster = planner::read_cluster(o.cluster);
-  if (o.nodes < 0) throw io::InputError("--nodes must be at least 1");
-  if (o.nodes > 0) cluster.nodes = o.nodes;
+  if (o.nodes) {
+    if (*o.nodes < 1) throw io::InputError("--nodes must be at least 1");
+    cluster.nodes = *o.nodes;
+  }
   const nlohmann::json json = config::read_json_file(o.config);
   std::vector<std::string> unknown;
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
@@ -212,6 +215,8 @@ int run_plan(const Options& o) {
                   least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
     throw io::InputError(text);
   }
+  if (!o.out.empty())
+    io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");
   if (o.format == "json") {
     nlohmann::json rows = nlohmann::json::array();
     for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
@@ -235,10 +240,7 @@ int run_plan(const Options& o) {
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
     print_row(i + 1, all[i]);
   print_losers(all);
-  if (!o.out.empty()) {
-    io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");
-    std::printf("wrote %s (layout 1)\n", o.out.c_str());
-  }
+  if (!o.out.empty()) std::printf("wrote %s (layout 1)\n", o.out.c_str());
   return 0;
 }
 

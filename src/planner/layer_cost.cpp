@@ -32,6 +32,7 @@ LayerCost embedding(const std::string& type, int64_t vocab, int64_t positions, i
   layer.split_parameters = vocab * d;
   layer.output = static_cast<double>(s * d);
   layer.width = static_cast<double>(d);
+  layer.all_reduced = static_cast<double>(s * d);
   layer.dense_gradient = true;    // the lookup's backward scatters into a whole table
   layer.forward_all_reduces = 1;  // the vocabulary-parallel lookup's partial sums
   return layer;
@@ -95,6 +96,7 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.workspace = static_cast<double>(5 * s * d);  // the MLP's gradients and the stream's
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
+  block.all_reduced = block.output;
   block.forward_all_reduces = 2;   // after attention, after the MLP
   block.backward_all_reduces = 2;  // into the two column-parallel inputs
   for (int64_t i = 0; i < c.layers; ++i) layers.push_back(block);
@@ -125,6 +127,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
   block.workspace = static_cast<double>(s * (2 * ffn + d));         // gate's and up's, the stream's
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
+  block.all_reduced = block.output;
   block.forward_all_reduces = 2;
   block.backward_all_reduces = 2;
   for (int64_t i = 0; i < c.layers; ++i) layers.push_back(block);
@@ -143,6 +146,10 @@ double LayerCost::parameters_per_rank(int t) const {
 double LayerCost::saved_bytes(int t, int element_bytes) const {
   const int split_bytes = float32_loss ? 4 : element_bytes;
   return saved * element_bytes + split_saved / t * split_bytes + saved_fp32 * 4;
+}
+
+double LayerCost::loss_bytes(int t) const {
+  return float32_loss ? split_saved / t * 4 : 0.0;
 }
 
 double LayerCost::workspace_bytes(int t, int element_bytes, double batch) const {

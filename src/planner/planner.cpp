@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <string>
 
 #include "pipetrain/io/errors.h"
 
@@ -28,7 +29,7 @@ bool allowed(const std::optional<T>& fixed, T value) {
 bool splits(const models::ModelConfig& m, int t) {
   if (m.type == "llama")
     return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
-           m.llama.vocab_size % t == 0;
+           m.llama.vocab_size % t == 0 && m.llama.intermediate_size % t == 0;
   return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
 }
 
@@ -43,6 +44,13 @@ std::vector<std::pair<PipelineSchedule, int>> schedules(int pipe, int64_t micro_
       found.push_back({PipelineSchedule::kInterleaved, chunks});
   }
   return found;
+}
+
+// The virtual stages a `boundaries:A,B,...` partition fixes (one more than its cuts); 0 for
+// other methods, which split any count.
+int fixed_virtual_stages(const module::PartitionMethod& method) {
+  if (method.kind != module::PartitionMethod::Kind::kBoundaries) return 0;
+  return static_cast<int>(std::count(method.argument.begin(), method.argument.end(), ',')) + 2;
 }
 
 // Micro-batch sizes to try for `per_replica` samples per replica: the fixed one, or the
@@ -79,7 +87,10 @@ Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
 
 std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t global_batch,
                                     const LayoutLimits& limits) {
-  if (global_batch < 1) throw io::InputError("--global-batch must be at least 1");
+  if (global_batch < 1 || global_batch > (int64_t{1} << 30))
+    throw io::InputError("--global-batch must be between 1 and 2^30, got " +
+                         std::to_string(global_batch));
+  const int boundaries_stages = fixed_virtual_stages(w.training.pipeline.partition_method);
   const int layers = static_cast<int>(w.layers.size());
   const int64_t devices = limits.devices.value_or(c.devices());
   if (devices < 1 || devices > c.devices())
@@ -98,6 +109,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
         const int64_t m = global_batch / data / b;
         for (const auto& [schedule, chunks] : schedules(pipe, m, layers)) {
           if (!allowed(limits.schedule, schedule) || !allowed(limits.chunks, chunks)) continue;
+          if (boundaries_stages > 0 && pipe * chunks != boundaries_stages) continue;
           for (bool checkpointing : {false, true}) {
             if (!allowed(limits.checkpointing, checkpointing)) continue;
             for (int zero : {0, 1}) {

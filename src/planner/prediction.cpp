@@ -54,6 +54,7 @@ struct StageWork {
   double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
+  double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
   bool holds_embedding = false;
   bool holds_head = false;
 };
@@ -69,7 +70,7 @@ class StageCosting {
     for (int i = span.begin; i < span.end; ++i) {
       const LayerCost& layer = w_.layers[i];
       const double b = static_cast<double>(l_.micro_batch);
-      const double all_reduce = all_reduce_seconds(b * layer.output);
+      const double all_reduce = all_reduce_seconds(b * layer.all_reduced);
       const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.tensor);
       forward += b * layer.forward_flops / l_.tensor / flops + c_.layer_overhead +
                  layer.forward_all_reduces * all_reduce;
@@ -78,9 +79,12 @@ class StageCosting {
       weight += b * layer.backward_weight_flops / l_.tensor / flops;
       saved += layer.saved_bytes(l_.tensor, bytes_);
       checkpoint += (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_;
+      // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved =
-          std::max(stage.largest_layer_saved, layer.saved_bytes(l_.tensor, bytes_));
+          std::max(stage.largest_layer_saved,
+                   layer.saved_bytes(l_.tensor, bytes_) - layer.loss_bytes(l_.tensor));
       stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
+      stage.loss_per_sample += layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
         stage.parameters += layer.parameters_per_rank(l_.tensor);
       stage.holds_embedding = stage.holds_embedding || i == 0;
@@ -124,7 +128,11 @@ double activation_bytes(const StageWork& stage, const Layout& l, int live) {
   const double b = static_cast<double>(l.micro_batch);
   const double backward = live > 0 ? stage.workspace : 0.0;
   if (!l.checkpointing) return live * b * stage.saved_per_sample + backward;
-  return live * b * stage.checkpoint_per_sample + b * stage.largest_layer_saved + backward;
+  // The loss is computed outside the checkpointed layers: its tensors stay for every live
+  // micro-batch but the one in backward, whose loss is freed before its layers recompute.
+  return live * b * stage.checkpoint_per_sample +
+         std::max(0, live - 1) * b * stage.loss_per_sample +
+         b * std::max(stage.largest_layer_saved, stage.loss_per_sample) + backward;
 }
 
 StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {

@@ -156,7 +156,12 @@ void measure_engine_overheads(planner::Cluster& c) {
   std::vector<Point> points;
   for (int64_t micro_batches : {2, 16}) {
     const nlohmann::json config = {
-        {"model", {{"type", "gpt"}, {"context", 4}, {"d_model", 8}, {"heads", 1}, {"layers", 4}}},
+        {"model",
+         {{"type", "gpt"},
+          {"context", 4},
+          {"d_model", 8},
+          {"heads", 1},
+          {"layers", std::max(4, ranks)}}},  // a layer or more for every stage
         {"pipeline", {{"stages", ranks}}},
         {"train_micro_batch_size_per_gpu", 1},
         {"gradient_accumulation_steps", micro_batches},

@@ -50,8 +50,8 @@ echo '{"model": {"type": "mlp"}}' >"$work/mlp.json"
 expect_input_error "cannot be costed" plan --config "$work/mlp.json" --cluster "$cluster" --global-batch 16
 
 # Predicted peak memory per stage against the measured peak (the most any rank of the
-# stage held), for pipe x data = 1x1, 2x1, 1x2, with checkpointing, in bf16 and with ZeRO-1
-# over 2 replicas. The data is a
+# stage held), for pipe x data = 1x1, 2x1, 1x2, with checkpointing (1F1B and GPipe), in bf16
+# and with ZeRO-1 over 2 replicas. The data is a
 # Megatron indexed dataset, mapped: its tokens are no tensors, so the model's are measured.
 python3 "$source_dir/tests/data/write_indexed.py" "$work/corpus" uint16 4000
 cat >"$work/measured.json" <<JSON
@@ -62,14 +62,15 @@ cat >"$work/measured.json" <<JSON
  "gradient_accumulation_steps": 8, "train_iters": 3, "eval_iters": 1, "sample": {"tokens": 0},
  "memory_breakdown": true}
 JSON
-for layout in "1 1 0 fp32 0" "2 1 0 fp32 0" "1 2 0 fp32 0" "2 1 1 fp32 0" "2 1 0 bf16 0" \
-  "1 2 0 bf16 1"; do
-  read -r pipe data checkpoint precision zero <<<"$layout"
+for layout in "1 1 0 fp32 0 1f1b" "2 1 0 fp32 0 1f1b" "1 2 0 fp32 0 1f1b" "2 1 1 fp32 0 1f1b" \
+  "2 1 1 fp32 0 gpipe" "2 1 0 bf16 0 1f1b" "1 2 0 bf16 1 1f1b"; do
+  read -r pipe data checkpoint precision zero schedule <<<"$layout"
   python3 - "$work/measured.json" "$work/run.json" "$pipe" "$checkpoint" "$work/metrics.jsonl" \
-    "$precision" "$zero" <<'PY'
+    "$precision" "$zero" "$schedule" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["pipeline"] = {"stages": int(sys.argv[3]), "activation_checkpoint_interval": int(sys.argv[4])}
+c["pipeline"] = {"stages": int(sys.argv[3]), "activation_checkpoint_interval": int(sys.argv[4]),
+                 "schedule": sys.argv[8]}
 c["log"] = {"metrics": sys.argv[5]}
 if sys.argv[6] != "fp32":
     c[sys.argv[6]] = {"enabled": True}
@@ -81,7 +82,7 @@ PY
   check "run $layout trains" grep -q "validation loss:" "$work/train"
   checkpointing=$([ "$checkpoint" = 1 ] && echo on || echo off)
   "$pipetrain" plan --config "$work/run.json" --cluster "$cluster" --devices $((pipe * data)) \
-    --global-batch $((64 * data)) --pipe "$pipe" --data "$data" --micro-batch 8 --schedule 1f1b \
+    --global-batch $((64 * data)) --pipe "$pipe" --data "$data" --micro-batch 8 --schedule "$schedule" \
     --zero "$zero" --checkpointing "$checkpointing" --format json >"$work/predicted.json"
   report=$(python3 - "$work/metrics.jsonl" "$work/predicted.json" "$pipe" "$data" <<'PY'
 import json, sys
@@ -98,8 +99,9 @@ for s in range(pipe):
 print("ok" if worst <= 0.10 else "OFF BY MORE THAN 10%")
 PY
 )
-  echo "pipe $pipe data $data checkpointing $checkpointing $precision zero $zero: $report"
-  check "peak memory within 10% at pipe $pipe data $data checkpointing $checkpointing $precision zero $zero: $report" \
+  what="pipe $pipe data $data $schedule checkpointing $checkpointing $precision zero $zero"
+  echo "$what: $report"
+  check "peak memory within 10% at $what: $report" \
     grep -q "ok$" <<<"$report"
 done
 finish

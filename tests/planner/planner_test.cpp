@@ -144,6 +144,11 @@ TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
   const Prediction plain = predict(w, ideal(2), l);
   EXPECT_GT(checkpointed.step_seconds, plain.step_seconds);
   EXPECT_LT(checkpointed.stages[0].activations, plain.stages[0].activations);
+  // The loss is outside the checkpointed layers: GPipe keeps all 8 micro-batches' float32
+  // log-softmax ([16, 256] each) on the last stage, checkpointing or not.
+  l.schedule = engine::PipelineSchedule::kGpipe;
+  l.checkpointing = true;
+  EXPECT_GE(predict(w, ideal(2), l).stages[1].activations, 8 * 16 * 256 * 4.0);
 }
 
 TEST(Planner, PicksTensorParallelismInsideANodeOnly) {

@@ -39,15 +39,18 @@ struct LayerCost {
   double width = 0;
   // Elements handed to the next layer: a stage boundary's message, and a checkpoint.
   double output = 0;
-  // All-reduces of `output` elements over the model-parallel group per pass (t > 1).
+  // All-reduces over the model-parallel group per pass (t > 1), of `all_reduced` elements.
   int forward_all_reduces = 0;
   int backward_all_reduces = 0;
+  double all_reduced = 0;
 
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // Parameters held by one rank of a model-parallel group of size t.
   double parameters_per_rank(int t) const;
   // Bytes of saved activations per sample on one rank of a group of size t.
   double saved_bytes(int t, int element_bytes) const;
+  // The part of saved_bytes the loss keeps outside the layer (checkpointing keeps it too).
+  double loss_bytes(int t) const;
   // Bytes its backward needs beyond the saved activations, for `batch` samples.
   double workspace_bytes(int t, int element_bytes, double batch) const;
 };

@@ -25,13 +25,15 @@ struct Candidate {
   std::string rejected;  // empty when it fits; else why not (e.g. out of memory)
 };
 
-// Every layout of the cluster's devices (or limits.devices) for a step of `global_batch` samples
-// that the limits allow: t dividing a node's devices and the model's heads and vocabulary, p up to
-// the layer count, d the rest, micro-batches dividing the batch, every schedule (interleaved with 2
-// or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is predicted; those whose fullest stage
-// exceeds the device memory are marked rejected. Sorted: fitting layouts by step time, then the
-// rejected by peak memory. Throws InputError when no layout exists at all (the batch, the model and
-// the limits leave none), naming why.
+// Every layout of the cluster's devices (or limits.devices) for a step of `global_batch`
+// samples that the limits allow: t dividing a node's devices and the model's heads (and
+// key/value heads and MLP width) and vocabulary, p up to the layer count (p · chunks what a
+// `boundaries:` partition fixes), d the rest, micro-batches dividing the batch, every
+// schedule (interleaved with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is
+// predicted; those whose fullest stage exceeds the device memory are marked rejected.
+// Sorted: fitting layouts by step time, then the rejected by peak memory. Throws
+// InputError when no layout exists at all (the batch, the model and the limits leave
+// none), naming why.
 std::vector<Candidate> plan_layouts(const Workload& workload, const Cluster& cluster,
                                     int64_t global_batch, const LayoutLimits& limits = {});
 
