@@ -59,6 +59,10 @@ const config::KeyTable<Cluster>& cluster_keys() {
                 config::at_least(0));
     scaled(t, "memory_bandwidth_gbs", PIPETRAIN_FIELD(memory_bandwidth), 1e9,
            "GB/s the optimizer step streams parameters and state at (required)");
+    scaled(t, "activation_bandwidth_gbs", PIPETRAIN_FIELD(activation_bandwidth), 1e9,
+           "GB/s elementwise work on activations (norms, GELU, residual adds) streams at; 0: "
+           "memory_bandwidth_gbs",
+           config::at_least(0));
     scaled(t, "layer_overhead_us", PIPETRAIN_FIELD(layer_overhead), 1e-6,
            "µs per layer pass beyond its FLOPs", config::at_least(0));
     scaled(t, "pass_overhead_us", PIPETRAIN_FIELD(pass_overhead), 1e-6,

@@ -31,6 +31,7 @@ LayerCost embedding(const std::string& type, int64_t vocab, int64_t positions, i
   layer.parameters = (vocab + positions) * d;
   layer.split_parameters = vocab * d;
   layer.output = static_cast<double>(s * d);
+  layer.traffic = static_cast<double>(4 * s * d);  // the lookup's rows, the positions' add
   layer.width = static_cast<double>(d);
   layer.all_reduced = static_cast<double>(s * d);
   layer.dense_gradient = true;    // the lookup's backward scatters into a whole table
@@ -53,6 +54,7 @@ LayerCost head(const std::string& type, int64_t vocab, int64_t d, int64_t s, boo
   layer.split_saved = static_cast<double>(s * vocab);    // the log-softmax
   layer.workspace = static_cast<double>(2 * s * vocab);  // its gradient and the logits'
   layer.float32_loss = true;
+  layer.split_traffic = static_cast<double>(6 * s * vocab);  // cast, log-softmax (float32)
 
   layer.output = 1;                // the loss
   layer.backward_all_reduces = 1;  // the column-parallel input gradient
@@ -65,6 +67,7 @@ LayerCost norm(const std::string& type, int64_t parameters, int64_t d, int64_t s
   layer.parameters = parameters;
   layer.saved = static_cast<double>(s * d);
   layer.saved_fp32 = static_cast<double>(2 * s);
+  layer.traffic = static_cast<double>(2 * s * d);
   layer.width = static_cast<double>(d);
   layer.workspace = static_cast<double>(2 * s * d);
   layer.output = static_cast<double>(s * d);
@@ -94,6 +97,10 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
   }
   block.workspace = static_cast<double>(5 * s * d);  // the MLP's gradients and the stream's
+  // Two norms and two residual adds on the stream; q/k/v read and the output written by
+  // the fused attention, the heads merged; GELU over the 4·d features.
+  block.traffic = static_cast<double>(10 * s * d);
+  block.split_traffic = static_cast<double>(14 * s * d);
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.all_reduced = block.output;
@@ -146,6 +153,10 @@ double LayerCost::parameters_per_rank(int t) const {
 double LayerCost::saved_bytes(int t, int element_bytes) const {
   const int split_bytes = float32_loss ? 4 : element_bytes;
   return saved * element_bytes + split_saved / t * split_bytes + saved_fp32 * 4;
+}
+
+double LayerCost::traffic_bytes(int t, int element_bytes) const {
+  return (traffic + split_traffic / t) * (float32_loss ? 4 : element_bytes);
 }
 
 double LayerCost::loss_bytes(int t) const {

@@ -72,10 +72,12 @@ class StageCosting {
       const double b = static_cast<double>(l_.micro_batch);
       const double all_reduce = all_reduce_seconds(b * layer.all_reduced);
       const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.tensor);
-      forward += b * layer.forward_flops / l_.tensor / flops + c_.layer_overhead +
+      const double streaming =
+          b * layer.traffic_bytes(l_.tensor, bytes_) / c_.activation_streaming();
+      forward += b * layer.forward_flops / l_.tensor / flops + streaming + c_.layer_overhead +
                  layer.forward_all_reduces * all_reduce;
-      input += b * layer.backward_input_flops / l_.tensor / flops + c_.layer_overhead +
-               layer.backward_all_reduces * all_reduce;
+      input += b * layer.backward_input_flops / l_.tensor / flops + 2 * streaming +
+               c_.layer_overhead + layer.backward_all_reduces * all_reduce;
       weight += b * layer.backward_weight_flops / l_.tensor / flops;
       saved += layer.saved_bytes(l_.tensor, bytes_);
       checkpoint += (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_;

@@ -64,6 +64,24 @@ double passes_seconds(const models::GptConfig& config, int64_t batch, int first,
   });
 }
 
+// Bytes per second Adam streams: per parameter it reads the parameter, gradient and two
+// moments and writes the parameter and the moments (the planner's 28 bytes).
+double optimizer_bandwidth() {
+  const int64_t n = 4 << 20;
+  at::Tensor p = at::randn({n}).requires_grad_(true);
+  p.mutable_grad() = at::randn({n});
+  const auto optimizer = optim::make_optimizer({}, {p});
+  const double seconds = median_seconds(11, [&] { optimizer->step(); });
+  return 28.0 * static_cast<double>(n) / seconds;
+}
+
+// Bytes per second GELU streams over a 512-token activation of width 1536 (read and write).
+double activation_bandwidth() {
+  const at::Tensor x = at::randn({512, 1536});
+  const double seconds = median_seconds(21, [&] { (void)at::gelu(x); });
+  return 2.0 * 4 * static_cast<double>(x.numel()) / seconds;
+}
+
 struct Compute {
   double peak = 0;
   double efficiency = 1;
@@ -71,17 +89,19 @@ struct Compute {
   double layer_overhead = 0;
 };
 
-// Achieved FLOP/s of a GPT block of width d on 512 tokens, its pass overheads removed.
-double block_flops(int64_t d, int64_t heads, double overhead) {
+// Achieved FLOP/s of a GPT block of width d on 512 tokens, its pass overheads and its
+// memory-bound work (the planner's traffic at `bandwidth`, backward twice forward) removed.
+double block_flops(int64_t d, int64_t heads, double overhead, double bandwidth) {
   const models::GptConfig config{
       .vocab_size = 256, .context = 128, .d_model = d, .heads = heads, .layers = 1};
   const int64_t batch = 4;
   const planner::LayerCost cost = planner::layer_costs({.type = "gpt", .gpt = config}).at(1);
   const double flops = batch * (cost.forward_flops + cost.backward_flops());
-  return flops / (passes_seconds(config, batch, 1, 2, 7) - 2 * overhead);
+  const double streaming = 3.0 * batch * cost.traffic_bytes(1, 4) / bandwidth;  // fwd + 2 bwd
+  return flops / (passes_seconds(config, batch, 1, 2, 7) - 2 * overhead - streaming);
 }
 
-Compute measure_compute() {
+Compute measure_compute(double bandwidth) {
   Compute c;
   c.peak = matmul_flops();
   // A GPT too small for its FLOPs to matter, every kind of layer: what a pass costs beyond
@@ -96,22 +116,11 @@ Compute measure_compute() {
   const int layers = static_cast<int>(tiny.layers) + 3;
   c.layer_overhead = passes_seconds(tiny, 1, 0, layers, 21) / (2 * layers);
   // Efficiency at two widths: e(w) = efficiency · w / (w + half_width), solved for both.
-  const double narrow = block_flops(96, 4, c.layer_overhead) / c.peak;
-  const double wide = block_flops(384, 6, c.layer_overhead) / c.peak;
+  const double narrow = block_flops(96, 4, c.layer_overhead, bandwidth) / c.peak;
+  const double wide = block_flops(384, 6, c.layer_overhead, bandwidth) / c.peak;
   c.half_width = std::max(0.0, (wide - narrow) / (narrow / 96 - wide / 384));
   c.efficiency = std::min(1.0, wide * (384 + c.half_width) / 384);
   return c;
-}
-
-// Bytes per second Adam streams: per parameter it reads the parameter, gradient and two
-// moments and writes the parameter and the moments (the planner's 28 bytes).
-double optimizer_bandwidth() {
-  const int64_t n = 4 << 20;
-  at::Tensor p = at::randn({n}).requires_grad_(true);
-  p.mutable_grad() = at::randn({n});
-  const auto optimizer = optim::make_optimizer({}, {p});
-  const double seconds = median_seconds(7, [&] { optimizer->step(); });
-  return 28.0 * static_cast<double>(n) / seconds;
 }
 
 // Ranks 0 and 1 bounce a message `rounds` times; the seconds of one way.
@@ -191,12 +200,17 @@ planner::Cluster calibrate_machine() {
   c.sources = {"pipetrain calibrate with " + std::to_string(world->size()) + " rank(s)"};
   c.devices_per_node = std::max(1u, std::thread::hardware_concurrency());
   c.memory_bytes = physical_memory() / static_cast<double>(c.devices_per_node);
-  const Compute compute = measure_compute();  // every rank at once, as in training
+  // Every rank measures at once, as they compute in training.
+  world->barrier();
+  c.memory_bandwidth = optimizer_bandwidth();
+  world->barrier();
+  c.activation_bandwidth = activation_bandwidth();
+  world->barrier();
+  const Compute compute = measure_compute(c.activation_bandwidth);
   c.fp32_flops = c.bf16_flops = compute.peak;
   c.efficiency = compute.efficiency;
   c.half_width = compute.half_width;
   c.layer_overhead = compute.layer_overhead;
-  c.memory_bandwidth = optimizer_bandwidth();
   world->barrier();
   if (world->size() >= 2 && world->rank() < 2) {
     c.intra_node.latency = one_way_seconds(*world, 8, 41);

@@ -34,17 +34,23 @@ struct Cluster {
   // Narrower products reach less: at width w (d_model / t) the share is efficiency ·
   // w / (w + half_width); 0 when width does not matter (a GPU at transformer sizes).
   double half_width = 0;
-  double memory_bandwidth = 0;  // bytes per second the optimizer step streams through
-  double layer_overhead = 0;    // seconds per layer pass beyond its FLOPs (launches, engine)
-  double pass_overhead = 0;     // seconds per compute instruction of a stage beyond its layers
-  double step_overhead = 0;     // seconds per optimizer step beyond the passes
-  Link intra_node;              // between devices of one node
-  Link inter_node;              // between nodes, per device
+  double memory_bandwidth = 0;  // bytes per second the optimizer step streams
+  // Bytes per second elementwise work on activations streams (norms, GELU, adds); 0: the
+  // memory bandwidth. On a CPU activations of a layer stay in cache; on a GPU they do not.
+  double activation_bandwidth = 0;
+  double layer_overhead = 0;  // seconds per layer pass beyond its FLOPs (launches, engine)
+  double pass_overhead = 0;   // seconds per compute instruction of a stage beyond its layers
+  double step_overhead = 0;   // seconds per optimizer step beyond the passes
+  Link intra_node;            // between devices of one node
+  Link inter_node;            // between nodes, per device
 
   int64_t devices() const { return nodes * devices_per_node; }
   // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16) on products
   // of width `width`.
   double achieved_flops(bool half_precision, double width) const;
+  double activation_streaming() const {
+    return activation_bandwidth > 0 ? activation_bandwidth : memory_bandwidth;
+  }
   // The link a group of `size` ranks `stride` apart uses: NVLink-like inside a node, the
   // network once the group spans nodes.
   const Link& link(int size, int stride) const;

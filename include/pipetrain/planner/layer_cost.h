@@ -23,6 +23,12 @@ struct LayerCost {
   double backward_input_flops = 0;
   double backward_weight_flops = 0;
 
+  // Elements the forward's other operations (norms, activations, residual adds, copies,
+  // softmax) read and write, per sample: memory-bound work the FLOPs do not show. The
+  // backward moves twice as much. `split_traffic` is the part tensor parallelism divides.
+  double traffic = 0;
+  double split_traffic = 0;
+
   // Activations kept from forward until backward, in elements of the compute type.
   double saved = 0;
   double split_saved = 0;  // the part tensor parallelism divides (per-head, per-feature)
@@ -51,6 +57,8 @@ struct LayerCost {
   double saved_bytes(int t, int element_bytes) const;
   // The part of saved_bytes the loss keeps outside the layer (checkpointing keeps it too).
   double loss_bytes(int t) const;
+  // Bytes its forward's memory-bound operations move per sample on one rank of t.
+  double traffic_bytes(int t, int element_bytes) const;
   // Bytes its backward needs beyond the saved activations, for `batch` samples.
   double workspace_bytes(int t, int element_bytes, double batch) const;
 };
