@@ -12,8 +12,9 @@ namespace {
 using engine::Precision;
 
 // Bytes of optimizer state per parameter: Adam's two moments, SGD's momentum (assumed on).
+// The config spells the type one way (training_keys normalises its letter case).
 double optimizer_state_bytes(const std::string& type) {
-  return type == "SGD" || type == "sgd" ? 4 : 8;
+  return type == "SGD" ? 4 : 8;
 }
 
 // Bytes the optimizer step streams per parameter: reads of the parameter, its gradient and
@@ -55,8 +56,6 @@ struct StageWork {
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
-  bool holds_embedding = false;
-  bool holds_head = false;
 };
 
 class StageCosting {
@@ -89,8 +88,6 @@ class StageCosting {
       stage.loss_per_sample += layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
         stage.parameters += layer.parameters_per_rank(l_.tensor);
-      stage.holds_embedding = stage.holds_embedding || i == 0;
-      stage.holds_head = stage.holds_head || i + 1 == static_cast<int>(w_.layers.size());
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
     forward += c_.pass_overhead;

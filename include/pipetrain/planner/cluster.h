@@ -13,8 +13,6 @@ struct Link {
   double bandwidth = 0;
   double latency = 0;
 
-  // One message of `bytes`.
-  double transfer(double bytes) const { return latency + bytes / bandwidth; }
   // A ring all-reduce of `bytes` over `ranks` ranks: 2(n-1)/n of the bytes each way,
   // 2(n-1) steps (a reduce-scatter and an all-gather cost half each).
   double all_reduce(double bytes, int ranks) const;
