@@ -21,6 +21,7 @@ Command add_partition_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_schedule_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 
 }  // namespace pipetrain::cli

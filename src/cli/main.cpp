@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::add_calibrate_command(app),
       pipetrain::cli::add_schedule_command(app),
       pipetrain::cli::add_simulate_command(app),
+      pipetrain::cli::add_tokenize_command(app),
       pipetrain::cli::add_keys_command(app),
       pipetrain::cli::add_devices_command(app),
   };  // clang-format: one per line

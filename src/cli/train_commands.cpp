@@ -76,9 +76,10 @@ Command add_generate_command(CLI::App& app) {
   command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Sampling seed")->capture_default_str();
-  command->add_option("--tokenizer", options->tokenizer,
-                      "SentencePiece .model for the prompt and the text (default: the one the "
-                      "model trained with, sample.tokenizer; else bytes)");
+  command->add_option(
+      "--tokenizer", options->tokenizer,
+      "tokenizer.json or SentencePiece .model for the prompt and the text (default: the one the "
+      "model trained with, sample.tokenizer; else bytes)");
   command
       ->add_option("--model", options->model_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")

@@ -29,17 +29,23 @@ class ByteTokenizer : public Tokenizer {
 
 // Defined in sentencepiece_tokenizer.cpp, or in sentencepiece_unavailable.cpp.
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path);
+// Defined in hf_tokenizer.cpp.
+std::unique_ptr<Tokenizer> load_hugging_face_tokenizer(const std::string& path);
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path, int64_t model_vocab_size) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (path.empty()) {
     tokenizer = std::make_unique<ByteTokenizer>();
-  } else if (std::filesystem::path(path).extension() == ".model") {
+  } else {
+    const auto extension = std::filesystem::path(path).extension();
+    if (extension != ".model" && extension != ".json") {
+      throw io::InputError(path +
+                           ": not a tokenizer pipetrain reads (a Hugging Face tokenizer.json or "
+                           "a SentencePiece .model)");
+    }
     if (!std::filesystem::is_regular_file(path))
       throw io::InputError(path + ": no such tokenizer file");
-    tokenizer = load_sentencepiece(path);
-  } else {
-    throw io::InputError(path + ": not a tokenizer pipetrain reads (a SentencePiece .model)");
+    tokenizer = extension == ".json" ? load_hugging_face_tokenizer(path) : load_sentencepiece(path);
   }
   if (tokenizer->vocab_size() > model_vocab_size) {
     throw io::InputError((path.empty() ? std::string("byte-level text") : path) + ": " +

@@ -62,7 +62,8 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  config::at_least(0))
         .custom(
             "sample.tokenizer", "string",
-            "a SentencePiece `.model` that encodes the prompt and decodes the sample (and "
+            "a Hugging Face `tokenizer.json` (BPE) or a SentencePiece `.model` that encodes the "
+            "prompt and decodes the sample (and "
             "`generate`'s, read from the checkpoint); empty: bytes. Kept as an absolute path, "
             "so a checkpoint names it from anywhere",
             [](const std::string& key, const nlohmann::json& value, TrainerConfig& c) {

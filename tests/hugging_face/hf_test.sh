@@ -22,10 +22,11 @@ done
 # tokens read back equal the tokenizer's, and a LLaMA trains on them at pipe 2 x data 2.
 "$python" - "$work/tokenizer.json" <<'PY'
 import sys
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
 tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
-trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>"])
+tokenizer.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "</s>"])
 tokenizer.train(["/usr/share/common-licenses/GPL-3"], trainer)
 tokenizer.save(sys.argv[1])
 PY
@@ -90,6 +91,12 @@ check "generate at model 2 decodes with the checkpoint's tokenizer ($(head -c 20
 "$pipetrain" generate --checkpoint "$work/trained" --tokens 0 --prompt "The ü" >"$work/unknown.out" 2>&1
 check "generate takes the tokenizer from the checkpoint ($(cat "$work/unknown.out"))" \
   grep -q "^The .*⁇" "$work/unknown.out"
+# --tokenizer with a tokenizer.json: its byte-level BPE learnt no "ü", whose two bytes are
+# unknown tokens each (bytes would give "??", SentencePiece " ⁇ ").
+"$pipetrain" generate --checkpoint "$work/trained" --tokens 0 --prompt "The ü" \
+  --tokenizer "$work/tokenizer.json" >"$work/hf-unknown.out" 2>&1
+check "generate encodes and decodes with a tokenizer.json ($(cat "$work/hf-unknown.out"))" \
+  grep -q "^ The <unk><unk>$" "$work/hf-unknown.out"
 
 expect_bad() { # description, expected text, pipetrain arguments...
   local what=$1 expected=$2
@@ -163,8 +170,10 @@ expect_bad "token outside the vocabulary" "--tokens: id 999 is outside the vocab
 expect_bad "too many tokens" "--tokens: 30 tokens, the model's context is 24" \
   logits --checkpoint "$work/gpt2-ckpt" --tokens "$(seq -s, 1 30)" --out logits.safetensors
 
-expect_bad "tokenizer of another kind" "not a tokenizer pipetrain reads (a SentencePiece .model)" \
-  generate --checkpoint "$work/trained" --tokenizer "$work/tokenizer.json"
+printf 'a b\n' >"$work/vocab.txt"
+expect_bad "tokenizer of another kind" \
+  "not a tokenizer pipetrain reads (a Hugging Face tokenizer.json or a SentencePiece .model)" \
+  generate --checkpoint "$work/trained" --tokenizer "$work/vocab.txt"
 expect_bad "tokenizer missing" "no-such.model: no such tokenizer file" \
   generate --checkpoint "$work/trained" --tokenizer "$work/no-such.model"
 cp "$work/llama.json" "$work/small-vocab.json"

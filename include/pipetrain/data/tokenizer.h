@@ -19,9 +19,10 @@ class Tokenizer {
 };
 
 // `path` empty: bytes (every byte one token; decoded bytes that are not printable ASCII,
-// newline or tab show as '?'); a SentencePiece `.model` file: that model (when the build
-// has SentencePiece). InputError naming the file when it cannot be read, is of another
-// kind, or its vocabulary does not fit in `model_vocab_size` ids.
+// newline or tab show as '?'); a Hugging Face `.json` file: its BPE tokenizer (the kinds of
+// GPT-2, LLaMA-2 and LLaMA-3; see hf_tokenizer.cpp); a SentencePiece `.model` file: that
+// model (when the build has SentencePiece). InputError naming the file when it cannot be read, is
+// of another kind, or its vocabulary does not fit in `model_vocab_size` ids.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path, int64_t model_vocab_size);
 
 // Whether this build reads SentencePiece models.

@@ -1,0 +1,437 @@
+// Hugging Face tokenizer.json files with a BPE model: GPT-2's byte-level tokenizers, the
+// LLaMA-3 kind (a split regex before the byte level) and the SentencePiece conversions of
+// LLaMA-2 and Mistral (metaspace, byte fallback). Each stage is read as the `tokenizers`
+// library runs it (its Rust sources are the reference); a stage of another kind is refused
+// with its field named.
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/config_section.h"
+#include "pipetrain/data/bpe_model.h"
+#include "pipetrain/data/byte_level.h"
+#include "pipetrain/data/tokenizer.h"
+#include "pipetrain/data/utf8.h"
+#include "pipetrain/io/errors.h"
+#include "unicode_regex.h"
+
+namespace pipetrain::data {
+namespace {
+
+const std::string kReplacementCharacter = "\xEF\xBF\xBD";
+
+// A stretch of text on its way to the model; `at_start`: it begins the input (the
+// "first" prepend scheme marks only that one).
+struct Piece {
+  std::string text;
+  bool at_start = false;
+};
+using Pieces = std::vector<Piece>;
+
+using Normalizer = std::function<std::string(std::string)>;
+using PreTokenizer = std::function<Pieces(const Piece&)>;
+using Decoder = std::function<std::vector<std::string>(std::vector<std::string>)>;
+
+// Reads one stage of a tokenizer.json, naming `field` in its errors.
+class StageReader {
+ public:
+  explicit StageReader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw io::InputError(source_ + ": " + field + " " + what);
+  }
+  std::string type(const nlohmann::json& stage, const std::string& field) const {
+    if (!stage.is_object() || !stage.contains("type") || !stage["type"].is_string())
+      fail(field, "has no type");
+    return stage["type"].get<std::string>();
+  }
+  std::string text(const nlohmann::json& stage, const std::string& field,
+                   const std::string& key) const {
+    if (!stage.contains(key) || !stage[key].is_string()) fail(field + "." + key, "must be text");
+    return stage[key].get<std::string>();
+  }
+  // A pattern {"String": s} (or {"Regex": r} where `regex_allowed`).
+  std::string literal(const nlohmann::json& stage, const std::string& field) const {
+    const nlohmann::json pattern = stage.value("pattern", nlohmann::json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string())
+      fail(field + ".pattern", "must be {\"String\": ...} (regex replacements are not supported)");
+    return pattern["String"].get<std::string>();
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+};
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+Normalizer read_normalizer(const nlohmann::json& stage, const std::string& field,
+                           const StageReader& reader) {
+  if (stage.is_null()) return [](std::string text) { return text; };
+  const std::string type = reader.type(stage, field);
+  if (type == "Sequence") {
+    std::vector<Normalizer> steps;
+    const nlohmann::json& list = stage.value("normalizers", nlohmann::json::array());
+    for (size_t i = 0; i < list.size(); ++i)
+      steps.push_back(
+          read_normalizer(list[i], field + ".normalizers[" + std::to_string(i) + "]", reader));
+    return [steps](std::string text) {
+      for (const auto& step : steps) text = step(std::move(text));
+      return text;
+    };
+  }
+  if (type == "Prepend") {
+    const std::string prefix = reader.text(stage, field, "prepend");
+    return [prefix](std::string text) { return text.empty() ? text : prefix + text; };
+  }
+  if (type == "Replace") {
+    const std::string from = reader.literal(stage, field);
+    const std::string to = reader.text(stage, field, "content");
+    return [from, to](std::string text) { return replace_all(std::move(text), from, to); };
+  }
+  reader.fail(field + ".type", "\"" + type + "\" is not supported (Sequence, Prepend, Replace)");
+}
+
+// Byte ranges [begin, end) of `text` cut by `separators`: kept as pieces of their own
+// (`isolated`), dropped, or each starting the piece after it (`merged_with_next`).
+enum class Delimiter { kIsolated, kRemoved, kMergedWithNext };
+Pieces split_at(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& separators,
+                Delimiter delimiter) {
+  Pieces pieces;
+  const auto add = [&](size_t begin, size_t end) {
+    if (end > begin)
+      pieces.push_back(
+          {piece.text.substr(begin, end - begin), piece.at_start && pieces.empty() && begin == 0});
+  };
+  size_t done = 0;
+  for (const auto& [begin, end] : separators) {
+    if (delimiter == Delimiter::kMergedWithNext) {
+      add(done, begin);
+      done = begin;
+      continue;
+    }
+    add(done, begin);
+    if (delimiter == Delimiter::kIsolated) add(begin, end);
+    done = end;
+  }
+  add(done, piece.text.size());
+  return pieces;
+}
+
+std::vector<std::pair<size_t, size_t>> literal_matches(const std::string& text,
+                                                       const std::string& literal) {
+  std::vector<std::pair<size_t, size_t>> found;
+  if (literal.empty()) return found;
+  for (size_t at = text.find(literal); at != std::string::npos;
+       at = text.find(literal, at + literal.size()))
+    found.emplace_back(at, at + literal.size());
+  return found;
+}
+
+PreTokenizer read_split(const nlohmann::json& stage, const std::string& field,
+                        const StageReader& reader) {
+  const std::string behavior = stage.value("behavior", "");
+  if (behavior != "Isolated" && behavior != "Removed")
+    reader.fail(field + ".behavior", "\"" + behavior + "\" is not supported (Isolated, Removed)");
+  if (stage.value("invert", false)) reader.fail(field + ".invert", "true is not supported");
+  const Delimiter delimiter = behavior == "Isolated" ? Delimiter::kIsolated : Delimiter::kRemoved;
+  const nlohmann::json pattern = stage.value("pattern", nlohmann::json());
+  if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+    auto regex = std::make_shared<UnicodeRegex>(pattern["Regex"].get<std::string>(),
+                                                reader.source() + ": " + field + ".pattern");
+    return [regex, delimiter](const Piece& piece) {
+      return split_at(piece, regex->matches(piece.text), delimiter);
+    };
+  }
+  const std::string literal = reader.literal(stage, field);
+  return [literal, delimiter](const Piece& piece) {
+    return split_at(piece, literal_matches(piece.text, literal), delimiter);
+  };
+}
+
+PreTokenizer read_byte_level(const nlohmann::json& stage) {
+  const bool prefix_space = stage.value("add_prefix_space", true);
+  std::shared_ptr<UnicodeRegex> regex;
+  if (stage.value("use_regex", true))
+    regex = std::make_shared<UnicodeRegex>(kGpt2Pattern, "GPT-2's pre-tokenizer");
+  return [prefix_space, regex](const Piece& original) {
+    if (original.text.empty()) return Pieces{};
+    Piece piece = original;
+    if (prefix_space && piece.text[0] != ' ') piece.text = ' ' + piece.text;
+    Pieces pieces =
+        regex ? split_at(piece, regex->matches(piece.text), Delimiter::kIsolated) : Pieces{piece};
+    for (Piece& p : pieces) p.text = bytes_to_unicode(p.text);
+    return pieces;
+  };
+}
+
+enum class Prepend { kAlways, kFirst, kNever };
+
+Prepend read_prepend_scheme(const nlohmann::json& stage, const std::string& field,
+                            const StageReader& reader) {
+  if (stage.contains("add_prefix_space") && stage["add_prefix_space"] == false)
+    return Prepend::kNever;  // the older spelling
+  const std::string scheme = stage.value("prepend_scheme", "always");
+  if (scheme == "always") return Prepend::kAlways;
+  if (scheme == "first") return Prepend::kFirst;
+  if (scheme == "never") return Prepend::kNever;
+  reader.fail(field + ".prepend_scheme", "must be \"always\", \"first\" or \"never\"");
+}
+
+PreTokenizer read_metaspace(const nlohmann::json& stage, const std::string& field,
+                            const StageReader& reader) {
+  const std::string replacement = reader.text(stage, field, "replacement");
+  const Prepend prepend = read_prepend_scheme(stage, field, reader);
+  const bool split = stage.value("split", true);
+  return [replacement, prepend, split](const Piece& original) {
+    Piece piece{replace_all(original.text, " ", replacement), original.at_start};
+    const bool starts = piece.text.compare(0, replacement.size(), replacement) == 0;
+    if (!starts && (prepend == Prepend::kAlways || (prepend == Prepend::kFirst && piece.at_start)))
+      piece.text.insert(0, replacement);
+    if (!split) return Pieces{piece};
+    return split_at(piece, literal_matches(piece.text, replacement), Delimiter::kMergedWithNext);
+  };
+}
+
+PreTokenizer read_pre_tokenizer(const nlohmann::json& stage, const std::string& field,
+                                const StageReader& reader) {
+  if (stage.is_null()) return [](const Piece& piece) { return Pieces{piece}; };
+  const std::string type = reader.type(stage, field);
+  if (type == "Sequence") {
+    std::vector<PreTokenizer> steps;
+    const nlohmann::json& list = stage.value("pretokenizers", nlohmann::json::array());
+    for (size_t i = 0; i < list.size(); ++i)
+      steps.push_back(
+          read_pre_tokenizer(list[i], field + ".pretokenizers[" + std::to_string(i) + "]", reader));
+    return [steps](const Piece& piece) {
+      Pieces pieces{piece};
+      for (const auto& step : steps) {
+        Pieces next;
+        for (const Piece& p : pieces) {
+          for (Piece& q : step(p)) next.push_back(std::move(q));
+        }
+        pieces = std::move(next);
+      }
+      return pieces;
+    };
+  }
+  if (type == "Split") return read_split(stage, field, reader);
+  if (type == "ByteLevel") return read_byte_level(stage);
+  if (type == "Metaspace") return read_metaspace(stage, field, reader);
+  reader.fail(field + ".type",
+              "\"" + type + "\" is not supported (Sequence, Split, ByteLevel, Metaspace)");
+}
+
+// Byte tokens (<0x41>) joined into text; bytes that are not UTF-8 become one U+FFFD each.
+std::vector<std::string> fall_back_to_bytes(std::vector<std::string> tokens) {
+  std::vector<std::string> out;
+  std::string bytes;
+  const auto flush = [&] {
+    if (bytes.empty()) return;
+    if (is_utf8(bytes)) {
+      out.push_back(bytes);
+    } else {
+      for (size_t i = 0; i < bytes.size(); ++i) out.push_back(kReplacementCharacter);
+    }
+    bytes.clear();
+  };
+  for (std::string& token : tokens) {
+    if (token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(token[3])) &&
+        std::isxdigit(static_cast<unsigned char>(token[4]))) {
+      bytes += static_cast<char>(std::stoi(token.substr(3, 2), nullptr, 16));
+      continue;
+    }
+    flush();
+    out.push_back(std::move(token));
+  }
+  flush();
+  return out;
+}
+
+// Up to `start` leading and `stop` trailing `content` characters cut from every token.
+std::vector<std::string> strip(std::vector<std::string> tokens, const std::string& content,
+                               size_t start, size_t stop) {
+  for (std::string& token : tokens) {
+    for (size_t i = 0; i < start && token.compare(0, content.size(), content) == 0; ++i)
+      token.erase(0, content.size());
+    for (size_t i = 0; i < stop && token.size() >= content.size() &&
+                       token.compare(token.size() - content.size(), content.size(), content) == 0;
+         ++i)
+      token.erase(token.size() - content.size());
+  }
+  return tokens;
+}
+
+Decoder read_decoder(const nlohmann::json& stage, const std::string& field,
+                     const StageReader& reader) {
+  if (stage.is_null()) {  // the library's default: tokens joined by spaces
+    return [](std::vector<std::string> tokens) {
+      std::string text;
+      for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
+      return std::vector<std::string>{text};
+    };
+  }
+  const std::string type = reader.type(stage, field);
+  if (type == "Sequence") {
+    std::vector<Decoder> steps;
+    const nlohmann::json& list = stage.value("decoders", nlohmann::json::array());
+    for (size_t i = 0; i < list.size(); ++i)
+      steps.push_back(
+          read_decoder(list[i], field + ".decoders[" + std::to_string(i) + "]", reader));
+    return [steps](std::vector<std::string> tokens) {
+      for (const auto& step : steps) tokens = step(std::move(tokens));
+      return tokens;
+    };
+  }
+  if (type == "ByteLevel") {
+    return [](std::vector<std::string> tokens) {
+      std::string bytes;
+      for (const std::string& token : tokens) bytes += unicode_to_bytes(token);
+      return std::vector<std::string>{lossy_utf8(bytes)};
+    };
+  }
+  if (type == "Replace") {
+    const std::string from = reader.literal(stage, field);
+    const std::string to = reader.text(stage, field, "content");
+    return [from, to](std::vector<std::string> tokens) {
+      for (std::string& token : tokens) token = replace_all(std::move(token), from, to);
+      return tokens;
+    };
+  }
+  if (type == "ByteFallback") return fall_back_to_bytes;
+  if (type == "Fuse") {
+    return [](std::vector<std::string> tokens) {
+      std::string text;
+      for (const std::string& token : tokens) text += token;
+      return std::vector<std::string>{text};
+    };
+  }
+  if (type == "Strip") {
+    const std::string content = reader.text(stage, field, "content");
+    const size_t start = stage.value("start", 0), stop = stage.value("stop", 0);
+    return [content, start, stop](std::vector<std::string> tokens) {
+      return strip(std::move(tokens), content, start, stop);
+    };
+  }
+  if (type == "Metaspace") {
+    const std::string replacement = reader.text(stage, field, "replacement");
+    const bool drop_first = read_prepend_scheme(stage, field, reader) != Prepend::kNever;
+    return [replacement, drop_first](std::vector<std::string> tokens) {
+      for (size_t i = 0; i < tokens.size(); ++i)
+        tokens[i] = replace_all(std::move(tokens[i]), replacement, i == 0 && drop_first ? "" : " ");
+      return tokens;
+    };
+  }
+  reader.fail(field + ".type", "\"" + type +
+                                   "\" is not supported (Sequence, ByteLevel, Replace, "
+                                   "ByteFallback, Fuse, Strip, Metaspace)");
+}
+
+class HfTokenizer : public Tokenizer {
+ public:
+  HfTokenizer(const nlohmann::json& json, const std::string& path)
+      : path_(path), model_(json.value("model", nlohmann::json()), path) {
+    const StageReader reader(path);
+    normalize_ = read_normalizer(json.value("normalizer", nlohmann::json()), "normalizer", reader);
+    pre_tokenize_ =
+        read_pre_tokenizer(json.value("pre_tokenizer", nlohmann::json()), "pre_tokenizer", reader);
+    decode_ = read_decoder(json.value("decoder", nlohmann::json()), "decoder", reader);
+    read_added_tokens(json.value("added_tokens", nlohmann::json::array()), reader);
+  }
+
+  std::vector<int64_t> encode(const std::string& text) const override {
+    if (!is_utf8(text)) throw io::InputError(path_ + ": the text to encode is not UTF-8");
+    std::vector<int64_t> ids;
+    size_t done = 0;
+    const auto encode_plain = [&](size_t end) {
+      if (end == done) return;
+      for (const Piece& piece :
+           pre_tokenize_({normalize_(text.substr(done, end - done)), done == 0})) {
+        if (piece.text.empty()) continue;
+        for (const int64_t id : model_.encode(piece.text)) ids.push_back(id);
+      }
+    };
+    for (size_t at = 0; at < text.size();) {
+      const AddedToken* added = added_at(text, at);
+      if (!added) {
+        at = next_character(text, at);
+        continue;
+      }
+      encode_plain(at);
+      ids.push_back(added->id);
+      at += added->content.size();
+      done = at;
+    }
+    encode_plain(text.size());
+    return ids;
+  }
+
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::vector<std::string> tokens;
+    for (const int64_t id : ids) {
+      const std::string* token = model_.token_of(id);
+      tokens.push_back(token ? *token : "?");
+    }
+    std::string text;
+    for (const std::string& part : decode_(std::move(tokens))) text += part;
+    return text;
+  }
+
+  int64_t vocab_size() const override { return model_.size(); }
+
+ private:
+  struct AddedToken {
+    std::string content;
+    int64_t id;
+  };
+
+  void read_added_tokens(const nlohmann::json& list, const StageReader& reader) {
+    if (!list.is_array()) reader.fail("added_tokens", "must be a list");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string field = "added_tokens[" + std::to_string(i) + "]";
+      const nlohmann::json& token = list[i];
+      const std::string content = reader.text(token, field, "content");
+      if (content.empty() || !token.contains("id") || !token["id"].is_number_integer() ||
+          token["id"].get<int64_t>() < 0 || token["id"].get<int64_t>() >= int64_t{1} << 24)
+        reader.fail(field, "needs a non-empty content and an id below 2^24");
+      added_.push_back({content, token["id"].get<int64_t>()});
+      model_.add_token(content, added_.back().id);
+    }
+  }
+
+  // The longest added token that starts at `at`, if any.
+  const AddedToken* added_at(const std::string& text, size_t at) const {
+    const AddedToken* best = nullptr;
+    for (const AddedToken& token : added_) {
+      if (text.compare(at, token.content.size(), token.content) == 0 &&
+          (!best || token.content.size() > best->content.size()))
+        best = &token;
+    }
+    return best;
+  }
+
+  std::string path_;
+  BpeModel model_;
+  Normalizer normalize_;
+  PreTokenizer pre_tokenize_;
+  Decoder decode_;
+  std::vector<AddedToken> added_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_hugging_face_tokenizer(const std::string& path) {
+  return std::make_unique<HfTokenizer>(config::read_json_file(path), path);
+}
+
+}  // namespace pipetrain::data

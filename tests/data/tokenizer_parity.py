@@ -1,0 +1,125 @@
+"""pipetrain's tokenizer.json reader against the tokenizers library it re-creates.
+
+Four tokenizers of the kinds published models use are trained here (GPT-2's byte level,
+LLaMA-3's split regex before the byte level, LLaMA-2's SentencePiece conversion with byte
+fallback, a metaspace pre-tokenizer); for each, `pipetrain tokenize` must give the library's
+ids for every text (add_special_tokens=False) and its text for every id list, byte for byte.
+Usage: tokenizer_parity.py PATH/TO/pipetrain
+"""
+import json
+import random
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        trainers)
+
+pipetrain = sys.argv[1]
+work_folder = tempfile.TemporaryDirectory()
+work = work_folder.name
+
+UNICODE = ("Café naïve — 東京タワー 😀 ñandú; Ελληνικά, русский, العربية.\n"
+           "Zahlen 1234567 und 3.14; e-mail: x@y.z\t(tab)\r\n") * 3
+with open(f"{work}/unicode.txt", "w", encoding="utf-8") as f:
+    f.write(UNICODE)
+CORPUS = ["/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0",
+          f"{work}/unicode.txt"]
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+GPL = open(CORPUS[0], encoding="utf-8").read()
+TEXTS = [
+    "Hello world", " leading space", "trailing spaces  ", "a", "",
+    "multiple   spaces\tand\ttabs\n\nnewlines\r\n  indented",
+    "Café naïve — 東京 😀 ñ", "never seen: ✓ ∑ ∂ 🦙 ﬁ",
+    "numbers 1234567 3.14159 and contractions: don't, I'll, we've, SHE'S, 'Re",
+    "<|endoftext|>between<|endoftext|> and </s> <s>text<unk>",
+    GPL[1000:2500],
+]
+
+
+def byte_level(pattern=None):
+    tokenizer = Tokenizer(models.BPE(ignore_merges=pattern is not None))
+    level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None)
+    tokenizer.pre_tokenizer = (level if pattern is None else pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(pattern), behavior="isolated"), level]))
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train(CORPUS, trainer)
+    return tokenizer
+
+
+def metaspace():
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    tokenizer.decoder = decoders.Metaspace(prepend_scheme="first")
+    tokenizer.train(CORPUS, trainers.BpeTrainer(vocab_size=500,
+                                                special_tokens=["<unk>", "<s>", "</s>"]))
+    return tokenizer
+
+
+def sentencepiece_conversion():
+    """LLaMA-2's layout: no pre-tokenizer, byte tokens in the model, fused unknowns."""
+    spec = json.loads(metaspace().to_str())
+    vocab = spec["model"]["vocab"]
+    for byte in range(256):
+        vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
+    spec["model"].update(byte_fallback=True, fuse_unk=True)
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+    spec["pre_tokenizer"] = None
+    spec["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def run(*args):
+    # bytes, not text mode: "\r\n" must come back as written
+    return subprocess.run([pipetrain, "tokenize", *args], check=True,
+                          capture_output=True).stdout.decode("utf-8")
+
+
+failures = 0
+for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PATTERN)),
+                        ("llama2", sentencepiece_conversion()), ("metaspace", metaspace())]:
+    path = f"{work}/{name}.json"
+    tokenizer.save(path)
+    expected = [tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    got = [[int(i) for i in line.split(",") if i] for line in
+           run("--tokenizer", path, *TEXTS).split("\n")[:-1]]
+    for text, want, have in zip(TEXTS, expected, got):
+        if want != have:
+            failures += 1
+            print(f"FAIL {name} encode {text[:40]!r}: tokenizers {want[:12]}..., pipetrain "
+                  f"{have[:12]}...")
+    rng = random.Random(7)
+    size = tokenizer.get_vocab_size()
+    id_lists = expected + [[rng.randrange(size) for _ in range(40)] for _ in range(20)]
+    want_text = "".join(tokenizer.decode(ids, skip_special_tokens=False) + "\n"
+                        for ids in id_lists)
+    have_text = run("--tokenizer", path, "--decode", *[",".join(map(str, ids))
+                                                         for ids in id_lists])
+    if want_text != have_text:
+        failures += 1
+        print(f"FAIL {name} decode: {len(want_text)} vs {len(have_text)} characters; first "
+              f"difference at {next(i for i, (a, b) in enumerate(zip(want_text + '$', have_text + '#')) if a != b)}")
+    print(f"{name}: {len(TEXTS)} texts ({sum(map(len, expected))} ids) and "
+          f"{len(id_lists)} id lists compared")
+# Another model kind is bad input: one line naming the file and field, exit 2.
+wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+wordpiece.save(f"{work}/wordpiece.json")
+refused = subprocess.run([pipetrain, "tokenize", "--tokenizer", f"{work}/wordpiece.json", "a"],
+                         capture_output=True, text=True)
+expected_error = f"pipetrain: {work}/wordpiece.json: model.type must be \"BPE\""
+if refused.returncode != 2 or not refused.stderr.startswith(expected_error) or \
+        refused.stderr.count("\n") != 1:
+    failures += 1
+    print(f"FAIL WordPiece: exit {refused.returncode}, {refused.stderr!r}")
+else:
+    print(f"WordPiece refused: {refused.stderr.strip()}")
+sys.exit(1 if failures else 0)
