@@ -19,7 +19,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-struct Options {
+struct PlanOptions {
   std::string config;
   std::string cluster;
   int64_t global_batch = 0;
@@ -179,7 +179,7 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   return config;
 }
 
-int run_plan(const Options& o) {
+int run_plan(const PlanOptions& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
   if (o.top < 1) throw io::InputError("--top must be at least 1");
   planner::Cluster cluster = planner::read_cluster(o.cluster);
@@ -247,7 +247,7 @@ int run_plan(const Options& o) {
 }  // namespace
 
 Command add_plan_command(CLI::App& app) {
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<PlanOptions>();
   CLI::App* command = app.add_subcommand(
       "plan", "Choose pipe x data x model, schedule, micro-batches, ZeRO and checkpointing");
   command->add_option("--config", options->config, "Model and training config (JSON)")->required();

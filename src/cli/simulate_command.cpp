@@ -14,14 +14,14 @@
 namespace pipetrain::cli {
 namespace {
 
-struct Options {
+struct SimulateOptions {
   ShapeOptions shape;
   schedule::CostModel costs;
   std::vector<double> weight;  // empty: half of each stage's backward
   std::string svg;
 };
 
-void print_report(const Options& options, const schedule::PipelinePlan& plan,
+void print_report(const SimulateOptions& options, const schedule::PipelinePlan& plan,
                   const schedule::Timeline& timeline) {
   const auto& shape = plan.shape;
   std::printf("schedule %s: %d micro-batches, %d stages, %d chunk(s)\n", plan.kind.c_str(),
@@ -47,7 +47,7 @@ void print_report(const Options& options, const schedule::PipelinePlan& plan,
 }  // namespace
 
 Command add_simulate_command(CLI::App& app) {
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<SimulateOptions>();
   CLI::App* command = app.add_subcommand(
       "simulate", "Validate a schedule and simulate its timeline: makespan, bubble, memory");
   add_shape_options(*command, options->shape);

@@ -17,8 +17,7 @@
 namespace pipetrain::models {
 namespace {
 
-constexpr double kInitStd = 0.02;
-constexpr tensor_parallel::LinearOptions kLinear{.bias = true, .init_std = kInitStd};
+constexpr tensor_parallel::LinearOptions kGptLinear{.bias = true, .init_std = kInitStd};
 
 using tensor_parallel::ColumnParallelLinear;
 using tensor_parallel::Group;
@@ -59,16 +58,16 @@ struct GptBlockImpl : torch::nn::Module {
         gelu_approximation(c.gelu == Gelu::kTanh ? "tanh" : "none"),
         attention_norm(register_module(
             "attention_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
-        qkv(register_module(
-            "qkv", ColumnParallelLinear(c.d_model, 3 * c.d_model, group, kLinear, /*stride=*/3))),
-        projection(
-            register_module("projection", RowParallelLinear(c.d_model, c.d_model, group, kLinear))),
+        qkv(register_module("qkv", ColumnParallelLinear(c.d_model, 3 * c.d_model, group, kGptLinear,
+                                                        /*stride=*/3))),
+        projection(register_module("projection",
+                                   RowParallelLinear(c.d_model, c.d_model, group, kGptLinear))),
         mlp_norm(register_module("mlp_norm",
                                  torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
         expand(register_module("expand",
-                               ColumnParallelLinear(c.d_model, 4 * c.d_model, group, kLinear))),
+                               ColumnParallelLinear(c.d_model, 4 * c.d_model, group, kGptLinear))),
         contract(register_module("contract",
-                                 RowParallelLinear(4 * c.d_model, c.d_model, group, kLinear))),
+                                 RowParallelLinear(4 * c.d_model, c.d_model, group, kGptLinear))),
         dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {}
 
   at::Tensor forward(const at::Tensor& x) {

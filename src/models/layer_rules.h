@@ -13,6 +13,10 @@
 
 namespace pipetrain::models {
 
+// The standard deviation of the models' normal initialisation: GPT-2's, and transformers'
+// initializer_range.
+inline constexpr double kInitStd = 0.02;
+
 // "model.KEY must be at least 1, got V".
 inline void require_positive(int64_t value, const std::string& key) {
   if (value < 1)

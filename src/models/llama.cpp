@@ -13,8 +13,7 @@
 namespace pipetrain::models {
 namespace {
 
-constexpr double kInitStd = 0.02;  // transformers' initializer_range
-constexpr tensor_parallel::LinearOptions kLinear{.bias = false, .init_std = kInitStd};
+constexpr tensor_parallel::LinearOptions kLlamaLinear{.bias = false, .init_std = kInitStd};
 
 using tensor_parallel::ColumnParallelLinear;
 using tensor_parallel::Group;
@@ -79,22 +78,22 @@ struct LlamaBlockImpl : torch::nn::Module {
         rope_theta(c.rope_theta),
         attention_norm(register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
         q_proj(register_module(
-            "q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group, kLinear))),
+            "q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group, kLlamaLinear))),
         k_proj(register_module(
-            "k_proj",
-            ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group, kLinear))),
+            "k_proj", ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group,
+                                           kLlamaLinear))),
         v_proj(register_module(
-            "v_proj",
-            ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group, kLinear))),
-        o_proj(register_module("o_proj",
-                               RowParallelLinear(c.heads * head_dim, c.d_model, group, kLinear))),
+            "v_proj", ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group,
+                                           kLlamaLinear))),
+        o_proj(register_module(
+            "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
         mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
-        gate_proj(register_module(
-            "gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLinear))),
+        gate_proj(register_module("gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size,
+                                                                    group, kLlamaLinear))),
         up_proj(register_module(
-            "up_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLinear))),
+            "up_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLlamaLinear))),
         down_proj(register_module(
-            "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLinear))) {}
+            "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLlamaLinear))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     if (x.dim() != 3)
@@ -153,7 +152,8 @@ module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
                              const module::LayerSpec& embedding) {
   if (c.tie_embeddings) return tied_head<LlamaEmbeddingImpl>(embedding, "LlamaHead", group);
   return module::module_layer<ColumnParallelLinear>(
-      "LlamaHead", [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLinear); },
+      "LlamaHead",
+      [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLlamaLinear); },
       [=] { return c.d_model * c.vocab_size; });
 }
 
