@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
+#include "pipetrain/trainer/job_config.h"
 #include "pipetrain/trainer/logits.h"
 #include "pipetrain/trainer/trainer.h"
 

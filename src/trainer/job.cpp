@@ -213,20 +213,21 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
                          "pipetrain train?)");
   }
   nlohmann::json config = client_state["config"];
-  config["pipeline"]["stages"] = ranks / model_parallel;
+  const auto& keys = job_keys();
+  keys.set(config, "pipeline.stages", ranks / model_parallel);
   // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks.
-  config["pipeline"].erase("schedule");
-  config["pipeline"].erase("chunks");
-  config.erase("train_batch_size");
-  config.erase("data_parallel");
-  config["model_parallel"] = model_parallel;
-  config["train_micro_batch_size_per_gpu"] = micro_batch;
-  config["gradient_accumulation_steps"] = 1;
-  config["load"] = "";
-  config["save"] = "";  // forward-only use writes none of the training run's outputs
-  config.erase("log");
-  config.erase("trace");
-  config.erase("device");  // the machine that reads the checkpoint decides
+  keys.erase(config, "pipeline.schedule");
+  keys.erase(config, "pipeline.chunks");
+  keys.erase(config, "train_batch_size");
+  keys.erase(config, "data_parallel");
+  keys.set(config, "model_parallel", model_parallel);
+  keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
+  keys.set(config, "gradient_accumulation_steps", 1);
+  keys.set(config, "load", "");
+  keys.set(config, "save", "");  // forward-only use writes none of the training run's outputs
+  keys.erase(config, "log");
+  keys.erase(config, "trace");
+  keys.erase(config, "device");  // the machine that reads the checkpoint decides
   return config;
 }
 

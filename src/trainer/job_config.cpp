@@ -1,5 +1,7 @@
 #include "pipetrain/trainer/job_config.h"
 
+#include "pipetrain/config/json_value.h"
+
 namespace pipetrain::trainer {
 
 const config::KeyTable<JobConfig>& job_keys() {
@@ -17,6 +19,36 @@ JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>*
   JobConfig config;
   std::vector<std::string> keys = job_keys().read(json, config);
   if (unknown) *unknown = std::move(keys);
+  return config;
+}
+
+nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o) {
+  const auto& keys = job_keys();
+  const auto set = [&](const std::string& key, const auto& value) {
+    if (value) keys.set(config, key, *value);
+  };
+  const auto set_text = [&](const std::string& key, const std::string& option,
+                            const std::optional<std::string>& value) {
+    if (value) keys.set(config, key, config::utf8_string(option, *value));
+  };
+  set("pipeline.stages", o.pipe);
+  if (o.micro_batches) {
+    // The batch follows the micro-batch count, as in Megatron.
+    set("gradient_accumulation_steps", o.micro_batches);
+    if (config.contains("train_micro_batch_size_per_gpu")) keys.erase(config, "train_batch_size");
+  }
+  set("train_iters", o.train_iters);
+  set("eval_interval", o.eval_interval);
+  set("seed", o.seed);
+  set("optimizer.params.lr", o.lr);
+  set_text("save", "--save", o.save);
+  set_text("load", "--load", o.load);
+  set_text("trace", "--trace", o.trace);
+  set_text("pipeline.schedule", "--schedule", o.schedule);
+  set("pipeline.chunks", o.chunks);
+  set_text("device", "--device", o.device);
+  set("data_parallel", o.data);  // checked against the job's size
+  set("model_parallel", o.model);
   return config;
 }
 

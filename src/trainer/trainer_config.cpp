@@ -99,26 +99,4 @@ TrainerConfig parse_trainer_config(const nlohmann::json& json) {
   return config;
 }
 
-nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o) {
-  if (o.pipe) config["pipeline"]["stages"] = *o.pipe;
-  if (o.micro_batches) {
-    // The batch follows the micro-batch count, as in Megatron.
-    config["gradient_accumulation_steps"] = *o.micro_batches;
-    if (config.contains("train_micro_batch_size_per_gpu")) config.erase("train_batch_size");
-  }
-  if (o.train_iters) config["train_iters"] = *o.train_iters;
-  if (o.eval_interval) config["eval_interval"] = *o.eval_interval;
-  if (o.seed) config["seed"] = *o.seed;
-  if (o.lr) config["optimizer"]["params"]["lr"] = *o.lr;
-  if (o.save) config["save"] = config::utf8_string("--save", *o.save);
-  if (o.load) config["load"] = config::utf8_string("--load", *o.load);
-  if (o.trace) config["trace"] = config::utf8_string("--trace", *o.trace);
-  if (o.schedule) config["pipeline"]["schedule"] = config::utf8_string("--schedule", *o.schedule);
-  if (o.chunks) config["pipeline"]["chunks"] = *o.chunks;
-  if (o.device) config["device"] = config::utf8_string("--device", *o.device);
-  if (o.data) config["data_parallel"] = *o.data;  // checked against the job's size
-  if (o.model) config["model_parallel"] = *o.model;
-  return config;
-}
-
 }  // namespace pipetrain::trainer

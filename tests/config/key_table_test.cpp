@@ -46,6 +46,33 @@ std::string error_of(const char* text) {
   return "no error";
 }
 
+TEST(KeyTable, SetsAndErasesOnlyKeysItDeclares) {
+  const KeyTable<Toy> keys = toy_keys();
+  nlohmann::json json = nlohmann::json::parse(R"({"count": 2, "inner": {"ratio": 0.1}})");
+  keys.set(json, "inner.loud", true);
+  keys.set(json, "extra.deep", 1);  // inside a key kept whole
+  keys.erase(json, "count");
+  keys.erase(json, "name");  // absent: nothing to do
+  EXPECT_EQ(json, nlohmann::json::parse(
+                      R"({"inner": {"ratio": 0.1, "loud": true}, "extra": {"deep": 1}})"));
+  keys.erase(json, "inner");  // a section
+  EXPECT_EQ(json, nlohmann::json::parse(R"({"extra": {"deep": 1}})"));
+  EXPECT_THROW(keys.set(json, "inner.lous", true), std::logic_error);
+  EXPECT_THROW(keys.erase(json, "coun"), std::logic_error);
+  // A set value passes the key's checks when the config is read.
+  keys.set(json, "count", 0);
+  Toy toy;
+  EXPECT_THROW(keys.read(json, toy), io::InputError);
+  // A file with a value where the section should be: bad input, named.
+  json = nlohmann::json::parse(R"({"inner": 3})");
+  try {
+    keys.set(json, "inner.ratio", 0.5);
+    ADD_FAILURE() << "set through a number";
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("inner must be an object"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KeyTable, ReadsTypedValuesAndListsUnknownKeys) {
   Toy toy;
   const auto unknown = toy_keys().read(

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/trainer/job_config.h"
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
@@ -31,6 +32,33 @@ TEST(TrainerOverrides, WinOverTheFile) {
   EXPECT_EQ(trainer.save, "out");
   EXPECT_EQ(trainer.data_parallel, 1);
   EXPECT_EQ(parse_trainer_config(file).train_iters, 100);  // the file itself is untouched
+}
+
+TEST(TrainerOverrides, EveryOptionLandsOnAKeyOfTheJob) {
+  TrainerOverrides o{.pipe = 2,
+                     .data = 1,
+                     .model = 2,
+                     .micro_batches = 4,
+                     .train_iters = 3,
+                     .eval_interval = 2,
+                     .seed = 9,
+                     .chunks = 2,
+                     .lr = 0.1,
+                     .save = "s",
+                     .load = "l",
+                     .trace = "t.json",
+                     .schedule = "interleaved",
+                     .device = "cpu"};
+  // A name job_keys() lacks would throw std::logic_error here.
+  const auto effective = apply_overrides(nlohmann::json::object(), o);
+  const JobConfig job = parse_job_config(effective, nullptr);
+  EXPECT_EQ(job.trainer.eval_interval, 2);
+  EXPECT_EQ(job.trainer.trace, "t.json");
+  EXPECT_EQ(job.trainer.model_parallel, 2);
+  EXPECT_EQ(effective["pipeline"]["schedule"], "interleaved");
+  EXPECT_EQ(effective["device"], "cpu");
+  EXPECT_EQ(effective["seed"], 9);
+  EXPECT_EQ(effective["optimizer"]["params"]["lr"], 0.1);
 }
 
 TEST(TrainerConfig, TheTokenizerIsKeptAsAnAbsolutePath) {

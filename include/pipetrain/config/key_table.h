@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,6 +139,24 @@ class KeyTable {
     return unknown;
   }
 
+  // Sets key `name` of `json` before `json` is read, as a command-line option overrides a
+  // file: the value then passes the key's own checks. `name` must be a key of this table,
+  // lie inside one kept whole (optimizer.params.lr) or name a section of keys (log);
+  // std::logic_error otherwise, since a misspelt name is a bug here, not input. InputError
+  // when a part of the path on the way holds something other than an object.
+  void set(nlohmann::json& json, const std::string& name, nlohmann::json value) const {
+    require_key(name);
+    find(json, name);
+    json[nlohmann::json::json_pointer(pointer_of(name))] = std::move(value);
+  }
+  // Removes key (or section) `name` from `json` where it is set (the same rule for names).
+  void erase(nlohmann::json& json, const std::string& name) const {
+    require_key(name);
+    if (!find(json, name)) return;
+    const nlohmann::json::json_pointer pointer(pointer_of(name));
+    json[pointer.parent_pointer()].erase(pointer.back());
+  }
+
   // Every key that holds for `config`, with its value: the effective config.
   nlohmann::json write(const Config& config) const {
     nlohmann::json json = nlohmann::json::object();
@@ -210,6 +229,15 @@ class KeyTable {
           field(c) = reader(key, v);
         },
         [field](const Config& c) { return nlohmann::json(field(c)); });
+  }
+
+  void require_key(const std::string& name) const {
+    for (const auto& entry : entries_) {
+      const bool inside = entry.type == "object" && name.rfind(entry.name + ".", 0) == 0;
+      const bool section = entry.name.rfind(name + ".", 0) == 0;
+      if (entry.name == name || inside || section) return;
+    }
+    throw std::logic_error("config key " + name + " is not in the key table");
   }
 
   bool holds(const Entry& entry, const Config& config) const {

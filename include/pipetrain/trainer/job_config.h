@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,17 @@ const config::KeyTable<JobConfig>& job_keys();
 
 // Reads every key (InputError names a bad one); the keys no owner knows go to `unknown`.
 JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
+
+// Command-line settings that win over the file.
+struct TrainerOverrides {
+  std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed, chunks;
+  std::optional<double> lr;
+  std::optional<std::string> save, load, trace, schedule, device;
+};
+
+// The config file with the overrides written into it, each under its key in job_keys():
+// the effective config, read next like any file.
+nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& overrides);
 
 // Markdown rows, one per key: | `key` | type | default | meaning |.
 std::string key_table_markdown();

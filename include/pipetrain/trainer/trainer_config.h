@@ -42,7 +42,7 @@ struct TrainerConfig {
   } sample;
   bool memory_breakdown = false;  // count CPU tensor memory per rank and report it
   std::string trace;              // Chrome/Perfetto trace of one step
-  int64_t trace_step = 0;  // 0: the last step
+  int64_t trace_step = 0;         // 0: the last step
 };
 
 // The keys of `pipetrain train` beside the engine's and the model's, each bound once.
@@ -50,15 +50,5 @@ const config::KeyTable<TrainerConfig>& trainer_keys();
 
 // Reads the trainer's keys (InputError names a bad one); other keys are left alone.
 TrainerConfig parse_trainer_config(const nlohmann::json& json);
-
-// Command-line settings that win over the file.
-struct TrainerOverrides {
-  std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed, chunks;
-  std::optional<double> lr;
-  std::optional<std::string> save, load, trace, schedule, device;
-};
-
-// The config file with the overrides written into it: the effective config.
-nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& overrides);
 
 }  // namespace pipetrain::trainer
