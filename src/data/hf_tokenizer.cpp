@@ -63,6 +63,18 @@ class StageReader {
   }
   const std::string& source() const { return source_; }
 
+  // The stages a Sequence lists under `key`, each read by `read(stage, field, reader)`.
+  template <typename Step, typename Read>
+  std::vector<Step> sequence(const nlohmann::json& stage, const std::string& field,
+                             const std::string& key, Read read) const {
+    const nlohmann::json list = stage.value(key, nlohmann::json::array());
+    if (!list.is_array()) fail(field + "." + key, "must be a list");
+    std::vector<Step> steps;
+    for (size_t i = 0; i < list.size(); ++i)
+      steps.push_back(read(list[i], field + "." + key + "[" + std::to_string(i) + "]", *this));
+    return steps;
+  }
+
  private:
   std::string source_;
 };
@@ -79,11 +91,7 @@ Normalizer read_normalizer(const nlohmann::json& stage, const std::string& field
   if (stage.is_null()) return [](std::string text) { return text; };
   const std::string type = reader.type(stage, field);
   if (type == "Sequence") {
-    std::vector<Normalizer> steps;
-    const nlohmann::json& list = stage.value("normalizers", nlohmann::json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(
-          read_normalizer(list[i], field + ".normalizers[" + std::to_string(i) + "]", reader));
+    const auto steps = reader.sequence<Normalizer>(stage, field, "normalizers", read_normalizer);
     return [steps](std::string text) {
       for (const auto& step : steps) text = step(std::move(text));
       return text;
@@ -207,11 +215,8 @@ PreTokenizer read_pre_tokenizer(const nlohmann::json& stage, const std::string& 
   if (stage.is_null()) return [](const Piece& piece) { return Pieces{piece}; };
   const std::string type = reader.type(stage, field);
   if (type == "Sequence") {
-    std::vector<PreTokenizer> steps;
-    const nlohmann::json& list = stage.value("pretokenizers", nlohmann::json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(
-          read_pre_tokenizer(list[i], field + ".pretokenizers[" + std::to_string(i) + "]", reader));
+    const auto steps =
+        reader.sequence<PreTokenizer>(stage, field, "pretokenizers", read_pre_tokenizer);
     return [steps](const Piece& piece) {
       Pieces pieces{piece};
       for (const auto& step : steps) {
@@ -283,11 +288,7 @@ Decoder read_decoder(const nlohmann::json& stage, const std::string& field,
   }
   const std::string type = reader.type(stage, field);
   if (type == "Sequence") {
-    std::vector<Decoder> steps;
-    const nlohmann::json& list = stage.value("decoders", nlohmann::json::array());
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(
-          read_decoder(list[i], field + ".decoders[" + std::to_string(i) + "]", reader));
+    const auto steps = reader.sequence<Decoder>(stage, field, "decoders", read_decoder);
     return [steps](std::vector<std::string> tokens) {
       for (const auto& step : steps) tokens = step(std::move(tokens));
       return tokens;
