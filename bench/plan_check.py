@@ -2,6 +2,7 @@
 
 Usage: python3 bench/plan_check.py [--repeats N] [--models small,medium,large]
                                    [--layouts 1x1,2x1,4x1,1x2,2x2] [--cluster FILE]
+                                   [--save-cluster FILE]
 
 Calibrates the machine (pipetrain calibrate, 2 ranks) unless --cluster names a file, then
 for each GPT size of the peers benchmark (vocabulary 1024, Megatron indexed data) and each
@@ -9,7 +10,7 @@ pipe x data layout trains with memory_breakdown on and compares, per layout:
   - step time: the median over the timed steps of all repetitions (runs interleaved);
   - peak memory per stage: the most any rank of the stage held (CPU tensor bytes).
 Four ranks on this 2-core machine share cores: those runs are predicted on a cluster of 4
-half-speed devices (the calibrated peak, bandwidth and overhead shared by two ranks).
+devices with shared_cores 2 (a rank computes slower while more ranks than cores compute).
 """
 import argparse
 import json
@@ -84,17 +85,14 @@ def predict(work, cluster, model, pipe, data):
 
 
 def shared_cores(cluster_file, work, ranks):
-    """The calibrated machine as `ranks` devices sharing its cores."""
+    """The calibrated machine as `ranks` devices sharing its cores (shared_cores)."""
     cluster = json.loads(pathlib.Path(cluster_file).read_text())
-    share = ranks / cluster["devices_per_node"]
-    if share <= 1:
+    cores = cluster["devices_per_node"]
+    if ranks <= cores:
         return cluster_file
     cluster["devices_per_node"] = ranks
-    for key in ("fp32", "bf16"):
-        cluster["peak_tflops"][key] /= share
-    cluster["memory_bandwidth_gbs"] /= share
-    cluster["layer_overhead_us"] *= share
-    cluster["memory_gib"] /= share
+    cluster["shared_cores"] = cores
+    cluster["memory_gib"] *= cores / ranks
     path = work / f"cluster-{ranks}.json"
     path.write_text(json.dumps(cluster))
     return path
@@ -106,12 +104,15 @@ def main():
     parser.add_argument("--models", default="small,medium,large")
     parser.add_argument("--layouts", default="1x1,2x1,4x1,1x2,2x2")
     parser.add_argument("--cluster")
+    parser.add_argument("--save-cluster", help="keep the calibrated cluster file here")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="plan-check-"))
     cluster = args.cluster
     if not cluster:
         cluster = work / "this-machine.json"
         run(PIPETRAIN, "launch", "-n", 2, "--", PIPETRAIN, "calibrate", "--out", cluster)
+        if args.save_cluster:
+            pathlib.Path(args.save_cluster).write_text(cluster.read_text())
     run(sys.executable, ROOT / "tests" / "data" / "write_indexed.py", work / "corpus", "uint16",
         20000)
     layouts = [tuple(int(x) for x in l.split("x")) for l in args.layouts.split(",")]

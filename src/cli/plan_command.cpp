@@ -140,6 +140,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
                       {"optimizer", s.optimizer},
                       {"buffers", s.buffers},
                       {"activations", s.activations},
+                      {"step_workspace", s.step_workspace},
                       {"live_micro_batches", s.live_micro_batches},
                       {"total", s.total()}});
   }

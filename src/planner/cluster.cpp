@@ -71,6 +71,14 @@ const config::KeyTable<Cluster>& cluster_keys() {
            config::at_least(0));
     scaled(t, "step_overhead_ms", PIPETRAIN_FIELD(step_overhead), 1e-3,
            "ms per optimizer step beyond the passes", config::at_least(0));
+    t.integer("shared_cores", PIPETRAIN_FIELD(shared_cores),
+              "cores the devices of a node share, for CPU ranks that outnumber the cores "
+              "(ranks computing at once beyond it slow each other down); 0: a core each",
+              config::at_least(0));
+    scaled(t, "shared_core_latency_us", PIPETRAIN_FIELD(shared_core_latency), 1e-6,
+           "µs a message waits beyond its link's latency while ranks outnumber shared_cores "
+           "(its receiver waits for a core)",
+           config::at_least(0));
     scaled(t, "intra_node.bandwidth_gbs", PIPETRAIN_FIELD(intra_node.bandwidth), 1e9,
            "GB/s each way between two devices of a node (required)");
     scaled(t, "intra_node.latency_us", PIPETRAIN_FIELD(intra_node.latency), 1e-6,

@@ -1,5 +1,7 @@
 #include "pipetrain/planner/layer_cost.h"
 
+#include <algorithm>
+
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::planner {
@@ -30,6 +32,7 @@ LayerCost embedding(const std::string& type, int64_t vocab, int64_t positions, i
   if (tied) layer.tie_key = "embed";
   layer.parameters = (vocab + positions) * d;
   layer.split_parameters = vocab * d;
+  layer.largest_tensor = vocab * d;
   layer.output = static_cast<double>(s * d);
   layer.traffic = static_cast<double>(4 * s * d);  // the lookup's rows, the positions' add
   layer.width = static_cast<double>(d);
@@ -48,6 +51,7 @@ LayerCost head(const std::string& type, int64_t vocab, int64_t d, int64_t s, boo
   if (tied) layer.tie_key = "embed";
   layer.parameters = tied ? tied_parameters : vocab * d;
   layer.split_parameters = vocab * d;
+  layer.largest_tensor = vocab * d;
   add_linear(layer, s, d, vocab);
   layer.width = static_cast<double>(d);
   layer.saved = static_cast<double>(s * d);
@@ -82,6 +86,7 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.type = "GptBlock";
   block.parameters = 12 * d * d + 13 * d;       // see gpt_layers()
   block.split_parameters = 12 * d * d + 7 * d;  // column-parallel weights and biases
+  block.largest_tensor = 4 * d * d;             // either MLP matrix
   add_linear(block, s, d, 3 * d);
   add_attention(block, s, d);
   add_linear(block, s, d, d);
@@ -121,6 +126,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
   block.type = "LlamaBlock";
   block.parameters = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * ffn;
   block.split_parameters = block.parameters - 2 * d;
+  block.largest_tensor = std::max(d * d, d * ffn);  // q/o, or gate/up/down
   add_linear(block, s, d, d + 2 * kv);
   add_attention(block, s, d);
   add_linear(block, s, d, d);

@@ -56,6 +56,7 @@ struct StageWork {
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
+  double largest_tensor = 0;         // elements of its largest parameter tensor, one rank's
 };
 
 class StageCosting {
@@ -88,6 +89,8 @@ class StageCosting {
       stage.loss_per_sample += layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
         stage.parameters += layer.parameters_per_rank(l_.tensor);
+      stage.largest_tensor =
+          std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.tensor);
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
     forward += c_.pass_overhead;
@@ -150,6 +153,8 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
     m.buffers = std::min(p, static_cast<double>(w.training.reduce_bucket_size)) * wire;
   }
   m.activations = activation_bytes(stage, l, live);
+  if (optimizer_state_bytes(w.training.optimizer.type) > 4 && l.zero == 0)  // Adam's kinds
+    m.step_workspace = 2 * 4 * stage.largest_tensor;
   m.live_micro_batches = live;
   return m;
 }
@@ -172,6 +177,87 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
   costs.message_bytes =
       static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes();
   return costs;
+}
+
+// What ranks sharing `cores` meet in `timeline`: per stage, how much slower than alone its
+// passes compute, max(1, busy ranks / cores) averaged over them; and the share of the
+// cores' time the passes take, the chance that a woken receiver finds no core free. A
+// stage's passes run on `ranks_per_stage` ranks at once (its data and tensor replicas).
+struct Crowding {
+  std::vector<double> slowdown;
+  double busy_share = 0;
+};
+
+Crowding crowding(const schedule::Timeline& timeline, int pipe, double ranks_per_stage,
+                  double cores) {
+  std::vector<std::pair<double, int>> edges;  // time, +1 a pass starts / -1 it ends
+  for (const auto& box : timeline.boxes) {
+    edges.emplace_back(box.start, 1);
+    edges.emplace_back(box.end, -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  // slowed[i]: the slowed-down time from 0 to times[i] (its integral).
+  std::vector<double> times, slowed;
+  int busy = 0;
+  double integral = 0, last = 0;
+  for (const auto& [time, change] : edges) {
+    integral += (time - last) * std::max(1.0, busy * ranks_per_stage / cores);
+    times.push_back(time);
+    slowed.push_back(integral);
+    busy += change;
+    last = time;
+  }
+  const auto slowed_at = [&](double t) {
+    const size_t i = std::lower_bound(times.begin(), times.end(), t) - times.begin();
+    return slowed[std::min(i, slowed.size() - 1)];
+  };
+  std::vector<double> taken(pipe, 0.0), alone(pipe, 0.0);
+  double work = 0;
+  for (const auto& box : timeline.boxes) {
+    taken[box.stage] += slowed_at(box.end) - slowed_at(box.start);
+    alone[box.stage] += box.end - box.start;
+    work += (box.end - box.start) * ranks_per_stage;
+  }
+  Crowding result{std::vector<double>(pipe, 1.0), 0.0};
+  for (int s = 0; s < pipe; ++s)
+    if (alone[s] > 0) result.slowdown[s] = taken[s] / alone[s];
+  if (timeline.makespan > 0) result.busy_share = std::min(1.0, work / (cores * timeline.makespan));
+  return result;
+}
+
+// The schedule's timeline, and the wait every message adds (seconds).
+struct PipelineTimeline {
+  schedule::Timeline timeline;
+  double message_wait = 0;
+};
+
+// Where ranks outnumber the cores they share, each stage's passes are slowed down by the
+// crowding they meet and every message waits shared_core_latency as often as the cores are
+// busy, both recomputed from the timeline they give until it settles.
+PipelineTimeline simulate_pipeline(const schedule::PipelinePlan& plan,
+                                   const schedule::CostModel& costs, const Cluster& c,
+                                   const Layout& l) {
+  PipelineTimeline result{schedule::simulate(plan, costs), 0.0};
+  if (c.shared_cores <= 0 || l.devices() <= c.shared_cores) return result;
+  const double ranks_per_stage = static_cast<double>(l.data) * l.tensor;
+  std::vector<double> slowdown(l.pipe, 1.0);
+  for (int round = 0; round < 12; ++round) {
+    const Crowding met =
+        crowding(result.timeline, l.pipe, ranks_per_stage, static_cast<double>(c.shared_cores));
+    schedule::CostModel slowed = costs;
+    for (int s = 0; s < l.pipe; ++s) {
+      // Damped after the first round: the timeline moves with the slowdown.
+      slowdown[s] = round == 0 ? met.slowdown[s] : 0.5 * (slowdown[s] + met.slowdown[s]);
+      slowed.forward[s] *= slowdown[s];
+      slowed.backward[s] *= slowdown[s];
+      slowed.weight[s] *= slowdown[s];
+    }
+    const double wait = c.shared_core_latency * met.busy_share;
+    result.message_wait = round == 0 ? wait : 0.5 * (result.message_wait + wait);
+    slowed.latency += result.message_wait;
+    result.timeline = schedule::simulate(plan, slowed);
+  }
+  return result;
 }
 
 // After the schedule: each stage's gradients averaged over its replicas (ZeRO: reduce-
@@ -235,11 +321,16 @@ std::vector<StageMemory> static_memory(const Workload& w, const Cluster& c, cons
   return memory;
 }
 
-Prediction predict(const Workload& w, const Cluster& c, const Layout& l) {
-  const std::vector<StageWork> stages = stage_work(w, c, l);
+Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
+  const std::vector<StageWork> stages = stage_work(w, shared, l);
   const auto plan = schedule::plan_pipeline(l.schedule_kind(),
                                             {static_cast<int>(l.micro_batches), l.pipe, l.chunks});
-  const schedule::Timeline timeline = schedule::simulate(plan, simulator_costs(stages, w, c, l));
+  const PipelineTimeline pipeline =
+      simulate_pipeline(plan, simulator_costs(stages, w, shared, l), shared, l);
+  const schedule::Timeline& timeline = pipeline.timeline;
+  Cluster c = shared;  // the step's collectives wait as the pipeline's messages did
+  c.intra_node.latency += pipeline.message_wait;
+  c.inter_node.latency += pipeline.message_wait;
 
   Prediction p;
   p.pipeline_seconds = timeline.makespan;
@@ -250,8 +341,12 @@ Prediction predict(const Workload& w, const Cluster& c, const Layout& l) {
   }
   p.bubble = timeline.makespan > 0 ? 1 - busy / (l.pipe * timeline.makespan) : 0;
   add_step_end(p, stages, w, c, l);
+  // Every rank steps at once: shared cores slow the step's own work by ranks / cores.
+  const double sharing =
+      c.shared_cores > 0 ? std::max(1.0, static_cast<double>(l.devices()) / c.shared_cores) : 1.0;
+  p.optimizer_seconds *= sharing;
   p.step_seconds = p.pipeline_seconds + p.data_parallel_seconds + p.optimizer_seconds +
-                   p.tied_seconds + c.step_overhead;
+                   p.tied_seconds + sharing * c.step_overhead;
 
   double flops_per_sample = 0;
   for (const auto& layer : w.layers)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -140,6 +141,43 @@ double one_way_seconds(comm::MpiCommunicator& world, int64_t bytes, int rounds) 
          2;
 }
 
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Ranks 0 and 1: the median seconds from a send to the end of its receive when the receiver
+// has waited a while (its wait asleep between polls, as a stage waiting for a pass of its
+// neighbour is), with a thread spinning beside each rank when `crowded` (runnable threads
+// then outnumber the cores). The clock is the machine's, shared by both ranks.
+double woken_receive_seconds(comm::MpiCommunicator& world, bool crowded) {
+  std::atomic<bool> stop{false};
+  std::thread spinner;
+  if (crowded) {
+    spinner = std::thread([&stop] {
+      for (volatile uint64_t spins = 0; !stop.load(std::memory_order_relaxed);) spins = spins + 1;
+    });
+  }
+  at::Tensor stamp = at::zeros({1}, at::kDouble);
+  std::vector<double> delays;
+  for (int round = 0; round < 21; ++round) {
+    world.barrier();
+    if (world.rank() == 0) {
+      for (const double until = now_seconds() + 3e-3; now_seconds() < until;) {
+      }
+      stamp.fill_(now_seconds());
+      world.send(stamp, 1, 0)->wait();
+    } else {
+      world.recv(stamp, 0, 0)->wait();
+      delays.push_back(now_seconds() - stamp.item<double>());
+    }
+  }
+  stop = true;
+  if (spinner.joinable()) spinner.join();
+  if (delays.empty()) return 0;
+  std::nth_element(delays.begin(), delays.begin() + delays.size() / 2, delays.end());
+  return delays[delays.size() / 2];
+}
+
 double physical_memory() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
@@ -217,13 +255,18 @@ planner::Cluster calibrate_machine() {
     const int64_t big = 4 << 20;
     c.intra_node.bandwidth = static_cast<double>(big) /
                              std::max(1e-9, one_way_seconds(*world, big, 9) - c.intra_node.latency);
+    // What sharing the cores adds to a woken receive (ranks 0 and 1 measure; 1 knows).
+    c.shared_core_latency =
+        std::max(0.0, woken_receive_seconds(*world, true) - woken_receive_seconds(*world, false));
   } else if (world->size() < 2) {  // no peer: memory copies stand in for MPI's shared memory
     c.intra_node = {c.memory_bandwidth / 2, 0};
   }
   c.inter_node = c.intra_node;
-  at::Tensor figures = at::tensor({c.intra_node.latency, c.intra_node.bandwidth}, at::kDouble);
-  world->broadcast(figures, 0);
+  at::Tensor figures = at::tensor(
+      {c.intra_node.latency, c.intra_node.bandwidth, c.shared_core_latency}, at::kDouble);
+  world->broadcast(figures, world->size() >= 2 ? 1 : 0);  // rank 1 timed the woken receives
   c.intra_node = c.inter_node = {figures[1].item<double>(), figures[0].item<double>()};
+  c.shared_core_latency = figures[2].item<double>();
   measure_engine_overheads(c);
   return c;
 }

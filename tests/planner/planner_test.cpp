@@ -2,6 +2,7 @@
 // closed forms, and its answers to inputs that leave no layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,10 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(m.optimizer, 8 * parameters);  // Adam's two moments
   EXPECT_DOUBLE_EQ(m.masters, 0);
   EXPECT_EQ(m.live_micro_batches, 1);
+  // The step's two temporaries of the largest tensor, the 256 x 32 embedding (fp32).
+  EXPECT_DOUBLE_EQ(m.step_workspace, 2 * 4 * 256 * 32);
+  EXPECT_DOUBLE_EQ(m.total(), m.weights + m.gradients + m.optimizer +
+                                  std::max(m.activations, m.step_workspace));
 
   training.precision.dtype = engine::Precision::kBf16;
   const Workload bf16(gpt(256, 16, 32, 4, 2), training);
@@ -129,6 +134,29 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(z.masters, 4 * parameters / 2);    // fp32 masters, sharded
   EXPECT_DOUBLE_EQ(z.optimizer, 8 * parameters / 2);  // sharded
   EXPECT_DOUBLE_EQ(z.buffers, 0);
+}
+
+TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {
+  const Workload w(gpt(4, 256, 256, 4, 8), engine::TrainingConfig{});
+  const Layout pipe{.pipe = 4, .micro_batch = 1, .micro_batches = 8};
+  const Layout data{.data = 4, .micro_batch = 1, .micro_batches = 8};
+  Cluster shared = ideal(4);
+  shared.shared_cores = 2;
+  // Four replicas compute at once all the time: two cores give each half its speed.
+  EXPECT_NEAR(predict(w, shared, data).pipeline_seconds,
+              2 * predict(w, ideal(4), data).pipeline_seconds, 1e-9);
+  // A pipeline of four is crowded only in its steady state: slower than four cores, faster
+  // than four half-speed devices, and no faster than the work over two cores.
+  const double alone = predict(w, ideal(4), pipe).pipeline_seconds;
+  const double crowded = predict(w, shared, pipe).pipeline_seconds;
+  double work = 0;
+  for (const auto& layer : w.layers) work += 8 * (layer.forward_flops + layer.backward_flops());
+  EXPECT_GT(crowded, alone * 1.2);
+  EXPECT_LT(crowded, alone * 1.9);
+  EXPECT_GE(crowded, work / 1e9 / 2 * 0.999);
+  // Messages wait for a core as often as the cores are busy.
+  shared.shared_core_latency = 1e-3;
+  EXPECT_GT(predict(w, shared, pipe).pipeline_seconds, crowded + 8 * 1e-3 * 0.3);
 }
 
 TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {

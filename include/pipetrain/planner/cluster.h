@@ -39,8 +39,14 @@ struct Cluster {
   double layer_overhead = 0;  // seconds per layer pass beyond its FLOPs (launches, engine)
   double pass_overhead = 0;   // seconds per compute instruction of a stage beyond its layers
   double step_overhead = 0;   // seconds per optimizer step beyond the passes
-  Link intra_node;            // between devices of one node
-  Link inter_node;            // between nodes, per device
+  // Cores a node's devices share (CPU ranks on fewer cores than ranks); 0: a device each.
+  // While more of its ranks compute than there are cores, each computes that much slower.
+  int64_t shared_cores = 0;
+  // Seconds a message waits beyond its link's latency while ranks outnumber the shared
+  // cores: the receiver, asleep in its wait, is scheduled again only when a core frees.
+  double shared_core_latency = 0;
+  Link intra_node;  // between devices of one node
+  Link inter_node;  // between nodes, per device
 
   int64_t devices() const { return nodes * devices_per_node; }
   // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16) on products

@@ -16,6 +16,9 @@ struct LayerCost {
   std::string tie_key;     // tied layers hold one copy per stage
   int64_t parameters = 0;  // as the partitioner counts them
   int64_t split_parameters = 0;
+  // Elements of its largest parameter tensor, split over the tensor-parallel group (every
+  // built-in layer splits it): a step without fused kernels keeps temporaries of its size.
+  int64_t largest_tensor = 0;
 
   // Multiply-adds count two FLOPs. Backward is split as zero-bubble schedules split it:
   // gradients of the inputs, then of the weights.

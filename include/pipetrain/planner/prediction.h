@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "pipetrain/engine/training_config.h"
@@ -30,9 +31,15 @@ struct StageMemory {
   double optimizer = 0;    // moments (momentum for SGD)
   double buffers = 0;      // data-parallel buckets
   double activations = 0;  // live micro-batches' saved activations at the schedule's peak
+  // The optimizer step's temporaries (LibTorch's Adam forms two per parameter tensor on
+  // the CPU), held after the activations are gone: the peak takes the larger of the two.
+  double step_workspace = 0;
   int live_micro_batches = 0;
 
-  double total() const { return weights + gradients + masters + optimizer + buffers + activations; }
+  double total() const {
+    return weights + gradients + masters + optimizer + buffers +
+           std::max(activations, step_workspace);
+  }
 };
 
 struct Prediction {
