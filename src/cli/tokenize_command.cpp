@@ -24,6 +24,8 @@ std::vector<int64_t> read_ids(const std::string& text, const data::Tokenizer& to
   std::vector<int64_t> ids;
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
     try {
       size_t used = 0;
       const int64_t id = std::stoll(item, &used);

@@ -1,5 +1,6 @@
 #include "pipetrain/data/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -23,13 +24,21 @@ bool unset(const nlohmann::json& model, const std::string& key, const nlohmann::
   return !model.contains(key) || model[key].is_null() || model[key] == empty;
 }
 
+// A true/false key; absent or null: false.
+bool flag(const nlohmann::json& model, const std::string& key, const std::string& source) {
+  if (unset(model, key, false)) return false;
+  if (!model[key].is_boolean())
+    throw io::InputError(source + ": model." + key + " must be true or false");
+  return model[key].get<bool>();
+}
+
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   const auto fail = [&](const std::string& what) -> void {
     throw io::InputError(source + ": model." + what);
   };
-  if (!model.is_object() || model.value("type", "") != "BPE")
+  if (!model.is_object() || !model.contains("type") || model["type"] != "BPE")
     fail("type must be \"BPE\" (pipetrain reads byte-pair-encoding tokenizers)");
   if (!model.contains("vocab") || !model["vocab"].is_object())
     fail("vocab is missing or not an object");
@@ -43,19 +52,15 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
     fail("continuing_subword_prefix is not supported (use null)");
   if (!unset(model, "end_of_word_suffix", ""))
     fail("end_of_word_suffix is not supported (use null)");
-  for (const char* flag : {"fuse_unk", "byte_fallback", "ignore_merges"}) {
-    if (!unset(model, flag, false) && !model[flag].is_boolean())
-      fail(std::string(flag) + " must be true or false");
-  }
-  fuse_unknown_ = model.value("fuse_unk", false);
-  byte_fallback_ = model.value("byte_fallback", false);
-  ignore_merges_ = model.value("ignore_merges", false);
+  fuse_unknown_ = flag(model, "fuse_unk", source);
+  byte_fallback_ = flag(model, "byte_fallback", source);
+  ignore_merges_ = flag(model, "ignore_merges", source);
   if (!unset(model, "unk_token", "")) {
     if (!model["unk_token"].is_string()) fail("unk_token must be a string");
     unknown_ = id_of(model["unk_token"].get<std::string>());
     if (!unknown_) fail("unk_token " + model["unk_token"].dump() + " is not in the vocabulary");
   }
-  read_merges(model.value("merges", nlohmann::json::array()), source);
+  read_merges(model.contains("merges") ? model["merges"] : nlohmann::json::array(), source);
 }
 
 void BpeModel::read_merges(const nlohmann::json& merges, const std::string& source) {
@@ -65,6 +70,7 @@ void BpeModel::read_merges(const nlohmann::json& merges, const std::string& sour
     std::string left, right;
     if (merge.is_string()) {  // "a b", the older spelling
       const std::string text = merge.get<std::string>();
+      if (text.rfind("#version", 0) == 0) continue;  // a merges.txt header, as the library skips
       const size_t space = text.find(' ');
       if (space != std::string::npos && text.find(' ', space + 1) == std::string::npos) {
         left = text.substr(0, space);
@@ -80,14 +86,15 @@ void BpeModel::read_merges(const nlohmann::json& merges, const std::string& sour
       throw io::InputError(source + ": model.merges[" + std::to_string(rank) + "] " + merge.dump() +
                            " is not a pair of tokens whose join is a token");
     }
-    merges_.try_emplace({*a, *b}, Merge{static_cast<int64_t>(rank), *merged});
+    // A pair listed twice takes its later rank, as in the library's map.
+    merges_.insert_or_assign({*a, *b}, Merge{static_cast<int64_t>(rank), *merged});
   }
 }
 
 void BpeModel::add_token(const std::string& token, int64_t id) {
   ids_[token] = id;
-  if (id >= size()) tokens_.resize(id + 1);
   tokens_[id] = token;
+  size_ = std::max(size_, id + 1);
 }
 
 std::optional<int64_t> BpeModel::id_of(const std::string& token) const {
@@ -97,8 +104,8 @@ std::optional<int64_t> BpeModel::id_of(const std::string& token) const {
 }
 
 const std::string* BpeModel::token_of(int64_t id) const {
-  if (id < 0 || id >= size() || !tokens_[id]) return nullptr;
-  return &*tokens_[id];
+  const auto found = tokens_.find(id);
+  return found == tokens_.end() ? nullptr : &found->second;
 }
 
 std::vector<int64_t> BpeModel::characters(const std::string& word) const {

@@ -5,10 +5,12 @@
 // with its field named.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pipetrain/config/config_section.h"
@@ -53,6 +55,29 @@ class StageReader {
                    const std::string& key) const {
     if (!stage.contains(key) || !stage[key].is_string()) fail(field + "." + key, "must be text");
     return stage[key].get<std::string>();
+  }
+  // A true/false key; absent or null: `fallback`.
+  bool flag(const nlohmann::json& stage, const std::string& field, const std::string& key,
+            bool fallback) const {
+    if (!stage.contains(key) || stage[key].is_null()) return fallback;
+    if (!stage[key].is_boolean()) fail(field + "." + key, "must be true or false");
+    return stage[key].get<bool>();
+  }
+  // A count: an integer of at least 0; absent: 0.
+  size_t count(const nlohmann::json& stage, const std::string& field,
+               const std::string& key) const {
+    if (!stage.contains(key)) return 0;
+    if (!stage[key].is_number_integer() || stage[key].get<int64_t>() < 0)
+      fail(field + "." + key, "must be an integer of at least 0");
+    return stage[key].get<size_t>();
+  }
+  // Text of exactly one character (the library's `char`).
+  std::string character(const nlohmann::json& stage, const std::string& field,
+                        const std::string& key) const {
+    const std::string value = text(stage, field, key);
+    if (value.empty() || next_character(value, 0) != value.size())
+      fail(field + "." + key, "must be one character");
+    return value;
   }
   // A pattern {"String": s} (or {"Regex": r} where `regex_allowed`).
   std::string literal(const nlohmann::json& stage, const std::string& field) const {
@@ -147,10 +172,11 @@ std::vector<std::pair<size_t, size_t>> literal_matches(const std::string& text,
 
 PreTokenizer read_split(const nlohmann::json& stage, const std::string& field,
                         const StageReader& reader) {
-  const std::string behavior = stage.value("behavior", "");
+  const std::string behavior = reader.text(stage, field, "behavior");
   if (behavior != "Isolated" && behavior != "Removed")
     reader.fail(field + ".behavior", "\"" + behavior + "\" is not supported (Isolated, Removed)");
-  if (stage.value("invert", false)) reader.fail(field + ".invert", "true is not supported");
+  if (reader.flag(stage, field, "invert", false))
+    reader.fail(field + ".invert", "true is not supported");
   const Delimiter delimiter = behavior == "Isolated" ? Delimiter::kIsolated : Delimiter::kRemoved;
   const nlohmann::json pattern = stage.value("pattern", nlohmann::json());
   if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
@@ -166,10 +192,11 @@ PreTokenizer read_split(const nlohmann::json& stage, const std::string& field,
   };
 }
 
-PreTokenizer read_byte_level(const nlohmann::json& stage) {
-  const bool prefix_space = stage.value("add_prefix_space", true);
+PreTokenizer read_byte_level(const nlohmann::json& stage, const std::string& field,
+                             const StageReader& reader) {
+  const bool prefix_space = reader.flag(stage, field, "add_prefix_space", true);
   std::shared_ptr<UnicodeRegex> regex;
-  if (stage.value("use_regex", true))
+  if (reader.flag(stage, field, "use_regex", true))
     regex = std::make_shared<UnicodeRegex>(kGpt2Pattern, "GPT-2's pre-tokenizer");
   return [prefix_space, regex](const Piece& original) {
     if (original.text.empty()) return Pieces{};
@@ -186,20 +213,26 @@ enum class Prepend { kAlways, kFirst, kNever };
 
 Prepend read_prepend_scheme(const nlohmann::json& stage, const std::string& field,
                             const StageReader& reader) {
-  if (stage.contains("add_prefix_space") && stage["add_prefix_space"] == false)
-    return Prepend::kNever;  // the older spelling
-  const std::string scheme = stage.value("prepend_scheme", "always");
-  if (scheme == "always") return Prepend::kAlways;
-  if (scheme == "first") return Prepend::kFirst;
-  if (scheme == "never") return Prepend::kNever;
-  reader.fail(field + ".prepend_scheme", "must be \"always\", \"first\" or \"never\"");
+  const std::string scheme =
+      stage.contains("prepend_scheme") ? reader.text(stage, field, "prepend_scheme") : "always";
+  const Prepend prepend = scheme == "always"  ? Prepend::kAlways
+                          : scheme == "first" ? Prepend::kFirst
+                          : scheme == "never"
+                              ? Prepend::kNever
+                              : throw io::InputError(reader.source() + ": " + field +
+                                                     ".prepend_scheme must be \"always\", "
+                                                     "\"first\" or \"never\"");
+  // The older spelling; the library refuses it where it contradicts the scheme.
+  if (!reader.flag(stage, field, "add_prefix_space", true) && prepend != Prepend::kNever)
+    reader.fail(field + ".add_prefix_space", "false contradicts prepend_scheme \"" + scheme + "\"");
+  return prepend;
 }
 
 PreTokenizer read_metaspace(const nlohmann::json& stage, const std::string& field,
                             const StageReader& reader) {
-  const std::string replacement = reader.text(stage, field, "replacement");
+  const std::string replacement = reader.character(stage, field, "replacement");
   const Prepend prepend = read_prepend_scheme(stage, field, reader);
-  const bool split = stage.value("split", true);
+  const bool split = reader.flag(stage, field, "split", true);
   return [replacement, prepend, split](const Piece& original) {
     Piece piece{replace_all(original.text, " ", replacement), original.at_start};
     const bool starts = piece.text.compare(0, replacement.size(), replacement) == 0;
@@ -230,7 +263,7 @@ PreTokenizer read_pre_tokenizer(const nlohmann::json& stage, const std::string& 
     };
   }
   if (type == "Split") return read_split(stage, field, reader);
-  if (type == "ByteLevel") return read_byte_level(stage);
+  if (type == "ByteLevel") return read_byte_level(stage, field, reader);
   if (type == "Metaspace") return read_metaspace(stage, field, reader);
   reader.fail(field + ".type",
               "\"" + type + "\" is not supported (Sequence, Split, ByteLevel, Metaspace)");
@@ -318,14 +351,15 @@ Decoder read_decoder(const nlohmann::json& stage, const std::string& field,
     };
   }
   if (type == "Strip") {
-    const std::string content = reader.text(stage, field, "content");
-    const size_t start = stage.value("start", 0), stop = stage.value("stop", 0);
+    const std::string content = reader.character(stage, field, "content");
+    const size_t start = reader.count(stage, field, "start");
+    const size_t stop = reader.count(stage, field, "stop");
     return [content, start, stop](std::vector<std::string> tokens) {
       return strip(std::move(tokens), content, start, stop);
     };
   }
   if (type == "Metaspace") {
-    const std::string replacement = reader.text(stage, field, "replacement");
+    const std::string replacement = reader.character(stage, field, "replacement");
     const bool drop_first = read_prepend_scheme(stage, field, reader) != Prepend::kNever;
     return [replacement, drop_first](std::vector<std::string> tokens) {
       for (size_t i = 0; i < tokens.size(); ++i)
@@ -338,16 +372,26 @@ Decoder read_decoder(const nlohmann::json& stage, const std::string& field,
                                    "ByteFallback, Fuse, Strip, Metaspace)");
 }
 
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
 class HfTokenizer : public Tokenizer {
  public:
   HfTokenizer(const nlohmann::json& json, const std::string& path)
       : path_(path), model_(json.value("model", nlohmann::json()), path) {
     const StageReader reader(path);
-    normalize_ = read_normalizer(json.value("normalizer", nlohmann::json()), "normalizer", reader);
+    for (const char* unused : {"truncation", "padding"}) {
+      if (json.contains(unused) && !json[unused].is_null())
+        reader.fail(unused, "is not supported (use null)");
+    }
+    const nlohmann::json normalizer = json.value("normalizer", nlohmann::json());
+    normalize_ = read_normalizer(normalizer, "normalizer", reader);
     pre_tokenize_ =
         read_pre_tokenizer(json.value("pre_tokenizer", nlohmann::json()), "pre_tokenizer", reader);
     decode_ = read_decoder(json.value("decoder", nlohmann::json()), "decoder", reader);
-    read_added_tokens(json.value("added_tokens", nlohmann::json::array()), reader);
+    read_added_tokens(json.value("added_tokens", nlohmann::json::array()), !normalizer.is_null(),
+                      reader);
   }
 
   std::vector<int64_t> encode(const std::string& text) const override {
@@ -368,10 +412,13 @@ class HfTokenizer : public Tokenizer {
         at = next_character(text, at);
         continue;
       }
-      encode_plain(at);
+      // lstrip / rstrip: the whitespace beside the token is part of its match.
+      size_t begin = at, end = at + added->content.size();
+      while (added->lstrip && begin > done && is_space(text[begin - 1])) --begin;
+      while (added->rstrip && end < text.size() && is_space(text[end])) ++end;
+      encode_plain(begin);
       ids.push_back(added->id);
-      at += added->content.size();
-      done = at;
+      at = done = end;
     }
     encode_plain(text.size());
     return ids;
@@ -380,7 +427,8 @@ class HfTokenizer : public Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const override {
     std::vector<std::string> tokens;
     for (const int64_t id : ids) {
-      const std::string* token = model_.token_of(id);
+      const auto added = added_by_id_.find(id);
+      const std::string* token = added != added_by_id_.end() ? &added->second : model_.token_of(id);
       tokens.push_back(token ? *token : "?");
     }
     std::string text;
@@ -388,25 +436,36 @@ class HfTokenizer : public Tokenizer {
     return text;
   }
 
-  int64_t vocab_size() const override { return model_.size(); }
+  int64_t vocab_size() const override { return std::max(model_.size(), next_added_id_); }
 
  private:
   struct AddedToken {
     std::string content;
     int64_t id;
+    bool lstrip, rstrip;
   };
 
-  void read_added_tokens(const nlohmann::json& list, const StageReader& reader) {
+  // Each added token takes its id in the model's vocabulary, or the next one after it (the
+  // library assigns ids so, whatever the file says). Matched in the text as written, before
+  // any normalizer: a token the library would match in normalized text is refused.
+  void read_added_tokens(const nlohmann::json& list, bool normalizer, const StageReader& reader) {
     if (!list.is_array()) reader.fail("added_tokens", "must be a list");
+    next_added_id_ = model_.size();
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string field = "added_tokens[" + std::to_string(i) + "]";
       const nlohmann::json& token = list[i];
       const std::string content = reader.text(token, field, "content");
-      if (content.empty() || !token.contains("id") || !token["id"].is_number_integer() ||
-          token["id"].get<int64_t>() < 0 || token["id"].get<int64_t>() >= int64_t{1} << 24)
-        reader.fail(field, "needs a non-empty content and an id below 2^24");
-      added_.push_back({content, token["id"].get<int64_t>()});
-      model_.add_token(content, added_.back().id);
+      if (content.empty()) continue;  // as the library skips it
+      if (reader.flag(token, field, "single_word", false))
+        reader.fail(field + ".single_word", "true is not supported");
+      if (normalizer && reader.flag(token, field, "normalized", false))
+        reader.fail(field + ".normalized",
+                    "true is not supported with a normalizer (tokens are matched as written)");
+      const auto in_vocabulary = model_.id_of(content);
+      const int64_t id = in_vocabulary ? *in_vocabulary : next_added_id_++;
+      added_.push_back({content, id, reader.flag(token, field, "lstrip", false),
+                        reader.flag(token, field, "rstrip", false)});
+      added_by_id_[id] = content;
     }
   }
 
@@ -427,12 +486,19 @@ class HfTokenizer : public Tokenizer {
   PreTokenizer pre_tokenize_;
   Decoder decode_;
   std::vector<AddedToken> added_;
+  std::unordered_map<int64_t, std::string> added_by_id_;
+  int64_t next_added_id_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_hugging_face_tokenizer(const std::string& path) {
-  return std::make_unique<HfTokenizer>(config::read_json_file(path), path);
+  const nlohmann::json json = config::read_json_file(path);
+  try {
+    return std::make_unique<HfTokenizer>(json, path);
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+    throw io::InputError(path + ": not a tokenizer.json pipetrain reads (" + e.what() + ")");
+  }
 }
 
 }  // namespace pipetrain::data

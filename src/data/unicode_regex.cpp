@@ -1,5 +1,8 @@
 #include "unicode_regex.h"
 
+// Oniguruma otherwise defines UChar and regex_t for every file after it (unity builds).
+#define ONIG_ESCAPE_UCHAR_COLLISION
+#define ONIG_ESCAPE_REGEX_T_COLLISION
 #include <oniguruma.h>
 
 #include <memory>
@@ -16,7 +19,8 @@ const auto* bytes_of(const std::string& text) {
 
 }  // namespace
 
-UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& source) {
+UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& source)
+    : source_(source) {
   static const bool initialised = [] {
     OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
     return onig_initialize(encodings, 1) == ONIG_NORMAL;
@@ -46,14 +50,12 @@ std::vector<std::pair<size_t, size_t>> UnicodeRegex::matches(const std::string& 
   for (size_t at = 0; at < text.size();) {
     const int where =
         onig_search(regex_, begin, end, begin + at, end, region.get(), ONIG_OPTION_NONE);
-    if (where < 0) break;  // ONIG_MISMATCH, or an error: no further match
+    if (where == ONIG_MISMATCH) break;
+    if (where < 0) throw io::InputError(source_ + ": the pattern failed on the text");
     const auto match_end = static_cast<size_t>(region->end[0]);
-    if (match_end > static_cast<size_t>(where)) {
-      found.emplace_back(where, match_end);
-      at = match_end;
-    } else {  // an empty match: move on by one character
-      at = next_character(text, static_cast<size_t>(where));
-    }
+    found.emplace_back(where, match_end);  // an empty one still cuts the text there
+    at = match_end > static_cast<size_t>(where) ? match_end
+                                                : next_character(text, static_cast<size_t>(where));
   }
   return found;
 }

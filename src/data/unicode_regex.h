@@ -19,10 +19,12 @@ class UnicodeRegex {
   UnicodeRegex(const UnicodeRegex&) = delete;
   UnicodeRegex& operator=(const UnicodeRegex&) = delete;
 
-  // Byte ranges [begin, end) of the successive non-overlapping, non-empty matches.
+  // Byte ranges [begin, end) of the successive non-overlapping matches (after an empty one
+  // the search goes on a character later). InputError when the search itself fails.
   std::vector<std::pair<size_t, size_t>> matches(const std::string& text) const;
 
  private:
+  std::string source_;
   re_pattern_buffer* regex_ = nullptr;
 };
 

@@ -302,7 +302,7 @@ int train(const nlohmann::json& config_file) {
 int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
   const int ranks = comm::MpiCommunicator::world()->size();
   nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
-  config["eval_iters"] = eval_iters;
+  job_keys().set(config, "eval_iters", eval_iters);
   Job job = build_job(config, checkpoint);
   checkpoint::load_checkpoint(*job.engine, checkpoint, "latest");
   const double loss = validation_loss(job);

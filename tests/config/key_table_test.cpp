@@ -63,6 +63,10 @@ TEST(KeyTable, SetsAndErasesOnlyKeysItDeclares) {
   keys.set(json, "count", 0);
   Toy toy;
   EXPECT_THROW(keys.read(json, toy), io::InputError);
+  // A section written as null is taken as absent.
+  json = nlohmann::json::parse(R"({"inner": null})");
+  keys.set(json, "inner.ratio", 0.5);
+  EXPECT_EQ(json, nlohmann::json::parse(R"({"inner": {"ratio": 0.5}})"));
   // A file with a value where the section should be: bad input, named.
   json = nlohmann::json::parse(R"({"inner": 3})");
   try {

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers,
                         trainers)
 
 pipetrain = sys.argv[1]
@@ -35,6 +35,7 @@ TEXTS = [
     "Café naïve — 東京 😀 ñ", "never seen: ✓ ∑ ∂ 🦙 ﬁ",
     "numbers 1234567 3.14159 and contractions: don't, I'll, we've, SHE'S, 'Re",
     "<|endoftext|>between<|endoftext|> and </s> <s>text<unk>",
+    "fill  <mask>  in, <mask>\n<mask>x",
     GPL[1000:2500],
 ]
 
@@ -48,7 +49,20 @@ def byte_level(pattern=None):
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train(CORPUS, trainer)
+    # RoBERTa's kind of mask: the whitespace around it belongs to it.
+    tokenizer.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True)])
     return tokenizer
+
+
+def empty_matches():
+    """GPT-2's vocabulary split by a pattern that also matches empty text (a cut there)."""
+    spec = json.loads(byte_level().to_str())
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"(?=[aeiou])|\s+"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 def metaspace():
@@ -86,12 +100,16 @@ def run(*args):
 
 failures = 0
 for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PATTERN)),
-                        ("llama2", sentencepiece_conversion()), ("metaspace", metaspace())]:
+                        ("llama2", sentencepiece_conversion()), ("metaspace", metaspace()),
+                        ("empty-matches", empty_matches())]:
     path = f"{work}/{name}.json"
     tokenizer.save(path)
     expected = [tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
     got = [[int(i) for i in line.split(",") if i] for line in
            run("--tokenizer", path, *TEXTS).split("\n")[:-1]]
+    if len(got) != len(TEXTS):
+        failures += 1
+        print(f"FAIL {name}: {len(got)} lines of ids for {len(TEXTS)} texts")
     for text, want, have in zip(TEXTS, expected, got):
         if want != have:
             failures += 1
@@ -110,16 +128,22 @@ for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PAT
               f"difference at {next(i for i, (a, b) in enumerate(zip(want_text + '$', have_text + '#')) if a != b)}")
     print(f"{name}: {len(TEXTS)} texts ({sum(map(len, expected))} ids) and "
           f"{len(id_lists)} id lists compared")
-# Another model kind is bad input: one line naming the file and field, exit 2.
+# What pipetrain does not read is bad input: one line naming the file and field, exit 2.
 wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
 wordpiece.save(f"{work}/wordpiece.json")
-refused = subprocess.run([pipetrain, "tokenize", "--tokenizer", f"{work}/wordpiece.json", "a"],
-                         capture_output=True, text=True)
-expected_error = f"pipetrain: {work}/wordpiece.json: model.type must be \"BPE\""
-if refused.returncode != 2 or not refused.stderr.startswith(expected_error) or \
-        refused.stderr.count("\n") != 1:
-    failures += 1
-    print(f"FAIL WordPiece: exit {refused.returncode}, {refused.stderr!r}")
-else:
-    print(f"WordPiece refused: {refused.stderr.strip()}")
+normalized = sentencepiece_conversion()
+normalized.add_tokens([AddedToken("hello", normalized=True)])  # matched after the normalizer
+normalized.save(f"{work}/normalized.json")
+for path, expected_error in [
+        (f"{work}/wordpiece.json", 'model.type must be "BPE"'),
+        (f"{work}/normalized.json", ".normalized true is not supported with a normalizer")]:
+    refused = subprocess.run([pipetrain, "tokenize", "--tokenizer", path, "a"],
+                             capture_output=True, text=True)
+    if refused.returncode != 2 or expected_error not in refused.stderr or \
+            not refused.stderr.startswith(f"pipetrain: {path}: ") or \
+            refused.stderr.count("\n") != 1:
+        failures += 1
+        print(f"FAIL {path}: exit {refused.returncode}, {refused.stderr!r}")
+    else:
+        print(f"refused: {refused.stderr.strip()}")
 sys.exit(1 if failures else 0)

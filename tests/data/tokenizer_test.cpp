@@ -2,6 +2,7 @@
 // and tokenizer.json errors (tests/data/tokenizer_parity.py compares with the library).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -66,6 +67,13 @@ TEST(BpeModel, MergesTheLowestRankFirstAndTheLeftmostOfEqualOnes) {
   EXPECT_EQ(bpe.token_of(7), nullptr);
 }
 
+TEST(BpeModel, APairListedTwiceTakesItsLaterRankAndVersionLinesAreSkipped) {
+  const BpeModel bpe(model({{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"bc", 4}, {"abc", 5}},
+                           {"#version: 0.2", "a b", "b c", "a b", "a bc"}),
+                     "t.json");
+  EXPECT_EQ(bpe.encode("abc"), (std::vector<int64_t>{5}));  // b c first now, then a bc
+}
+
 TEST(BpeModel, UnknownCharactersFallBackToBytesOrOneFusedUnknown) {
   json spec = model({{"<unk>", 0}, {"a", 1}, {"<0xC3>", 2}, {"<0xA9>", 3}}, json::array());
   spec["unk_token"] = "<unk>";
@@ -105,6 +113,9 @@ TEST(BpeModel, RefusesWhatItCannotReadNamingTheField) {
   spec = model({{"a", 0}}, json::array());
   spec["continuing_subword_prefix"] = "##";
   expect_input_error(spec, "model.continuing_subword_prefix is not supported");
+  spec = model({{"a", 0}}, json::array());
+  spec["fuse_unk"] = "yes";
+  expect_input_error(spec, "model.fuse_unk must be true or false");
 }
 
 std::string write_tokenizer(const json& spec) {

@@ -146,6 +146,12 @@ class KeyTable {
   // when a part of the path on the way holds something other than an object.
   void set(nlohmann::json& json, const std::string& name, nlohmann::json value) const {
     require_key(name);
+    // A section written as null takes the key as an absent one would.
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+      const nlohmann::json::json_pointer section(pointer_of(name.substr(0, dot)));
+      if (json.contains(section) && json[section].is_null())
+        json[section] = nlohmann::json::object();
+    }
     find(json, name);
     json[nlohmann::json::json_pointer(pointer_of(name))] = std::move(value);
   }

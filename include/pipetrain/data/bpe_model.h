@@ -23,14 +23,12 @@ class BpeModel {
   BpeModel(const nlohmann::json& model, const std::string& source);
 
   std::vector<int64_t> encode(const std::string& word) const;
-  // Adds a token outside the merges (an added token of the tokenizer).
-  void add_token(const std::string& token, int64_t id);
 
   std::optional<int64_t> id_of(const std::string& token) const;
   // Null for an id without a token.
   const std::string* token_of(int64_t id) const;
   // One more than the largest id.
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t size() const { return size_; }
 
  private:
   struct PairHash {
@@ -42,12 +40,14 @@ class BpeModel {
     int64_t rank;
     int64_t merged;
   };
+  void add_token(const std::string& token, int64_t id);
   void read_merges(const nlohmann::json& merges, const std::string& source);
   // The ids of `word`'s characters before merging.
   std::vector<int64_t> characters(const std::string& word) const;
 
   std::unordered_map<std::string, int64_t> ids_;
-  std::vector<std::optional<std::string>> tokens_;
+  std::unordered_map<int64_t, std::string> tokens_;
+  int64_t size_ = 0;
   std::unordered_map<std::pair<int64_t, int64_t>, Merge, PairHash> merges_;
   std::optional<int64_t> unknown_;
   bool fuse_unknown_ = false;
