@@ -167,16 +167,17 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
 
 // The input config with the layout's keys set: ready for `pipetrain train`.
 nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
-  config["pipeline"]["stages"] = l.pipe;
-  config["pipeline"]["schedule"] = config::name_of(engine::pipeline_schedules(), l.schedule);
-  config["pipeline"]["chunks"] = l.chunks;
-  config["pipeline"]["activation_checkpoint_interval"] = l.checkpointing ? 1 : 0;
-  config["model_parallel"] = l.tensor;
-  config["data_parallel"] = l.data;
-  config["train_batch_size"] = l.global_batch();
-  config["train_micro_batch_size_per_gpu"] = l.micro_batch;
-  config["gradient_accumulation_steps"] = l.micro_batches;
-  config["zero_optimization"]["stage"] = l.zero;
+  const auto& keys = trainer::job_keys();
+  keys.set(config, "pipeline.stages", l.pipe);
+  keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
+  keys.set(config, "pipeline.chunks", l.chunks);
+  keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
+  keys.set(config, "model_parallel", l.tensor);
+  keys.set(config, "data_parallel", l.data);
+  keys.set(config, "train_batch_size", l.global_batch());
+  keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
+  keys.set(config, "gradient_accumulation_steps", l.micro_batches);
+  keys.set(config, "zero_optimization.stage", l.zero);
   return config;
 }
 

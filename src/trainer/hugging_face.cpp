@@ -16,6 +16,7 @@
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/models/hugging_face.h"
 #include "pipetrain/trainer/job.h"
+#include "pipetrain/trainer/job_config.h"
 
 namespace pipetrain::trainer {
 namespace fs = std::filesystem;
@@ -134,8 +135,8 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   std::map<std::string, at::Tensor> weights = read_weights(folder);
 
   nlohmann::json config = models::model_keys().write(model);
-  config["pipeline"]["stages"] = 1;
-  config["train_micro_batch_size_per_gpu"] = 1;
+  job_keys().set(config, "pipeline.stages", 1);
+  job_keys().set(config, "train_micro_batch_size_per_gpu", 1);
   Job job = build_job(config, {}, DataUse::kNone);
   std::map<std::string, models::HfTensor> by_name;
   for (const auto& t : models::hf_tensors(model)) by_name.emplace(t.name, t);
