@@ -153,8 +153,12 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
     m.buffers = std::min(p, static_cast<double>(w.training.reduce_bucket_size)) * wire;
   }
   m.activations = activation_bytes(stage, l, live);
-  if (optimizer_state_bytes(w.training.optimizer.type) > 4 && l.zero == 0)  // Adam's kinds
-    m.step_workspace = 2 * 4 * stage.largest_tensor;
+  // The step's own memory, held once the activations are gone: the fp32 master gradients
+  // (mixed precision), and the two temporaries LibTorch's Adam forms on the CPU of the
+  // tensor it updates (the largest parameter, or with ZeRO the flat shard).
+  if (mixed) m.step_workspace += 4 * p * shard;
+  if (optimizer_state_bytes(w.training.optimizer.type) > 4)
+    m.step_workspace += 2 * 4 * (l.zero > 0 ? p * shard : stage.largest_tensor);
   m.live_micro_batches = live;
   return m;
 }
@@ -180,12 +184,12 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
 }
 
 // What ranks sharing `cores` meet in `timeline`: per stage, how much slower than alone its
-// passes compute, max(1, busy ranks / cores) averaged over them; and the share of the
-// cores' time the passes take, the chance that a woken receiver finds no core free. A
+// passes compute, max(1, busy ranks / cores) averaged over them; and the share of the time
+// no core is free, the chance that a woken receiver must wait for one. A
 // stage's passes run on `ranks_per_stage` ranks at once (its data and tensor replicas).
 struct Crowding {
   std::vector<double> slowdown;
-  double busy_share = 0;
+  double busy_share = 0;  // of the makespan, with every core busy
 };
 
 Crowding crowding(const schedule::Timeline& timeline, int pipe, double ranks_per_stage,
@@ -199,9 +203,10 @@ Crowding crowding(const schedule::Timeline& timeline, int pipe, double ranks_per
   // slowed[i]: the slowed-down time from 0 to times[i] (its integral).
   std::vector<double> times, slowed;
   int busy = 0;
-  double integral = 0, last = 0;
+  double integral = 0, last = 0, full = 0;
   for (const auto& [time, change] : edges) {
     integral += (time - last) * std::max(1.0, busy * ranks_per_stage / cores);
+    if (busy * ranks_per_stage >= cores) full += time - last;
     times.push_back(time);
     slowed.push_back(integral);
     busy += change;
@@ -212,16 +217,14 @@ Crowding crowding(const schedule::Timeline& timeline, int pipe, double ranks_per
     return slowed[std::min(i, slowed.size() - 1)];
   };
   std::vector<double> taken(pipe, 0.0), alone(pipe, 0.0);
-  double work = 0;
   for (const auto& box : timeline.boxes) {
     taken[box.stage] += slowed_at(box.end) - slowed_at(box.start);
     alone[box.stage] += box.end - box.start;
-    work += (box.end - box.start) * ranks_per_stage;
   }
   Crowding result{std::vector<double>(pipe, 1.0), 0.0};
   for (int s = 0; s < pipe; ++s)
     if (alone[s] > 0) result.slowdown[s] = taken[s] / alone[s];
-  if (timeline.makespan > 0) result.busy_share = std::min(1.0, work / (cores * timeline.makespan));
+  if (timeline.makespan > 0) result.busy_share = full / timeline.makespan;
   return result;
 }
 
@@ -234,16 +237,23 @@ struct PipelineTimeline {
 // Where ranks outnumber the cores they share, each stage's passes are slowed down by the
 // crowding they meet and every message waits shared_core_latency as often as the cores are
 // busy, both recomputed from the timeline they give until it settles.
+// The cores a job's ranks share: shared_cores on every node it spans; 0 when not shared.
+double job_cores(const Cluster& c, const Layout& l) {
+  if (c.shared_cores <= 0) return 0;
+  const int64_t nodes = (l.devices() + c.devices_per_node - 1) / c.devices_per_node;
+  return static_cast<double>(c.shared_cores * nodes);
+}
+
 PipelineTimeline simulate_pipeline(const schedule::PipelinePlan& plan,
                                    const schedule::CostModel& costs, const Cluster& c,
                                    const Layout& l) {
   PipelineTimeline result{schedule::simulate(plan, costs), 0.0};
-  if (c.shared_cores <= 0 || l.devices() <= c.shared_cores) return result;
+  const double cores = job_cores(c, l);
+  if (cores <= 0 || static_cast<double>(l.devices()) <= cores) return result;
   const double ranks_per_stage = static_cast<double>(l.data) * l.tensor;
   std::vector<double> slowdown(l.pipe, 1.0);
   for (int round = 0; round < 12; ++round) {
-    const Crowding met =
-        crowding(result.timeline, l.pipe, ranks_per_stage, static_cast<double>(c.shared_cores));
+    const Crowding met = crowding(result.timeline, l.pipe, ranks_per_stage, cores);
     schedule::CostModel slowed = costs;
     for (int s = 0; s < l.pipe; ++s) {
       // Damped after the first round: the timeline moves with the slowdown.
@@ -343,7 +353,7 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   add_step_end(p, stages, w, c, l);
   // Every rank steps at once: shared cores slow the step's own work by ranks / cores.
   const double sharing =
-      c.shared_cores > 0 ? std::max(1.0, static_cast<double>(l.devices()) / c.shared_cores) : 1.0;
+      job_cores(c, l) > 0 ? std::max(1.0, static_cast<double>(l.devices()) / job_cores(c, l)) : 1.0;
   p.optimizer_seconds *= sharing;
   p.step_seconds = p.pipeline_seconds + p.data_parallel_seconds + p.optimizer_seconds +
                    p.tied_seconds + sharing * c.step_overhead;

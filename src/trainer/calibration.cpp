@@ -145,34 +145,50 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Ranks 0 and 1: the median seconds from a send to the end of its receive when the receiver
-// has waited a while (its wait asleep between polls, as a stage waiting for a pass of its
-// neighbour is), with a thread spinning beside each rank when `crowded` (runnable threads
-// then outnumber the cores). The clock is the machine's, shared by both ranks.
-double woken_receive_seconds(comm::MpiCommunicator& world, bool crowded) {
-  std::atomic<bool> stop{false};
-  std::thread spinner;
-  if (crowded) {
-    spinner = std::thread([&stop] {
-      for (volatile uint64_t spins = 0; !stop.load(std::memory_order_relaxed);) spins = spins + 1;
-    });
+// Threads that spin until destroyed, crowding the cores.
+class Spinners {
+ public:
+  explicit Spinners(unsigned count) {
+    for (unsigned i = 0; i < count; ++i) {
+      threads_.emplace_back([this] {
+        for (volatile uint64_t spins = 0; !stop_.load(std::memory_order_relaxed);)
+          spins = spins + 1;
+      });
+    }
   }
+  ~Spinners() {
+    stop_ = true;
+    for (auto& thread : threads_) thread.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Ranks 0 and 1 (only): the median seconds from a send to the end of its receive when the
+// receiver has waited 3 ms (yield-polling, as a stage waiting for its neighbour's pass
+// does), with half the machine's cores' worth of spinning threads beside each of the two
+// when `crowded` (runnable threads then outnumber the cores). The clock is the machine's,
+// shared by both ranks; rank 1 knows the answer.
+double woken_receive_seconds(comm::MpiCommunicator& world, bool crowded) {
+  const Spinners spinners(crowded ? std::max(1u, std::thread::hardware_concurrency() / 2) : 0);
   at::Tensor stamp = at::zeros({1}, at::kDouble);
+  at::Tensor ready = at::zeros({1}, at::kByte);
   std::vector<double> delays;
   for (int round = 0; round < 21; ++round) {
-    world.barrier();
     if (world.rank() == 0) {
+      world.recv(ready, 1, 1)->wait();  // rank 1 is about to wait
       for (const double until = now_seconds() + 3e-3; now_seconds() < until;) {
       }
       stamp.fill_(now_seconds());
       world.send(stamp, 1, 0)->wait();
     } else {
+      world.send(ready, 0, 1)->wait();
       world.recv(stamp, 0, 0)->wait();
       delays.push_back(now_seconds() - stamp.item<double>());
     }
   }
-  stop = true;
-  if (spinner.joinable()) spinner.join();
   if (delays.empty()) return 0;
   std::nth_element(delays.begin(), delays.begin() + delays.size() / 2, delays.end());
   return delays[delays.size() / 2];
@@ -256,8 +272,9 @@ planner::Cluster calibrate_machine() {
     c.intra_node.bandwidth = static_cast<double>(big) /
                              std::max(1e-9, one_way_seconds(*world, big, 9) - c.intra_node.latency);
     // What sharing the cores adds to a woken receive (ranks 0 and 1 measure; 1 knows).
-    c.shared_core_latency =
-        std::max(0.0, woken_receive_seconds(*world, true) - woken_receive_seconds(*world, false));
+    const double crowded = woken_receive_seconds(*world, true);
+    const double alone = woken_receive_seconds(*world, false);
+    c.shared_core_latency = std::max(0.0, crowded - alone);
   } else if (world->size() < 2) {  // no peer: memory copies stand in for MPI's shared memory
     c.intra_node = {c.memory_bandwidth / 2, 0};
   }

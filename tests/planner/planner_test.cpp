@@ -123,8 +123,8 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_EQ(m.live_micro_batches, 1);
   // The step's two temporaries of the largest tensor, the 256 x 32 embedding (fp32).
   EXPECT_DOUBLE_EQ(m.step_workspace, 2 * 4 * 256 * 32);
-  EXPECT_DOUBLE_EQ(m.total(), m.weights + m.gradients + m.optimizer +
-                                  std::max(m.activations, m.step_workspace));
+  EXPECT_DOUBLE_EQ(
+      m.total(), m.weights + m.gradients + m.optimizer + std::max(m.activations, m.step_workspace));
 
   training.precision.dtype = engine::Precision::kBf16;
   const Workload bf16(gpt(256, 16, 32, 4, 2), training);
@@ -154,9 +154,26 @@ TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {
   EXPECT_GT(crowded, alone * 1.2);
   EXPECT_LT(crowded, alone * 1.9);
   EXPECT_GE(crowded, work / 1e9 / 2 * 0.999);
+  // shared_cores counts per node: two nodes of two ranks on two cores each are not crowded.
+  Cluster nodes = ideal(2);
+  nodes.nodes = 2;
+  nodes.shared_cores = 2;
+  EXPECT_DOUBLE_EQ(predict(w, nodes, data).pipeline_seconds,
+                   predict(w, ideal(4), data).pipeline_seconds);
   // Messages wait for a core as often as the cores are busy.
   shared.shared_core_latency = 1e-3;
   EXPECT_GT(predict(w, shared, pipe).pipeline_seconds, crowded + 8 * 1e-3 * 0.3);
+}
+
+TEST(Prediction, TheStepsOwnMemoryCountsWhenItOutweighsTheActivations) {
+  // A wide vocabulary on a short context: the step's Adam temporaries of the embedding
+  // (2 x 4 x 4096 x 32 bytes) outweigh one micro-batch's activations.
+  const Workload w(gpt(4096, 4, 32, 4, 1), engine::TrainingConfig{});
+  const StageMemory m =
+      predict(w, ideal(1), Layout{.micro_batch = 1, .micro_batches = 1}).stages[0];
+  EXPECT_DOUBLE_EQ(m.step_workspace, 2 * 4 * 4096 * 32);
+  EXPECT_GT(m.step_workspace, m.activations);
+  EXPECT_DOUBLE_EQ(m.total(), m.weights + m.gradients + m.optimizer + m.buffers + m.step_workspace);
 }
 
 TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
