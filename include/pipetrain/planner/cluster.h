@@ -43,7 +43,7 @@ struct Cluster {
   // While more of its ranks compute than there are cores, each computes that much slower.
   int64_t shared_cores = 0;
   // Seconds a message waits beyond its link's latency while ranks outnumber the shared
-  // cores: the receiver, asleep in its wait, is scheduled again only when a core frees.
+  // cores: the receiver, yielding in its wait, runs again only when a core frees.
   double shared_core_latency = 0;
   Link intra_node;  // between devices of one node
   Link inter_node;  // between nodes, per device
