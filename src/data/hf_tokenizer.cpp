@@ -79,7 +79,7 @@ class StageReader {
       fail(field + "." + key, "must be one character");
     return value;
   }
-  // A pattern {"String": s} (or {"Regex": r} where `regex_allowed`).
+  // A literal pattern, {"String": s}.
   std::string literal(const nlohmann::json& stage, const std::string& field) const {
     const nlohmann::json pattern = stage.value("pattern", nlohmann::json());
     if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string())

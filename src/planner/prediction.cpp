@@ -185,8 +185,8 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
 
 // What ranks sharing `cores` meet in `timeline`: per stage, how much slower than alone its
 // passes compute, max(1, busy ranks / cores) averaged over them; and the share of the time
-// no core is free, the chance that a woken receiver must wait for one. A
-// stage's passes run on `ranks_per_stage` ranks at once (its data and tensor replicas).
+// no core is free, the chance that a woken receiver must wait for one. A stage's passes
+// run on `ranks_per_stage` ranks at once (its data and tensor replicas).
 struct Crowding {
   std::vector<double> slowdown;
   double busy_share = 0;  // of the makespan, with every core busy
@@ -234,9 +234,6 @@ struct PipelineTimeline {
   double message_wait = 0;
 };
 
-// Where ranks outnumber the cores they share, each stage's passes are slowed down by the
-// crowding they meet and every message waits shared_core_latency as often as the cores are
-// busy, both recomputed from the timeline they give until it settles.
 // The cores a job's ranks share: shared_cores on every node it spans; 0 when not shared.
 double job_cores(const Cluster& c, const Layout& l) {
   if (c.shared_cores <= 0) return 0;
@@ -244,6 +241,16 @@ double job_cores(const Cluster& c, const Layout& l) {
   return static_cast<double>(c.shared_cores * nodes);
 }
 
+// How much slower than alone ranks compute when all of them work at once (the optimizer
+// step): ranks / cores where they share fewer cores, else 1.
+double step_sharing(const Cluster& c, const Layout& l) {
+  const double cores = job_cores(c, l);
+  return cores > 0 ? std::max(1.0, static_cast<double>(l.devices()) / cores) : 1.0;
+}
+
+// Where ranks outnumber the cores they share, each stage's passes are slowed down by the
+// crowding they meet and every message waits shared_core_latency as often as no core is
+// free, both recomputed from the timeline they give until it settles.
 PipelineTimeline simulate_pipeline(const schedule::PipelinePlan& plan,
                                    const schedule::CostModel& costs, const Cluster& c,
                                    const Layout& l) {
@@ -352,8 +359,7 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   p.bubble = timeline.makespan > 0 ? 1 - busy / (l.pipe * timeline.makespan) : 0;
   add_step_end(p, stages, w, c, l);
   // Every rank steps at once: shared cores slow the step's own work by ranks / cores.
-  const double sharing =
-      job_cores(c, l) > 0 ? std::max(1.0, static_cast<double>(l.devices()) / job_cores(c, l)) : 1.0;
+  const double sharing = step_sharing(c, l);
   p.optimizer_seconds *= sharing;
   p.step_seconds = p.pipeline_seconds + p.data_parallel_seconds + p.optimizer_seconds +
                    p.tied_seconds + sharing * c.step_overhead;
