@@ -142,11 +142,13 @@ void maybe_die_mid_save(int rank) {
   if (victim && std::atoi(victim) == rank) std::raise(SIGKILL);
 }
 
-// Writes a file and records its size and checksum in `files`.
-void write_recorded(const fs::path& folder, const std::string& name, const std::string& bytes,
-                    nlohmann::json& files) {
-  io::write_file_atomically(folder / name, bytes);
-  files[name] = {{"bytes", bytes.size()}, {"crc32", io::crc32(bytes)}};
+// Writes the tensors as a safetensors file and records its size and checksum in `files`.
+void write_recorded(const fs::path& folder, const std::string& name,
+                    const comm::NamedTensors& tensors, nlohmann::json& files) {
+  io::AtomicFileWriter file(folder / name);
+  write_safetensors(file, tensors);
+  file.commit();
+  files[name] = {{"bytes", file.size()}, {"crc32", file.crc32()}};
 }
 
 // A name from a checkpoint's own files (a tag in `latest`, a file in a manifest) must stay
@@ -524,7 +526,8 @@ std::string resolve_tag(const fs::path& directory, const std::string& tag) {
 
 void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
                      const std::string& tag, const nlohmann::json& client_state,
-                     const engine::MicroBatchSource* data) {
+                     const engine::MicroBatchSource* data,
+                     const std::vector<engine::ParameterState>* weights) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
     throw io::InputError("checkpoint tag '" + tag +
                          "' must be a plain, non-empty name other than 'latest'");
@@ -553,7 +556,9 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   };
   std::vector<WholeLayer> owned;
   std::vector<engine::ParameterState> masters;
-  if (grid.data_parallel_id() == 0 || engine.config().zero.stage > 0)
+  if (weights)
+    masters = *weights;
+  else if (grid.data_parallel_id() == 0 || engine.config().zero.stage > 0)
     masters = engine.whole_optimizer_state();
   if (grid.data_parallel_id() == 0) {
     const ShardedState sharded(engine);
@@ -578,18 +583,17 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
       layer["file"] = numbered("layer", index, 3);
       layer["tensors"] = describe(whole);
       layer["weight_decay_exempt"] = decay_exempt;
-      write_recorded(folder, layer["file"], encode_safetensors(whole), files);
+      write_recorded(folder, layer["file"], whole, files);
       maybe_die_mid_save(grid.global_rank());
       if (!state.empty()) {
         layer["optimizer_file"] = numbered("optimizer", index, 3);
-        write_recorded(folder, layer["optimizer_file"], encode_safetensors(state), files);
+        write_recorded(folder, layer["optimizer_file"], state, files);
       }
     }
   }
   comm::NamedTensors rng{{"cpu", module::rng_state(at::kCPU)}};
   if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
-  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4), encode_safetensors(rng),
-                 files);
+  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4), rng, files);
 
   const auto parts =
       comm::all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
@@ -700,10 +704,10 @@ comm::NamedTensors read_model_tensors(const fs::path& directory, const std::stri
 
 void export_checkpoint(const fs::path& directory, const std::string& tag, const fs::path& out) {
   io::check_output_directory(out, "--out");
-  io::write_file_atomically(
-      out,
-      encode_safetensors(read_model_tensors(directory, tag),
-                         {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}}));
+  io::AtomicFileWriter file(out);
+  write_safetensors(file, read_model_tensors(directory, tag),
+                    {{"format", "pt"}, {"source", "pipetrain " + std::string(kVersion)}});
+  file.commit();
 }
 
 }  // namespace pipetrain::checkpoint

@@ -2,13 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/mapped_file.h"
 
 namespace pipetrain::checkpoint {
 namespace {
@@ -33,88 +34,156 @@ const char* dtype_name(at::ScalarType type) {
   throw std::invalid_argument(std::string("safetensors cannot store dtype ") + at::toString(type));
 }
 
-}  // namespace
+// Bytes of a tensor slice written at a time when the tensor must be copied to be written.
+constexpr int64_t kSliceBytes = 4 << 20;
 
-std::string encode_safetensors(const comm::NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata) {
+// The length word and JSON header: each tensor's dtype, shape and byte range, in order.
+std::string header_of(const comm::NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> payloads;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    at::Tensor data = tensor.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = data.numel() * data.element_size();
-    header[name] = {{"dtype", dtype_name(data.scalar_type())},
-                    {"shape", data.sizes().vec()},
+    const uint64_t bytes = tensor.numel() * tensor.element_size();
+    header[name] = {{"dtype", dtype_name(tensor.scalar_type())},
+                    {"shape", tensor.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    payloads.push_back(std::move(data));
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes
   std::string out(8, '\0');
   const uint64_t length = json.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  out += json;
-  out.reserve(out.size() + offset);
-  for (const auto& data : payloads) {
-    out.append(static_cast<const char*>(data.data_ptr()), data.numel() * data.element_size());
-  }
-  return out;
+  return out + json;
 }
 
-comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string& source) {
+std::string_view bytes_of(const at::Tensor& contiguous) {
+  return {static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes()};
+}
+
+// Where one tensor's bytes lie in a file's data section, checked against the header.
+struct TensorEntry {
+  std::string name;
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t start = 0, bytes = 0;
+};
+
+std::vector<TensorEntry> read_header(std::string_view file, const std::string& source,
+                                     std::string_view* data_out) {
   auto bad = [&](const std::string& why) { return io::InputError(source + ": " + why); };
-  if (bytes.size() < 8)
-    throw bad("truncated (" + std::to_string(bytes.size()) + " bytes, no header)");
+  if (file.size() < 8)
+    throw bad("truncated (" + std::to_string(file.size()) + " bytes, no header)");
   uint64_t length = 0;
   for (int i = 0; i < 8; ++i)
-    length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (length > bytes.size() - 8)
+    length |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
+  if (length > file.size() - 8)
     throw bad("truncated (header of " + std::to_string(length) + " bytes does not fit)");
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, length), nullptr, false);
+  const nlohmann::json header = nlohmann::json::parse(file.substr(8, length), nullptr, false);
   if (header.is_discarded() || !header.is_object()) throw bad("the header is not a JSON object");
-  const std::string_view data = bytes.substr(8 + length);
+  const std::string_view data = file.substr(8 + length);
+  *data_out = data;
 
-  comm::NamedTensors tensors;
+  std::vector<TensorEntry> entries;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     const auto* dtype = entry.is_object() && entry.contains("dtype") ? &entry["dtype"] : nullptr;
-    at::ScalarType type = at::kFloat;
+    TensorEntry& tensor = entries.emplace_back(TensorEntry{name, at::kFloat, {}, 0, 0});
     bool known = false;
     for (const auto& [t, n] : kDtypes) {
       if (dtype && dtype->is_string() && *dtype == n) {
-        type = t;
+        tensor.type = t;
         known = true;
       }
     }
     if (!known) throw bad("tensor '" + name + "' has an unknown dtype");
-    std::vector<int64_t> shape;
-    uint64_t start = 0, end = 0;
+    uint64_t end = 0;
     try {
-      shape = entry.at("shape").get<std::vector<int64_t>>();
+      tensor.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
       if (offsets.size() != 2) throw std::invalid_argument("offsets");
-      start = offsets[0];
+      tensor.start = offsets[0];
       end = offsets[1];
     } catch (const std::exception&) {
       throw bad("tensor '" + name + "' has a malformed shape or data_offsets");
     }
     int64_t numel = 1;
-    for (int64_t d : shape) {
+    for (int64_t d : tensor.shape) {
       if (d < 0) throw bad("tensor '" + name + "' has a negative dimension");
       numel *= d;
     }
-    const uint64_t expected = numel * c10::elementSize(type);
-    if (end < start || end - start != expected)
+    tensor.bytes = numel * c10::elementSize(tensor.type);
+    if (end < tensor.start || end - tensor.start != tensor.bytes)
       throw bad("tensor '" + name + "' has a byte range that does not match its shape");
     if (end > data.size()) {
       throw bad("truncated (tensor '" + name + "' needs bytes up to " + std::to_string(end) +
                 ", the file holds " + std::to_string(data.size()) + ")");
     }
-    at::Tensor tensor = at::empty(shape, at::TensorOptions(type));
-    if (expected) std::memcpy(tensor.data_ptr(), data.data() + start, expected);
-    tensors.emplace_back(name, std::move(tensor));
+  }
+  return entries;
+}
+
+at::Tensor copy_of(const TensorEntry& entry, const char* bytes) {
+  at::Tensor tensor = at::empty(entry.shape, at::TensorOptions(entry.type));
+  if (entry.bytes) std::memcpy(tensor.data_ptr(), bytes, entry.bytes);
+  return tensor;
+}
+
+}  // namespace
+
+void write_safetensors(io::AtomicFileWriter& out, const comm::NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  out.append(header_of(tensors, metadata));
+  for (const auto& [name, tensor] : tensors) {
+    const at::Tensor data = tensor.detach();
+    if (data.device().is_cpu() && data.is_contiguous()) {
+      out.append(bytes_of(data));
+      continue;
+    }
+    // Whole rows of the first dimension per slice, each made contiguous on the host.
+    const int64_t rows = data.dim() == 0 ? 1 : data.size(0);
+    const int64_t row_bytes = rows == 0 ? 1 : std::max<int64_t>(data.nbytes() / rows, 1);
+    const int64_t step = std::max<int64_t>(kSliceBytes / row_bytes, 1);
+    for (int64_t first = 0; first < rows; first += step) {
+      const at::Tensor slice =
+          data.dim() == 0 ? data : data.narrow(0, first, std::min(step, rows - first));
+      out.append(bytes_of(slice.to(at::kCPU).contiguous()));
+    }
+  }
+}
+
+std::string encode_safetensors(const comm::NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::string out = header_of(tensors, metadata);
+  for (const auto& [name, tensor] : tensors)
+    out += bytes_of(tensor.detach().to(at::kCPU).contiguous());
+  return out;
+}
+
+comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string& source) {
+  std::string_view data;
+  comm::NamedTensors tensors;
+  for (const TensorEntry& entry : read_header(bytes, source, &data))
+    tensors.emplace_back(entry.name, copy_of(entry, data.data() + entry.start));
+  return tensors;
+}
+
+comm::NamedTensors map_safetensors(const std::filesystem::path& path) {
+  auto file = std::make_shared<io::MappedFile>(path, io::MappedFile::Access::kSequential);
+  std::string_view data;
+  comm::NamedTensors tensors;
+  for (const TensorEntry& entry : read_header(file->bytes(), path.string(), &data)) {
+    char* bytes =
+        static_cast<char*>(file->pages()) + (data.data() - file->bytes().data()) + entry.start;
+    const bool aligned = reinterpret_cast<uintptr_t>(bytes) % c10::elementSize(entry.type) == 0;
+    if (!aligned || entry.bytes == 0) {
+      tensors.emplace_back(entry.name, copy_of(entry, bytes));
+      continue;
+    }
+    tensors.emplace_back(entry.name,
+                         at::from_blob(
+                             bytes, entry.shape, [file](void*) {}, at::TensorOptions(entry.type)));
   }
   return tensors;
 }

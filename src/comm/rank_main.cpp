@@ -69,8 +69,8 @@ int intra_op_threads(int cores, int local_ranks) {
 
 int run_rank(int argc, char** argv, const std::function<int()>& body) {
   int provided = 0;
-  // Multiple: a stage's deferred sends progress on a helper thread (see SendProgress); with
-  // less, they progress in the main thread's MPI calls only.
+  // Multiple: a stage's deferred sends progress on a helper thread (see engine::TransferProgress);
+  // with less, they progress in the main thread's MPI calls only.
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "pipetrain: MPI_Init_thread failed\n");
     return 1;

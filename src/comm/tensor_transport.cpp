@@ -131,10 +131,7 @@ bool PendingSend::test() {
 
 TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
                                  std::shared_ptr<Communicator> data, at::Device device)
-    : control_(std::move(control)),
-      data_(std::move(data)),
-      device_(device),
-      header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
+    : control_(std::move(control)), data_(std::move(data)), device_(device) {}
 
 PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int peer, int tag) {
   const std::vector<int64_t> words = encode_header(tensors);
@@ -151,39 +148,73 @@ PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int pe
   return pending;
 }
 
+std::unique_ptr<PendingRecv> TensorTransport::post_recv(int peer, int tag,
+                                                        std::vector<at::Tensor> reuse) {
+  return std::unique_ptr<PendingRecv>(new PendingRecv(*this, peer, tag, std::move(reuse)));
+}
+
 std::vector<at::Tensor> TensorTransport::recv(int peer, int tag,
                                               const std::vector<at::Tensor>& reuse) {
-  control_->recv(header_, peer, tag)->wait();
-  std::vector<TensorMeta> metas;
+  return post_recv(peer, tag, reuse)->wait();
+}
+
+PendingRecv::PendingRecv(TensorTransport& transport, int peer, int tag,
+                         std::vector<at::Tensor> reuse)
+    : transport_(&transport),
+      peer_(peer),
+      tag_(tag),
+      header_(at::empty({kMaxHeaderWords}, at::kLong)),
+      reuse_(std::move(reuse)) {
+  header_work_ = transport_->control_->recv(header_, peer_, tag_);
+}
+
+void PendingRecv::post_payloads() {
+  header_in_ = true;
   try {
-    metas = decode_header(header_.data_ptr<int64_t>(), kMaxHeaderWords);
+    metas_ = decode_header(header_.data_ptr<int64_t>(), kMaxHeaderWords);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string(e.what()) + " from rank " +
-                             std::to_string(control_->global_rank(peer)) + " (tag " +
-                             std::to_string(tag) + ")");
+                             std::to_string(transport_->control_->global_rank(peer_)) + " (tag " +
+                             std::to_string(tag_) + ")");
   }
-
-  std::vector<at::Tensor> tensors;
-  std::vector<WorkPtr> works;
-  tensors.reserve(metas.size());
-  for (std::size_t i = 0; i < metas.size(); ++i) {
-    const TensorMeta& meta = metas[i];
-    const bool reusable = i < reuse.size() && reuse[i].defined() &&
-                          reuse[i].scalar_type() == meta.dtype && reuse[i].sizes() == meta.shape &&
-                          reuse[i].is_contiguous() && reuse[i].device() == device_;
+  const at::Device device = transport_->device_;
+  tensors_.reserve(metas_.size());
+  for (std::size_t i = 0; i < metas_.size(); ++i) {
+    const TensorMeta& meta = metas_[i];
+    const bool reusable = i < reuse_.size() && reuse_[i].defined() &&
+                          reuse_[i].scalar_type() == meta.dtype &&
+                          reuse_[i].sizes() == meta.shape && reuse_[i].is_contiguous() &&
+                          reuse_[i].device() == device;
     at::Tensor tensor = reusable
-                            ? reuse[i].detach()
-                            : at::empty(meta.shape, at::TensorOptions(meta.dtype).device(device_));
-    if (tensor.numel() > 0) works.push_back(data_->recv(tensor, peer, tag));
-    tensors.push_back(std::move(tensor));
+                            ? reuse_[i].detach()
+                            : at::empty(meta.shape, at::TensorOptions(meta.dtype).device(device));
+    if (tensor.numel() > 0) payload_works_.push_back(transport_->data_->recv(tensor, peer_, tag_));
+    tensors_.push_back(std::move(tensor));
   }
-  for (auto& work : works) work->wait();
-  for (std::size_t i = 0; i < metas.size(); ++i) {
-    if (metas[i].requires_grad && at::isFloatingType(metas[i].dtype)) {
-      tensors[i].requires_grad_(true);
-    }
+  reuse_.clear();
+}
+
+bool PendingRecv::test() {
+  if (!header_in_) {
+    if (!header_work_->test()) return false;
+    post_payloads();
   }
-  return tensors;
+  std::erase_if(payload_works_, [](WorkPtr& work) { return work->test(); });
+  return payload_works_.empty();
+}
+
+std::vector<at::Tensor> PendingRecv::wait() {
+  if (!header_in_) {
+    header_work_->wait();
+    post_payloads();
+  }
+  for (auto& work : payload_works_) work->wait();
+  payload_works_.clear();
+  for (std::size_t i = 0; i < metas_.size(); ++i) {
+    if (metas_[i].requires_grad && at::isFloatingType(metas_[i].dtype))
+      tensors_[i].requires_grad_(true);
+  }
+  return std::move(tensors_);
 }
 
 }  // namespace pipetrain::comm

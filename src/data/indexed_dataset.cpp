@@ -1,10 +1,5 @@
 #include "pipetrain/data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -140,45 +135,16 @@ IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes) {
   for (const auto& given : prefixes) {
     const std::string prefix = without_suffix(given);
     Mapped file;
-    file.bin = prefix + ".bin";
-    const int fd = ::open(file.bin.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) throw io::InputError(file.bin + ": cannot be read (missing?)");
-    struct stat status {};
-    if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-      ::close(fd);
-      throw io::InputError(file.bin + ": not a regular file (a folder, FIFO or device?)");
-    }
-    file.bytes = static_cast<std::size_t>(status.st_size);
-    Index index;
-    try {
-      index = read_index(prefix + ".idx", file.bytes);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    if (file.bytes > 0) {
-      void* mapped = ::mmap(nullptr, file.bytes, PROT_READ, MAP_SHARED, fd, 0);
-      if (mapped == MAP_FAILED) {
-        ::close(fd);
-        throw io::InputError(file.bin + ": cannot be mapped into memory");
-      }
-      ::madvise(mapped, file.bytes, MADV_RANDOM);  // windows are drawn at random
-      file.data = static_cast<const unsigned char*>(mapped);
-    }
-    ::close(fd);  // the mapping stays
+    file.bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
+    file.data = static_cast<const unsigned char*>(file.bin->pages());
+    const Index index = read_index(prefix + ".idx", file.bin->size());
     file.item_size = index.type.item_size;
     file.is_signed = index.type.is_signed;
     file.first = total_;
     file.tokens = index.tokens;
     total_ += index.tokens;
     documents_ += index.documents;
-    files_.push_back(file);
-  }
-}
-
-IndexedTokens::~IndexedTokens() {
-  for (const auto& file : files_) {
-    if (file.data) ::munmap(const_cast<unsigned char*>(file.data), file.bytes);
+    files_.push_back(std::move(file));
   }
 }
 
@@ -215,8 +181,8 @@ void IndexedTokens::read(int64_t start, int64_t count, int64_t vocab_size, int64
     const int64_t index = start + i - file->first;
     const int64_t id = token_at(*file, index);
     if (id < 0 || id >= vocab_size) {
-      throw io::InputError(file->bin + ": token " + std::to_string(index) + " is " +
-                           std::to_string(id) + ", not in [0, model.vocab_size " +
+      throw io::InputError(file->bin->path().string() + ": token " + std::to_string(index) +
+                           " is " + std::to_string(id) + ", not in [0, model.vocab_size " +
                            std::to_string(vocab_size) + ")");
     }
     out[i] = id;

@@ -63,6 +63,14 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
   Program program{plan.stage_steps[stage], plan.num_pipe_buffers[stage], plan.splits_backward};
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
+  for (const auto& step : program.steps) {
+    for (const Instruction& in : step) {
+      if (!schedule::is_recv(in.kind)) continue;
+      const Flow flow = in.kind == OpKind::kRecvActivation ? Flow::kActivation : Flow::kGradient;
+      program.receives.push_back(
+          {schedule::transfer_peer(shape, stage, in).stage, Channel{flow, in.chunk}});
+    }
+  }
   return program;
 }
 
@@ -103,9 +111,11 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   if (plan && plan->rank == grid_->global_rank()) {
     faults_ = std::make_shared<FaultInjector>(
         *plan, parameters.empty() ? at::Tensor() : parameters.front());
-    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, nccl_allowed, faults_);
+    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, nccl_allowed,
+                                              config_.pipeline.receive_ahead, faults_);
   } else {
-    link_ = std::make_unique<StageLink>(grid_, partitioned, device_, nccl_allowed);
+    link_ = std::make_unique<StageLink>(grid_, partitioned, device_, nccl_allowed,
+                                        config_.pipeline.receive_ahead);
   }
 }
 
@@ -181,6 +191,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   link_->set_send_completion(program.sends);
+  link_->expect_receives(program.receives);
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
   if (run.training && std::exchange(record_next_, false)) {
     grid_->world_comm()->barrier();  // a shared time origin

@@ -1,6 +1,7 @@
 #include "pipetrain/engine/stage_link.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "pipetrain/comm/partitioned_transfer.h"
 #include "pipetrain/device/transport.h"
@@ -21,14 +22,19 @@ int64_t byte_size(const comm::TensorList& tensors) {
 }  // namespace
 
 StageLink::StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned,
-                     at::Device device, bool nccl_allowed)
+                     at::Device device, bool nccl_allowed, bool receive_ahead)
     : grid_(std::move(grid)),
       partitioned_(partitioned),
       device_(device),
       payloads_(nccl_allowed ? device::communicator_for(grid_->pipe_comm(), device)
                              : std::shared_ptr<comm::Communicator>(grid_->pipe_comm())),
       transport_kind_(device::transport_of(*payloads_)),
-      transport_(grid_->pipe_comm(), payloads_, device) {}
+      transport_(grid_->pipe_comm(), payloads_, device) {
+  // NCCL payloads are matched by order on one stream and must not be posted from the
+  // helper thread; without the thread, a receive posted ahead would not move.
+  receive_ahead_ =
+      receive_ahead && transport_kind_ == comm::Transport::kMpi && in_flight_.threaded();
+}
 
 bool StageLink::partitioned() const {
   return partitioned_ && grid_->model_parallel_size() > 1;
@@ -55,16 +61,49 @@ void StageLink::post(const comm::TensorList& wire, int stage, Channel channel) {
 
 comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorList& reuse) {
   if (!partitioned()) {
-    comm::TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
+    comm::TensorList tensors = receive(stage, tag_of(channel), reuse);
     bytes_ += byte_size(tensors);
     return tensors;
   }
-  comm::TensorList wire = transport_.recv(stage, tag_of(channel));
+  comm::TensorList wire = receive(stage, tag_of(channel), {});
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
   const comm::PartitionedTensors partitioned{wire.front().cpu(),  // read on the host
                                              {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);
   return comm::assemble(partitioned, *grid_->model_comm());
+}
+
+comm::TensorList StageLink::receive(int stage, int tag, const comm::TensorList& reuse) {
+  const auto found = ahead_.find({stage, tag});
+  if (found == ahead_.end() || !found->second.posted) return transport_.recv(stage, tag, reuse);
+  Ahead& ahead = found->second;
+  in_flight_.withdraw(ahead.posted.get());
+  comm::TensorList tensors = std::exchange(ahead.posted, nullptr)->wait();
+  if (ahead.still_expected > 0) {  // posted only now: transfers on a tag arrive in order
+    --ahead.still_expected;
+    ahead.posted = transport_.post_recv(stage, tag);
+    in_flight_.add(ahead.posted.get());
+  }
+  return tensors;
+}
+
+void StageLink::expect_receives(const std::vector<Receive>& receives) {
+  cancel_receives_ahead();
+  if (!receive_ahead_) return;
+  for (const Receive& receive : receives)
+    ++ahead_[{receive.stage, tag_of(receive.channel)}].still_expected;
+  for (auto& [key, ahead] : ahead_) {
+    --ahead.still_expected;
+    ahead.posted = transport_.post_recv(key.first, key.second);
+    in_flight_.add(ahead.posted.get());
+  }
+}
+
+void StageLink::cancel_receives_ahead() {
+  for (auto& [key, ahead] : ahead_) {
+    if (ahead.posted) in_flight_.withdraw(ahead.posted.get());  // its MPI receives cancel
+  }
+  ahead_.clear();
 }
 
 }  // namespace pipetrain::engine

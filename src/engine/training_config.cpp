@@ -177,7 +177,10 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
-            "with tensor parallelism, send 1/t shares between stages and all-gather them");
+            "with tensor parallelism, send 1/t shares between stages and all-gather them")
+      .flag("pipeline.receive_ahead", PIPETRAIN_FIELD(pipeline.receive_ahead),
+            "post each receive between stages ahead of need and move it along on a helper thread "
+            "while the stage computes (payloads over MPI with `MPI_THREAD_MULTIPLE`)");
 }
 
 // bf16.enabled and fp16.enabled both set the model's precision.

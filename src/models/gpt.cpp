@@ -1,7 +1,6 @@
 #include "pipetrain/models/gpt.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/init.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/normalization.h>
@@ -12,6 +11,7 @@
 #include "layer_rules.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
 namespace pipetrain::models {
@@ -32,7 +32,7 @@ struct GptEmbeddingImpl : torch::nn::Module {
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))),
         positions(register_module("positions", torch::nn::Embedding(c.context, c.d_model))),
         dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {
-    torch::nn::init::normal_(positions->weight, 0.0, kInitStd);
+    tensor_parallel::init_normal(positions->weight, kInitStd);
   }
 
   at::Tensor forward(const at::Tensor& ids) {

@@ -4,6 +4,7 @@
 
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/tensor_parallel/collectives.h"
+#include "pipetrain/tensor_parallel/initialization.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {
@@ -12,7 +13,8 @@ namespace {
 at::Tensor sharded_normal(torch::nn::Module& module, const std::string& name,
                           at::IntArrayRef full_shape, double std, ShardLayout layout,
                           const Group& group) {
-  const at::Tensor full = at::empty(full_shape).normal_(0.0, std);
+  const at::Tensor full = at::empty(full_shape);
+  init_normal(full, std);
   return module.register_parameter(name, take_shard(full, layout, group.rank(), group.size()));
 }
 

@@ -21,6 +21,7 @@ int64_t piece_length(int64_t length, ShardLayout layout, int size) {
 
 at::Tensor take_shard(const at::Tensor& full, ShardLayout layout, int rank, int size) {
   const int64_t piece = piece_length(full.size(layout.dim), layout, size);
+  if (size == 1) return full.contiguous();  // the whole tensor: no copy
   std::vector<at::Tensor> pieces;
   for (const auto& block : full.chunk(layout.stride, layout.dim))
     pieces.push_back(block.narrow(layout.dim, rank * piece, piece));

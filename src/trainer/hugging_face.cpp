@@ -15,6 +15,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/models/hugging_face.h"
+#include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/job_config.h"
 
@@ -62,7 +63,7 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& folder) {
   std::map<std::string, at::Tensor> weights;
   for (const fs::path& file : weight_files(folder)) {
     if (!fs::is_regular_file(file)) throw io::InputError(file.string() + ": no such file");
-    for (auto& [name, tensor] : checkpoint::decode_safetensors(io::read_file(file), file)) {
+    for (auto& [name, tensor] : checkpoint::map_safetensors(file)) {
       if (!weights.emplace(name, tensor).second)
         throw io::InputError(file.string() + ": tensor " + name + " is also in another file");
     }
@@ -94,7 +95,7 @@ at::Tensor take(std::map<std::string, at::Tensor>& weights, const models::HfTens
                          "needs " + c10::str(at::IntArrayRef(needed)));
   }
   weights.erase(found);
-  return tensor.to(at::kFloat).contiguous();
+  return tensor.to(at::kFloat);  // a transposed view is written in slices, never copied whole
 }
 
 // Refuses tensors the model does not have (a tied head's copy and buffers such as
@@ -137,7 +138,11 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   nlohmann::json config = models::model_keys().write(model);
   job_keys().set(config, "pipeline.stages", 1);
   job_keys().set(config, "train_micro_batch_size_per_gpu", 1);
-  Job job = build_job(config, {}, DataUse::kNone);
+  // The checkpoint takes the file's tensors, not the model's: no initialisation to pay for.
+  Job job = [&] {
+    const tensor_parallel::SkippedInitialization uninitialised;
+    return build_job(config, {}, DataUse::kNone);
+  }();
   std::map<std::string, models::HfTensor> by_name;
   for (const auto& t : models::hf_tensors(model)) by_name.emplace(t.name, t);
   std::vector<engine::ParameterState> masters;
@@ -148,8 +153,8 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
     masters.push_back({take(weights, found->second, parameter.sizes(), folder), {}});
   }
   check_all_used(weights, tied(model), folder);
-  job.engine->restore_optimizer_state(masters);
-  checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}});
+  checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
+                              &masters);
   std::printf("imported %s (%s, %zu tensors) into %s/step_0\n", folder.c_str(), model.type.c_str(),
               masters.size(), out.c_str());
   return 0;
@@ -174,11 +179,12 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
     const auto found = tensors.find(t.name);
     if (found == tensors.end())
       throw io::InputError(checkpoint + ": no tensor " + t.name + " in the checkpoint");
-    hf.emplace_back(t.hf_name, t.transposed ? found->second.t().contiguous() : found->second);
+    hf.emplace_back(t.hf_name, t.transposed ? found->second.t() : found->second);
   }
   fs::create_directories(out);
-  io::write_file_atomically(fs::path(out) / kWeights,
-                            checkpoint::encode_safetensors(hf, {{"format", "pt"}}));
+  io::AtomicFileWriter weights(fs::path(out) / kWeights);
+  checkpoint::write_safetensors(weights, hf, {{"format", "pt"}});
+  weights.commit();
   io::write_file_atomically(fs::path(out) / "config.json", hf_config.dump(2) + "\n");
 }
 

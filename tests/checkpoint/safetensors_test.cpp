@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/read_file.h"
 
 namespace pipetrain::checkpoint {
 namespace {
@@ -33,6 +37,74 @@ TEST(Safetensors, RoundTripsEveryDtypeAndShape) {
     ASSERT_NE(found, back.end()) << name;
     EXPECT_EQ(found->second.scalar_type(), tensor.scalar_type()) << name;
     EXPECT_TRUE(at::equal(found->second, tensor)) << name;
+  }
+}
+
+// A temporary folder removed at the end of the test.
+struct TemporaryFolder {
+  TemporaryFolder()
+      : path(std::filesystem::temp_directory_path() /
+             ("safetensors_test_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~TemporaryFolder() { std::filesystem::remove_all(path); }
+  std::filesystem::path path;
+};
+
+TEST(Safetensors, WrittenFilesEqualTheEncodingAndMapBack) {
+  const TemporaryFolder folder;
+  comm::NamedTensors tensors{
+      {"transposed", at::arange(6000.0).reshape({60, 100}).t()},  // written in slices
+      {"half", at::arange(7).to(at::kHalf)},  // 14 bytes: the next tensor is misaligned
+      {"after", at::arange(5.0)},
+      {"scalar", at::tensor(2.5)},
+      {"empty", at::zeros({0, 3})}};
+  const std::filesystem::path path = folder.path / "t.safetensors";
+  io::AtomicFileWriter file(path, 4096);  // a small buffer: pieces cross its end
+  write_safetensors(file, tensors, {{"format", "pt"}});
+  file.commit();
+  const std::string expected = encode_safetensors(tensors, {{"format", "pt"}});
+  const std::string written = io::read_file(path);
+  EXPECT_EQ(written, expected);
+  EXPECT_EQ(file.size(), expected.size());
+  EXPECT_EQ(file.crc32(), io::crc32(expected));
+
+  const comm::NamedTensors mapped = map_safetensors(path);  // in the header's (sorted) order
+  ASSERT_EQ(mapped.size(), tensors.size());
+  auto named = [&](const std::string& name) {
+    for (const auto& [n, t] : mapped) {
+      if (n == name) return t;
+    }
+    return at::Tensor();
+  };
+  for (const auto& [name, tensor] : tensors) {
+    ASSERT_TRUE(named(name).defined()) << name;
+    EXPECT_TRUE(at::equal(named(name), tensor)) << name;
+  }
+  named("transposed").add_(1);  // copy on write: the file keeps its bytes
+  EXPECT_EQ(io::read_file(path), expected);
+}
+
+TEST(Safetensors, AnUncommittedWriteLeavesNothing) {
+  const TemporaryFolder folder;
+  {
+    io::AtomicFileWriter file(folder.path / "t.safetensors");
+    write_safetensors(file, {{"w", at::ones({4, 4})}});
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(folder.path));
+}
+
+TEST(Safetensors, MappedFilesAreCheckedLikeBytes) {
+  const TemporaryFolder folder;
+  const std::string good = encode_safetensors({{"w", at::ones({4, 4})}});
+  const std::filesystem::path path = folder.path / "short.safetensors";
+  io::write_file_atomically(path, good.substr(0, good.size() - 10));
+  try {
+    map_safetensors(path);
+    FAIL() << "a truncated file was mapped";
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("short.safetensors: truncated"), std::string::npos)
+        << e.what();
   }
 }
 

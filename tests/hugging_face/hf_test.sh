@@ -17,6 +17,8 @@ export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 for arch in gpt2 gpt2-untied llama llama-tied; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
+check "one step from the imported LLaMA at pipe 2 x data 2 equals one process" \
+  "$python" "$here/hf_train_step.py" "$pipetrain" "$work"
 
 # scripts/prepare-data: a tokenizer.json made here, three licence texts as documents; the
 # tokens read back equal the tokenizer's, and a LLaMA trains on them at pipe 2 x data 2.

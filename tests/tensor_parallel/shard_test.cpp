@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <ATen/ATen.h>
+
+#include "pipetrain/tensor_parallel/initialization.h"
+#include "pipetrain/tensor_parallel/layers.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {
@@ -32,6 +37,30 @@ TEST(Shard, UnevenSplitsAreRefused) {
   EXPECT_THROW(take_shard(at::zeros({10, 2}), {0, 1}, 0, 4), std::invalid_argument);
   EXPECT_THROW(take_shard(at::zeros({12, 2}), {0, 3}, 0, 8), std::invalid_argument);
   EXPECT_THROW(join_shards(at::zeros({2, 4, 2}), {0, 3}), std::invalid_argument);
+}
+
+// A layer built under SkippedInitialization draws nothing from the generator (the next
+// draw is the one it would have been without the layer); without it, the layer draws.
+TEST(Initialization, SkippedLayersLeaveTheGeneratorAlone) {
+  auto next_draw_after = [](bool skip, bool build) {
+    at::manual_seed(3);
+    if (build) {
+      std::optional<SkippedInitialization> skipped;
+      if (skip) skipped.emplace();
+      ColumnParallelLinear layer(16, 32, Group{});
+      EXPECT_EQ(layer->weight.sizes(), at::IntArrayRef({32, 16}));
+    }
+    return at::randn({4});
+  };
+  const at::Tensor untouched = next_draw_after(false, false);
+  EXPECT_TRUE(at::equal(next_draw_after(true, true), untouched));
+  EXPECT_FALSE(at::equal(next_draw_after(false, true), untouched));
+  {
+    const SkippedInitialization outer;
+    { const SkippedInitialization inner; }
+    EXPECT_TRUE(at::equal(next_draw_after(false, true), next_draw_after(false, false)))
+        << "the outer guard still holds after the inner one ends";
+  }
 }
 
 }  // namespace

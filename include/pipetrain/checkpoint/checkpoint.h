@@ -22,10 +22,13 @@
 namespace pipetrain::checkpoint {
 
 // Collective. `data`, if given, records where its reading stands (rank 0's position;
-// every replica reads the same number of samples).
+// every replica reads the same number of samples). `weights`, if given, are saved in place
+// of the engine's masters and optimizer state (whole, in the module's parameter order,
+// without ZeRO): an import saves the tensors it read without copying them into the model.
 void save_checkpoint(engine::PipelineEngine& engine, const std::filesystem::path& directory,
                      const std::string& tag, const nlohmann::json& client_state = nullptr,
-                     const engine::MicroBatchSource* data = nullptr);
+                     const engine::MicroBatchSource* data = nullptr,
+                     const std::vector<engine::ParameterState>* weights = nullptr);
 
 // Collective. Verifies every file this job needs (checksums, tensor names, shapes and
 // dtypes against the model) on every rank before changing anything; on any problem every

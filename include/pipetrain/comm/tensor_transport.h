@@ -46,6 +46,30 @@ class PendingSend {
   std::vector<at::Tensor> keep_alive_;  // header and contiguous payload copies
 };
 
+// A receive in flight: its header first, then (once the header is in) its payloads, each
+// posted as soon as it can be. test() moves it along without blocking; wait() blocks (with
+// the communicators' deadlines) until every tensor is in. Not thread-safe: one thread at a
+// time (see engine::TransferProgress).
+class PendingRecv {
+ public:
+  bool test();
+  std::vector<at::Tensor> wait();
+
+ private:
+  friend class TensorTransport;
+  PendingRecv(class TensorTransport& transport, int peer, int tag, std::vector<at::Tensor> reuse);
+  void post_payloads();  // after the header arrived
+
+  TensorTransport* transport_;
+  int peer_, tag_;
+  at::Tensor header_;  // kMaxHeaderWords int64
+  WorkPtr header_work_;
+  std::vector<at::Tensor> reuse_, tensors_;
+  std::vector<TensorMeta> metas_;
+  std::vector<WorkPtr> payload_works_;
+  bool header_in_ = false;
+};
+
 // Sends a tensor or a tuple of tensors with its description, so shapes and dtypes may
 // change from one transfer to the next: one small header message, then the payloads,
 // all posted at once. Headers travel over `control` (MPI, host memory); payloads over
@@ -56,15 +80,18 @@ class TensorTransport {
                   at::Device device = at::kCPU);
 
   PendingSend send(const std::vector<at::Tensor>& tensors, int peer, int tag);
-  // Blocks (with deadline) until the tensors arrive. Entries of `reuse` whose dtype and
-  // shape match are filled in place instead of allocating.
+  // Posts the next receive from `peer` on `tag` (transfers on one tag arrive in the order
+  // they were sent). Entries of `reuse` whose dtype and shape match are filled in place
+  // instead of allocating.
+  std::unique_ptr<PendingRecv> post_recv(int peer, int tag, std::vector<at::Tensor> reuse = {});
+  // post_recv, then wait.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
  private:
+  friend class PendingRecv;
   std::shared_ptr<Communicator> control_;
   std::shared_ptr<Communicator> data_;
   at::Device device_;
-  at::Tensor header_;  // receive buffer, kMaxHeaderWords int64
 };
 
 }  // namespace pipetrain::comm

@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pipetrain/data/token_stream.h"
+#include "pipetrain/io/mapped_file.h"
 
 namespace pipetrain::data {
 
@@ -22,9 +24,6 @@ class IndexedTokens : public TokenStream {
   // length against the .bin: sequences must lie end to end from offset 0 and fill the .bin,
   // as Megatron's builder writes them. InputError naming the file otherwise.
   explicit IndexedTokens(const std::vector<std::string>& prefixes);
-  ~IndexedTokens() override;
-  IndexedTokens(const IndexedTokens&) = delete;
-  IndexedTokens& operator=(const IndexedTokens&) = delete;
 
   int64_t size() const override { return total_; }
   void read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const override;
@@ -33,9 +32,8 @@ class IndexedTokens : public TokenStream {
 
  private:
   struct Mapped {
-    std::string bin;
-    const unsigned char* data = nullptr;
-    std::size_t bytes = 0;
+    std::unique_ptr<io::MappedFile> bin;
+    const unsigned char* data = nullptr;  // bin's bytes
     int item_size = 0;
     bool is_signed = false;
     int64_t first = 0;  // its first token's position in the stream

@@ -60,8 +60,9 @@ class FaultInjector {
 class FaultyStageLink final : public StageLink {
  public:
   FaultyStageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
-                  bool nccl_allowed, std::shared_ptr<FaultInjector> faults)
-      : StageLink(std::move(grid), partitioned, device, nccl_allowed), faults_(std::move(faults)) {}
+                  bool nccl_allowed, bool receive_ahead, std::shared_ptr<FaultInjector> faults)
+      : StageLink(std::move(grid), partitioned, device, nccl_allowed, receive_ahead),
+        faults_(std::move(faults)) {}
   void send(const comm::TensorList& tensors, int stage, Channel channel) override {
     StageLink::send(faults_->outgoing(tensors), stage, channel);
   }

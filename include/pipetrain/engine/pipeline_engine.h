@@ -147,6 +147,7 @@ class PipelineEngine {
     int buffers = 0;
     bool splits_backward = false;
     SendCompletion sends = SendCompletion::kBlocking;
+    std::vector<StageLink::Receive> receives;  // in order
     bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 

@@ -1,12 +1,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/comm/transport_choice.h"
-#include "pipetrain/engine/send_progress.h"
+#include "pipetrain/engine/transfer_progress.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::engine {
@@ -30,11 +33,11 @@ struct Channel {
 // forward or backward would hold the receiving stage up for that long; but a schedule in
 // which neighbours send to each other at the same time deadlocks with blocking sends
 // (schedule::SendMode::kSynchronous tells). kDeferred: at once; the send completes on its
-// own (see SendProgress) and complete_sends() waits for it.
+// own (see TransferProgress) and complete_sends() waits for it.
 enum class SendCompletion { kBlocking, kDeferred };
 
-// This stage's wire to the other stages of its pipe: sends and blocking receives of tensor
-// lists with self-describing headers (shapes and dtypes may change per micro-batch). Under
+// This stage's wire to the other stages of its pipe: sends and receives of tensor lists
+// with self-describing headers (shapes and dtypes may change per micro-batch). Under
 // tensor parallelism with partitioned transfers each rank of the group moves only its
 // 1/size share and the receiving group all-gathers the whole. Counts the payload bytes.
 class StageLink {
@@ -45,7 +48,7 @@ class StageLink {
   // order alone (no tags) and queues them on one stream, which is safe only for one channel
   // per direction (no chunks) and sends that block (see SendCompletion).
   StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
-            bool nccl_allowed);
+            bool nccl_allowed, bool receive_ahead = true);
   virtual ~StageLink() = default;
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
@@ -55,10 +58,22 @@ class StageLink {
   // The sent tensors must not be changed in place until the send completes.
   virtual void send(const comm::TensorList& tensors, int stage, Channel channel);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
-  // whose dtype and shape match are filled in place.
+  // whose dtype and shape match are filled in place (unless the receive was posted ahead).
   comm::TensorList recv(int stage, Channel channel, const comm::TensorList& reuse = {});
+
+  // A receive a program makes.
+  struct Receive {
+    int stage;
+    Channel channel;
+  };
+  // The receives the next program makes, in its order. Where receiving ahead is on, the
+  // transfers progress on a helper thread and payloads travel over MPI, each is posted ahead:
+  // the first of each channel now, the next once the one before it is in. The tensors then
+  // move while this stage computes, not when it asks for them. Receives an earlier program
+  // left untaken (after a failure) are cancelled.
+  void expect_receives(const std::vector<Receive>& receives);
   // Waits for every send in flight.
-  void complete_sends() { in_flight_.complete(); }
+  void complete_sends() { in_flight_.complete_sends(); }
 
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
@@ -69,6 +84,15 @@ class StageLink {
  private:
   bool partitioned() const;
   void post(const comm::TensorList& wire, int stage, Channel channel);
+  // The wire's tensors from `stage`: the receive posted ahead, or one posted now.
+  comm::TensorList receive(int stage, int tag, const comm::TensorList& reuse);
+  void cancel_receives_ahead();
+
+  // Receives of one channel from one stage: the one posted ahead, and how many follow.
+  struct Ahead {
+    std::unique_ptr<comm::PendingRecv> posted;
+    int still_expected = 0;
+  };
 
   std::shared_ptr<const topology::Grid> grid_;
   bool partitioned_;
@@ -77,7 +101,9 @@ class StageLink {
   std::shared_ptr<comm::Communicator> payloads_;
   comm::Transport transport_kind_;
   comm::TensorTransport transport_;
-  SendProgress in_flight_;
+  bool receive_ahead_;
+  std::map<std::pair<int, int>, Ahead> ahead_;  // by (stage, tag); outlives in_flight_
+  TransferProgress in_flight_;
   int64_t bytes_ = 0;
 };
 

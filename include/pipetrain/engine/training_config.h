@@ -33,6 +33,9 @@ struct PipelineConfig {
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
+  // Post each receive ahead (as soon as the one before it on its channel is in) and move it
+  // along on a helper thread, where payloads travel over MPI.
+  bool receive_ahead = true;
 };
 
 // The model's floating-point type (and so that of what travels between stages).

@@ -16,7 +16,8 @@ struct ShardLayout {
   int64_t stride = 1;
 };
 
-// Rank `rank`'s shard of `full` (a copy, contiguous) among `size` ranks. Throws
+// Rank `rank`'s shard of `full` among `size` ranks: a contiguous copy, or `full` itself
+// (made contiguous) when `size` is 1. Throws
 // std::invalid_argument when the dimension does not split evenly.
 at::Tensor take_shard(const at::Tensor& full, ShardLayout layout, int rank, int size);
 

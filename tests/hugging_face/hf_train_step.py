@@ -1,0 +1,86 @@
+"""One training step from an imported LLaMA: pipe 2 x data 2 against one process.
+
+Usage: hf_train_step.py PIPETRAIN WORKDIR   (WORKDIR holds llama-hf, saved by hf_roundtrip.py)
+
+Imports the transformers LLaMA, then trains one SGD step from it (weight decay, 8 samples)
+twice: on 4 ranks at pipe 2 x data 2 (micro-batches of 2, accumulation 2) and in one
+process (accumulation 4). Every saved weight must agree within 1e-5 of its tensor's largest
+value, and the step must have moved the weights by far more than that.
+Exits non-zero otherwise.
+
+Each data-parallel replica draws its samples from a stream of its own, so the two layouts
+would see different samples of real text; the token file here repeats one token, which makes
+every sample alike (rotary positions still make every attention weight differ). SGD moves
+each weight by its gradient, so a gradient summed instead of averaged over the replicas, or
+lost between stages, shows (Adam's first step, or clipping, would hide a scale).
+"""
+import json
+import pathlib
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+TOLERANCE = 1e-5
+
+
+def run(*command):
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n"
+                 f"{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def weights(folder):
+    """Every layer tensor of a checkpoint folder, by layer file and name."""
+    return {f"{path.name}:{name}": tensor
+            for path in sorted(folder.glob("layer_*.safetensors"))
+            for name, tensor in load_file(path).items()}
+
+
+def train_config(imported, tokens, save, stages, accumulation):
+    manifest = json.loads((imported / "step_0" / "manifest.json").read_text())
+    config = manifest["client_state"]["config"]
+    config.pop("train_batch_size", None)  # the import's, resolved for one sample
+    config.update({
+        "pipeline": {"stages": stages}, "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": accumulation, "train_iters": 1, "steps_per_print": 1,
+        "eval_interval": 0, "gradient_clipping": 0.0, "save": str(save),
+        "optimizer": {"type": "SGD", "params": {"lr": 0.5, "weight_decay": 0.1}},
+        "data": {"type": "tokens", "paths": [str(tokens)]}})
+    return config
+
+
+def main():
+    pipetrain, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    imported = work / "llama-step-import"
+    run(pipetrain, "import", "--hf", work / "llama-hf", "--out", imported)
+    tokens = work / "one-token.bin"
+    tokens.write_bytes((7).to_bytes(2, "little") * 1000)
+    results = {}
+    for ranks, stages, accumulation in [(4, 2, 2), (1, 1, 4)]:
+        save = work / f"llama-step-{ranks}"
+        config = work / f"llama-step-{ranks}.json"
+        config.write_text(json.dumps(train_config(imported, tokens, save, stages, accumulation)))
+        run(pipetrain, "launch", "-n", ranks, "--", pipetrain, "train", "--config", config,
+            "--load", imported)
+        results[ranks] = weights(save / "step_1")
+
+    before = weights(imported / "step_0")
+    if set(results[4]) != set(results[1]) or set(results[1]) != set(before):
+        sys.exit(f"the runs saved different tensors: {sorted(set(results[4]) ^ set(results[1]))}")
+    worst, moved = 0.0, 0.0
+    for name, want in results[1].items():
+        scale = want.abs().max().item()
+        worst = max(worst, (results[4][name] - want).abs().max().item() / scale)
+        moved = max(moved, (want - before[name]).abs().max().item() / scale)
+    print(f"pipe 2 x data 2 against one process: max |difference| / max |weight| = {worst:.2e}; "
+          f"the step moved the weights by up to {moved:.2e}")
+    if not worst <= TOLERANCE or not moved > 100 * TOLERANCE:
+        sys.exit("one step from the imported LLaMA differs between layouts, or did nothing")
+
+
+if __name__ == "__main__":
+    main()
