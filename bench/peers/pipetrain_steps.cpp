@@ -5,6 +5,7 @@
 //   STEPS [seconds, ...]
 // Usage (under pipetrain launch -n STAGES, one intra-op thread per rank):
 //   pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES STAGES STEPS WARMUP
+//                   [RECEIVE_AHEAD]   (pipeline.receive_ahead: 0, the default, or 1)
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -42,6 +43,7 @@ int run(const std::vector<int64_t>& a) {
   config.optimizer = {"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
   config.pipeline.stages = stages;
   config.pipeline.partition_method = "type:GptBlock";
+  config.pipeline.receive_ahead = a.size() >= 10 && a[9] != 0;
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,
@@ -77,10 +79,10 @@ int run(const std::vector<int64_t>& a) {
 
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
-    if (argc != 10) {
+    if (argc != 10 && argc != 11) {
       std::fprintf(stderr,
                    "usage: pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES "
-                   "STAGES STEPS WARMUP\n");
+                   "STAGES STEPS WARMUP [RECEIVE_AHEAD]\n");
       return 2;
     }
     std::vector<int64_t> a;

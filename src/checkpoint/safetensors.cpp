@@ -170,7 +170,8 @@ comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string&
 }
 
 comm::NamedTensors map_safetensors(const std::filesystem::path& path) {
-  auto file = std::make_shared<io::MappedFile>(path, io::MappedFile::Access::kSequential);
+  auto file = std::make_shared<io::MappedFile>(path, io::MappedFile::Access::kSequential,
+                                               io::MappedFile::Pages::kCopyOnWrite);
   std::string_view data;
   comm::NamedTensors tensors;
   for (const TensorEntry& entry : read_header(file->bytes(), path.string(), &data)) {

@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <climits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace pipetrain::comm {
 namespace {
@@ -84,14 +86,24 @@ class MpiWork final : public Work {
         host_(std::move(host)),
         target_(std::move(target)) {}
 
-  // An abandoned receive (e.g. after a deadline) must not swallow a later message.
+  // An abandoned receive (after a failure or a deadline) must not swallow a later message,
+  // and MPI must not write into memory freed under it: a cancelled receive not yet matched
+  // settles at once, but one already matched (or a send) may still be moving bytes. It gets
+  // a moment; if it has not settled by then, its buffer is left allocated for good.
   ~MpiWork() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (request_ != MPI_REQUEST_NULL && !finalized) {
-      if (!is_send_) MPI_Cancel(&request_);
-      MPI_Request_free(&request_);
+    if (request_ == MPI_REQUEST_NULL || finalized) return;
+    if (!is_send_) MPI_Cancel(&request_);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    int settled = 0;
+    while (MPI_Test(&request_, &settled, MPI_STATUS_IGNORE) == MPI_SUCCESS && !settled &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    if (settled) return;
+    new at::Tensor(host_);  // deliberately never freed: MPI may still touch it
+    MPI_Request_free(&request_);
   }
 
   MPI_Request* request() { return &request_; }

@@ -31,9 +31,10 @@ StageLink::StageLink(std::shared_ptr<const topology::Grid> grid, bool partitione
       transport_kind_(device::transport_of(*payloads_)),
       transport_(grid_->pipe_comm(), payloads_, device) {
   // NCCL payloads are matched by order on one stream and must not be posted from the
-  // helper thread; without the thread, a receive posted ahead would not move.
-  receive_ahead_ =
-      receive_ahead && transport_kind_ == comm::Transport::kMpi && in_flight_.threaded();
+  // helper thread, nor host-staged copies to a GPU made on it (not yet tried on a GPU);
+  // without the thread, a receive posted ahead would not move.
+  receive_ahead_ = receive_ahead && transport_kind_ == comm::Transport::kMpi && device_.is_cpu() &&
+                   in_flight_.threaded();
 }
 
 bool StageLink::partitioned() const {

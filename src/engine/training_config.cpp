@@ -180,7 +180,8 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
             "with tensor parallelism, send 1/t shares between stages and all-gather them")
       .flag("pipeline.receive_ahead", PIPETRAIN_FIELD(pipeline.receive_ahead),
             "post each receive between stages ahead of need and move it along on a helper thread "
-            "while the stage computes (payloads over MPI with `MPI_THREAD_MULTIPLE`)");
+            "while the stage computes (CPU tensors over MPI with `MPI_THREAD_MULTIPLE`; off: "
+            "on 2 shared cores it saved no time, see the README)");
 }
 
 // bf16.enabled and fp16.enabled both set the model's precision.

@@ -59,6 +59,9 @@ AtomicFileWriter::AtomicFileWriter(const std::filesystem::path& path, std::size_
   direct_ = fd_ >= 0;
   if (!direct_ && errno == EINVAL) fd_ = ::open(temporary_.c_str(), kFlags, 0644);
   if (fd_ < 0) {
+    const int error = errno;
+    ::unlink(temporary_.c_str());  // the refused direct open may have created it
+    errno = error;
     unfinished = 0;
     throw std::runtime_error("cannot create " + temporary_.string() + ": " + std::strerror(errno));
   }

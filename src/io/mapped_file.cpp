@@ -9,7 +9,8 @@
 
 namespace pipetrain::io {
 
-MappedFile::MappedFile(const std::filesystem::path& path, Access access) : path_(path) {
+MappedFile::MappedFile(const std::filesystem::path& path, Access access, Pages pages)
+    : path_(path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw InputError(path.string() + ": cannot be read (missing?)");
@@ -20,12 +21,15 @@ MappedFile::MappedFile(const std::filesystem::path& path, Access access) : path_
   }
   size_ = static_cast<std::size_t>(status.st_size);
   if (size_ > 0) {
-    void* pages = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    if (pages == MAP_FAILED) {
+    // Copy-on-write pages are not reserved (MAP_NORESERVE): a file larger than memory maps.
+    void* mapped = pages == Pages::kReadOnly ? ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0)
+                                             : ::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                                                      MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+    if (mapped == MAP_FAILED) {
       ::close(fd);
       throw InputError(path.string() + ": cannot be mapped into memory");
     }
-    pages_ = pages;
+    pages_ = mapped;
     ::madvise(pages_, size_, access == Access::kRandom ? MADV_RANDOM : MADV_SEQUENTIAL);
   }
   ::close(fd);  // the mapping stays

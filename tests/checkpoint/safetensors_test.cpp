@@ -54,7 +54,7 @@ struct TemporaryFolder {
 TEST(Safetensors, WrittenFilesEqualTheEncodingAndMapBack) {
   const TemporaryFolder folder;
   comm::NamedTensors tensors{
-      {"transposed", at::arange(6000.0).reshape({60, 100}).t()},  // written in slices
+      {"transposed", at::arange(1.1e6).reshape({1100, 1000}).t()},  // 4.4 MB: two slices
       {"half", at::arange(7).to(at::kHalf)},  // 14 bytes: the next tensor is misaligned
       {"after", at::arange(5.0)},
       {"scalar", at::tensor(2.5)},

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 
+#include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/device/cuda.h"
 #include "pipetrain/engine/pipeline_engine.h"
@@ -79,8 +80,10 @@ PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataL
 
 // Trains every case under `schedule` (with `chunks` per stage) on every pipe x data shape
 // of this world and compares with one process; the engine's live activations must peak
-// where the schedule's plan does.
-void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunks = 1) {
+// where the schedule's plan does. With `receive_ahead`, the cases of 4 and 8 micro-batches
+// with receives posted ahead.
+void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunks = 1,
+                                            bool receive_ahead = false) {
   auto world = comm::MpiCommunicator::world();
   std::vector<std::pair<int, int>> shapes;  // (pipe, data)
   for (int pipe : {1, 2, 4}) {
@@ -99,6 +102,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
                  : std::vector<std::string>{"gpt", "gpt-untied", "mlp"};
   for (const std::string& model : models) {
     for (int m : {1, 2, 4, 8}) {
+      if (receive_ahead && m < 4) continue;
       cases.push_back({model, m, 0, 0.0});
       cases.push_back({model, m, m % 2 ? 1 : 2, m >= 4 ? 0.05 : 0.0});
     }
@@ -120,9 +124,12 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       TrainingConfig config = training_config(c, pipe);
       config.pipeline.schedule = schedule;
       config.pipeline.chunks = chunks;
+      config.pipeline.receive_ahead = receive_ahead;
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
       auto module = stage_module(c, *grid, config);
       PipelineEngine engine(module, grid, config);
+      // Receiving ahead needs the helper thread (MPI_THREAD_MULTIPLE) and CPU tensors.
+      EXPECT_EQ(engine.receives_ahead(), receive_ahead && !on_gpu() && comm::mpi_thread_multiple());
       if (on_gpu() && device::visible_gpus() == 1) {  // ranks sharing a GPU: MPI, host staging
         EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
       }
@@ -201,6 +208,10 @@ class Schedules : public ::testing::TestWithParam<std::pair<PipelineSchedule, in
 
 TEST_P(Schedules, EveryGridShapeOfThisWorldMatchesOneProcess) {
   expect_every_shape_matches_one_process(GetParam().first, GetParam().second);
+}
+
+TEST_P(Schedules, ReceivingAheadMatchesOneProcess) {
+  expect_every_shape_matches_one_process(GetParam().first, GetParam().second, true);
 }
 
 TEST_P(Schedules, ZeroStagesMatchOneProcess) {

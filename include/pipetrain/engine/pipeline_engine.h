@@ -113,6 +113,8 @@ class PipelineEngine {
   // travel (NCCL between GPUs of their own, else MPI).
   at::Device device() const { return device_; }
   comm::Transport pipe_transport() const { return link_->transport(); }
+  // Whether receives between stages are posted ahead (pipeline.receive_ahead, where it can).
+  bool receives_ahead() const { return link_->receives_ahead(); }
   comm::Transport data_transport() const { return gradients_->transport(); }
 
   module::PipelineModule& module() { return *module_; }

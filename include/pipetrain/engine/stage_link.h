@@ -48,7 +48,7 @@ class StageLink {
   // order alone (no tags) and queues them on one stream, which is safe only for one channel
   // per direction (no chunks) and sends that block (see SendCompletion).
   StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
-            bool nccl_allowed, bool receive_ahead = true);
+            bool nccl_allowed, bool receive_ahead = false);
   virtual ~StageLink() = default;
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
@@ -67,7 +67,7 @@ class StageLink {
     Channel channel;
   };
   // The receives the next program makes, in its order. Where receiving ahead is on, the
-  // transfers progress on a helper thread and payloads travel over MPI, each is posted ahead:
+  // transfers progress on a helper thread and CPU payloads travel over MPI, each is posted ahead:
   // the first of each channel now, the next once the one before it is in. The tensors then
   // move while this stage computes, not when it asks for them. Receives an earlier program
   // left untaken (after a failure) are cancelled.
@@ -80,6 +80,7 @@ class StageLink {
   int64_t bytes() const { return bytes_; }
   // How payloads travel: NCCL between GPUs of their own, else MPI.
   comm::Transport transport() const { return transport_kind_; }
+  bool receives_ahead() const { return receive_ahead_; }
 
  private:
   bool partitioned() const;

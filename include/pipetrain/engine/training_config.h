@@ -34,8 +34,9 @@ struct PipelineConfig {
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
   // Post each receive ahead (as soon as the one before it on its channel is in) and move it
-  // along on a helper thread, where payloads travel over MPI.
-  bool receive_ahead = true;
+  // along on a helper thread, where payloads travel over MPI between CPU tensors. Off by
+  // default: on two shared cores the thread cost about what it saved (README).
+  bool receive_ahead = false;
 };
 
 // The model's floating-point type (and so that of what travels between stages).

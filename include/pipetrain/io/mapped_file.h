@@ -6,15 +6,17 @@
 
 namespace pipetrain::io {
 
-// A whole regular file mapped into memory, private to this process: pages are read from
-// the file on first touch, and writes to them (copy on write) never reach the file.
+// A whole regular file mapped into memory: pages are read from the file on first touch.
 class MappedFile {
  public:
   // How the pages will be read, for the kernel's read-ahead.
   enum class Access { kSequential, kRandom };
+  // kReadOnly: writing faults. kCopyOnWrite: writes make private copies of the pages and
+  // never reach the file (nothing is reserved for them up front).
+  enum class Pages { kReadOnly, kCopyOnWrite };
 
   // InputError naming the file if it is missing, not a regular file, or cannot be mapped.
-  MappedFile(const std::filesystem::path& path, Access access);
+  MappedFile(const std::filesystem::path& path, Access access, Pages pages = Pages::kReadOnly);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -22,7 +24,7 @@ class MappedFile {
   const std::filesystem::path& path() const { return path_; }
   std::size_t size() const { return size_; }
   std::string_view bytes() const { return {static_cast<const char*>(pages_), size_}; }
-  // The mapped pages themselves (nullptr for an empty file); writes stay in this process.
+  // The mapped pages themselves (nullptr for an empty file).
   void* pages() const { return pages_; }
 
  private:
