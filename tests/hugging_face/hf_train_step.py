@@ -16,21 +16,13 @@ lost between stages, shows (Adam's first step, or clipping, would hide a scale).
 """
 import json
 import pathlib
-import subprocess
 import sys
 
-import torch
 from safetensors.torch import load_file
 
+from hf_roundtrip import run  # beside this file
+
 TOLERANCE = 1e-5
-
-
-def run(*command):
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n"
-                 f"{done.stdout}{done.stderr}")
-    return done.stdout
 
 
 def weights(folder):
