@@ -477,6 +477,46 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
   return pending;
 }
 
+// One layer's tensors as a checkpoint holds them: weights and optimizer state, whole.
+struct WholeLayer {
+  comm::NamedTensors weights, state;
+  std::vector<std::string> decay_exempt;  // the layer's tensors weight decay leaves alone
+};
+
+// Layer `index`'s tensors, joined from this stage's shards (collective over the
+// tensor-parallel group and, under ZeRO, the data-parallel group). `weights`, if given,
+// stand in for the engine's state; only a rank that `keeps` gets the tensors back.
+WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& sharded, int index,
+                       const std::vector<StageParameter>& parameters,
+                       const std::vector<engine::ParameterState>* weights, bool keeps) {
+  WholeLayer layer;
+  for (const auto& [name, parameter, position] : parameters) {
+    const engine::ParameterState whole =
+        weights ? weights->at(position) : engine.gathered_optimizer_state(position);
+    if (!keeps) continue;
+    const std::string full_name = std::to_string(index) + "." + name;
+    if (!engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
+    layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
+    for (const auto& [key, tensor] : whole.optimizer_state)
+      layer.state.emplace_back(name + "/" + key,
+                               sharded.whole(full_name, tensor, parameter.sizes()));
+  }
+  return layer;
+}
+
+// Writes layer `index`'s files, described in `entry` (its manifest entry) and `files`.
+void write_layer(const fs::path& folder, int index, const WholeLayer& layer, nlohmann::json& entry,
+                 nlohmann::json& files) {
+  entry["file"] = numbered("layer", index, 3);
+  entry["tensors"] = describe(layer.weights);
+  entry["weight_decay_exempt"] = layer.decay_exempt;
+  write_recorded(folder, entry["file"], layer.weights, files);
+  if (!layer.state.empty()) {
+    entry["optimizer_file"] = numbered("optimizer", index, 3);
+    write_recorded(folder, entry["optimizer_file"], layer.state, files);
+  }
+}
+
 }  // namespace
 
 nlohmann::json read_client_state(const fs::path& directory, const std::string& tag) {
@@ -543,51 +583,21 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   }
   world.barrier();
 
-  // The first replica of each stage saves the layers it owns: its tensor-parallel group
-  // joins the shards (all collectives first), then model-parallel rank 0 writes them.
-  // Under ZeRO every replica first joins the optimizer's shards. Every rank writes its RNG.
+  // The first replica of each stage saves the layers it owns, one at a time: its
+  // tensor-parallel group joins the shards (all collectives first), then model-parallel
+  // rank 0 writes them. Under ZeRO every replica first sends that replica its parts of
+  // each tensor's optimizer shards. Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
-  const module::PipelineModule& module = engine.module();
-  struct WholeLayer {
-    int index;
-    comm::NamedTensors weights, state;
-    std::vector<std::string> decay_exempt;  // the layer's tensors weight decay leaves alone
-  };
-  std::vector<WholeLayer> owned;
-  std::vector<engine::ParameterState> masters;
-  if (weights)
-    masters = *weights;
-  else if (grid.data_parallel_id() == 0 || engine.config().zero.stage > 0)
-    masters = engine.whole_optimizer_state();
-  if (grid.data_parallel_id() == 0) {
+  const bool writes = grid.data_parallel_id() == 0;
+  if (writes || (engine.config().zero.stage > 0 && !weights)) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
-      if (!owns_layer(module, index)) continue;  // a tied tensor saved by its first owner
-      WholeLayer& layer = owned.emplace_back(WholeLayer{index, {}, {}, {}});
-      for (const auto& [name, parameter, position] : parameters) {
-        const std::string full_name = std::to_string(index) + "." + name;
-        if (!engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
-        const engine::ParameterState& whole = masters.at(position);
-        layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
-        for (const auto& [key, tensor] : whole.optimizer_state) {
-          layer.state.emplace_back(name + "/" + key,
-                                   sharded.whole(full_name, tensor, parameter.sizes()));
-        }
-      }
-    }
-  }
-  if (grid.model_parallel_id() == 0) {
-    for (const auto& [index, whole, state, decay_exempt] : owned) {
-      nlohmann::json& layer = layers[std::to_string(index)];
-      layer["file"] = numbered("layer", index, 3);
-      layer["tensors"] = describe(whole);
-      layer["weight_decay_exempt"] = decay_exempt;
-      write_recorded(folder, layer["file"], whole, files);
-      maybe_die_mid_save(grid.global_rank());
-      if (!state.empty()) {
-        layer["optimizer_file"] = numbered("optimizer", index, 3);
-        write_recorded(folder, layer["optimizer_file"], state, files);
+      if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner
+      const WholeLayer layer = whole_layer(engine, sharded, index, parameters, weights, writes);
+      if (writes && grid.model_parallel_id() == 0) {
+        write_layer(folder, index, layer, layers[std::to_string(index)], files);
+        maybe_die_mid_save(grid.global_rank());
       }
     }
   }
@@ -598,6 +608,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   const auto parts =
       comm::all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
   if (world.rank() == 0) {
+    const module::PipelineModule& module = engine.module();
     nlohmann::json manifest = {{"format", "pipetrain-checkpoint"},
                                {"version", kFormatVersion},
                                {"pipetrain_version", kVersion},

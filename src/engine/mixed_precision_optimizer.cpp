@@ -140,6 +140,10 @@ std::vector<ParameterState> MixedPrecisionOptimizer::whole_state() {
   return masters_->whole_state(*optimizer_);
 }
 
+ParameterState MixedPrecisionOptimizer::gathered_state(std::size_t position) {
+  return masters_->gathered_state(*optimizer_, position);
+}
+
 void MixedPrecisionOptimizer::restore(const std::vector<ParameterState>& whole) {
   masters_->restore(whole, *optimizer_);
   masters_->copy_to_model();

@@ -91,6 +91,12 @@ std::vector<ParameterState> ReplicatedMasters::whole_state(
   return whole;
 }
 
+ParameterState ReplicatedMasters::gathered_state(torch::optim::Optimizer& optimizer,
+                                                 std::size_t position) const {
+  const at::Tensor& master = masters_.at(position);
+  return {master, optim::optimizer_state(optimizer, master)};
+}
+
 void ReplicatedMasters::restore(const std::vector<ParameterState>& whole,
                                 torch::optim::Optimizer& optimizer) {
   at::NoGradGuard no_grad;

@@ -183,6 +183,57 @@ std::vector<ParameterState> ShardedMasters::whole_state(torch::optim::Optimizer&
   return whole;
 }
 
+ParameterState ShardedMasters::gathered_state(torch::optim::Optimizer& optimizer,
+                                              std::size_t position) const {
+  const at::Tensor& parameter = parameters_.at(position);
+  const int64_t begin = layout_.offset(position);
+  auto whole = [&](const at::Tensor& shard) {
+    const at::Tensor joined = gathered(shard, begin, parameter.numel());
+    return joined.defined() ? joined.view(parameter.sizes()) : joined;
+  };
+  // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
+  ParameterState state{aliased_ ? flat_.narrow(0, begin, parameter.numel()).view(parameter.sizes())
+                                : whole(master_.front()),
+                       {}};
+  for (const auto& [key, value] : optim::optimizer_state(optimizer, master_.front())) {
+    if (!optim::is_per_element(key)) {  // a scalar such as Adam's step count, alike everywhere
+      state.optimizer_state.emplace_back(key, value);
+    } else if (const at::Tensor part = whole(value); part.defined()) {
+      state.optimizer_state.emplace_back(key, part);
+    }
+  }
+  return state;
+}
+
+at::Tensor ShardedMasters::gathered(const at::Tensor& shard, int64_t begin, int64_t count) const {
+  constexpr int kTag = 41;  // p2p on the data-parallel group only ever carries these parts
+  const int64_t size = layout_.shard_size(), end = begin + count;
+  auto part_of = [&](int rank) {  // [first, last) of the flat elements rank `rank` holds
+    const int64_t first = std::max(begin, rank * size);
+    return std::pair{first, std::max(first, std::min(end, (rank + 1) * size))};
+  };
+  if (const int rank = data_->rank(); rank != 0) {
+    const auto [first, last] = part_of(rank);
+    if (last > first)
+      data_->send(shard.narrow(0, first - rank * size, last - first).contiguous(), 0, kTag)->wait();
+    return {};
+  }
+  at::Tensor joined = at::empty({count}, shard.options());
+  std::vector<comm::WorkPtr> parts;
+  for (int rank = 0; rank < data_->size(); ++rank) {
+    const auto [first, last] = part_of(rank);
+    if (last <= first) continue;
+    at::Tensor target = joined.narrow(0, first - begin, last - first);
+    if (rank == 0) {
+      target.copy_(shard.narrow(0, first, last - first));
+    } else {
+      parts.push_back(data_->recv(target, rank, kTag));
+    }
+  }
+  for (auto& part : parts) part->wait();
+  return joined;
+}
+
 void ShardedMasters::restore(const std::vector<ParameterState>& whole,
                              torch::optim::Optimizer& optimizer) {
   at::NoGradGuard no_grad;

@@ -15,6 +15,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/device/cuda.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/schedule/schedule.h"
 #include "reference_training.h"
 
@@ -144,6 +145,30 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
   }
 }
 
+// What a checkpoint save gathers one tensor at a time: on the first replica each
+// parameter's whole master and state, as whole_optimizer_state joins them on every rank;
+// under ZeRO, elsewhere no per-element state (it was sent, not received).
+void expect_gathered_state_is_whole_on_the_first_replica(PipelineEngine& engine,
+                                                         const topology::Grid& grid, bool zero) {
+  const auto whole = engine.whole_optimizer_state();
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    const engine::ParameterState gathered = engine.gathered_optimizer_state(i);
+    if (grid.data_parallel_id() != 0 && zero) {
+      for (const auto& [key, value] : gathered.optimizer_state)
+        EXPECT_FALSE(optim::is_per_element(key)) << key << " of parameter " << i;
+      continue;
+    }
+    ASSERT_TRUE(gathered.master.defined()) << i;
+    EXPECT_TRUE(at::equal(gathered.master, whole[i].master)) << "master of parameter " << i;
+    ASSERT_EQ(gathered.optimizer_state.size(), whole[i].optimizer_state.size()) << i;
+    for (std::size_t k = 0; k < gathered.optimizer_state.size(); ++k) {
+      EXPECT_EQ(gathered.optimizer_state[k].first, whole[i].optimizer_state[k].first);
+      EXPECT_TRUE(at::equal(gathered.optimizer_state[k].second, whole[i].optimizer_state[k].second))
+          << gathered.optimizer_state[k].first << " of parameter " << i;
+    }
+  }
+}
+
 // ZeRO stages 1 and 2 at every pipe x data shape of this world with data-parallel ranks
 // (data 4 too), under every schedule: the same losses and weights as one process, with
 // clipping and, for the MLP, AdamW with weight decay; the optimizer state each rank holds
@@ -185,6 +210,7 @@ void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) 
         PipelineEngine engine(module, grid, config);
         data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
         train_and_compare(engine, loader, reference, tolerance);
+        expect_gathered_state_is_whole_on_the_first_replica(engine, *grid, stage > 0);
         const int64_t bytes = engine.optimizer_state_bytes();
         if (stage == 0) {
           unsharded_bytes = bytes;

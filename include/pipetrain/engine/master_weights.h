@@ -48,6 +48,12 @@ class MasterWeights {
   // order of the parameters the masters were built over; restore() installs such values
   // (then copy_to_model()). Under ZeRO both are collective over the data-parallel group.
   virtual std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const = 0;
+  // For saving: parameter `position`'s master and state, whole on data-parallel rank 0.
+  // Under ZeRO it is collective over the data-parallel group: the other ranks send their
+  // parts to rank 0 and get the master undefined and no per-element state back, so no
+  // rank holds more than one parameter's whole state at a time.
+  virtual ParameterState gathered_state(torch::optim::Optimizer& optimizer,
+                                        std::size_t position) const = 0;
   virtual void restore(const std::vector<ParameterState>& whole,
                        torch::optim::Optimizer& optimizer) = 0;
 };

@@ -66,6 +66,7 @@ class MixedPrecisionOptimizer {
   // module's parameter order; restore() installs such values and the model takes them.
   // Under ZeRO both are collective over the data-parallel group.
   std::vector<ParameterState> whole_state();
+  ParameterState gathered_state(std::size_t position);
   void restore(const std::vector<ParameterState>& whole);
 
   // Stage 0 only (throws under ZeRO, where no rank holds every master).

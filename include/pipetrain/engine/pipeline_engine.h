@@ -98,6 +98,11 @@ class PipelineEngine {
   // parameter order; restoring them also sets the model's weights. Collective over the
   // data-parallel group under ZeRO (every replica calls them).
   std::vector<ParameterState> whole_optimizer_state() { return optimizer_->whole_state(); }
+  // One parameter's, whole on data-parallel rank 0 (see MasterWeights::gathered_state):
+  // under ZeRO every replica calls it, for the same positions in the same order.
+  ParameterState gathered_optimizer_state(std::size_t position) {
+    return optimizer_->gathered_state(position);
+  }
   void restore_optimizer_state(const std::vector<ParameterState>& whole) {
     optimizer_->restore(whole);
   }

@@ -27,6 +27,8 @@ class ReplicatedMasters : public MasterWeights {
   void clear_model_gradients() override;
   int64_t master_bytes() const override;
   std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
+  ParameterState gathered_state(torch::optim::Optimizer& optimizer,
+                                std::size_t position) const override;
   void restore(const std::vector<ParameterState>& whole,
                torch::optim::Optimizer& optimizer) override;
 

@@ -40,6 +40,8 @@ class ShardedMasters : public MasterWeights {
   void clear_model_gradients() override;
   int64_t master_bytes() const override;
   std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
+  ParameterState gathered_state(torch::optim::Optimizer& optimizer,
+                                std::size_t position) const override;
   void restore(const std::vector<ParameterState>& whole,
                torch::optim::Optimizer& optimizer) override;
 
@@ -53,6 +55,9 @@ class ShardedMasters : public MasterWeights {
   int64_t per_rank(int64_t bucket) const;
   // A whole flat vector (every rank's shard) as one tensor per parameter.
   std::vector<at::Tensor> per_parameter(const at::Tensor& flat) const;
+  // Flat elements [begin, begin + count) of the ranks' `shard`s, joined on rank 0 (the
+  // other ranks send their part and get an undefined tensor).
+  at::Tensor gathered(const at::Tensor& shard, int64_t begin, int64_t count) const;
 
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
