@@ -136,7 +136,7 @@ nlohmann::json topology_of(const topology::Grid& grid) {
 }
 
 // Test hook (PIPETRAIN_FAULT_KILL_IN_SAVE=<rank>): that rank dies by SIGKILL right after
-// writing its first checkpoint file, as a crashed machine would.
+// writing its first layer's files, as a crashed machine would.
 void maybe_die_mid_save(int rank) {
   const char* victim = std::getenv("PIPETRAIN_FAULT_KILL_IN_SAVE");
   if (victim && std::atoi(victim) == rank) std::raise(SIGKILL);
@@ -584,9 +584,9 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   world.barrier();
 
   // The first replica of each stage saves the layers it owns, one at a time: its
-  // tensor-parallel group joins the shards (all collectives first), then model-parallel
-  // rank 0 writes them. Under ZeRO every replica first sends that replica its parts of
-  // each tensor's optimizer shards. Every rank writes its RNG.
+  // tensor-parallel group joins a layer's shards, then model-parallel rank 0 writes the
+  // layer before the next is joined. Under ZeRO every replica first sends that replica its
+  // parts of each tensor's optimizer shards. Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const bool writes = grid.data_parallel_id() == 0;

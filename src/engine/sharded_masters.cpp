@@ -218,6 +218,7 @@ at::Tensor ShardedMasters::gathered(const at::Tensor& shard, int64_t begin, int6
       data_->send(shard.narrow(0, first - rank * size, last - first).contiguous(), 0, kTag)->wait();
     return {};
   }
+  const at::NoGradGuard no_grad;  // the shards are leaves the optimizer steps
   at::Tensor joined = at::empty({count}, shard.options());
   std::vector<comm::WorkPtr> parts;
   for (int rank = 0; rank < data_->size(); ++rank) {

@@ -50,8 +50,8 @@ class MasterWeights {
   virtual std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const = 0;
   // For saving: parameter `position`'s master and state, whole on data-parallel rank 0.
   // Under ZeRO it is collective over the data-parallel group: the other ranks send their
-  // parts to rank 0 and get the master undefined and no per-element state back, so no
-  // rank holds more than one parameter's whole state at a time.
+  // parts to rank 0 and get no per-element state back (and the master only where it is a
+  // view of their whole flat weights), so no rank joins more than the tensors it writes.
   virtual ParameterState gathered_state(torch::optim::Optimizer& optimizer,
                                         std::size_t position) const = 0;
   virtual void restore(const std::vector<ParameterState>& whole,
