@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -90,6 +91,19 @@ TEST_P(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
   EXPECT_EQ(resumed.engine->loss_scale(), 512);
   EXPECT_EQ(resumed.engine->skipped_steps(), 1);
   EXPECT_TRUE(at::equal(weights_of(*resumed.engine), weights_of(*run.engine)));
+  // So does the optimizer state (gathered for the save from fp32 shards beside fp16 weights).
+  const auto saved = run.engine->whole_optimizer_state();
+  const auto loaded = resumed.engine->whole_optimizer_state();
+  EXPECT_EQ(saved.size(), loaded.size());  // EXPECT: every rank must reach the barrier
+  for (std::size_t i = 0; i < std::min(saved.size(), loaded.size()); ++i) {
+    EXPECT_EQ(saved[i].optimizer_state.size(), loaded[i].optimizer_state.size()) << i;
+    if (saved[i].optimizer_state.size() != loaded[i].optimizer_state.size()) continue;
+    for (std::size_t k = 0; k < saved[i].optimizer_state.size(); ++k) {
+      EXPECT_TRUE(
+          at::equal(saved[i].optimizer_state[k].second, loaded[i].optimizer_state[k].second))
+          << saved[i].optimizer_state[k].first << " of parameter " << i;
+    }
+  }
   run.grid->world_comm()->barrier();
   if (run.grid->global_rank() == 0) std::filesystem::remove_all(dir);
 }
