@@ -62,16 +62,15 @@ std::string_view bytes_of(const at::Tensor& contiguous) {
   return {static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes()};
 }
 
-// Where one tensor's bytes lie in a file's data section, checked against the header.
+// Where one tensor's bytes lie in the file, checked against the header.
 struct TensorEntry {
   std::string name;
   at::ScalarType type;
   std::vector<int64_t> shape;
-  uint64_t start = 0, bytes = 0;
+  uint64_t offset = 0, bytes = 0;  // from the file's first byte
 };
 
-std::vector<TensorEntry> read_header(std::string_view file, const std::string& source,
-                                     std::string_view* data_out) {
+std::vector<TensorEntry> read_header(std::string_view file, const std::string& source) {
   auto bad = [&](const std::string& why) { return io::InputError(source + ": " + why); };
   if (file.size() < 8)
     throw bad("truncated (" + std::to_string(file.size()) + " bytes, no header)");
@@ -83,7 +82,6 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
   const nlohmann::json header = nlohmann::json::parse(file.substr(8, length), nullptr, false);
   if (header.is_discarded() || !header.is_object()) throw bad("the header is not a JSON object");
   const std::string_view data = file.substr(8 + length);
-  *data_out = data;
 
   std::vector<TensorEntry> entries;
   for (const auto& [name, entry] : header.items()) {
@@ -98,12 +96,12 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
       }
     }
     if (!known) throw bad("tensor '" + name + "' has an unknown dtype");
-    uint64_t end = 0;
+    uint64_t start = 0, end = 0;
     try {
       tensor.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
       if (offsets.size() != 2) throw std::invalid_argument("offsets");
-      tensor.start = offsets[0];
+      start = offsets[0];
       end = offsets[1];
     } catch (const std::exception&) {
       throw bad("tensor '" + name + "' has a malformed shape or data_offsets");
@@ -114,12 +112,13 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
       numel *= d;
     }
     tensor.bytes = numel * c10::elementSize(tensor.type);
-    if (end < tensor.start || end - tensor.start != tensor.bytes)
+    if (end < start || end - start != tensor.bytes)
       throw bad("tensor '" + name + "' has a byte range that does not match its shape");
     if (end > data.size()) {
       throw bad("truncated (tensor '" + name + "' needs bytes up to " + std::to_string(end) +
                 ", the file holds " + std::to_string(data.size()) + ")");
     }
+    tensor.offset = 8 + length + start;
   }
   return entries;
 }
@@ -162,21 +161,18 @@ std::string encode_safetensors(const comm::NamedTensors& tensors,
 }
 
 comm::NamedTensors decode_safetensors(std::string_view bytes, const std::string& source) {
-  std::string_view data;
   comm::NamedTensors tensors;
-  for (const TensorEntry& entry : read_header(bytes, source, &data))
-    tensors.emplace_back(entry.name, copy_of(entry, data.data() + entry.start));
+  for (const TensorEntry& entry : read_header(bytes, source))
+    tensors.emplace_back(entry.name, copy_of(entry, bytes.data() + entry.offset));
   return tensors;
 }
 
 comm::NamedTensors map_safetensors(const std::filesystem::path& path) {
   auto file = std::make_shared<io::MappedFile>(path, io::MappedFile::Access::kSequential,
                                                io::MappedFile::Pages::kCopyOnWrite);
-  std::string_view data;
   comm::NamedTensors tensors;
-  for (const TensorEntry& entry : read_header(file->bytes(), path.string(), &data)) {
-    char* bytes =
-        static_cast<char*>(file->pages()) + (data.data() - file->bytes().data()) + entry.start;
+  for (const TensorEntry& entry : read_header(file->bytes(), path.string())) {
+    char* bytes = static_cast<char*>(file->pages()) + entry.offset;
     const bool aligned = reinterpret_cast<uintptr_t>(bytes) % c10::elementSize(entry.type) == 0;
     if (!aligned || entry.bytes == 0) {
       tensors.emplace_back(entry.name, copy_of(entry, bytes));

@@ -131,7 +131,10 @@ bool PendingSend::test() {
 
 TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
                                  std::shared_ptr<Communicator> data, at::Device device)
-    : control_(std::move(control)), data_(std::move(data)), device_(device) {}
+    : control_(std::move(control)),
+      data_(std::move(data)),
+      device_(device),
+      header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
 
 PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int peer, int tag) {
   const std::vector<int64_t> words = encode_header(tensors);
@@ -150,20 +153,21 @@ PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int pe
 
 std::unique_ptr<PendingRecv> TensorTransport::post_recv(int peer, int tag,
                                                         std::vector<at::Tensor> reuse) {
-  return std::unique_ptr<PendingRecv>(new PendingRecv(*this, peer, tag, std::move(reuse)));
+  return std::unique_ptr<PendingRecv>(
+      new PendingRecv(*this, peer, tag, at::empty({kMaxHeaderWords}, at::kLong), std::move(reuse)));
 }
 
 std::vector<at::Tensor> TensorTransport::recv(int peer, int tag,
                                               const std::vector<at::Tensor>& reuse) {
-  return post_recv(peer, tag, reuse)->wait();
+  return PendingRecv(*this, peer, tag, header_, reuse).wait();  // done before the next
 }
 
-PendingRecv::PendingRecv(TensorTransport& transport, int peer, int tag,
+PendingRecv::PendingRecv(TensorTransport& transport, int peer, int tag, at::Tensor header,
                          std::vector<at::Tensor> reuse)
     : transport_(&transport),
       peer_(peer),
       tag_(tag),
-      header_(at::empty({kMaxHeaderWords}, at::kLong)),
+      header_(std::move(header)),
       reuse_(std::move(reuse)) {
   header_work_ = transport_->control_->recv(header_, peer_, tag_);
 }

@@ -46,6 +46,8 @@ class PendingSend {
   std::vector<at::Tensor> keep_alive_;  // header and contiguous payload copies
 };
 
+class TensorTransport;
+
 // A receive in flight: its header first, then (once the header is in) its payloads, each
 // posted as soon as it can be. test() moves it along without blocking; wait() blocks (with
 // the communicators' deadlines) until every tensor is in. Not thread-safe: one thread at a
@@ -57,12 +59,13 @@ class PendingRecv {
 
  private:
   friend class TensorTransport;
-  PendingRecv(class TensorTransport& transport, int peer, int tag, std::vector<at::Tensor> reuse);
+  PendingRecv(TensorTransport& transport, int peer, int tag, at::Tensor header,
+              std::vector<at::Tensor> reuse);
   void post_payloads();  // after the header arrived
 
   TensorTransport* transport_;
   int peer_, tag_;
-  at::Tensor header_;  // kMaxHeaderWords int64
+  at::Tensor header_;  // receive buffer, kMaxHeaderWords int64
   WorkPtr header_work_;
   std::vector<at::Tensor> reuse_, tensors_;
   std::vector<TensorMeta> metas_;
@@ -84,7 +87,8 @@ class TensorTransport {
   // they were sent). Entries of `reuse` whose dtype and shape match are filled in place
   // instead of allocating.
   std::unique_ptr<PendingRecv> post_recv(int peer, int tag, std::vector<at::Tensor> reuse = {});
-  // post_recv, then wait.
+  // Blocks (with deadline) until the tensors arrive: post_recv waited for at once, into the
+  // transport's own header buffer.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
  private:
@@ -92,6 +96,7 @@ class TensorTransport {
   std::shared_ptr<Communicator> control_;
   std::shared_ptr<Communicator> data_;
   at::Device device_;
+  at::Tensor header_;  // recv()'s header buffer, reused (a receive posted ahead has its own)
 };
 
 }  // namespace pipetrain::comm
