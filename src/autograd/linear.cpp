@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "pipetrain/autograd/gradient_arrival.h"
 #include "pipetrain/autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {
@@ -19,6 +20,7 @@ void accumulate_grad(at::Tensor& weight, const at::Tensor& grad) {
   } else {
     slot = grad;
   }
+  announce_gradient_arrival(weight);  // as autograd's accumulation would
 }
 
 class SplittableLinear : public torch::autograd::Function<SplittableLinear> {

@@ -145,6 +145,53 @@ class MpiWork final : public Work {
   bool done_ = false;
 };
 
+// An all-reduce in flight over `host` (the tensor itself, or its contiguous host copy),
+// copied into `target` once complete. MPI cannot cancel a collective: one abandoned
+// unfinished (after a failure) keeps its memory for good.
+class MpiAllReduce final : public Work {
+ public:
+  MpiAllReduce(const MpiCommunicator& comm, at::Tensor host, at::Tensor target, int divisor)
+      : comm_(comm), host_(std::move(host)), target_(std::move(target)), divisor_(divisor) {}
+
+  ~MpiAllReduce() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (request_ != MPI_REQUEST_NULL && !finalized) new at::Tensor(host_);
+  }
+
+  MPI_Request* request() { return &request_; }
+
+  void wait() override {
+    if (done_) return;
+    wait_for(
+        request_, [this] { return "all_reduce over " + std::to_string(comm_.size()) + " ranks"; },
+        comm_.timeout());
+    finish();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int complete = 0;
+    check(MPI_Test(&request_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+    if (complete != 0) finish();
+    return done_;
+  }
+
+ private:
+  void finish() {
+    if (divisor_ != 1) host_.div_(divisor_);
+    if (!host_.is_same(target_)) target_.copy_(host_);
+    done_ = true;
+  }
+
+  const MpiCommunicator& comm_;
+  at::Tensor host_;
+  at::Tensor target_;
+  int divisor_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
@@ -195,21 +242,27 @@ WorkPtr MpiCommunicator::recv(at::Tensor& tensor, int peer, int tag) {
   return work;
 }
 
-void MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+WorkPtr MpiCommunicator::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
   const bool half = tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16;
   if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
     throw std::invalid_argument("all_reduce average needs a floating-point tensor");
   }
   at::Tensor host = half ? host_copy(tensor).to(at::kFloat) : host_copy(tensor);
-  const MPI_Op mpi_op = op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
-  MPI_Request request = MPI_REQUEST_NULL;
+  auto work =
+      std::make_unique<MpiAllReduce>(*this, host, tensor, op == ReduceOp::kAverage ? size_ : 1);
   check(MPI_Iallreduce(MPI_IN_PLACE, host.data_ptr(), static_cast<int>(host.numel()),
-                       reduce_datatype(host.scalar_type()), mpi_op, comm_, &request),
+                       reduce_datatype(host.scalar_type()),
+                       op == ReduceOp::kMax ? MPI_MAX : MPI_SUM, comm_, work->request()),
         "MPI_Iallreduce");
-  wait_for(
-      request, [this] { return "all_reduce over " + std::to_string(size_) + " ranks"; }, timeout());
-  if (op == ReduceOp::kAverage) host.div_(size_);
-  if (!host.is_same(tensor)) tensor.copy_(host);
+  return work;
+}
+
+void MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op)->wait();
+}
+
+bool MpiCommunicator::starts_from_any_thread() const {
+  return mpi_thread_multiple();
 }
 
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {

@@ -64,7 +64,9 @@ class NcclCommunicator;
 // An NCCL operation on the communicator's stream, complete once its event fires.
 class NcclWork final : public Work {
  public:
-  NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive);
+  // `target`: where the result belongs when it is not `keep_alive` itself (copied there
+  // on torch's stream once the work completes).
+  NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive, at::Tensor target = {});
   ~NcclWork() override { cudaEventDestroy(event_); }
   void wait() override;
   bool test() override;
@@ -76,6 +78,7 @@ class NcclWork final : public Work {
   NcclCommunicator& comm_;
   std::string what_;
   at::Tensor keep_alive_;
+  at::Tensor target_;
   cudaEvent_t event_ = nullptr;
   bool done_ = false;
 };
@@ -128,6 +131,10 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    all_reduce_async(tensor, op)->wait();
+  }
+
+  WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
     if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
       throw std::invalid_argument("all_reduce average needs a floating-point tensor");
     }
@@ -135,9 +142,12 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
                              element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
                "ncclAllReduce");
-    finish("NCCL all_reduce over " + std::to_string(size()) + " ranks", data)->wait();
-    if (!data.is_same(tensor)) tensor.copy_(data);
+    return std::make_unique<NcclWork>(
+        *this, "NCCL all_reduce over " + std::to_string(size()) + " ranks", data, tensor);
   }
+
+  // NCCL's calls are thread-safe as long as one thread at a time uses a communicator.
+  bool starts_from_any_thread() const override { return true; }
 
   void broadcast(at::Tensor& tensor, int root) override {
     at::Tensor data = prepare(tensor);
@@ -213,8 +223,12 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t inputs_ready_ = nullptr;  // reused: recorded on torch's stream before each op
 };
 
-NcclWork::NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive)
-    : comm_(comm), what_(std::move(what)), keep_alive_(std::move(keep_alive)) {
+NcclWork::NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive,
+                   at::Tensor target)
+    : comm_(comm),
+      what_(std::move(what)),
+      keep_alive_(std::move(keep_alive)),
+      target_(std::move(target)) {
   check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaEventRecord(event_, comm_.stream()), "cudaEventRecord");
 }
@@ -247,6 +261,7 @@ void NcclWork::finish() {
   check_cuda(
       cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(keep_alive_.get_device()), event_, 0),
       "cudaStreamWaitEvent");
+  if (target_.defined() && !target_.is_same(keep_alive_)) target_.copy_(keep_alive_);
   done_ = true;
 }
 

@@ -16,15 +16,21 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 }  // namespace
 
 GradientSync::GradientSync(const module::PipelineModule& module,
-                           std::shared_ptr<const topology::Grid> grid,
-                           std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
-                           at::ScalarType wire)
-    : module_(module),
-      grid_(std::move(grid)),
-      data_(std::move(data)),
-      bucket_elements_(bucket_elements),
-      wire_(wire) {
+                           std::shared_ptr<const topology::Grid> grid, DataParallel data_parallel)
+    : module_(module), grid_(std::move(grid)), data_(std::move(data_parallel.data)) {
   connect_tied_layers();
+  if (grid_->data_parallel_size() == 1 || !data_parallel.averages) return;
+  const auto parameters = module_.parameters();
+  std::vector<bool> late(parameters.size(), false);
+  for (const auto& [key, comm] : tied_comms_) {
+    for (const auto& tied : module_.tied_parameters(key)) {
+      for (std::size_t i = 0; i < parameters.size(); ++i)
+        late[i] = late[i] || parameters[i].is_same(tied);
+    }
+  }
+  buckets_ = std::make_unique<GradientBuckets>(parameters, late, data_, grid_->data_comm(),
+                                               data_parallel.bucket_elements, data_parallel.wire,
+                                               data_parallel.overlap);
 }
 
 void GradientSync::connect_tied_layers() {
@@ -72,32 +78,16 @@ void GradientSync::reduce_tied() {
   }
 }
 
+void GradientSync::begin_last_backwards() {
+  if (buckets_) buckets_->open();
+}
+
+void GradientSync::after_backward() {
+  if (buckets_) buckets_->start_ready();
+}
+
 void GradientSync::reduce_data_parallel() {
-  if (grid_->data_parallel_size() == 1) return;
-  std::vector<at::Tensor> grads;
-  for (const auto& p : module_.parameters()) grads.push_back(gradient_of(p));
-  std::size_t bucket = 0;
-  for (std::size_t first = 0; first < grads.size(); ++bucket) {
-    int64_t elements = 0;
-    std::size_t last = first;
-    while (last < grads.size() &&
-           (last == first || elements + grads[last].numel() <= bucket_elements_)) {
-      elements += grads[last++].numel();
-    }
-    if (bucket == buckets_.size() || buckets_[bucket].numel() != elements) {
-      buckets_.resize(std::max(buckets_.size(), bucket + 1));
-      buckets_[bucket] = at::empty({elements}, grads[first].options().dtype(wire_));
-    }
-    at::Tensor& flat = buckets_[bucket];
-    int64_t offset = 0;
-    for (std::size_t i = first; i < last; offset += grads[i++].numel())
-      flat.narrow(0, offset, grads[i].numel()).copy_(grads[i].reshape({-1}));
-    data_->all_reduce(flat, comm::ReduceOp::kAverage);
-    offset = 0;
-    for (std::size_t i = first; i < last; offset += grads[i++].numel())
-      grads[i].copy_(flat.narrow(0, offset, grads[i].numel()).view_as(grads[i]));
-    first = last;
-  }
+  if (buckets_) buckets_->finish();
 }
 
 }  // namespace pipetrain::engine

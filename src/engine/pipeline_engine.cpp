@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <exception>
+#include <map>
 #include <stdexcept>
 
 #include "pipetrain/device/placement.h"
@@ -60,9 +61,23 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
                            " schedule is invalid: " + violation->to_string());
   }
   const int stage = grid_->stage_id();
-  Program program{plan.stage_steps[stage], plan.num_pipe_buffers[stage], plan.splits_backward};
+  Program program;
+  program.steps = plan.stage_steps[stage];
+  program.buffers = plan.num_pipe_buffers[stage];
+  program.splits_backward = plan.splits_backward;
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
+  std::map<int, int> last_backward;  // per chunk, its step
+  for (int t = 0; t < static_cast<int>(program.steps.size()); ++t) {
+    for (const Instruction& in : program.steps[t]) {
+      if (in.kind == OpKind::kBackwardPass || in.kind == OpKind::kBackwardInput)
+        last_backward[in.chunk] = t;
+    }
+  }
+  for (const auto& [chunk, t] : last_backward) {
+    if (program.last_backwards_step < 0 || t < program.last_backwards_step)
+      program.last_backwards_step = t;
+  }
   for (const auto& step : program.steps) {
     for (const Instruction& in : step) {
       if (!schedule::is_recv(in.kind)) continue;
@@ -93,9 +108,13 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   module_->to(device_);
   const auto parameters = module_->parameters();
   const auto data = device::communicator_for(grid_->data_comm(), device_);
-  gradients_ =
-      std::make_unique<GradientSync>(*module_, grid_, data, config_.reduce_bucket_size,
-                                     to_scalar_type(config_.precision.communication_dtype));
+  gradients_ = std::make_unique<GradientSync>(
+      *module_, grid_,
+      GradientSync::DataParallel{.data = data,
+                                 .averages = config_.zero.stage == 0,
+                                 .bucket_elements = config_.reduce_bucket_size,
+                                 .wire = to_scalar_type(config_.precision.communication_dtype),
+                                 .overlap = config_.overlap_grad_reduce});
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
                                                          gradients_->norm_parameters(), data);
   feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
@@ -202,6 +221,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   current_.chunks = shape_.chunks;
   const auto& steps = program.steps;
   for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
+    if (run.training && t == program.last_backwards_step) gradients_->begin_last_backwards();
     for (const Instruction& in : steps[t]) run_instruction(t, in, run);
   }
   link_->complete_sends();
@@ -248,9 +268,11 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return forward(*buffer, in.chunk, run);
     case OpKind::kBackwardPass:
     case OpKind::kBackwardInput:
-      return backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
+      backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
+      return gradients_->after_backward();
     case OpKind::kBackwardWeight:
-      return backward_weight(*buffer);
+      backward_weight(*buffer);
+      return gradients_->after_backward();
     case OpKind::kSendActivation:
       return link_->send(buffer->outputs, peer.stage, {Flow::kActivation, receiving_chunk});
     case OpKind::kRecvActivation:

@@ -84,6 +84,9 @@ void bind_run(config::KeyTable<TrainingConfig>& t) {
               config::at_least(0))
       .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
                "elements per data-parallel all-reduce bucket", config::at_least(1))
+      .flag("overlap_grad_reduce", PIPETRAIN_FIELD(overlap_grad_reduce),
+            "all-reduce each data-parallel gradient bucket as soon as its gradients are final, "
+            "while the step's last backward passes run (Megatron's name; ZeRO stage 0)")
       .choice("device", PIPETRAIN_FIELD(device), devices(),
               "where each rank computes: `cuda` (GPU local rank % visible GPUs; exit 2 without "
               "one), `cpu`, or `auto` (a GPU when the build has CUDA and one is visible)");

@@ -1,13 +1,16 @@
 // The engine's parts on real ranks (4: pipe 2 x data 2, or pipe 2 x model 2), each alone:
 // the stage link moves tensor lists and counts their bytes, gradient synchronisation sums
-// tied gradients and averages replicas, the mixed-precision optimizer unscales, clips and
-// steps its fp32 masters.
+// tied gradients and averages replicas (gradient buckets start during the last backward
+// passes), the mixed-precision optimizer unscales, clips and steps its fp32 masters.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include <ATen/ATen.h>
 
+#include "pipetrain/autograd/linear.h"
+#include "pipetrain/autograd/weight_grad_store.h"
+#include "pipetrain/engine/gradient_buckets.h"
 #include "pipetrain/engine/gradient_sync.h"
 #include "pipetrain/engine/mixed_precision_optimizer.h"
 #include "pipetrain/engine/stage_link.h"
@@ -82,8 +85,8 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
 TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, grid->data_comm(), /*bucket_elements=*/50,
-                    at::kFloat);  // several buckets
+  GradientSync sync(*module, grid,
+                    {.data = grid->data_comm(), .bucket_elements = 50});  // several buckets
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);
@@ -99,10 +102,123 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   }
 }
 
+// Four parameters of 3 elements, in buckets of at most 7 (so [p3, p2], [p1, p0]); the
+// loss of one micro-batch is the sum of (r + 1) * (i + 1) * p_i on data-parallel rank r.
+struct BucketedLoss {
+  explicit BucketedLoss(const topology::Grid& grid, bool overlap)
+      : parameters{at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_(),
+                   at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_()},
+        buckets(parameters, {false, false, false, false}, grid.data_comm(), grid.data_comm(),
+                /*bucket_elements=*/7, at::kFloat, overlap),
+        replica(grid.data_parallel_id() + 1) {}
+
+  void backward() {
+    at::Tensor loss = at::zeros({});
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      loss = loss + parameters[i].sum() * static_cast<double>(replica * (i + 1));
+    loss.backward();
+  }
+  // After `micro_batches` backward passes: each gradient averaged over the replicas.
+  void expect_averaged(const topology::Grid& grid, int micro_batches) {
+    const double mean_replica = (grid.data_parallel_size() + 1) / 2.0;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(
+          at::allclose(parameters[i].grad(), at::full({3}, micro_batches * mean_replica * (i + 1))))
+          << "parameter " << i << ": " << parameters[i].grad();
+      parameters[i].mutable_grad() = at::Tensor();
+    }
+  }
+
+  std::vector<at::Tensor> parameters;
+  GradientBuckets buckets;
+  int replica;
+};
+
+TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/true);
+  EXPECT_EQ(model.buckets.buckets(), 2);
+  for (int step = 0; step < 3; ++step) {
+    model.backward();  // an earlier micro-batch: not final
+    model.buckets.open();
+    model.backward();
+    model.buckets.finish();
+    // The first step counts the accumulations; later ones start both buckets in backward.
+    EXPECT_EQ(model.buckets.started_early(), step == 0 ? 0 : 2) << "step " << step;
+    EXPECT_EQ(model.buckets.reduced_again(), 0);
+    model.expect_averaged(*grid, 2);
+  }
+}
+
+TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/true);
+  for (int step = 0; step < 2; ++step) {  // one accumulation in the window
+    model.buckets.open();
+    model.backward();
+    model.buckets.finish();
+    model.expect_averaged(*grid, 1);
+  }
+  // Now two, on the first replica only: every replica reduces both buckets again.
+  model.buckets.open();
+  model.backward();
+  if (grid->data_parallel_id() == 0) model.backward();
+  model.buckets.finish();
+  EXPECT_EQ(model.buckets.started_early(), 2);
+  EXPECT_EQ(model.buckets.reduced_again(), 2);
+  const double mean_replica = (grid->data_parallel_size() + 1) / 2.0;
+  const double extra = 1.0 / grid->data_parallel_size();  // the first replica's second pass
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(
+        at::allclose(model.parameters[i].grad(), at::full({3}, (mean_replica + extra) * (i + 1))))
+        << "parameter " << i;
+  }
+}
+
+TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/false);
+  for (int step = 0; step < 2; ++step) {
+    model.buckets.open();
+    model.backward();
+    model.buckets.finish();
+    EXPECT_EQ(model.buckets.started_early(), 0);
+    model.expect_averaged(*grid, 1);
+  }
+}
+
+TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
+  // A split backward leaves a linear weight's gradient for BackwardWeight: its arrival
+  // counts then, so its bucket waits for it.
+  const auto grid = pipe_data_grid();
+  const at::Tensor weight = at::ones({2, 3}).requires_grad_();
+  const double replica = grid->data_parallel_id() + 1;
+  GradientBuckets buckets({weight}, {false}, grid->data_comm(), grid->data_comm(), 100, at::kFloat,
+                          /*overlap=*/true);
+  for (int step = 0; step < 2; ++step) {
+    autograd::WeightGradStore store;
+    buckets.open();
+    {
+      const autograd::SplittableBackward splittable;
+      const at::Tensor x = at::full({1, 3}, replica).requires_grad_();
+      const at::Tensor y = autograd::linear(x, weight);
+      const autograd::DeferWeightGrads deferring(store);
+      y.sum().backward();
+    }
+    EXPECT_FALSE(weight.grad().defined());
+    store.run();
+    buckets.finish();
+    EXPECT_EQ(buckets.started_early(), step == 0 ? 0 : 1);
+    EXPECT_TRUE(
+        at::allclose(weight.grad(), at::full({2, 3}, (grid->data_parallel_size() + 1) / 2.0)));
+    weight.mutable_grad() = at::Tensor();
+  }
+}
+
 TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
   const at::Tensor tied = module->tied_parameters("embed").at(0);
   const auto& counted = sync.norm_parameters();
   const bool has_tied = std::any_of(counted.begin(), counted.end(),
@@ -149,7 +265,7 @@ double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, do
 TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
@@ -167,7 +283,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
 TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, grid->data_comm(), 1000, at::kFloat);
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, Precision::kFp32),
                                     sync.norm_parameters());
   fill_grads(*module, 3.0);

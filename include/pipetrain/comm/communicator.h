@@ -39,6 +39,12 @@ class Communicator {
   virtual WorkPtr send(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual WorkPtr recv(at::Tensor& tensor, int peer, int tag) = 0;
   virtual void all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  // all_reduce() started: `tensor` holds the result once the work completes and must stay
+  // alive and untouched until then. Every rank starts its collectives in the same order.
+  virtual WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) = 0;
+  // Whether a thread other than the one that made the communicator may start operations
+  // (autograd runs CUDA backward on threads of its own).
+  virtual bool starts_from_any_thread() const = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Every rank's `input` stacked along a new first dimension, in rank order.
   virtual at::Tensor all_gather(const at::Tensor& input) = 0;

@@ -37,6 +37,8 @@ class MpiCommunicator final : public Communicator {
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override;
   WorkPtr recv(at::Tensor& tensor, int peer, int tag) override;
   void all_reduce(at::Tensor& tensor, ReduceOp op) override;
+  WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) override;
+  bool starts_from_any_thread() const override;
   void broadcast(at::Tensor& tensor, int root) override;
   at::Tensor all_gather(const at::Tensor& input) override;
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipetrain/device/transport.h"
+#include "pipetrain/engine/gradient_buckets.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"
 
@@ -16,23 +17,35 @@ namespace pipetrain::engine {
 
 // Makes every copy of a parameter see the same gradient before the optimizer steps:
 // tied parameters summed among the stages that own them, then every gradient averaged
-// over the data-parallel replicas in flat buckets. Also knows which gradients this rank
-// counts in the global gradient norm, so that tied and replicated tensors count once.
+// over the data-parallel replicas in flat buckets (GradientBuckets), with `overlap` while
+// the step's last backward passes run. Also knows which gradients this rank counts in the
+// global gradient norm, so that tied and replicated tensors count once.
 class GradientSync {
  public:
   // Collective over the grid's world (one communicator per tie key is split from it).
   // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket;
   // `data` carries the data-parallel average (the grid's data communicator, or NCCL over
-  // the same ranks).
+  // the same ranks). Without `averages` (ZeRO reduce-scatters instead) no buckets exist.
+  struct DataParallel {
+    std::shared_ptr<comm::Communicator> data;
+    bool averages = true;
+    int64_t bucket_elements = 25'000'000;
+    at::ScalarType wire = at::kFloat;
+    bool overlap = false;
+  };
   GradientSync(const module::PipelineModule& module, std::shared_ptr<const topology::Grid> grid,
-               std::shared_ptr<comm::Communicator> data, int64_t bucket_elements,
-               at::ScalarType wire);
+               DataParallel data_parallel);
 
   // How the data-parallel average travels.
   comm::Transport transport() const { return device::transport_of(*data_); }
 
   void reduce_tied();
+  // The step's last backward passes begin; one of them has ended (see GradientBuckets).
+  void begin_last_backwards();
+  void after_backward();
   void reduce_data_parallel();
+  // Null at data-parallel size 1 and under ZeRO.
+  const GradientBuckets* buckets() const { return buckets_.get(); }
 
   // The module's parameters whose gradients this rank counts in the global norm: all but
   // tied tensors whose first owner is another stage and, under tensor parallelism,
@@ -46,11 +59,9 @@ class GradientSync {
   const module::PipelineModule& module_;
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
-  int64_t bucket_elements_;
-  at::ScalarType wire_;
   std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
   std::vector<at::Tensor> norm_parameters_;
-  std::vector<at::Tensor> buckets_;  // allocated once, reused every step
+  std::unique_ptr<GradientBuckets> buckets_;
 };
 
 }  // namespace pipetrain::engine

@@ -121,6 +121,8 @@ class PipelineEngine {
   // Whether receives between stages are posted ahead (pipeline.receive_ahead, where it can).
   bool receives_ahead() const { return link_->receives_ahead(); }
   comm::Transport data_transport() const { return gradients_->transport(); }
+  // The data-parallel gradient buckets (null at data-parallel size 1 and under ZeRO).
+  const GradientBuckets* gradient_buckets() const { return gradients_->buckets(); }
 
   module::PipelineModule& module() { return *module_; }
   const module::PipelineModule& module() const { return *module_; }
@@ -155,6 +157,9 @@ class PipelineEngine {
     bool splits_backward = false;
     SendCompletion sends = SendCompletion::kBlocking;
     std::vector<StageLink::Receive> receives;  // in order
+    // Where the step's last backward passes begin: the first step holding a chunk's last
+    // BackwardPass or BackwardInput (-1: none). Gradient buckets may be reduced from here.
+    int last_backwards_step = -1;
     bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+namespace pipetrain::autograd {
+
+// Calls `arrived` each time a gradient has been added into the leaf `parameter`'s .grad():
+// by autograd's accumulation, and by a weight gradient deferred to a later BackwardWeight
+// (linear.h). Not for an accumulation of nothing (a deferred weight's empty gradient). It
+// runs on the thread that accumulates (autograd's device thread for CUDA). Replaces any
+// earlier one of the parameter.
+void set_gradient_arrival(const at::Tensor& parameter, std::function<void()> arrived);
+void clear_gradient_arrival(const at::Tensor& parameter);
+
+// Calls `parameter`'s arrival hook, if any: for code that accumulates into .grad() itself.
+void announce_gradient_arrival(const at::Tensor& parameter);
+
+}  // namespace pipetrain::autograd
