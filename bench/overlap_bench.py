@@ -4,7 +4,7 @@
 Usage: python3 bench/overlap_bench.py BUILD_DIR [REPETITIONS]
 
 Runs bench/peers' pipetrain_steps (the peers benchmark's tied GPTs, 8 micro-batches, AdamW,
-fp32, one intra-op thread per rank, 25 M-element buckets) at each layout with the overlap on
+fp32, one intra-op thread per rank) at each layout and bucket size with the overlap on
 and off, alternating within each repetition (waiting for idle cores first), and prints each
 case's median step time per setting and the ratio off / on per repetition (> 1: the overlap
 is faster).
@@ -19,16 +19,15 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "peers"))
 from peers_bench import wait_for_idle  # noqa: E402 (after the path it lives on)
 
-CASES = {  # d, heads, layers, context, micro-batch, stages, ranks, timed steps
-    "d 96, pipe 1 x data 2": (96, 4, 4, 64, 8, 1, 2, 12),
-    "d 384, pipe 1 x data 2": (384, 6, 8, 128, 4, 1, 2, 3),
-    "d 384, pipe 2 x data 2": (384, 6, 8, 128, 4, 2, 4, 3),
+CASES = {  # d, heads, layers, context, micro-batch, stages, ranks, timed steps, bucket elements
+    "d 384, pipe 1 x data 2, 1 M-element buckets": (384, 6, 8, 128, 4, 1, 2, 3, 1_000_000),
+    "d 384, pipe 2 x data 2, 1 M-element buckets": (384, 6, 8, 128, 4, 2, 4, 3, 1_000_000),
 }
 
 
 def median_step(build, case, overlap):
-    d, heads, layers, context, micro_batch, stages, ranks, steps = case
-    args = (d, heads, layers, context, micro_batch, 8, stages, steps, 2, 0, int(overlap))
+    d, heads, layers, context, micro_batch, stages, ranks, steps, bucket = case
+    args = (d, heads, layers, context, micro_batch, 8, stages, steps, 2, 0, int(overlap), bucket)
     command = [f"{build}/src/pipetrain", "launch", "-n", str(ranks), "--",
                f"{build}/bench/pipetrain_steps", *map(str, args)]
     env = dict(os.environ, PIPETRAIN_THREADS="1", OMP_NUM_THREADS="1")

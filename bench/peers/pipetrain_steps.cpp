@@ -5,8 +5,9 @@
 //   STEPS [seconds, ...]
 // Usage (under pipetrain launch -n STAGES, one intra-op thread per rank):
 //   pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES STAGES STEPS WARMUP
-//                   [RECEIVE_AHEAD [OVERLAP_GRAD_REDUCE]]
-// (pipeline.receive_ahead: 0, the default, or 1; overlap_grad_reduce: 0 or 1, the default)
+//                   [RECEIVE_AHEAD [OVERLAP_GRAD_REDUCE [BUCKET_ELEMENTS]]]
+// (pipeline.receive_ahead: 0, the default, or 1; overlap_grad_reduce: 0 or 1, the default;
+// reduce_bucket_size, default 25000000)
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -46,6 +47,7 @@ int run(const std::vector<int64_t>& a) {
   config.pipeline.partition_method = "type:GptBlock";
   config.pipeline.receive_ahead = a.size() >= 10 && a[9] != 0;
   config.overlap_grad_reduce = a.size() < 11 || a[10] != 0;
+  if (a.size() >= 12) config.reduce_bucket_size = a[11];
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,
@@ -81,10 +83,10 @@ int run(const std::vector<int64_t>& a) {
 
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
-    if (argc < 10 || argc > 12) {
+    if (argc < 10 || argc > 13) {
       std::fprintf(stderr,
                    "usage: pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES "
-                   "STAGES STEPS WARMUP [RECEIVE_AHEAD [OVERLAP_GRAD_REDUCE]]\n");
+                   "STAGES STEPS WARMUP [RECEIVE_AHEAD [OVERLAP_GRAD_REDUCE [BUCKET_ELEMENTS]]]\n");
       return 2;
     }
     std::vector<int64_t> a;

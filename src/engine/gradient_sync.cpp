@@ -78,6 +78,10 @@ void GradientSync::reduce_tied() {
   }
 }
 
+void GradientSync::begin_step() {
+  if (buckets_) buckets_->abandon();
+}
+
 void GradientSync::begin_last_backwards() {
   if (buckets_) buckets_->open();
 }

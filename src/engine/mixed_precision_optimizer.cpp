@@ -55,7 +55,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
-      sharded_(config.zero.stage > 0),
+      sharded_(shards_optimizer(config.zero)),
       weight_decay_(optim::weight_decay_of(config.optimizer)),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {

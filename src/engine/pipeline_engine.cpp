@@ -32,6 +32,19 @@ class Evaluating {
   at::NoGradGuard no_grad_;
 };
 
+// The first step that holds some chunk's last BackwardPass or BackwardInput (-1: none).
+int last_backwards_step(const std::vector<schedule::Step>& steps) {
+  std::map<int, int> last;  // per chunk, its step
+  for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
+    for (const Instruction& in : steps[t]) {
+      if (in.kind == OpKind::kBackwardPass || in.kind == OpKind::kBackwardInput) last[in.chunk] = t;
+    }
+  }
+  int first = -1;
+  for (const auto& [chunk, t] : last) first = first < 0 ? t : std::min(first, t);
+  return first;
+}
+
 TrainingConfig resolved(TrainingConfig config, int64_t data_parallel_size) {
   resolve_batch(config, data_parallel_size);
   return config;
@@ -67,17 +80,7 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
   program.splits_backward = plan.splits_backward;
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
-  std::map<int, int> last_backward;  // per chunk, its step
-  for (int t = 0; t < static_cast<int>(program.steps.size()); ++t) {
-    for (const Instruction& in : program.steps[t]) {
-      if (in.kind == OpKind::kBackwardPass || in.kind == OpKind::kBackwardInput)
-        last_backward[in.chunk] = t;
-    }
-  }
-  for (const auto& [chunk, t] : last_backward) {
-    if (program.last_backwards_step < 0 || t < program.last_backwards_step)
-      program.last_backwards_step = t;
-  }
+  program.last_backwards_step = last_backwards_step(program.steps);
   for (const auto& step : program.steps) {
     for (const Instruction& in : step) {
       if (!schedule::is_recv(in.kind)) continue;
@@ -111,7 +114,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   gradients_ = std::make_unique<GradientSync>(
       *module_, grid_,
       GradientSync::DataParallel{.data = data,
-                                 .averages = config_.zero.stage == 0,
+                                 .averages = !shards_optimizer(config_.zero),
                                  .bucket_elements = config_.reduce_bucket_size,
                                  .wire = to_scalar_type(config_.precision.communication_dtype),
                                  .overlap = config_.overlap_grad_reduce});
@@ -212,6 +215,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   link_->set_send_completion(program.sends);
   link_->expect_receives(program.receives);
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
+  if (run.training) gradients_->begin_step();
   if (run.training && std::exchange(record_next_, false)) {
     grid_->world_comm()->barrier();  // a shared time origin
     run.record_origin = Clock::now();

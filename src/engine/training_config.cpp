@@ -258,8 +258,9 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
                PIPETRAIN_FIELD(zero.allgather_bucket_size),
                "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))
       .accepted("zero_optimization.overlap_comm", "bool",
-                "DeepSpeed's; accepted and ignored: gradients are reduced after a step's last "
-                "backward, as in DeepSpeed's pipeline engine, so there is nothing to overlap");
+                "DeepSpeed's; accepted and ignored: ZeRO reduce-scatters after the step's last "
+                "backward (each rank's shard spans the stage's parameters, so no bucket is final "
+                "sooner); `overlap_grad_reduce` overlaps stage 0's all-reduce");
 }
 
 }  // namespace

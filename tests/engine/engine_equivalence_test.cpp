@@ -141,7 +141,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
         const GradientBuckets* buckets = engine.gradient_buckets();
         ASSERT_NE(buckets, nullptr);
         EXPECT_GT(buckets->early_buckets(), 0);
-        EXPECT_EQ(buckets->started_early(), buckets->early_buckets());
+        EXPECT_EQ(buckets->started_in_backward(), buckets->early_buckets());
         EXPECT_EQ(buckets->reduced_again(), 0);
       }
       EXPECT_EQ(evaluation.outputs.size(),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -105,11 +106,12 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
 // Four parameters of 3 elements, in buckets of at most 7 (so [p3, p2], [p1, p0]); the
 // loss of one micro-batch is the sum of (r + 1) * (i + 1) * p_i on data-parallel rank r.
 struct BucketedLoss {
-  explicit BucketedLoss(const topology::Grid& grid, bool overlap)
+  BucketedLoss(const topology::Grid& grid, bool overlap,
+               std::shared_ptr<comm::Communicator> data = nullptr)
       : parameters{at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_(),
                    at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_()},
-        buckets(parameters, {false, false, false, false}, grid.data_comm(), grid.data_comm(),
-                /*bucket_elements=*/7, at::kFloat, overlap),
+        buckets(parameters, {false, false, false, false}, data ? data : grid.data_comm(),
+                grid.data_comm(), /*bucket_elements=*/7, at::kFloat, overlap),
         replica(grid.data_parallel_id() + 1) {}
 
   void backward() {
@@ -144,10 +146,78 @@ TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
     model.backward();
     model.buckets.finish();
     // The first step counts the accumulations; later ones start both buckets in backward.
-    EXPECT_EQ(model.buckets.started_early(), step == 0 ? 0 : 2) << "step " << step;
+    EXPECT_EQ(model.buckets.started_in_backward(), step == 0 ? 0 : 2) << "step " << step;
     EXPECT_EQ(model.buckets.reduced_again(), 0);
     model.expect_averaged(*grid, 2);
   }
+}
+
+// The grid's data communicator, but one that allows a single thread to start operations.
+class OneThread final : public comm::Communicator {
+ public:
+  explicit OneThread(std::shared_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int global_rank(int rank) const override { return inner_->global_rank(rank); }
+  comm::WorkPtr send(const at::Tensor& t, int peer, int tag) override {
+    return inner_->send(t, peer, tag);
+  }
+  comm::WorkPtr recv(at::Tensor& t, int peer, int tag) override {
+    return inner_->recv(t, peer, tag);
+  }
+  void all_reduce(at::Tensor& t, comm::ReduceOp op) override { inner_->all_reduce(t, op); }
+  comm::WorkPtr all_reduce_async(at::Tensor& t, comm::ReduceOp op) override {
+    EXPECT_EQ(std::this_thread::get_id(), starter_) << "started on another thread";
+    return inner_->all_reduce_async(t, op);
+  }
+  bool starts_from_any_thread() const override { return false; }
+  void broadcast(at::Tensor& t, int root) override { inner_->broadcast(t, root); }
+  at::Tensor all_gather(const at::Tensor& t) override { return inner_->all_gather(t); }
+  at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
+    return inner_->reduce_scatter(t, op);
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::shared_ptr<comm::Communicator> inner_;
+  std::thread::id starter_ = std::this_thread::get_id();
+};
+
+TEST(GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
+  // As autograd's CUDA thread with a communicator for one thread: the arrivals there only
+  // mark buckets ready; start_ready() on the engine's thread starts them.
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/true, std::make_shared<OneThread>(grid->data_comm()));
+  for (int step = 0; step < 2; ++step) {
+    model.buckets.open();
+    std::thread([&] { model.backward(); }).join();
+    model.buckets.start_ready();
+    model.buckets.finish();
+    EXPECT_EQ(model.buckets.started_in_backward(), 0);
+    model.expect_averaged(*grid, 1);
+  }
+}
+
+TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/true);
+  for (int step = 0; step < 2; ++step) {
+    model.buckets.open();
+    model.backward();
+    model.buckets.finish();
+    model.expect_averaged(*grid, 1);
+  }
+  model.buckets.open();
+  model.backward();  // both buckets start; then the step throws on every replica
+  EXPECT_EQ(model.buckets.started_in_backward(), 2);
+  model.buckets.abandon();
+  for (auto& p : model.parameters) p.mutable_grad() = at::Tensor();
+  model.backward();  // an early micro-batch of the next step: not counted, nothing starts
+  model.buckets.open();
+  model.backward();
+  model.buckets.finish();
+  EXPECT_EQ(model.buckets.reduced_again(), 0);
+  model.expect_averaged(*grid, 2);
 }
 
 TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
@@ -164,7 +234,7 @@ TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   model.backward();
   if (grid->data_parallel_id() == 0) model.backward();
   model.buckets.finish();
-  EXPECT_EQ(model.buckets.started_early(), 2);
+  EXPECT_EQ(model.buckets.started_in_backward(), 2);
   EXPECT_EQ(model.buckets.reduced_again(), 2);
   const double mean_replica = (grid->data_parallel_size() + 1) / 2.0;
   const double extra = 1.0 / grid->data_parallel_size();  // the first replica's second pass
@@ -182,7 +252,7 @@ TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
     model.buckets.open();
     model.backward();
     model.buckets.finish();
-    EXPECT_EQ(model.buckets.started_early(), 0);
+    EXPECT_EQ(model.buckets.started_in_backward(), 0);
     model.expect_averaged(*grid, 1);
   }
 }
@@ -208,7 +278,7 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
     EXPECT_FALSE(weight.grad().defined());
     store.run();
     buckets.finish();
-    EXPECT_EQ(buckets.started_early(), step == 0 ? 0 : 1);
+    EXPECT_EQ(buckets.started_in_backward(), step == 0 ? 0 : 1);
     EXPECT_TRUE(
         at::allclose(weight.grad(), at::full({2, 3}, (grid->data_parallel_size() + 1) / 2.0)));
     weight.mutable_grad() = at::Tensor();

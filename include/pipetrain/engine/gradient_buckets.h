@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
+#include "pipetrain/engine/last_accumulations.h"
 
 namespace pipetrain::engine {
 
@@ -16,10 +17,8 @@ namespace pipetrain::engine {
 // `bucket_elements`, filled in reverse parameter order: the order backward finishes them.
 //
 // With overlap, a bucket's all-reduce starts during the step's last backward passes, as
-// soon as every gradient in it is final, and runs while backward goes on. Which
-// accumulation is a parameter's last is learned: open() marks where the last backward
-// passes begin, and a parameter is final after as many accumulations from there as in the
-// step before (the first step reduces after backward, and counts). Buckets start in
+// soon as every gradient in it is final (LastAccumulations says when; the first step
+// reduces after backward, and counts), and runs while backward goes on. Buckets start in
 // order, so every replica starts the same collectives in the same order. A gradient that
 // grows after its bucket started (a graph that changed) is caught: the replicas agree on
 // such buckets in finish() and reduce them again, so the result never rests on the count.
@@ -38,52 +37,65 @@ class GradientBuckets {
 
   // The step's last backward passes begin. Without overlap: nothing.
   void open();
-  // Starts what became ready on a thread that may not start collectives (autograd's CUDA
-  // thread with an MPI communicator that allows one thread only).
+  // Starts what became ready on a thread that could not start it (see may_start_here()),
+  // and moves started reductions along.
   void start_ready();
   // Every bucket reduced and waited for, each gradient replaced by its average; the
   // window closes. A parameter without a gradient gets the average of zeros and others'.
   void finish();
+  // Forgets a step that ended before finish() (it threw): the window closes, and a
+  // reduction still in flight keeps its buffer for good (its bucket takes a new one).
+  void abandon();
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // Buckets that may start before finish(): all but those of late gradients.
   int early_buckets() const;
-  // Of the last finish(): buckets started before it, and buckets reduced a second time.
-  int started_early() const { return started_early_; }
+  // Of the last step: buckets started by an arrival inside a backward pass, and buckets
+  // reduced a second time in finish().
+  int started_in_backward() const { return started_in_backward_; }
   int reduced_again() const { return reduced_again_; }
 
  private:
+  static constexpr int kNotBefore = -1;  // Bucket::pending: waits for finish()
+
   struct Bucket {
     std::vector<std::size_t> members;  // parameter indices, in bucket order
     std::vector<int64_t> offsets;      // of each member in `flat`
     at::Tensor flat;                   // in the wire dtype
     bool late = false;
-    int pending = -1;  // members not yet final; -1: unknown (never started early)
+    int pending = kNotBefore;  // members whose last accumulation is still to come
     comm::WorkPtr work;
     bool regrown = false;  // a member's gradient grew after the bucket started
   };
 
   void build(const std::vector<bool>& late, int64_t bucket_elements, at::ScalarType wire);
+  int pending_at_open(const Bucket& bucket) const;
   void arrived(std::size_t parameter);
+  // Starting on autograd's CUDA thread is for communicators that allow it and do not copy
+  // through the host there (which would hold up the kernels backward still queues).
   bool may_start_here() const;
-  void start_in_order();  // with mutex_ held
+  // With mutex_ held from here on.
+  void start_in_order(bool in_backward);
   void start(Bucket& bucket);
+  void progress();  // MPI moves a collective along only inside its calls
   void agree_on_regrown();
+  void complete(Bucket& bucket);
+  void copy_back(Bucket& bucket);
 
   std::vector<at::Tensor> parameters_;
   std::shared_ptr<comm::Communicator> data_;
   std::shared_ptr<comm::Communicator> agree_;
   bool overlap_;
   std::thread::id owner_;
+  bool any_thread_ = false;  // may start from another thread than owner_
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // per parameter
-  std::vector<int> expected_;           // per parameter: accumulations in the window; -1 unknown
-  std::vector<int> arrivals_;           // per parameter, in this step's window
+  LastAccumulations last_;
 
   std::mutex mutex_;  // autograd may call arrived() from its own thread
   bool open_ = false;
   std::size_t next_ = 0;  // the next bucket to start
-  int started_early_ = 0;
+  int started_in_backward_ = 0;
   int reduced_again_ = 0;
 };
 

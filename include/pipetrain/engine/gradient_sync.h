@@ -22,17 +22,16 @@ namespace pipetrain::engine {
 // global gradient norm, so that tied and replicated tensors count once.
 class GradientSync {
  public:
-  // Collective over the grid's world (one communicator per tie key is split from it).
-  // `wire` is the dtype gradients are averaged in; `bucket_elements` bounds one bucket;
-  // `data` carries the data-parallel average (the grid's data communicator, or NCCL over
-  // the same ranks). Without `averages` (ZeRO reduce-scatters instead) no buckets exist.
+  // How the data-parallel average is made (see GradientBuckets).
   struct DataParallel {
+    // The grid's data communicator, or NCCL over the same ranks.
     std::shared_ptr<comm::Communicator> data;
-    bool averages = true;
+    bool averages = true;  // false under ZeRO, which reduce-scatters instead: no buckets
     int64_t bucket_elements = 25'000'000;
-    at::ScalarType wire = at::kFloat;
-    bool overlap = false;
+    at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
+    bool overlap = false;              // during the last backward passes
   };
+  // Collective over the grid's world (one communicator per tie key is split from it).
   GradientSync(const module::PipelineModule& module, std::shared_ptr<const topology::Grid> grid,
                DataParallel data_parallel);
 
@@ -40,7 +39,9 @@ class GradientSync {
   comm::Transport transport() const { return device::transport_of(*data_); }
 
   void reduce_tied();
-  // The step's last backward passes begin; one of them has ended (see GradientBuckets).
+  // A training step begins (forgetting one that threw); its last backward passes begin;
+  // a backward pass has ended (see GradientBuckets).
+  void begin_step();
   void begin_last_backwards();
   void after_backward();
   void reduce_data_parallel();

@@ -60,6 +60,11 @@ struct ZeroConfig {
   int64_t allgather_bucket_size = 500'000'000;  // elements per all-gather of the shards
 };
 
+// Whether ZeRO shards the optimizer (stages 1 and 2), which then reduces the gradients.
+inline bool shards_optimizer(const ZeroConfig& zero) {
+  return zero.stage > 0;
+}
+
 struct TrainingConfig {
   // Batch arithmetic: train_batch_size = micro batch * accumulation steps * data-parallel size.
   int64_t train_batch_size = 0;
