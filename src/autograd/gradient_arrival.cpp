@@ -37,10 +37,14 @@ void set_gradient_arrival(const at::Tensor& parameter, std::function<void()> arr
       parameter, std::make_unique<ArrivalHook>(std::move(arrived), owner));
 }
 
-void clear_gradient_arrival(const at::Tensor& parameter, const void* owner) {
+bool has_gradient_arrival(const at::Tensor& parameter, const void* owner) {
   const auto& present = torch::autograd::impl::post_acc_grad_hooks(parameter);
   const auto* ours = dynamic_cast<const ArrivalHook*>(present.get());
-  if (ours && ours->owner() == owner)
+  return ours && ours->owner() == owner;
+}
+
+void clear_gradient_arrival(const at::Tensor& parameter, const void* owner) {
+  if (has_gradient_arrival(parameter, owner))
     torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
 }
 

@@ -467,7 +467,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       }
     }
   }
-  if (engine.config().zero.stage > 0) check_one_step_count(pending.masters, folder);
+  if (engine::shards_optimizer(engine.config().zero)) check_one_step_count(pending.masters, folder);
   if (manifest.at("topology") == topology_of(engine.grid())) {
     const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
@@ -590,7 +590,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const bool writes = grid.data_parallel_id() == 0;
-  if (writes || (engine.config().zero.stage > 0 && !weights)) {
+  if (writes || (engine::shards_optimizer(engine.config().zero) && !weights)) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace pipetrain::comm {
 namespace {
@@ -145,18 +146,27 @@ class MpiWork final : public Work {
   bool done_ = false;
 };
 
-// An all-reduce in flight over `host` (the tensor itself, or its contiguous host copy),
-// copied into `target` once complete. MPI cannot cancel a collective: one abandoned
-// unfinished (after a failure) keeps its memory for good.
-class MpiAllReduce final : public Work {
+// A reduction in flight: MPI writes `result` (the target itself, or a host tensor), which
+// is copied into `target` once complete, divided by `divisor` for an average; `input`, when
+// defined, is what MPI reads. MPI cannot cancel a collective: one abandoned unfinished
+// (after a failure) keeps its memory for good.
+class MpiReduction final : public Work {
  public:
-  MpiAllReduce(const MpiCommunicator& comm, at::Tensor host, at::Tensor target, int divisor)
-      : comm_(comm), host_(std::move(host)), target_(std::move(target)), divisor_(divisor) {}
+  MpiReduction(const MpiCommunicator& comm, std::string what, at::Tensor input, at::Tensor result,
+               at::Tensor target, int divisor)
+      : comm_(comm),
+        what_(std::move(what)),
+        input_(std::move(input)),
+        result_(std::move(result)),
+        target_(std::move(target)),
+        divisor_(divisor) {}
 
-  ~MpiAllReduce() override {
+  ~MpiReduction() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (request_ != MPI_REQUEST_NULL && !finalized) new at::Tensor(host_);
+    if (request_ == MPI_REQUEST_NULL || finalized) return;
+    new at::Tensor(input_);  // deliberately never freed: MPI may still touch them
+    new at::Tensor(result_);
   }
 
   MPI_Request* request() { return &request_; }
@@ -164,8 +174,7 @@ class MpiAllReduce final : public Work {
   void wait() override {
     if (done_) return;
     wait_for(
-        request_, [this] { return "all_reduce over " + std::to_string(comm_.size()) + " ranks"; },
-        comm_.timeout());
+        request_, [this] { return what_; }, comm_.timeout());
     finish();
   }
 
@@ -179,13 +188,15 @@ class MpiAllReduce final : public Work {
 
  private:
   void finish() {
-    if (divisor_ != 1) host_.div_(divisor_);
-    if (!host_.is_same(target_)) target_.copy_(host_);
+    if (divisor_ != 1) result_.div_(std::exchange(divisor_, 1));  // once, even if copy_ throws
+    if (!result_.is_same(target_)) target_.copy_(result_);
     done_ = true;
   }
 
   const MpiCommunicator& comm_;
-  at::Tensor host_;
+  std::string what_;
+  at::Tensor input_;
+  at::Tensor result_;
   at::Tensor target_;
   int divisor_;
   MPI_Request request_ = MPI_REQUEST_NULL;
@@ -248,8 +259,9 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
     throw std::invalid_argument("all_reduce average needs a floating-point tensor");
   }
   at::Tensor host = half ? host_copy(tensor).to(at::kFloat) : host_copy(tensor);
-  auto work =
-      std::make_unique<MpiAllReduce>(*this, host, tensor, op == ReduceOp::kAverage ? size_ : 1);
+  auto work = std::make_unique<MpiReduction>(
+      *this, "all_reduce over " + std::to_string(size_) + " ranks", at::Tensor(), host, tensor,
+      op == ReduceOp::kAverage ? size_ : 1);
   check(MPI_Iallreduce(MPI_IN_PLACE, host.data_ptr(), static_cast<int>(host.numel()),
                        reduce_datatype(host.scalar_type()),
                        op == ReduceOp::kMax ? MPI_MAX : MPI_SUM, comm_, work->request()),
@@ -293,20 +305,28 @@ at::Tensor MpiCommunicator::all_gather(const at::Tensor& input) {
 
 at::Tensor MpiCommunicator::reduce_scatter(const at::Tensor& input, ReduceOp op) {
   check_reducible(input, op, size_);
+  at::Tensor block = at::empty({input.numel() / size_}, input.options());
+  reduce_scatter_async(input, block, op)->wait();
+  return block;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& input, at::Tensor& output,
+                                              ReduceOp op) {
+  check_reducible(input, op, size_);
   const bool half = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
   const at::Tensor host = half ? host_copy(input).to(at::kFloat) : host_copy(input);
-  at::Tensor block = at::empty({input.numel() / size_}, host.options());
-  MPI_Request request = MPI_REQUEST_NULL;
+  const bool direct = !half && !output.is_cuda() && output.is_contiguous() &&
+                      output.scalar_type() == host.scalar_type();
+  at::Tensor block = direct ? output : at::empty({input.numel() / size_}, host.options());
+  auto work = std::make_unique<MpiReduction>(
+      *this, "reduce_scatter over " + std::to_string(size_) + " ranks", host, block, output,
+      op == ReduceOp::kAverage ? size_ : 1);
   check(
       MPI_Ireduce_scatter_block(host.data_ptr(), block.data_ptr(), static_cast<int>(block.numel()),
                                 reduce_datatype(host.scalar_type()),
-                                op == ReduceOp::kMax ? MPI_MAX : MPI_SUM, comm_, &request),
+                                op == ReduceOp::kMax ? MPI_MAX : MPI_SUM, comm_, work->request()),
       "MPI_Ireduce_scatter_block");
-  wait_for(
-      request, [this] { return "reduce_scatter over " + std::to_string(size_) + " ranks"; },
-      timeout());
-  if (op == ReduceOp::kAverage) block.div_(size_);
-  return block.to(input.device(), input.scalar_type());
+  return work;
 }
 
 void MpiCommunicator::barrier() {

@@ -173,14 +173,25 @@ class NcclCommunicator final : public Communicator {
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_reducible(input, op, size());
+    at::Tensor block = at::empty({input.numel() / size()}, input.options());
+    reduce_scatter_async(input, block, op)->wait();
+    return block;
+  }
+
+  WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
+    check_reducible(input, op, size());
+    if (!output.is_contiguous() || output.scalar_type() != input.scalar_type() ||
+        output.numel() != input.numel() / size()) {
+      throw std::invalid_argument(
+          "reduce_scatter_async needs a contiguous block of the input's dtype");
+    }
     at::Tensor data = prepare(input);
-    at::Tensor block = at::empty({input.numel() / size()}, data.options());
-    prepare(block);
-    check_nccl(ncclReduceScatter(data.data_ptr(), block.data_ptr(), block.numel(),
+    prepare(output);
+    check_nccl(ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
                                  element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
                "ncclReduceScatter");
-    finish("NCCL reduce_scatter over " + std::to_string(size()) + " ranks", block)->wait();
-    return block;
+    return std::make_unique<NcclWork>(
+        *this, "NCCL reduce_scatter over " + std::to_string(size()) + " ranks", output);
   }
 
   void barrier() override {

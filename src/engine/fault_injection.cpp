@@ -126,12 +126,16 @@ void FaultInjector::before(const schedule::Instruction& instruction, int64_t ste
         end_process(plan_.action, where.describe());
     }
   }
+  // The inf goes in before a backward pass, which accumulates onto it: the gradient is
+  // reduced during backward, so it must be there before any of it travels.
   const bool poison =
-      pending_ == FaultAction::kOverflow && instruction.kind == schedule::OpKind::kOptimizerStep;
+      pending_ == FaultAction::kOverflow && (instruction.kind == schedule::OpKind::kBackwardPass ||
+                                             instruction.kind == schedule::OpKind::kBackwardInput);
   if (!poison) return;
   pending_.reset();
-  if (!poisoned_.defined() || !poisoned_.grad().defined()) return;
+  if (!poisoned_.defined()) return;
   at::NoGradGuard no_grad;
+  if (!poisoned_.grad().defined()) poisoned_.mutable_grad() = at::zeros_like(poisoned_);
   poisoned_.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
 }
 

@@ -24,10 +24,11 @@ bool settled(comm::Work& work) {
 }  // namespace
 
 GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, const std::vector<bool>& late,
+                                 std::shared_ptr<BucketReduction> reduction,
                                  std::shared_ptr<comm::Communicator> data,
-                                 std::shared_ptr<comm::Communicator> agree, int64_t bucket_elements,
-                                 at::ScalarType wire, bool overlap)
+                                 std::shared_ptr<comm::Communicator> agree, bool overlap)
     : parameters_(std::move(parameters)),
+      reduction_(std::move(reduction)),
       data_(std::move(data)),
       agree_(std::move(agree)),
       overlap_(overlap),
@@ -35,51 +36,30 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, const std::
       bucket_of_(parameters_.size()),
       last_(parameters_.size()) {
   if (late.size() != parameters_.size()) throw std::invalid_argument("one late flag per parameter");
-  build(late, bucket_elements, wire);
-  const bool host_staged = !buckets_.empty() && buckets_.front().flat.is_cuda() &&
+  for (const auto& members : reduction_->buckets()) {
+    Bucket& bucket = buckets_.emplace_back();
+    bucket.members = members;
+    bucket.late = !members.empty() && late.at(members.front());
+    for (std::size_t i : members) bucket_of_.at(i) = buckets_.size() - 1;
+  }
+  const bool host_staged = !parameters_.empty() && parameters_.front().is_cuda() &&
                            device::transport_of(*data_) == comm::Transport::kMpi;
   any_thread_ = data_->starts_from_any_thread() && !host_staged;
   if (!overlap_) return;
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    if (!late[i])
-      autograd::set_gradient_arrival(
-          parameters_[i], [this, i] { arrived(i); }, this);
+  try {
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      if (!late[i])
+        autograd::set_gradient_arrival(
+            parameters_[i], [this, i] { arrived(i); }, this);
+    }
+  } catch (...) {  // no hook may outlive this
+    for (const auto& p : parameters_) autograd::clear_gradient_arrival(p, this);
+    throw;
   }
 }
 
 GradientBuckets::~GradientBuckets() {
   for (const auto& p : parameters_) autograd::clear_gradient_arrival(p, this);
-}
-
-void GradientBuckets::build(const std::vector<bool>& late, int64_t bucket_elements,
-                            at::ScalarType wire) {
-  // Backward finishes the last layers first: buckets in reverse parameter order, the
-  // gradients that change after backward last.
-  std::vector<std::size_t> order;
-  for (bool later : {false, true}) {
-    for (std::size_t i = parameters_.size(); i-- > 0;) {
-      if (late[i] == later) order.push_back(i);
-    }
-  }
-  int64_t elements = 0;
-  for (std::size_t i : order) {
-    const int64_t n = parameters_[i].numel();
-    if (buckets_.empty() || buckets_.back().late != late[i] ||
-        (elements > 0 && elements + n > bucket_elements)) {
-      buckets_.emplace_back().late = late[i];
-      elements = 0;
-    }
-    Bucket& bucket = buckets_.back();
-    bucket.members.push_back(i);
-    bucket.offsets.push_back(elements);
-    bucket_of_[i] = buckets_.size() - 1;
-    elements += n;
-  }
-  for (Bucket& bucket : buckets_) {
-    const auto& last = parameters_[bucket.members.back()];
-    const int64_t total = bucket.offsets.back() + last.numel();
-    bucket.flat = at::empty({total}, last.options().dtype(wire).requires_grad(false));
-  }
 }
 
 int GradientBuckets::early_buckets() const {
@@ -88,14 +68,26 @@ int GradientBuckets::early_buckets() const {
 }
 
 void GradientBuckets::open() {
-  if (!overlap_) return;
   const std::lock_guard lock(mutex_);
+  started_in_backward_ = 0;
+  if (!overlap_ || !hooks_held()) return;
   open_ = true;
   next_ = 0;
-  started_in_backward_ = 0;
   last_.open();
   for (Bucket& bucket : buckets_) bucket.pending = pending_at_open(bucket);
   if (may_start_here()) start_in_order(/*in_backward=*/false);
+}
+
+bool GradientBuckets::hooks_held() const {
+  // Another GradientBuckets over the same parameters took the hooks: without arrivals,
+  // this one would take every gradient for final at once. It reduces after backward.
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.late) continue;
+    for (std::size_t i : bucket.members) {
+      if (!autograd::has_gradient_arrival(parameters_[i], this)) return false;
+    }
+  }
+  return true;
 }
 
 int GradientBuckets::pending_at_open(const Bucket& bucket) const {
@@ -136,23 +128,14 @@ bool GradientBuckets::may_start_here() const {
 
 void GradientBuckets::start_in_order(bool in_backward) {
   while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
-    start(buckets_[next_]);
+    start(next_);
     ++next_;
     if (in_backward) ++started_in_backward_;
   }
 }
 
-void GradientBuckets::start(Bucket& bucket) {
-  for (std::size_t k = 0; k < bucket.members.size(); ++k) {
-    const at::Tensor& p = parameters_[bucket.members[k]];
-    at::Tensor part = bucket.flat.narrow(0, bucket.offsets[k], p.numel());
-    if (p.grad().defined()) {
-      part.copy_(p.grad().reshape({-1}));
-    } else {
-      part.zero_();
-    }
-  }
-  bucket.work = data_->all_reduce_async(bucket.flat, comm::ReduceOp::kAverage);
+void GradientBuckets::start(std::size_t k) {
+  buckets_[k].work = reduction_->start(static_cast<int>(k));
 }
 
 void GradientBuckets::progress() {
@@ -162,14 +145,11 @@ void GradientBuckets::progress() {
 void GradientBuckets::finish() {
   const std::lock_guard lock(mutex_);
   const bool counted = std::exchange(open_, false);
-  for (; next_ < buckets_.size(); ++next_) start(buckets_[next_]);
+  for (; next_ < buckets_.size(); ++next_) start(next_);
   next_ = 0;
   reduced_again_ = 0;
-  if (counted) agree_on_regrown();
-  for (Bucket& bucket : buckets_) {
-    complete(bucket);
-    copy_back(bucket);
-  }
+  if (overlap_) agree_on_regrown();  // on every replica, even one whose window did not open
+  for (std::size_t k = 0; k < buckets_.size(); ++k) complete(k);
   if (counted) last_.learn();
 }
 
@@ -182,32 +162,26 @@ void GradientBuckets::agree_on_regrown() {
   for (int b = 0; b < buckets(); ++b) buckets_[b].regrown = flag[b] != 0;
 }
 
-void GradientBuckets::complete(Bucket& bucket) {
+void GradientBuckets::complete(std::size_t k) {
+  Bucket& bucket = buckets_[k];
   bucket.work->wait();
   if (bucket.regrown) {
-    start(bucket);
+    start(k);
     bucket.work->wait();
     bucket.regrown = false;
     ++reduced_again_;
   }
   bucket.work.reset();
-}
-
-void GradientBuckets::copy_back(Bucket& bucket) {
-  for (std::size_t k = 0; k < bucket.members.size(); ++k) {
-    at::Tensor& p = parameters_[bucket.members[k]];
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    at::Tensor& grad = p.mutable_grad();
-    grad.copy_(bucket.flat.narrow(0, bucket.offsets[k], p.numel()).view_as(grad));
-  }
+  reduction_->complete(static_cast<int>(k));
 }
 
 void GradientBuckets::abandon() {
   const std::lock_guard lock(mutex_);
   open_ = false;
   next_ = 0;
-  for (Bucket& bucket : buckets_) {
-    if (bucket.work && !settled(*bucket.work)) bucket.flat = at::empty_like(bucket.flat);
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& bucket = buckets_[k];
+    if (bucket.work && !settled(*bucket.work)) reduction_->abandon(static_cast<int>(k));
     bucket.work.reset();
     bucket.regrown = false;
   }

@@ -1,5 +1,7 @@
 #include "pipetrain/engine/gradient_sync.h"
 
+#include "pipetrain/engine/averaged_buckets.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -17,20 +19,29 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 
 GradientSync::GradientSync(const module::PipelineModule& module,
                            std::shared_ptr<const topology::Grid> grid, DataParallel data_parallel)
-    : module_(module), grid_(std::move(grid)), data_(std::move(data_parallel.data)) {
+    : module_(module),
+      grid_(std::move(grid)),
+      data_(std::move(data_parallel.data)),
+      overlap_(data_parallel.overlap) {
   connect_tied_layers();
-  if (grid_->data_parallel_size() == 1 || !data_parallel.averages) return;
   const auto parameters = module_.parameters();
-  std::vector<bool> late(parameters.size(), false);
+  late_.assign(parameters.size(), false);
   for (const auto& [key, comm] : tied_comms_) {
     for (const auto& tied : module_.tied_parameters(key)) {
       for (std::size_t i = 0; i < parameters.size(); ++i)
-        late[i] = late[i] || parameters[i].is_same(tied);
+        late_[i] = late_[i] || parameters[i].is_same(tied);
     }
   }
-  buckets_ = std::make_unique<GradientBuckets>(parameters, late, data_, grid_->data_comm(),
-                                               data_parallel.bucket_elements, data_parallel.wire,
-                                               data_parallel.overlap);
+  if (!data_parallel.averages || grid_->data_parallel_size() == 1) return;
+  reduce_with(std::make_shared<AveragedBuckets>(
+      parameters, backward_order_buckets(parameters, late_, data_parallel.bucket_elements), data_,
+      data_parallel.wire));
+}
+
+void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
+  if (grid_->data_parallel_size() == 1) return;
+  buckets_ = std::make_unique<GradientBuckets>(module_.parameters(), late_, std::move(reduction),
+                                               data_, grid_->data_comm(), overlap_);
 }
 
 void GradientSync::connect_tied_layers() {

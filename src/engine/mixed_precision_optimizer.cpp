@@ -51,7 +51,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                                  std::shared_ptr<const topology::Grid> grid,
                                                  const TrainingConfig& config,
                                                  const std::vector<at::Tensor>& norm_parameters,
-                                                 std::shared_ptr<comm::Communicator> data)
+                                                 std::shared_ptr<comm::Communicator> data,
+                                                 const std::vector<bool>& late)
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
@@ -62,13 +63,13 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
   if (dtype_ != at::kFloat) module.to(dtype_);
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
   if (sharded_) {
-    masters_ =
-        std::make_unique<ShardedMasters>(module.parameters(), norm_parameters, decayed_, grid_,
-                                         data ? std::move(data) : grid_->data_comm(), config.zero,
-                                         to_scalar_type(config.precision.communication_dtype));
+    masters_ = std::make_shared<ShardedMasters>(
+        module.parameters(), norm_parameters, decayed_, late, grid_,
+        data ? std::move(data) : grid_->data_comm(), config.zero,
+        to_scalar_type(config.precision.communication_dtype));
   } else {
     masters_ =
-        std::make_unique<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_, grid_);
+        std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_, grid_);
   }
   // Decay is applied here, to some parameters only (see apply_weight_decay).
   optimizer_ =

@@ -118,8 +118,9 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                  .bucket_elements = config_.reduce_bucket_size,
                                  .wire = to_scalar_type(config_.precision.communication_dtype),
                                  .overlap = config_.overlap_grad_reduce});
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(*module_, grid_, config_,
-                                                         gradients_->norm_parameters(), data);
+  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
+      *module_, grid_, config_, gradients_->norm_parameters(), data, gradients_->late());
+  if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
   feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
@@ -291,9 +292,8 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return;
     case OpKind::kReduceTiedGrads:
       return gradients_->reduce_tied();
-    case OpKind::kReduceGrads:  // under ZeRO the optimizer step reduce-scatters instead
-      if (!optimizer_->reduces_data_parallel()) gradients_->reduce_data_parallel();
-      return;
+    case OpKind::kReduceGrads:  // under ZeRO: reduce-scattered onto the optimizer's shards
+      return gradients_->reduce_data_parallel();
     case OpKind::kOptimizerStep:
       return optimizer_step();
     default:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "pipetrain/optim/optimizer_state.h"
 
@@ -28,7 +29,7 @@ std::vector<int64_t> packed_strides(at::IntArrayRef sizes) {
 
 ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
                                const std::vector<at::Tensor>& norm_parameters,
-                               const std::vector<bool>& decayed,
+                               const std::vector<bool>& decayed, const std::vector<bool>& late,
                                std::shared_ptr<const topology::Grid> grid,
                                std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                                at::ScalarType wire)
@@ -37,14 +38,24 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
       zero_(zero),
       wire_(wire),
       parameters_(parameters),
-      layout_(element_counts(parameters), data_->size()) {
+      buckets_(backward_order_buckets(
+          parameters_, late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
+          zero.reduce_bucket_size)),
+      layout_(element_counts(parameters), buckets_, data_->size()),
+      grads_(buckets_.size()),
+      complete_(buckets_.size(), false) {
   const at::TensorOptions options =
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
   seat_parameters();
-  own_ = flat_.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size());
-  aliased_ = flat_.scalar_type() == at::kFloat;
-  master_ = {(aliased_ ? own_.detach() : own_.to(at::kFloat)).requires_grad_(true)};
+  aliased_ = fp32_model();
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const FlatShards::Piece piece = layout_.piece(data_->rank(), k);
+    const at::Tensor own = flat_.narrow(0, piece.flat_begin, piece.size);
+    master_.push_back((aliased_ ? own.detach() : own.to(at::kFloat)).requires_grad_(true));
+  }
+  if (master_.empty())  // no parameters: one empty master, as the optimizer needs one
+    master_.push_back(at::zeros({0}, flat_.options().dtype(at::kFloat)).requires_grad_(true));
   build_norm_mask(norm_parameters);
   if (decayed.size() != parameters_.size())
     throw std::invalid_argument("one weight-decay flag per parameter");
@@ -78,53 +89,83 @@ void ShardedMasters::build_norm_mask(const std::vector<at::Tensor>& norm_paramet
 
 at::Tensor ShardedMasters::shard_mask(const std::vector<bool>& chosen) const {
   if (std::find(chosen.begin(), chosen.end(), false) == chosen.end()) return {};
-  at::Tensor whole = at::zeros({layout_.padded_size()}, own_.options().dtype(at::kFloat));
+  at::Tensor whole = at::zeros({layout_.padded_size()}, flat_.options().dtype(at::kFloat));
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (chosen[i]) whole.narrow(0, layout_.offset(i), parameters_[i].numel()).fill_(1);
   }
-  return whole.narrow(0, data_->rank() * layout_.shard_size(), layout_.shard_size()).clone();
+  return layout_.shard_of(whole, data_->rank()).clone();
 }
 
 void ShardedMasters::apply_weight_decay(const optim::WeightDecay& decay, double lr) {
-  if (any_decayed_ && master_.front().grad().defined())
-    optim::apply_weight_decay(decay, master_.front(), lr, decay_mask_);
+  if (!any_decayed_ || !master_.front().grad().defined()) return;
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const at::Tensor mask = decay_mask_.defined() ? piece_of(decay_mask_, k) : at::Tensor();
+    optim::apply_weight_decay(decay, master_[k], lr, mask);
+  }
 }
 
-int64_t ShardedMasters::per_rank(int64_t bucket) const {
-  return std::clamp<int64_t>(bucket / layout_.shards(), 1,
-                             std::max<int64_t>(layout_.shard_size(), 1));
+int64_t ShardedMasters::per_rank(int64_t bucket, int64_t piece) const {
+  return std::clamp<int64_t>(bucket / layout_.shards(), 1, std::max<int64_t>(piece, 1));
+}
+
+comm::WorkPtr ShardedMasters::start(int k) {
+  // The bucket's gradients (zeros where backward left none); the other parameters only
+  // stand in for their sizes, as read() touches nothing outside the bucket.
+  std::vector<at::Tensor> grads(parameters_.begin(), parameters_.end());
+  for (std::size_t i : buckets_[k]) {
+    const at::Tensor& p = parameters_[i];
+    grads[i] = p.grad().defined() ? p.grad() : at::zeros_like(p);
+  }
+  // Allocated per bucket and step, not kept: in all, as large as the gradients themselves.
+  at::Tensor bucket = at::empty({layout_.bucket_size(k)}, flat_.options().dtype(wire_));
+  layout_.read(grads, layout_.bucket_begin(k), bucket);
+  grads_[k] = at::empty({layout_.bucket_size(k) / layout_.shards()}, bucket.options());
+  return data_->reduce_scatter_async(bucket, grads_[k], comm::ReduceOp::kAverage);
+}
+
+void ShardedMasters::complete(int k) {
+  grads_[k] = grads_[k].to(at::kFloat);  // the piece's master gradient (the wire may be 16-bit)
+  complete_[k] = true;
+}
+
+void ShardedMasters::abandon(int k) {
+  grads_[k] = at::Tensor();  // the work keeps what MPI may still write
+  complete_[k] = false;
+}
+
+at::Tensor ShardedMasters::piece_of(const at::Tensor& shard, int k) const {
+  const FlatShards::Piece piece = layout_.piece(data_->rank(), k);
+  return shard.narrow(0, piece.shard_begin, piece.size);
+}
+
+void ShardedMasters::reduce_all() {
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    if (complete_[k]) continue;
+    start(k)->wait();
+    complete(k);
+  }
 }
 
 void ShardedMasters::take_gradients(double unscale) {
-  std::vector<at::Tensor> grads;
-  for (const auto& p : parameters_)
-    grads.push_back(p.grad().defined() ? p.grad() : at::zeros_like(p));
-  const int64_t shard = layout_.shard_size();
-  const int64_t step = per_rank(zero_.reduce_bucket_size);
-  at::Tensor grad = at::empty({shard}, own_.options().dtype(at::kFloat));
-  // Allocated per step, not kept: at the default bucket size it is as large as the
-  // gradients themselves.
-  at::Tensor buffer = at::empty({step * layout_.shards()}, own_.options().dtype(wire_));
-  // Round k reduces elements [k * step, (k + 1) * step) of every rank's shard at once.
-  for (int64_t begin = 0; begin < shard; begin += step) {
-    const int64_t n = std::min(step, shard - begin);
-    at::Tensor bucket = buffer.narrow(0, 0, n * layout_.shards());
-    for (int r = 0; r < layout_.shards(); ++r)
-      layout_.read(grads, r * shard + begin, bucket.narrow(0, r * n, n));
-    grad.narrow(0, begin, n).copy_(data_->reduce_scatter(bucket, comm::ReduceOp::kAverage));
+  reduce_all();  // all of them unless GradientBuckets reduced them during backward
+  std::fill(complete_.begin(), complete_.end(), false);
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    at::Tensor grad = std::exchange(grads_[k], at::Tensor());
+    if (unscale != 1.0) grad.mul_(unscale);
+    master_[k].mutable_grad() = grad;
   }
-  if (unscale != 1.0) grad.mul_(unscale);
-  master_.front().mutable_grad() = grad;
+  if (layout_.buckets() == 0) master_.front().mutable_grad() = at::zeros_like(master_.front());
   if (zero_.stage >= 2) clear_model_gradients();
 }
 
 double ShardedMasters::global_grad_norm() const {
   // This rank's shard of every stage's and model rank's part, masked so that tied and
   // replicated tensors count once; summed in double over data, pipe and model ranks.
-  const at::Tensor& grad = master_.front().grad();
   at::Tensor squares = at::zeros({1}, at::kDouble);
-  if (grad.defined() && grad.numel() > 0) {
-    const at::Tensor counted = norm_mask_.defined() ? grad * norm_mask_ : grad;
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const at::Tensor& grad = master_[k].grad();
+    if (!grad.defined()) continue;
+    const at::Tensor counted = norm_mask_.defined() ? grad * piece_of(norm_mask_, k) : grad;
     squares += counted.to(at::kDouble).pow(2).sum().cpu();
   }
   grid_->data_comm()->all_reduce(squares, comm::ReduceOp::kSum);
@@ -135,14 +176,18 @@ double ShardedMasters::global_grad_norm() const {
 
 void ShardedMasters::copy_to_model() {
   at::NoGradGuard no_grad;
-  if (!aliased_) own_.copy_(master_.front());
-  const int64_t shard = layout_.shard_size();
-  const int64_t step = per_rank(zero_.allgather_bucket_size);
-  for (int64_t begin = 0; begin < shard; begin += step) {
-    const int64_t n = std::min(step, shard - begin);
-    const at::Tensor gathered = data_->all_gather(own_.narrow(0, begin, n));
-    for (int r = 0; r < layout_.shards(); ++r) {
-      if (r != data_->rank()) flat_.narrow(0, r * shard + begin, n).copy_(gathered[r]);
+  const int rank = data_->rank();
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const FlatShards::Piece own = layout_.piece(rank, k);
+    if (!aliased_) flat_.narrow(0, own.flat_begin, own.size).copy_(master_[k]);
+    const int64_t step = per_rank(zero_.allgather_bucket_size, own.size);
+    for (int64_t begin = 0; begin < own.size; begin += step) {
+      const int64_t n = std::min(step, own.size - begin);
+      const at::Tensor gathered = data_->all_gather(flat_.narrow(0, own.flat_begin + begin, n));
+      for (int r = 0; r < layout_.shards(); ++r) {
+        if (r != rank)
+          flat_.narrow(0, layout_.piece(r, k).flat_begin + begin, n).copy_(gathered[r]);
+      }
     }
   }
 }
@@ -152,7 +197,9 @@ void ShardedMasters::clear_model_gradients() {
 }
 
 int64_t ShardedMasters::master_bytes() const {
-  return aliased_ ? 0 : static_cast<int64_t>(master_.front().nbytes());
+  int64_t bytes = 0;
+  for (const auto& master : master_) bytes += static_cast<int64_t>(master.nbytes());
+  return aliased_ ? 0 : bytes;
 }
 
 std::vector<at::Tensor> ShardedMasters::per_parameter(const at::Tensor& flat) const {
@@ -165,68 +212,97 @@ std::vector<at::Tensor> ShardedMasters::per_parameter(const at::Tensor& flat) co
 }
 
 std::vector<ParameterState> ShardedMasters::whole_state(torch::optim::Optimizer& optimizer) const {
+  auto joined = [&](const std::vector<at::Tensor>& pieces) {
+    return layout_.join(data_->all_gather(at::cat(pieces)));
+  };
   // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
-  const at::Tensor masters = aliased_ ? flat_ : data_->all_gather(master_.front()).reshape({-1});
+  const at::Tensor masters = fp32_model() ? flat_ : joined(master_);
   std::vector<ParameterState> whole;
   for (const auto& master : per_parameter(masters)) whole.push_back({master, {}});
   // Per-element state (moments, momentum) is joined like the masters; scalars (Adam's
   // step count) are the same on every rank and copied to each parameter.
-  for (const auto& [key, value] : optim::optimizer_state(optimizer, master_.front())) {
+  for (const auto& [key, pieces] : piece_state(optimizer)) {
     if (!optim::is_per_element(key)) {
-      for (auto& state : whole) state.optimizer_state.emplace_back(key, value);
+      for (auto& state : whole) state.optimizer_state.emplace_back(key, pieces.front());
       continue;
     }
-    const auto parts = per_parameter(data_->all_gather(value).reshape({-1}));
+    const auto parts = per_parameter(joined(pieces));
     for (std::size_t i = 0; i < whole.size(); ++i)
       whole[i].optimizer_state.emplace_back(key, parts[i]);
   }
   return whole;
 }
 
+std::vector<std::pair<std::string, std::vector<at::Tensor>>> ShardedMasters::piece_state(
+    torch::optim::Optimizer& optimizer) const {
+  std::vector<std::pair<std::string, std::vector<at::Tensor>>> state;
+  for (const auto& master : master_) {
+    const auto named = optim::optimizer_state(optimizer, master);
+    if (state.empty()) {
+      for (const auto& [key, value] : named) state.emplace_back(key, std::vector<at::Tensor>{});
+    }
+    for (std::size_t e = 0; e < named.size() && e < state.size(); ++e)
+      state[e].second.push_back(named[e].second);
+  }
+  return state;
+}
+
 ParameterState ShardedMasters::gathered_state(torch::optim::Optimizer& optimizer,
                                               std::size_t position) const {
   const at::Tensor& parameter = parameters_.at(position);
-  const int64_t begin = layout_.offset(position);
-  auto whole = [&](const at::Tensor& shard) {
-    const at::Tensor joined = gathered(shard, begin, parameter.numel());
+  auto whole = [&](const std::vector<at::Tensor>& pieces) {
+    const at::Tensor joined = gathered(pieces, position);
     return joined.defined() ? joined.view(parameter.sizes()) : joined;
   };
   // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
-  ParameterState state{aliased_ ? flat_.narrow(0, begin, parameter.numel()).view(parameter.sizes())
-                                : whole(master_.front()),
-                       {}};
-  for (const auto& [key, value] : optim::optimizer_state(optimizer, master_.front())) {
+  ParameterState state{
+      fp32_model()
+          ? flat_.narrow(0, layout_.offset(position), parameter.numel()).view(parameter.sizes())
+          : whole(master_),
+      {}};
+  for (const auto& [key, pieces] : piece_state(optimizer)) {
     if (!optim::is_per_element(key)) {  // a scalar such as Adam's step count, alike everywhere
-      state.optimizer_state.emplace_back(key, value);
-    } else if (const at::Tensor part = whole(value); part.defined()) {
+      state.optimizer_state.emplace_back(key, pieces.front());
+    } else if (const at::Tensor part = whole(pieces); part.defined()) {
       state.optimizer_state.emplace_back(key, part);
     }
   }
   return state;
 }
 
-at::Tensor ShardedMasters::gathered(const at::Tensor& shard, int64_t begin, int64_t count) const {
+at::Tensor ShardedMasters::gathered(const std::vector<at::Tensor>& pieces,
+                                    std::size_t position) const {
   constexpr int kTag = 41;  // p2p on the data-parallel group only ever carries these parts
-  const int64_t size = layout_.shard_size(), end = begin + count;
-  auto part_of = [&](int rank) {  // [first, last) of the flat elements rank `rank` holds
-    const int64_t first = std::max(begin, rank * size);
-    return std::pair{first, std::max(first, std::min(end, (rank + 1) * size))};
+  const int64_t begin = layout_.offset(position), count = parameters_[position].numel();
+  const int k = layout_.bucket_of(position);
+  struct Part {
+    int64_t first = 0;  // flat elements [first, last) of the parameter that rank holds
+    int64_t last = 0;
+    int64_t in_piece = 0;  // where `first` lies in that rank's piece
+  };
+  auto part_of = [&](int rank) {
+    const FlatShards::Piece piece = layout_.piece(rank, k);
+    const int64_t first = std::max(begin, piece.flat_begin);
+    const int64_t last = std::max(first, std::min(begin + count, piece.flat_begin + piece.size));
+    return Part{first, last, first - piece.flat_begin};
   };
   if (const int rank = data_->rank(); rank != 0) {
-    const auto [first, last] = part_of(rank);
-    if (last > first)
-      data_->send(shard.narrow(0, first - rank * size, last - first).contiguous(), 0, kTag)->wait();
+    const Part part = part_of(rank);
+    if (part.last > part.first) {
+      data_->send(pieces[k].narrow(0, part.in_piece, part.last - part.first).contiguous(), 0, kTag)
+          ->wait();
+    }
     return {};
   }
   const at::NoGradGuard no_grad;  // the shards are leaves the optimizer steps
-  at::Tensor joined = at::empty({count}, shard.options());
+  at::Tensor joined = at::empty({count}, pieces[k].options());
   std::vector<comm::WorkPtr> parts;
   for (int rank = 0; rank < data_->size(); ++rank) {
-    const auto [first, last] = part_of(rank);
-    if (last <= first) continue;
-    at::Tensor target = joined.narrow(0, first - begin, last - first);
+    const Part part = part_of(rank);
+    if (part.last <= part.first) continue;
+    at::Tensor target = joined.narrow(0, part.first - begin, part.last - part.first);
     if (rank == 0) {
-      target.copy_(shard.narrow(0, first, last - first));
+      target.copy_(pieces[k].narrow(0, part.in_piece, part.last - part.first));
     } else {
       parts.push_back(data_->recv(target, rank, kTag));
     }
@@ -238,19 +314,22 @@ at::Tensor ShardedMasters::gathered(const at::Tensor& shard, int64_t begin, int6
 void ShardedMasters::restore(const std::vector<ParameterState>& whole,
                              torch::optim::Optimizer& optimizer) {
   at::NoGradGuard no_grad;
-  const int64_t begin = data_->rank() * layout_.shard_size();
   std::vector<at::Tensor> masters;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     masters.push_back(whole.at(i).master);
     parameters_[i].copy_(masters.back());
   }
-  if (!aliased_) layout_.read(masters, begin, master_.front());
+  if (!aliased_) {
+    at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
+    layout_.read_shard(masters, data_->rank(), shard);
+    for (int k = 0; k < layout_.buckets(); ++k) master_[k].detach().copy_(piece_of(shard, k));
+  }
   // The keys of the first parameter with state; a parameter without (never stepped)
   // contributes zeros to per-element state.
   const auto first = std::find_if(whole.begin(), whole.end(), [](const ParameterState& s) {
     return !s.optimizer_state.empty();
   });
-  comm::NamedTensors state;
+  comm::NamedTensors state;  // this rank's shard of each entry
   if (first != whole.end()) {
     for (const auto& [key, value] : first->optimizer_state) {
       if (!optim::is_per_element(key)) {
@@ -265,12 +344,17 @@ void ShardedMasters::restore(const std::vector<ParameterState>& whole,
         }
         values.push_back(v.defined() ? v : at::zeros(parameters_[i].sizes(), at::kFloat));
       }
-      at::Tensor shard = at::empty({layout_.shard_size()}, own_.options().dtype(at::kFloat));
-      layout_.read(values, begin, shard);
+      at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
+      layout_.read_shard(values, data_->rank(), shard);
       state.emplace_back(key, shard);
     }
   }
-  optim::set_optimizer_state(optimizer, master_.front(), state);
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    comm::NamedTensors piece;
+    for (const auto& [key, value] : state)
+      piece.emplace_back(key, optim::is_per_element(key) ? piece_of(value, k).clone() : value);
+    optim::set_optimizer_state(optimizer, master_[k], piece);
+  }
 }
 
 }  // namespace pipetrain::engine

@@ -85,8 +85,9 @@ void bind_run(config::KeyTable<TrainingConfig>& t) {
       .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
                "elements per data-parallel all-reduce bucket", config::at_least(1))
       .flag("overlap_grad_reduce", PIPETRAIN_FIELD(overlap_grad_reduce),
-            "all-reduce each data-parallel gradient bucket as soon as its gradients are final, "
-            "while the step's last backward passes run (Megatron's name; ZeRO stage 0)")
+            "reduce each data-parallel gradient bucket (all-reduce, or ZeRO's reduce-scatter) as "
+            "soon as its gradients are final, while the step's last backward passes run "
+            "(Megatron's name)")
       .choice("device", PIPETRAIN_FIELD(device), devices(),
               "where each rank computes: `cuda` (GPU local rank % visible GPUs; exit 2 without "
               "one), `cpu`, or `auto` (a GPU when the build has CUDA and one is visible)");
@@ -253,14 +254,14 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
        },
        [](const TrainingConfig& c) { return nlohmann::json(c.zero.stage); })
       .integer("zero_optimization.reduce_bucket_size", PIPETRAIN_FIELD(zero.reduce_bucket_size),
-               "elements per ZeRO gradient reduce-scatter (stages 1, 2)", config::at_least(1))
+               "elements per ZeRO gradient bucket, each reduce-scattered on its own (stages 1, 2)",
+               config::at_least(1))
       .integer("zero_optimization.allgather_bucket_size",
                PIPETRAIN_FIELD(zero.allgather_bucket_size),
                "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))
       .accepted("zero_optimization.overlap_comm", "bool",
-                "DeepSpeed's; accepted and ignored: ZeRO reduce-scatters after the step's last "
-                "backward (each rank's shard spans the stage's parameters, so no bucket is final "
-                "sooner); `overlap_grad_reduce` overlaps stage 0's all-reduce");
+                "DeepSpeed's; accepted and ignored: `overlap_grad_reduce` says whether buckets, "
+                "ZeRO's reduce-scatters too, start during the last backward passes");
 }
 
 }  // namespace

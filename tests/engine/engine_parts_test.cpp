@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include <ATen/ATen.h>
 
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/autograd/weight_grad_store.h"
+#include "pipetrain/engine/averaged_buckets.h"
 #include "pipetrain/engine/gradient_buckets.h"
 #include "pipetrain/engine/gradient_sync.h"
 #include "pipetrain/engine/mixed_precision_optimizer.h"
@@ -103,6 +105,17 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   }
 }
 
+// Gradient buckets that average `parameters` (none late) over `data`.
+GradientBuckets averaging(const std::vector<at::Tensor>& parameters,
+                          std::shared_ptr<comm::Communicator> data,
+                          std::shared_ptr<comm::Communicator> agree, int64_t bucket_elements,
+                          bool overlap) {
+  const std::vector<bool> late(parameters.size(), false);
+  auto reduction = std::make_shared<AveragedBuckets>(
+      parameters, backward_order_buckets(parameters, late, bucket_elements), data, at::kFloat);
+  return GradientBuckets(parameters, late, reduction, data, std::move(agree), overlap);
+}
+
 // Four parameters of 3 elements, in buckets of at most 7 (so [p3, p2], [p1, p0]); the
 // loss of one micro-batch is the sum of (r + 1) * (i + 1) * p_i on data-parallel rank r.
 struct BucketedLoss {
@@ -110,8 +123,8 @@ struct BucketedLoss {
                std::shared_ptr<comm::Communicator> data = nullptr)
       : parameters{at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_(),
                    at::ones({3}).requires_grad_(), at::ones({3}).requires_grad_()},
-        buckets(parameters, {false, false, false, false}, data ? data : grid.data_comm(),
-                grid.data_comm(), /*bucket_elements=*/7, at::kFloat, overlap),
+        buckets(averaging(parameters, data ? data : grid.data_comm(), grid.data_comm(),
+                          /*bucket_elements=*/7, overlap)),
         replica(grid.data_parallel_id() + 1) {}
 
   void backward() {
@@ -176,6 +189,11 @@ class OneThread final : public comm::Communicator {
   at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
     return inner_->reduce_scatter(t, op);
   }
+  comm::WorkPtr reduce_scatter_async(const at::Tensor& t, at::Tensor& out,
+                                     comm::ReduceOp op) override {
+    EXPECT_EQ(std::this_thread::get_id(), starter_) << "started on another thread";
+    return inner_->reduce_scatter_async(t, out, op);
+  }
   void barrier() override { inner_->barrier(); }
 
  private:
@@ -218,6 +236,29 @@ TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   model.buckets.finish();
   EXPECT_EQ(model.buckets.reduced_again(), 0);
   model.expect_averaged(*grid, 2);
+}
+
+TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
+  const auto grid = pipe_data_grid();
+  BucketedLoss model(*grid, /*overlap=*/true);
+  for (int step = 0; step < 3; ++step) {
+    // From the second step on, another set of buckets over the same parameters holds the
+    // hooks: these no longer hear of arrivals, so they must not start anything early.
+    const std::vector<bool> none(model.parameters.size(), false);
+    std::optional<GradientBuckets> other;
+    if (step > 0) {
+      other.emplace(model.parameters, none,
+                    std::make_shared<AveragedBuckets>(
+                        model.parameters, backward_order_buckets(model.parameters, none, 7),
+                        grid->data_comm(), at::kFloat),
+                    grid->data_comm(), grid->data_comm(), /*overlap=*/true);
+    }
+    model.buckets.open();
+    model.backward();
+    model.buckets.finish();
+    EXPECT_EQ(model.buckets.started_in_backward(), 0) << "step " << step;
+    model.expect_averaged(*grid, 1);
+  }
 }
 
 TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
@@ -263,8 +304,8 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   const auto grid = pipe_data_grid();
   const at::Tensor weight = at::ones({2, 3}).requires_grad_();
   const double replica = grid->data_parallel_id() + 1;
-  GradientBuckets buckets({weight}, {false}, grid->data_comm(), grid->data_comm(), 100, at::kFloat,
-                          /*overlap=*/true);
+  GradientBuckets buckets = averaging({weight}, grid->data_comm(), grid->data_comm(), 100,
+                                      /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
     autograd::WeightGradStore store;
     buckets.open();

@@ -1,4 +1,5 @@
-// ZeRO's flat layout: tensors read as one padded vector cut into equal shards.
+// ZeRO's flat layout: tensors read as one padded vector cut into equal shards, or in
+// buckets each cut into one piece per rank.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -33,6 +34,47 @@ TEST(FlatShards, ReadsRangesAcrossTensorsAndPadding) {
   at::Tensor middle = at::empty({2});  // the end of the first tensor, all of the second
   layout.read(tensors, 5, middle);
   EXPECT_TRUE(at::equal(middle, at::tensor({5.0f, 6.0f})));
+}
+
+TEST(FlatShards, CutsEachBucketIntoOnePiecePerRank) {
+  // Bucket 0: tensors 2 and 1 (4 elements, no padding); bucket 1: tensor 0 (6, padded to 8).
+  const FlatShards layout({6, 1, 3}, {{2, 1}, {0}}, 4);
+  EXPECT_EQ(layout.buckets(), 2);
+  EXPECT_EQ(layout.padded_size(), 12);
+  EXPECT_EQ(layout.shard_size(), 3);
+  EXPECT_EQ(layout.offset(2), 0);
+  EXPECT_EQ(layout.offset(1), 3);
+  EXPECT_EQ(layout.offset(0), 4);
+  EXPECT_EQ(layout.bucket_of(0), 1);
+  EXPECT_EQ(layout.bucket_begin(1), 4);
+  EXPECT_EQ(layout.bucket_size(1), 8);
+  const FlatShards::Piece piece = layout.piece(3, 1);
+  EXPECT_EQ(piece.flat_begin, 10);
+  EXPECT_EQ(piece.shard_begin, 1);
+  EXPECT_EQ(piece.size, 2);
+
+  const std::vector<at::Tensor> tensors = {at::arange(10, 16, at::kFloat).view({2, 3}),
+                                           at::full({1}, 3.0f), at::arange(3, at::kFloat)};
+  at::Tensor whole = at::empty({12});
+  layout.read(tensors, 0, whole);
+  EXPECT_TRUE(at::equal(
+      whole, at::cat({at::arange(4, at::kFloat), at::arange(10, 16, at::kFloat), at::zeros({2})})));
+  std::vector<at::Tensor> shards;
+  for (int r = 0; r < 4; ++r) {
+    at::Tensor shard = at::full({3}, -1.0f);
+    layout.read_shard(tensors, r, shard);
+    // Element r of bucket 0, then elements 2r and 2r + 1 of bucket 1.
+    const at::Tensor expected = at::stack({whole[r], whole[4 + 2 * r], whole[5 + 2 * r]});
+    EXPECT_TRUE(at::equal(shard, expected)) << "rank " << r;
+    EXPECT_TRUE(at::equal(layout.shard_of(whole, r), expected)) << "rank " << r;
+    shards.push_back(shard);
+  }
+  EXPECT_TRUE(at::equal(layout.join(at::stack(shards)), whole));
+}
+
+TEST(FlatShards, RefusesATensorInNoBucketOrTwo) {
+  EXPECT_THROW(FlatShards({3, 4}, {{0}}, 2), std::invalid_argument);
+  EXPECT_THROW(FlatShards({3, 4}, {{0, 1}, {1}}, 2), std::invalid_argument);
 }
 
 TEST(FlatShards, ConvertsToTheOutputsType) {

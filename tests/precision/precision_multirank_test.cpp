@@ -63,7 +63,7 @@ TEST_P(Fp16, AnOverflowOnOneStageIsSkippedEverywhereAtTheSameStep) {
   const nlohmann::json config = {
       {"fp16", {{"enabled", true}, {"initial_scale_power", 10}, {"hysteresis", 1}}},
       {"zero_optimization", {{"stage", GetParam()}}}};
-  ::setenv("PIPETRAIN_FAULT", "rank=2,step=3,instruction=OptimizerStep,action=overflow", 1);
+  ::setenv("PIPETRAIN_FAULT", "rank=2,step=3,instruction=BackwardPass,action=overflow", 1);
   TrainingRun run = make_run(config);
   ::unsetenv("PIPETRAIN_FAULT");
   std::vector<double> scales;

@@ -14,6 +14,8 @@ namespace pipetrain::autograd {
 // parameter holds another kind of post-accumulate hook (e.g. one from Python).
 void set_gradient_arrival(const at::Tensor& parameter, std::function<void()> arrived,
                           const void* owner);
+// Whether the parameter's hook is the one `owner` set (a later owner may have replaced it).
+bool has_gradient_arrival(const at::Tensor& parameter, const void* owner);
 // Removes the parameter's hook if `owner` set it (a later owner's stays).
 void clear_gradient_arrival(const at::Tensor& parameter, const void* owner);
 

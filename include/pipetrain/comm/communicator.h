@@ -51,6 +51,10 @@ class Communicator {
   // The element-wise reduction of every rank's `input` (1-D, size() x n elements), of
   // which this rank gets block rank() (n elements), in `input`'s dtype and device.
   virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) = 0;
+  // reduce_scatter() started: `output` (n elements, contiguous, `input`'s dtype and device)
+  // holds this rank's block once the work completes; both must stay alive until then.
+  virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output,
+                                       ReduceOp op) = 0;
   virtual void barrier() = 0;
 
   Seconds timeout() const { return timeout_; }

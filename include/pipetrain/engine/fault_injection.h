@@ -25,7 +25,8 @@ enum class FaultAction { kExit, kAbort, kKill, kHang, kReshape, kRetype, kOverfl
 //   hang   prints and sleeps forever (the others' deadlines must fire)
 //   reshape  its next send sends the tensors flattened, as a buggy stage would
 //   retype   its next send sends floating tensors as float64
-//   overflow (at OptimizerStep) finds an inf in its gradients, as an fp16 overflow would
+//   overflow (at a BackwardPass or BackwardInput) plants an inf in its first parameter's
+//            gradient, which backward accumulates onto, as an fp16 overflow would
 // Off (and free: no injector is built) when the variable is unset.
 struct FaultPlan {
   int rank = -1;

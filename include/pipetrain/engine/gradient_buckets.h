@@ -9,14 +9,16 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
+#include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/last_accumulations.h"
 
 namespace pipetrain::engine {
 
-// Averages a stage's gradients over its data-parallel replicas in flat buckets of at most
-// `bucket_elements`, filled in reverse parameter order: the order backward finishes them.
+// When each gradient bucket is reduced over the data-parallel replicas (how: a
+// BucketReduction, which also says which parameters each bucket holds, in the order
+// backward finishes them).
 //
-// With overlap, a bucket's all-reduce starts during the step's last backward passes, as
+// With overlap, a bucket's reduction starts during the step's last backward passes, as
 // soon as every gradient in it is final (LastAccumulations says when; the first step
 // reduces after backward, and counts), and runs while backward goes on. Buckets start in
 // order, so every replica starts the same collectives in the same order. A gradient that
@@ -25,12 +27,13 @@ namespace pipetrain::engine {
 class GradientBuckets {
  public:
   // `late`: per parameter, whether its gradient still changes after backward (tied
-  // parameters, first summed among their stages): reduced in finish() only. `data`
-  // averages the gradients; `agree` (host tensors, the same ranks) agrees on regrown ones.
+  // parameters, first summed among their stages); a bucket of such ones is reduced in
+  // finish() only. `data` is the communicator `reduction` uses (which threads may start
+  // it); `agree` (host tensors, the same ranks) agrees on regrown buckets.
   GradientBuckets(std::vector<at::Tensor> parameters, const std::vector<bool>& late,
+                  std::shared_ptr<BucketReduction> reduction,
                   std::shared_ptr<comm::Communicator> data,
-                  std::shared_ptr<comm::Communicator> agree, int64_t bucket_elements,
-                  at::ScalarType wire, bool overlap);
+                  std::shared_ptr<comm::Communicator> agree, bool overlap);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -40,11 +43,11 @@ class GradientBuckets {
   // Starts what became ready on a thread that could not start it (see may_start_here()),
   // and moves started reductions along.
   void start_ready();
-  // Every bucket reduced and waited for, each gradient replaced by its average; the
-  // window closes. A parameter without a gradient gets the average of zeros and others'.
+  // Every bucket reduced, waited for and completed (see BucketReduction); the window
+  // closes.
   void finish();
   // Forgets a step that ended before finish() (it threw): the window closes, and a
-  // reduction still in flight keeps its buffer for good (its bucket takes a new one).
+  // reduction still in flight is abandoned (its buffers are not used again).
   void abandon();
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
@@ -59,16 +62,14 @@ class GradientBuckets {
   static constexpr int kNotBefore = -1;  // Bucket::pending: waits for finish()
 
   struct Bucket {
-    std::vector<std::size_t> members;  // parameter indices, in bucket order
-    std::vector<int64_t> offsets;      // of each member in `flat`
-    at::Tensor flat;                   // in the wire dtype
+    std::vector<std::size_t> members;  // parameter indices
     bool late = false;
     int pending = kNotBefore;  // members whose last accumulation is still to come
     comm::WorkPtr work;
     bool regrown = false;  // a member's gradient grew after the bucket started
   };
 
-  void build(const std::vector<bool>& late, int64_t bucket_elements, at::ScalarType wire);
+  bool hooks_held() const;
   int pending_at_open(const Bucket& bucket) const;
   void arrived(std::size_t parameter);
   // Starting on autograd's CUDA thread is for communicators that allow it and do not copy
@@ -76,13 +77,13 @@ class GradientBuckets {
   bool may_start_here() const;
   // With mutex_ held from here on.
   void start_in_order(bool in_backward);
-  void start(Bucket& bucket);
+  void start(std::size_t k);
   void progress();  // MPI moves a collective along only inside its calls
   void agree_on_regrown();
-  void complete(Bucket& bucket);
-  void copy_back(Bucket& bucket);
+  void complete(std::size_t k);
 
   std::vector<at::Tensor> parameters_;
+  std::shared_ptr<BucketReduction> reduction_;
   std::shared_ptr<comm::Communicator> data_;
   std::shared_ptr<comm::Communicator> agree_;
   bool overlap_;

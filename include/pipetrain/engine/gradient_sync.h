@@ -26,7 +26,7 @@ class GradientSync {
   struct DataParallel {
     // The grid's data communicator, or NCCL over the same ranks.
     std::shared_ptr<comm::Communicator> data;
-    bool averages = true;  // false under ZeRO, which reduce-scatters instead: no buckets
+    bool averages = true;  // false under ZeRO: its reduction comes by reduce_with()
     int64_t bucket_elements = 25'000'000;
     at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
     bool overlap = false;              // during the last backward passes
@@ -39,14 +39,20 @@ class GradientSync {
   comm::Transport transport() const { return device::transport_of(*data_); }
 
   void reduce_tied();
+  // Under ZeRO: the buckets are the optimizer's, reduce-scattered onto its shards.
+  void reduce_with(std::shared_ptr<BucketReduction> reduction);
+
   // A training step begins (forgetting one that threw); its last backward passes begin;
   // a backward pass has ended (see GradientBuckets).
   void begin_step();
   void begin_last_backwards();
   void after_backward();
   void reduce_data_parallel();
-  // Null at data-parallel size 1 and under ZeRO.
+  // Null at data-parallel size 1 (and under ZeRO before reduce_with()).
   const GradientBuckets* buckets() const { return buckets_.get(); }
+  // Per module parameter: whether its gradient changes after backward (a tied one, summed
+  // among its stages by reduce_tied()).
+  const std::vector<bool>& late() const { return late_; }
 
   // The module's parameters whose gradients this rank counts in the global norm: all but
   // tied tensors whose first owner is another stage and, under tensor parallelism,
@@ -62,6 +68,8 @@ class GradientSync {
   std::shared_ptr<comm::Communicator> data_;
   std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
   std::vector<at::Tensor> norm_parameters_;
+  std::vector<bool> late_;
+  bool overlap_ = false;
   std::unique_ptr<GradientBuckets> buckets_;
 };
 

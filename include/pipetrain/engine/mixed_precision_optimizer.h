@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
+#include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/master_weights.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
@@ -31,19 +32,23 @@ class MixedPrecisionOptimizer {
   // (the parameters themselves in fp32), all of them or, under ZeRO (config.zero.stage),
   // this rank's shard over `data` (the data-parallel group, by default the grid's
   // MPI one; collective then).
-  // `norm_parameters`: the module parameters this rank counts in the global gradient norm
-  // (see GradientSync).
+  // `norm_parameters`: the module parameters this rank counts in the global gradient norm;
+  // `late`: per module parameter, whether its gradient changes after backward (both: see
+  // GradientSync; empty: none).
   MixedPrecisionOptimizer(module::PipelineModule& module,
                           std::shared_ptr<const topology::Grid> grid, const TrainingConfig& config,
                           const std::vector<at::Tensor>& norm_parameters,
-                          std::shared_ptr<comm::Communicator> data = nullptr);
+                          std::shared_ptr<comm::Communicator> data = nullptr,
+                          const std::vector<bool>& late = {});
 
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
-  // Whether the data-parallel gradient reduction is this optimizer's (ZeRO), not
-  // GradientSync's.
-  bool reduces_data_parallel() const { return sharded_; }
+  // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
+  // GradientSync to start them during backward; step() reduces those it did not); else null.
+  std::shared_ptr<BucketReduction> bucket_reduction() const {
+    return std::dynamic_pointer_cast<BucketReduction>(masters_);
+  }
 
   // Collective over the grid's world: moves the model's gradients onto the masters
   // (unscaled; under ZeRO reduce-scattered), agrees on overflow, clips, sets the rate of
@@ -88,7 +93,7 @@ class MixedPrecisionOptimizer {
   bool sharded_;
   optim::WeightDecay weight_decay_;
   std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
-  std::unique_ptr<MasterWeights> masters_;
+  std::shared_ptr<MasterWeights> masters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;
   optim::LossScaler loss_scaler_;

@@ -121,7 +121,7 @@ class PipelineEngine {
   // Whether receives between stages are posted ahead (pipeline.receive_ahead, where it can).
   bool receives_ahead() const { return link_->receives_ahead(); }
   comm::Transport data_transport() const { return gradients_->transport(); }
-  // The data-parallel gradient buckets (null at data-parallel size 1 and under ZeRO).
+  // The data-parallel gradient buckets (null at data-parallel size 1).
   const GradientBuckets* gradient_buckets() const { return gradients_->buckets(); }
 
   module::PipelineModule& module() { return *module_; }

@@ -1,9 +1,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
+#include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/flat_shards.h"
 #include "pipetrain/engine/master_weights.h"
 #include "pipetrain/engine/training_config.h"
@@ -11,24 +14,29 @@
 
 namespace pipetrain::engine {
 
-// ZeRO stages 1 and 2: the stage's parameters live in one flat buffer cut into equal
-// shards, one per data-parallel rank; each rank keeps the fp32 master and optimizer state
-// of its shard only. Gradients are reduce-scattered onto the shards (not all-reduced),
-// each rank steps its shard, and the updated shards are all-gathered into every replica's
-// flat buffer. Stage 2 also drops the model's full gradients as soon as they are reduced.
+// ZeRO stages 1 and 2: the stage's parameters live in one flat buffer laid out in buckets
+// of at most zero.reduce_bucket_size elements (FlatShards: in the order backward finishes
+// them, each bucket cut into one piece per data-parallel rank); each rank keeps the fp32
+// master and optimizer state of its pieces only. Each bucket's gradients are
+// reduce-scattered onto the pieces (not all-reduced): during the last backward passes when
+// GradientBuckets drives this class as its BucketReduction, else in take_gradients(). Each
+// rank steps its shard, and the updated pieces are all-gathered into every replica's flat
+// buffer. Stage 2 also drops the model's full gradients as soon as they are reduced.
 // Unlike stage 0 at data-parallel size 1, a parameter that got no gradient steps with a
 // zero one (weight decay and momentum still move it).
-// With an fp32 model the master shard is the rank's part of the flat buffer itself.
-class ShardedMasters : public MasterWeights {
+// The masters are one tensor per bucket (the rank's piece of it); with an fp32 model they
+// are the pieces of the flat buffer themselves.
+class ShardedMasters : public MasterWeights, public BucketReduction {
  public:
   // `data`: the data-parallel group (the same stage and model rank), over which the
   // other methods but master_bytes() are collective. Re-seats every parameter's storage in the flat
   // buffer (values kept), so nothing may move the module to another device or dtype afterwards.
   // `wire`: the dtype gradients are reduced in; `decayed`: per parameter, whether weight
-  // decay applies to it.
+  // decay applies to it; `late`: whether its gradient changes after backward (tied ones,
+  // summed among stages first; empty: none), kept out of the other buckets.
   ShardedMasters(const std::vector<at::Tensor>& parameters,
                  const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
-                 std::shared_ptr<const topology::Grid> grid,
+                 const std::vector<bool>& late, std::shared_ptr<const topology::Grid> grid,
                  std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                  at::ScalarType wire);
 
@@ -45,30 +53,45 @@ class ShardedMasters : public MasterWeights {
   void restore(const std::vector<ParameterState>& whole,
                torch::optim::Optimizer& optimizer) override;
 
+  // BucketReduction: a bucket's gradients reduce-scattered onto this rank's piece of it.
+  const std::vector<std::vector<std::size_t>>& buckets() const override { return buckets_; }
+  comm::WorkPtr start(int k) override;
+  void complete(int k) override;
+  void abandon(int k) override;
+
  private:
   void seat_parameters();
   void build_norm_mask(const std::vector<at::Tensor>& norm_parameters);
   // This rank's elements of the parameters `chosen` marks: 1, else 0; undefined when every
   // parameter is chosen.
   at::Tensor shard_mask(const std::vector<bool>& chosen) const;
-  // Elements per rank in one reduce-scatter or all-gather of at most `bucket` elements.
-  int64_t per_rank(int64_t bucket) const;
+  // Elements per rank in one all-gather of at most `bucket` elements of a piece of `piece`.
+  int64_t per_rank(int64_t bucket, int64_t piece) const;
   // A whole flat vector (every rank's shard) as one tensor per parameter.
   std::vector<at::Tensor> per_parameter(const at::Tensor& flat) const;
-  // Flat elements [begin, begin + count) of the ranks' `shard`s, joined on rank 0 (the
-  // other ranks send their part and get an undefined tensor).
-  at::Tensor gathered(const at::Tensor& shard, int64_t begin, int64_t count) const;
+  // Parameter `position`'s elements of the ranks' `pieces` (one per bucket, as master_),
+  // joined on rank 0 (the other ranks send their part and get an undefined tensor).
+  at::Tensor gathered(const std::vector<at::Tensor>& pieces, std::size_t position) const;
+  // This rank's piece of bucket k in a shard-long tensor.
+  at::Tensor piece_of(const at::Tensor& shard, int k) const;
+  // `optimizer`'s state of the master pieces: per entry, one tensor per piece.
+  std::vector<std::pair<std::string, std::vector<at::Tensor>>> piece_state(
+      torch::optim::Optimizer& optimizer) const;
+  void reduce_all();  // every bucket not yet reduced this step, one after another
+  bool fp32_model() const { return flat_.scalar_type() == at::kFloat; }
 
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
   ZeroConfig zero_;
   at::ScalarType wire_;
   std::vector<at::Tensor> parameters_;
+  std::vector<std::vector<std::size_t>> buckets_;  // parameter indices, in reduction order
   FlatShards layout_;
   at::Tensor flat_;                 // every parameter's storage, in the model's dtype
-  at::Tensor own_;                  // this rank's shard of flat_
-  bool aliased_;                    // the master is own_ itself (fp32 model)
-  std::vector<at::Tensor> master_;  // the fp32 shard the optimizer steps
+  bool aliased_;                    // the masters are this rank's pieces of flat_ itself
+  std::vector<at::Tensor> master_;  // the fp32 pieces the optimizer steps, one per bucket
+  std::vector<at::Tensor> grads_;   // per bucket: this rank's piece of the reduced gradient
+  std::vector<bool> complete_;      // per bucket: reduced this step
   at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
   at::Tensor decay_mask_;           // true where weight decay applies; undefined: everywhere
   bool any_decayed_ = false;

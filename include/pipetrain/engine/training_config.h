@@ -76,7 +76,7 @@ struct TrainingConfig {
   int64_t seed = 1234;
   double comm_timeout = 0;                  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
   int64_t reduce_bucket_size = 25'000'000;  // elements per data-parallel all-reduce bucket
-  // All-reduce each bucket while the step's last backward passes run (stage 0).
+  // Reduce each gradient bucket while the step's last backward passes run.
   bool overlap_grad_reduce = true;
   device::DeviceKind device = device::DeviceKind::kAuto;
   optim::OptimizerConfig optimizer;

@@ -1,0 +1,27 @@
+#include "pipetrain/engine/bucket_reduction.h"
+
+namespace pipetrain::engine {
+
+std::vector<std::vector<std::size_t>> backward_order_buckets(
+    const std::vector<at::Tensor>& parameters, const std::vector<bool>& late,
+    int64_t bucket_elements) {
+  std::vector<std::vector<std::size_t>> buckets;
+  for (bool later : {false, true}) {
+    int64_t elements = 0;
+    bool opened = false;  // a bucket of this kind is open
+    for (std::size_t i = parameters.size(); i-- > 0;) {
+      if (late.at(i) != later) continue;
+      const int64_t n = parameters[i].numel();
+      if (!opened || (elements > 0 && elements + n > bucket_elements)) {
+        buckets.emplace_back();
+        elements = 0;
+        opened = true;
+      }
+      buckets.back().push_back(i);
+      elements += n;
+    }
+  }
+  return buckets;
+}
+
+}  // namespace pipetrain::engine
