@@ -313,6 +313,8 @@ at::Tensor MpiCommunicator::reduce_scatter(const at::Tensor& input, ReduceOp op)
 WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& input, at::Tensor& output,
                                               ReduceOp op) {
   check_reducible(input, op, size_);
+  if (output.numel() != input.numel() / size_)
+    throw std::invalid_argument("reduce_scatter_async needs an output of one rank's block");
   const bool half = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
   const at::Tensor host = half ? host_copy(input).to(at::kFloat) : host_copy(input);
   const bool direct = !half && !output.is_cuda() && output.is_contiguous() &&

@@ -107,6 +107,13 @@ std::optional<FaultPlan> fault_plan_from_environment() {
         std::string("PIPETRAIN_FAULT must be rank=R,step=S,instruction=KIND,action=") +
         "exit|abort|kill|hang|reshape|retype|overflow, got '" + text + "'");
   }
+  if (plan.action == FaultAction::kOverflow &&
+      plan.instruction != schedule::OpKind::kBackwardPass &&
+      plan.instruction != schedule::OpKind::kBackwardInput) {
+    throw io::InputError(
+        std::string("PIPETRAIN_FAULT: overflow acts at BackwardPass or ") +
+        "BackwardInput (its inf must be in the gradient before it is reduced), got '" + text + "'");
+  }
   return plan;
 }
 

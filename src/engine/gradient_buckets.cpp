@@ -36,12 +36,20 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, const std::
       bucket_of_(parameters_.size()),
       last_(parameters_.size()) {
   if (late.size() != parameters_.size()) throw std::invalid_argument("one late flag per parameter");
+  std::vector<bool> placed(parameters_.size(), false);
   for (const auto& members : reduction_->buckets()) {
     Bucket& bucket = buckets_.emplace_back();
     bucket.members = members;
     bucket.late = !members.empty() && late.at(members.front());
-    for (std::size_t i : members) bucket_of_.at(i) = buckets_.size() - 1;
+    for (std::size_t i : members) {
+      if (i >= parameters_.size() || placed[i] || late[i] != bucket.late)
+        throw std::invalid_argument("buckets must hold each parameter once, late ones apart");
+      placed[i] = true;
+      bucket_of_[i] = buckets_.size() - 1;
+    }
   }
+  if (std::find(placed.begin(), placed.end(), false) != placed.end())
+    throw std::invalid_argument("a parameter in no gradient bucket");
   const bool host_staged = !parameters_.empty() && parameters_.front().is_cuda() &&
                            device::transport_of(*data_) == comm::Transport::kMpi;
   any_thread_ = data_->starts_from_any_thread() && !host_staged;

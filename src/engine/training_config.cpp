@@ -219,7 +219,8 @@ void bind_precision(config::KeyTable<TrainingConfig>& t) {
               "the scale never falls below this", config::above(0))
       .custom(
           "communication_data_type", "string",
-          "data-parallel gradient all-reduce in `fp32` or the model's type",
+          "data-parallel gradient reduction (all-reduce, ZeRO's reduce-scatter) in `fp32` or the "
+          "model's type",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
             const std::string text = config::read_string(key, v);
             const std::string& model = config::name_of(precisions(), c.precision.dtype);
