@@ -8,6 +8,8 @@
 //     optimizer step (where ZeRO changes the work) shown apart.
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +39,9 @@ engine::TrainingConfig config_for(int zero_stage, int stages, int micro_batches,
   config.pipeline.stages = stages;
   config.precision.dtype = precision;
   config.zero.stage = zero_stage;
+  // PIPETRAIN_BENCH_OVERLAP=0: buckets reduced after backward (overlap_grad_reduce false).
+  const char* overlap = std::getenv("PIPETRAIN_BENCH_OVERLAP");
+  config.overlap_grad_reduce = !overlap || std::string(overlap) != "0";
   return config;
 }
 
