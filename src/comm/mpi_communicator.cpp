@@ -75,12 +75,49 @@ void wait_for(MPI_Request& request, const std::function<std::string()>& what, Se
       what, timeout);
 }
 
+// A nonblocking MPI operation in flight: wait() and test() poll its request (wait() with
+// the communicator's deadline) and call finish() once, when it completes.
+class MpiRequest : public Work {
+ public:
+  explicit MpiRequest(const MpiCommunicator& comm) : comm_(comm) {}
+
+  MPI_Request* request() { return &request_; }
+
+  void wait() override {
+    if (done_) return;
+    wait_for(
+        request_, [this] { return describe(); }, comm_.timeout());
+    finish();
+    done_ = true;
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int complete = 0;
+    check(MPI_Test(&request_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+    if (complete == 0) return false;
+    finish();
+    done_ = true;
+    return true;
+  }
+
+ protected:
+  virtual std::string describe() const = 0;
+  virtual void finish() = 0;
+
+  const MpiCommunicator& comm_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+ private:
+  bool done_ = false;
+};
+
 // A point-to-point transfer in flight.
-class MpiWork final : public Work {
+class MpiWork final : public MpiRequest {
  public:
   MpiWork(const MpiCommunicator& comm, bool is_send, int peer, int tag, at::Tensor host,
           at::Tensor target)
-      : comm_(comm),
+      : MpiRequest(comm),
         is_send_(is_send),
         peer_(peer),
         tag_(tag),
@@ -107,54 +144,33 @@ class MpiWork final : public Work {
     MPI_Request_free(&request_);
   }
 
-  MPI_Request* request() { return &request_; }
-
-  void wait() override {
-    if (done_) return;
-    wait_for(
-        request_, [this] { return describe(); }, comm_.timeout());
-    finish();
-  }
-
-  bool test() override {
-    if (done_) return true;
-    int complete = 0;
-    check(MPI_Test(&request_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
-    if (complete != 0) finish();
-    return done_;
-  }
-
  private:
-  void finish() {
+  void finish() override {
     // A receive staged through host memory lands in its real target now.
     if (target_.defined() && !target_.is_same(host_)) target_.copy_(host_);
-    done_ = true;
   }
 
-  std::string describe() const {
+  std::string describe() const override {
     return std::string(is_send_ ? "send to" : "recv from") + " rank " +
            std::to_string(comm_.global_rank(peer_)) + " (tag " + std::to_string(tag_) + ")";
   }
 
-  const MpiCommunicator& comm_;
   bool is_send_;
   int peer_;
   int tag_;
   at::Tensor host_;    // the memory MPI reads or writes
   at::Tensor target_;  // receives only: where the data belongs
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  bool done_ = false;
 };
 
 // A reduction in flight: MPI writes `result` (the target itself, or a host tensor), which
 // is copied into `target` once complete, divided by `divisor` for an average; `input`, when
 // defined, is what MPI reads. MPI cannot cancel a collective: one abandoned unfinished
 // (after a failure) keeps its memory for good.
-class MpiReduction final : public Work {
+class MpiReduction final : public MpiRequest {
  public:
   MpiReduction(const MpiCommunicator& comm, std::string what, at::Tensor input, at::Tensor result,
                at::Tensor target, int divisor)
-      : comm_(comm),
+      : MpiRequest(comm),
         what_(std::move(what)),
         input_(std::move(input)),
         result_(std::move(result)),
@@ -169,38 +185,19 @@ class MpiReduction final : public Work {
     new at::Tensor(result_);
   }
 
-  MPI_Request* request() { return &request_; }
-
-  void wait() override {
-    if (done_) return;
-    wait_for(
-        request_, [this] { return what_; }, comm_.timeout());
-    finish();
-  }
-
-  bool test() override {
-    if (done_) return true;
-    int complete = 0;
-    check(MPI_Test(&request_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
-    if (complete != 0) finish();
-    return done_;
-  }
-
  private:
-  void finish() {
+  void finish() override {
     if (divisor_ != 1) result_.div_(std::exchange(divisor_, 1));  // once, even if copy_ throws
     if (!result_.is_same(target_)) target_.copy_(result_);
-    done_ = true;
   }
 
-  const MpiCommunicator& comm_;
+  std::string describe() const override { return what_; }
+
   std::string what_;
   at::Tensor input_;
   at::Tensor result_;
   at::Tensor target_;
   int divisor_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  bool done_ = false;
 };
 
 }  // namespace
@@ -301,6 +298,21 @@ at::Tensor MpiCommunicator::all_gather(const at::Tensor& input) {
   wait_for(
       request, [this] { return "all_gather over " + std::to_string(size_) + " ranks"; }, timeout());
   return gathered.to(input.device());
+}
+
+void MpiCommunicator::all_gather_in_place(at::Tensor& blocks) {
+  if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size_ != 0)
+    throw std::invalid_argument(
+        "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
+  at::Tensor host = host_copy(blocks);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int bytes = byte_count(host) / size_;
+  check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host.data_ptr(), bytes, MPI_BYTE, comm_,
+                       &request),
+        "MPI_Iallgather");
+  wait_for(
+      request, [this] { return "all_gather over " + std::to_string(size_) + " ranks"; }, timeout());
+  if (!host.is_same(blocks)) blocks.copy_(host);
 }
 
 at::Tensor MpiCommunicator::reduce_scatter(const at::Tensor& input, ReduceOp op) {

@@ -171,6 +171,19 @@ class NcclCommunicator final : public Communicator {
     return gathered;
   }
 
+  void all_gather_in_place(at::Tensor& blocks) override {
+    if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size() != 0) {
+      throw std::invalid_argument(
+          "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
+    }
+    prepare(blocks);
+    const int64_t bytes = byte_count(blocks) / size();
+    auto* base = static_cast<char*>(blocks.data_ptr());
+    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, comm_, stream_),
+               "ncclAllGather");
+    finish("NCCL all_gather over " + std::to_string(size()) + " ranks", blocks)->wait();
+  }
+
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_reducible(input, op, size());
     at::Tensor block = at::empty({input.numel() / size()}, input.options());

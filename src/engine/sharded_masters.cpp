@@ -181,7 +181,12 @@ void ShardedMasters::copy_to_model() {
     const FlatShards::Piece own = layout_.piece(rank, k);
     if (!aliased_) flat_.narrow(0, own.flat_begin, own.size).copy_(master_[k]);
     const int64_t step = per_rank(zero_.allgather_bucket_size, own.size);
-    for (int64_t begin = 0; begin < own.size; begin += step) {
+    if (step >= own.size) {  // the bucket's pieces lie in rank order: gathered in place
+      at::Tensor bucket = flat_.narrow(0, layout_.bucket_begin(k), layout_.bucket_size(k));
+      data_->all_gather_in_place(bucket);
+      continue;
+    }
+    for (int64_t begin = 0; begin < own.size; begin += step) {  // in rounds
       const int64_t n = std::min(step, own.size - begin);
       const at::Tensor gathered = data_->all_gather(flat_.narrow(0, own.flat_begin + begin, n));
       for (int r = 0; r < layout_.shards(); ++r) {

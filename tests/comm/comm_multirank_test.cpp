@@ -162,6 +162,31 @@ TEST(Collectives, ReduceScatterGivesEachRankItsBlock) {
                std::invalid_argument);
 }
 
+TEST(Collectives, AsynchronousReductionsAndAnInPlaceAllGather) {
+  auto& world = *grid().world_comm();
+  const int n = world.size();
+  const double ranks_sum = n * (n + 1) / 2.0;
+  at::Tensor summed = at::full({5}, world.rank() + 1.0);
+  auto work = world.all_reduce_async(summed, ReduceOp::kAverage);
+  work->wait();
+  EXPECT_TRUE(at::allclose(summed, at::full({5}, ranks_sum / n)));
+  // Rank r contributes (r + 1) * [0, 1, ..., 2n - 1]; its block is elements [2r, 2r + 2).
+  const at::Tensor input = (at::arange(2 * n, at::kFloat) * (world.rank() + 1)).to(at::kBFloat16);
+  at::Tensor block = at::empty({2}, at::kBFloat16);
+  world.reduce_scatter_async(input, block, ReduceOp::kSum)->wait();
+  const at::Tensor mine = at::arange(2 * world.rank(), 2 * world.rank() + 2, at::kFloat);
+  EXPECT_TRUE(at::equal(block.to(at::kFloat), mine * ranks_sum));
+  at::Tensor wrong = at::empty({3}, at::kBFloat16);
+  EXPECT_THROW(world.reduce_scatter_async(input, wrong, ReduceOp::kSum), std::invalid_argument);
+  // Block r of `blocks` is rank r's before the all-gather, everyone's after.
+  at::Tensor blocks = at::full({3 * n}, -1.0);
+  blocks.narrow(0, 3 * world.rank(), 3).fill_(world.rank());
+  world.all_gather_in_place(blocks);
+  EXPECT_TRUE(at::equal(blocks, at::arange(n, at::kFloat).repeat_interleave(3)));
+  at::Tensor uneven = at::zeros({3 * n + 1});
+  EXPECT_THROW(world.all_gather_in_place(uneven), std::invalid_argument);
+}
+
 TEST(Deadline, AReceiveThatNeverCompletesThrowsWithWhoAndWhat) {
   const topology::Grid& g = grid();
   auto& pipe = *g.pipe_comm();

@@ -186,6 +186,7 @@ class OneThread final : public comm::Communicator {
   bool starts_from_any_thread() const override { return false; }
   void broadcast(at::Tensor& t, int root) override { inner_->broadcast(t, root); }
   at::Tensor all_gather(const at::Tensor& t) override { return inner_->all_gather(t); }
+  void all_gather_in_place(at::Tensor& t) override { inner_->all_gather_in_place(t); }
   at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
     return inner_->reduce_scatter(t, op);
   }

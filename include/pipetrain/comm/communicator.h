@@ -48,6 +48,9 @@ class Communicator {
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Every rank's `input` stacked along a new first dimension, in rank order.
   virtual at::Tensor all_gather(const at::Tensor& input) = 0;
+  // In place: `blocks` (1-D, contiguous, size() equal blocks) holds this rank's values in
+  // block rank(); afterwards every block holds its rank's.
+  virtual void all_gather_in_place(at::Tensor& blocks) = 0;
   // The element-wise reduction of every rank's `input` (1-D, size() x n elements), of
   // which this rank gets block rank() (n elements), in `input`'s dtype and device.
   virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) = 0;
