@@ -144,6 +144,13 @@ struct BucketedLoss {
     }
   }
 
+  // A step of one micro-batch: the window opens, backward, the reduction.
+  void step() {
+    buckets.open();
+    backward();
+    buckets.finish();
+  }
+
   std::vector<at::Tensor> parameters;
   GradientBuckets buckets;
   int replica;
@@ -155,9 +162,7 @@ TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
   EXPECT_EQ(model.buckets.buckets(), 2);
   for (int step = 0; step < 3; ++step) {
     model.backward();  // an earlier micro-batch: not final
-    model.buckets.open();
-    model.backward();
-    model.buckets.finish();
+    model.step();
     // The first step counts the accumulations; later ones start both buckets in backward.
     EXPECT_EQ(model.buckets.started_in_backward(), step == 0 ? 0 : 2) << "step " << step;
     EXPECT_EQ(model.buckets.reduced_again(), 0);
@@ -221,9 +226,7 @@ TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
-    model.buckets.open();
-    model.backward();
-    model.buckets.finish();
+    model.step();
     model.expect_averaged(*grid, 1);
   }
   model.buckets.open();
@@ -254,9 +257,7 @@ TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
                         grid->data_comm(), at::kFloat),
                     grid->data_comm(), grid->data_comm(), /*overlap=*/true);
     }
-    model.buckets.open();
-    model.backward();
-    model.buckets.finish();
+    model.step();
     EXPECT_EQ(model.buckets.started_in_backward(), 0) << "step " << step;
     model.expect_averaged(*grid, 1);
   }
@@ -266,9 +267,7 @@ TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {  // one accumulation in the window
-    model.buckets.open();
-    model.backward();
-    model.buckets.finish();
+    model.step();
     model.expect_averaged(*grid, 1);
   }
   // Now two, on the first replica only: every replica reduces both buckets again.
@@ -291,9 +290,7 @@ TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/false);
   for (int step = 0; step < 2; ++step) {
-    model.buckets.open();
-    model.backward();
-    model.buckets.finish();
+    model.step();
     EXPECT_EQ(model.buckets.started_in_backward(), 0);
     model.expect_averaged(*grid, 1);
   }
