@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The bad-input corpus: every malformed config (configs/*.json, each naming the message it
 # must give on its first line), data file, checkpoint and command line must end the job
-# with exit code 2 and one line naming the problem, within 10 s, writing nothing.
+# with exit code 2 and one line naming the problem, writing nothing, before any rank's
+# deadline could have ended it: the ranks wait 60 s for a peer, a case must end within 40 s
+# (1-2 s each on an idle machine; one took 17 s on a loaded CI machine, so no tighter bound).
 # Usage: bad_inputs_test.sh PATH/TO/pipetrain
 set -u
 # shellcheck source=tests/lib.sh
@@ -10,8 +12,9 @@ pipetrain=$(realpath "$1")
 corpus=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export PIPETRAIN_COMM_TIMEOUT=30
+export PIPETRAIN_COMM_TIMEOUT=60
 cases=0
+slowest=0
 
 # Runs pipetrain in an empty folder and checks what a user would see.
 expect_bad() { # description, expected text, pipetrain arguments...
@@ -21,14 +24,15 @@ expect_bad() { # description, expected text, pipetrain arguments...
   local here="$work/run" start end rc
   rm -rf "$here" && mkdir -p "$here"
   start=$(date +%s%N)
-  (cd "$here" && timeout 30 "$pipetrain" "$@" >../out 2>&1)
+  (cd "$here" && timeout 90 "$pipetrain" "$@" >../out 2>&1)
   rc=$?
   end=$(date +%s%N)
   local ms=$(((end - start) / 1000000))
   check "$what: exit 2 (got $rc)" test "$rc" -eq 2
   check "$what: one line (got $(wc -l <"$work/out"))" test "$(wc -l <"$work/out")" -eq 1
   check "$what: names the problem: $(head -c 300 "$work/out")" grep -qF -- "$expected" "$work/out"
-  check "$what: under 10 s (${ms} ms)" test "$ms" -lt 10000
+  check "$what: before any deadline, under 40 s (${ms} ms)" test "$ms" -lt 40000
+  if ((ms > slowest)); then slowest=$ms; fi
   check "$what: writes nothing" test -z "$(ls -A "$here")"
 }
 
@@ -169,6 +173,6 @@ if "$pipetrain" devices | grep -q '^visible GPUs: 0'; then
     launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --device cuda
 fi
 
-echo "$cases bad inputs"
+echo "$cases bad inputs, the slowest ended after $slowest ms"
 check "the corpus holds at least 40 bad inputs ($cases)" test "$cases" -ge 40
 finish
