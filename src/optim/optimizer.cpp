@@ -1,9 +1,9 @@
 #include "pipetrain/optim/optimizer.h"
 
 #include <ATen/ATen.h>
-#include <torch/optim/sgd.h>
 
 #include "pipetrain/optim/fused_adam.h"
+#include "pipetrain/optim/fused_sgd.h"
 
 namespace pipetrain::optim {
 
@@ -12,14 +12,15 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
                                                         bool with_weight_decay) {
   OptimizerSettings s = read_optimizer_settings(config);
   if (!with_weight_decay) s.weight_decay = 0;
-  if (config.type == "SGD") {
-    return std::make_unique<torch::optim::SGD>(
-        parameters,
-        torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
-  }
   // On a GPU, ATen's fused kernels; on the CPU, LibTorch's own step (bitwise what a plain
   // LibTorch loop computes).
   const bool fused = !parameters.empty() && parameters.front().is_cuda();
+  if (config.type == "SGD") {
+    const auto options =
+        torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay);
+    if (fused) return std::make_unique<FusedSgd>(parameters, options);
+    return std::make_unique<torch::optim::SGD>(parameters, options);
+  }
   if (config.type == "AdamW") {
     const auto options = torch::optim::AdamWOptions(s.lr)
                              .betas({s.beta1, s.beta2})

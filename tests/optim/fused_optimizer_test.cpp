@@ -1,11 +1,11 @@
-// FusedAdam(W) (ATen's fused kernels, used for CUDA parameters) steps as LibTorch's Adam(W)
-// does; checked here on the CPU, where ATen has the same kernels.
-#include "pipetrain/optim/fused_adam.h"
-
+// FusedAdam(W) and FusedSgd (ATen's fused kernels, used for CUDA parameters) step as
+// LibTorch's Adam(W) and SGD do; checked here on the CPU, where ATen has the same kernels.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include "pipetrain/optim/fused_adam.h"
+#include "pipetrain/optim/fused_sgd.h"
 #include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::optim {
@@ -26,7 +26,9 @@ void expect_same_steps(const Options& options) {
   for (int step = 0; step < 4; ++step) {
     at::manual_seed(100 + step);
     for (std::size_t i = 0; i < a.size(); ++i) {
-      if (step == 2 && i == 1) continue;  // a parameter without a gradient is left alone
+      // A parameter without a gradient is left alone; one whose first gradient comes a step
+      // later than the others' gets its state then.
+      if ((step == 2 && i == 1) || (step == 0 && i == 2)) continue;
       const at::Tensor grad = at::randn(a[i].sizes());
       a[i].mutable_grad() = grad.clone();
       b[i].mutable_grad() = grad.clone();
@@ -61,6 +63,22 @@ TEST(FusedAdam, StepsAsLibTorchsAdamWithL2WeightDecay) {
 TEST(FusedAdamW, StepsAsLibTorchsAdamWWithDecoupledDecay) {
   expect_same_steps<FusedAdamW, torch::optim::AdamW>(
       torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.05));
+}
+
+TEST(FusedSgd, StepsAsLibTorchsSgdWithMomentumAndWeightDecay) {
+  expect_same_steps<FusedSgd, torch::optim::SGD>(
+      torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(0.01));
+}
+
+TEST(FusedSgd, StepsAsLibTorchsSgdWithNesterovAndDampening) {
+  expect_same_steps<FusedSgd, torch::optim::SGD>(
+      torch::optim::SGDOptions(0.05).momentum(0.8).dampening(0.1).weight_decay(0.01));
+  expect_same_steps<FusedSgd, torch::optim::SGD>(
+      torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+}
+
+TEST(FusedSgd, StepsAsLibTorchsSgdWithoutMomentum) {
+  expect_same_steps<FusedSgd, torch::optim::SGD>(torch::optim::SGDOptions(0.1));
 }
 
 }  // namespace
