@@ -262,9 +262,8 @@ void shared_gpu_pipe(const Shape& s) {
       "(c) the (a) model on the one GPU: pipe 1 %.4f s per step (peak %.1f GiB); pipe 2 (2 "
       "ranks, %s between them) %.4f s per step = %.2fx pipe 1's time; peak per rank %.1f / %.1f "
       "GiB\n",
-      one_stage, static_cast<double>(one_stage_peak) / kGiB,
-      std::string(comm::transport_name(e.engine->pipe_transport())).c_str(), two_stages,
-      two_stages / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
+      one_stage, static_cast<double>(one_stage_peak) / kGiB, e.engine->pipe_transports().c_str(),
+      two_stages, two_stages / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
       static_cast<double>(peaks[1][0].item<int64_t>()) / kGiB);
 }
 

@@ -136,6 +136,22 @@ TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
       device_(device),
       header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
 
+void TensorTransport::route_payloads(int peer, std::shared_ptr<Communicator> comm, int rank_there) {
+  routes_[peer] = Route{std::move(comm), rank_there};
+}
+
+WorkPtr TensorTransport::send_payload(const at::Tensor& payload, int peer, int tag) {
+  const auto route = routes_.find(peer);
+  if (route == routes_.end()) return data_->send(payload, peer, tag);
+  return route->second.comm->send(payload, route->second.rank, tag);
+}
+
+WorkPtr TensorTransport::recv_payload(at::Tensor& payload, int peer, int tag) {
+  const auto route = routes_.find(peer);
+  if (route == routes_.end()) return data_->recv(payload, peer, tag);
+  return route->second.comm->recv(payload, route->second.rank, tag);
+}
+
 PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int peer, int tag) {
   const std::vector<int64_t> words = encode_header(tensors);
   PendingSend pending;
@@ -145,7 +161,7 @@ PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int pe
   pending.keep_alive_.push_back(std::move(header));
   for (const auto& tensor : tensors) {
     at::Tensor payload = tensor.detach().contiguous();
-    if (payload.numel() > 0) pending.works_.push_back(data_->send(payload, peer, tag));
+    if (payload.numel() > 0) pending.works_.push_back(send_payload(payload, peer, tag));
     pending.keep_alive_.push_back(std::move(payload));
   }
   return pending;
@@ -192,7 +208,7 @@ void PendingRecv::post_payloads() {
     at::Tensor tensor = reusable
                             ? reuse_[i].detach()
                             : at::empty(meta.shape, at::TensorOptions(meta.dtype).device(device));
-    if (tensor.numel() > 0) payload_works_.push_back(transport_->data_->recv(tensor, peer_, tag_));
+    if (tensor.numel() > 0) payload_works_.push_back(transport_->recv_payload(tensor, peer_, tag_));
     tensors_.push_back(std::move(tensor));
   }
   reuse_.clear();

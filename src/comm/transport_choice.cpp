@@ -17,4 +17,12 @@ Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built
   return all_on_gpus && own_gpus ? Transport::kNccl : Transport::kMpi;
 }
 
+std::vector<Transport> pair_transports(const std::vector<std::string>& stage_gpus,
+                                       bool nccl_built) {
+  std::vector<Transport> pairs;
+  for (std::size_t k = 0; k + 1 < stage_gpus.size(); ++k)
+    pairs.push_back(choose_transport({stage_gpus[k], stage_gpus[k + 1]}, nccl_built));
+  return pairs;
+}
+
 }  // namespace pipetrain::comm

@@ -1,5 +1,7 @@
 #include "pipetrain/device/transport.h"
 
+#include <stdexcept>
+
 #include "pipetrain/comm/nccl_communicator.h"
 #include "pipetrain/device/cuda.h"
 
@@ -16,6 +18,33 @@ std::shared_ptr<comm::Communicator> communicator_for(
     }
   }
   return group;
+}
+
+std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
+                                             at::Device device) {
+  const int stage = pipe->rank(), stages = pipe->size();
+  const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
+  const auto pairs =
+      comm::pair_transports(comm::all_gather_text(*pipe, mine), comm::nccl_compiled());
+  std::map<int, NeighbourLink> links;
+  // Pair k joins stages k and k + 1. Even pairs are split off first, then odd ones (each
+  // stage is in at most one of each), so NCCL's set-ups, which block, meet in one order.
+  for (int parity = 0; parity < 2; ++parity) {
+    const int k = stage % 2 == parity ? stage : stage - 1;  // this stage's pair of this parity
+    const bool paired = k >= 0 && k + 1 < stages;
+    const auto two = pipe->split(paired ? k : stages + stage, stage);  // collective
+    if (!paired) continue;
+    const int neighbour = k == stage ? stage + 1 : k;
+    NeighbourLink link{.transport = pairs[k], .comm = nullptr, .rank_there = 0};
+    if (link.transport == comm::Transport::kNccl) {
+      link.comm = comm::make_nccl_communicator(*two, device.index());
+      if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
+      link.comm->set_timeout(pipe->timeout());
+      link.rank_there = neighbour > stage ? 1 : 0;
+    }
+    links[neighbour] = std::move(link);
+  }
+  return links;
 }
 
 comm::Transport transport_of(const comm::Communicator& communicator) {

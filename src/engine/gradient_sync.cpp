@@ -18,12 +18,13 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 }  // namespace
 
 GradientSync::GradientSync(const module::PipelineModule& module,
-                           std::shared_ptr<const topology::Grid> grid, DataParallel data_parallel)
+                           std::shared_ptr<const topology::Grid> grid, DataParallel data_parallel,
+                           at::Device device)
     : module_(module),
       grid_(std::move(grid)),
       data_(std::move(data_parallel.data)),
       overlap_(data_parallel.overlap) {
-  connect_tied_layers();
+  connect_tied_layers(device);
   const auto parameters = module_.parameters();
   late_.assign(parameters.size(), false);
   for (const auto& [key, comm] : tied_comms_) {
@@ -44,7 +45,7 @@ void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
                                                data_, grid_->data_comm(), overlap_);
 }
 
-void GradientSync::connect_tied_layers() {
+void GradientSync::connect_tied_layers(at::Device device) {
   // One communicator per key among the owner stages that share this rank's data and model
   // coordinates. Splitting is collective, so every rank takes part for every key.
   std::vector<at::Tensor> counted_elsewhere;
@@ -60,7 +61,7 @@ void GradientSync::connect_tied_layers() {
     auto comm = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
     if (!owner) continue;
     comm->set_timeout(grid_->pipe_comm()->timeout());
-    tied_comms_[spec.tie_key] = comm;
+    tied_comms_[spec.tie_key] = device::communicator_for(comm, device);
     if (owners.front() != grid_->stage_id()) {
       for (const auto& p : module_.tied_parameters(spec.tie_key)) counted_elsewhere.push_back(p);
     }

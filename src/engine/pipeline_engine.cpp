@@ -101,12 +101,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
   check_stage();
-  if (config_.comm_timeout > 0) {
-    for (const auto& comm :
-         {grid_->pipe_comm(), grid_->data_comm(), grid_->model_comm(), grid_->world_comm()}) {
-      comm->set_timeout(comm::Seconds(config_.comm_timeout));
-    }
-  }
+  if (config_.comm_timeout > 0) grid_->set_timeout(comm::Seconds(config_.comm_timeout));
   const auto plan = fault_plan_from_environment();
   module_->to(device_);
   const auto parameters = module_->parameters();
@@ -117,7 +112,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                  .averages = !shards_optimizer(config_.zero),
                                  .bucket_elements = config_.reduce_bucket_size,
                                  .wire = to_scalar_type(config_.precision.communication_dtype),
-                                 .overlap = config_.overlap_grad_reduce});
+                                 .overlap = config_.overlap_grad_reduce},
+      device_);
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
       *module_, grid_, config_, gradients_->norm_parameters(), data, gradients_->late());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);

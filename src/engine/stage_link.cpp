@@ -26,15 +26,29 @@ StageLink::StageLink(std::shared_ptr<const topology::Grid> grid, bool partitione
     : grid_(std::move(grid)),
       partitioned_(partitioned),
       device_(device),
-      payloads_(nccl_allowed ? device::communicator_for(grid_->pipe_comm(), device)
-                             : std::shared_ptr<comm::Communicator>(grid_->pipe_comm())),
-      transport_kind_(device::transport_of(*payloads_)),
-      transport_(grid_->pipe_comm(), payloads_, device) {
+      transport_(grid_->pipe_comm(), grid_->pipe_comm(), device) {
+  if (nccl_allowed) {
+    for (const auto& [stage, link] : device::neighbour_links(grid_->pipe_comm(), device)) {
+      transports_[stage] = link.transport;
+      if (link.comm) transport_.route_payloads(stage, link.comm, link.rank_there);
+    }
+  }
   // NCCL payloads are matched by order on one stream and must not be posted from the
   // helper thread, nor host-staged copies to a GPU made on it (not yet tried on a GPU);
   // without the thread, a receive posted ahead would not move.
-  receive_ahead_ = receive_ahead && transport_kind_ == comm::Transport::kMpi && device_.is_cpu() &&
-                   in_flight_.threaded();
+  receive_ahead_ = receive_ahead && device_.is_cpu() && in_flight_.threaded();
+}
+
+std::string StageLink::transports() const {
+  std::string each;
+  bool alike = true;
+  for (const auto& [stage, transport] : transports_) {
+    alike = alike && transport == transports_.begin()->second;
+    each += std::string(each.empty() ? "" : ", ") + std::string(comm::transport_name(transport)) +
+            " to stage " + std::to_string(stage);
+  }
+  if (transports_.empty()) return "mpi";
+  return alike ? std::string(comm::transport_name(transports_.begin()->second)) : each;
 }
 
 bool StageLink::partitioned() const {

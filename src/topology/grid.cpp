@@ -16,6 +16,10 @@ Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> worl
                           topology_.describe(global_rank()) + ")");
 }
 
+void Grid::set_timeout(comm::Seconds timeout) {
+  for (const auto& comm : {pipe_, data_, model_, world_}) comm->set_timeout(timeout);
+}
+
 bool Grid::has_axis(const char* axis) const {
   const auto& axes = topology_.axes();
   return std::find(axes.begin(), axes.end(), axis) != axes.end();

@@ -70,5 +70,19 @@ TEST(ChooseTransport, NcclOnlyBetweenGpusOfTheirOwn) {
   EXPECT_EQ(comm::transport_name(Transport::kMpi), "mpi");
 }
 
+TEST(PairTransports, EachPairOfNeighbouringStagesChoosesForItself) {
+  using V = std::vector<Transport>;
+  const std::string a = "h/0000:01:00.0", b = "h/0000:02:00.0";
+  // Four stages on two GPUs in turn (local rank % GPUs): neighbours never share one.
+  EXPECT_EQ(comm::pair_transports({a, b, a, b}, true),
+            (V{Transport::kNccl, Transport::kNccl, Transport::kNccl}));
+  // Two stages per GPU: only the pair across the GPUs can use NCCL.
+  EXPECT_EQ(comm::pair_transports({a, a, b, b}, true),
+            (V{Transport::kMpi, Transport::kNccl, Transport::kMpi}));
+  EXPECT_EQ(comm::pair_transports({a, "", b}, true), (V{Transport::kMpi, Transport::kMpi}));
+  EXPECT_EQ(comm::pair_transports({a, b}, false), V{Transport::kMpi});  // no NCCL built
+  EXPECT_EQ(comm::pair_transports({a}, true), V{});                     // one stage, no pairs
+}
+
 }  // namespace
 }  // namespace pipetrain::device

@@ -145,7 +145,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       // Receiving ahead needs the helper thread (MPI_THREAD_MULTIPLE) and CPU tensors.
       EXPECT_EQ(engine.receives_ahead(), receive_ahead && !on_gpu() && comm::mpi_thread_multiple());
       if (on_gpu() && device::visible_gpus() == 1) {  // ranks sharing a GPU: MPI, host staging
-        EXPECT_EQ(engine.pipe_transport(), comm::Transport::kMpi);
+        EXPECT_EQ(engine.pipe_transports(), "mpi");
       }
       data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
       const auto evaluation = train_and_compare(engine, loader, reference, tolerance);

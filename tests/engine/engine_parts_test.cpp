@@ -88,8 +88,8 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
 TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid,
-                    {.data = grid->data_comm(), .bucket_elements = 50});  // several buckets
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 50},
+                    at::kCPU);  // several buckets
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);
@@ -327,7 +327,7 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
 TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
   const at::Tensor tied = module->tied_parameters("embed").at(0);
   const auto& counted = sync.norm_parameters();
   const bool has_tied = std::any_of(counted.begin(), counted.end(),
@@ -374,7 +374,7 @@ double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, do
 TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
@@ -392,7 +392,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
 TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000});
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, Precision::kFp32),
                                     sync.norm_parameters());
   fill_grads(*module, 3.0);

@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -76,7 +77,8 @@ class PendingRecv {
 // Sends a tensor or a tuple of tensors with its description, so shapes and dtypes may
 // change from one transfer to the next: one small header message, then the payloads,
 // all posted at once. Headers travel over `control` (MPI, host memory); payloads over
-// `data` (MPI, or NCCL for CUDA tensors); both must order the same ranks alike.
+// `data` (MPI, or NCCL for CUDA tensors), both ranking the same ranks alike, unless a
+// peer's payloads are routed over a communicator of their own.
 class TensorTransport {
  public:
   TensorTransport(std::shared_ptr<Communicator> control, std::shared_ptr<Communicator> data,
@@ -91,10 +93,22 @@ class TensorTransport {
   // transport's own header buffer.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
+  // From now on, payloads to and from `peer` travel over `comm` (e.g. NCCL between the
+  // two), in which the peer is rank `rank_there`; headers still travel over `control`.
+  void route_payloads(int peer, std::shared_ptr<Communicator> comm, int rank_there);
+
  private:
   friend class PendingRecv;
+  struct Route {
+    std::shared_ptr<Communicator> comm;
+    int rank;
+  };
+  WorkPtr send_payload(const at::Tensor& payload, int peer, int tag);
+  WorkPtr recv_payload(at::Tensor& payload, int peer, int tag);
+
   std::shared_ptr<Communicator> control_;
   std::shared_ptr<Communicator> data_;
+  std::map<int, Route> routes_;  // by peer
   at::Device device_;
   at::Tensor header_;  // recv()'s header buffer, reused (a receive posted ahead has its own)
 };

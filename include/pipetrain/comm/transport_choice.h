@@ -18,4 +18,9 @@ std::string_view transport_name(Transport transport);
 // detected"); else MPI (also for a group of one, which moves nothing).
 Transport choose_transport(const std::vector<std::string>& gpus, bool nccl_built);
 
+// The transport between each pair of neighbouring stages (k, k + 1) of a pipe, from each
+// stage's GPU identity: choose_transport over the two, so a pipe whose stages share GPUs
+// only in part uses NCCL between the neighbours on different GPUs.
+std::vector<Transport> pair_transports(const std::vector<std::string>& stage_gpus, bool nccl_built);
+
 }  // namespace pipetrain::comm

@@ -2,6 +2,7 @@
 
 #include <c10/core/Device.h>
 
+#include <map>
 #include <memory>
 
 #include "pipetrain/comm/mpi_communicator.h"
@@ -13,6 +14,20 @@ namespace pipetrain::device {
 // an NCCL communicator over the same ranks, or `group` itself (MPI). Collective.
 std::shared_ptr<comm::Communicator> communicator_for(
     const std::shared_ptr<comm::MpiCommunicator>& group, at::Device device);
+
+// How payloads travel between this rank and one neighbouring stage of its pipe.
+struct NeighbourLink {
+  comm::Transport transport;
+  std::shared_ptr<comm::Communicator> comm;  // NCCL over the two ranks; null for MPI
+  int rank_there = 0;                        // the neighbour's rank in `comm`
+};
+
+// The links to this rank's neighbouring stages in `pipe` (ranked by stage), by
+// comm::pair_transports: NCCL between neighbours on GPUs of their own, over a communicator
+// of the two; MPI (with host staging) between neighbours that share a GPU or sit on the
+// CPU. Collective over `pipe`.
+std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
+                                             at::Device device);
 
 // Which transport a communicator from communicator_for is.
 comm::Transport transport_of(const comm::Communicator& communicator);

@@ -31,9 +31,10 @@ class GradientSync {
     at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
     bool overlap = false;              // during the last backward passes
   };
-  // Collective over the grid's world (one communicator per tie key is split from it).
+  // Collective over the grid's world (one communicator per tie key is split from it). The
+  // gradients live on `device`; tied sums travel by device::communicator_for's choice.
   GradientSync(const module::PipelineModule& module, std::shared_ptr<const topology::Grid> grid,
-               DataParallel data_parallel);
+               DataParallel data_parallel, at::Device device);
 
   // How the data-parallel average travels.
   comm::Transport transport() const { return device::transport_of(*data_); }
@@ -60,13 +61,13 @@ class GradientSync {
   const std::vector<at::Tensor>& norm_parameters() const { return norm_parameters_; }
 
  private:
-  void connect_tied_layers();
+  void connect_tied_layers(at::Device device);
   void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
 
   const module::PipelineModule& module_;
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
-  std::map<std::string, std::shared_ptr<comm::MpiCommunicator>> tied_comms_;
+  std::map<std::string, std::shared_ptr<comm::Communicator>> tied_comms_;
   std::vector<at::Tensor> norm_parameters_;
   std::vector<bool> late_;
   bool overlap_ = false;

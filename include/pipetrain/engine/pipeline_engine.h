@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -117,7 +118,7 @@ class PipelineEngine {
   // Where this rank computes, and how its activations and its data-parallel gradients
   // travel (NCCL between GPUs of their own, else MPI).
   at::Device device() const { return device_; }
-  comm::Transport pipe_transport() const { return link_->transport(); }
+  std::string pipe_transports() const { return link_->transports(); }
   // Whether receives between stages are posted ahead (pipeline.receive_ahead, where it can).
   bool receives_ahead() const { return link_->receives_ahead(); }
   comm::Transport data_transport() const { return gradients_->transport(); }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,10 +44,11 @@ enum class SendCompletion { kBlocking, kDeferred };
 class StageLink {
  public:
   // `partitioned` takes effect only with a model-parallel group of more than one rank.
-  // Received tensors are placed on `device`. Payloads travel by communicator_for's choice
-  // when `nccl_allowed`, else over MPI: NCCL matches transfers between two ranks by their
-  // order alone (no tags) and queues them on one stream, which is safe only for one channel
-  // per direction (no chunks) and sends that block (see SendCompletion).
+  // Received tensors are placed on `device`. Payloads to each neighbouring stage travel by
+  // device::neighbour_links' choice when `nccl_allowed`, else over MPI: NCCL matches
+  // transfers between two ranks by their order alone (no tags) and queues them on one
+  // stream, which is safe only for one channel per direction (no chunks) and sends that
+  // block (see SendCompletion).
   StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
             bool nccl_allowed, bool receive_ahead = false);
   virtual ~StageLink() = default;
@@ -78,8 +80,10 @@ class StageLink {
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
   int64_t bytes() const { return bytes_; }
-  // How payloads travel: NCCL between GPUs of their own, else MPI.
-  comm::Transport transport() const { return transport_kind_; }
+  // How payloads travel to each neighbouring stage: NCCL between GPUs of their own, else
+  // MPI. "nccl" or "mpi" when alike (also without neighbours: "mpi"), else per stage, e.g.
+  // "nccl to stage 1, mpi to stage 3".
+  std::string transports() const;
   bool receives_ahead() const { return receive_ahead_; }
 
  private:
@@ -99,9 +103,8 @@ class StageLink {
   bool partitioned_;
   at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;
-  std::shared_ptr<comm::Communicator> payloads_;
-  comm::Transport transport_kind_;
   comm::TensorTransport transport_;
+  std::map<int, comm::Transport> transports_;  // by neighbouring stage
   bool receive_ahead_;
   std::map<std::pair<int, int>, Ahead> ahead_;  // by (stage, tag); outlives in_flight_
   TransferProgress in_flight_;

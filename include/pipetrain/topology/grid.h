@@ -34,6 +34,9 @@ class Grid {
   const std::shared_ptr<comm::MpiCommunicator>& model_comm() const { return model_; }
   const std::shared_ptr<comm::MpiCommunicator>& world_comm() const { return world_; }
 
+  // How long every collective or transfer on the grid's communicators may wait for a peer.
+  void set_timeout(comm::Seconds timeout);
+
   // The global rank at pipeline stage `stage` with this rank's other coordinates.
   int stage_to_global(int stage) const;
 
