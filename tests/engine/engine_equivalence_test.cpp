@@ -4,11 +4,15 @@
 // With PIPETRAIN_TEST_DEVICE=cuda the engine runs on the GPU (ranks sharing one GPU talk
 // over MPI with host staging) against the same CPU reference, to 1e-4 relative: GPU
 // kernels sum in other orders (TF32 stays off, LibTorch's default), and Adam, which the MLP
-// uses, steps with ATen's fused kernel there.
+// uses, steps with ATen's fused kernel there. Bf16.* trains in bf16 against the same fp32
+// reference, within bf16's rounding.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "pipetrain/comm/mpi_communicator.h"
@@ -242,6 +246,79 @@ void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) 
           EXPECT_GT(bytes, 0);
         }
       }
+    }
+  }
+}
+
+// How far this rank's fp32 masters moved from the reference's start, against how far the
+// reference's weights moved: |engine's update - reference's update| / |reference's update|
+// over all of the rank's parameters, and the largest relative loss difference.
+struct Bf16Gap {
+  double update = 0;
+  double loss = 0;
+};
+
+Bf16Gap bf16_gap(PipelineEngine& engine, data::DataLoader& loader, const Reference& reference) {
+  // The masters start from the bf16 weights (as DeepSpeed's and Megatron's do), off the
+  // reference's fp32 start by up to 2^-9 relative: more than a clipped step moves them.
+  std::map<std::string, at::Tensor> starts;
+  for (const auto& [name, parameter] : engine.module().named_parameters())
+    starts[name] = engine.master_of(parameter).cpu().clone();
+  Bf16Gap gap;
+  for (int step = 0; step < kSteps; ++step) {
+    const double loss = engine.train_batch(&loader);
+    gap.loss = std::max(gap.loss, std::abs(loss / reference.losses[step] - 1));
+  }
+  double miss = 0, moved = 0;
+  for (const auto& [name, parameter] : engine.module().named_parameters()) {
+    EXPECT_EQ(parameter.scalar_type(), at::kBFloat16) << name;
+    const at::Tensor update = engine.master_of(parameter).cpu() - starts.at(name);
+    const at::Tensor expected = reference.weights.at(name) - reference.initial_weights.at(name);
+    miss += (update - expected).square().sum().item<double>();
+    moved += expected.square().sum().item<double>();
+  }
+  gap.update = std::sqrt(miss / moved);
+  return gap;
+}
+
+// bf16 (weights, activations and gradients in bf16; fp32 masters, optimizer and data-
+// parallel reduction) at every pipe x data shape of this world, on the test's device,
+// against the fp32 reference, for GPT and LLaMA with SGD and momentum (an update in
+// proportion to the gradient; Adam would divide the GPT key bias's rounding noise by its
+// own size, see reference_training.h). bf16 keeps 8 significant bits: every stored weight,
+// activation and gradient is off by up to 2^-9 = 0.2% relative, independently per element,
+// so a gradient summed over tokens and micro-batches errs by well under 1% and a loss (a
+// mean over hundreds of token losses) by far less. Measured on the CPU at 1, 2 and 4 ranks:
+// updates within 0.35-0.77%, losses within 0.003%. The bounds (3% and 0.05%) leave room for
+// the GPU's summation orders and still catch a wrong reduction: a gradient summed instead
+// of averaged over replicas (the unclipped GPT's update doubles: 100% off) or a tied
+// embedding's sum left out.
+TEST(Bf16, EveryGridShapeUpdatesAsTheFp32Reference) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  const std::vector<Case> cases = {
+      {"gpt", 4, 0, 0.0}, {"gpt-untied", 2, 1, 0.05}, {"llama-tied", 4, 1, 0.05}};
+  for (int pipe : {1, 2, 4}) {
+    if (world->size() % pipe != 0 || world->size() / pipe > 2) continue;
+    const int data = world->size() / pipe;
+    auto grid =
+        std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
+    for (const Case& c : cases) {
+      SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) + ": " +
+                   name(c));
+      const auto samples = dataset(c, data);
+      const Reference reference = reference_run(c, data, samples);
+      TrainingConfig config = training_config(c, pipe);
+      config.precision.dtype = Precision::kBf16;
+      config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
+      auto module = stage_module(c, *grid, config);
+      PipelineEngine engine(module, grid, config);
+      data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
+      const Bf16Gap gap = bf16_gap(engine, loader, reference);
+      std::printf("bf16 %s, pipe %d x data %d, stage %d: update within %.4f, loss within %.5f\n",
+                  name(c).c_str(), pipe, data, grid->stage_id(), gap.update, gap.loss);
+      EXPECT_LT(gap.update, 0.03);
+      EXPECT_LT(gap.loss, 5e-4);
     }
   }
 }

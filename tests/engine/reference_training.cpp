@@ -125,6 +125,8 @@ Reference reference_run(const Case& c, int data_parallel,
     return engine::MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
   };
   Reference reference;
+  for (const auto& [name, tensor] : whole.named_parameters())
+    reference.initial_weights[name] = tensor.detach().clone();
   for (int step = 0; step < kSteps; ++step) {
     const engine::MicroBatch batch = next_global_batch();
     optimizer->zero_grad();

@@ -39,7 +39,7 @@ engine::TrainingConfig training_config(const Case& c, int stages);
 struct Reference {
   std::vector<double> losses;
   double eval_loss = 0;  // on the batch after the last step, with the final weights
-  std::map<std::string, at::Tensor> weights;
+  std::map<std::string, at::Tensor> initial_weights, weights;
 };
 
 // Trains kSteps on the global batches `data_parallel` replicas would read from `data`.
