@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace pipetrain::comm {
 namespace {
@@ -85,19 +86,19 @@ class NcclWork final : public Work {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const MpiCommunicator& bootstrap, int device)
+  NcclCommunicator(std::shared_ptr<const MpiCommunicator> bootstrap, int device)
       : device_(device),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
-        bootstrap_(bootstrap) {
+        bootstrap_(std::move(bootstrap)) {
     ncclUniqueId id;
-    if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (bootstrap_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     at::Tensor bytes = at::empty({static_cast<int64_t>(sizeof id)}, at::kByte);
     std::memcpy(bytes.data_ptr(), &id, sizeof id);
-    const_cast<MpiCommunicator&>(bootstrap).broadcast(bytes, 0);
+    const_cast<MpiCommunicator&>(*bootstrap_).broadcast(bytes, 0);
     std::memcpy(&id, bytes.data_ptr(), sizeof id);
     c10::cuda::CUDAGuard guard(device_);
     check_cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), "cudaEventCreate");
-    check_nccl(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()),
+    check_nccl(ncclCommInitRank(&comm_, bootstrap_->size(), id, bootstrap_->rank()),
                "ncclCommInitRank");
   }
 
@@ -106,9 +107,9 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(inputs_ready_);
   }
 
-  int rank() const override { return bootstrap_.rank(); }
-  int size() const override { return bootstrap_.size(); }
-  int global_rank(int rank) const override { return bootstrap_.global_rank(rank); }
+  int rank() const override { return bootstrap_->rank(); }
+  int size() const override { return bootstrap_->size(); }
+  int global_rank(int rank) const override { return bootstrap_->global_rank(rank); }
 
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override {
     at::Tensor data = prepare(tensor);
@@ -242,7 +243,7 @@ class NcclCommunicator final : public Communicator {
 
   int device_;
   c10::cuda::CUDAStream stream_;
-  const MpiCommunicator& bootstrap_;
+  std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
   ncclComm_t comm_ = nullptr;
   cudaEvent_t inputs_ready_ = nullptr;  // reused: recorded on torch's stream before each op
 };
@@ -295,8 +296,9 @@ bool nccl_compiled() {
   return true;
 }
 
-std::shared_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& bootstrap, int device) {
-  return std::make_shared<NcclCommunicator>(bootstrap, device);
+std::shared_ptr<Communicator> make_nccl_communicator(
+    std::shared_ptr<const MpiCommunicator> bootstrap, int device) {
+  return std::make_shared<NcclCommunicator>(std::move(bootstrap), device);
 }
 
 }  // namespace pipetrain::comm

@@ -7,7 +7,7 @@ bool nccl_compiled() {
   return false;
 }
 
-std::shared_ptr<Communicator> make_nccl_communicator(const MpiCommunicator&, int) {
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<const MpiCommunicator>, int) {
   return nullptr;
 }
 

@@ -1,5 +1,6 @@
 #include "pipetrain/device/transport.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "pipetrain/comm/nccl_communicator.h"
@@ -12,7 +13,7 @@ std::shared_ptr<comm::Communicator> communicator_for(
   const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
   const auto gpus = comm::all_gather_text(*group, mine);
   if (comm::choose_transport(gpus, comm::nccl_compiled()) == comm::Transport::kNccl) {
-    if (auto nccl = comm::make_nccl_communicator(*group, device.index())) {
+    if (auto nccl = comm::make_nccl_communicator(group, device.index())) {
       nccl->set_timeout(group->timeout());
       return nccl;
     }
@@ -27,6 +28,13 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
   const auto pairs =
       comm::pair_transports(comm::all_gather_text(*pipe, mine), comm::nccl_compiled());
   std::map<int, NeighbourLink> links;
+  if (std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end()) {
+    for (const int neighbour : {stage - 1, stage + 1}) {  // every rank decides alike
+      if (neighbour >= 0 && neighbour < stages)
+        links[neighbour] = {.transport = comm::Transport::kMpi, .comm = nullptr, .rank_there = 0};
+    }
+    return links;
+  }
   // Pair k joins stages k and k + 1. Even pairs are split off first, then odd ones (each
   // stage is in at most one of each), so NCCL's set-ups, which block, meet in one order.
   for (int parity = 0; parity < 2; ++parity) {
@@ -37,7 +45,7 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
     const int neighbour = k == stage ? stage + 1 : k;
     NeighbourLink link{.transport = pairs[k], .comm = nullptr, .rank_there = 0};
     if (link.transport == comm::Transport::kNccl) {
-      link.comm = comm::make_nccl_communicator(*two, device.index());
+      link.comm = comm::make_nccl_communicator(two, device.index());
       if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
       link.comm->set_timeout(pipe->timeout());
       link.rank_there = neighbour > stage ? 1 : 0;

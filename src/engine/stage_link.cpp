@@ -33,9 +33,10 @@ StageLink::StageLink(std::shared_ptr<const topology::Grid> grid, bool partitione
       if (link.comm) transport_.route_payloads(stage, link.comm, link.rank_there);
     }
   }
-  // NCCL payloads are matched by order on one stream and must not be posted from the
-  // helper thread, nor host-staged copies to a GPU made on it (not yet tried on a GPU);
-  // without the thread, a receive posted ahead would not move.
+  // Only CPU tensors, which always travel over MPI: NCCL payloads are matched by order on
+  // one stream and must not be posted from the helper thread, nor host-staged copies to a
+  // GPU made on it (not yet tried on a GPU); without the thread, a receive posted ahead
+  // would not move.
   receive_ahead_ = receive_ahead && device_.is_cpu() && in_flight_.threaded();
 }
 

@@ -26,28 +26,29 @@ at::Tensor FusedSgd::step(LossClosure closure) {
   at::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    // A buffer made now starts as the gradient (LibTorch's first step), which the kernel
-    // does when told it is the first step; so new and old buffers go in separate launches.
+    // A buffer made now starts as the (decayed) gradient, LibTorch's first step, which the
+    // kernel does when told it is the first step: new and running buffers go in separate
+    // launches, and the new ones join the state once theirs has run.
     SgdLists fresh, running;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      SgdLists* lists = &running;
-      if (o.momentum() != 0) {
-        auto& slot = state()[p.unsafeGetTensorImpl()];
-        if (!slot) {
-          auto made = std::make_unique<torch::optim::SGDParamState>();
-          made->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
-          slot = std::move(made);
-          lists = &fresh;
-        }
-        lists->momentum_buffers.push_back(
-            static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
-      }
-      lists->params.push_back(p);
-      lists->grads.push_back(p.grad());
+      const auto slot = state().find(p.unsafeGetTensorImpl());
+      const bool made = o.momentum() == 0 || slot != state().end();
+      SgdLists& lists = made ? running : fresh;
+      lists.params.push_back(p);
+      lists.grads.push_back(p.grad());
+      if (o.momentum() == 0) continue;
+      lists.momentum_buffers.push_back(
+          made ? static_cast<torch::optim::SGDParamState&>(*slot->second).momentum_buffer()
+               : at::empty_like(p, at::MemoryFormat::Preserve));
     }
     step_lists(fresh, o, /*first_step=*/true);
     step_lists(running, o, /*first_step=*/false);
+    for (std::size_t i = 0; i < fresh.params.size(); ++i) {
+      auto made = std::make_unique<torch::optim::SGDParamState>();
+      made->momentum_buffer(fresh.momentum_buffers[i]);
+      state()[fresh.params[i].unsafeGetTensorImpl()] = std::move(made);
+    }
   }
   return {};
 }

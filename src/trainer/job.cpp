@@ -155,9 +155,10 @@ void check_against_checkpoint(const std::vector<module::LayerSpec>& layers,
 }
 
 // The tensor-parallel group the model's layers reduce over: NCCL where every rank of the
-// group has a GPU of its own (device::communicator_for), so the rank's device is chosen here,
-// before the model; the engine later places the rank alike.
-tensor_parallel::Group model_group(const Job& job) {
+// group has a GPU of its own (device::communicator_for), so the grid's deadlines are set
+// (the NCCL communicator copies them) and the rank's device is chosen here, before the
+// model; the engine later places the rank alike.
+tensor_parallel::Group deadlines_device_and_model_group(const Job& job) {
   if (job.config.engine.comm_timeout > 0)
     job.grid->set_timeout(comm::Seconds(job.config.engine.comm_timeout));
   const at::Device device = device::place_rank(job.config.engine.device, *job.grid->world_comm());
@@ -173,7 +174,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   check_output_paths(job.config.trainer);
   if (job.config.trainer.memory_breakdown) device::count_cpu_memory();  // before any tensor
   job.grid = build_grid(job.config);
-  job.model = models::make_builtin_model(job.config.model, model_group(job));
+  job.model = models::make_builtin_model(job.config.model, deadlines_device_and_model_group(job));
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   {
     const io::Activity building("building the model's layers");

@@ -88,8 +88,8 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
 TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 50},
-                    at::kCPU);  // several buckets
+  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 50 /* several */},
+                    at::kCPU);
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);

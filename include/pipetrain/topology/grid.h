@@ -34,7 +34,8 @@ class Grid {
   const std::shared_ptr<comm::MpiCommunicator>& model_comm() const { return model_; }
   const std::shared_ptr<comm::MpiCommunicator>& world_comm() const { return world_; }
 
-  // How long every collective or transfer on the grid's communicators may wait for a peer.
+  // How long every collective or transfer on the grid's communicators may wait for a peer
+  // (NCCL communicators copy it when made: set it first).
   void set_timeout(comm::Seconds timeout);
 
   // The global rank at pipeline stage `stage` with this rank's other coordinates.
