@@ -91,5 +91,26 @@ TEST(TensorParallelLayers, VocabParallelEmbeddingAndCrossEntropyMatchThePlainOne
                "table gradient shard (lookup and head)");
 }
 
+TEST(TensorParallelLayers, VocabParallelCrossEntropyRefusesALabelOutsideTheVocabulary) {
+  const Group group = testing::model_group_of_two();
+  const at::Tensor logits = at::zeros({2, 3, 5});  // each rank's 5 of the 10 rows
+  for (const int64_t label : {int64_t{10}, int64_t{-1}}) {
+    const at::Tensor labels = at::full({2, 3}, label, at::kLong);
+    EXPECT_THROW(
+        {
+          try {
+            vocab_parallel_cross_entropy(logits, labels, group);
+          } catch (const std::invalid_argument& e) {
+            EXPECT_STREQ(e.what(),
+                         "labels must lie in [0, 10), the vocabulary split over the "
+                         "tensor-parallel group");
+            throw;
+          }
+        },
+        std::invalid_argument)
+        << label;
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain::tensor_parallel
