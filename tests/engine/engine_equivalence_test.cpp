@@ -3,8 +3,8 @@
 // Run with 1, 2 and 4 ranks; every pipe x data shape of that world size is covered.
 // With PIPETRAIN_TEST_DEVICE=cuda the engine runs on the GPU (ranks sharing one GPU talk
 // over MPI with host staging) against the same CPU reference, to 1e-4 relative: GPU
-// kernels sum in other orders (TF32 stays off, LibTorch's default), and Adam, which the MLP
-// uses, steps with ATen's fused kernel there. Bf16.* trains in bf16 against the same fp32
+// kernels sum in other orders (TF32 stays off, LibTorch's default), and the optimizers
+// step with ATen's fused kernels there. Bf16.* trains in bf16 against the same fp32
 // reference, within bf16's rounding.
 #include <gtest/gtest.h>
 
