@@ -150,7 +150,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   if (l.data > 1 && l.zero == 0) {
     const int wire =
         w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
-    m.buffers = std::min(p, static_cast<double>(w.training.reduce_bucket_size)) * wire;
+    m.buffers = p * wire;  // every bucket's flat copy, kept between steps (AveragedBuckets)
   }
   m.activations = activation_bytes(stage, l, live);
   // The step's own memory, held once the activations are gone: the fp32 master gradients

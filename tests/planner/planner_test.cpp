@@ -134,6 +134,12 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(z.masters, 4 * parameters / 2);    // fp32 masters, sharded
   EXPECT_DOUBLE_EQ(z.optimizer, 8 * parameters / 2);  // sharded
   EXPECT_DOUBLE_EQ(z.buffers, 0);
+  // Without ZeRO every bucket keeps its flat copy (fp32 on the wire by default), however
+  // small the buckets.
+  training.reduce_bucket_size = 1000;
+  const Workload buckets(gpt(256, 16, 32, 4, 2), training);
+  const Layout replicas{.data = 2, .micro_batch = 1, .micro_batches = 1};
+  EXPECT_DOUBLE_EQ(predict(buckets, ideal(2), replicas).stages.at(0).buffers, 4 * parameters);
 }
 
 TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {
