@@ -28,29 +28,26 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
   const auto pairs =
       comm::pair_transports(comm::all_gather_text(*pipe, mine), comm::nccl_compiled());
   std::map<int, NeighbourLink> links;
-  if (std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end()) {
-    for (const int neighbour : {stage - 1, stage + 1}) {  // every rank decides alike
-      if (neighbour >= 0 && neighbour < stages)
-        links[neighbour] = {.transport = comm::Transport::kMpi, .comm = nullptr, .rank_there = 0};
-    }
-    return links;
+  for (const int neighbour : {stage - 1, stage + 1}) {
+    if (neighbour >= 0 && neighbour < stages)
+      links[neighbour] = {
+          .transport = pairs[std::min(stage, neighbour)], .comm = nullptr, .rank_there = 0};
   }
+  if (std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end())
+    return links;  // every rank decides alike: no NCCL pair, nothing to split
   // Pair k joins stages k and k + 1. Even pairs are split off first, then odd ones (each
   // stage is in at most one of each), so NCCL's set-ups, which block, meet in one order.
   for (int parity = 0; parity < 2; ++parity) {
     const int k = stage % 2 == parity ? stage : stage - 1;  // this stage's pair of this parity
     const bool paired = k >= 0 && k + 1 < stages;
     const auto two = pipe->split(paired ? k : stages + stage, stage);  // collective
-    if (!paired) continue;
+    if (!paired || pairs[k] != comm::Transport::kNccl) continue;
     const int neighbour = k == stage ? stage + 1 : k;
-    NeighbourLink link{.transport = pairs[k], .comm = nullptr, .rank_there = 0};
-    if (link.transport == comm::Transport::kNccl) {
-      link.comm = comm::make_nccl_communicator(two, device.index());
-      if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
-      link.comm->set_timeout(pipe->timeout());
-      link.rank_there = neighbour > stage ? 1 : 0;
-    }
-    links[neighbour] = std::move(link);
+    NeighbourLink& link = links[neighbour];
+    link.comm = comm::make_nccl_communicator(two, device.index());
+    if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
+    link.comm->set_timeout(pipe->timeout());
+    link.rank_there = neighbour > stage ? 1 : 0;
   }
   return links;
 }

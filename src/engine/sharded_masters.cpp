@@ -160,14 +160,16 @@ void ShardedMasters::take_gradients(double unscale) {
 
 double ShardedMasters::global_grad_norm() const {
   // This rank's shard of every stage's and model rank's part, masked so that tied and
-  // replicated tensors count once; summed in double over data, pipe and model ranks.
-  at::Tensor squares = at::zeros({1}, at::kDouble);
+  // replicated tensors count once; summed in double on the device, read once, then over
+  // data, pipe and model ranks.
+  at::Tensor on_device = at::zeros({1}, master_.front().options().dtype(at::kDouble));
   for (int k = 0; k < layout_.buckets(); ++k) {
     const at::Tensor& grad = master_[k].grad();
     if (!grad.defined()) continue;
     const at::Tensor counted = norm_mask_.defined() ? grad * piece_of(norm_mask_, k) : grad;
-    squares += counted.to(at::kDouble).pow(2).sum().cpu();
+    on_device += counted.to(at::kDouble).pow(2).sum();
   }
+  at::Tensor squares = on_device.cpu();
   grid_->data_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);

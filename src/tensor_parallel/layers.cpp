@@ -93,15 +93,17 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   // A label outside the vocabulary would match no rank's slice and pass unnoticed.
   const int64_t rows = flat.size(-1);
   const int64_t vocab = rows * group.size();
-  const std::string outside = "labels must lie in [0, " + std::to_string(vocab) +
-                              "), the vocabulary split over the tensor-parallel group";
+  auto outside = [vocab] {
+    return "labels must lie in [0, " + std::to_string(vocab) +
+           "), the vocabulary split over the tensor-parallel group";
+  };
   if (targets.is_cuda()) {
     // Checked on the device, so the host does not wait for it inside a step (the data
     // sources check their tokens against the vocabulary on the host first).
-    at::_assert_async(((targets >= 0) & (targets < vocab)).all(), outside);
+    at::_assert_async(((targets >= 0) & (targets < vocab)).all(), outside());
   } else if (targets.numel() > 0 &&
              (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= vocab)) {
-    throw std::invalid_argument(outside);
+    throw std::invalid_argument(outside());
   }
   // loss = log(sum over the vocabulary of exp(z - m)) - (z_target - m), with m the
   // per-token maximum: a constant shift, so it carries no gradient.
