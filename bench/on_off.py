@@ -1,5 +1,4 @@
-"""A pipetrain_steps setting on against off, alternating: what bench/overlap_bench.py and
-bench/receive_ahead_bench.py share."""
+"""A pipetrain_steps setting on against off, alternating (bench/overlap_bench.py)."""
 import json
 import os
 import pathlib

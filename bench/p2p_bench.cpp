@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     }
     const int me = world->rank();
     const int peer = 1 - me;
-    TensorTransport transport(world, world);
+    TensorTransport transport(world);
 
     if (me == 0) {
       std::printf("%10s %12s %12s %12s %12s %8s\n", "bytes", "raw us", "tensor us", "raw GB/s",

@@ -33,7 +33,7 @@ const models::GptConfig kGpt{
     .vocab_size = 256, .context = 128, .d_model = 384, .heads = 6, .layers = 8, .dropout = 0.0};
 
 struct Variant {
-  engine::PipelineSchedule schedule;
+  schedule::Kind schedule;
   int chunks;
   int micro_batches;
 };
@@ -105,7 +105,7 @@ double median(std::vector<double> values) {
 }
 
 std::string label(const Variant& v) {
-  std::string name(engine::schedule_kind_name(v.schedule));
+  std::string name(schedule::name(v.schedule));
   if (name == "train") name = "1f1b";
   if (v.chunks > 1) name += " v" + std::to_string(v.chunks);
   return name;
@@ -132,8 +132,7 @@ double predicted_seconds(const Configuration& c, comm::Communicator& world) {
     tail = std::min(tail, gathered[s][3].item<double>());
   }
   const auto& v = c.variant;
-  const auto plan = schedule::plan_pipeline(engine::schedule_kind_name(v.schedule),
-                                            {v.micro_batches, kStages, v.chunks});
+  const auto plan = schedule::plan_pipeline(v.schedule, {v.micro_batches, kStages, v.chunks});
   if (world.rank() == 0) {
     std::printf("  %-15s m %d:", label(v).c_str(), v.micro_batches);
     for (int s = 0; s < kStages; ++s) {
@@ -161,10 +160,9 @@ int main(int argc, char** argv) {
         module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)});
     std::vector<Configuration> configurations;
     for (int m : {4, 8}) {
-      for (const auto& [schedule, chunks] : {std::pair{engine::PipelineSchedule::k1F1B, 1},
-                                             std::pair{engine::PipelineSchedule::kGpipe, 1},
-                                             std::pair{engine::PipelineSchedule::kInterleaved, 2},
-                                             std::pair{engine::PipelineSchedule::kZbH1, 1}}) {
+      for (const auto& [schedule, chunks] :
+           {std::pair{schedule::Kind::k1F1B, 1}, std::pair{schedule::Kind::kGpipe, 1},
+            std::pair{schedule::Kind::kInterleaved, 2}, std::pair{schedule::Kind::kZbH1, 1}}) {
         configurations.push_back(build({schedule, chunks, m}, grid, data));
       }
     }
@@ -193,9 +191,8 @@ int main(int argc, char** argv) {
       const Configuration& base = configurations[i - i % 4];  // 1f1b at the same m
       const double measured = median(c.step_seconds);
       const auto [low, high] = std::minmax_element(c.step_seconds.begin(), c.step_seconds.end());
-      const auto plan =
-          schedule::plan_pipeline(engine::schedule_kind_name(c.variant.schedule),
-                                  {c.variant.micro_batches, kStages, c.variant.chunks});
+      const auto plan = schedule::plan_pipeline(
+          c.variant.schedule, {c.variant.micro_batches, kStages, c.variant.chunks});
       const auto planned = schedule::simulate(plan, {});
       char peak[64];
       std::snprintf(

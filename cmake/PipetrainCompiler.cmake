@@ -14,7 +14,7 @@ endif()
 
 # Unity builds: each target's sources compiled eight to a file, so the precompiled torch
 # header (about 4 s to load per file here) and the templates they share are paid once per
-# batch; see the README's build times. Editing one file then recompiles its batch, so a
+# batch; see docs/bench/2026-12-01-build-times.md. Editing one file then recompiles its batch, so a
 # developer who rebuilds often may turn it off: -DPIPETRAIN_UNITY=OFF.
 option(PIPETRAIN_UNITY "Compile each target's sources in batches (faster clean builds)" ON)
 if(PIPETRAIN_UNITY)

@@ -11,6 +11,7 @@
 
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
+#include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
@@ -41,8 +42,7 @@ std::vector<module::LayerSpec> model() {
 engine::TrainingConfig config_from(int argc, char** argv) {
   if (argc > 1) {
     engine::TrainingConfig config = engine::parse_training_config(config::read_json_file(argv[1]));
-    for (const auto& key : config.unknown_keys)
-      std::fprintf(stderr, "warning: unknown config key %s\n", key.c_str());
+    config::refuse_unknown_keys(config.unknown_keys, engine::training_keys().names());
     return config;
   }
   return engine::parse_training_config(nlohmann::json::parse(R"({

@@ -5,13 +5,14 @@
 //   STEPS [seconds, ...]
 // Usage (under pipetrain launch -n STAGES, one intra-op thread per rank):
 //   pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES STAGES STEPS WARMUP
-//                   [RECEIVE_AHEAD [OVERLAP_GRAD_REDUCE [BUCKET_ELEMENTS]]]
-// (pipeline.receive_ahead: 0, the default, or 1; overlap_grad_reduce: 0 or 1, the default;
-// reduce_bucket_size, default 25000000)
+//                   [0 [OVERLAP_GRAD_REDUCE [BUCKET_ELEMENTS]]]
+// (the tenth argument, once receives posted ahead, which were removed, must be 0;
+// overlap_grad_reduce: 0 or 1, the default; ddp_bucket_size, default 25000000)
 #include <ATen/ATen.h>
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,10 @@ int run(const std::vector<int64_t>& a) {
   config.optimizer = {"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
   config.pipeline.stages = stages;
   config.pipeline.partition_method = "type:GptBlock";
-  config.pipeline.receive_ahead = a.size() >= 10 && a[9] != 0;
+  if (a.size() >= 10 && a[9] != 0)
+    throw std::invalid_argument("the tenth argument must be 0: receives ahead were removed");
   config.overlap_grad_reduce = a.size() < 11 || a[10] != 0;
-  if (a.size() >= 12) config.reduce_bucket_size = a[11];
+  if (a.size() >= 12) config.ddp_bucket_size = a[11];
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,

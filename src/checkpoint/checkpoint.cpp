@@ -135,11 +135,9 @@ nlohmann::json topology_of(const topology::Grid& grid) {
           {"model", grid.model_parallel_size()}};
 }
 
-// Test hook (PIPETRAIN_FAULT_KILL_IN_SAVE=<rank>): that rank dies by SIGKILL right after
-// writing its first layer's files, as a crashed machine would.
-void maybe_die_mid_save(int rank) {
-  const char* victim = std::getenv("PIPETRAIN_FAULT_KILL_IN_SAVE");
-  if (victim && std::atoi(victim) == rank) std::raise(SIGKILL);
+std::function<void(int)>& layer_written_hook() {
+  static std::function<void(int)> hook;
+  return hook;
 }
 
 // Writes the tensors as a safetensors file and records its size and checksum in `files`.
@@ -564,6 +562,10 @@ std::string resolve_tag(const fs::path& directory, const std::string& tag) {
   return name;
 }
 
+void set_layer_written_hook(std::function<void(int global_rank)> hook) {
+  layer_written_hook() = std::move(hook);
+}
+
 void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
                      const std::string& tag, const nlohmann::json& client_state,
                      const engine::MicroBatchSource* data,
@@ -597,7 +599,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
       const WholeLayer layer = whole_layer(engine, sharded, index, parameters, weights, writes);
       if (writes && grid.model_parallel_id() == 0) {
         write_layer(folder, index, layer, layers[std::to_string(index)], files);
-        maybe_die_mid_save(grid.global_rank());
+        if (layer_written_hook()) layer_written_hook()(grid.global_rank());
       }
     }
   }

@@ -1,5 +1,5 @@
 // `pipetrain keys`: every config key `pipetrain train` reads (or a cluster file's), as the
-// README's tables.
+// tables in docs/user/config.md and docs/user/planner.md.
 #include <cstdio>
 #include <memory>
 

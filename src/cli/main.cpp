@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   CLI::App app{"pipetrain: pipeline-, data- and tensor-parallel training on LibTorch", "pipetrain"};
   app.set_version_flag("--version", std::string("pipetrain ") + pipetrain::kVersion);
   app.require_subcommand(1);
+  // For the docs check: parse the command line as given and stop before any work.
+  bool parse_only = false;
+  app.add_flag("--parse-only", parse_only,
+               "Check the command line only: exit 0 if it parses, 2 with the reason if not");
   // Arguments after "--" belong to the program `launch` starts, not to pipetrain.
   const auto dashes = std::find(argv, argv + argc, std::string_view("--"));
   const std::vector<std::string> program(dashes == argv + argc ? dashes : dashes + 1, argv + argc);
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
     report() << "pipetrain: arguments after -- are only for 'launch'\n";
     return input_error();
   }
+  if (parse_only) return 0;
   try {
     for (const auto& command : commands) {
       if (command.parser->parsed()) return command.run();

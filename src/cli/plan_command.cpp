@@ -192,8 +192,7 @@ int run_plan(const PlanOptions& o) {
   const nlohmann::json json = config::read_json_file(o.config);
   std::vector<std::string> unknown;
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
-  for (const auto& key : unknown)
-    std::cerr << "pipetrain: warning: unknown config key " << key << "\n";
+  trainer::refuse_unknown_keys(unknown);
   planner::LayoutLimits limits = o.limits;
   if (!o.schedule.empty())
     limits.schedule = config::read_choice("--schedule", o.schedule, engine::pipeline_schedules(),

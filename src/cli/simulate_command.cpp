@@ -24,8 +24,9 @@ struct SimulateOptions {
 void print_report(const SimulateOptions& options, const schedule::PipelinePlan& plan,
                   const schedule::Timeline& timeline) {
   const auto& shape = plan.shape;
-  std::printf("schedule %s: %d micro-batches, %d stages, %d chunk(s)\n", plan.kind.c_str(),
-              shape.micro_batches, shape.stages, shape.chunks);
+  std::printf("schedule %s: %d micro-batches, %d stages, %d chunk(s)\n",
+              std::string(schedule::name(plan.kind)).c_str(), shape.micro_batches, shape.stages,
+              shape.chunks);
   std::printf("validator: ok\n");
   std::printf("makespan: %.4f\n", timeline.makespan);
   std::printf("%-6s %12s %8s %14s %8s\n", "stage", "busy", "bubble", "peak live acts", "buffers");

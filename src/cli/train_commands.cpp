@@ -32,6 +32,9 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--lr", o.lr, "Learning rate (optimizer.params.lr)");
   command->add_option("--save", o.save, "Checkpoint directory");
   command->add_option("--load", o.load, "Resume from this directory's latest checkpoint");
+  command->add_flag(
+      "--overwrite", o.overwrite,
+      "Save into a folder holding another run's checkpoints, starting over (overwrite)");
   command->add_option("--trace", o.trace, "Write a Chrome/Perfetto trace of one step here");
   command->add_option("--schedule", o.schedule,
                       "Training schedule: 1f1b (DeepSpeed's train), gpipe, interleaved or zb-h1 "
@@ -50,14 +53,14 @@ Command add_train_command(CLI::App& app) {
 Command add_eval_command(CLI::App& app) {
   struct Options {
     std::string checkpoint;
-    int64_t eval_iters = 8;
+    std::optional<int64_t> eval_iters;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command =
       app.add_subcommand("eval", "Validation loss of a checkpoint saved by pipetrain train");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
-  command->add_option("--eval-iters", options->eval_iters, "Validation batches")
-      ->capture_default_str();
+  command->add_option("--eval-iters", options->eval_iters,
+                      "Validation batches of the training's batch size (default: its eval_iters)");
   return {command, [options] {
             return comm::run_rank(0, nullptr, [&] {
               return trainer::evaluate_checkpoint(options->checkpoint, options->eval_iters);

@@ -129,12 +129,8 @@ bool PendingSend::test() {
   return true;
 }
 
-TensorTransport::TensorTransport(std::shared_ptr<Communicator> control,
-                                 std::shared_ptr<Communicator> data, at::Device device)
-    : control_(std::move(control)),
-      data_(std::move(data)),
-      device_(device),
-      header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
+TensorTransport::TensorTransport(std::shared_ptr<Communicator> comm, at::Device device)
+    : comm_(std::move(comm)), device_(device), header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
 
 void TensorTransport::route_payloads(int peer, std::shared_ptr<Communicator> comm, int rank_there) {
   routes_[peer] = Route{std::move(comm), rank_there};
@@ -142,13 +138,13 @@ void TensorTransport::route_payloads(int peer, std::shared_ptr<Communicator> com
 
 WorkPtr TensorTransport::send_payload(const at::Tensor& payload, int peer, int tag) {
   const auto route = routes_.find(peer);
-  if (route == routes_.end()) return data_->send(payload, peer, tag);
+  if (route == routes_.end()) return comm_->send(payload, peer, tag);
   return route->second.comm->send(payload, route->second.rank, tag);
 }
 
 WorkPtr TensorTransport::recv_payload(at::Tensor& payload, int peer, int tag) {
   const auto route = routes_.find(peer);
-  if (route == routes_.end()) return data_->recv(payload, peer, tag);
+  if (route == routes_.end()) return comm_->recv(payload, peer, tag);
   return route->second.comm->recv(payload, route->second.rank, tag);
 }
 
@@ -157,7 +153,7 @@ PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int pe
   PendingSend pending;
   at::Tensor header = at::empty({static_cast<int64_t>(words.size())}, at::kLong);
   std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
-  pending.works_.push_back(control_->send(header, peer, tag));
+  pending.works_.push_back(comm_->send(header, peer, tag));
   pending.keep_alive_.push_back(std::move(header));
   for (const auto& tensor : tensors) {
     at::Tensor payload = tensor.detach().contiguous();
@@ -185,7 +181,7 @@ PendingRecv::PendingRecv(TensorTransport& transport, int peer, int tag, at::Tens
       tag_(tag),
       header_(std::move(header)),
       reuse_(std::move(reuse)) {
-  header_work_ = transport_->control_->recv(header_, peer_, tag_);
+  header_work_ = transport_->comm_->recv(header_, peer_, tag_);
 }
 
 void PendingRecv::post_payloads() {
@@ -194,7 +190,7 @@ void PendingRecv::post_payloads() {
     metas_ = decode_header(header_.data_ptr<int64_t>(), kMaxHeaderWords);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string(e.what()) + " from rank " +
-                             std::to_string(transport_->control_->global_rank(peer_)) + " (tag " +
+                             std::to_string(transport_->comm_->global_rank(peer_)) + " (tag " +
                              std::to_string(tag_) + ")");
   }
   const at::Device device = transport_->device_;

@@ -115,13 +115,14 @@ TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t voc
 }
 
 SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
-                               uint64_t seed, uint64_t stream)
+                               uint64_t seed, uint64_t stream, std::optional<SampleShare> share)
     : tokens_(std::move(tokens)),
       vocab_size_(vocab_size),
       context_(context),
       batch_(batch),
       seed_(seed),
-      stream_(stream) {
+      stream_(stream),
+      share_(share) {
   if (tokens_.length < context_ + 2) {
     throw io::InputError("a sequence of " + std::to_string(context_ + 1) +
                          " tokens does not fit in " + std::to_string(tokens_.length) +
@@ -130,8 +131,19 @@ SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t con
 }
 
 engine::MicroBatch SequenceSource::next() {
-  const at::Tensor starts =
-      draw_integers(seed_, stream_, drawn_++, batch_, tokens_.length - context_);
+  const int64_t high = tokens_.length - context_;
+  at::Tensor starts;
+  if (share_) {
+    starts = at::empty({batch_}, at::kLong);
+    for (int64_t i = 0; i < batch_; ++i) {
+      const int64_t sample = (drawn_ * batch_ + i) * share_->replicas + share_->replica;
+      starts.data_ptr<int64_t>()[i] =
+          draw_integers(seed_, stream_, sample, 1, high).item<int64_t>();
+    }
+    ++drawn_;
+  } else {
+    starts = draw_integers(seed_, stream_, drawn_++, batch_, high);
+  }
   at::Tensor windows = at::empty({batch_, context_ + 1}, at::kLong);
   for (int64_t b = 0; b < batch_; ++b) {
     tokens_.stream->read(tokens_.begin + starts.data_ptr<int64_t>()[b], context_ + 1, vocab_size_,
@@ -146,17 +158,30 @@ void SequenceSource::restore(const nlohmann::json& state) {
 }
 
 RegressionSource::RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed,
-                                   uint64_t stream)
-    : inputs_(inputs), batch_(batch), seed_(seed), stream_(stream) {
+                                   uint64_t stream, std::optional<SampleShare> share)
+    : inputs_(inputs), batch_(batch), seed_(seed), stream_(stream), share_(share) {
   auto teacher = at::make_generator<at::CPUGeneratorImpl>(seed);
   hidden_weight_ = at::randn({inputs, 32}, teacher) / std::sqrt(static_cast<double>(inputs));
   output_weight_ = at::randn({32, outputs}, teacher) / std::sqrt(32.0);
 }
 
 engine::MicroBatch RegressionSource::next() {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-      module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(drawn_++)));
-  const at::Tensor x = at::rand({batch_, inputs_}, generator) * 2 - 1;
+  auto generator_of = [&](int64_t draw) {
+    return at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+        module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(draw)));
+  };
+  at::Tensor x;
+  if (share_) {
+    std::vector<at::Tensor> rows;
+    for (int64_t i = 0; i < batch_; ++i) {
+      const int64_t sample = (drawn_ * batch_ + i) * share_->replicas + share_->replica;
+      rows.push_back(at::rand({1, inputs_}, generator_of(sample)));
+    }
+    x = at::cat(rows) * 2 - 1;
+    ++drawn_;
+  } else {
+    x = at::rand({batch_, inputs_}, generator_of(drawn_++)) * 2 - 1;
+  }
   return {{x}, {at::tanh(x.matmul(hidden_weight_)).matmul(output_weight_)}};
 }
 

@@ -160,4 +160,19 @@ comm::TensorList FaultInjector::outgoing(const comm::TensorList& tensors) {
   return broken;
 }
 
+void inject_faults(PipelineEngine& engine, const FaultPlan& plan) {
+  if (plan.rank != engine.grid().global_rank()) return;
+  const auto parameters = engine.module().parameters();
+  auto injector =
+      std::make_shared<FaultInjector>(plan, parameters.empty() ? at::Tensor() : parameters.front());
+  engine.set_hooks(
+      {.before =
+           [injector](const schedule::Instruction& instruction, int64_t step,
+                      const comm::WaitContext& where) {
+             injector->before(instruction, step, where);
+           },
+       .outgoing =
+           [injector](const comm::TensorList& tensors) { return injector->outgoing(tensors); }});
+}
+
 }  // namespace pipetrain::engine

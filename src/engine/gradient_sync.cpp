@@ -17,14 +17,20 @@ at::Tensor gradient_of(const at::Tensor& parameter) {
 
 }  // namespace
 
-GradientSync::GradientSync(const module::PipelineModule& module,
-                           std::shared_ptr<const topology::Grid> grid, DataParallel data_parallel,
-                           at::Device device)
+GradientSync::GradientSync(const module::PipelineModule& module, const Communicators& comms,
+                           DataParallel data_parallel)
     : module_(module),
-      grid_(std::move(grid)),
-      data_(std::move(data_parallel.data)),
+      grid_(comms.grid()),
+      data_(comms.data()),
+      tied_comms_(comms.tied()),
       overlap_(data_parallel.overlap) {
-  connect_tied_layers(device);
+  // A tied tensor counts in the norm on its first owner stage only.
+  std::vector<at::Tensor> counted_elsewhere;
+  for (const auto& [key, comm] : tied_comms_) {
+    if (module_.tie_owner_stages(key).front() == grid_->stage_id()) continue;
+    for (const auto& p : module_.tied_parameters(key)) counted_elsewhere.push_back(p);
+  }
+  choose_norm_parameters(counted_elsewhere);
   const auto parameters = module_.parameters();
   late_.assign(parameters.size(), false);
   for (const auto& [key, comm] : tied_comms_) {
@@ -43,30 +49,6 @@ void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
   if (grid_->data_parallel_size() == 1) return;
   buckets_ = std::make_unique<GradientBuckets>(module_.parameters(), late_, std::move(reduction),
                                                data_, grid_->data_comm(), overlap_);
-}
-
-void GradientSync::connect_tied_layers(at::Device device) {
-  // One communicator per key among the owner stages that share this rank's data and model
-  // coordinates. Splitting is collective, so every rank takes part for every key.
-  std::vector<at::Tensor> counted_elsewhere;
-  std::map<std::string, bool> seen;
-  for (const auto& spec : module_.specs()) {
-    if (!spec.tied() || seen[spec.tie_key]) continue;
-    seen[spec.tie_key] = true;
-    const auto owners = module_.tie_owner_stages(spec.tie_key);
-    if (owners.size() < 2) continue;
-    const bool owner = std::find(owners.begin(), owners.end(), grid_->stage_id()) != owners.end();
-    const int group =
-        1 + grid_->data_parallel_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
-    auto comm = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
-    if (!owner) continue;
-    comm->set_timeout(grid_->pipe_comm()->timeout());
-    tied_comms_[spec.tie_key] = device::communicator_for(comm, device);
-    if (owners.front() != grid_->stage_id()) {
-      for (const auto& p : module_.tied_parameters(spec.tie_key)) counted_elsewhere.push_back(p);
-    }
-  }
-  choose_norm_parameters(counted_elsewhere);
 }
 
 void GradientSync::choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere) {

@@ -7,8 +7,6 @@
 #include <map>
 #include <stdexcept>
 
-#include "pipetrain/device/placement.h"
-#include "pipetrain/device/transport.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/validator.h"
 
@@ -66,11 +64,11 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
 // Built and validated once per shape: every stage's plan must be valid with buffered
 // sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
 // their receive, else they are deferred (neighbours that send to each other at once).
-PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro_batches) const {
+PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_batches) const {
   const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks};
   const schedule::PipelinePlan plan = schedule::plan_pipeline(kind, shape);
   if (const auto violation = schedule::validate(plan)) {
-    throw std::logic_error("the " + std::string(kind) +
+    throw std::logic_error("the " + std::string(schedule::name(kind)) +
                            " schedule is invalid: " + violation->to_string());
   }
   const int stage = grid_->stage_id();
@@ -81,61 +79,52 @@ PipelineEngine::Program PipelineEngine::program(std::string_view kind, int micro
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
   program.last_backwards_step = last_backwards_step(program.steps);
-  for (const auto& step : program.steps) {
-    for (const Instruction& in : step) {
-      if (!schedule::is_recv(in.kind)) continue;
-      const Flow flow = in.kind == OpKind::kRecvActivation ? Flow::kActivation : Flow::kGradient;
-      program.receives.push_back(
-          {schedule::transfer_peer(shape, stage, in).stage, Channel{flow, in.chunk}});
-    }
-  }
   return program;
 }
 
 PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                std::shared_ptr<topology::Grid> grid, TrainingConfig config)
+    : PipelineEngine(std::move(module),
+                     std::make_shared<Communicators>(std::move(grid), config.device,
+                                                     comm::Seconds(config.comm_timeout)),
+                     config) {}
+
+PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
+                               std::shared_ptr<Communicators> comms, TrainingConfig config)
     : module_(std::move(module)),
-      grid_(std::move(grid)),
+      comms_(std::move(comms)),
+      grid_(comms_->grid()),
       config_(resolved(std::move(config), grid_->data_parallel_size())),
-      device_(device::place_rank(config_.device, *grid_->world_comm())),
+      device_(comms_->device()),
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
   check_stage();
-  if (config_.comm_timeout > 0) grid_->set_timeout(comm::Seconds(config_.comm_timeout));
-  const auto plan = fault_plan_from_environment();
   module_->to(device_);
-  const auto parameters = module_->parameters();
-  const auto data = device::communicator_for(grid_->data_comm(), device_);
-  gradients_ = std::make_unique<GradientSync>(
-      *module_, grid_,
-      GradientSync::DataParallel{.data = data,
-                                 .averages = !shards_optimizer(config_.zero),
-                                 .bucket_elements = config_.reduce_bucket_size,
-                                 .wire = to_scalar_type(config_.precision.communication_dtype),
-                                 .overlap = config_.overlap_grad_reduce},
-      device_);
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
-      *module_, grid_, config_, gradients_->norm_parameters(), data, gradients_->late());
-  if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
-  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
-  train_program_ = program(schedule_kind_name(config_.pipeline.schedule), shape_.micro_batches);
-  eval_program_ = program("inference", shape_.micro_batches);
-  infer_program_ = program("inference", 1);
+  train_program_ = program(config_.pipeline.schedule, shape_.micro_batches);
+  eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
+  infer_program_ = program(schedule::Kind::kInference, 1);
+  comms_->connect_tied(*module_);
   // NCCL may carry the pipe's payloads where its matching by order on one stream is safe.
-  const bool nccl_allowed = shape_.chunks == 1 && !train_program_.sends_deferred() &&
-                            !eval_program_.sends_deferred() && !infer_program_.sends_deferred();
-  const bool partitioned = config_.pipeline.partitioned_transfers;
-  if (plan && plan->rank == grid_->global_rank()) {
-    faults_ = std::make_shared<FaultInjector>(
-        *plan, parameters.empty() ? at::Tensor() : parameters.front());
-    link_ = std::make_unique<FaultyStageLink>(grid_, partitioned, device_, nccl_allowed,
-                                              config_.pipeline.receive_ahead, faults_);
-  } else {
-    link_ = std::make_unique<StageLink>(grid_, partitioned, device_, nccl_allowed,
-                                        config_.pipeline.receive_ahead);
-  }
+  comms_->connect_pipe(shape_.chunks == 1 && !train_program_.sends_deferred() &&
+                       !eval_program_.sends_deferred() && !infer_program_.sends_deferred());
+  gradients_ = std::make_unique<GradientSync>(
+      *module_, *comms_,
+      GradientSync::DataParallel{.averages = !shards_optimizer(config_.zero),
+                                 .bucket_elements = config_.ddp_bucket_size,
+                                 .wire = to_scalar_type(config_.precision.communication_dtype),
+                                 .overlap = config_.overlap_grad_reduce});
+  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
+      *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late());
+  if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
+  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
+  link_ = std::make_unique<StageLink>(*comms_, config_.pipeline.partitioned_transfers);
+}
+
+void PipelineEngine::set_hooks(Hooks hooks) {
+  before_instruction_ = std::move(hooks.before);
+  link_->set_outgoing_filter(std::move(hooks.outgoing));
 }
 
 void PipelineEngine::check_stage() const {
@@ -210,7 +199,6 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   link_->set_send_completion(program.sends);
-  link_->expect_receives(program.receives);
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
   if (run.training) gradients_->begin_step();
   if (run.training && std::exchange(record_next_, false)) {
@@ -232,7 +220,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
 void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) {
   current_.step = step;
   current_.instruction = in;
-  if (faults_ && run.training) faults_->before(in, global_steps_ + 1, current_);
+  if (before_instruction_ && run.training) before_instruction_(in, global_steps_ + 1, current_);
   const auto start = Clock::now();
   const int64_t bytes_before = link_->bytes();
   try {

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/engine/weight_decay.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
@@ -19,7 +20,7 @@ const config::Names<std::string>& scheduler_types() {
 void check_chunks(const TrainingConfig& c) {
   const PipelineConfig& p = c.pipeline;
   const std::string chunks = std::to_string(p.chunks);
-  if (p.schedule != PipelineSchedule::kInterleaved) {
+  if (p.schedule != schedule::Kind::kInterleaved) {
     if (p.chunks == 1) return;
     throw io::InputError("pipeline.chunks " + chunks +
                          " needs pipeline.schedule \"interleaved\", not \"" +
@@ -82,8 +83,14 @@ void bind_run(config::KeyTable<TrainingConfig>& t) {
       .number("comm_timeout", PIPETRAIN_FIELD(comm_timeout),
               "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300",
               config::at_least(0))
-      .integer("reduce_bucket_size", PIPETRAIN_FIELD(reduce_bucket_size),
-               "elements per data-parallel all-reduce bucket", config::at_least(1))
+      .integer("ddp_bucket_size", PIPETRAIN_FIELD(ddp_bucket_size),
+               "elements per data-parallel all-reduce bucket without ZeRO (Megatron's "
+               "`--ddp-bucket-size`; ZeRO's are `zero_optimization.reduce_bucket_size`)",
+               config::at_least(1))
+      .refused("reduce_bucket_size",
+               "the former top-level name of `ddp_bucket_size`: refused with that advice",
+               "at the top level is now ddp_bucket_size (elements per data-parallel all-reduce "
+               "bucket); ZeRO's is zero_optimization.reduce_bucket_size")
       .flag("overlap_grad_reduce", PIPETRAIN_FIELD(overlap_grad_reduce),
             "reduce each data-parallel gradient bucket (all-reduce, or ZeRO's reduce-scatter) as "
             "soon as its gradients are final, while the step's last backward passes run "
@@ -182,10 +189,11 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
             "with tensor parallelism, send 1/t shares between stages and all-gather them")
-      .flag("pipeline.receive_ahead", PIPETRAIN_FIELD(pipeline.receive_ahead),
-            "post each receive between stages ahead of need and move it along on a helper thread "
-            "while the stage computes (CPU tensors over MPI with `MPI_THREAD_MULTIPLE`; off: "
-            "on 2 shared cores it saved no time, see the README)");
+      .refused("pipeline.receive_ahead",
+               "removed (receives posted ahead saved no time on CPUs and never ran on GPUs): "
+               "refused",
+               "was removed: receives posted ahead saved no time "
+               "(docs/design/receive-ahead.md); delete the key");
 }
 
 // bf16.enabled and fp16.enabled both set the model's precision.
@@ -267,27 +275,13 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
 
 }  // namespace
 
-const config::Names<PipelineSchedule>& pipeline_schedules() {
-  static const config::Names<PipelineSchedule> names{
-      {"1f1b", PipelineSchedule::k1F1B},
-      {"train", PipelineSchedule::k1F1B},
-      {"gpipe", PipelineSchedule::kGpipe},
-      {"interleaved", PipelineSchedule::kInterleaved},
-      {"zb-h1", PipelineSchedule::kZbH1}};
+const config::Names<schedule::Kind>& pipeline_schedules() {
+  static const config::Names<schedule::Kind> names{{"1f1b", schedule::Kind::k1F1B},
+                                                   {"train", schedule::Kind::k1F1B},
+                                                   {"gpipe", schedule::Kind::kGpipe},
+                                                   {"interleaved", schedule::Kind::kInterleaved},
+                                                   {"zb-h1", schedule::Kind::kZbH1}};
   return names;
-}
-
-std::string_view schedule_kind_name(PipelineSchedule schedule) {
-  switch (schedule) {
-    case PipelineSchedule::kGpipe:
-      return "gpipe";
-    case PipelineSchedule::kInterleaved:
-      return "interleaved";
-    case PipelineSchedule::kZbH1:
-      return "zb-h1";
-    default:
-      return "train";
-  }
 }
 
 const config::KeyTable<TrainingConfig>& training_keys() {
@@ -304,8 +298,10 @@ const config::KeyTable<TrainingConfig>& training_keys() {
   return table;
 }
 
-TrainingConfig parse_training_config(const nlohmann::json& json,
+TrainingConfig parse_training_config(const nlohmann::json& given,
                                      const std::vector<std::string>& extra_keys) {
+  nlohmann::json json = given;
+  config::accept_alias(json, "bfloat16", "bf16");  // DeepSpeed reads both
   TrainingConfig config;
   for (const auto& key : training_keys().read(json, config)) {
     const std::string top = key.substr(0, key.find('.'));

@@ -8,12 +8,8 @@
 namespace pipetrain::engine {
 namespace {
 
-// Sends in flight are tested every kPollInterval (the study under Deadlines in the README).
-// Receives posted ahead wait for their sender most of the time: while nothing but such
-// receives is in flight, the pause doubles after each round in which none completed, up to
-// kIdleInterval, so the thread takes little from the stage's own compute.
+// Sends in flight are tested every kPollInterval (docs/bench/2026-11-30-poll-pause.md).
 constexpr std::chrono::microseconds kPollInterval{100};
-constexpr std::chrono::microseconds kIdleInterval{1600};
 
 }  // namespace
 
@@ -29,8 +25,7 @@ TransferProgress::~TransferProgress() {
 }
 
 void TransferProgress::start_thread() {
-  // Started with the first transfer left in flight: schedules whose sends block and that
-  // post no receive ahead never need it.
+  // Started with the first send left in flight: schedules whose sends block never need it.
   if (threads_allowed_ && !thread_.joinable())
     thread_ = std::thread([this] { poll_until_stopped(); });
 }
@@ -52,21 +47,6 @@ void TransferProgress::complete_sends() {
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
-void TransferProgress::add(comm::PendingRecv* recv) {
-  start_thread();
-  {
-    const std::lock_guard lock(mutex_);
-    recvs_.push_back(recv);
-  }
-  wake_.notify_one();
-}
-
-void TransferProgress::withdraw(const comm::PendingRecv* recv) {
-  const std::lock_guard lock(mutex_);
-  std::erase(recvs_, recv);
-  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
-}
-
 void TransferProgress::rethrow_failure() {
   const std::lock_guard lock(mutex_);
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
@@ -74,26 +54,19 @@ void TransferProgress::rethrow_failure() {
 
 void TransferProgress::poll_until_stopped() {
   std::unique_lock lock(mutex_);
-  auto pause = kPollInterval;
   while (true) {
-    wake_.wait(lock,
-               [this] { return stop_ || ((!sends_.empty() || !recvs_.empty()) && !failure_); });
+    wake_.wait(lock, [this] { return stop_ || (!sends_.empty() && !failure_); });
     if (stop_) return;
-    const std::size_t recvs_before = recvs_.size();
     try {
-      // Completed sends free their payloads at once, in any order; a completed receive
-      // is left alone (its owner's withdraw() then finds nothing to remove).
+      // Completed sends free their payloads at once, in any order.
       std::erase_if(sends_, [](comm::PendingSend& send) { return send.test(); });
-      std::erase_if(recvs_, [](comm::PendingRecv* recv) { return recv->test(); });
     } catch (...) {
-      failure_ = std::current_exception();  // the transfers stay: their buffers may be in use
+      failure_ = std::current_exception();  // the sends stay: their buffers may be in use
       continue;
     }
-    if (sends_.empty() && recvs_.empty()) continue;
-    const bool idle = sends_.empty() && recvs_.size() == recvs_before;
-    pause = idle ? std::min(2 * pause, kIdleInterval) : kPollInterval;
+    if (sends_.empty()) continue;
     lock.unlock();
-    std::this_thread::sleep_for(pause);
+    std::this_thread::sleep_for(kPollInterval);
     lock.lock();
   }
 }

@@ -3,8 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -17,21 +20,33 @@ volatile sig_atomic_t child_pid = 0;
 
 volatile sig_atomic_t received = 0;
 
-// Passes the signal on (SIGTERM as SIGUSR2, see the header), and says once
-// (async-signal-safe) why the job is ending.
+void say(std::initializer_list<const char*> parts) {  // async-signal-safe
+  for (const char* part : parts) {
+    if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+  }
+}
+
+// Passes the signal on, and says once why the job is ending. SIGTERM goes as SIGUSR2 (see
+// the header), and so do a first SIGINT or SIGHUP: ranks saving on SIGTERM finish their
+// step and save. A second SIGINT or SIGHUP goes as itself: mpirun ends the job at once.
 void forward(int signal) {
   if (signal == SIGUSR1 || signal == SIGUSR2) {  // for the ranks (e.g. save_on_signal)
     if (child_pid > 0) ::kill(child_pid, signal);
     return;
   }
-  if (!received) {
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  const bool again = received != 0;
+  if (!again) {
     received = signal;
-    const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
-    for (const char* part : {"pipetrain: launch: passing ", name, " to the job\n"}) {
-      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+    if (signal == SIGTERM) {
+      say({"pipetrain: launch: passing SIGTERM to the job\n"});
+    } else {
+      say({"pipetrain: launch: passing ", name, " to the job (", name,
+           " again stops it at once)\n"});
     }
   }
-  if (child_pid > 0) ::kill(child_pid, signal == SIGTERM ? SIGUSR2 : signal);
+  const bool at_once = again && signal != SIGTERM;
+  if (child_pid > 0) ::kill(child_pid, at_once ? signal : SIGUSR2);
 }
 
 }  // namespace
@@ -49,6 +64,14 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
     // its ranks down when it gets SIGTERM.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(128 + SIGTERM);  // the launcher died before prctl
+    // A process group of its own: a terminal's Ctrl-C, or a signal to the launcher's group,
+    // reaches the launcher alone, which passes it on as above (mpirun would end the job at
+    // once). A background group must not read the terminal (SIGTTIN would stop it).
+    ::setpgid(0, 0);
+    if (::isatty(STDIN_FILENO)) {
+      const int none = ::open("/dev/null", O_RDONLY);
+      if (none >= 0) ::dup2(none, STDIN_FILENO);
+    }
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);

@@ -47,7 +47,9 @@ int run_job(const LaunchOptions& options) {
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
   }
   // A SIGTERM passed on as SIGUSR2 that ended the ranks reads as the SIGTERM it was.
-  if (ending.signal_received == SIGTERM && ending.status == 128 + SIGUSR2) return 128 + SIGTERM;
+  // Ranks that did not save ended on the SIGUSR2 the signal was passed on as.
+  if (ending.signal_received != 0 && ending.status == 128 + SIGUSR2)
+    return 128 + ending.signal_received;
   return ending.status;
 }
 

@@ -207,10 +207,18 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
                                        "\" is not one pipetrain imports (GPT2LMHeadModel, "
                                        "LlamaForCausalLM)");
   }
+  // Special tokens, where config.json names one of each (a list or null names none here).
+  auto token = [&](const char* name) {
+    return hf.contains(name) && hf[name].is_number_integer() ? hf[name].get<int64_t>() : -1;
+  };
+  config.bos_token_id = token("bos_token_id");
+  config.eos_token_id = token("eos_token_id");
   return config;
 }
 
-nlohmann::json hf_config_of(const ModelConfig& config) {
+namespace {
+
+nlohmann::json hf_model_config_of(const ModelConfig& config) {
   if (config.type == "gpt") {
     const GptConfig& g = config.gpt;
     return {{"architectures", {"GPT2LMHeadModel"}},
@@ -254,6 +262,15 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
             {"torch_dtype", "float32"}};
   }
   throw no_transformers_format(config);
+}
+
+}  // namespace
+
+nlohmann::json hf_config_of(const ModelConfig& config) {
+  nlohmann::json hf = hf_model_config_of(config);
+  if (config.bos_token_id >= 0) hf["bos_token_id"] = config.bos_token_id;
+  if (config.eos_token_id >= 0) hf["eos_token_id"] = config.eos_token_id;
+  return hf;
 }
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {

@@ -34,6 +34,11 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "added to the RMSNorm's mean square")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
+    t.when([](const ModelConfig& c) { return c.type != "mlp"; }, "model.type gpt or llama")
+        .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
+                 "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
+        .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),
+                 "the end-of-sequence token (transformers' name); -1: none", config::at_least(-1));
     t.when([](const ModelConfig& c) { return c.type == "mlp"; }, "model.type mlp")
         .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
         .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "pipetrain/config/config_section.h"
+#include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::optim {
@@ -30,8 +31,9 @@ class Params {
     return {numbers[0], numbers[1]};
   }
   void finish() const {
-    const auto unknown = section_.unknown_keys(used_);
-    if (!unknown.empty()) throw io::InputError("unknown key " + unknown.front());
+    std::vector<std::string> known;
+    for (const auto& key : used_) known.push_back(section_.path() + "." + key);
+    config::refuse_unknown_keys(section_.unknown_keys(used_), known);
   }
 
  private:

@@ -10,7 +10,7 @@
 namespace pipetrain::planner {
 namespace {
 
-using engine::PipelineSchedule;
+using schedule::Kind;
 
 std::vector<int> divisors(int64_t n) {
   std::vector<int> found;
@@ -34,14 +34,13 @@ bool splits(const models::ModelConfig& m, int t) {
 }
 
 // Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
-std::vector<std::pair<PipelineSchedule, int>> schedules(int pipe, int64_t micro_batches,
-                                                        int layers) {
-  if (pipe == 1) return {{PipelineSchedule::k1F1B, 1}};
-  std::vector<std::pair<PipelineSchedule, int>> found{
-      {PipelineSchedule::k1F1B, 1}, {PipelineSchedule::kGpipe, 1}, {PipelineSchedule::kZbH1, 1}};
+std::vector<std::pair<schedule::Kind, int>> schedules(int pipe, int64_t micro_batches, int layers) {
+  if (pipe == 1) return {{schedule::Kind::k1F1B, 1}};
+  std::vector<std::pair<schedule::Kind, int>> found{
+      {schedule::Kind::k1F1B, 1}, {schedule::Kind::kGpipe, 1}, {schedule::Kind::kZbH1, 1}};
   for (int chunks : {2, 4}) {
     if (micro_batches % pipe == 0 && pipe * chunks <= layers)
-      found.push_back({PipelineSchedule::kInterleaved, chunks});
+      found.push_back({schedule::Kind::kInterleaved, chunks});
   }
   return found;
 }

@@ -1,5 +1,6 @@
 #include "pipetrain/schedule/schedule.h"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -11,36 +12,18 @@ namespace pipetrain::schedule {
 namespace {
 
 const std::vector<ScheduleKind> kKinds = {
-    {"train", "DeepSpeed's synchronous 1F1B (TrainSchedule)", true, false, false},
-    {"inference",
+    {Kind::k1F1B, "train", "DeepSpeed's synchronous 1F1B (TrainSchedule)", true, false, false},
+    {Kind::kInference, "inference",
      "DeepSpeed's forward-only pipeline (InferenceSchedule); over --chunks > 1 model chunks, "
      "forwards in Megatron's interleaved order",
      false, true, false},
-    {"data-parallel", "no pipeline: forward and backward per micro-batch", true, false, false},
-    {"gpipe", "GPipe: all forwards, then all backwards", true, false, false},
-    {"interleaved", "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true,
-     false},
-    {"zb-h1", "zero-bubble ZB-H1: weight gradients deferred into the bubbles", true, false, true},
-};
-
-// A schedule generated from per-rank compute orders (see compute_order.h).
-class GeneratedSchedule final : public Schedule {
- public:
-  GeneratedSchedule(std::string_view kind, const PipeShape& shape, int stage_id,
-                    const LockstepPlan& plan)
-      : Schedule(shape, stage_id),
-        kind_(kind),
-        buffers_(plan.num_pipe_buffers[stage_id]),
-        steps_(plan.stage_steps[stage_id]) {}
-
-  std::string_view kind() const override { return kind_; }
-  int num_pipe_buffers() const override { return buffers_; }
-  std::vector<Step> steps() const override { return steps_; }
-
- private:
-  std::string_view kind_;
-  int buffers_;
-  std::vector<Step> steps_;
+    {Kind::kDataParallel, "data-parallel", "no pipeline: forward and backward per micro-batch",
+     true, false, false},
+    {Kind::kGpipe, "gpipe", "GPipe: all forwards, then all backwards", true, false, false},
+    {Kind::kInterleaved, "interleaved",
+     "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true, false},
+    {Kind::kZbH1, "zb-h1", "zero-bubble ZB-H1: weight gradients deferred into the bubbles", true,
+     false, true},
 };
 
 void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
@@ -69,21 +52,35 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   }
 }
 
-// Null for the kinds that compute one stage at a time (DeepSpeed's).
-std::vector<ComputeOrder> (*order_function(std::string_view kind,
-                                           const PipeShape& shape))(const PipeShape&) {
-  if (kind == "inference" && shape.chunks > 1) return forward_order;
-  if (kind == "gpipe") return gpipe_order;
-  if (kind == "interleaved") return interleaved_1f1b_order;
-  if (kind == "zb-h1") return zb_h1_order;
+// Null for the kinds written step by step (DeepSpeed's).
+std::vector<ComputeOrder> (*order_function(Kind kind, const PipeShape& shape))(const PipeShape&) {
+  switch (kind) {
+    case Kind::kInference:
+      return shape.chunks > 1 ? forward_order : nullptr;
+    case Kind::kGpipe:
+      return gpipe_order;
+    case Kind::kInterleaved:
+      return interleaved_1f1b_order;
+    case Kind::kZbH1:
+      return zb_h1_order;
+    case Kind::k1F1B:
+    case Kind::kDataParallel:
+      return nullptr;
+  }
   return nullptr;
 }
 
-std::unique_ptr<Schedule> make_deepspeed_schedule(std::string_view kind, const PipeShape& shape,
-                                                  int stage_id) {
-  if (kind == "train") return std::make_unique<TrainSchedule>(shape, stage_id);
-  if (kind == "inference") return std::make_unique<InferenceSchedule>(shape, stage_id);
-  return std::make_unique<DataParallelSchedule>(shape, stage_id);
+std::unique_ptr<Schedule> make_deepspeed_schedule(Kind kind, const PipeShape& shape, int stage_id) {
+  switch (kind) {
+    case Kind::k1F1B:
+      return std::make_unique<TrainSchedule>(shape, stage_id);
+    case Kind::kInference:
+      return std::make_unique<InferenceSchedule>(shape, stage_id);
+    case Kind::kDataParallel:
+      return std::make_unique<DataParallelSchedule>(shape, stage_id);
+    default:
+      throw std::logic_error("schedule '" + std::string(name(kind)) + "' has no step-by-step form");
+  }
 }
 
 }  // namespace
@@ -121,6 +118,17 @@ const std::vector<ScheduleKind>& schedule_kinds() {
   return kKinds;
 }
 
+const ScheduleKind& schedule_kind(Kind kind) {
+  for (const auto& info : kKinds) {
+    if (info.kind == kind) return info;
+  }
+  throw std::logic_error("a schedule kind outside the table");
+}
+
+std::string_view name(Kind kind) {
+  return schedule_kind(kind).name;
+}
+
 const ScheduleKind& schedule_kind(std::string_view name) {
   for (const auto& kind : kKinds) {
     if (kind.name == name) return kind;
@@ -130,34 +138,26 @@ const ScheduleKind& schedule_kind(std::string_view name) {
   throw io::InputError("unknown schedule kind '" + std::string(name) + "' (known: " + known + ")");
 }
 
-std::unique_ptr<Schedule> make_schedule(std::string_view kind, const PipeShape& shape,
-                                        int stage_id) {
+PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
-  if (auto order = order_function(info.name, shape)) {
-    check_stage_id(shape, stage_id);  // before building every stage's plan
-    return std::make_unique<GeneratedSchedule>(info.name, shape, stage_id,
-                                               build_lockstep(shape, order(shape)));
-  }
-  return make_deepspeed_schedule(info.name, shape, stage_id);
-}
-
-PipelinePlan plan_pipeline(std::string_view kind, const PipeShape& shape) {
-  const ScheduleKind& info = schedule_kind(kind);
-  check_shape(info, shape);
-  PipelinePlan plan{std::string(info.name), shape, info.trains, info.splits_backward, {}, {}};
-  if (auto order = order_function(info.name, shape)) {
+  PipelinePlan plan{kind, shape, info.trains, info.splits_backward, {}, {}};
+  if (auto order = order_function(kind, shape)) {
     LockstepPlan built = build_lockstep(shape, order(shape));
     plan.num_pipe_buffers = std::move(built.num_pipe_buffers);
     plan.stage_steps = std::move(built.stage_steps);
     return plan;
   }
   for (int s = 0; s < shape.stages; ++s) {
-    const auto schedule = make_deepspeed_schedule(info.name, shape, s);
+    const auto schedule = make_deepspeed_schedule(kind, shape, s);
     plan.num_pipe_buffers.push_back(schedule->num_pipe_buffers());
     plan.stage_steps.push_back(schedule->steps());
   }
   return plan;
+}
+
+PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape) {
+  return plan_pipeline(schedule_kind(name).kind, shape);
 }
 
 }  // namespace pipetrain::schedule

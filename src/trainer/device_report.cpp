@@ -11,9 +11,8 @@
 namespace pipetrain::trainer {
 
 std::string describe_devices(const engine::PipelineEngine& engine) {
-  const std::string mine = device::describe_device(engine.device()) + ", pipe " +
-                           engine.pipe_transports() + ", data-parallel " +
-                           std::string(comm::transport_name(engine.data_transport()));
+  const std::string mine =
+      device::describe_device(engine.device()) + ", " + engine.communicators().describe();
   const auto all = comm::all_gather_text(*engine.grid().world_comm(), mine);
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; }))
     return all[0] + " on every rank";

@@ -113,6 +113,33 @@ bool tied(const models::ModelConfig& m) {
   return m.type == "gpt" ? m.gpt.tie_embeddings : m.llama.tie_embeddings;
 }
 
+// The tokenizer files transformers keeps beside a model, carried through a checkpoint.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer.model",
+                                           "tokenizer_config.json", "special_tokens_map.json"};
+
+std::vector<std::string> tokenizer_files(const fs::path& folder) {
+  std::vector<std::string> found;
+  for (const char* name : kTokenizerFiles) {
+    std::error_code error;
+    if (fs::is_regular_file(folder / name, error)) found.emplace_back(name);
+  }
+  return found;
+}
+
+// Of a folder's tokenizer files, the one pipetrain reads: tokenizer.json, else
+// tokenizer.model; empty if there is neither.
+std::string readable_tokenizer(const std::vector<std::string>& files) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (std::find(files.begin(), files.end(), name) != files.end()) return name;
+  }
+  return {};
+}
+
+void copy_tokenizer(const fs::path& from, const fs::path& to) {
+  for (const auto& name : tokenizer_files(from))
+    io::write_file_atomically(to / name, io::read_file(from / name));
+}
+
 void check_empty_output(const fs::path& out) {
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     throw io::InputError("--out " + out.string() + ": exists and is not an empty folder");
@@ -136,6 +163,11 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   std::map<std::string, at::Tensor> weights = read_weights(folder);
 
   nlohmann::json config = models::model_keys().write(model);
+  // Copied beside the checkpoint, where generate finds it also when the folder has moved
+  // (config_of_checkpoint).
+  const std::string tokenizer = readable_tokenizer(tokenizer_files(folder));
+  if (!tokenizer.empty())  // where it will be, once the checkpoint is written
+    job_keys().set(config, "sample.tokenizer", (fs::absolute(out) / tokenizer).string());
   job_keys().set(config, "pipeline.stages", 1);
   job_keys().set(config, "train_micro_batch_size_per_gpu", 1);
   // The checkpoint takes the file's tensors, not the model's: no initialisation to pay for.
@@ -155,8 +187,10 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   check_all_used(weights, tied(model), folder);
   checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
                               &masters);
-  std::printf("imported %s (%s, %zu tensors) into %s/step_0\n", folder.c_str(), model.type.c_str(),
-              masters.size(), out.c_str());
+  copy_tokenizer(folder, out);
+  std::printf("imported %s (%s, %zu tensors%s) into %s/step_0\n", folder.c_str(),
+              model.type.c_str(), masters.size(),
+              tokenizer.empty() ? "" : (", " + tokenizer).c_str(), out.c_str());
   return 0;
 }
 
@@ -186,6 +220,16 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
   checkpoint::write_safetensors(weights, hf, {{"format", "pt"}});
   weights.commit();
   io::write_file_atomically(fs::path(out) / "config.json", hf_config.dump(2) + "\n");
+  // The tokenizer files beside the one the checkpoint names (a fine-tune of an import
+  // names the import's), else those beside the checkpoint.
+  const nlohmann::json::json_pointer named("/sample/tokenizer");
+  fs::path from = checkpoint;
+  std::error_code error;
+  if (client["config"].contains(named) && client["config"][named].is_string()) {
+    const fs::path file = client["config"][named].get<std::string>();
+    if (!file.empty() && fs::is_regular_file(file, error)) from = file.parent_path();
+  }
+  copy_tokenizer(from, out);
 }
 
 }  // namespace pipetrain::trainer

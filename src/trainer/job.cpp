@@ -2,18 +2,20 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/data/token_data.h"
 #include "pipetrain/device/cpu_memory.h"
-#include "pipetrain/device/placement.h"
-#include "pipetrain/device/transport.h"
 #include "pipetrain/io/activity.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/model_config.h"
 #include "pipetrain/module/layer_seed.h"
+#include "pipetrain/trainer/faults.h"
 #include "pipetrain/trainer/output_paths.h"
 
 namespace pipetrain::trainer {
@@ -21,8 +23,9 @@ namespace {
 
 // Samples of random input that `profile` partitioning times each layer on.
 constexpr int64_t kProfileBatch = 2;
-// Validation draws from streams this far from the training streams of the replicas.
-constexpr uint64_t kValidationStreams = 1 << 20;
+// Validation draws from this stream, far from the training streams of the replicas: one
+// fixed set of samples, shared out over the replicas (data::SampleShare).
+constexpr uint64_t kValidationStream = 1 << 20;
 // The byte vocabulary of text data.
 constexpr int64_t kByteVocabulary = 256;
 
@@ -33,8 +36,13 @@ std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
   const std::string times_model =
       model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
   if (world->size() % (pipe * model_parallel) != 0) {
+    const std::string hint =
+        world->size() == 1 ? " (one process: start the job with pipetrain launch -n " +
+                                 std::to_string(pipe * model_parallel) + " -- ...)"
+                           : "";
     throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_model +
-                         " does not divide the job's " + std::to_string(world->size()) + " ranks");
+                         " does not divide the job's " + std::to_string(world->size()) + " ranks" +
+                         hint);
   }
   const int64_t data = world->size() / (pipe * model_parallel);
   const int64_t asked = config.trainer.data_parallel;
@@ -81,7 +89,8 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
   job.train_data = std::make_unique<data::RegressionSource>(features.inputs, features.outputs,
                                                             batch, seed, replica);
   job.validation_data = std::make_unique<data::RegressionSource>(
-      features.inputs, features.outputs, batch, seed, kValidationStreams + replica);
+      features.inputs, features.outputs, batch, seed, kValidationStream,
+      data::SampleShare{replica, job.grid->data_parallel_size()});
 }
 
 // Token sequences for a language model: bytes of text files, token files, or Megatron's
@@ -100,13 +109,15 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
-  auto source = [&](const data::TokenSpan& part, uint64_t stream) {
+  auto source = [&](const data::TokenSpan& part, uint64_t stream,
+                    std::optional<data::SampleShare> share) {
     return std::make_unique<data::SequenceSource>(
         part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
-        static_cast<uint64_t>(job.config.engine.seed), stream);
+        static_cast<uint64_t>(job.config.engine.seed), stream, share);
   };
-  job.train_data = source(corpus.train, replica);
-  job.validation_data = source(corpus.validation, kValidationStreams + replica);
+  job.train_data = source(corpus.train, replica, std::nullopt);
+  job.validation_data = source(corpus.validation, kValidationStream,
+                               data::SampleShare{replica, job.grid->data_parallel_size()});
 }
 
 void build_data(Job& job) {
@@ -154,42 +165,31 @@ void check_against_checkpoint(const std::vector<module::LayerSpec>& layers,
   }
 }
 
-// The tensor-parallel group the model's layers reduce over: NCCL where every rank of the
-// group has a GPU of its own (device::communicator_for), so the grid's deadlines are set
-// (the NCCL communicator copies them) and the rank's device is chosen here, before the
-// model; the engine later places the rank alike.
-tensor_parallel::Group deadlines_device_and_model_group(const Job& job) {
-  if (job.config.engine.comm_timeout > 0)
-    job.grid->set_timeout(comm::Seconds(job.config.engine.comm_timeout));
-  const at::Device device = device::place_rank(job.config.engine.device, *job.grid->world_comm());
-  return tensor_parallel::Group{device::communicator_for(job.grid->model_comm(), device)};
-}
-
 }  // namespace
 
 Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataUse data) {
   Job job;
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
+  refuse_unknown_keys(unknown);
   check_output_paths(job.config.trainer);
   if (job.config.trainer.memory_breakdown) device::count_cpu_memory();  // before any tensor
   job.grid = build_grid(job.config);
-  job.model = models::make_builtin_model(job.config.model, deadlines_device_and_model_group(job));
+  job.comms = std::make_shared<engine::Communicators>(
+      job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
+  job.model = models::make_builtin_model(job.config.model, job.comms->model_group());
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   {
     const io::Activity building("building the model's layers");
     job.module = build_module(job);
   }
-  if (job.grid->global_rank() == 0) {
-    for (const auto& key : unknown)
-      std::fprintf(stderr, "pipetrain: warning: unknown config key %s\n", key.c_str());
-  }
   engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   job.effective = job_keys().write(job.config);
   {
     const io::Activity preparing("setting up the engine (fp32 masters, pipe buffers)");
-    job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.grid, job.config.engine);
+    job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.comms, job.config.engine);
   }
+  inject_faults_from_environment(*job.engine);
   job.engine->set_progress_report(false);
   const auto& log = job.config.trainer.log;  // the norm is only computed when logged or clipped
   job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
@@ -210,6 +210,49 @@ double validation_loss(Job& job) {
   for (int64_t i = 0; i < job.config.trainer.eval_iters; ++i)
     total += job.engine->eval_batch(job.validation_data.get()).loss;
   return total / job.config.trainer.eval_iters;
+}
+
+nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
+  if (taken) *taken = false;
+  if (!config.is_object() || !config.contains("load") || !config["load"].is_string()) return config;
+  const std::string load = config["load"].get<std::string>();
+  if (load.empty()) return config;
+  const nlohmann::json client_state = checkpoint::read_client_state(load);
+  if (!client_state.is_object() || !client_state.contains("config") ||
+      !client_state["config"].contains("model"))
+    return config;  // load_checkpoint names what is wrong with it
+  const nlohmann::json& saved = client_state["config"]["model"];
+  // The model's tokenizer comes with it, unless the file names one.
+  const nlohmann::json::json_pointer tokenizer("/sample/tokenizer");
+  if (!config.contains(tokenizer) && client_state["config"].contains(tokenizer))
+    job_keys().set(config, "sample.tokenizer", client_state["config"][tokenizer]);
+  if (!config.contains("model")) {
+    config["model"] = saved;
+    if (taken) *taken = true;
+    return config;
+  }
+  // Both: the keys the file gives must be the checkpoint's (dropout aside, which a
+  // fine-tune may change); the rest come from the checkpoint.
+  nlohmann::json merged = saved;
+  if (config["model"].is_object()) merged.merge_patch(config["model"]);
+  const auto& keys = models::model_keys();
+  const nlohmann::json mine = keys.write(models::parse_model_config({{"model", merged}}));
+  const nlohmann::json theirs = keys.write(models::parse_model_config({{"model", saved}}));
+  for (const auto& change : nlohmann::json::diff(theirs, mine)) {
+    const std::string path = change["path"].get<std::string>();  // e.g. /model/d_model
+    if (path == "/model/dropout") continue;
+    std::string key = path.substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    const nlohmann::json::json_pointer pointer(path);
+    auto shown = [&](const nlohmann::json& j) {
+      return j.contains(pointer) ? j[pointer].dump() : std::string("nothing");
+    };
+    throw io::InputError(key + " " + shown(mine) + " contradicts the checkpoint in " + load + " (" +
+                         shown(theirs) +
+                         "); leave it out of the model section to take the checkpoint's");
+  }
+  config["model"] = merged;
+  return config;
 }
 
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
@@ -240,6 +283,17 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "log");
   keys.erase(config, "trace");
   keys.erase(config, "device");  // the machine that reads the checkpoint decides
+  // A tokenizer the checkpoint carries (import --hf copies it beside the checkpoint) is read
+  // where the checkpoint is now, also after the folder moved.
+  const nlohmann::json::json_pointer tokenizer("/sample/tokenizer");
+  if (config.contains(tokenizer) && config[tokenizer].is_string()) {
+    const std::filesystem::path named = config[tokenizer].get<std::string>();
+    const std::filesystem::path beside = std::filesystem::path(checkpoint) / named.filename();
+    std::error_code error;
+    if (!named.empty() && !std::filesystem::exists(named, error) &&
+        std::filesystem::is_regular_file(beside, error))
+      keys.set(config, "sample.tokenizer", beside.string());
+  }
   return config;
 }
 

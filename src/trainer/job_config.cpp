@@ -1,6 +1,11 @@
 #include "pipetrain/trainer/job_config.h"
 
+#include <filesystem>
+#include <map>
+
 #include "pipetrain/config/json_value.h"
+#include "pipetrain/config/unknown_keys.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::trainer {
 
@@ -15,7 +20,69 @@ const config::KeyTable<JobConfig>& job_keys() {
   return table;
 }
 
-JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown) {
+namespace {
+
+// DeepSpeed sections a DeepSpeed config may hold that pipetrain does not read, with what to
+// use instead: named in the unknown-key error rather than matched to a near spelling.
+const std::map<std::string, std::string>& deepspeed_sections() {
+  static const std::map<std::string, std::string> sections = {
+      {"wandb", "log.metrics or log.tensorboard"},
+      {"comet", "log.metrics or log.tensorboard"},
+      {"csv_monitor", "log.csv (one file)"},
+      {"flops_profiler", "trace (a timeline of one step)"},
+      {"activation_checkpointing", "pipeline.activation_checkpoint_interval"},
+      {"amp", "bf16 or fp16"},
+      {"autotuning", "pipetrain plan"},
+  };
+  return sections;
+}
+
+// DeepSpeed's tensorboard section {enabled, output_path, job_name} as log.tensorboard
+// (the folder output_path/job_name, DeepSpeed's), so a DeepSpeed config logs alike.
+void read_deepspeed_tensorboard(nlohmann::json& json) {
+  if (!json.is_object() || !json.contains("tensorboard")) return;
+  const nlohmann::json section = json["tensorboard"];
+  json.erase("tensorboard");
+  if (!section.is_object()) throw io::InputError("tensorboard must be an object (DeepSpeed's)");
+  for (const auto& [key, value] : section.items()) {
+    if (key != "enabled" && key != "output_path" && key != "job_name")
+      throw io::InputError("unknown key tensorboard." + key +
+                           " (DeepSpeed's section has enabled, output_path, job_name)");
+  }
+  if (!config::read_bool("tensorboard.enabled", section.value("enabled", nlohmann::json(false))))
+    return;
+  if (json.contains("log") && json["log"].is_object() && json["log"].contains("tensorboard"))
+    throw io::InputError("tensorboard and log.tensorboard both name the event folder: keep one");
+  std::filesystem::path folder = config::utf8_string(
+      "tensorboard.output_path", section.value("output_path", nlohmann::json("runs/tensorboard")));
+  if (section.contains("job_name"))
+    folder /= config::utf8_string("tensorboard.job_name", section["job_name"]);
+  job_keys().set(json, "log.tensorboard", folder.string());
+}
+
+}  // namespace
+
+void refuse_unknown_keys(const std::vector<std::string>& unknown) {
+  std::vector<std::string> rest;
+  std::string named;
+  for (const auto& key : unknown) {
+    const auto found = deepspeed_sections().find(key.substr(0, key.find('.')));
+    if (found == deepspeed_sections().end()) {
+      rest.push_back(key);
+    } else if (named.find(found->first + " ") == std::string::npos) {
+      named += (named.empty() ? "" : "; ") + found->first + " (DeepSpeed's; pipetrain reads " +
+               found->second + ")";
+    }
+  }
+  std::string text = config::describe_unknown_keys(rest, job_keys().names());
+  if (!named.empty()) text += (text.empty() ? "sections pipetrain does not read: " : "; ") + named;
+  if (!text.empty()) throw io::InputError(text);
+}
+
+JobConfig parse_job_config(const nlohmann::json& given, std::vector<std::string>* unknown) {
+  nlohmann::json json = given;
+  config::accept_alias(json, "bfloat16", "bf16");  // DeepSpeed reads both
+  read_deepspeed_tensorboard(json);
   JobConfig config;
   std::vector<std::string> keys = job_keys().read(json, config);
   if (unknown) *unknown = std::move(keys);
@@ -49,6 +116,7 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   set_text("device", "--device", o.device);
   set("data_parallel", o.data);  // checked against the job's size
   set("model_parallel", o.model);
+  if (o.overwrite) keys.set(config, "overwrite", true);
   return config;
 }
 

@@ -83,7 +83,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
       path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
 
   // The same step as the simulator sees it, from the measured per-stage costs (ms).
-  const std::string_view kind = engine::schedule_kind_name(engine.config().pipeline.schedule);
+  const schedule::Kind kind = engine.config().pipeline.schedule;
   schedule::PipelinePlan plan =
       schedule::plan_pipeline(kind, {engine.micro_batches(), stages, chunks});
   const schedule::Timeline predicted = schedule::simulate(plan, measured_costs.costs());

@@ -1,5 +1,6 @@
 #include "pipetrain/trainer/trainer.h"
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/folder_lock.h"
+#include "pipetrain/io/read_file.h"
 #include "pipetrain/launch/job_ending.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
@@ -74,7 +76,9 @@ class RunLog {
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
-    metrics_ = std::make_unique<MetricsLog>(t.log.metrics, t.log.csv, /*append=*/!t.load.empty());
+    metrics_ = std::make_unique<MetricsLog>(
+        t.log.metrics, t.log.csv,
+        t.load.empty() ? std::nullopt : std::optional<int64_t>(job.engine->global_steps()));
     if (!t.log.tensorboard.empty())
       tensorboard_ = std::make_unique<tensorboard::TensorBoardWriter>(t.log.tensorboard);
   }
@@ -167,6 +171,19 @@ class RunLog {
   double smoothed_seconds_ = 0;
 };
 
+// A run that does not resume from its save folder would start over there, moving `latest`
+// back below another run's checkpoints: refused unless asked (overwrite).
+void check_not_another_run(const TrainerConfig& t) {
+  std::error_code error;
+  const fs::path latest = fs::path(t.save) / "latest";
+  if (t.overwrite || !fs::exists(latest, error)) return;
+  if (!t.load.empty() && fs::equivalent(t.load, t.save, error)) return;
+  std::string tag = io::read_file(latest.string());
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  throw io::InputError("save " + t.save + " holds another run's checkpoints (latest " + tag +
+                       "): resume it with --load " + t.save + ", or start over with --overwrite");
+}
+
 // Rank 0 claims the save folder for the whole run (see FolderLock); every rank learns when
 // another job holds it, so all end with the same one-line error. Collective.
 std::unique_ptr<io::FolderLock> claim_save_folder(const Job& job) {
@@ -177,6 +194,7 @@ std::unique_ptr<io::FolderLock> claim_save_folder(const Job& job) {
   if (job.grid->global_rank() == 0) {
     try {
       claim = std::make_unique<io::FolderLock>(save);
+      check_not_another_run(job.config.trainer);
     } catch (const io::InputError& e) {
       problem = e.what();
     }
@@ -192,12 +210,26 @@ void announce(const Job& job) {
   const std::string devices = describe_devices(*job.engine);  // collective
   if (job.grid->global_rank() != 0) return;
   const topology::Grid& grid = *job.grid;
-  std::printf("effective config: %s\n", job.effective.dump().c_str());
-  std::printf("job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers; %s\n",
-              grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
-              grid.model_parallel_size(), job.config.model.type.c_str(), job.module->num_layers(),
-              devices.c_str());
+  // Every key with its value: in a file beside the checkpoints where there is one (the job
+  // line sums it up), else here.
   const std::string& save = job.config.trainer.save;
+  if (save.empty()) {
+    std::printf("effective config: %s\n", job.effective.dump().c_str());
+  } else {
+    std::printf("effective config: %s\n", (fs::path(save) / "config.json").c_str());
+  }
+  const engine::TrainingConfig& e = job.config.engine;
+  std::string schedule = config::name_of(engine::pipeline_schedules(), e.pipeline.schedule);
+  if (e.pipeline.chunks > 1) schedule += " x" + std::to_string(e.pipeline.chunks);
+  std::printf(
+      "job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers; schedule %s; batch "
+      "%lld = micro %lld x %lld micro-batches x data %d; %s\n",
+      grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
+      grid.model_parallel_size(), job.config.model.type.c_str(), job.module->num_layers(),
+      schedule.c_str(), static_cast<long long>(e.train_batch_size),
+      static_cast<long long>(e.train_micro_batch_size_per_gpu),
+      static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
+      devices.c_str());
   if (!save.empty()) {
     fs::create_directories(save);
     io::write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");
@@ -248,7 +280,8 @@ void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
 }  // namespace
 
 int train(const nlohmann::json& config_file) {
-  Job job = build_job(config_file);
+  bool model_taken = false;
+  Job job = build_job(with_model_of_checkpoint(config_file, &model_taken));
   engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
   const std::unique_ptr<data::Tokenizer> tokenizer = sample_tokenizer(job);
@@ -257,9 +290,13 @@ int train(const nlohmann::json& config_file) {
     checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
   }
   const auto claim = claim_save_folder(job);  // after every input check: nothing written before
-  if (!t.load.empty() && job.grid->global_rank() == 0)
+  if (!t.load.empty() && job.grid->global_rank() == 0) {
+    if (model_taken)
+      std::printf("model: the checkpoint's (%s, %d layers), the config has no model section\n",
+                  job.config.model.type.c_str(), job.module->num_layers());
     std::printf("resumed from %s at step %lld\n", t.load.c_str(),
                 static_cast<long long>(engine.global_steps()));
+  }
   announce(job);
   RunLog log(job);
   const double first_validation = validation_loss(job);
@@ -299,16 +336,26 @@ int train(const nlohmann::json& config_file) {
   return 0;
 }
 
-int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters) {
+int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> eval_iters) {
   const int ranks = comm::MpiCommunicator::world()->size();
   nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
-  job_keys().set(config, "eval_iters", eval_iters);
+  // The validation set training read: eval_iters batches of its batch size (the training's
+  // eval_iters unless given), in micro-batches of its size (see data::SampleShare).
+  const JobConfig trained =
+      parse_job_config(checkpoint::read_client_state(checkpoint)["config"], nullptr);
+  const auto& keys = job_keys();
+  const int64_t micro = trained.engine.train_micro_batch_size_per_gpu;
+  keys.set(config, "train_micro_batch_size_per_gpu", micro);
+  keys.set(config, "gradient_accumulation_steps",
+           std::max<int64_t>(1, trained.engine.train_batch_size / micro));
+  if (!eval_iters) eval_iters = trained.trainer.eval_iters;
+  keys.set(config, "eval_iters", *eval_iters);
   Job job = build_job(config, checkpoint);
   checkpoint::load_checkpoint(*job.engine, checkpoint, "latest");
   const double loss = validation_loss(job);
   if (job.grid->global_rank() == 0) {
     std::printf("validation loss %.4f over %lld batches (step %lld)\n", loss,
-                static_cast<long long>(eval_iters),
+                static_cast<long long>(*eval_iters),
                 static_cast<long long>(job.engine->global_steps()));
   }
   return 0;

@@ -22,7 +22,7 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
               "checked against the job (`--data`); 0: ranks / (stages × model_parallel)",
               config::at_least(0))
         .integer("model_parallel", PIPETRAIN_FIELD(model_parallel),
-                 "tensor-parallel group size (`--model`); GPT only, dividing `heads` and "
+                 "tensor-parallel group size (`--model`); GPT and LLaMA, dividing `heads` and "
                  "`vocab_size`",
                  config::at_least(1))
         .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
@@ -34,6 +34,9 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "checkpoint every N steps; 0: at the end only", config::at_least(0))
         .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
         .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
+        .flag("overwrite", PIPETRAIN_FIELD(overwrite),
+              "let a run without `load` save into a folder that holds another run's "
+              "checkpoints (`--overwrite`); off: exit 2 before any work")
         .choice("save_on_signal", PIPETRAIN_FIELD(save_on_signal), stop_signals(),
                 "with `save`: this signal (as a scheduler sends before preempting a job, e.g. "
                 "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "

@@ -16,6 +16,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/trainer/faults.h"
 
 using namespace pipetrain;
 
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
         model.layers, model.loss,
         module::PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});
     engine::PipelineEngine engine(module, grid, config);
+    trainer::inject_faults_from_environment(engine);  // PIPETRAIN_FAULT_KILL_IN_SAVE
 
     at::manual_seed(42);
     auto samples = std::make_shared<data::TensorDataset>(

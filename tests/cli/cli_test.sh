@@ -9,12 +9,12 @@ examples=$2/examples
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The README's key table is what `pipetrain keys` prints from the one key table.
+# The key table in docs/user/config.md is what `pipetrain keys` prints from the one key table.
 run keys
 check "keys exits 0" test "$rc" -eq 0
 check "keys lists pipeline.stages" grep -qF '| `pipeline.stages` | int | `1` |' "$work/out"
-sed -n '/^<!-- keys: generated/,/^<!-- end of keys -->/p' "$2/README.md" | sed '1d;$d' >"$work/readme-keys"
-check "the README's key table is the output of 'pipetrain keys'" diff "$work/out" "$work/readme-keys"
+sed -n '/^<!-- keys: generated/,/^<!-- end of keys -->/p' "$2/docs/user/config.md" | sed '1d;$d' >"$work/readme-keys"
+check "docs/user/config.md's key table is the output of 'pipetrain keys'" diff "$work/out" "$work/readme-keys"
 
 run --version
 check "--version exits 0" test "$rc" -eq 0

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     // Bystanders wait longer, so the rank at fault reports first.
     world.set_timeout(world.timeout() * 3);
     if (mode == "silent" && grid.global_rank() == 0) {
-      comm::TensorTransport transport(grid.pipe_comm(), grid.pipe_comm());
+      comm::TensorTransport transport(grid.pipe_comm());
       comm::ScopedWaitContext context("stage 0, step 1, RecvActivation buffer 0, micro-batch 0");
       transport.recv(1, /*tag=*/1);
     }

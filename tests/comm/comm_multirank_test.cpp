@@ -39,7 +39,7 @@ TEST(Grid, CoordinatesAndStageMapping) {
 
 TEST(TensorTransport, SingleTensorsWhoseShapeChangesEveryTransfer) {
   const topology::Grid& g = grid();
-  TensorTransport transport(g.pipe_comm(), g.pipe_comm());
+  TensorTransport transport(g.pipe_comm());
   const int peer = 1 - g.stage_id();
   constexpr int kTag = 11;
   std::vector<at::Tensor> previous;
@@ -59,7 +59,7 @@ TEST(TensorTransport, SingleTensorsWhoseShapeChangesEveryTransfer) {
 
 TEST(TensorTransport, MixedDtypeTuplesBothWays) {
   const topology::Grid& g = grid();
-  TensorTransport transport(g.pipe_comm(), g.pipe_comm());
+  TensorTransport transport(g.pipe_comm());
   const int peer = 1 - g.stage_id();
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kHalf, at::kBFloat16,
                                               at::kLong,  at::kInt,  at::kBool};
@@ -94,7 +94,7 @@ TEST(TensorTransport, MixedDtypeTuplesBothWays) {
 
 TEST(TensorTransport, ReusesAMatchingBuffer) {
   const topology::Grid& g = grid();
-  TensorTransport transport(g.pipe_comm(), g.pipe_comm());
+  TensorTransport transport(g.pipe_comm());
   const int peer = 1 - g.stage_id();
   if (g.is_first_stage()) {
     transport.send({at::ones({4, 4})}, peer, 40).wait();

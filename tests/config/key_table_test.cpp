@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pipetrain/config/key_table.h"
+#include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::config {
@@ -151,6 +152,28 @@ TEST(KeyTable, IncludesAnotherTableForAPartOfALargerConfig) {
   EXPECT_EQ(p.left.corners, 8);
   EXPECT_EQ(p.right.corners, 4);
   EXPECT_EQ(unknown, std::vector<std::string>{"z"});
+}
+
+TEST(UnknownKeys, SuggestOnlyNamesCloseToTheLastPart) {
+  const std::vector<std::string> known = {"optimizer.type", "optimizer.params.lr", "train_iters",
+                                          "pipeline.schedule"};
+  EXPECT_EQ(closest_name("optimzer.type", known), "optimizer.type");
+  EXPECT_EQ(closest_name("train_itres", known), "train_iters");  // a swap is one edit
+  EXPECT_EQ(closest_name("optimizer.params.nesterov", known), std::nullopt);
+  EXPECT_EQ(closest_name("zz", known), std::nullopt);
+  EXPECT_EQ(describe_unknown_keys({"train_iter", "zz"}, known),
+            "unknown keys train_iter (did you mean train_iters?), zz");
+  EXPECT_EQ(describe_unknown_keys({}, known), "");
+  EXPECT_THROW(refuse_unknown_keys({"zz"}, known), io::InputError);
+  EXPECT_NO_THROW(refuse_unknown_keys({}, known));
+}
+
+TEST(UnknownKeys, AnAliasMovesToItsSectionUnlessBothAreThere) {
+  nlohmann::json json = {{"bfloat16", {{"enabled", true}}}};
+  accept_alias(json, "bfloat16", "bf16");
+  EXPECT_EQ(json, nlohmann::json({{"bf16", {{"enabled", true}}}}));
+  json["bfloat16"] = {{"enabled", false}};
+  EXPECT_THROW(accept_alias(json, "bfloat16", "bf16"), io::InputError);
 }
 
 }  // namespace

@@ -97,10 +97,8 @@ void expect_buckets_started_in_backward(const PipelineEngine& engine) {
 
 // Trains every case under `schedule` (with `chunks` per stage) on every pipe x data shape
 // of this world and compares with one process; the engine's live activations must peak
-// where the schedule's plan does. With `receive_ahead`, the cases of 4 and 8 micro-batches
-// with receives posted ahead.
-void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunks = 1,
-                                            bool receive_ahead = false) {
+// where the schedule's plan does.
+void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks = 1) {
   auto world = comm::MpiCommunicator::world();
   std::vector<std::pair<int, int>> shapes;  // (pipe, data)
   for (int pipe : {1, 2, 4}) {
@@ -119,7 +117,6 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
                  : std::vector<std::string>{"gpt", "gpt-untied", "mlp"};
   for (const std::string& model : models) {
     for (int m : {1, 2, 4, 8}) {
-      if (receive_ahead && m < 4) continue;
       cases.push_back({model, m, 0, 0.0});
       cases.push_back({model, m, m % 2 ? 1 : 2, m >= 4 ? 0.05 : 0.0});
     }
@@ -141,13 +138,10 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       TrainingConfig config = training_config(c, pipe);
       config.pipeline.schedule = schedule;
       config.pipeline.chunks = chunks;
-      config.pipeline.receive_ahead = receive_ahead;
-      config.reduce_bucket_size = 3000;  // several buckets (in the GPTs' 6-14 k per stage)
+      config.ddp_bucket_size = 3000;  // several buckets (in the GPTs' 6-14 k per stage)
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
       auto module = stage_module(c, *grid, config);
       PipelineEngine engine(module, grid, config);
-      // Receiving ahead needs the helper thread (MPI_THREAD_MULTIPLE) and CPU tensors.
-      EXPECT_EQ(engine.receives_ahead(), receive_ahead && !on_gpu() && comm::mpi_thread_multiple());
       if (on_gpu() && device::visible_gpus() == 1) {  // ranks sharing a GPU: MPI, host staging
         EXPECT_EQ(engine.pipe_transports(), "mpi");
       }
@@ -156,8 +150,7 @@ void expect_every_shape_matches_one_process(PipelineSchedule schedule, int chunk
       if (data > 1) expect_buckets_started_in_backward(engine);
       EXPECT_EQ(evaluation.outputs.size(),
                 grid->is_last_stage() ? static_cast<std::size_t>(c.micro_batches) : 0u);
-      const auto plan =
-          schedule::plan_pipeline(schedule_kind_name(schedule), {c.micro_batches, pipe, chunks});
+      const auto plan = schedule::plan_pipeline(schedule, {c.micro_batches, pipe, chunks});
       EXPECT_EQ(engine.peak_live_activations(), planned_peak(plan, grid->stage_id()));
     }
   }
@@ -194,7 +187,7 @@ void expect_gathered_state_is_whole_on_the_first_replica(PipelineEngine& engine,
 // clipping and, for the MLP, AdamW with weight decay; buckets of 1000 elements, reduce-
 // scattered during backward; the optimizer state each rank holds falls by the
 // data-parallel size (up to each bucket's padding).
-void expect_zero_matches_one_process(PipelineSchedule schedule, int chunks = 1) {
+void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
   auto world = comm::MpiCommunicator::world();
   if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
   std::vector<std::pair<int, int>> shapes;  // (pipe, data)
@@ -327,14 +320,10 @@ TEST(Bf16, EveryGridShapeUpdatesAsTheFp32Reference) {
 // ahead live), GPipe (every micro-batch live at once), interleaved 1F1B over two chunks
 // (the last stage's first chunk feeds the first stage's second) and ZB-H1 (input
 // gradients first, linear layers' weight gradients later).
-class Schedules : public ::testing::TestWithParam<std::pair<PipelineSchedule, int>> {};
+class Schedules : public ::testing::TestWithParam<std::pair<schedule::Kind, int>> {};
 
 TEST_P(Schedules, EveryGridShapeOfThisWorldMatchesOneProcess) {
   expect_every_shape_matches_one_process(GetParam().first, GetParam().second);
-}
-
-TEST_P(Schedules, ReceivingAheadMatchesOneProcess) {
-  expect_every_shape_matches_one_process(GetParam().first, GetParam().second, true);
 }
 
 TEST_P(Schedules, ZeroStagesMatchOneProcess) {
@@ -342,10 +331,10 @@ TEST_P(Schedules, ZeroStagesMatchOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EngineEquivalence, Schedules,
-                         ::testing::Values(std::make_pair(PipelineSchedule::k1F1B, 1),
-                                           std::make_pair(PipelineSchedule::kGpipe, 1),
-                                           std::make_pair(PipelineSchedule::kInterleaved, 2),
-                                           std::make_pair(PipelineSchedule::kZbH1, 1)));
+                         ::testing::Values(std::make_pair(schedule::Kind::k1F1B, 1),
+                                           std::make_pair(schedule::Kind::kGpipe, 1),
+                                           std::make_pair(schedule::Kind::kInterleaved, 2),
+                                           std::make_pair(schedule::Kind::kZbH1, 1)));
 
 }  // namespace
 }  // namespace pipetrain::engine

@@ -37,6 +37,20 @@ std::shared_ptr<module::PipelineModule> tied_gpt(const topology::Grid& grid) {
       module::PipelineModuleOptions{.stages = 2, .stage_id = grid.stage_id(), .seed = 5});
 }
 
+// The job's communicators on the CPU (MPI throughout).
+std::shared_ptr<Communicators> cpu_communicators(std::shared_ptr<topology::Grid> grid) {
+  return std::make_shared<Communicators>(std::move(grid), device::DeviceKind::kCpu,
+                                         comm::Seconds(0));
+}
+
+// ... with the tied groups of `module` connected.
+std::shared_ptr<Communicators> tied_communicators(std::shared_ptr<topology::Grid> grid,
+                                                  const module::PipelineModule& module) {
+  auto comms = cpu_communicators(std::move(grid));
+  comms->connect_tied(module);
+  return comms;
+}
+
 // Every gradient filled with `value`.
 void fill_grads(const module::PipelineModule& module, double value) {
   for (const auto& p : module.parameters()) p.mutable_grad() = at::full_like(p, value);
@@ -44,8 +58,9 @@ void fill_grads(const module::PipelineModule& module, double value) {
 
 TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
   const auto grid = pipe_data_grid();
-  StageLink link(grid, /*partitioned=*/true, at::kCPU,
-                 /*nccl_allowed=*/false);  // no model-parallel group: whole tensors
+  const auto comms = cpu_communicators(grid);
+  comms->connect_pipe(/*nccl_allowed=*/false);
+  StageLink link(*comms, /*partitioned=*/true);  // no model-parallel group: whole tensors
   const at::Tensor activation =
       at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
   const at::Tensor ids = at::arange(4, at::kLong);
@@ -73,7 +88,9 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   auto world = comm::MpiCommunicator::world();
   const auto grid = std::make_shared<topology::Grid>(
       topology::pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
-  StageLink link(grid, /*partitioned=*/true, at::kCPU, /*nccl_allowed=*/false);
+  const auto comms = cpu_communicators(grid);
+  comms->connect_pipe(/*nccl_allowed=*/false);
+  StageLink link(*comms, /*partitioned=*/true);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {
     link.send({activation}, 1, Flow::kActivation);
@@ -88,8 +105,8 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
 TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 50 /* several */},
-                    at::kCPU);
+  const auto comms = tied_communicators(grid, *module);
+  GradientSync sync(*module, *comms, {.bucket_elements = 50 /* several */});
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);
@@ -327,7 +344,8 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
 TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
+  const auto comms = tied_communicators(grid, *module);
+  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   const at::Tensor tied = module->tied_parameters("embed").at(0);
   const auto& counted = sync.norm_parameters();
   const bool has_tied = std::any_of(counted.begin(), counted.end(),
@@ -374,7 +392,8 @@ double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, do
 TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
+  const auto comms = tied_communicators(grid, *module);
+  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
@@ -392,7 +411,8 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
 TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  GradientSync sync(*module, grid, {.data = grid->data_comm(), .bucket_elements = 1000}, at::kCPU);
+  const auto comms = tied_communicators(grid, *module);
+  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, Precision::kFp32),
                                     sync.norm_parameters());
   fill_grads(*module, 3.0);

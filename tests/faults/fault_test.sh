@@ -103,7 +103,8 @@ pkill -9 -f "orphans-marker"
 signal_job() { # name, signal, target, train arguments...
   local name=$1 signal=$2 target=$3 pid
   shift 3
-  "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/at-end.json" \
+  # setsid: the launcher leads a process group of its own, as a terminal's job would.
+  setsid "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/at-end.json" \
     --train-iters 100000 --eval-interval 0 "$@" >"$name.out" 2>&1 &
   local launcher=$!
   for _ in $(seq 150); do
@@ -111,12 +112,13 @@ signal_job() { # name, signal, target, train arguments...
     sleep 0.2
   done
   pid=$launcher
+  [ "$target" = group ] && pid=-$launcher # the whole group, as a terminal's Ctrl-C
   if [ "$target" = rank ]; then
     for pid in $(pgrep -f "train --config $work/at-end.json"); do
       grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$pid/environ" 2>/dev/null && break
     done
   fi
-  kill "-$signal" "$pid"
+  kill "-$signal" -- "$pid"
   wait "$launcher"
 }
 errors() { grep '^pipetrain:' "$1" | tr '\n' ' '; }
@@ -139,14 +141,22 @@ rc=$?
 check "SIGTERM: exit 143 (got $rc)" test "$rc" -eq 143
 check "SIGTERM: one line says why ($(errors stopped.out))" \
   test "$(errors stopped.out)" = "pipetrain: launch: passing SIGTERM to the job "
-# Ctrl-C stops at once even with a save folder: only save_on_signal's signal saves.
-signal_job interrupted INT launcher --save "$work/interrupted"
+# Ctrl-C without a save folder stops the job: exit 130, one line.
+signal_job interrupted INT launcher
 rc=$?
-check "SIGINT: the job ends non-zero (exit $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "SIGINT: exit 130 (got $rc)" test "$rc" -eq 130
 check "SIGINT: one line says why ($(errors interrupted.out))" \
-  test "$(errors interrupted.out)" = "pipetrain: launch: passing SIGINT to the job "
-check "SIGINT: nothing saved, no temporary file" \
-  test ! -e "$work/interrupted/latest" -a -z "$(find "$work/interrupted" -name '*.tmp.*' 2>/dev/null)"
+  test "$(errors interrupted.out)" = "pipetrain: launch: passing SIGINT to the job (SIGINT again stops it at once) "
+# Ctrl-C with a save folder keeps the work, as SIGTERM does: the step ends, is saved, exit 75.
+# Sent to the launcher's process group, as a terminal sends it.
+signal_job interrupted-saving INT group --save "$work/interrupted"
+rc=$?
+check "SIGINT with save: exit 75 (got $rc)" test "$rc" -eq 75
+saved=$(cat "$work/interrupted/latest" 2>/dev/null)
+check "SIGINT with save: saved, and the line names the step ($(errors interrupted-saving.out))" \
+  grep -qE "^pipetrain: stopped on SIGTERM after step ${saved#step_}: saved $work/interrupted/$saved" interrupted-saving.out
+check "SIGINT with save: no temporary file" \
+  test -z "$(find "$work/interrupted" -name '*.tmp.*' 2>/dev/null)"
 
 # Preemption: SIGTERM with a save folder finishes the step, saves it, and exits 75; the run
 # resumed from it ends where a run that was never stopped does.

@@ -19,10 +19,10 @@ cat >"$work/model.json" <<'JSON'
  "optimizer": {"type": "AdamW"}, "train_iters": 2, "eval_iters": 1, "sample": {"tokens": 0}}
 JSON
 
-# The README's cluster key table is what `pipetrain keys --cluster` prints.
+# The cluster key table in docs/user/planner.md is what `pipetrain keys --cluster` prints.
 run keys --cluster
-sed -n '/^<!-- cluster keys: generated/,/^<!-- end of cluster keys -->/p' "$source_dir/README.md" | sed '1d;$d' >"$work/readme-keys"
-check "the README's cluster key table is the output of 'pipetrain keys --cluster'" diff "$work/out" "$work/readme-keys"
+sed -n '/^<!-- cluster keys: generated/,/^<!-- end of cluster keys -->/p' "$source_dir/docs/user/planner.md" | sed '1d;$d' >"$work/readme-keys"
+check "docs/user/planner.md's cluster key table is the output of 'pipetrain keys --cluster'" diff "$work/out" "$work/readme-keys"
 
 # The best layouts of 2 devices, why the others lost, and a config that trains as planned.
 run plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --out "$work/ready.json"

@@ -92,7 +92,7 @@ TEST(Prediction, BubblesMatchClosedForms) {
   for (int m : {4, 8, 16}) {
     Layout l{.pipe = 4, .micro_batch = 1, .micro_batches = m};
     EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (m + 3), 0.01) << m;
-    l.schedule = engine::PipelineSchedule::kInterleaved;
+    l.schedule = schedule::Kind::kInterleaved;
     l.chunks = 2;
     EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (2 * m + 3), 0.01) << m;
   }
@@ -136,7 +136,7 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(z.buffers, 0);
   // Without ZeRO every bucket keeps its flat copy (fp32 on the wire by default), however
   // small the buckets.
-  training.reduce_bucket_size = 1000;
+  training.ddp_bucket_size = 1000;
   const Workload buckets(gpt(256, 16, 32, 4, 2), training);
   const Layout replicas{.data = 2, .micro_batch = 1, .micro_batches = 1};
   EXPECT_DOUBLE_EQ(predict(buckets, ideal(2), replicas).stages.at(0).buffers, 4 * parameters);
@@ -186,9 +186,9 @@ TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
   const Workload w(gpt(256, 16, 32, 4, 6), engine::TrainingConfig{});
   Layout l{.pipe = 2, .micro_batch = 1, .micro_batches = 8};
   EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 2);
-  l.schedule = engine::PipelineSchedule::kGpipe;
+  l.schedule = schedule::Kind::kGpipe;
   EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 8);
-  l.schedule = engine::PipelineSchedule::k1F1B;
+  l.schedule = schedule::Kind::k1F1B;
   l.checkpointing = true;  // the forward again in backward: more time, less memory
   const Prediction checkpointed = predict(w, ideal(2), l);
   l.checkpointing = false;
@@ -197,7 +197,7 @@ TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
   EXPECT_LT(checkpointed.stages[0].activations, plain.stages[0].activations);
   // The loss is outside the checkpointed layers: GPipe keeps all 8 micro-batches' float32
   // log-softmax ([16, 256] each) on the last stage, checkpointing or not.
-  l.schedule = engine::PipelineSchedule::kGpipe;
+  l.schedule = schedule::Kind::kGpipe;
   l.checkpointing = true;
   EXPECT_GE(predict(w, ideal(2), l).stages[1].activations, 8 * 16 * 256 * 4.0);
 }

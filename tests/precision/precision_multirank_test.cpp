@@ -13,6 +13,7 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/trainer/faults.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -40,6 +41,7 @@ TrainingRun make_run(const nlohmann::json& precision) {
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});
   run.engine = std::make_unique<PipelineEngine>(run.module, run.grid, config);
+  trainer::inject_faults_from_environment(*run.engine);
   at::manual_seed(0);
   auto samples = std::make_shared<data::TensorDataset>(module::Activation{at::randn({64, 8})},
                                                        module::Activation{at::randn({64, 1})});

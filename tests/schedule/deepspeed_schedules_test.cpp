@@ -1,4 +1,4 @@
-// DeepSpeed's schedules pinned to the contract in shared/spec/schedules.md.
+// DeepSpeed's schedules pinned to the contract in docs/spec/schedules.md.
 #include <gtest/gtest.h>
 
 #include "pipetrain/io/errors.h"

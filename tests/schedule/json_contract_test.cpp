@@ -1,4 +1,4 @@
-// The JSON form, against an oracle written straight from shared/spec/schedules.md, for
+// The JSON form, against an oracle written straight from docs/spec/schedules.md, for
 // every m <= 16, p <= 8 and stage.
 #include <gtest/gtest.h>
 

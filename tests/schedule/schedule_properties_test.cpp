@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/deepspeed_schedules.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/simulator.h"
 #include "pipetrain/schedule/validator.h"
@@ -114,14 +115,21 @@ TEST(Schedule, TransferPeersWrapAroundChunks) {
 }
 
 TEST(Schedule, BadArgumentsAreInputErrors) {
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 0}, 0), io::InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 0, .stages = 2}, 0), io::InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, 2), io::InputError);
-  EXPECT_THROW(make_schedule("train", {.micro_batches = 4, .stages = 2}, -1), io::InputError);
-  EXPECT_THROW(make_schedule("zb-h1", {.micro_batches = 4, .stages = 2, .chunks = 2}, 0),
+  EXPECT_THROW(plan_pipeline("train", {.micro_batches = 4, .stages = 0}), io::InputError);
+  EXPECT_THROW(plan_pipeline("train", {.micro_batches = 0, .stages = 2}), io::InputError);
+  EXPECT_THROW(TrainSchedule({.micro_batches = 4, .stages = 2}, 2), io::InputError);
+  EXPECT_THROW(TrainSchedule({.micro_batches = 4, .stages = 2}, -1), io::InputError);
+  EXPECT_THROW(plan_pipeline(Kind::kZbH1, {.micro_batches = 4, .stages = 2, .chunks = 2}),
                io::InputError);
-  EXPECT_THROW(make_schedule("pipedream", {.micro_batches = 4, .stages = 2}, 0), io::InputError);
-  EXPECT_EQ(make_schedule("gpipe", {.micro_batches = 4, .stages = 2}, 1)->num_pipe_buffers(), 4);
+  EXPECT_THROW(plan_pipeline("pipedream", {.micro_batches = 4, .stages = 2}), io::InputError);
+  EXPECT_EQ(plan_pipeline(Kind::kGpipe, {.micro_batches = 4, .stages = 2}).num_pipe_buffers[1], 4);
+}
+
+TEST(Schedule, EveryKindHasOneNameThatParsesBackToIt) {
+  for (const auto& info : schedule_kinds()) {
+    EXPECT_EQ(schedule_kind(info.name).kind, info.kind);
+    EXPECT_EQ(name(info.kind), info.name);
+  }
 }
 
 }  // namespace

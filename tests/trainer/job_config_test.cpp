@@ -63,6 +63,59 @@ TEST(JobConfig, EachOwnerNamesItsOwnBadKey) {
   EXPECT_EQ(error({{"scheduler", {{"type", ""}}}}), "no error");  // empty: no schedule
 }
 
+std::string refusal_of(const nlohmann::json& file) {
+  try {
+    std::vector<std::string> unknown;
+    parse_job_config(file, &unknown);
+    refuse_unknown_keys(unknown);
+  } catch (const io::InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(JobConfig, EveryUnknownKeyIsRefusedInOneMessageWithTheKeyItMisspells) {
+  nlohmann::json file = tiny_config();
+  file["train_iter"] = 3;
+  file["pipeline"]["schedul"] = "gpipe";
+  file["zzz_unlike_anything"] = 1;
+  EXPECT_EQ(refusal_of(file),
+            "unknown keys pipeline.schedul (did you mean pipeline.schedule?), train_iter (did you "
+            "mean train_iters?), zzz_unlike_anything");
+  EXPECT_EQ(refusal_of(tiny_config()), "no error");
+}
+
+TEST(JobConfig, DeepSpeedSectionsPipetrainDoesNotReadAreNamedWithWhatItReads) {
+  nlohmann::json file = tiny_config();
+  file["wandb"] = {{"enabled", true}};
+  file["csv_monitor"] = {{"enabled", true}, {"output_path", "x"}};
+  EXPECT_EQ(refusal_of(file),
+            "sections pipetrain does not read: csv_monitor (DeepSpeed's; pipetrain reads log.csv "
+            "(one file)); wandb (DeepSpeed's; pipetrain reads log.metrics or log.tensorboard)");
+}
+
+TEST(JobConfig, DeepSpeedsOtherSpellingsAreReadAsDeepSpeedReadsThem) {
+  nlohmann::json file = tiny_config();
+  file["bfloat16"] = {{"enabled", true}};
+  file["tensorboard"] = {{"enabled", true}, {"output_path", "tb"}, {"job_name", "run1"}};
+  std::vector<std::string> unknown;
+  const JobConfig config = parse_job_config(file, &unknown);
+  EXPECT_TRUE(unknown.empty());
+  EXPECT_EQ(config.engine.precision.dtype, engine::Precision::kBf16);
+  EXPECT_EQ(config.trainer.log.tensorboard, "tb/run1");
+
+  file["bf16"] = {{"enabled", true}};
+  EXPECT_EQ(refusal_of(file),
+            "bfloat16 and bf16 are one section (DeepSpeed reads both spellings): keep one");
+  file.erase("bf16");
+  file["tensorboard"]["enabled"] = false;
+  EXPECT_EQ(parse_job_config(file, nullptr).trainer.log.tensorboard, "");
+  file["tensorboard"]["flush"] = 1;
+  EXPECT_EQ(refusal_of(file),
+            "unknown key tensorboard.flush (DeepSpeed's section has enabled, output_path, "
+            "job_name)");
+}
+
 TEST(JobConfig, TheKeyTableDocumentsEveryKeyOnce) {
   const std::string table = key_table_markdown();
   EXPECT_NE(table.find("| `pipeline.stages` | int | `1` |"), std::string::npos);

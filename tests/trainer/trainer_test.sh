@@ -24,6 +24,10 @@ check "train prints the effective config once" test "$(grep -c '^effective confi
 check "train prints plain progress lines when not on a terminal" grep -q '^step 12/12 loss [0-9.]* lr ' full.out
 check "validation loss falls" awk '/^validation loss: /{ exit !($5 < $3) }' full.out
 check "config saved beside the checkpoints" test -s full/ckpt/config.json
+check "with save, the terminal names that file instead of every key" \
+  grep -q '^effective config: full/ckpt/config.json$' full.out
+check "the job line names the schedule and the batch arithmetic ($(grep '^job:' full.out | cut -c1-120))" \
+  grep -qE '^job: 4 ranks = pipe 2 x data 2 x model 1; model gpt, [0-9]+ layers; schedule 1f1b; batch 16 = micro 4 x 2 micro-batches x data 2; ' full.out
 check "checkpoints at steps 6 and 12" test -d full/ckpt/step_6 -a -d full/ckpt/step_12
 
 # 2. Resume: 6 steps, then --load to 12, continue the step count and the loss curve.
@@ -58,6 +62,17 @@ mkdir -p logs
 check "metrics: 12 JSON lines with steps 1..12" \
   "$python" -c "import json,sys; r=[json.loads(l) for l in open('logs/m.jsonl')]; sys.exit(not ([x['step'] for x in r]==list(range(1,13)) and all('loss' in x and 'lr' in x and 'grad_norm' in x and 'samples_per_s' in x and x['timings_ms']['ForwardPass'] > 0 for x in r) and [x['step'] for x in r if 'val_loss' in x]==[4,8,12]))"
 check "metrics: CSV header and 12 rows" test "$(head -1 logs/m.csv)" = "step,loss,val_loss,lr,grad_norm,loss_scale,skipped_steps,samples_per_s,tokens_per_s" -a "$(wc -l <logs/m.csv)" -eq 13
+# A run stopped after its last save logged steps the resumed run repeats: the files are cut
+# back to the resumed step first, so every step appears once.
+mkdir -p cut
+cut_config=$(variant cut 's|"save_interval": 6|"save_interval": 2|; s|"sample"|"log": {"metrics": "cut/m.jsonl", "csv": "cut/m.csv"}, "sample"|')
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$cut_config" --train-iters 3 --save cut/ckpt >cut1.out 2>&1
+echo step_2 >cut/ckpt/latest # as if step 3 had not been saved
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$cut_config" --train-iters 4 --load cut/ckpt --save cut/ckpt >cut2.out 2>&1
+check "resume: the metrics hold steps 1..4 once each ($(grep -o '"step":[0-9]*' cut/m.jsonl | tr '\n' ' '))" \
+  "$python" -c "import json,sys; sys.exit([json.loads(l)['step'] for l in open('cut/m.jsonl')] != [1,2,3,4])"
+check "resume: the CSV too, under one header" \
+  test "$(cut -d, -f1 cut/m.csv | tr '\n' ' ')" = "step 1 2 3 4 "
 check "tensorboard: TensorBoard's own reader finds the curves" "$python" - <<'PY'
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -121,6 +136,26 @@ check "generate: a prompt with bytes >= 0x80 samples (exit $?; $(head -c 40 gen_
   test "$(head -c 6 gen_utf8.out)" = "Caf?? " -a "$(wc -c <gen_utf8.out)" -ge 15
 "$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt --eval-iters 2 >eval.out 2>&1
 check "eval prints the validation loss of step 12" grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval.out
+# The validation set is fixed: eval on 2 ranks (pipe 2, data 1, the training's eval_iters by
+# default) reads the samples training at pipe 2 x data 2 read last, to the printed digits.
+"$pipetrain" launch -n 2 -- "$pipetrain" eval --checkpoint full/ckpt >eval_default.out 2>&1
+trained_last=$(awk '/^validation loss: /{ print $5 }' full.out)
+check "eval: the training's eval_iters by default ($(cat eval_default.out))" \
+  grep -q '^validation loss [0-9.]* over 2 batches (step 12)$' eval_default.out
+check "eval: the same validation loss as training's last ($trained_last vs $(awk '/^validation loss /{ print $3 }' eval_default.out))" \
+  test -n "$trained_last" -a "$trained_last" = "$(awk '/^validation loss /{ print $3 }' eval_default.out)"
+
+# Saving into a folder that holds another run's checkpoints without resuming from it: exit 2,
+# one line, nothing written; --overwrite starts over there.
+latest_before=$(cat full/ckpt/latest)
+train 2 again.out --pipe 2 --train-iters 1 --save full/ckpt
+rc=$?
+check "save over another run: exit 2 (got $rc), one line ($(grep '^pipetrain:' again.out | head -1))" \
+  test "$rc" -eq 2 -a "$(grep -cE "^pipetrain: (rank 0 \(pipe=0 data=0\): )?save full/ckpt holds another run's checkpoints \(latest $latest_before\): resume it with --load full/ckpt, or start over with --overwrite$" again.out)" -ge 1
+check "save over another run: latest untouched" test "$(cat full/ckpt/latest)" = "$latest_before"
+cp -r full/ckpt overwritten
+train 2 overwrite.out --pipe 2 --train-iters 1 --save overwritten --overwrite
+check "--overwrite starts over (exit $?)" test "$(cat overwritten/latest)" = step_1
 
 # 5. The trace of one step holds exactly the instructions each rank's schedule plans, in order.
 for kind in train gpipe interleaved zb-h1; do

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@
 // mid-save leaves the previous checkpoint intact. State is kept per layer, so a
 // checkpoint loads at another pipeline or data-parallel size.
 namespace pipetrain::checkpoint {
+
+// The seam for tests that break a save on purpose (the trainer sets it from
+// PIPETRAIN_FAULT_KILL_IN_SAVE): called on each writing rank right after one layer's files
+// are written. None by default.
+void set_layer_written_hook(std::function<void(int global_rank)> hook);
 
 // Collective. `data`, if given, records where its reading stands (rank 0's position;
 // every replica reads the same number of samples). `weights`, if given, are saved in place

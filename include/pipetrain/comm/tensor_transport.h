@@ -76,13 +76,11 @@ class PendingRecv {
 
 // Sends a tensor or a tuple of tensors with its description, so shapes and dtypes may
 // change from one transfer to the next: one small header message, then the payloads,
-// all posted at once. Headers travel over `control` (MPI, host memory); payloads over
-// `data` (MPI, or NCCL for CUDA tensors), both ranking the same ranks alike, unless a
-// peer's payloads are routed over a communicator of their own.
+// all posted at once, over `comm` (MPI: headers live in host memory), unless a peer's
+// payloads are routed over a communicator of their own (NCCL between two GPUs).
 class TensorTransport {
  public:
-  TensorTransport(std::shared_ptr<Communicator> control, std::shared_ptr<Communicator> data,
-                  at::Device device = at::kCPU);
+  explicit TensorTransport(std::shared_ptr<Communicator> comm, at::Device device = at::kCPU);
 
   PendingSend send(const std::vector<at::Tensor>& tensors, int peer, int tag);
   // Posts the next receive from `peer` on `tag` (transfers on one tag arrive in the order
@@ -94,7 +92,7 @@ class TensorTransport {
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
   // From now on, payloads to and from `peer` travel over `comm` (e.g. NCCL between the
-  // two), in which the peer is rank `rank_there`; headers still travel over `control`.
+  // two), in which the peer is rank `rank_there`; headers still travel over `comm`.
   void route_payloads(int peer, std::shared_ptr<Communicator> comm, int rank_there);
 
  private:
@@ -106,8 +104,7 @@ class TensorTransport {
   WorkPtr send_payload(const at::Tensor& payload, int peer, int tag);
   WorkPtr recv_payload(at::Tensor& payload, int peer, int tag);
 
-  std::shared_ptr<Communicator> control_;
-  std::shared_ptr<Communicator> data_;
+  std::shared_ptr<Communicator> comm_;
   std::map<int, Route> routes_;  // by peer
   at::Device device_;
   at::Tensor header_;  // recv()'s header buffer, reused (a receive posted ahead has its own)

@@ -117,6 +117,17 @@ class KeyTable {
         [](const Config&) { return nlohmann::json(); });
   }
 
+  // A key this program no longer reads: known and documented (`help`), refused wherever it
+  // is set with InputError "<name> <message>", so no config relies on it unknowingly.
+  KeyTable& refused(std::string name, std::string help, std::string message) {
+    return custom(
+        std::move(name), "-", std::move(help),
+        [message = std::move(message)](const std::string& key, const nlohmann::json&, Config&) {
+          throw_input_error(key + " " + message);
+        },
+        [](const Config&) { return nlohmann::json(); });
+  }
+
   // A rule between keys, checked once every key is read: throws InputError naming them.
   KeyTable& check(std::function<void(const Config&)> rule) {
     checks_.push_back(std::move(rule));
@@ -172,6 +183,13 @@ class KeyTable {
       if (!value.is_null()) json[nlohmann::json::json_pointer(pointer_of(entry.name))] = value;
     }
     return json;
+  }
+
+  // Every key's full name, in table order (what unknown keys are matched against).
+  std::vector<std::string> names() const {
+    std::vector<std::string> names;
+    for (const auto& entry : entries_) names.push_back(entry.name);
+    return names;
   }
 
   std::vector<KeyDoc> docs() const {

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,14 +36,25 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
                            double validation_fraction);
 
+// A fixed set of samples shared out over replicas: sample k of the set is drawn from
+// (seed, stream, k) alone, and replica `replica` of `replicas` reads samples
+// (j * batch + i) * replicas + replica in its micro-batch j. The first n batches of
+// B = batch x micro-batches x replicas samples are then the same n B samples whatever the
+// batch, micro-batch count and data-parallel size: what validation reads.
+struct SampleShare {
+  int64_t replica = 0;
+  int64_t replicas = 1;
+};
+
 // Language-model micro-batches: `batch` windows of `context` + 1 tokens of `tokens` at
 // positions drawn from (seed, stream, draw count) alone, so a stream can resume anywhere and
 // replicas (different `stream`s) read different windows. Inputs are the first `context`
-// tokens, labels the next ones.
+// tokens, labels the next ones. With `share`, windows are drawn one by one as SampleShare
+// says instead.
 class SequenceSource : public engine::MicroBatchSource {
  public:
   SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
-                 uint64_t seed, uint64_t stream);
+                 uint64_t seed, uint64_t stream, std::optional<SampleShare> share = {});
   engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
@@ -54,14 +66,17 @@ class SequenceSource : public engine::MicroBatchSource {
   int64_t batch_;
   uint64_t seed_;
   uint64_t stream_;
+  std::optional<SampleShare> share_;
   int64_t drawn_ = 0;
 };
 
 // Regression data for the MLP: x uniform in [-1, 1), y a fixed random teacher network's
-// output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource.
+// output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource,
+// or sample by sample as `share` says.
 class RegressionSource : public engine::MicroBatchSource {
  public:
-  RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed, uint64_t stream);
+  RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed, uint64_t stream,
+                   std::optional<SampleShare> share = {});
   engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
@@ -71,6 +86,7 @@ class RegressionSource : public engine::MicroBatchSource {
   int64_t batch_;
   uint64_t seed_;
   uint64_t stream_;
+  std::optional<SampleShare> share_;
   at::Tensor hidden_weight_;
   at::Tensor output_weight_;
   int64_t drawn_ = 0;

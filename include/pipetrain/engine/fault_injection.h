@@ -8,7 +8,7 @@
 #include <string>
 
 #include "pipetrain/comm/deadline.h"
-#include "pipetrain/engine/stage_link.h"
+#include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/schedule/instruction.h"
 
 namespace pipetrain::engine {
@@ -27,7 +27,8 @@ enum class FaultAction { kExit, kAbort, kKill, kHang, kReshape, kRetype, kOverfl
 //   retype   its next send sends floating tensors as float64
 //   overflow (at a BackwardPass or BackwardInput) plants an inf in its first parameter's
 //            gradient, which backward accumulates onto, as an fp16 overflow would
-// Off (and free: no injector is built) when the variable is unset.
+// Off (and free: no injector is built) when the variable is unset. Only the trainer, and
+// tests that build an engine themselves, read the variable: the engine knows none of it.
 struct FaultPlan {
   int rank = -1;
   int64_t step = -1;
@@ -39,7 +40,7 @@ struct FaultPlan {
 std::optional<FaultPlan> fault_plan_from_environment();
 
 // Carries out a plan on its rank: told of every training instruction before it runs, it
-// ends or stops the process there, or breaks the next send (through FaultyStageLink), or
+// ends or stops the process there, or breaks the next send (through the engine's outgoing hook), or
 // puts an inf into the gradient of `poisoned` before the next optimizer step.
 class FaultInjector {
  public:
@@ -57,19 +58,9 @@ class FaultInjector {
   std::optional<FaultAction> pending_;  // reshape, retype or overflow, until it has acted
 };
 
-// A StageLink whose sends pass through a FaultInjector.
-class FaultyStageLink final : public StageLink {
- public:
-  FaultyStageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
-                  bool nccl_allowed, bool receive_ahead, std::shared_ptr<FaultInjector> faults)
-      : StageLink(std::move(grid), partitioned, device, nccl_allowed, receive_ahead),
-        faults_(std::move(faults)) {}
-  void send(const comm::TensorList& tensors, int stage, Channel channel) override {
-    StageLink::send(faults_->outgoing(tensors), stage, channel);
-  }
-
- private:
-  std::shared_ptr<FaultInjector> faults_;
-};
+// Attaches a FaultInjector for `plan` to `engine` through its hooks
+// (PipelineEngine::set_hooks) when `plan` names this rank; else nothing. The injector
+// poisons the gradient of the module's first parameter.
+void inject_faults(PipelineEngine& engine, const FaultPlan& plan);
 
 }  // namespace pipetrain::engine

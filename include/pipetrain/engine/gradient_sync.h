@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipetrain/device/transport.h"
+#include "pipetrain/engine/communicators.h"
 #include "pipetrain/engine/gradient_buckets.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"
@@ -24,17 +25,15 @@ class GradientSync {
  public:
   // How the data-parallel average is made (see GradientBuckets).
   struct DataParallel {
-    // The grid's data communicator, or NCCL over the same ranks.
-    std::shared_ptr<comm::Communicator> data;
     bool averages = true;  // false under ZeRO: its reduction comes by reduce_with()
     int64_t bucket_elements = 25'000'000;
     at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
     bool overlap = false;              // during the last backward passes
   };
-  // Collective over the grid's world (one communicator per tie key is split from it). The
-  // gradients live on `device`; tied sums travel by device::communicator_for's choice.
-  GradientSync(const module::PipelineModule& module, std::shared_ptr<const topology::Grid> grid,
-               DataParallel data_parallel, at::Device device);
+  // Over `comms`' tied groups (Communicators::connect_tied first, where the module has
+  // tied layers) and its data-parallel communicator; the gradients live on its device.
+  GradientSync(const module::PipelineModule& module, const Communicators& comms,
+               DataParallel data_parallel);
 
   // How the data-parallel average travels.
   comm::Transport transport() const { return device::transport_of(*data_); }
@@ -61,7 +60,6 @@ class GradientSync {
   const std::vector<at::Tensor>& norm_parameters() const { return norm_parameters_; }
 
  private:
-  void connect_tied_layers(at::Device device);
   void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
 
   const module::PipelineModule& module_;

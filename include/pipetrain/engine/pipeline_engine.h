@@ -2,6 +2,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,7 +11,7 @@
 
 #include "pipetrain/autograd/weight_grad_store.h"
 #include "pipetrain/comm/transport_choice.h"
-#include "pipetrain/engine/fault_injection.h"
+#include "pipetrain/engine/communicators.h"
 #include "pipetrain/engine/gradient_sync.h"
 #include "pipetrain/engine/micro_batch_feed.h"
 #include "pipetrain/engine/micro_batch_source.h"
@@ -48,8 +49,25 @@ class PipelineEngine {
   // grid->pipe_parallel_size() stages; it moves to the device config.device chooses
   // (InputError for "cuda" without a GPU). Batch sizes in `config` are resolved against
   // the grid's data-parallel size (InputError showing the arithmetic if they disagree).
+  // Over the job's communicators (the trainer makes them before the model, whose
+  // tensor-parallel layers use comms->model_group()); the engine connects their tied groups
+  // and pipe links (Communicators::connect_tied, connect_pipe).
+  PipelineEngine(std::shared_ptr<module::PipelineModule> module,
+                 std::shared_ptr<Communicators> comms, TrainingConfig config);
+  // As above, with communicators made for `grid` by config.device and config.comm_timeout.
   PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                  std::shared_ptr<topology::Grid> grid, TrainingConfig config);
+
+  // The seam for tests that break things on purpose (see fault_injection.h), off by
+  // default: `before` is told of every training instruction before it runs, with the
+  // training step (1-based) and a description of where; `outgoing` sees the tensors of
+  // every send between stages first and returns what is sent.
+  struct Hooks {
+    std::function<void(const schedule::Instruction&, int64_t step, const comm::WaitContext&)>
+        before;
+    StageLink::OutgoingFilter outgoing;
+  };
+  void set_hooks(Hooks hooks);
 
   // One optimizer step over gradient_accumulation_steps micro-batches. The first and last
   // stages read `data` (inputs / labels), and of those only model-parallel rank 0, which
@@ -116,12 +134,11 @@ class PipelineEngine {
   int64_t p2p_bytes() const { return link_->bytes(); }
 
   // Where this rank computes, and how its activations and its data-parallel gradients
-  // travel (NCCL between GPUs of their own, else MPI).
+  // travel (NCCL between GPUs of their own, else MPI; see Communicators).
   at::Device device() const { return device_; }
-  std::string pipe_transports() const { return link_->transports(); }
-  // Whether receives between stages are posted ahead (pipeline.receive_ahead, where it can).
-  bool receives_ahead() const { return link_->receives_ahead(); }
-  comm::Transport data_transport() const { return gradients_->transport(); }
+  const Communicators& communicators() const { return *comms_; }
+  std::string pipe_transports() const { return comms_->pipe_transports(); }
+  comm::Transport data_transport() const { return comms_->data_transport(); }
   // The data-parallel gradient buckets (null at data-parallel size 1).
   const GradientBuckets* gradient_buckets() const { return gradients_->buckets(); }
 
@@ -157,7 +174,6 @@ class PipelineEngine {
     int buffers = 0;
     bool splits_backward = false;
     SendCompletion sends = SendCompletion::kBlocking;
-    std::vector<StageLink::Receive> receives;  // in order
     // Where the step's last backward passes begin: the first step holding a chunk's last
     // BackwardPass or BackwardInput (-1: none). Gradient buckets may be reduced from here.
     int last_backwards_step = -1;
@@ -185,7 +201,7 @@ class PipelineEngine {
   };
 
   void check_stage() const;
-  Program program(std::string_view kind, int micro_batches) const;
+  Program program(schedule::Kind kind, int micro_batches) const;
   bool is_first_virtual_stage(int chunk) const { return grid_->is_first_stage() && chunk == 0; }
   bool is_last_virtual_stage(int chunk) const {
     return grid_->is_last_stage() && chunk == shape_.chunks - 1;
@@ -204,13 +220,14 @@ class PipelineEngine {
   double mean_loss(double loss_sum);
 
   std::shared_ptr<module::PipelineModule> module_;
+  std::shared_ptr<Communicators> comms_;
   std::shared_ptr<topology::Grid> grid_;
   TrainingConfig config_;
   at::Device device_;
   std::unique_ptr<GradientSync> gradients_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
   std::unique_ptr<MicroBatchFeed> feed_;
-  std::shared_ptr<FaultInjector> faults_;  // PIPETRAIN_FAULT on this rank, for tests
+  decltype(Hooks::before) before_instruction_;  // set_hooks'; empty unless a test sets it
   std::unique_ptr<StageLink> link_;
   ProgressReport progress_;
   bool report_progress_ = true;

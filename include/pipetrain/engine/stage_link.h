@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -9,7 +10,7 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/comm/transport_choice.h"
+#include "pipetrain/engine/communicators.h"
 #include "pipetrain/engine/transfer_progress.h"
 #include "pipetrain/topology/grid.h"
 
@@ -43,70 +44,45 @@ enum class SendCompletion { kBlocking, kDeferred };
 // 1/size share and the receiving group all-gathers the whole. Counts the payload bytes.
 class StageLink {
  public:
+  // Over `comms`' pipe links (Communicators::connect_pipe first): payloads to each
+  // neighbouring stage by that link's transport, headers over the pipe's MPI communicator.
   // `partitioned` takes effect only with a model-parallel group of more than one rank.
-  // Received tensors are placed on `device`. Payloads to each neighbouring stage travel by
-  // device::neighbour_links' choice when `nccl_allowed`, else over MPI: NCCL matches
-  // transfers between two ranks by their order alone (no tags) and queues them on one
-  // stream, which is safe only for one channel per direction (no chunks) and sends that
-  // block (see SendCompletion).
-  StageLink(std::shared_ptr<const topology::Grid> grid, bool partitioned, at::Device device,
-            bool nccl_allowed, bool receive_ahead = false);
-  virtual ~StageLink() = default;
+  // Received tensors are placed on the communicators' device.
+  StageLink(const Communicators& comms, bool partitioned);
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 
   // How later sends complete (kBlocking at first); complete_sends() first when changing.
   void set_send_completion(SendCompletion sends) { completion_ = sends; }
+  // What a send passes its tensors through first (a test's fault injection; by default
+  // none). Called on the stage's own thread.
+  using OutgoingFilter = std::function<comm::TensorList(const comm::TensorList&)>;
+  void set_outgoing_filter(OutgoingFilter filter) { outgoing_ = std::move(filter); }
+
   // The sent tensors must not be changed in place until the send completes.
-  virtual void send(const comm::TensorList& tensors, int stage, Channel channel);
+  void send(const comm::TensorList& tensors, int stage, Channel channel);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
-  // whose dtype and shape match are filled in place (unless the receive was posted ahead).
+  // whose dtype and shape match are filled in place.
   comm::TensorList recv(int stage, Channel channel, const comm::TensorList& reuse = {});
 
-  // A receive a program makes.
-  struct Receive {
-    int stage;
-    Channel channel;
-  };
-  // The receives the next program makes, in its order. Where receiving ahead is on, the
-  // transfers progress on a helper thread and CPU payloads travel over MPI, each is posted ahead:
-  // the first of each channel now, the next once the one before it is in. The tensors then
-  // move while this stage computes, not when it asks for them. Receives an earlier program
-  // left untaken (after a failure) are cancelled.
-  void expect_receives(const std::vector<Receive>& receives);
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete_sends(); }
 
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).
   int64_t bytes() const { return bytes_; }
-  // How payloads travel to each neighbouring stage: NCCL between GPUs of their own, else
-  // MPI. "nccl" or "mpi" when alike (also without neighbours: "mpi"), else per stage, e.g.
-  // "nccl to stage 1, mpi to stage 3".
-  std::string transports() const;
-  bool receives_ahead() const { return receive_ahead_; }
 
  private:
   bool partitioned() const;
+  void transmit(const comm::TensorList& tensors, int stage, Channel channel);
   void post(const comm::TensorList& wire, int stage, Channel channel);
-  // The wire's tensors from `stage`: the receive posted ahead, or one posted now.
-  comm::TensorList receive(int stage, int tag, const comm::TensorList& reuse);
-  void cancel_receives_ahead();
-
-  // Receives of one channel from one stage: the one posted ahead, and how many follow.
-  struct Ahead {
-    std::unique_ptr<comm::PendingRecv> posted;
-    int still_expected = 0;
-  };
 
   std::shared_ptr<const topology::Grid> grid_;
   bool partitioned_;
   at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;
   comm::TensorTransport transport_;
-  std::map<int, comm::Transport> transports_;  // by neighbouring stage
-  bool receive_ahead_;
-  std::map<std::pair<int, int>, Ahead> ahead_;  // by (stage, tag); outlives in_flight_
+  OutgoingFilter outgoing_;
   TransferProgress in_flight_;
   int64_t bytes_ = 0;
 };

@@ -10,33 +10,25 @@
 #include "pipetrain/module/partition_method.h"
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer_config.h"
+#include "pipetrain/schedule/schedule.h"
 
 namespace pipetrain::engine {
 
-// Which training schedule the engine executes: DeepSpeed's TrainSchedule (1F1B, also
-// named "train"), GPipe (every forward, then every backward), Megatron's interleaved 1F1B
-// over model chunks, or zero-bubble ZB-H1 (backward split into input and weight gradients).
-enum class PipelineSchedule { k1F1B, kGpipe, kInterleaved, kZbH1 };
-
-// The schedule layer's name of a schedule (see schedule::make_schedule).
-std::string_view schedule_kind_name(PipelineSchedule schedule);
-// The config's spellings of the schedules (pipeline.schedule).
-const config::Names<PipelineSchedule>& pipeline_schedules();
+// The config's spellings of the training schedules the engine executes
+// (pipeline.schedule): DeepSpeed's TrainSchedule (1F1B, "1f1b" or "train"), GPipe,
+// Megatron's interleaved 1F1B over model chunks and zero-bubble ZB-H1.
+const config::Names<schedule::Kind>& pipeline_schedules();
 
 struct PipelineConfig {
   int64_t stages = 1;
   module::PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  schedule::Kind schedule = schedule::Kind::k1F1B;
   // Model chunks per stage (virtual stages): at least 2 with kInterleaved, else 1.
   int64_t chunks = 1;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
-  // Post each receive ahead (as soon as the one before it on its channel is in) and move it
-  // along on a helper thread, where payloads travel over MPI between CPU tensors. Off by
-  // default: on two shared cores the thread cost about what it saved (README).
-  bool receive_ahead = false;
 };
 
 // The model's floating-point type (and so that of what travels between stages).
@@ -74,8 +66,10 @@ struct TrainingConfig {
   bool wall_clock_breakdown = false;
   double gradient_clipping = 0.0;  // max global norm; 0: off
   int64_t seed = 1234;
-  double comm_timeout = 0;                  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
-  int64_t reduce_bucket_size = 25'000'000;  // elements per data-parallel all-reduce bucket
+  double comm_timeout = 0;  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
+  // Elements per data-parallel all-reduce bucket without ZeRO (Megatron's --ddp-bucket-size;
+  // ZeRO's reduce-scatter buckets are zero_optimization.reduce_bucket_size, DeepSpeed's).
+  int64_t ddp_bucket_size = 25'000'000;
   // Reduce each gradient bucket while the step's last backward passes run.
   bool overlap_grad_reduce = true;
   device::DeviceKind device = device::DeviceKind::kAuto;
@@ -87,7 +81,9 @@ struct TrainingConfig {
   PipelineConfig pipeline;
   PrecisionConfig precision;
   ZeroConfig zero;
-  std::vector<std::string> unknown_keys;  // for a warning, one per key
+  // Keys no table here knows: a program with keys of its own refuses the rest
+  // (config::refuse_unknown_keys against training_keys().names()).
+  std::vector<std::string> unknown_keys;
 };
 
 // The DeepSpeed-style keys the engine reads, each bound once (see KeyTable).

@@ -25,12 +25,13 @@ struct ChildEnding {
   int signal_received = 0;  // the first stop signal this process passed on; 0: none
 };
 
-// Runs `argv` (mpirun) as a child process that dies with this one, passing SIGINT, SIGHUP,
-// SIGUSR1 and SIGUSR2 on to it, and SIGTERM as SIGUSR2: mpirun answers SIGTERM by killing the job
-// (its ranks get SIGTERM, then SIGKILL a second later), but passes SIGUSR1 and SIGUSR2 to every
-// rank, whose handlers read SIGUSR2 as SIGTERM (a rank saving on SIGTERM gets to finish its
-// step). Prints one line when it passes SIGINT, SIGTERM or SIGHUP on. Throws if the child cannot
-// start.
+// Runs `argv` (mpirun) as a child process in a process group of its own that dies with this
+// one, passing SIGUSR1 and SIGUSR2 on to it, and SIGTERM, and a first SIGINT or SIGHUP, as
+// SIGUSR2: mpirun answers those three by killing the job (its ranks get SIGTERM, then SIGKILL
+// a second later), but passes SIGUSR1 and SIGUSR2 to every rank, whose handlers read SIGUSR2
+// as SIGTERM (a rank saving on SIGTERM gets to finish its step and save). A second SIGINT or
+// SIGHUP is passed on as itself and ends the job at once. Prints one line when it passes
+// SIGINT, SIGTERM or SIGHUP on. Throws if the child cannot start.
 ChildEnding run_forwarding_signals(const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::launch

@@ -19,6 +19,10 @@ struct ModelConfig {
   GptConfig gpt{};
   LlamaConfig llama{};
   MlpConfig mlp{};
+  // A language model's special tokens as transformers' config.json names them (-1: none),
+  // carried from `import --hf` to `export --format hf`.
+  int64_t bos_token_id = -1;
+  int64_t eos_token_id = -1;
 };
 
 // The `model` section's keys, each bound once; the sizes of each model hold when

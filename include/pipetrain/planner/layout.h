@@ -14,15 +14,13 @@ struct Layout {
   int data = 1;
   int64_t micro_batch = 1;    // samples per micro-batch
   int64_t micro_batches = 1;  // per step: global batch = micro_batch · micro_batches · data
-  engine::PipelineSchedule schedule = engine::PipelineSchedule::k1F1B;
+  schedule::Kind schedule = schedule::Kind::k1F1B;
   int chunks = 1;  // model chunks per stage (interleaved)
   int zero = 0;
   bool checkpointing = false;  // every layer's activations recomputed in backward
 
   int64_t devices() const { return static_cast<int64_t>(tensor) * pipe * data; }
   int64_t global_batch() const { return micro_batch * micro_batches * data; }
-  // The simulator's name of the schedule ("train", "gpipe", "interleaved", "zb-h1").
-  std::string schedule_kind() const;
   // The config's spelling of the schedule, with chunks: "1f1b", "interleaved x2", ...
   std::string schedule_label() const;
 };

@@ -14,7 +14,7 @@ struct LayoutLimits {
   std::optional<int64_t> devices;  // of the cluster's; unset: all of them
   std::optional<int> tensor, pipe, data, zero, chunks;
   std::optional<int64_t> micro_batch;
-  std::optional<engine::PipelineSchedule> schedule;
+  std::optional<schedule::Kind> schedule;
   std::optional<bool> checkpointing;
   int64_t max_micro_batch = 16;  // micro-batch sizes tried: powers of two up to this
 };

@@ -2,7 +2,7 @@
 
 #include "pipetrain/schedule/schedule.h"
 
-// DeepSpeed's three schedules, step for step as in shared/spec/schedules.md.
+// DeepSpeed's three schedules, step for step as in docs/spec/schedules.md.
 namespace pipetrain::schedule {
 
 // Synchronous 1F1B: forward and backward steps alternate; stage s keeps at most
@@ -10,7 +10,7 @@ namespace pipetrain::schedule {
 class TrainSchedule final : public Schedule {
  public:
   using Schedule::Schedule;
-  std::string_view kind() const override { return "train"; }
+  Kind kind() const override { return Kind::k1F1B; }
   int num_pipe_buffers() const override;
   std::vector<Step> steps() const override;
 
@@ -23,7 +23,7 @@ class TrainSchedule final : public Schedule {
 class InferenceSchedule final : public Schedule {
  public:
   using Schedule::Schedule;
-  std::string_view kind() const override { return "inference"; }
+  Kind kind() const override { return Kind::kInference; }
   int num_pipe_buffers() const override { return 2; }
   std::vector<Step> steps() const override;
 };
@@ -32,7 +32,7 @@ class InferenceSchedule final : public Schedule {
 class DataParallelSchedule final : public Schedule {
  public:
   DataParallelSchedule(const PipeShape& shape, int stage_id);
-  std::string_view kind() const override { return "data-parallel"; }
+  Kind kind() const override { return Kind::kDataParallel; }
   int num_pipe_buffers() const override { return 1; }
   std::vector<Step> steps() const override;
 };

@@ -8,7 +8,7 @@
 namespace pipetrain::schedule {
 
 // What a pipeline stage does in one instruction. The names (see name()) are part of the
-// schedule contract (shared/spec/schedules.md) and appear in the JSON form.
+// schedule contract (docs/spec/schedules.md) and appear in the JSON form.
 enum class OpKind : std::uint8_t {
   kLoadMicroBatch,
   kForwardPass,

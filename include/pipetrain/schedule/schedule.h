@@ -1,6 +1,5 @@
 #pragma once
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,14 +32,26 @@ struct Peer {
 // Activations flow to the next virtual stage, gradients to the previous one.
 Peer transfer_peer(const PipeShape& shape, int stage, const Instruction& transfer);
 
-// The instruction stream of one stage for one batch. Implementations are pure
-// functions of (shape, stage_id): no tensors, no communication.
+// The schedules this layer plans. Names (schedule_kind(k).name) are the spec's and the
+// command line's; everywhere past parsing a schedule is one of these.
+enum class Kind {
+  k1F1B,          // "train": DeepSpeed's synchronous 1F1B (TrainSchedule)
+  kInference,     // "inference": forward only
+  kDataParallel,  // "data-parallel": one stage, forward and backward per micro-batch
+  kGpipe,         // "gpipe"
+  kInterleaved,   // "interleaved": Megatron's interleaved 1F1B over model chunks
+  kZbH1,          // "zb-h1": zero-bubble ZB-H1, backward split in two
+};
+
+// The instruction stream of one stage for one batch, for the kinds written step by step
+// (DeepSpeed's, deepspeed_schedules.h); the others are built from compute orders
+// (compute_order.h). Pure functions of (shape, stage_id): no tensors, no communication.
 class Schedule {
  public:
   Schedule(const PipeShape& shape, int stage_id);
   virtual ~Schedule() = default;
 
-  virtual std::string_view kind() const = 0;
+  virtual Kind kind() const = 0;
   virtual int num_pipe_buffers() const = 0;
   virtual std::vector<Step> steps() const = 0;
 
@@ -62,6 +73,7 @@ class Schedule {
 };
 
 struct ScheduleKind {
+  Kind kind;
   std::string_view name;
   std::string_view summary;
   bool trains;           // ends with backward passes and an optimizer step
@@ -70,15 +82,14 @@ struct ScheduleKind {
 };
 
 const std::vector<ScheduleKind>& schedule_kinds();
-const ScheduleKind& schedule_kind(std::string_view name);  // throws InputError if unknown
-
-// Throws InputError naming the bad argument (unknown kind, stages < 1, stage out of range...).
-std::unique_ptr<Schedule> make_schedule(std::string_view kind, const PipeShape& shape,
-                                        int stage_id);
+const ScheduleKind& schedule_kind(Kind kind);
+// The kind a user named; throws InputError listing the known names if there is none.
+const ScheduleKind& schedule_kind(std::string_view name);
+std::string_view name(Kind kind);
 
 // Every stage's schedule for one batch: what the validator and the simulator consume.
 struct PipelinePlan {
-  std::string kind;
+  Kind kind = Kind::k1F1B;
   PipeShape shape;
   bool trains = true;
   bool splits_backward = false;
@@ -86,6 +97,9 @@ struct PipelinePlan {
   std::vector<std::vector<Step>> stage_steps;  // per stage
 };
 
-PipelinePlan plan_pipeline(std::string_view kind, const PipeShape& shape);
+// Throws InputError naming the bad argument (stages < 1, chunks the kind has not...).
+PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape);
+// For a kind a user named (the command line's, a test's): schedule_kind(name), then plan.
+PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape);
 
 }  // namespace pipetrain::schedule

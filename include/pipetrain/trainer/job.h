@@ -22,6 +22,7 @@ struct Job {
   nlohmann::json effective;  // every key with its value, batch sizes resolved
   models::BuiltinModel model;
   std::shared_ptr<topology::Grid> grid;
+  std::shared_ptr<engine::Communicators> comms;  // every communicator, made once
   std::shared_ptr<module::PipelineModule> module;
   std::unique_ptr<engine::PipelineEngine> engine;
   std::unique_ptr<engine::MicroBatchSource> train_data;
@@ -32,7 +33,7 @@ struct Job {
 // Whether a job reads its training and validation data (forward-only uses do not).
 enum class DataUse { kRead, kNone };
 
-// Collective over the MPI world: parses `file` once (unknown keys warned about on rank 0),
+// Collective over the MPI world: parses `file` once (unknown keys refused),
 // builds the grid, this stage's part of the model, the engine and the data. With
 // `trusted_from`, a checkpoint the config was read from (see config_of_checkpoint), the
 // model's layers are first checked to have the parameter counts the checkpoint's files
@@ -43,6 +44,13 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from = {},
 
 // Collective: the mean loss over eval_iters validation batches, the same ones every time.
 double validation_loss(Job& job);
+
+// For a config that loads a checkpoint (`load`): without a model section it takes the
+// checkpoint's (`taken` then says so), so a fine-tune needs only its own training keys;
+// the keys a model section gives must be the checkpoint's, `model.dropout` aside (InputError
+// naming the first that differs), and the rest come from the checkpoint. Other configs
+// come back as they are.
+nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken = nullptr);
 
 // The config a checkpoint was trained with, re-sized for a job of `ranks` ranks on one
 // pipeline (data-parallel 1, ranks / model_parallel stages, the default schedule without

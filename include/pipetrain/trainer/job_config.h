@@ -26,11 +26,18 @@ struct JobConfig {
 const config::KeyTable<JobConfig>& job_keys();
 
 // Reads every key (InputError names a bad one); the keys no owner knows go to `unknown`.
+// DeepSpeed's `bfloat16` and `tensorboard` sections are read as DeepSpeed reads them.
 JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
+
+// InputError naming every key of `unknown` in one message, each with the known key it most
+// likely misspells, or the DeepSpeed section it is and what pipetrain reads instead. Every
+// command refuses them: a key left unread would leave a run training other than asked.
+void refuse_unknown_keys(const std::vector<std::string>& unknown);
 
 // Command-line settings that win over the file.
 struct TrainerOverrides {
   std::optional<int64_t> pipe, data, model, micro_batches, train_iters, eval_interval, seed, chunks;
+  bool overwrite = false;  // --overwrite: sets overwrite
   std::optional<double> lr;
   std::optional<std::string> save, load, trace, schedule, device;
 };

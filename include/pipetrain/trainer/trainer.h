@@ -1,6 +1,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ constexpr int kSavedOnSignalExitCode = 75;
 int train(const nlohmann::json& config_file);
 
 // `pipetrain eval`: the validation loss of a checkpoint, printed by rank 0.
-int evaluate_checkpoint(const std::string& checkpoint, int64_t eval_iters);
+int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> eval_iters);
 
 // `pipetrain generate`: text sampled from a checkpoint's language model, printed by rank 0.
 struct GenerateOptions {

@@ -11,7 +11,7 @@
 
 namespace pipetrain::trainer {
 
-// Keys of `pipetrain train` beside DeepSpeed's (see the README's table).
+// Keys of `pipetrain train` beside DeepSpeed's (docs/user/config.md).
 struct TrainerConfig {
   int64_t data_parallel = 0;   // 0: ranks / (pipeline.stages x model_parallel); else it must match
   int64_t model_parallel = 1;  // tensor-parallel group size (Megatron's layers)
@@ -21,6 +21,7 @@ struct TrainerConfig {
   int64_t save_interval = 0;     // 0: only at the end (when `save` is set)
   std::string save;              // checkpoint directory
   std::string load;              // resume from this directory's latest checkpoint
+  bool overwrite = false;        // save over another run's checkpoints
   int save_on_signal = SIGTERM;  // saves a checkpoint and stops the job; 0: none
   struct Data {
     std::string type = "text";  // text, tokens or synthetic
