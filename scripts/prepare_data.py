@@ -112,6 +112,9 @@ def main():
               struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
     index = [header, array.array("i", lengths).tobytes(), pointers.tobytes(),
              array.array("q", range(len(lengths) + 1)).tobytes()]
+    folder = os.path.dirname(args.out)
+    if folder:
+        os.makedirs(folder, exist_ok=True)  # the output's folder, as a user expects
     write_atomically(args.out + ".bin", [tokens.tobytes()])
     write_atomically(args.out + ".idx", index)
     print(f"{args.out}: {len(lengths)} documents, {len(tokens)} tokens ({dtype}); "

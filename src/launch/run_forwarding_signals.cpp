@@ -56,6 +56,13 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
 
+  // Handlers first: a signal between fork and exec is then noted, not the launcher's end
+  // (the child's copies are reset by exec; until child_pid is set nothing is passed on).
+  struct sigaction action {};
+  action.sa_handler = forward;
+  ::sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
+    ::sigaction(signal, &action, nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -70,18 +77,16 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
     ::setpgid(0, 0);
     if (::isatty(STDIN_FILENO)) {
       const int none = ::open("/dev/null", O_RDONLY);
-      if (none >= 0) ::dup2(none, STDIN_FILENO);
+      if (none >= 0 && none != STDIN_FILENO) {
+        ::dup2(none, STDIN_FILENO);
+        ::close(none);
+      }
     }
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
   child_pid = pid;
-  struct sigaction action {};
-  action.sa_handler = forward;
-  ::sigemptyset(&action.sa_mask);
-  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
-    ::sigaction(signal, &action, nullptr);
 
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {

@@ -235,9 +235,6 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
             {"embd_pdrop", g.dropout},
             {"attn_pdrop", g.dropout},
             {"tie_word_embeddings", g.tie_embeddings},
-            // GPT-2's end-of-text token is its last id.
-            {"bos_token_id", g.vocab_size - 1},
-            {"eos_token_id", g.vocab_size - 1},
             {"torch_dtype", "float32"}};
   }
   if (config.type == "llama") {
@@ -267,9 +264,12 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
 }  // namespace
 
 nlohmann::json hf_config_of(const ModelConfig& config) {
+  // The special tokens the model came with (import --hf), or explicitly none: transformers
+  // would otherwise assume its own defaults (GPT-2's 50256, LLaMA's 1 and 2).
   nlohmann::json hf = hf_model_config_of(config);
-  if (config.bos_token_id >= 0) hf["bos_token_id"] = config.bos_token_id;
-  if (config.eos_token_id >= 0) hf["eos_token_id"] = config.eos_token_id;
+  auto token = [](int64_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(nullptr); };
+  hf["bos_token_id"] = token(config.bos_token_id);
+  hf["eos_token_id"] = token(config.eos_token_id);
   return hf;
 }
 

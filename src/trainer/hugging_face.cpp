@@ -166,8 +166,10 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   // Copied beside the checkpoint, where generate finds it also when the folder has moved
   // (config_of_checkpoint).
   const std::string tokenizer = readable_tokenizer(tokenizer_files(folder));
-  if (!tokenizer.empty())  // where it will be, once the checkpoint is written
+  if (!tokenizer.empty()) {  // where it will be, once the checkpoint is written
     job_keys().set(config, "sample.tokenizer", (fs::absolute(out) / tokenizer).string());
+    job_keys().set(config, "data.type", "indexed");  // a tokenizer goes with token data
+  }
   job_keys().set(config, "pipeline.stages", 1);
   job_keys().set(config, "train_micro_batch_size_per_gpu", 1);
   // The checkpoint takes the file's tensors, not the model's: no initialisation to pay for.
@@ -185,9 +187,18 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
     masters.push_back({take(weights, found->second, parameter.sizes(), folder), {}});
   }
   check_all_used(weights, tied(model), folder);
-  checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
-                              &masters);
+  // The tokenizer first, so that `latest` names a checkpoint whose tokenizer is there; both
+  // or neither: a failed save takes the copies with it.
+  fs::create_directories(out);
   copy_tokenizer(folder, out);
+  try {
+    checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
+                                &masters);
+  } catch (...) {
+    std::error_code error;
+    for (const auto& name : tokenizer_files(folder)) fs::remove(fs::path(out) / name, error);
+    throw;
+  }
   std::printf("imported %s (%s, %zu tensors%s) into %s/step_0\n", folder.c_str(),
               model.type.c_str(), masters.size(),
               tokenizer.empty() ? "" : (", " + tokenizer).c_str(), out.c_str());

@@ -36,10 +36,10 @@ std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
   const std::string times_model =
       model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
   if (world->size() % (pipe * model_parallel) != 0) {
-    const std::string hint =
-        world->size() == 1 ? " (one process: start the job with pipetrain launch -n " +
-                                 std::to_string(pipe * model_parallel) + " -- ...)"
-                           : "";
+    const std::string hint = world->size() == 1
+                                 ? " (one process: start the job with pipetrain launch -n " +
+                                       std::to_string(pipe * model_parallel) + " -- ...)"
+                                 : "";
     throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_model +
                          " does not divide the job's " + std::to_string(world->size()) + " ranks" +
                          hint);
@@ -165,7 +165,35 @@ void check_against_checkpoint(const std::vector<module::LayerSpec>& layers,
   }
 }
 
+// The tokenizer a checkpoint's config names: the file named, or, when that is gone (the
+// folders moved), the one of that name beside the checkpoint (import --hf copies it there).
+std::string tokenizer_of(const nlohmann::json& saved, const std::string& checkpoint) {
+  const nlohmann::json::json_pointer pointer("/sample/tokenizer");
+  if (!saved.contains(pointer) || !saved[pointer].is_string()) return {};
+  const std::filesystem::path named = saved[pointer].get<std::string>();
+  const std::filesystem::path beside = std::filesystem::path(checkpoint) / named.filename();
+  std::error_code error;
+  if (!named.empty() && !std::filesystem::exists(named, error) &&
+      std::filesystem::is_regular_file(beside, error))
+    return beside.string();
+  return named.string();
+}
+
 }  // namespace
+
+nlohmann::json saved_config(const std::string& checkpoint) {
+  const nlohmann::json client_state = checkpoint::read_client_state(checkpoint);
+  if (!client_state.is_object() || !client_state.contains("config")) {
+    throw io::InputError(checkpoint +
+                         ": the checkpoint holds no training config (not saved by "
+                         "pipetrain train?)");
+  }
+  nlohmann::json config = client_state["config"];
+  // Keys earlier versions wrote into every effective config and this one refuses.
+  for (const char* removed : {"reduce_bucket_size", "pipeline.receive_ahead"})
+    job_keys().erase(config, removed);
+  return config;
+}
 
 Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataUse data) {
   Job job;
@@ -222,10 +250,14 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
       !client_state["config"].contains("model"))
     return config;  // load_checkpoint names what is wrong with it
   const nlohmann::json& saved = client_state["config"]["model"];
-  // The model's tokenizer comes with it, unless the file names one.
-  const nlohmann::json::json_pointer tokenizer("/sample/tokenizer");
-  if (!config.contains(tokenizer) && client_state["config"].contains(tokenizer))
-    job_keys().set(config, "sample.tokenizer", client_state["config"][tokenizer]);
+  // The model's tokenizer comes with it, for token data, unless the file names one.
+  const nlohmann::json::json_pointer data_type("/data/type");
+  const bool token_data = config.contains(data_type) && config[data_type].is_string() &&
+                          config[data_type].get<std::string>() != "text";
+  const std::string tokenizer = tokenizer_of(client_state["config"], load);
+  if (token_data && !tokenizer.empty() &&
+      !config.contains(nlohmann::json::json_pointer("/sample/tokenizer")))
+    job_keys().set(config, "sample.tokenizer", tokenizer);
   if (!config.contains("model")) {
     config["model"] = saved;
     if (taken) *taken = true;
@@ -261,13 +293,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
     throw io::InputError("--model " + std::to_string(model_parallel) +
                          " must divide the job's ranks (" + std::to_string(ranks) + ")");
   }
-  const nlohmann::json client_state = checkpoint::read_client_state(checkpoint);
-  if (!client_state.is_object() || !client_state.contains("config")) {
-    throw io::InputError(checkpoint +
-                         ": the checkpoint holds no training config (not saved by "
-                         "pipetrain train?)");
-  }
-  nlohmann::json config = client_state["config"];
+  nlohmann::json config = saved_config(checkpoint);
   const auto& keys = job_keys();
   keys.set(config, "pipeline.stages", ranks / model_parallel);
   // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks.
@@ -283,17 +309,9 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "log");
   keys.erase(config, "trace");
   keys.erase(config, "device");  // the machine that reads the checkpoint decides
-  // A tokenizer the checkpoint carries (import --hf copies it beside the checkpoint) is read
-  // where the checkpoint is now, also after the folder moved.
-  const nlohmann::json::json_pointer tokenizer("/sample/tokenizer");
-  if (config.contains(tokenizer) && config[tokenizer].is_string()) {
-    const std::filesystem::path named = config[tokenizer].get<std::string>();
-    const std::filesystem::path beside = std::filesystem::path(checkpoint) / named.filename();
-    std::error_code error;
-    if (!named.empty() && !std::filesystem::exists(named, error) &&
-        std::filesystem::is_regular_file(beside, error))
-      keys.set(config, "sample.tokenizer", beside.string());
-  }
+  // A tokenizer the checkpoint carries is read where the checkpoint is now.
+  const std::string tokenizer = tokenizer_of(config, checkpoint);
+  if (!tokenizer.empty()) keys.set(config, "sample.tokenizer", tokenizer);
   return config;
 }
 

@@ -37,8 +37,9 @@ const std::map<std::string, std::string>& deepspeed_sections() {
   return sections;
 }
 
-// DeepSpeed's tensorboard section {enabled, output_path, job_name} as log.tensorboard
-// (the folder output_path/job_name, DeepSpeed's), so a DeepSpeed config logs alike.
+// DeepSpeed's tensorboard section {enabled, output_path, job_name} as log.tensorboard: the
+// folder output_path/job_name with DeepSpeed's defaults ("" and "DeepSpeedJobName"), so a
+// DeepSpeed config logs where DeepSpeed would.
 void read_deepspeed_tensorboard(nlohmann::json& json) {
   if (!json.is_object() || !json.contains("tensorboard")) return;
   const nlohmann::json section = json["tensorboard"];
@@ -54,9 +55,9 @@ void read_deepspeed_tensorboard(nlohmann::json& json) {
   if (json.contains("log") && json["log"].is_object() && json["log"].contains("tensorboard"))
     throw io::InputError("tensorboard and log.tensorboard both name the event folder: keep one");
   std::filesystem::path folder = config::utf8_string(
-      "tensorboard.output_path", section.value("output_path", nlohmann::json("runs/tensorboard")));
-  if (section.contains("job_name"))
-    folder /= config::utf8_string("tensorboard.job_name", section["job_name"]);
+      "tensorboard.output_path", section.value("output_path", nlohmann::json("")));
+  folder /= config::utf8_string("tensorboard.job_name",
+                                section.value("job_name", nlohmann::json("DeepSpeedJobName")));
   job_keys().set(json, "log.tensorboard", folder.string());
 }
 

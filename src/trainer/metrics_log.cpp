@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "pipetrain/io/atomic_file.h"
@@ -29,6 +30,8 @@ int64_t step_of(const std::string& line, bool csv) {
 
 // Keeps the lines up to `last` step (and the CSV header), written atomically.
 void cut_back(const std::string& path, int64_t last, bool csv) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return;  // none yet, or a pipe
   std::ifstream in(path);
   if (!in) return;  // nothing logged yet
   std::string kept;

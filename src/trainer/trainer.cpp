@@ -341,8 +341,7 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
   nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
   // The validation set training read: eval_iters batches of its batch size (the training's
   // eval_iters unless given), in micro-batches of its size (see data::SampleShare).
-  const JobConfig trained =
-      parse_job_config(checkpoint::read_client_state(checkpoint)["config"], nullptr);
+  const JobConfig trained = parse_job_config(saved_config(checkpoint), nullptr);
   const auto& keys = job_keys();
   const int64_t micro = trained.engine.train_micro_batch_size_per_gpu;
   keys.set(config, "train_micro_batch_size_per_gpu", micro);

@@ -151,7 +151,8 @@ expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling nee
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
 
 # A second job saving into the folder a running job saves into; once that job ends (here
-# killed), its claim is gone and the next job may save there.
+# stopped by SIGTERM, which saves its step), its claim is gone and the next job may save
+# there (--overwrite: the folder holds the stopped job's checkpoint).
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --train-iters 100000 \
   --eval-interval 0 --save "$work/held" >"$work/holder.out" 2>&1 &
 holder=$!
@@ -164,7 +165,7 @@ expect_bad "cli: --save into a folder another job is saving into" \
 kill -TERM "$holder"
 wait "$holder" 2>/dev/null
 (cd "$work" && "$pipetrain" launch -n 2 -- "$pipetrain" train --config tiny.json --train-iters 1 \
-  --save held >/dev/null 2>&1)
+  --save held --overwrite >/dev/null 2>&1)
 check "cli: after the holder ended, the folder takes a new job (exit $?)" test $? -eq 0
 
 # Asking for a GPU where this build sees none (on a machine with one, the GPU tests run).

@@ -125,6 +125,35 @@ TEST(Schedule, BadArgumentsAreInputErrors) {
   EXPECT_EQ(plan_pipeline(Kind::kGpipe, {.micro_batches = 4, .stages = 2}).num_pipe_buffers[1], 4);
 }
 
+// The passes of a stage, in order (what a schedule computes, without transfers or buffers).
+std::vector<std::pair<OpKind, int>> passes(const std::vector<Step>& steps) {
+  std::vector<std::pair<OpKind, int>> found;
+  for (const auto& step : steps) {
+    for (const auto& in : step) {
+      if (is_compute(in.kind)) found.emplace_back(in.kind, in.micro_batch);
+    }
+  }
+  return found;
+}
+
+// DeepSpeed's TrainSchedule (the spec's, written step by step) and the interleaved order at
+// one chunk (Megatron's 1F1B, built from compute orders) are one 1F1B: the same passes in
+// the same order on every stage and as many steps; only the buffer count differs (DeepSpeed
+// keeps at least 2).
+TEST(Schedule, DeepSpeedsTrainScheduleAndInterleavingAtOneChunkRunTheSamePasses) {
+  for (int p = 1; p <= 5; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      SCOPED_TRACE("m=" + std::to_string(m) + " p=" + std::to_string(p));
+      const PipelinePlan deepspeed = plan_pipeline(Kind::k1F1B, {m, p});
+      const PipelinePlan megatron = plan_pipeline(Kind::kInterleaved, {m, p, 1});
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(passes(deepspeed.stage_steps[s]), passes(megatron.stage_steps[s]));
+        EXPECT_EQ(deepspeed.stage_steps[s].size(), megatron.stage_steps[s].size());
+      }
+    }
+  }
+}
+
 TEST(Schedule, EveryKindHasOneNameThatParsesBackToIt) {
   for (const auto& info : schedule_kinds()) {
     EXPECT_EQ(schedule_kind(info.name).kind, info.kind);

@@ -225,7 +225,7 @@ check "indexed: trains on a Megatron .bin/.idx pair" grep -q '^step 4/4 loss' in
 last_step() { grep -oE '^step 4/4 loss [0-9.]+' "$1"; }
 check "indexed: 2 + 2 steps resumed end as 4 steps did ($(last_step indexed.out) vs $(last_step indexed-b.out))" \
   test -n "$(last_step indexed.out)" -a "$(last_step indexed.out)" = "$(last_step indexed-b.out)"
-"$pipetrain" launch -n 2 -- "$pipetrain" train --train-iters 20 --config "$(variant mlp \
+"$pipetrain" launch -n 2 -- "$pipetrain" train --train-iters 40 --config "$(variant mlp \
   's|"model": {[^}]*}|"model": {"type": "mlp", "inputs": 8, "hidden": 32, "outputs": 2, "layers": 3}|; s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "synthetic"|')" >mlp.out 2>&1
 check "synthetic: the MLP learns its teacher" awk '/^validation loss: /{ exit !($5 < 0.5 * $3) }' mlp.out
 "$python" -c "import numpy as np; np.array([1, 2, 300, 4] * 50, dtype='<u2').tofile('bad.bin')"

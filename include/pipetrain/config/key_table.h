@@ -121,7 +121,7 @@ class KeyTable {
   // is set with InputError "<name> <message>", so no config relies on it unknowingly.
   KeyTable& refused(std::string name, std::string help, std::string message) {
     return custom(
-        std::move(name), "-", std::move(help),
+        std::move(name), kRefused, std::move(help),
         [message = std::move(message)](const std::string& key, const nlohmann::json&, Config&) {
           throw_input_error(key + " " + message);
         },
@@ -185,10 +185,13 @@ class KeyTable {
     return json;
   }
 
-  // Every key's full name, in table order (what unknown keys are matched against).
+  // Every key's full name, in table order (what unknown keys are matched against), but
+  // the refused ones: no misspelling should be pointed at a key that is refused anyway.
   std::vector<std::string> names() const {
     std::vector<std::string> names;
-    for (const auto& entry : entries_) names.push_back(entry.name);
+    for (const auto& entry : entries_) {
+      if (entry.type != kRefused) names.push_back(entry.name);
+    }
     return names;
   }
 
@@ -229,6 +232,7 @@ class KeyTable {
   }
 
  private:
+  static constexpr const char* kRefused = "-";  // the type refused keys are documented with
   template <typename>
   friend class KeyTable;
 

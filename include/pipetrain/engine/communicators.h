@@ -32,7 +32,8 @@ namespace pipetrain::engine {
 // What stays on MPI, always: the grid's axes (control()) carry the step's host scalars
 // (loss, gradient-norm sums, the fp16 overflow flag), barriers, transfer headers, the
 // model group's micro-batch broadcast, partitioned-transfer all-gathers, the logits
-// gathers of `logits`/`generate`, and checkpoint gathers.
+// gathers of `logits`/`generate`, and tensor-parallel checkpoint gathers (ZeRO's gathers
+// take data()).
 class Communicators {
  public:
   // Steps 1 to 4. `timeout` zero leaves the grid's deadlines as they are.

@@ -45,8 +45,13 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from = {},
 // Collective: the mean loss over eval_iters validation batches, the same ones every time.
 double validation_loss(Job& job);
 
+// The training config a checkpoint holds (InputError if none), without the keys earlier
+// versions wrote and this one refuses, so older checkpoints still evaluate and sample.
+nlohmann::json saved_config(const std::string& checkpoint);
+
 // For a config that loads a checkpoint (`load`): without a model section it takes the
-// checkpoint's (`taken` then says so), so a fine-tune needs only its own training keys;
+// checkpoint's (`taken` then says so), so a fine-tune needs only its own training keys (and,
+// for token data without a sample.tokenizer, the checkpoint's tokenizer);
 // the keys a model section gives must be the checkpoint's, `model.dropout` aside (InputError
 // naming the first that differs), and the rest come from the checkpoint. Other configs
 // come back as they are.
