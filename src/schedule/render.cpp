@@ -121,7 +121,9 @@ std::string to_svg(const PipelinePlan& plan, const Timeline& timeline, std::stri
   svg << std::fixed << std::setprecision(2);
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabelWidth + kChartWidth + 20
       << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  svg << "<text x=\"4\" y=\"18\" font-size=\"13\">" << name(plan.kind);
+  // Titled as configs spell it: DeepSpeed's "train" is the 1F1B.
+  svg << "<text x=\"4\" y=\"18\" font-size=\"13\">"
+      << (plan.kind == Kind::k1F1B ? std::string_view("1f1b") : name(plan.kind));
   if (!caption.empty()) svg << " " << caption;
   svg << ": " << plan.shape.micro_batches << " micro-batches, " << stages << " stages";
   if (plan.shape.chunks > 1) svg << ", " << plan.shape.chunks << " chunks";

@@ -30,6 +30,14 @@ check "the job line names the schedule and the batch arithmetic ($(grep '^job:' 
   grep -qE '^job: 4 ranks = pipe 2 x data 2 x model 1; model gpt, [0-9]+ layers; schedule 1f1b; batch 16 = micro 4 x 2 micro-batches x data 2; ' full.out
 check "checkpoints at steps 6 and 12" test -d full/ckpt/step_6 -a -d full/ckpt/step_12
 
+# Two stages started as one process: one line that says how to start the job.
+"$pipetrain" train --config "$config" >alone.out 2>&1
+rc=$?
+check "train alone with 2 stages: exit 2 and the launch to use ($(head -c 160 alone.out))" \
+  test "$rc" -eq 2 -a -n "$(grep -F "does not divide the job's 1 ranks (one process: start the job with pipetrain launch -n 2 -- ...)" alone.out)"
+check "the trace's Gantt chart of 1F1B is titled as configs spell it" \
+  bash -c "'$pipetrain' simulate --kind train -m 4 -p 2 --svg chart.svg >/dev/null && grep -q '>1f1b' chart.svg"
+
 # 2. Resume: 6 steps, then --load to 12, continue the step count and the loss curve.
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$config" --train-iters 6 --save half/ckpt \
   >half1.out 2>&1

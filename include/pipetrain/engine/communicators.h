@@ -27,7 +27,11 @@ namespace pipetrain::engine {
 //   5. connect_tied: one group per tied key among the stages owning it;
 //   6. connect_pipe: the links to the neighbouring stages.
 // Steps 3, 4 and 5 take NCCL where every rank of the group has a GPU of its own, else the
-// MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours.
+// MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours, and
+// only for schedules whose sends block and that have one model chunk. Who may start a
+// collective follows the transport: data-parallel buckets start on autograd's device
+// thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the
+// engine's thread starts them, between instructions).
 //
 // What stays on MPI, always: the grid's axes (control()) carry the step's host scalars
 // (loss, gradient-norm sums, the fp16 overflow flag), barriers, transfer headers, the
