@@ -1,4 +1,6 @@
 // `pipetrain plan`: the best layouts of a model on a cluster, predicted.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -226,6 +228,16 @@ int run_plan(const PlanOptions& o) {
     return 0;
   }
 
+  // A calibrated file describes the machine that measured it (said once a plan stands).
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  if (!cluster.calibrated_on.empty() && cluster.calibrated_on != host) {
+    std::fprintf(stderr,
+                 "pipetrain: note: %s was calibrated on %s, not on this host (%s): for this "
+                 "machine's figures run `pipetrain launch -n 2 -- pipetrain calibrate --out "
+                 "FILE` here first\n",
+                 o.cluster.c_str(), cluster.calibrated_on.c_str(), host);
+  }
   double parameters = 0;
   for (const auto& layer : workload.layers) parameters += layer.parameters;
   std::printf(

@@ -42,6 +42,9 @@ const config::KeyTable<Cluster>& cluster_keys() {
     config::KeyTable<Cluster> t;
     t.text("name", PIPETRAIN_FIELD(name), "what the file describes")
         .texts("sources", PIPETRAIN_FIELD(sources), "where its figures come from")
+        .text("calibrated_on", PIPETRAIN_FIELD(calibrated_on),
+              "the host `pipetrain calibrate` measured; `plan` on another host says to "
+              "calibrate there first")
         .integer("nodes", PIPETRAIN_FIELD(nodes), "machines", config::at_least(1))
         .integer("devices_per_node", PIPETRAIN_FIELD(devices_per_node),
                  "GPUs per machine (cores of a CPU-only machine)", config::at_least(1));

@@ -16,36 +16,44 @@ bool writable_folder(const fs::path& folder) {
   return fs::is_directory(folder, error) && ::access(folder.c_str(), W_OK | X_OK) == 0;
 }
 
-void check_file(const std::string& key, const std::string& path) {
-  if (path.empty()) return;
-  std::error_code error;
-  if (fs::is_directory(path, error))
-    throw io::InputError(key + " " + path + " is a folder, not a file to write");
-  fs::path folder = fs::path(path).parent_path();
-  if (folder.empty()) folder = ".";
-  if (!writable_folder(folder)) {
-    throw io::InputError(key + " " + path + ": the folder " + folder.string() +
-                         (fs::exists(folder, error) ? " is not writable" : " does not exist"));
-  }
-}
-
-void check_folder(const std::string& key, const std::string& path) {
-  if (path.empty()) return;
+// A folder that exists, or can be made below its nearest existing ancestor.
+void check_folder(const std::string& key, const std::string& path, const std::string& shown) {
   std::error_code error;
   if (fs::exists(path, error) && !fs::is_directory(path, error))
-    throw io::InputError(key + " " + path + " exists and is not a folder");
+    throw io::InputError(key + " " + shown + " exists and is not a folder");
   fs::path existing = fs::absolute(path, error);
   while (!fs::exists(existing, error) && existing.has_parent_path() &&
          existing.parent_path() != existing) {
     existing = existing.parent_path();
   }
   if (!writable_folder(existing)) {
-    throw io::InputError(key + " " + path + ": cannot be created in " + existing.string() +
+    throw io::InputError(key + " " + shown + ": cannot be created in " + existing.string() +
                          " (not a writable folder)");
   }
 }
 
+void check_folder(const std::string& key, const std::string& path) {
+  if (!path.empty()) check_folder(key, path, path);
+}
+
+// A file to write whose folder exists or can be made (make_output_folders makes it).
+void check_file(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code error;
+  if (fs::is_directory(path, error))
+    throw io::InputError(key + " " + path + " is a folder, not a file to write");
+  const fs::path folder = fs::path(path).parent_path();
+  check_folder(key, folder.empty() ? std::string(".") : folder.string(), path);
+}
+
 }  // namespace
+
+void make_output_folders(const TrainerConfig& config) {
+  for (const std::string* file : {&config.trace, &config.log.metrics, &config.log.csv}) {
+    const fs::path folder = fs::path(*file).parent_path();
+    if (!file->empty() && !folder.empty()) fs::create_directories(folder);
+  }
+}
 
 void check_output_paths(const TrainerConfig& config) {
   check_folder("save", config.save);

@@ -23,6 +23,7 @@
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/optimizer_report.h"
+#include "pipetrain/trainer/output_paths.h"
 #include "pipetrain/trainer/progress_line.h"
 #include "pipetrain/trainer/sampling.h"
 #include "pipetrain/trainer/trace.h"
@@ -230,6 +231,7 @@ void announce(const Job& job) {
       static_cast<long long>(e.train_micro_batch_size_per_gpu),
       static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
       devices.c_str());
+  make_output_folders(job.config.trainer);
   if (!save.empty()) {
     fs::create_directories(save);
     io::write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");

@@ -158,6 +158,26 @@ check "SIGINT with save: saved, and the line names the step ($(errors interrupte
 check "SIGINT with save: no temporary file" \
   test -z "$(find "$work/interrupted" -name '*.tmp.*' 2>/dev/null)"
 
+# A second Ctrl-C stops the job at once, also while its step cannot end (a rank hangs in it),
+# and saves nothing.
+setsid env PIPETRAIN_FAULT="rank=1,step=3,instruction=ForwardPass,action=hang" PIPETRAIN_COMM_TIMEOUT=120 \
+  "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/at-end.json" --train-iters 100000 \
+  --eval-interval 0 --save "$work/twice" >twice.out 2>&1 &
+launcher=$!
+for _ in $(seq 150); do
+  grep -q "injected fault (hang)" twice.out && break
+  sleep 0.2
+done
+kill -INT -- "-$launcher"
+sleep 1
+started=$SECONDS
+kill -INT -- "-$launcher"
+wait "$launcher"
+rc=$?
+check "a second SIGINT stops a job whose step hangs at once (exit $rc after $((SECONDS - started)) s)" \
+  test "$rc" -ne 0 -a "$rc" -ne 75 -a $((SECONDS - started)) -lt 30
+check "a second SIGINT: nothing saved" test ! -e "$work/twice/latest"
+
 # Preemption: SIGTERM with a save folder finishes the step, saves it, and exits 75; the run
 # resumed from it ends where a run that was never stopped does.
 signal_job preempted TERM launcher --save "$work/preempted"

@@ -30,6 +30,12 @@ check "plan exits 0 (got $rc: $(cat "$work/err"))" test "$rc" -eq 0
 check "plan prints the table" grep -q "peak GiB" "$work/out"
 check "plan says why the others lost" grep -q "why the others lost" "$work/out"
 check "plan wrote the ready config" test -s "$work/ready.json"
+# The shipped calibration describes the machine that measured it: plan says to calibrate here.
+check "plan notes a cluster file calibrated on another host ($(cat "$work/err"))" \
+  grep -q "^pipetrain: note: .*this-machine.json was calibrated on the pipetrain development machine (2026-12-01), not on this host" "$work/err"
+python3 -c "import json,sys,socket; c=json.load(open(sys.argv[1])); c['calibrated_on']=socket.gethostname(); json.dump(c,open(sys.argv[2],'w'))" "$cluster" "$work/here.json"
+run plan --config "$work/model.json" --cluster "$work/here.json" --global-batch 16
+check "and nothing when it was calibrated here (exit $rc)" test "$rc" -eq 0 -a ! -s "$work/err"
 stages=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pipeline']['stages'])" "$work/ready.json")
 data=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['data_parallel'])" "$work/ready.json")
 "$pipetrain" launch -n $((stages * data)) -- "$pipetrain" train --config "$work/ready.json" >"$work/train" 2>&1

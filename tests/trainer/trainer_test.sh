@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pipetrain=$1
 python=$2
 config=$(cd "$(dirname "$0")" && pwd)/tiny.json
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
@@ -71,8 +72,8 @@ check "metrics: 12 JSON lines with steps 1..12" \
   "$python" -c "import json,sys; r=[json.loads(l) for l in open('logs/m.jsonl')]; sys.exit(not ([x['step'] for x in r]==list(range(1,13)) and all('loss' in x and 'lr' in x and 'grad_norm' in x and 'samples_per_s' in x and x['timings_ms']['ForwardPass'] > 0 for x in r) and [x['step'] for x in r if 'val_loss' in x]==[4,8,12]))"
 check "metrics: CSV header and 12 rows" test "$(head -1 logs/m.csv)" = "step,loss,val_loss,lr,grad_norm,loss_scale,skipped_steps,samples_per_s,tokens_per_s" -a "$(wc -l <logs/m.csv)" -eq 13
 # A run stopped after its last save logged steps the resumed run repeats: the files are cut
-# back to the resumed step first, so every step appears once.
-mkdir -p cut
+# back to the resumed step first, so every step appears once. (No mkdir: train makes the
+# folders of its log files.)
 cut_config=$(variant cut 's|"save_interval": 6|"save_interval": 2|; s|"sample"|"log": {"metrics": "cut/m.jsonl", "csv": "cut/m.csv"}, "sample"|')
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$cut_config" --train-iters 3 --save cut/ckpt >cut1.out 2>&1
 echo step_2 >cut/ckpt/latest # as if step 3 had not been saved
@@ -81,6 +82,8 @@ check "resume: the metrics hold steps 1..4 once each ($(grep -o '"step":[0-9]*' 
   "$python" -c "import json,sys; sys.exit([json.loads(l)['step'] for l in open('cut/m.jsonl')] != [1,2,3,4])"
 check "resume: the CSV too, under one header" \
   test "$(cut -d, -f1 cut/m.csv | tr '\n' ' ')" = "step 1 2 3 4 "
+check "plot-metrics: a chart, with the uniform line only when given a vocabulary" bash -c \
+  "'$source_dir/scripts/plot-metrics' cut/m.jsonl plain.svg && '$source_dir/scripts/plot-metrics' cut/m.jsonl bytes.svg 256 && grep -q '<polyline' plain.svg && ! grep -q uniform plain.svg && grep -q 'uniform over 256 tokens, ln 256' bytes.svg"
 check "tensorboard: TensorBoard's own reader finds the curves" "$python" - <<'PY'
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -23,6 +23,7 @@ struct Link {
 struct Cluster {
   std::string name;
   std::vector<std::string> sources;  // where the figures come from
+  std::string calibrated_on;         // the host `pipetrain calibrate` measured; empty: none
   int64_t nodes = 1;
   int64_t devices_per_node = 1;
   double memory_bytes = 0;  // per device

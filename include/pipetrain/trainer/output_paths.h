@@ -5,9 +5,12 @@
 namespace pipetrain::trainer {
 
 // Before any work: every output the trainer will write (save, trace, log.*) must be
-// writable where it points. A file's folder must exist and be writable; a folder's nearest
-// existing ancestor must be a writable folder (it is created later). Nothing is created
-// here. InputError naming the key and the path.
+// writable where it points: a folder, or a file's folder, must exist as a writable folder
+// or be creatable below its nearest existing ancestor, a writable folder. Nothing is
+// created here. InputError naming the key and the path.
 void check_output_paths(const TrainerConfig& config);
+
+// After every input check (rank 0): the folders of the trace and log files, where missing.
+void make_output_folders(const TrainerConfig& config);
 
 }  // namespace pipetrain::trainer
