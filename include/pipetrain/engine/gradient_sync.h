@@ -35,8 +35,6 @@ class GradientSync {
   GradientSync(const module::PipelineModule& module, const Communicators& comms,
                DataParallel data_parallel);
 
-  // How the data-parallel average travels.
-  comm::Transport transport() const { return device::transport_of(*data_); }
 
   void reduce_tied();
   // Under ZeRO: the buckets are the optimizer's, reduce-scattered onto its shards.
