@@ -1,4 +1,19 @@
 // NCCL transport for CUDA tensors; compiled in CUDA builds only.
+//
+// The rules it keeps (each the fix of a failure a read of the first version predicted):
+// - one lock per communicator around preparing, enqueuing and recording an operation, so
+//   autograd's device thread and the engine's thread never interleave inside NCCL calls;
+// - a CUDAGuard for the communicator's GPU wherever an event is made, recorded or destroyed
+//   (a bare thread's current device is 0);
+// - blocking communicators (NCCL_COMM_BLOCKING in the environment cannot change them), and
+//   anything but ncclSuccess is an error;
+// - the collectives are stream-ordered: the caller's current stream waits on the operation's
+//   event and the host goes on; the process watchdog enforces the deadline and polls
+//   ncclCommGetAsyncError, and ends the job with one line naming the operation;
+// - Work::wait() blocks the host (with deadline and the same error polling) and always makes
+//   the calling thread's current stream wait, whichever thread waited first;
+// - after a deadline or an NCCL error the job is failed: no abort, no destroy (both need the
+//   peers, which may be gone); run_rank's MPI_Abort ends the job (see job_failure.h).
 #include "pipetrain/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
@@ -8,11 +23,16 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "pipetrain/comm/job_failure.h"
+#include "pipetrain/comm/watchdog.h"
 
 namespace pipetrain::comm {
 namespace {
@@ -23,7 +43,8 @@ void check_cuda(cudaError_t code, const char* call) {
 }
 
 void check_nccl(ncclResult_t code, const char* call) {
-  if (code != ncclSuccess && code != ncclInProgress) {
+  if (code != ncclSuccess) {
+    mark_job_failed(std::string(call) + " failed");
     throw std::runtime_error(std::string(call) + ": " + ncclGetErrorString(code));
   }
 }
@@ -60,28 +81,114 @@ std::size_t byte_count(const at::Tensor& tensor) {
   return static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
 }
 
-class NcclCommunicator;
+// The NCCL communicator itself, shared with the watchdog's view of operations in flight.
+// Ended by PeerTeardown: destroyed on a clean exit, left alone once the job failed.
+struct NcclHandle {
+  ncclComm_t comm = nullptr;
+  std::optional<PeerTeardown> teardown;  // set once the communicator exists
+
+  // The communicator's asynchronous error, named; empty while there is none.
+  std::string async_error() const {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+    if (state == ncclSuccess || state == ncclInProgress) return {};
+    return std::string("NCCL error: ") + ncclGetErrorString(state);
+  }
+};
+
+// A CUDA event on one GPU, made, recorded and destroyed with that GPU current.
+class DeviceEvent {
+ public:
+  explicit DeviceEvent(int device) : device_(device) {
+    const c10::cuda::CUDAGuard guard(device_);
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~DeviceEvent() {
+    const c10::cuda::CUDAGuard guard(device_);
+    cudaEventDestroy(event_);
+  }
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+
+  void record(cudaStream_t stream) {
+    const c10::cuda::CUDAGuard guard(device_);
+    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
+  }
+  // Whether the work recorded before it has completed.
+  bool query() const {
+    const cudaError_t state = cudaEventQuery(event_);
+    if (state == cudaErrorNotReady) return false;
+    check_cuda(state, "cudaEventQuery");
+    return true;
+  }
+  // Makes `stream` wait for the event.
+  void order(cudaStream_t stream) const {
+    const c10::cuda::CUDAGuard guard(device_);
+    check_cuda(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
+  }
+  // Makes the calling thread's current stream on this GPU wait for the event.
+  void order_current_stream() const { order(c10::cuda::getCurrentCUDAStream(device_)); }
+
+ private:
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
 
 // An NCCL operation on the communicator's stream, complete once its event fires.
 class NcclWork final : public Work {
  public:
-  // `target`: where the result belongs when it is not `keep_alive` itself (copied there
-  // on torch's stream once the work completes).
-  NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive, at::Tensor target = {});
-  ~NcclWork() override { cudaEventDestroy(event_); }
-  void wait() override;
-  bool test() override;
+  // `target`: where the result belongs when it is not `keep_alive` itself (copied there on
+  // the waiting thread's stream).
+  NcclWork(std::shared_ptr<NcclHandle> handle, std::shared_ptr<DeviceEvent> event, std::string what,
+           Seconds timeout, at::Tensor keep_alive, at::Tensor target = {})
+      : handle_(std::move(handle)),
+        event_(std::move(event)),
+        what_(std::move(what)),
+        timeout_(timeout),
+        keep_alive_(std::move(keep_alive)),
+        target_(std::move(target)) {}
+
+  void wait() override {
+    if (!done_) {
+      try {
+        wait_with_deadline(
+            [this] {
+              if (const std::string error = handle_->async_error(); !error.empty())
+                throw std::runtime_error(what_ + " failed: " + error);
+              return event_->query();
+            },
+            [this] { return what_; }, timeout_);
+      } catch (const std::exception& e) {
+        mark_job_failed(e.what());  // the NCCL work stays queued: the job must end
+        throw;
+      }
+      done_ = true;
+    }
+    // Every waiter's stream sees the result, not only the first one's.
+    event_->order_current_stream();
+    if (target_.defined() && !target_.is_same(keep_alive_) && !copied_) {
+      target_.copy_(keep_alive_);
+      copied_ = true;
+    }
+  }
+
+  bool test() override {
+    if (!done_ && event_->query()) {
+      wait();
+      return true;
+    }
+    return done_;
+  }
 
  private:
-  bool query() const;  // whether the event fired
-  void finish();
-
-  NcclCommunicator& comm_;
+  std::shared_ptr<NcclHandle> handle_;
+  std::shared_ptr<DeviceEvent> event_;
   std::string what_;
+  Seconds timeout_;
   at::Tensor keep_alive_;
   at::Tensor target_;
-  cudaEvent_t event_ = nullptr;
   bool done_ = false;
+  bool copied_ = false;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -89,86 +196,105 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(std::shared_ptr<const MpiCommunicator> bootstrap, int device)
       : device_(device),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
-        bootstrap_(std::move(bootstrap)) {
+        bootstrap_(std::move(bootstrap)),
+        handle_(std::make_shared<NcclHandle>()),
+        inputs_ready_(device) {
     ncclUniqueId id;
     if (bootstrap_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     at::Tensor bytes = at::empty({static_cast<int64_t>(sizeof id)}, at::kByte);
     std::memcpy(bytes.data_ptr(), &id, sizeof id);
     const_cast<MpiCommunicator&>(*bootstrap_).broadcast(bytes, 0);
     std::memcpy(&id, bytes.data_ptr(), sizeof id);
-    c10::cuda::CUDAGuard guard(device_);
-    check_cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), "cudaEventCreate");
-    check_nccl(ncclCommInitRank(&comm_, bootstrap_->size(), id, bootstrap_->rank()),
-               "ncclCommInitRank");
+    const c10::cuda::CUDAGuard guard(device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;  // whatever NCCL_COMM_BLOCKING says: calls return when done
+    check_nccl(ncclCommInitRankConfig(&handle_->comm, bootstrap_->size(), id, bootstrap_->rank(),
+                                      &config),
+               "ncclCommInitRankConfig");
+    handle_->teardown.emplace([comm = handle_->comm] { ncclCommDestroy(comm); });
   }
 
   ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
-    cudaEventDestroy(inputs_ready_);
+    // A clean exit first lets the watchdog see this communicator's work through.
+    if (collective_teardown_allowed()) Watchdog::process().drain();
+    if (handle_->teardown) handle_->teardown->end();
   }
 
   int rank() const override { return bootstrap_->rank(); }
   int size() const override { return bootstrap_->size(); }
   int global_rank(int rank) const override { return bootstrap_->global_rank(rank); }
+  Transport transport() const override { return Transport::kNccl; }
 
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override {
+    const std::lock_guard lock(issue_);
     at::Tensor data = prepare(tensor);
-    check_nccl(ncclSend(data.data_ptr(), byte_count(data), ncclUint8, peer, comm_, stream_),
+    check_nccl(ncclSend(data.data_ptr(), byte_count(data), ncclUint8, peer, handle_->comm, stream_),
                "ncclSend");
-    return finish("NCCL send to rank " + std::to_string(global_rank(peer)) + " (tag " +
-                      std::to_string(tag) + ")",
-                  data);
+    return work("NCCL send to rank " + std::to_string(global_rank(peer)) + " (tag " +
+                    std::to_string(tag) + ")",
+                data);
   }
 
   WorkPtr recv(at::Tensor& tensor, int peer, int tag) override {
     if (!tensor.is_contiguous())
       throw std::invalid_argument("NCCL receives into contiguous tensors");
+    const std::lock_guard lock(issue_);
     prepare(tensor);
-    check_nccl(ncclRecv(tensor.data_ptr(), byte_count(tensor), ncclUint8, peer, comm_, stream_),
-               "ncclRecv");
-    return finish("NCCL recv from rank " + std::to_string(global_rank(peer)) + " (tag " +
-                      std::to_string(tag) + ")",
-                  tensor);
+    check_nccl(
+        ncclRecv(tensor.data_ptr(), byte_count(tensor), ncclUint8, peer, handle_->comm, stream_),
+        "ncclRecv");
+    return work("NCCL recv from rank " + std::to_string(global_rank(peer)) + " (tag " +
+                    std::to_string(tag) + ")",
+                tensor);
   }
 
+  // Stream-ordered: the result is there for later work on the caller's current stream.
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
-    all_reduce_async(tensor, op)->wait();
+    check_average(tensor, op);
+    const std::lock_guard lock(issue_);
+    at::Tensor data = prepare(tensor);
+    check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
+                             element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
+               "ncclAllReduce");
+    ordered("NCCL all_reduce over " + ranks());
+    if (!data.is_same(tensor)) tensor.copy_(data);
   }
 
   WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
-    if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type())) {
-      throw std::invalid_argument("all_reduce average needs a floating-point tensor");
-    }
+    check_average(tensor, op);
+    const std::lock_guard lock(issue_);
     at::Tensor data = prepare(tensor);
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
-                             element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
+                             element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
                "ncclAllReduce");
-    return std::make_unique<NcclWork>(
-        *this, "NCCL all_reduce over " + std::to_string(size()) + " ranks", data, tensor);
+    return work("NCCL all_reduce over " + ranks(), data, tensor);
   }
 
-  // NCCL's calls are thread-safe as long as one thread at a time uses a communicator.
+  // Every issuing call holds the communicator's lock (one thread inside NCCL per
+  // communicator), so autograd's device thread may start buckets.
   bool starts_from_any_thread() const override { return true; }
 
   void broadcast(at::Tensor& tensor, int root) override {
+    const std::lock_guard lock(issue_);
     at::Tensor data = prepare(tensor);
     check_nccl(ncclBroadcast(data.data_ptr(), data.data_ptr(), byte_count(data), ncclUint8, root,
-                             comm_, stream_),
+                             handle_->comm, stream_),
                "ncclBroadcast");
-    finish("NCCL broadcast from rank " + std::to_string(global_rank(root)), data)->wait();
+    ordered("NCCL broadcast from rank " + std::to_string(global_rank(root)));
     if (!data.is_same(tensor)) tensor.copy_(data);
   }
 
   at::Tensor all_gather(const at::Tensor& input) override {
-    at::Tensor data = prepare(input);
     std::vector<int64_t> shape{size()};
     shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+    const std::lock_guard lock(issue_);
+    at::Tensor data = prepare(input);
     at::Tensor gathered = at::empty(shape, data.options());
     prepare(gathered);
     check_nccl(ncclAllGather(data.data_ptr(), gathered.data_ptr(), byte_count(data), ncclUint8,
-                             comm_, stream_),
+                             handle_->comm, stream_),
                "ncclAllGather");
-    finish("NCCL all_gather over " + std::to_string(size()) + " ranks", gathered)->wait();
+    ordered("NCCL all_gather over " + ranks());
     return gathered;
   }
 
@@ -177,18 +303,22 @@ class NcclCommunicator final : public Communicator {
       throw std::invalid_argument(
           "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
     }
+    const std::lock_guard lock(issue_);
     prepare(blocks);
     const int64_t bytes = byte_count(blocks) / size();
     auto* base = static_cast<char*>(blocks.data_ptr());
-    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, comm_, stream_),
-               "ncclAllGather");
-    finish("NCCL all_gather over " + std::to_string(size()) + " ranks", blocks)->wait();
+    check_nccl(
+        ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
+        "ncclAllGather");
+    ordered("NCCL all_gather over " + ranks());
   }
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_reducible(input, op, size());
     at::Tensor block = at::empty({input.numel() / size()}, input.options());
-    reduce_scatter_async(input, block, op)->wait();
+    const std::lock_guard lock(issue_);
+    enqueue_reduce_scatter(input, block, op);
+    ordered("NCCL reduce_scatter over " + ranks());
     return block;
   }
 
@@ -199,96 +329,85 @@ class NcclCommunicator final : public Communicator {
       throw std::invalid_argument(
           "reduce_scatter_async needs a contiguous block of the input's dtype");
     }
-    at::Tensor data = prepare(input);
-    prepare(output);
-    check_nccl(ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
-                                 element_type(data.scalar_type()), nccl_op(op), comm_, stream_),
-               "ncclReduceScatter");
-    return std::make_unique<NcclWork>(
-        *this, "NCCL reduce_scatter over " + std::to_string(size()) + " ranks", output);
+    const std::lock_guard lock(issue_);
+    enqueue_reduce_scatter(input, output, op);
+    return work("NCCL reduce_scatter over " + ranks(), output);
   }
 
+  // Blocks the host: a barrier is for the host.
   void barrier() override {
     at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));
-    all_reduce(token, ReduceOp::kSum);
+    all_reduce_async(token, ReduceOp::kSum)->wait();
   }
-
-  // Ends this communicator after a failure, so pending operations return.
-  void abort() {
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
-
-  cudaStream_t stream() const { return stream_; }
 
  private:
-  // Contiguous on this device, ordered after the work already queued on torch's stream,
-  // and kept by the caching allocator until the communication stream is done with it.
+  static void check_average(const at::Tensor& tensor, ReduceOp op) {
+    if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type()))
+      throw std::invalid_argument("all_reduce average needs a floating-point tensor");
+  }
+
+  std::string ranks() const {
+    std::string text = std::to_string(size()) + " ranks (";
+    for (int r = 0; r < size(); ++r) text += (r ? ", " : "") + std::to_string(global_rank(r));
+    return text + ")";
+  }
+
+  // Contiguous on this device, ordered after the work already queued on the calling
+  // thread's stream, and kept by the caching allocator until the communication stream is
+  // done with it. The caller holds issue_.
   at::Tensor prepare(const at::Tensor& tensor) {
     if (!tensor.is_cuda() || tensor.get_device() != device_) {
       throw std::invalid_argument("the NCCL communicator carries tensors on cuda:" +
                                   std::to_string(device_));
     }
+    const c10::cuda::CUDAGuard guard(device_);
     at::Tensor data = tensor.contiguous();
-    check_cuda(cudaEventRecord(inputs_ready_, c10::cuda::getCurrentCUDAStream(device_)),
-               "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent");
+    inputs_ready_.record(c10::cuda::getCurrentCUDAStream(device_));
+    inputs_ready_.order(stream_);
     c10::cuda::CUDACachingAllocator::recordStream(data.storage().data_ptr(), stream_);
     return data;
   }
 
-  WorkPtr finish(std::string what, const at::Tensor& tensor) {
-    return std::make_unique<NcclWork>(*this, std::move(what), tensor);
+  void enqueue_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
+    at::Tensor data = prepare(input);
+    prepare(output);
+    check_nccl(ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
+                                 element_type(data.scalar_type()), nccl_op(op), handle_->comm,
+                                 stream_),
+               "ncclReduceScatter");
+  }
+
+  // The event of the operation just enqueued (the caller holds issue_).
+  std::shared_ptr<DeviceEvent> record() {
+    auto event = std::make_shared<DeviceEvent>(device_);
+    event->record(stream_);
+    return event;
+  }
+
+  WorkPtr work(std::string what, at::Tensor keep_alive, at::Tensor target = {}) {
+    return std::make_unique<NcclWork>(handle_, record(), std::move(what), timeout(),
+                                      std::move(keep_alive), std::move(target));
+  }
+
+  // The operation just enqueued, ordered before later work on the caller's stream and
+  // watched for its deadline and NCCL errors.
+  void ordered(std::string what) {
+    auto event = record();
+    event->order_current_stream();
+    Watchdog::process().watch({.what = std::move(what),
+                               .context = wait_context(),
+                               .done = [event] { return event->query(); },
+                               .error = [handle = handle_] { return handle->async_error(); },
+                               .timeout = timeout()});
   }
 
   int device_;
   c10::cuda::CUDAStream stream_;
   std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
-  ncclComm_t comm_ = nullptr;
-  cudaEvent_t inputs_ready_ = nullptr;  // reused: recorded on torch's stream before each op
+  std::shared_ptr<NcclHandle> handle_;
+  std::mutex issue_;          // one thread at a time prepares, enqueues and records
+  DeviceEvent inputs_ready_;  // recorded on the caller's stream before each op (under issue_)
 };
-
-NcclWork::NcclWork(NcclCommunicator& comm, std::string what, at::Tensor keep_alive,
-                   at::Tensor target)
-    : comm_(comm),
-      what_(std::move(what)),
-      keep_alive_(std::move(keep_alive)),
-      target_(std::move(target)) {
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
-  check_cuda(cudaEventRecord(event_, comm_.stream()), "cudaEventRecord");
-}
-
-bool NcclWork::query() const {
-  const cudaError_t state = cudaEventQuery(event_);
-  if (state == cudaErrorNotReady) return false;
-  check_cuda(state, "cudaEventQuery");
-  return true;
-}
-
-void NcclWork::wait() {
-  if (done_) return;
-  try {
-    wait_with_deadline([this] { return query(); }, [this] { return what_; }, comm_.timeout());
-  } catch (const DeadlineExceeded&) {
-    comm_.abort();
-    throw;
-  }
-  finish();
-}
-
-bool NcclWork::test() {
-  if (!done_ && query()) finish();
-  return done_;
-}
-
-void NcclWork::finish() {
-  // Later kernels on torch's stream see the result without blocking the host again.
-  check_cuda(
-      cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(keep_alive_.get_device()), event_, 0),
-      "cudaStreamWaitEvent");
-  if (target_.defined() && !target_.is_same(keep_alive_)) target_.copy_(keep_alive_);
-  done_ = true;
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "pipetrain/comm/deadline.h"
+#include "pipetrain/comm/job_failure.h"
 #include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/rank_record.h"
@@ -46,16 +47,14 @@ int ranks_on_this_host() {
 }
 
 // `alone`: a job of one rank that ends before any transfer (bad input), which needs no
-// abort of others (MPI_Abort would add its banner to the one line).
+// abort of others (MPI_Abort would add its banner to the one line). Otherwise end_job:
+// communicators that need their peers to end are left as they are (see job_failure.h).
 [[noreturn]] void abort_job(const char* what, int exit_code, bool alone = false) {
+  if (!alone) end_job(what, exit_code);
   std::fprintf(stderr, "pipetrain: %s: %s\n", rank_identity().c_str(), what);
   std::fflush(stderr);
   io::record_exit(exit_code);
-  if (alone) {
-    MPI_Finalize();
-  } else {
-    MPI_Abort(MPI_COMM_WORLD, exit_code);
-  }
+  MPI_Finalize();
   std::_Exit(exit_code);
 }
 

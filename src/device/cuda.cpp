@@ -10,6 +10,8 @@
 #include <array>
 #include <stdexcept>
 
+#include "pipetrain/device/emulated_hosts.h"
+
 namespace pipetrain::device {
 namespace {
 
@@ -36,9 +38,7 @@ std::string gpu_identity(int gpu) {
   std::array<char, 64> bus{};
   check_cuda(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), gpu),
              "cudaDeviceGetPCIBusId");
-  std::array<char, 256> host{};
-  gethostname(host.data(), host.size() - 1);
-  return std::string(host.data()) + "/" + bus.data();
+  return host_identity() + "/" + bus.data();
 }
 
 std::string gpu_name(int gpu) {

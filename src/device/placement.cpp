@@ -5,6 +5,7 @@
 #include <array>
 
 #include "pipetrain/device/cuda.h"
+#include "pipetrain/device/emulated_hosts.h"
 
 namespace pipetrain::device {
 namespace {
@@ -22,10 +23,13 @@ int host_local_rank(comm::Communicator& world) {
 }  // namespace
 
 at::Device place_rank(DeviceKind kind, comm::Communicator& world) {
+  const bool emulated = emulated_hosts();  // read (and checked) on every rank
   const int local_rank = local_rank_from_environment(host_local_rank(world));
   const int gpu = choose_gpu(kind, local_rank, visible_gpus(), cuda_built());
   if (gpu < 0) return at::kCPU;
   use_gpu(gpu);
+  // Before any NCCL call: NCCL reads its environment once, at its first.
+  if (emulated) enter_emulated_host(world.global_rank(world.rank()));
   return {at::kCUDA, static_cast<c10::DeviceIndex>(gpu)};
 }
 

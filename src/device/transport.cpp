@@ -22,7 +22,7 @@ std::shared_ptr<comm::Communicator> communicator_for(
 }
 
 std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
-                                             at::Device device) {
+                                             at::Device device, bool own_pairs) {
   const int stage = pipe->rank(), stages = pipe->size();
   const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
   const auto pairs =
@@ -33,7 +33,7 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
       links[neighbour] = {
           .transport = pairs[std::min(stage, neighbour)], .comm = nullptr, .rank_there = 0};
   }
-  if (std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end())
+  if (!own_pairs && std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end())
     return links;  // every rank decides alike: no NCCL pair, nothing to split
   // Pair k joins stages k and k + 1. Even pairs are split off first, then odd ones (each
   // stage is in at most one of each), so NCCL's set-ups, which block, meet in one order.
@@ -41,20 +41,20 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
     const int k = stage % 2 == parity ? stage : stage - 1;  // this stage's pair of this parity
     const bool paired = k >= 0 && k + 1 < stages;
     const auto two = pipe->split(paired ? k : stages + stage, stage);  // collective
-    if (!paired || pairs[k] != comm::Transport::kNccl) continue;
+    if (!paired || (pairs[k] != comm::Transport::kNccl && !own_pairs)) continue;
     const int neighbour = k == stage ? stage + 1 : k;
     NeighbourLink& link = links[neighbour];
-    link.comm = comm::make_nccl_communicator(two, device.index());
-    if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
-    link.comm->set_timeout(pipe->timeout());
+    two->set_timeout(pipe->timeout());
+    if (pairs[k] == comm::Transport::kNccl) {
+      link.comm = comm::make_nccl_communicator(two, device.index());
+      if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
+      link.comm->set_timeout(pipe->timeout());
+    } else {
+      link.comm = two;
+    }
     link.rank_there = neighbour > stage ? 1 : 0;
   }
   return links;
-}
-
-comm::Transport transport_of(const comm::Communicator& communicator) {
-  return dynamic_cast<const comm::MpiCommunicator*>(&communicator) ? comm::Transport::kMpi
-                                                                   : comm::Transport::kNccl;
 }
 
 }  // namespace pipetrain::device

@@ -4,17 +4,50 @@
 #include <stdexcept>
 #include <utility>
 
+#include "pipetrain/device/emulated_hosts.h"
 #include "pipetrain/device/placement.h"
 
 namespace pipetrain::engine {
+namespace {
+
+// "nccl", "mpi", or "nccl (emulated hosts)" where NCCL runs between emulated hosts.
+std::string transport_text(comm::Transport transport) {
+  std::string text(comm::transport_name(transport));
+  if (transport == comm::Transport::kNccl && device::emulated_hosts()) text += " (emulated hosts)";
+  return text;
+}
+
+}  // namespace
 
 Communicators::Communicators(std::shared_ptr<topology::Grid> grid, device::DeviceKind device,
-                             comm::Seconds timeout)
-    : grid_(std::move(grid)), device_(at::kCPU) {
+                             comm::Seconds timeout, CommunicatorTesting testing)
+    : grid_(std::move(grid)), testing_(std::move(testing)), device_(at::kCPU) {
   if (timeout.count() > 0) grid_->set_timeout(timeout);
   device_ = device::place_rank(device, *grid_->world_comm());
-  model_ = device::communicator_for(grid_->model_comm(), device_);
-  data_ = device::communicator_for(grid_->data_comm(), device_);
+  model_ = wrapped(device::communicator_for(grid_->model_comm(), device_), TensorGroup::kModel);
+  data_ = wrapped(device::communicator_for(grid_->data_comm(), device_), TensorGroup::kData);
+}
+
+std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm::Communicator> made,
+                                                           TensorGroup group) const {
+  return testing_.wrap ? testing_.wrap(std::move(made), group) : made;
+}
+
+Communicators::~Communicators() {
+  pipe_links_.clear();
+  tied_.clear();
+  data_.reset();
+  model_.reset();
+}
+
+bool Communicators::uses_nccl() const {
+  bool nccl = data_transport() == comm::Transport::kNccl ||
+              model_->transport() == comm::Transport::kNccl;
+  for (const auto& [key, group] : tied_)
+    nccl = nccl || group->transport() == comm::Transport::kNccl;
+  for (const auto& [stage, link] : pipe_links_)
+    nccl = nccl || link.transport == comm::Transport::kNccl;
+  return nccl;
 }
 
 void Communicators::expect(bool in_order, const char* step) {
@@ -39,7 +72,7 @@ void Communicators::connect_tied(const module::PipelineModule& module) {
     auto split = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
     if (!owner) continue;
     split->set_timeout(grid_->pipe_comm()->timeout());
-    tied_[spec.tie_key] = device::communicator_for(split, device_);
+    tied_[spec.tie_key] = wrapped(device::communicator_for(split, device_), TensorGroup::kTied);
   }
 }
 
@@ -47,7 +80,10 @@ void Communicators::connect_pipe(bool nccl_allowed) {
   expect(made_ != Made::kPipe, "connect_pipe");
   made_ = Made::kPipe;
   if (nccl_allowed) {
-    pipe_links_ = device::neighbour_links(grid_->pipe_comm(), device_);
+    pipe_links_ = device::neighbour_links(grid_->pipe_comm(), device_, testing_.pair_links);
+    for (auto& [stage, link] : pipe_links_) {
+      if (link.comm) link.comm = wrapped(link.comm, TensorGroup::kPipePair);
+    }
     return;
   }
   const int stage = grid_->stage_id();
@@ -62,23 +98,18 @@ std::string Communicators::pipe_transports() const {
   bool alike = true;
   for (const auto& [stage, link] : pipe_links_) {
     alike = alike && link.transport == pipe_links_.begin()->second.transport;
-    each += std::string(each.empty() ? "" : ", ") +
-            std::string(comm::transport_name(link.transport)) + " to stage " +
+    each += std::string(each.empty() ? "" : ", ") + transport_text(link.transport) + " to stage " +
             std::to_string(stage);
   }
   if (pipe_links_.empty()) return "mpi";
-  return alike ? std::string(comm::transport_name(pipe_links_.begin()->second.transport)) : each;
+  return alike ? transport_text(pipe_links_.begin()->second.transport) : each;
 }
 
 std::string Communicators::describe() const {
-  std::string text = "pipe " + pipe_transports() + ", data-parallel " +
-                     std::string(comm::transport_name(data_transport()));
-  if (!tied_.empty()) {
-    text +=
-        ", tied " + std::string(comm::transport_name(device::transport_of(*tied_.begin()->second)));
-  }
+  std::string text = "pipe " + pipe_transports() + ", data-parallel " + transport_text(data_transport());
+  if (!tied_.empty()) text += ", tied " + transport_text(tied_.begin()->second->transport());
   if (model_->size() > 1)
-    text += ", tensor-parallel " + std::string(comm::transport_name(device::transport_of(*model_)));
+    text += ", tensor-parallel " + transport_text(model_->transport());
   return text;
 }
 

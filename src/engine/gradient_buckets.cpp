@@ -51,7 +51,7 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, const std::
   if (std::find(placed.begin(), placed.end(), false) != placed.end())
     throw std::invalid_argument("a parameter in no gradient bucket");
   const bool host_staged = !parameters_.empty() && parameters_.front().is_cuda() &&
-                           device::transport_of(*data_) == comm::Transport::kMpi;
+                           data_->transport() == comm::Transport::kMpi;
   any_thread_ = data_->starts_from_any_thread() && !host_staged;
   if (!overlap_) return;
   try {

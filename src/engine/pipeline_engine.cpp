@@ -7,7 +7,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "pipetrain/comm/job_failure.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/validator.h"
 
 namespace pipetrain::engine {
@@ -79,6 +81,7 @@ PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_b
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
   program.last_backwards_step = last_backwards_step(program.steps);
+  program.matched_by_order = schedule::runs_matched_by_order(plan);
   return program;
 }
 
@@ -106,9 +109,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
   infer_program_ = program(schedule::Kind::kInference, 1);
   comms_->connect_tied(*module_);
-  // NCCL may carry the pipe's payloads where its matching by order on one stream is safe.
-  comms_->connect_pipe(shape_.chunks == 1 && !train_program_.sends_deferred() &&
-                       !eval_program_.sends_deferred() && !infer_program_.sends_deferred());
+  // NCCL may carry the pipe's payloads where its matching by order on one stream is safe
+  // (and, with one chunk, every transfer is between neighbours: no ring link is needed).
+  comms_->connect_pipe(shape_.chunks == 1 && train_program_.matched_by_order &&
+                       eval_program_.matched_by_order && infer_program_.matched_by_order);
   gradients_ = std::make_unique<GradientSync>(
       *module_, *comms_,
       GradientSync::DataParallel{.averages = !shards_optimizer(config_.zero),
@@ -195,6 +199,19 @@ module::Activation PipelineEngine::infer(const module::Activation& inputs) {
 }
 
 double PipelineEngine::execute(const Program& program, Run& run) {
+  if (comm::job_failed()) {
+    throw std::logic_error("a step after a failure with NCCL work queued (" +
+                           comm::job_failure_reason() + "): the job must end instead");
+  }
+  try {
+    return execute_steps(program, run);
+  } catch (...) {
+    if (comms_->uses_nccl()) comm::mark_job_failed("a step failed with NCCL work queued");
+    throw;
+  }
+}
+
+double PipelineEngine::execute_steps(const Program& program, Run& run) {
   run.loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));

@@ -18,6 +18,7 @@
 #include "pipetrain/engine/mixed_precision_optimizer.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/models/gpt.h"
+#include "../comm/forwarding_communicator.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -188,39 +189,21 @@ TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
 }
 
 // The grid's data communicator, but one that allows a single thread to start operations.
-class OneThread final : public comm::Communicator {
+class OneThread final : public testing::ForwardingCommunicator {
  public:
-  explicit OneThread(std::shared_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int global_rank(int rank) const override { return inner_->global_rank(rank); }
-  comm::WorkPtr send(const at::Tensor& t, int peer, int tag) override {
-    return inner_->send(t, peer, tag);
-  }
-  comm::WorkPtr recv(at::Tensor& t, int peer, int tag) override {
-    return inner_->recv(t, peer, tag);
-  }
-  void all_reduce(at::Tensor& t, comm::ReduceOp op) override { inner_->all_reduce(t, op); }
+  using ForwardingCommunicator::ForwardingCommunicator;
   comm::WorkPtr all_reduce_async(at::Tensor& t, comm::ReduceOp op) override {
     EXPECT_EQ(std::this_thread::get_id(), starter_) << "started on another thread";
-    return inner_->all_reduce_async(t, op);
+    return inner().all_reduce_async(t, op);
   }
   bool starts_from_any_thread() const override { return false; }
-  void broadcast(at::Tensor& t, int root) override { inner_->broadcast(t, root); }
-  at::Tensor all_gather(const at::Tensor& t) override { return inner_->all_gather(t); }
-  void all_gather_in_place(at::Tensor& t) override { inner_->all_gather_in_place(t); }
-  at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
-    return inner_->reduce_scatter(t, op);
-  }
   comm::WorkPtr reduce_scatter_async(const at::Tensor& t, at::Tensor& out,
                                      comm::ReduceOp op) override {
     EXPECT_EQ(std::this_thread::get_id(), starter_) << "started on another thread";
-    return inner_->reduce_scatter_async(t, out, op);
+    return inner().reduce_scatter_async(t, out, op);
   }
-  void barrier() override { inner_->barrier(); }
 
  private:
-  std::shared_ptr<comm::Communicator> inner_;
   std::thread::id starter_ = std::this_thread::get_id();
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipetrain/comm/deadline.h"
+#include "pipetrain/comm/transport_choice.h"
 
 namespace pipetrain::comm {
 
@@ -35,6 +36,8 @@ class Communicator {
   virtual int size() const = 0;
   // The job-wide rank of a member, for messages.
   virtual int global_rank(int rank) const = 0;
+  // How it moves tensors (a wrapper answers for what it wraps).
+  virtual Transport transport() const = 0;
 
   virtual WorkPtr send(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual WorkPtr recv(at::Tensor& tensor, int peer, int tag) = 0;

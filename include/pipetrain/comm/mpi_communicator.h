@@ -32,6 +32,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int global_rank(int rank) const override { return global_ranks_.at(rank); }
+  Transport transport() const override { return Transport::kMpi; }
   MPI_Comm handle() const { return comm_; }
 
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override;

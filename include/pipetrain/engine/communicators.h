@@ -2,6 +2,7 @@
 
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,20 @@
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::engine {
+
+// Which group a tensor communicator serves.
+enum class TensorGroup { kModel, kData, kTied, kPipePair };
+
+// For tests that hold the code to NCCL's rules on the CPU: what every tensor communicator
+// Communicators makes passes through (a recording or checking wrapper), and whether each
+// pair of neighbouring stages gets a communicator of its own for payloads, as NCCL links
+// have, even where it is MPI.
+struct CommunicatorTesting {
+  std::function<std::shared_ptr<comm::Communicator>(std::shared_ptr<comm::Communicator>,
+                                                    TensorGroup)>
+      wrap;
+  bool pair_links = false;
+};
 
 // Every communicator of a job, and which transport each group's tensors take. Each one is
 // made here and nowhere else, in this order on every rank (each making is collective):
@@ -42,7 +57,10 @@ class Communicators {
  public:
   // Steps 1 to 4. `timeout` zero leaves the grid's deadlines as they are.
   Communicators(std::shared_ptr<topology::Grid> grid, device::DeviceKind device,
-                comm::Seconds timeout);
+                comm::Seconds timeout, CommunicatorTesting testing = {});
+  // Releases the communicators in one order on every rank: pipe links, tied groups (by
+  // key), data, model (NCCL's teardown of a communicator may wait for its peers').
+  ~Communicators();
   Communicators(const Communicators&) = delete;
   Communicators& operator=(const Communicators&) = delete;
 
@@ -76,7 +94,9 @@ class Communicators {
   // neighbours differ ("pipe nccl to stage 1, mpi to stage 3"), tied and tensor-parallel
   // groups where the job has them.
   std::string describe() const;
-  comm::Transport data_transport() const { return device::transport_of(*data_); }
+  comm::Transport data_transport() const { return data_->transport(); }
+  // Whether any group of this rank's moves tensors over NCCL.
+  bool uses_nccl() const;
   // How payloads travel between stages: "nccl" or "mpi" when alike (also without
   // neighbours: "mpi"), else per stage, e.g. "nccl to stage 1, mpi to stage 3".
   std::string pipe_transports() const;
@@ -85,7 +105,11 @@ class Communicators {
   enum class Made { kGroups, kTied, kPipe };
   void expect(bool in_order, const char* step);  // std::logic_error unless in order
 
+  std::shared_ptr<comm::Communicator> wrapped(std::shared_ptr<comm::Communicator> made,
+                                              TensorGroup group) const;
+
   std::shared_ptr<topology::Grid> grid_;
+  CommunicatorTesting testing_;
   at::Device device_;
   std::shared_ptr<comm::Communicator> model_;
   std::shared_ptr<comm::Communicator> data_;

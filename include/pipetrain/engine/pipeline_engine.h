@@ -177,6 +177,9 @@ class PipelineEngine {
     // Where the step's last backward passes begin: the first step holding a chunk's last
     // BackwardPass or BackwardInput (-1: none). Gradient buckets may be reduced from here.
     int last_backwards_step = -1;
+    // Whether a transport that matches transfers by their order alone, with blocking
+    // sends, can carry the plan's (NCCL: schedule::runs_matched_by_order).
+    bool matched_by_order = false;
     bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 
@@ -207,7 +210,10 @@ class PipelineEngine {
     return grid_->is_last_stage() && chunk == shape_.chunks - 1;
   }
   // Returns the sum of the last stage's micro-batch losses (zero elsewhere).
+  // Runs `program` once; under NCCL a step that fails leaves its collectives queued, so
+  // it fails the job (comm::mark_job_failed) and no later step runs.
   double execute(const Program& program, Run& run);
+  double execute_steps(const Program& program, Run& run);
   void run_instruction(int step, const schedule::Instruction& instruction, Run& run);
   void dispatch(const schedule::Instruction& instruction, Run& run);
 

@@ -1,0 +1,125 @@
+// NCCL matches the transfers between two ranks by their order alone. Which plans survive
+// that: every plan's transfers agree in order per pair of stages; those whose sends may
+// block until received (1F1B, GPipe, inference, one chunk) need nothing more; ZB-H1 and
+// interleaving have neighbours that send to each other at once, and grouping each run of
+// consecutive transfers (a batch_isend_irecv per run) does not save them.
+#include "pipetrain/schedule/pair_order.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+namespace pipetrain::schedule {
+namespace {
+
+// Every plan of every kind over a range of shapes.
+template <typename Check>
+void for_every_plan(Check check) {
+  int plans = 0;
+  for (const auto& kind : schedule_kinds()) {
+    for (int stages : {1, 2, 3, 4, 8}) {
+      for (int chunks : {1, 2, 3}) {
+        if (chunks > 1 && (!kind.uses_chunks || stages < 2)) continue;
+        for (int micro_batches : {1, 2, 3, 4, 8, 9}) {
+          PipelinePlan plan;
+          try {
+            plan = plan_pipeline(kind.kind, {micro_batches, stages, chunks});
+          } catch (const std::exception&) {
+            continue;  // a shape the kind refuses (e.g. interleaving with m < p)
+          }
+          check(plan, std::string(kind.name) + " p" + std::to_string(stages) + " c" +
+                          std::to_string(chunks) + " m" + std::to_string(micro_batches));
+          ++plans;
+        }
+      }
+    }
+  }
+  EXPECT_GT(plans, 150);
+}
+
+TEST(PairOrder, EveryPlanSendsEachPairItsTransfersInTheOrderTheyAreReceived) {
+  for_every_plan([](const PipelinePlan& plan, const std::string& name) {
+    const auto mismatch = first_order_mismatch(plan);
+    EXPECT_FALSE(mismatch) << name << ": " << mismatch->to_string();
+  });
+}
+
+TEST(PairOrder, SwappedReceivesFromOnePeerAreFound) {
+  PipelinePlan plan = plan_pipeline(Kind::kGpipe, {4, 2, 1});
+  // Stage 1's first two receives of activations, taken in the other order.
+  std::vector<Instruction*> receives;
+  for (auto& step : plan.stage_steps[1]) {
+    for (auto& in : step) {
+      if (in.kind == OpKind::kRecvActivation) receives.push_back(&in);
+    }
+  }
+  ASSERT_GE(receives.size(), 2u);
+  std::swap(receives[0]->micro_batch, receives[1]->micro_batch);
+  const auto mismatch = first_order_mismatch(plan);
+  ASSERT_TRUE(mismatch);
+  EXPECT_EQ(mismatch->stage, 1);
+  EXPECT_NE(mismatch->reason.find("waits for the activation of micro-batch 1"), std::string::npos)
+      << mismatch->reason;
+  EXPECT_NE(mismatch->reason.find("would get the activation of micro-batch 0"), std::string::npos)
+      << mismatch->reason;
+}
+
+TEST(PairOrder, ASendWithoutItsReceiveIsFound) {
+  PipelinePlan plan = plan_pipeline(Kind::k1F1B, {2, 2, 1});
+  for (auto& step : plan.stage_steps[1]) {
+    step.erase(std::remove_if(step.begin(), step.end(),
+                              [](const Instruction& in) {
+                                return in.kind == OpKind::kRecvActivation && in.micro_batch == 1;
+                              }),
+               step.end());
+  }
+  const auto mismatch = first_order_mismatch(plan);
+  ASSERT_TRUE(mismatch);
+  EXPECT_EQ(mismatch->stage, 0);
+  EXPECT_NE(mismatch->reason.find("has no receive"), std::string::npos) << mismatch->reason;
+}
+
+TEST(PairOrder, BlockingSendsMatchedByOrderCarryTheOneChunkSchedulesButNotZbH1OrInterleaving) {
+  for_every_plan([](const PipelinePlan& plan, const std::string& name) {
+    const bool in_flight = plan.shape.micro_batches > 1;  // one micro-batch never overlaps
+    if (plan.shape.stages > 1 && in_flight &&
+        (plan.kind == Kind::kZbH1 || plan.kind == Kind::kInterleaved)) {
+      EXPECT_FALSE(runs_matched_by_order(plan)) << name;  // neighbours send to each other at once
+    } else if (plan.shape.chunks == 1) {
+      EXPECT_TRUE(runs_matched_by_order(plan)) << name;
+    }
+  });
+}
+
+TEST(PairOrder, GroupingEachRunOfTransfersDoesNotSaveZbH1) {
+  const auto deadlock = first_grouped_deadlock(plan_pipeline(Kind::kZbH1, {2, 2, 1}));
+  ASSERT_TRUE(deadlock);
+  // Stage 0 sends micro-batch 1's activation while stage 1 sends micro-batch 0's gradient.
+  EXPECT_EQ(deadlock->stage, 0);
+  EXPECT_EQ(deadlock->instruction.kind, OpKind::kSendActivation);
+  EXPECT_NE(deadlock->reason.find("deadlock"), std::string::npos);
+  for (Kind kind : {Kind::k1F1B, Kind::kGpipe, Kind::kInference}) {
+    for (int stages : {2, 4}) {
+      const auto plan = plan_pipeline(kind, {8, stages, 1});
+      EXPECT_FALSE(first_grouped_deadlock(plan)) << name(kind) << " p" << stages;
+    }
+  }
+}
+
+TEST(TransferGroups, RunsOfConsecutiveTransfersInAStepFormOneGroup) {
+  const std::vector<Step> steps{
+      {{OpKind::kRecvActivation, 0}, {OpKind::kForwardPass, 0}, {OpKind::kSendActivation, 0},
+       {OpKind::kRecvGrad, 1}},
+      {{OpKind::kSendGrad, 1}}};
+  const auto groups = transfer_groups(steps);
+  ASSERT_EQ(groups.size(), 4u);
+  EXPECT_EQ(groups[0].count, 1);  // the receive alone: the forward pass follows
+  EXPECT_EQ(groups[1].count, 1);  // the forward pass
+  EXPECT_EQ(groups[2].first, 2);
+  EXPECT_EQ(groups[2].count, 2);  // send and receive together
+  EXPECT_EQ(groups[3].step, 1);   // a step boundary ends a group
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
