@@ -45,8 +45,17 @@ train() { # OUT DEVICE [more arguments]
 train cuda.out cuda --save on-gpu --train-iters 2
 check "cuda: trains 2 steps" grep -q '^step 2/2 loss' cuda.out
 grep -m1 '^job:' cuda.out
-check "cuda: the job line names the GPU and the transports" \
-  grep -qE '^job: 2 ranks = pipe 2 x data 1 x model 1; .*cuda:[0-9]+ \(.+\), pipe (mpi|nccl), data-parallel mpi' cuda.out
+# The pipe takes NCCL between GPUs of their own, or as emulated hosts; MPI on one shared GPU.
+gpus=$("$pipetrain" devices | sed -nE 's/^visible GPUs: ([0-9]+).*/\1/p')
+if [ "${PIPETRAIN_EMULATED_HOSTS:-0}" = 1 ]; then
+  pipe='nccl \(emulated hosts\)'
+elif [ "${gpus:-0}" -ge 2 ]; then
+  pipe=nccl
+else
+  pipe=mpi
+fi
+check "cuda: the job line names the GPU and the transports (pipe $pipe)" \
+  grep -qE "^job: 2 ranks = pipe 2 x data 1 x model 1; .*cuda:[0-9]+ \(.+\), pipe $pipe, data-parallel mpi" cuda.out
 check "cuda: the progress line shows GPU memory" grep -qE '^step 2/2 .* mem [0-9.]+/[0-9.]+ GiB' cuda.out
 check "cuda: metrics hold GPU memory per rank" "$python" -c '
 import json, sys

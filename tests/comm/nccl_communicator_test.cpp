@@ -1,0 +1,161 @@
+// The NCCL communicator against MPI, on one GPU shared by every rank as emulated hosts
+// (label gpu, run by scripts/device-check with PIPETRAIN_EMULATED_HOSTS=1; skipped without
+// a GPU): every op x dtype x contiguity x reduce op gives MPI's result; an op started on a
+// bare thread that never set a device, and one waited for on another thread than the one
+// that started it; a send whose source is freed and overwritten while its receiver waits.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <chrono>
+#include <thread>
+
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/comm/nccl_communicator.h"
+#include "pipetrain/device/cuda.h"
+#include "pipetrain/device/emulated_hosts.h"
+#include "pipetrain/device/placement.h"
+#include "pipetrain/device/transport.h"
+
+namespace pipetrain::comm {
+namespace {
+
+struct NcclSetup {
+  std::shared_ptr<MpiCommunicator> world = MpiCommunicator::world();
+  at::Device device = at::kCPU;
+  std::shared_ptr<Communicator> nccl;
+};
+
+// Null (and the test skipped) without a GPU and emulated hosts.
+const NcclSetup* setup() {
+  static NcclSetup* made = [] {
+    auto* s = new NcclSetup;
+    if (device::visible_gpus() == 0) return s;
+    s->device = device::place_rank(device::DeviceKind::kCuda, *s->world);
+    s->nccl = device::communicator_for(s->world, s->device);
+    return s;
+  }();
+  return made;
+}
+
+#define NCCL_OR_SKIP()                                                        \
+  const NcclSetup* s = setup();                                                     \
+  if (!s->nccl) GTEST_SKIP() << "skipped: no GPU";                              \
+  ASSERT_EQ(s->nccl->transport(), Transport::kNccl)                             \
+      << "ranks sharing a GPU need PIPETRAIN_EMULATED_HOSTS=1 to take NCCL"
+
+at::Tensor values(at::ScalarType dtype, int rank, bool contiguous) {
+  at::Tensor t = (at::arange(24, at::kDouble).reshape({4, 6}) * (rank + 1) - 7 * rank).to(dtype);
+  return contiguous ? t : t.t();  // 6 x 4, a transposed view
+}
+
+TEST(NcclCommunicator, EveryOpDtypeContiguityAndReduceOpGivesMpisResult) {
+  NCCL_OR_SKIP();
+  const int rank = s->world->rank();
+  for (const at::ScalarType dtype :
+       {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kInt, at::kLong, at::kChar}) {
+    for (const bool contiguous : {true, false}) {
+      SCOPED_TRACE(std::string(at::toString(dtype)) + (contiguous ? "" : ", transposed"));
+      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAverage}) {
+        if (op == ReduceOp::kAverage && !at::isFloatingType(dtype)) continue;
+        if (dtype == at::kChar && op == ReduceOp::kSum) continue;  // overflows differently
+        at::Tensor cpu = values(dtype, rank, contiguous).clone();
+        at::Tensor gpu = values(dtype, rank, contiguous).to(s->device);
+        if (!contiguous) {
+          cpu = values(dtype, rank, false);
+          gpu = values(dtype, rank, true).to(s->device).t();
+        }
+        s->world->all_reduce(cpu, op);
+        s->nccl->all_reduce(gpu, op);
+        EXPECT_TRUE(at::allclose(gpu.cpu().to(at::kDouble), cpu.to(at::kDouble), 1e-2, 1e-2))
+            << "all_reduce " << static_cast<int>(op);
+      }
+      const at::Tensor mine = values(dtype, rank, contiguous);
+      EXPECT_TRUE(at::equal(s->nccl->all_gather(mine.to(s->device)).cpu(), s->world->all_gather(mine)));
+      at::Tensor cpu_b = values(dtype, rank, contiguous).clone(), gpu_b = cpu_b.to(s->device);
+      s->world->broadcast(cpu_b, 1);
+      s->nccl->broadcast(gpu_b, 1);
+      EXPECT_TRUE(at::equal(gpu_b.cpu(), cpu_b));
+      const at::Tensor flat = values(dtype, rank, true).reshape({-1}).repeat({s->world->size()});
+      EXPECT_TRUE(at::equal(s->nccl->reduce_scatter(flat.to(s->device), ReduceOp::kMax).cpu(),
+                            s->world->reduce_scatter(flat, ReduceOp::kMax)));
+      at::Tensor blocks = at::zeros({4 * s->world->size()}, dtype);
+      blocks.narrow(0, 4 * rank, 4).fill_(rank + 1);
+      at::Tensor gpu_blocks = blocks.to(s->device);
+      s->world->all_gather_in_place(blocks);
+      s->nccl->all_gather_in_place(gpu_blocks);
+      EXPECT_TRUE(at::equal(gpu_blocks.cpu(), blocks));
+    }
+  }
+}
+
+TEST(NcclCommunicator, SendsAndReceivesAroundTheRing) {
+  NCCL_OR_SKIP();
+  const int rank = s->world->rank(), size = s->world->size();
+  const at::Tensor out = values(at::kFloat, rank, true).to(s->device);
+  at::Tensor in = at::empty_like(out);
+  // Even ranks send first, odd ones receive first: matched by order, no cycle.
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  if (rank % 2 == 0) {
+    s->nccl->send(out, next, 1)->wait();
+    s->nccl->recv(in, previous, 1)->wait();
+  } else {
+    s->nccl->recv(in, previous, 1)->wait();
+    s->nccl->send(out, next, 1)->wait();
+  }
+  EXPECT_TRUE(at::equal(in.cpu(), values(at::kFloat, previous, true)));
+}
+
+TEST(NcclCommunicator, AnOpStartedOnABareThreadThatNeverSetADevice) {
+  NCCL_OR_SKIP();
+  at::Tensor t = at::ones({1000}, at::TensorOptions(at::kFloat).device(s->device));
+  std::thread bare([&] {  // its current device is 0, whatever this rank's is
+    s->nccl->all_reduce_async(t, ReduceOp::kSum)->wait();
+  });
+  bare.join();
+  EXPECT_EQ(t.cpu()[0].item<float>(), static_cast<float>(s->world->size()));
+}
+
+TEST(NcclCommunicator, StartedOnOneThreadAndWaitedForOnAnother) {
+  NCCL_OR_SKIP();
+  at::Tensor t = at::full({1 << 16}, 2.0f, at::TensorOptions(at::kFloat).device(s->device));
+  WorkPtr work;
+  std::thread starter([&] { work = s->nccl->all_reduce_async(t, ReduceOp::kSum); });
+  starter.join();
+  work->wait();  // orders this thread's stream: the read below sees the sum
+  EXPECT_EQ(t.sum().item<float>(), 2.0f * s->world->size() * (1 << 16));
+}
+
+TEST(NcclCommunicator, ASendWhoseSourceIsFreedAndOverwrittenWhileTheReceiverWaits) {
+  NCCL_OR_SKIP();
+  if (s->world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int rank = s->world->rank();
+  const auto options = at::TensorOptions(at::kFloat).device(s->device);
+  if (rank == 0) {
+    WorkPtr sent;
+    {
+      at::Tensor source = at::full({1 << 20}, 42.0f, options);
+      sent = s->nccl->send(source, 1, 7);
+    }  // freed: the allocator must not hand its memory out before the send is done
+    for (int k = 0; k < 8; ++k) at::full({1 << 20}, -1.0f, options);
+    sent->wait();
+  } else if (rank == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    at::Tensor received = at::empty({1 << 20}, options);
+    s->nccl->recv(received, 0, 7)->wait();
+    EXPECT_EQ(received.min().item<float>(), 42.0f);
+    EXPECT_EQ(received.max().item<float>(), 42.0f);
+  }
+  s->world->barrier();
+}
+
+TEST(NcclCommunicator, TheEmulatedHostsAreWhatTheTransportChoiceSaw) {
+  NCCL_OR_SKIP();
+  EXPECT_TRUE(device::emulated_hosts());
+  EXPECT_EQ(device::host_identity(),
+            "pipetrain-emulated-host-" + std::to_string(s->world->rank()));
+}
+
+}  // namespace
+}  // namespace pipetrain::comm

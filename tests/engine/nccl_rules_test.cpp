@@ -1,0 +1,282 @@
+// NCCL's rules, held on the CPU (4 ranks): NCCL matches the transfers between two ranks by
+// their order alone and its sends block until received; every rank of a group must issue
+// its collectives in one order; and one thread at a time may be inside a communicator.
+// Wrappers check each rule while the engine trains to the same losses as one process:
+// the pipe's payloads travel as MPI_Issend on one tag per pair of stages (order-only
+// matching, blocking senders), and the data-parallel and tied groups' collectives are
+// hashed (op, dtype, count, peer) in issue order and compared across ranks after every
+// step. The steps run on a thread other than the one that built the engine (and its
+// gradient buckets), which starts its buckets from backward as NCCL lets it.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "../comm/forwarding_communicator.h"
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/schedule/schedule.h"
+#include "reference_training.h"
+
+namespace pipetrain::engine {
+namespace {
+
+using namespace pipetrain::testing;
+
+// A completed-when-MPI-says-so request, with a deadline and a size check for receives.
+class RequestWork final : public comm::Work {
+ public:
+  RequestWork(std::string what, at::Tensor keep_alive, int64_t expected_bytes, bool receives,
+              comm::Seconds timeout)
+      : what_(std::move(what)),
+        keep_alive_(std::move(keep_alive)),
+        expected_(expected_bytes),
+        receives_(receives),
+        timeout_(timeout) {}
+  MPI_Request* request() { return &request_; }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    const int code = MPI_Test(&request_, &flag, &status);
+    if (code != MPI_SUCCESS) throw std::runtime_error(what_ + ": size mismatch (truncated)");
+    if (!flag) return false;
+    done_ = true;
+    if (receives_) {
+      int bytes = 0;
+      MPI_Get_count(&status, MPI_BYTE, &bytes);
+      if (bytes != expected_) {
+        throw std::runtime_error(what_ + ": size mismatch, expected " + std::to_string(expected_) +
+                                 " bytes, got " + std::to_string(bytes));
+      }
+    }
+    return true;
+  }
+  void wait() override {
+    comm::wait_with_deadline([this] { return test(); }, [this] { return what_; }, timeout_);
+  }
+
+ private:
+  std::string what_;
+  at::Tensor keep_alive_;
+  int64_t expected_;
+  bool receives_;
+  comm::Seconds timeout_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+// A pair link whose payloads are matched by order alone (one tag) and whose sends complete
+// only once received (MPI_Issend): NCCL's point-to-point rules on MPI.
+class Rendezvous final : public ForwardingCommunicator {
+ public:
+  explicit Rendezvous(std::shared_ptr<comm::Communicator> pair)
+      : ForwardingCommunicator(pair), mpi_(dynamic_cast<comm::MpiCommunicator&>(*pair).handle()) {}
+
+  comm::WorkPtr send(const at::Tensor& tensor, int peer, int) override {
+    const at::Tensor data = tensor.contiguous();
+    auto work = std::make_unique<RequestWork>("order-matched send to " + std::to_string(peer),
+                                              data, bytes(data), false, timeout());
+    MPI_Issend(data.data_ptr(), static_cast<int>(bytes(data)), MPI_BYTE, peer, 0, mpi_,
+               work->request());
+    ++sends;
+    return work;
+  }
+  comm::WorkPtr recv(at::Tensor& tensor, int peer, int) override {
+    EXPECT_TRUE(tensor.is_contiguous());
+    auto work = std::make_unique<RequestWork>("order-matched recv from " + std::to_string(peer),
+                                              tensor, bytes(tensor), true, timeout());
+    // A longer message fails MPI_Test (truncated), a shorter one the count check.
+    MPI_Irecv(tensor.data_ptr(), static_cast<int>(bytes(tensor)), MPI_BYTE, peer, 0, mpi_,
+              work->request());
+    ++receives;
+    return work;
+  }
+
+  std::atomic<int> sends{0}, receives{0};
+
+ private:
+  static int64_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+  MPI_Comm mpi_;
+};
+
+// Hashes a group's collectives in issue order and counts threads inside an issuing call.
+class Recording final : public ForwardingCommunicator {
+ public:
+  Recording(std::shared_ptr<comm::Communicator> inner, TensorGroup group, bool any_thread)
+      : ForwardingCommunicator(std::move(inner)), group_(group), any_thread_(any_thread) {}
+
+  void all_reduce(at::Tensor& t, comm::ReduceOp op) override {
+    const Inside inside(*this, 1, t, static_cast<int>(op));
+    inner().all_reduce(t, op);
+  }
+  comm::WorkPtr all_reduce_async(at::Tensor& t, comm::ReduceOp op) override {
+    const Inside inside(*this, 2, t, static_cast<int>(op));
+    return inner().all_reduce_async(t, op);
+  }
+  void broadcast(at::Tensor& t, int root) override {
+    const Inside inside(*this, 3, t, root);
+    inner().broadcast(t, root);
+  }
+  at::Tensor all_gather(const at::Tensor& t) override {
+    const Inside inside(*this, 4, t, 0);
+    return inner().all_gather(t);
+  }
+  void all_gather_in_place(at::Tensor& t) override {
+    const Inside inside(*this, 5, t, 0);
+    inner().all_gather_in_place(t);
+  }
+  at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
+    const Inside inside(*this, 6, t, static_cast<int>(op));
+    return inner().reduce_scatter(t, op);
+  }
+  comm::WorkPtr reduce_scatter_async(const at::Tensor& t, at::Tensor& out,
+                                     comm::ReduceOp op) override {
+    const Inside inside(*this, 7, t, static_cast<int>(op));
+    return inner().reduce_scatter_async(t, out, op);
+  }
+  // As NCCL's: buckets may start on autograd's thread.
+  bool starts_from_any_thread() const override { return any_thread_; }
+
+  // Collective over the group (unrecorded): whether every rank issued the same operations.
+  bool agreed() {
+    at::Tensor mine = at::tensor({static_cast<int64_t>(hash_.load()), ops_.load()}, at::kLong);
+    const at::Tensor all = inner().all_gather(mine);
+    return at::equal(all, mine.unsqueeze(0).expand_as(all));
+  }
+  int64_t ops() const { return ops_.load(); }
+  int overlaps() const { return overlaps_.load(); }
+  TensorGroup group() const { return group_; }
+
+ private:
+  // One issuing call: recorded, and counted while inside.
+  struct Inside {
+    Inside(Recording& r, int op, const at::Tensor& t, int detail) : r_(r) {
+      if (r_.inside_.fetch_add(1) > 0) ++r_.overlaps_;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen a race's window
+      const std::lock_guard lock(r_.mutex_);
+      uint64_t h = r_.hash_.load();
+      for (const int64_t word : {int64_t{op}, static_cast<int64_t>(t.scalar_type()), t.numel(),
+                                 int64_t{detail}})
+        h = (h ^ static_cast<uint64_t>(word)) * 1099511628211ull;  // FNV-1a over words
+      r_.hash_ = h;
+      ++r_.ops_;
+    }
+    ~Inside() { --r_.inside_; }
+    Recording& r_;
+  };
+
+  TensorGroup group_;
+  bool any_thread_;
+  std::mutex mutex_;
+  std::atomic<uint64_t> hash_{14695981039346656037ull};
+  std::atomic<int64_t> ops_{0};
+  std::atomic<int> inside_{0}, overlaps_{0};
+};
+
+TEST(NcclRules, TheRecorderCatchesTwoThreadsInsideOneCommunicator) {
+  // A communicator whose all_reduce only takes time: two threads call it at once.
+  class Slow final : public ForwardingCommunicator {
+   public:
+    using ForwardingCommunicator::ForwardingCommunicator;
+    void all_reduce(at::Tensor&, comm::ReduceOp) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  Recording recording(std::make_shared<Slow>(comm::MpiCommunicator::world()), TensorGroup::kData,
+                      true);
+  at::Tensor a = at::zeros({4}), b = at::zeros({4});
+  std::thread other([&] { recording.all_reduce(a, comm::ReduceOp::kSum); });
+  recording.all_reduce(b, comm::ReduceOp::kSum);
+  other.join();
+  EXPECT_GT(recording.overlaps(), 0);
+  EXPECT_EQ(recording.ops(), 2);
+}
+
+// Trains `c` under `kind` on pipe x data with the rule-checking wrappers, comparing every
+// loss, the weights and the evaluation with one process.
+void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c) {
+  auto world = comm::MpiCommunicator::world();
+  auto grid =
+      std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
+  std::vector<std::shared_ptr<Recording>> recordings;
+  std::vector<std::shared_ptr<Rendezvous>> links;
+  CommunicatorTesting testing{
+      .wrap =
+          [&](std::shared_ptr<comm::Communicator> made, TensorGroup group) {
+            if (group == TensorGroup::kPipePair) {
+              links.push_back(std::make_shared<Rendezvous>(made));
+              return std::shared_ptr<comm::Communicator>(links.back());
+            }
+            recordings.push_back(std::make_shared<Recording>(made, group, true));
+            return std::shared_ptr<comm::Communicator>(recordings.back());
+          },
+      .pair_links = true};
+  auto comms =
+      std::make_shared<Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(60), testing);
+  const auto samples = dataset(c, data);
+  const Reference reference = reference_run(c, data, samples);
+  TrainingConfig config = training_config(c, pipe);
+  config.pipeline.schedule = kind;
+  config.ddp_bucket_size = 3000;  // several buckets, started during backward
+  config.overlap_grad_reduce = true;
+  const auto model = models::make_builtin_model(model_config(c.model));
+  auto module = std::make_shared<module::PipelineModule>(
+      model.layers, model.loss,
+      module::PipelineModuleOptions{.stages = pipe,
+                                    .stage_id = grid->stage_id(),
+                                    .seed = static_cast<uint64_t>(config.seed)});
+  PipelineEngine engine(module, comms, config);
+  EXPECT_EQ(links.size(), static_cast<std::size_t>(grid->is_first_stage() || grid->is_last_stage()
+                                                       ? std::min(pipe - 1, 1)
+                                                       : 2));
+  data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
+  std::thread steps([&] {  // not the thread that built the engine
+    for (int step = 0; step < kSteps; ++step) {
+      const double loss = engine.train_batch(&loader);
+      EXPECT_NEAR(loss, reference.losses[step], 1e-5 * std::abs(reference.losses[step]))
+          << "step " << step;
+      for (const auto& recording : recordings) {
+        EXPECT_TRUE(recording->agreed())
+            << "group " << static_cast<int>(recording->group()) << " after step " << step;
+      }
+    }
+    const auto evaluation = engine.eval_batch(&loader);
+    EXPECT_NEAR(evaluation.loss, reference.eval_loss, 1e-5 * std::abs(reference.eval_loss));
+  });
+  steps.join();
+  for (const auto& [name, parameter] : engine.module().named_parameters()) {
+    EXPECT_TRUE(at::allclose(parameter, reference.weights.at(name), 1e-5, 1e-6)) << name;
+  }
+  for (const auto& recording : recordings) EXPECT_EQ(recording->overlaps(), 0);
+  int64_t collectives = 0;
+  for (const auto& recording : recordings) collectives += recording->ops();
+  if (data > 1) EXPECT_GT(collectives, 0);
+  for (const auto& link : links) EXPECT_GT(link->sends + link->receives, 0);
+  const GradientBuckets* buckets = engine.gradient_buckets();
+  if (data > 1 && buckets) EXPECT_GT(buckets->started_in_backward(), 0);
+}
+
+TEST(NcclRules, PipeMatchedByOrderAndCollectivesInOneOrderUnderEveryScheduleThatMayUseNccl) {
+  auto world = comm::MpiCommunicator::world();
+  ASSERT_EQ(world->size(), 4);
+  for (const schedule::Kind kind : {schedule::Kind::k1F1B, schedule::Kind::kGpipe}) {
+    for (const auto& [pipe, data] : {std::pair{2, 2}, std::pair{4, 1}}) {
+      for (const Case& c : {Case{"gpt", 4, 0, 0.0}, Case{"gpt-untied", 2, 1, 0.05}}) {
+        SCOPED_TRACE(std::string(schedule::name(kind)) + " pipe " + std::to_string(pipe) +
+                     " x data " + std::to_string(data) + ": " + name(c));
+        expect_rules_hold(kind, pipe, data, c);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain::engine
