@@ -12,6 +12,8 @@
 //   ncclCommGetAsyncError, and ends the job with one line naming the operation;
 // - Work::wait() blocks the host (with deadline and the same error polling) and always makes
 //   the calling thread's current stream wait, whichever thread waited first;
+// - half and bf16 sums and averages are reduced in fp32 and rounded once, as over MPI (NCCL
+//   would round at every hop of its ring, so the two transports would differ);
 // - after a deadline or an NCCL error the job is failed: no abort, no destroy (both need the
 //   peers, which may be gone); run_rank's MPI_Abort ends the job (see job_failure.h).
 #include "pipetrain/comm/nccl_communicator.h"
@@ -252,7 +254,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
     check_average(tensor, op);
     const std::lock_guard lock(issue_);
-    at::Tensor data = prepare(tensor);
+    at::Tensor data = prepare(widened(tensor, op));
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
                              element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
                "ncclAllReduce");
@@ -263,7 +265,7 @@ class NcclCommunicator final : public Communicator {
   WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
     check_average(tensor, op);
     const std::lock_guard lock(issue_);
-    at::Tensor data = prepare(tensor);
+    at::Tensor data = prepare(widened(tensor, op));
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
                              element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
                "ncclAllReduce");
@@ -315,11 +317,12 @@ class NcclCommunicator final : public Communicator {
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_reducible(input, op, size());
-    at::Tensor block = at::empty({input.numel() / size()}, input.options());
+    const at::Tensor wide = widened(input, op);
+    at::Tensor block = at::empty({input.numel() / size()}, wide.options());
     const std::lock_guard lock(issue_);
-    enqueue_reduce_scatter(input, block, op);
+    enqueue_reduce_scatter(wide, block, op);
     ordered("NCCL reduce_scatter over " + ranks());
-    return block;
+    return block.to(input.scalar_type());
   }
 
   WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
@@ -329,9 +332,16 @@ class NcclCommunicator final : public Communicator {
       throw std::invalid_argument(
           "reduce_scatter_async needs a contiguous block of the input's dtype");
     }
+    const at::Tensor wide = widened(input, op);
+    if (wide.scalar_type() == input.scalar_type()) {
+      const std::lock_guard lock(issue_);
+      enqueue_reduce_scatter(input, output, op);
+      return work("NCCL reduce_scatter over " + ranks(), output);
+    }
+    at::Tensor block = at::empty({output.numel()}, wide.options());  // rounded into output
     const std::lock_guard lock(issue_);
-    enqueue_reduce_scatter(input, output, op);
-    return work("NCCL reduce_scatter over " + ranks(), output);
+    enqueue_reduce_scatter(wide, block, op);
+    return work("NCCL reduce_scatter over " + ranks(), block, output);
   }
 
   // Blocks the host: a barrier is for the host.
@@ -344,6 +354,13 @@ class NcclCommunicator final : public Communicator {
   static void check_average(const at::Tensor& tensor, ReduceOp op) {
     if (op == ReduceOp::kAverage && !at::isFloatingType(tensor.scalar_type()))
       throw std::invalid_argument("all_reduce average needs a floating-point tensor");
+  }
+
+  // Half and bf16 sums and averages in fp32 (one rounding at the end, as MPI's); else as is.
+  static at::Tensor widened(const at::Tensor& tensor, ReduceOp op) {
+    const bool narrow =
+        tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16;
+    return narrow && op != ReduceOp::kMax ? tensor.to(at::kFloat) : tensor;
   }
 
   std::string ranks() const {

@@ -50,15 +50,16 @@ PartitionedTensors partition(const std::vector<at::Tensor>& tensors, int rank, i
   return out;
 }
 
-std::vector<at::Tensor> assemble(const PartitionedTensors& partitioned, Communicator& group) {
-  const at::Tensor layout = partitioned.layout.contiguous();
+std::vector<at::Tensor> assemble(const PartitionedTensors& partitioned, Communicator& group,
+                                 Communicator& control) {
+  const at::Tensor layout = partitioned.layout.cpu().contiguous();
   const std::vector<TensorMeta> metas = decode_header(layout.data_ptr<int64_t>(), layout.numel());
   if (metas.size() != partitioned.shares.size()) {
     throw std::runtime_error("partitioned transfer: the layout describes " +
                              std::to_string(metas.size()) + " tensors, " +
                              std::to_string(partitioned.shares.size()) + " shares arrived");
   }
-  check_group_agrees(layout.data_ptr<int64_t>(), layout.numel(), group);
+  check_group_agrees(layout.data_ptr<int64_t>(), layout.numel(), control);
   std::vector<at::Tensor> tensors;
   for (std::size_t i = 0; i < metas.size(); ++i) {
     const TensorMeta& meta = metas[i];

@@ -32,7 +32,7 @@ std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors) {
   std::vector<int64_t> words{kMagic, static_cast<int64_t>(tensors.size())};
   for (const auto& tensor : tensors) {
     words.push_back(wire_code(tensor.scalar_type()));
-    words.push_back(tensor.requires_grad() ? 1 : 0);
+    words.push_back((tensor.requires_grad() ? 1 : 0) | (tensor.is_cuda() ? 0 : 2));
     words.push_back(tensor.dim());
     words.insert(words.end(), tensor.sizes().begin(), tensor.sizes().end());
   }
@@ -60,7 +60,10 @@ std::vector<TensorMeta> decode_header(const int64_t* words, int64_t size) {
       throw corrupt("dtype code " + std::to_string(code));
     }
     meta.dtype = kWireTypes[code];
-    meta.requires_grad = words[at + 1] != 0;
+    const int64_t flags = words[at + 1];
+    if (flags < 0 || flags > 3) throw corrupt("flags " + std::to_string(flags));
+    meta.requires_grad = (flags & 1) != 0;
+    meta.on_host = (flags & 2) != 0;
     const int64_t rank = words[at + 2];
     at += 3;
     if (rank < 0 || at + rank > size) throw corrupt("tensor rank " + std::to_string(rank));
@@ -136,16 +139,21 @@ void TensorTransport::route_payloads(int peer, std::shared_ptr<Communicator> com
   routes_[peer] = Route{std::move(comm), rank_there};
 }
 
-WorkPtr TensorTransport::send_payload(const at::Tensor& payload, int peer, int tag) {
+std::pair<Communicator*, int> TensorTransport::payload_path(int peer, bool on_host) const {
   const auto route = routes_.find(peer);
-  if (route == routes_.end()) return comm_->send(payload, peer, tag);
-  return route->second.comm->send(payload, route->second.rank, tag);
+  if (route == routes_.end() || (on_host && route->second.comm->transport() == Transport::kNccl))
+    return {comm_.get(), peer};
+  return {route->second.comm.get(), route->second.rank};
 }
 
-WorkPtr TensorTransport::recv_payload(at::Tensor& payload, int peer, int tag) {
-  const auto route = routes_.find(peer);
-  if (route == routes_.end()) return comm_->recv(payload, peer, tag);
-  return route->second.comm->recv(payload, route->second.rank, tag);
+WorkPtr TensorTransport::send_payload(const at::Tensor& payload, int peer, int tag) {
+  const auto [comm, rank] = payload_path(peer, !payload.is_cuda());
+  return comm->send(payload, rank, tag);
+}
+
+WorkPtr TensorTransport::recv_payload(at::Tensor& payload, bool on_host, int peer, int tag) {
+  const auto [comm, rank] = payload_path(peer, on_host);
+  return comm->recv(payload, rank, tag);
 }
 
 PendingSend TensorTransport::send(const std::vector<at::Tensor>& tensors, int peer, int tag) {
@@ -193,10 +201,10 @@ void PendingRecv::post_payloads() {
                              std::to_string(transport_->comm_->global_rank(peer_)) + " (tag " +
                              std::to_string(tag_) + ")");
   }
-  const at::Device device = transport_->device_;
   tensors_.reserve(metas_.size());
   for (std::size_t i = 0; i < metas_.size(); ++i) {
     const TensorMeta& meta = metas_[i];
+    const at::Device device = meta.on_host ? at::Device(at::kCPU) : transport_->device_;
     const bool reusable = i < reuse_.size() && reuse_[i].defined() &&
                           reuse_[i].scalar_type() == meta.dtype &&
                           reuse_[i].sizes() == meta.shape && reuse_[i].is_contiguous() &&
@@ -204,7 +212,8 @@ void PendingRecv::post_payloads() {
     at::Tensor tensor = reusable
                             ? reuse_[i].detach()
                             : at::empty(meta.shape, at::TensorOptions(meta.dtype).device(device));
-    if (tensor.numel() > 0) payload_works_.push_back(transport_->recv_payload(tensor, peer_, tag_));
+    if (tensor.numel() > 0)
+      payload_works_.push_back(transport_->recv_payload(tensor, meta.on_host, peer_, tag_));
     tensors_.push_back(std::move(tensor));
   }
   reuse_.clear();

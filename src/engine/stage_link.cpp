@@ -22,6 +22,7 @@ int64_t byte_size(const comm::TensorList& tensors) {
 
 StageLink::StageLink(const Communicators& comms, bool partitioned)
     : grid_(comms.grid()),
+      model_(comms.model_group().comm),
       partitioned_(partitioned),
       device_(comms.device()),
       transport_(grid_->pipe_comm(), device_) {
@@ -47,7 +48,9 @@ void StageLink::transmit(const comm::TensorList& tensors, int stage, Channel cha
   const comm::PartitionedTensors partitioned =
       comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
   bytes_ += byte_size(partitioned.shares);
-  comm::TensorList wire{partitioned.layout.to(device_)};  // payloads travel on the device
+  // The layout stays in host memory (it travels over MPI with the header); the shares on
+  // the device.
+  comm::TensorList wire{partitioned.layout};
   wire.insert(wire.end(), partitioned.shares.begin(), partitioned.shares.end());
   post(wire, stage, channel);
 }
@@ -66,10 +69,9 @@ comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorL
   }
   comm::TensorList wire = transport_.recv(stage, tag_of(channel), {});
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
-  const comm::PartitionedTensors partitioned{wire.front().cpu(),  // read on the host
-                                             {wire.begin() + 1, wire.end()}};
+  const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);
-  return comm::assemble(partitioned, *grid_->model_comm());
+  return comm::assemble(partitioned, *model_, *grid_->model_comm());
 }
 
 }  // namespace pipetrain::engine

@@ -22,6 +22,7 @@ TEST(TensorHeader, RoundTripsEverySupportedDtype) {
     EXPECT_EQ(metas[i].dtype, tensors[i].scalar_type());
     EXPECT_EQ(metas[i].shape, tensors[i].sizes().vec());
     EXPECT_EQ(metas[i].requires_grad, tensors[i].requires_grad());
+    EXPECT_TRUE(metas[i].on_host);  // every one is in host memory
   }
 }
 
@@ -31,6 +32,9 @@ TEST(TensorHeader, RejectsCorruptHeadersAndUnsupportedDtypes) {
   EXPECT_THROW(decode_header(words.data(), static_cast<int64_t>(words.size())), std::runtime_error);
   words = encode_header({at::zeros({2}, at::kFloat)});
   words[2] = 99;  // dtype code
+  EXPECT_THROW(decode_header(words.data(), static_cast<int64_t>(words.size())), std::runtime_error);
+  words = encode_header({at::zeros({2}, at::kFloat)});
+  words[3] = 4;  // flags: only requires-grad (1) and host memory (2)
   EXPECT_THROW(decode_header(words.data(), static_cast<int64_t>(words.size())), std::runtime_error);
   words = encode_header({at::zeros({2, 2}, at::kFloat)});
   EXPECT_THROW(decode_header(words.data(), static_cast<int64_t>(words.size()) - 1),

@@ -23,7 +23,7 @@ TEST(PartitionedTransfer, UnevenSizesComeBackWhole) {
   ASSERT_EQ(mine.shares.size(), 3u);
   EXPECT_EQ(mine.shares[0].numel(), 11);  // ceil(21 / 2); rank 1's last element is padding
   EXPECT_EQ(mine.shares[1].numel(), 1);
-  const std::vector<at::Tensor> whole = comm::assemble(mine, *group.comm);
+  const std::vector<at::Tensor> whole = comm::assemble(mine, *group.comm, *group.comm);
   ASSERT_EQ(whole.size(), tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_TRUE(at::equal(whole[i], tensors[i].detach())) << i;
@@ -37,7 +37,7 @@ TEST(PartitionedTransfer, RanksWithDifferentLayoutsRefuse) {
   const auto group = testing::model_group_of_two();
   const at::Tensor tensor = at::zeros({group.rank() == 0 ? 4 : 6});
   const comm::PartitionedTensors mine = comm::partition({tensor}, group.rank(), group.size());
-  EXPECT_THROW(comm::assemble(mine, *group.comm), std::runtime_error);
+  EXPECT_THROW(comm::assemble(mine, *group.comm, *group.comm), std::runtime_error);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
@@ -15,13 +16,16 @@ namespace pipetrain::comm {
 struct TensorMeta {
   at::ScalarType dtype = at::kFloat;
   bool requires_grad = false;
+  // Sent from host memory: received into host memory, and over MPI with the header even
+  // where the peer's payloads take NCCL (e.g. a partitioned transfer's layout).
+  bool on_host = false;
   std::vector<int64_t> shape;
 
   bool operator==(const TensorMeta&) const = default;
 };
 
-// Transfer headers: [magic, count, then per tensor: dtype, requires_grad, rank, dims...] as
-// int64 words. Supported dtypes: float32, float16, bfloat16, float64, int64, int32, int8,
+// Transfer headers: [magic, count, then per tensor: dtype, flags, rank, dims...] as int64
+// words; flags: 1 requires grad, 2 in host memory. Supported dtypes: float32, float16, bfloat16, float64, int64, int32, int8,
 // uint8 and bool. Headers are at most kMaxHeaderWords long.
 inline constexpr int kMaxHeaderWords = 512;
 std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors);
@@ -101,8 +105,11 @@ class TensorTransport {
     std::shared_ptr<Communicator> comm;
     int rank;
   };
+  // The communicator and rank for a payload to or from `peer`: its route, unless the
+  // payload is in host memory and the route carries device tensors only (NCCL).
+  std::pair<Communicator*, int> payload_path(int peer, bool on_host) const;
   WorkPtr send_payload(const at::Tensor& payload, int peer, int tag);
-  WorkPtr recv_payload(at::Tensor& payload, int peer, int tag);
+  WorkPtr recv_payload(at::Tensor& payload, bool on_host, int peer, int tag);
 
   std::shared_ptr<Communicator> comm_;
   std::map<int, Route> routes_;  // by peer
