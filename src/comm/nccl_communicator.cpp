@@ -174,11 +174,10 @@ class NcclWork final : public Work {
     }
   }
 
+  // Only asks: a helper thread may test (engine::TransferProgress); wait() then orders the
+  // waiting thread's stream and copies the result.
   bool test() override {
-    if (!done_ && event_->query()) {
-      wait();
-      return true;
-    }
+    if (!done_ && event_->query()) done_ = true;
     return done_;
   }
 

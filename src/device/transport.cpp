@@ -30,8 +30,10 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
   std::map<int, NeighbourLink> links;
   for (const int neighbour : {stage - 1, stage + 1}) {
     if (neighbour >= 0 && neighbour < stages)
-      links[neighbour] = {
-          .transport = pairs[std::min(stage, neighbour)], .comm = nullptr, .rank_there = 0};
+      links[neighbour] = {.transport = pairs[std::min(stage, neighbour)],
+                          .to = nullptr,
+                          .from = nullptr,
+                          .rank_there = 0};
   }
   if (!own_pairs && std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end())
     return links;  // every rank decides alike: no NCCL pair, nothing to split
@@ -46,11 +48,18 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
     NeighbourLink& link = links[neighbour];
     two->set_timeout(pipe->timeout());
     if (pairs[k] == comm::Transport::kNccl) {
-      link.comm = comm::make_nccl_communicator(two, device.index());
-      if (!link.comm) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
-      link.comm->set_timeout(pipe->timeout());
+      // Downstream (stage k to k + 1) first, then upstream: both ranks make them in this order.
+      std::shared_ptr<comm::Communicator> made[2];
+      for (auto& direction : made) {
+        direction = comm::make_nccl_communicator(two, device.index());
+        if (!direction) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
+        direction->set_timeout(pipe->timeout());
+      }
+      const bool lower = k == stage;
+      link.to = made[lower ? 0 : 1];
+      link.from = made[lower ? 1 : 0];
     } else {
-      link.comm = two;
+      link.to = link.from = two;
     }
     link.rank_there = neighbour > stage ? 1 : 0;
   }

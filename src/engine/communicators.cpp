@@ -82,14 +82,17 @@ void Communicators::connect_pipe(bool nccl_allowed) {
   if (nccl_allowed) {
     pipe_links_ = device::neighbour_links(grid_->pipe_comm(), device_, testing_.pair_links);
     for (auto& [stage, link] : pipe_links_) {
-      if (link.comm) link.comm = wrapped(link.comm, TensorGroup::kPipePair);
+      if (!link.to) continue;
+      const bool one = link.to == link.from;
+      link.to = wrapped(link.to, TensorGroup::kPipePair);
+      link.from = one ? link.to : wrapped(link.from, TensorGroup::kPipePair);
     }
     return;
   }
   const int stage = grid_->stage_id();
   for (const int neighbour : {stage - 1, stage + 1}) {
     if (neighbour >= 0 && neighbour < grid_->pipe_parallel_size())
-      pipe_links_[neighbour] = {.transport = comm::Transport::kMpi, .comm = nullptr};
+      pipe_links_[neighbour] = {.transport = comm::Transport::kMpi, .to = nullptr, .from = nullptr};
   }
 }
 

@@ -81,7 +81,7 @@ PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_b
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
   program.last_backwards_step = last_backwards_step(program.steps);
-  program.matched_by_order = schedule::runs_matched_by_order(plan);
+  program.orders_agree = !schedule::first_order_mismatch(plan);
   return program;
 }
 
@@ -109,10 +109,13 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
   infer_program_ = program(schedule::Kind::kInference, 1);
   comms_->connect_tied(*module_);
-  // NCCL may carry the pipe's payloads where its matching by order on one stream is safe
-  // (and, with one chunk, every transfer is between neighbours: no ring link is needed).
-  comms_->connect_pipe(shape_.chunks == 1 && train_program_.matched_by_order &&
-                       eval_program_.matched_by_order && infer_program_.matched_by_order);
+  // NCCL may carry the pipe's payloads where every pair's transfers agree in order (NCCL
+  // matches them by order alone, each direction on a communicator and stream of its own,
+  // so sends that wait for their receive and deferred sends both run) and every transfer
+  // is between neighbouring stages (one chunk, or two stages: no ring link is needed).
+  const bool neighbours_only = shape_.chunks == 1 || shape_.stages == 2;
+  comms_->connect_pipe(neighbours_only && train_program_.orders_agree &&
+                       eval_program_.orders_agree && infer_program_.orders_agree);
   gradients_ = std::make_unique<GradientSync>(
       *module_, *comms_,
       GradientSync::DataParallel{.averages = !shards_optimizer(config_.zero),

@@ -27,7 +27,7 @@ StageLink::StageLink(const Communicators& comms, bool partitioned)
       device_(comms.device()),
       transport_(grid_->pipe_comm(), device_) {
   for (const auto& [stage, link] : comms.pipe_links()) {
-    if (link.comm) transport_.route_payloads(stage, link.comm, link.rank_there);
+    if (link.to) transport_.route_payloads(stage, link.to, link.from, link.rank_there);
   }
 }
 

@@ -1,7 +1,8 @@
 // NCCL's rules, held on the CPU (4 ranks): NCCL matches the transfers between two ranks by
 // their order alone and its sends block until received; every rank of a group must issue
 // its collectives in one order; and one thread at a time may be inside a communicator.
-// Wrappers check each rule while the engine trains to the same losses as one process:
+// Wrappers check each rule while the engine trains to the same losses as one process
+// (1F1B, GPipe, ZB-H1 at pipe 2 x data 2 and pipe 4; interleaved at pipe 2 x data 2):
 // the pipe's payloads travel as MPI_Issend on one tag per pair of stages (order-only
 // matching, blocking senders), and the data-parallel and tied groups' collectives are
 // hashed (op, dtype, count, peer) in issue order and compared across ranks after every
@@ -202,7 +203,7 @@ TEST(NcclRules, TheRecorderCatchesTwoThreadsInsideOneCommunicator) {
 
 // Trains `c` under `kind` on pipe x data with the rule-checking wrappers, comparing every
 // loss, the weights and the evaluation with one process.
-void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c) {
+void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, int chunks = 1) {
   auto world = comm::MpiCommunicator::world();
   auto grid =
       std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
@@ -225,6 +226,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c) {
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
   config.pipeline.schedule = kind;
+  config.pipeline.chunks = chunks;
   config.ddp_bucket_size = 3000;  // several buckets, started during backward
   config.overlap_grad_reduce = true;
   const auto model = models::make_builtin_model(model_config(c.model));
@@ -232,7 +234,9 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c) {
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = pipe,
                                     .stage_id = grid->stage_id(),
-                                    .seed = static_cast<uint64_t>(config.seed)});
+                                    .chunks = chunks,
+                                    .seed = static_cast<uint64_t>(config.seed),
+                                    .activation_checkpoint_interval = c.checkpoint_interval});
   PipelineEngine engine(module, comms, config);
   EXPECT_EQ(links.size(), static_cast<std::size_t>(grid->is_first_stage() || grid->is_last_stage()
                                                        ? std::min(pipe - 1, 1)
@@ -267,7 +271,10 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c) {
 TEST(NcclRules, PipeMatchedByOrderAndCollectivesInOneOrderUnderEveryScheduleThatMayUseNccl) {
   auto world = comm::MpiCommunicator::world();
   ASSERT_EQ(world->size(), 4);
-  for (const schedule::Kind kind : {schedule::Kind::k1F1B, schedule::Kind::kGpipe}) {
+  // Blocking sends (1F1B, GPipe) and deferred ones (ZB-H1, whose neighbours send to each
+  // other at once: NCCL carries it with a communicator per direction).
+  for (const schedule::Kind kind :
+       {schedule::Kind::k1F1B, schedule::Kind::kGpipe, schedule::Kind::kZbH1}) {
     for (const auto& [pipe, data] : {std::pair{2, 2}, std::pair{4, 1}}) {
       for (const Case& c : {Case{"gpt", 4, 0, 0.0}, Case{"gpt-untied", 2, 1, 0.05}}) {
         SCOPED_TRACE(std::string(schedule::name(kind)) + " pipe " + std::to_string(pipe) +
@@ -276,6 +283,9 @@ TEST(NcclRules, PipeMatchedByOrderAndCollectivesInOneOrderUnderEveryScheduleThat
       }
     }
   }
+  // Interleaving over two stages: both chunks' channels share each direction.
+  SCOPED_TRACE("interleaved, 2 chunks, pipe 2 x data 2");
+  expect_rules_hold(schedule::Kind::kInterleaved, 2, 2, Case{"gpt-deep", 4, 0, 0.0}, 2);
 }
 
 }  // namespace

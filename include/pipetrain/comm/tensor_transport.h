@@ -95,19 +95,21 @@ class TensorTransport {
   // transport's own header buffer.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
-  // From now on, payloads to and from `peer` travel over `comm` (e.g. NCCL between the
-  // two), in which the peer is rank `rank_there`; headers still travel over `comm`.
-  void route_payloads(int peer, std::shared_ptr<Communicator> comm, int rank_there);
+  // From now on, payloads to `peer` travel over `to` and payloads from it over `from`
+  // (e.g. NCCL between the two, one communicator per direction), in both of which the peer
+  // is rank `rank_there`; headers still travel over the transport's communicator.
+  void route_payloads(int peer, std::shared_ptr<Communicator> to,
+                      std::shared_ptr<Communicator> from, int rank_there);
 
  private:
   friend class PendingRecv;
   struct Route {
-    std::shared_ptr<Communicator> comm;
+    std::shared_ptr<Communicator> to, from;
     int rank;
   };
   // The communicator and rank for a payload to or from `peer`: its route, unless the
   // payload is in host memory and the route carries device tensors only (NCCL).
-  std::pair<Communicator*, int> payload_path(int peer, bool on_host) const;
+  std::pair<Communicator*, int> payload_path(int peer, bool on_host, bool sending) const;
   WorkPtr send_payload(const at::Tensor& payload, int peer, int tag);
   WorkPtr recv_payload(at::Tensor& payload, bool on_host, int peer, int tag);
 

@@ -177,9 +177,10 @@ class PipelineEngine {
     // Where the step's last backward passes begin: the first step holding a chunk's last
     // BackwardPass or BackwardInput (-1: none). Gradient buckets may be reduced from here.
     int last_backwards_step = -1;
-    // Whether a transport that matches transfers by their order alone, with blocking
-    // sends, can carry the plan's (NCCL: schedule::runs_matched_by_order).
-    bool matched_by_order = false;
+    // Whether every pair of stages sends its transfers in the order they are received, so
+    // that a transport matching them by order alone (NCCL) can carry them
+    // (schedule::first_order_mismatch finds none).
+    bool orders_agree = false;
     bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 
