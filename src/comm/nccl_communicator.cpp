@@ -5,11 +5,14 @@
 //   autograd's device thread and the engine's thread never interleave inside NCCL calls;
 // - a CUDAGuard for the communicator's GPU wherever an event is made, recorded or destroyed
 //   (a bare thread's current device is 0);
-// - blocking communicators (NCCL_COMM_BLOCKING in the environment cannot change them), and
-//   anything but ncclSuccess is an error;
+// - blocking communicators (config.blocking, and NCCL_COMM_BLOCKING=1 set before NCCL's first
+//   call, which would otherwise override it), and anything but ncclSuccess is an error;
+// - every operation is watched by the watchdog from before its NCCL call (a first call may
+//   block the host while NCCL connects to the peers) until its event fires; the watchdog
+//   enforces the deadline, polls ncclCommGetAsyncError, and ends the job with one line
+//   naming the operation;
 // - the collectives are stream-ordered: the caller's current stream waits on the operation's
-//   event and the host goes on; the process watchdog enforces the deadline and polls
-//   ncclCommGetAsyncError, and ends the job with one line naming the operation;
+//   event and the host goes on;
 // - Work::wait() blocks the host (with deadline and the same error polling) and always makes
 //   the calling thread's current stream wait, whichever thread waited first;
 // - half and bf16 sums and averages are reduced in fp32 and rounded once, as over MPI (NCCL
@@ -25,6 +28,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -118,6 +123,7 @@ class DeviceEvent {
   }
   // Whether the work recorded before it has completed.
   bool query() const {
+    const c10::cuda::CUDAGuard guard(device_);  // the watchdog's thread has no device of its own
     const cudaError_t state = cudaEventQuery(event_);
     if (state == cudaErrorNotReady) return false;
     check_cuda(state, "cudaEventQuery");
@@ -151,6 +157,7 @@ class NcclWork final : public Work {
         target_(std::move(target)) {}
 
   void wait() override {
+    const std::lock_guard lock(mutex_);
     if (!done_) {
       try {
         wait_with_deadline(
@@ -169,6 +176,10 @@ class NcclWork final : public Work {
     // Every waiter's stream sees the result, not only the first one's.
     event_->order_current_stream();
     if (target_.defined() && !target_.is_same(keep_alive_) && !copied_) {
+      // Read on this stream: the allocator must not hand the memory out before the copy.
+      c10::cuda::CUDACachingAllocator::recordStream(
+          keep_alive_.storage().data_ptr(),
+          c10::cuda::getCurrentCUDAStream(keep_alive_.get_device()));
       target_.copy_(keep_alive_);
       copied_ = true;
     }
@@ -177,8 +188,8 @@ class NcclWork final : public Work {
   // Only asks: a helper thread may test (engine::TransferProgress); wait() then orders the
   // waiting thread's stream and copies the result.
   bool test() override {
-    if (!done_ && event_->query()) done_ = true;
-    return done_;
+    if (!done_.load() && event_->query()) done_ = true;
+    return done_.load();
   }
 
  private:
@@ -188,17 +199,25 @@ class NcclWork final : public Work {
   Seconds timeout_;
   at::Tensor keep_alive_;
   at::Tensor target_;
-  bool done_ = false;
+  std::mutex mutex_;  // one waiter at a time
+  std::atomic<bool> done_{false};
   bool copied_ = false;
 };
 
 class NcclCommunicator final : public Communicator {
+  // One operation, watched from before its NCCL call until its event fires.
+  struct Issue {
+    std::shared_ptr<DeviceEvent> event;
+    std::shared_ptr<std::atomic<bool>> recorded;  // the event marks the operation's end
+  };
+
  public:
   NcclCommunicator(std::shared_ptr<const MpiCommunicator> bootstrap, int device)
       : device_(device),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         bootstrap_(std::move(bootstrap)),
         handle_(std::make_shared<NcclHandle>()),
+        watchdog_(Watchdog::shared()),
         inputs_ready_(device) {
     ncclUniqueId id;
     if (bootstrap_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -217,7 +236,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     // A clean exit first lets the watchdog see this communicator's work through.
-    if (collective_teardown_allowed()) Watchdog::process().drain();
+    if (collective_teardown_allowed()) watchdog_->drain();
     if (handle_->teardown) handle_->teardown->end();
   }
 
@@ -227,26 +246,28 @@ class NcclCommunicator final : public Communicator {
   Transport transport() const override { return Transport::kNccl; }
 
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override {
+    const std::string what = "NCCL send to rank " + std::to_string(global_rank(peer)) + " (tag " +
+                             std::to_string(tag) + ")";
     const std::lock_guard lock(issue_);
     at::Tensor data = prepare(tensor);
+    Issue issue = watch(what);
     check_nccl(ncclSend(data.data_ptr(), byte_count(data), ncclUint8, peer, handle_->comm, stream_),
                "ncclSend");
-    return work("NCCL send to rank " + std::to_string(global_rank(peer)) + " (tag " +
-                    std::to_string(tag) + ")",
-                data);
+    return work(issue, what, data);
   }
 
   WorkPtr recv(at::Tensor& tensor, int peer, int tag) override {
     if (!tensor.is_contiguous())
       throw std::invalid_argument("NCCL receives into contiguous tensors");
+    const std::string what = "NCCL recv from rank " + std::to_string(global_rank(peer)) +
+                             " (tag " + std::to_string(tag) + ")";
     const std::lock_guard lock(issue_);
     prepare(tensor);
+    Issue issue = watch(what);
     check_nccl(
         ncclRecv(tensor.data_ptr(), byte_count(tensor), ncclUint8, peer, handle_->comm, stream_),
         "ncclRecv");
-    return work("NCCL recv from rank " + std::to_string(global_rank(peer)) + " (tag " +
-                    std::to_string(tag) + ")",
-                tensor);
+    return work(issue, what, tensor);
   }
 
   // Stream-ordered: the result is there for later work on the caller's current stream.
@@ -254,10 +275,11 @@ class NcclCommunicator final : public Communicator {
     check_average(tensor, op);
     const std::lock_guard lock(issue_);
     at::Tensor data = prepare(widened(tensor, op));
+    Issue issue = watch("NCCL all_reduce over " + ranks());
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
                              element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
                "ncclAllReduce");
-    ordered("NCCL all_reduce over " + ranks());
+    ordered(issue);
     if (!data.is_same(tensor)) tensor.copy_(data);
   }
 
@@ -265,10 +287,12 @@ class NcclCommunicator final : public Communicator {
     check_average(tensor, op);
     const std::lock_guard lock(issue_);
     at::Tensor data = prepare(widened(tensor, op));
+    const std::string what = "NCCL all_reduce over " + ranks();
+    Issue issue = watch(what);
     check_nccl(ncclAllReduce(data.data_ptr(), data.data_ptr(), data.numel(),
                              element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
                "ncclAllReduce");
-    return work("NCCL all_reduce over " + ranks(), data, tensor);
+    return work(issue, what, data, tensor);
   }
 
   // Every issuing call holds the communicator's lock (one thread inside NCCL per
@@ -278,10 +302,11 @@ class NcclCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root) override {
     const std::lock_guard lock(issue_);
     at::Tensor data = prepare(tensor);
+    Issue issue = watch("NCCL broadcast from rank " + std::to_string(global_rank(root)));
     check_nccl(ncclBroadcast(data.data_ptr(), data.data_ptr(), byte_count(data), ncclUint8, root,
                              handle_->comm, stream_),
                "ncclBroadcast");
-    ordered("NCCL broadcast from rank " + std::to_string(global_rank(root)));
+    ordered(issue);
     if (!data.is_same(tensor)) tensor.copy_(data);
   }
 
@@ -292,10 +317,11 @@ class NcclCommunicator final : public Communicator {
     at::Tensor data = prepare(input);
     at::Tensor gathered = at::empty(shape, data.options());
     prepare(gathered);
+    Issue issue = watch("NCCL all_gather over " + ranks());
     check_nccl(ncclAllGather(data.data_ptr(), gathered.data_ptr(), byte_count(data), ncclUint8,
                              handle_->comm, stream_),
                "ncclAllGather");
-    ordered("NCCL all_gather over " + ranks());
+    ordered(issue);
     return gathered;
   }
 
@@ -308,10 +334,11 @@ class NcclCommunicator final : public Communicator {
     prepare(blocks);
     const int64_t bytes = byte_count(blocks) / size();
     auto* base = static_cast<char*>(blocks.data_ptr());
+    Issue issue = watch("NCCL all_gather over " + ranks());
     check_nccl(
         ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
         "ncclAllGather");
-    ordered("NCCL all_gather over " + ranks());
+    ordered(issue);
   }
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
@@ -319,8 +346,8 @@ class NcclCommunicator final : public Communicator {
     const at::Tensor wide = widened(input, op);
     at::Tensor block = at::empty({input.numel() / size()}, wide.options());
     const std::lock_guard lock(issue_);
-    enqueue_reduce_scatter(wide, block, op);
-    ordered("NCCL reduce_scatter over " + ranks());
+    Issue issue = enqueue_reduce_scatter(wide, block, op);
+    ordered(issue);
     return block.to(input.scalar_type());
   }
 
@@ -332,15 +359,16 @@ class NcclCommunicator final : public Communicator {
           "reduce_scatter_async needs a contiguous block of the input's dtype");
     }
     const at::Tensor wide = widened(input, op);
+    const std::string what = "NCCL reduce_scatter over " + ranks();
     if (wide.scalar_type() == input.scalar_type()) {
       const std::lock_guard lock(issue_);
-      enqueue_reduce_scatter(input, output, op);
-      return work("NCCL reduce_scatter over " + ranks(), output);
+      Issue issue = enqueue_reduce_scatter(input, output, op);
+      return work(issue, what, output);
     }
     at::Tensor block = at::empty({output.numel()}, wide.options());  // rounded into output
     const std::lock_guard lock(issue_);
-    enqueue_reduce_scatter(wide, block, op);
-    return work("NCCL reduce_scatter over " + ranks(), block, output);
+    Issue issue = enqueue_reduce_scatter(wide, block, op);
+    return work(issue, what, block, output);
   }
 
   // Blocks the host: a barrier is for the host.
@@ -384,43 +412,52 @@ class NcclCommunicator final : public Communicator {
     return data;
   }
 
-  void enqueue_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
+  Issue enqueue_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
     at::Tensor data = prepare(input);
     prepare(output);
+    Issue issue = watch("NCCL reduce_scatter over " + ranks());
     check_nccl(ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
                                  element_type(data.scalar_type()), nccl_op(op), handle_->comm,
                                  stream_),
                "ncclReduceScatter");
+    return issue;
   }
 
-  // The event of the operation just enqueued (the caller holds issue_).
-  std::shared_ptr<DeviceEvent> record() {
-    auto event = std::make_shared<DeviceEvent>(device_);
-    event->record(stream_);
-    return event;
+  // Watches the operation about to be enqueued (the caller holds issue_).
+  Issue watch(std::string what) {
+    Issue issue{std::make_shared<DeviceEvent>(device_), std::make_shared<std::atomic<bool>>(false)};
+    watchdog_->watch({.what = std::move(what),
+                      .context = wait_context(),
+                      .done = [issue] { return issue.recorded->load() && issue.event->query(); },
+                      .error = [handle = handle_] { return handle->async_error(); },
+                      .timeout = timeout()});
+    return issue;
   }
 
-  WorkPtr work(std::string what, at::Tensor keep_alive, at::Tensor target = {}) {
-    return std::make_unique<NcclWork>(handle_, record(), std::move(what), timeout(),
+  // The operation just enqueued ends at its event.
+  void record(const Issue& issue) {
+    issue.event->record(stream_);
+    issue.recorded->store(true);
+  }
+
+  WorkPtr work(const Issue& issue, std::string what, at::Tensor keep_alive,
+               at::Tensor target = {}) {
+    record(issue);
+    return std::make_unique<NcclWork>(handle_, issue.event, std::move(what), timeout(),
                                       std::move(keep_alive), std::move(target));
   }
 
-  // The operation just enqueued, ordered before later work on the caller's stream and
-  // watched for its deadline and NCCL errors.
-  void ordered(std::string what) {
-    auto event = record();
-    event->order_current_stream();
-    Watchdog::process().watch({.what = std::move(what),
-                               .context = wait_context(),
-                               .done = [event] { return event->query(); },
-                               .error = [handle = handle_] { return handle->async_error(); },
-                               .timeout = timeout()});
+  // The operation just enqueued, ordered before later work on the caller's stream.
+  void ordered(const Issue& issue) {
+    record(issue);
+    issue.event->order_current_stream();
   }
 
   int device_;
   c10::cuda::CUDAStream stream_;
   std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
   std::shared_ptr<NcclHandle> handle_;
+  std::shared_ptr<Watchdog> watchdog_;  // outlives this communicator's operations
   std::mutex issue_;          // one thread at a time prepares, enqueues and records
   DeviceEvent inputs_ready_;  // recorded on the caller's stream before each op (under issue_)
 };
@@ -433,6 +470,9 @@ bool nccl_compiled() {
 
 std::shared_ptr<Communicator> make_nccl_communicator(
     std::shared_ptr<const MpiCommunicator> bootstrap, int device) {
+  // Before NCCL's first call, which reads its environment once: an NCCL_COMM_BLOCKING=0
+  // there would override the blocking config.
+  setenv("NCCL_COMM_BLOCKING", "1", /*overwrite=*/1);
   return std::make_shared<NcclCommunicator>(std::move(bootstrap), device);
 }
 

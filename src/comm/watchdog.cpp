@@ -29,12 +29,12 @@ void Watchdog::watch(Operation operation) {
 
 std::size_t Watchdog::watched() const {
   const std::lock_guard lock(mutex_);
-  return entries_.size();
+  return entries_.size() + polling_;
 }
 
 void Watchdog::drain() const {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return entries_.empty() || failed_; });
+  changed_.wait(lock, [this] { return (entries_.empty() && polling_ == 0) || failed_; });
 }
 
 bool Watchdog::failed() const {
@@ -45,9 +45,13 @@ bool Watchdog::failed() const {
 std::string Watchdog::check(const Entry& entry, std::chrono::steady_clock::time_point now) {
   const Operation& op = entry.operation;
   const std::string where = op.context.empty() ? "" : " [" + op.context + "]";
-  if (op.error) {
-    if (const std::string error = op.error(); !error.empty())
-      return op.what + where + " failed: " + error;
+  try {
+    if (op.error) {
+      if (const std::string error = op.error(); !error.empty())
+        return op.what + where + " failed: " + error;
+    }
+  } catch (const std::exception& e) {
+    return op.what + where + " failed: " + e.what();
   }
   const Seconds waited = now - entry.started;
   if (waited < op.timeout) return {};
@@ -66,11 +70,19 @@ void Watchdog::run() {
     // Polled without the lock, so issuing threads never wait on a poll.
     std::list<Entry> polled;
     polled.splice(polled.end(), entries_);
+    polling_ = polled.size();
     lock.unlock();
     std::string failure;
     const auto now = std::chrono::steady_clock::now();
     for (auto it = polled.begin(); it != polled.end() && failure.empty();) {
-      if (it->operation.done()) {
+      bool done = false;
+      try {
+        done = it->operation.done();
+      } catch (const std::exception& e) {  // e.g. a CUDA error: the operation failed
+        failure = it->operation.what + " failed: " + e.what();
+        break;
+      }
+      if (done) {
         it = polled.erase(it);
         continue;
       }
@@ -79,6 +91,7 @@ void Watchdog::run() {
     }
     lock.lock();
     entries_.splice(entries_.begin(), polled);  // oldest first, before those added meanwhile
+    polling_ = 0;
     if (!failure.empty()) {
       lock.unlock();
       on_failure_(failure);  // end_job does not return
@@ -96,8 +109,9 @@ void Watchdog::run() {
   }
 }
 
-Watchdog& Watchdog::process() {
-  static Watchdog watchdog([](const std::string& message) { end_job(message, 1); });
+std::shared_ptr<Watchdog> Watchdog::shared() {
+  static const auto watchdog =
+      std::make_shared<Watchdog>([](const std::string& message) { end_job(message, 1); });
   return watchdog;
 }
 

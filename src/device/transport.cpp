@@ -1,5 +1,7 @@
 #include "pipetrain/device/transport.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -58,6 +60,15 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
       const bool lower = k == stage;
       link.to = made[lower ? 0 : 1];
       link.from = made[lower ? 1 : 0];
+      // NCCL connects two ranks on their first transfer, and a blocking communicator's
+      // first send waits on the host for that; neighbours whose first sends cross would
+      // each wait in their own. One transfer each way, downstream first, connects both now.
+      at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(device));
+      for (int direction = 0; direction < 2; ++direction) {
+        const bool sends = lower == (direction == 0);
+        auto& way = made[direction];
+        (sends ? way->send(token, 1 - two->rank(), 0) : way->recv(token, 1 - two->rank(), 0))->wait();
+      }
     } else {
       link.to = link.from = two;
     }

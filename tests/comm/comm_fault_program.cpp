@@ -3,7 +3,8 @@
 //   throw:  rank 2 throws while the others wait in a barrier
 // and over NCCL (GPU, emulated hosts; see nccl_fault_test.sh):
 //   nccl-silent:     rank 2 never joins an all-reduce the others wait for on the GPU
-//   nccl-misshaped:  rank 2 all-reduces a tensor of another shape, then throws on a check
+//   nccl-misshaped:  rank 2 raises on a mis-shaped tensor while the others wait inside an
+//                    NCCL all-reduce
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     if (mode.rfind("nccl-", 0) == 0) {
       const at::Device gpu = device::place_rank(device::DeviceKind::kCuda, world);
       auto nccl = device::communicator_for(grid.world_comm(), gpu);
+      nccl->set_timeout(grid.pipe_comm()->timeout());  // the bystanders' world waits longer
       at::Tensor t = at::ones({1024}, at::TensorOptions(at::kFloat).device(gpu));
       comm::ScopedWaitContext context("stage 0, step 2, ReduceGrads");
       if (mode == "nccl-silent" && grid.global_rank() == 2) {

@@ -86,8 +86,8 @@ struct Failures {
 
 TEST(Watchdog, EndsWorkPastItsDeadlineWithOneLineNamingIt) {
   Failures failures;
+  std::atomic<bool> finished{false};  // before the watchdog, which polls it until destroyed
   Watchdog watchdog(failures.recorder(), 1ms);
-  std::atomic<bool> finished{false};
   watchdog.watch({.what = "NCCL all_reduce over 2 ranks (0, 1)",
                   .context = "stage 0, step 3, ReduceGrads",
                   .done = [&] { return finished.load(); },
@@ -118,10 +118,24 @@ TEST(Watchdog, ReportsAnErrorBeforeTheDeadline) {
   EXPECT_EQ(seen[0], "NCCL broadcast from rank 0 failed: NCCL error: remote process exited");
 }
 
+TEST(Watchdog, TurnsAnExceptionWhilePollingIntoTheOperationsFailure) {
+  Failures failures;
+  Watchdog watchdog(failures.recorder(), 1ms);
+  watchdog.watch({.what = "NCCL send to rank 1 (tag 3)",
+                  .context = "",
+                  .done = []() -> bool { throw std::runtime_error("cudaEventQuery: an illegal memory access"); },
+                  .error = nullptr,
+                  .timeout = Seconds(300)});
+  watchdog.drain();
+  const auto seen = failures.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], "NCCL send to rank 1 (tag 3) failed: cudaEventQuery: an illegal memory access");
+}
+
 TEST(Watchdog, ForgetsWorkThatCompletedFromManyThreads) {
   Failures failures;
+  std::atomic<int> polls{0};  // before the watchdog, which polls it until destroyed
   Watchdog watchdog(failures.recorder(), 100us);
-  std::atomic<int> polls{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {

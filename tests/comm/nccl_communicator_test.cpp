@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <chrono>
@@ -123,8 +124,19 @@ TEST(NcclCommunicator, StartedOnOneThreadAndWaitedForOnAnother) {
   WorkPtr work;
   std::thread starter([&] { work = s->nccl->all_reduce_async(t, ReduceOp::kSum); });
   starter.join();
-  work->wait();  // orders this thread's stream: the read below sees the sum
+  // Read on a stream of its own: only wait()'s ordering makes the sum visible there.
+  const c10::cuda::CUDAStreamGuard other(c10::cuda::getStreamFromPool(false, s->device.index()));
+  work->wait();
   EXPECT_EQ(t.sum().item<float>(), 2.0f * s->world->size() * (1 << 16));
+}
+
+TEST(NcclCommunicator, AStreamOrderedCollectiveIsThereForTheCallersStream) {
+  NCCL_OR_SKIP();
+  const c10::cuda::CUDAStreamGuard other(c10::cuda::getStreamFromPool(false, s->device.index()));
+  at::Tensor t = at::full({1 << 20}, 1.0f, at::TensorOptions(at::kFloat).device(s->device));
+  for (int k = 0; k < 3; ++k) s->nccl->all_reduce(t, ReduceOp::kSum);  // the host goes on
+  const double n = s->world->size();
+  EXPECT_EQ(t.max().item<float>(), static_cast<float>(n * n * n));
 }
 
 TEST(NcclCommunicator, ASendWhoseSourceIsFreedAndOverwrittenWhileTheReceiverWaits) {

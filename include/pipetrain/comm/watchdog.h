@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,14 +37,15 @@ class Watchdog {
 
   // From any thread. Operations leave the watch once done.
   void watch(Operation operation);
-  // Operations still watched.
+  // Operations still watched (also those being polled right now).
   std::size_t watched() const;
   // Blocks until nothing is watched (or the watchdog has failed).
   void drain() const;
   bool failed() const;
 
-  // The process's watchdog, started on first use; it ends the job through end_job.
-  static Watchdog& process();
+  // The process's watchdog, started on first use; it ends the job through end_job. Holders
+  // (NCCL communicators) keep it alive past static destruction.
+  static std::shared_ptr<Watchdog> shared();
 
  private:
   struct Entry {
@@ -59,6 +61,7 @@ class Watchdog {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::list<Entry> entries_;
+  std::size_t polling_ = 0;  // entries taken out of entries_ for the poll in progress
   bool stop_ = false;
   bool failed_ = false;
   std::thread thread_;
