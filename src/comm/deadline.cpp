@@ -17,7 +17,9 @@ std::string& identity_storage() {
 }
 
 const WaitContext*& current_context() {
-  static const WaitContext* context = nullptr;
+  // Per thread: autograd's device thread starts collectives while the engine's thread
+  // updates its own context.
+  static thread_local const WaitContext* context = nullptr;
   return context;
 }
 

@@ -33,7 +33,7 @@ class WaitContext {
   virtual std::string describe() const = 0;
 };
 
-// Makes `context` current for the scope; nested scopes restore the outer one.
+// Makes `context` current for the scope on this thread; nested scopes restore the outer one.
 class ScopedWaitContext {
  public:
   explicit ScopedWaitContext(const WaitContext& context);
