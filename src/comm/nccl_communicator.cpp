@@ -228,9 +228,9 @@ class NcclCommunicator final : public Communicator {
     const c10::cuda::CUDAGuard guard(device_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 1;  // whatever NCCL_COMM_BLOCKING says: calls return when done
-    check_nccl(ncclCommInitRankConfig(&handle_->comm, bootstrap_->size(), id, bootstrap_->rank(),
-                                      &config),
-               "ncclCommInitRankConfig");
+    check_nccl(
+        ncclCommInitRankConfig(&handle_->comm, bootstrap_->size(), id, bootstrap_->rank(), &config),
+        "ncclCommInitRankConfig");
     handle_->teardown.emplace([comm = handle_->comm] { ncclCommDestroy(comm); });
   }
 
@@ -259,8 +259,8 @@ class NcclCommunicator final : public Communicator {
   WorkPtr recv(at::Tensor& tensor, int peer, int tag) override {
     if (!tensor.is_contiguous())
       throw std::invalid_argument("NCCL receives into contiguous tensors");
-    const std::string what = "NCCL recv from rank " + std::to_string(global_rank(peer)) +
-                             " (tag " + std::to_string(tag) + ")";
+    const std::string what = "NCCL recv from rank " + std::to_string(global_rank(peer)) + " (tag " +
+                             std::to_string(tag) + ")";
     const std::lock_guard lock(issue_);
     prepare(tensor);
     Issue issue = watch(what);
@@ -335,9 +335,8 @@ class NcclCommunicator final : public Communicator {
     const int64_t bytes = byte_count(blocks) / size();
     auto* base = static_cast<char*>(blocks.data_ptr());
     Issue issue = watch("NCCL all_gather over " + ranks());
-    check_nccl(
-        ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
-        "ncclAllGather");
+    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
+               "ncclAllGather");
     ordered(issue);
   }
 
@@ -385,8 +384,7 @@ class NcclCommunicator final : public Communicator {
 
   // Half and bf16 sums and averages in fp32 (one rounding at the end, as MPI's); else as is.
   static at::Tensor widened(const at::Tensor& tensor, ReduceOp op) {
-    const bool narrow =
-        tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16;
+    const bool narrow = tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16;
     return narrow && op != ReduceOp::kMax ? tensor.to(at::kFloat) : tensor;
   }
 
@@ -416,10 +414,10 @@ class NcclCommunicator final : public Communicator {
     at::Tensor data = prepare(input);
     prepare(output);
     Issue issue = watch("NCCL reduce_scatter over " + ranks());
-    check_nccl(ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
-                                 element_type(data.scalar_type()), nccl_op(op), handle_->comm,
-                                 stream_),
-               "ncclReduceScatter");
+    check_nccl(
+        ncclReduceScatter(data.data_ptr(), output.data_ptr(), output.numel(),
+                          element_type(data.scalar_type()), nccl_op(op), handle_->comm, stream_),
+        "ncclReduceScatter");
     return issue;
   }
 
@@ -458,7 +456,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
   std::shared_ptr<NcclHandle> handle_;
   std::shared_ptr<Watchdog> watchdog_;  // outlives this communicator's operations
-  std::mutex issue_;          // one thread at a time prepares, enqueues and records
+  std::mutex issue_;                    // one thread at a time prepares, enqueues and records
   DeviceEvent inputs_ready_;  // recorded on the caller's stream before each op (under issue_)
 };
 

@@ -14,9 +14,10 @@ bool emulated_hosts() {
   const std::string value = text ? text : "";
   if (value.empty() || value == "0") return false;
   if (value == "1") return true;
-  throw io::InputError("PIPETRAIN_EMULATED_HOSTS must be 0 or 1 (a testing mode: ranks sharing "
-                       "a GPU use NCCL as emulated hosts), got '" +
-                       value + "'");
+  throw io::InputError(
+      "PIPETRAIN_EMULATED_HOSTS must be 0 or 1 (a testing mode: ranks sharing "
+      "a GPU use NCCL as emulated hosts), got '" +
+      value + "'");
 }
 
 std::vector<std::pair<std::string, std::string>> emulated_host_environment(int global_rank) {

@@ -67,7 +67,8 @@ std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiComm
       for (int direction = 0; direction < 2; ++direction) {
         const bool sends = lower == (direction == 0);
         auto& way = made[direction];
-        (sends ? way->send(token, 1 - two->rank(), 0) : way->recv(token, 1 - two->rank(), 0))->wait();
+        (sends ? way->send(token, 1 - two->rank(), 0) : way->recv(token, 1 - two->rank(), 0))
+            ->wait();
       }
     } else {
       link.to = link.from = two;

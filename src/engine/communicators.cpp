@@ -41,8 +41,8 @@ Communicators::~Communicators() {
 }
 
 bool Communicators::uses_nccl() const {
-  bool nccl = data_transport() == comm::Transport::kNccl ||
-              model_->transport() == comm::Transport::kNccl;
+  bool nccl =
+      data_transport() == comm::Transport::kNccl || model_->transport() == comm::Transport::kNccl;
   for (const auto& [key, group] : tied_)
     nccl = nccl || group->transport() == comm::Transport::kNccl;
   for (const auto& [stage, link] : pipe_links_)
@@ -109,10 +109,10 @@ std::string Communicators::pipe_transports() const {
 }
 
 std::string Communicators::describe() const {
-  std::string text = "pipe " + pipe_transports() + ", data-parallel " + transport_text(data_transport());
+  std::string text =
+      "pipe " + pipe_transports() + ", data-parallel " + transport_text(data_transport());
   if (!tied_.empty()) text += ", tied " + transport_text(tied_.begin()->second->transport());
-  if (model_->size() > 1)
-    text += ", tensor-parallel " + transport_text(model_->transport());
+  if (model_->size() > 1) text += ", tensor-parallel " + transport_text(model_->transport());
   return text;
 }
 

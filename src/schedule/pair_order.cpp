@@ -146,8 +146,8 @@ GroupedPlan grouped(const PipelinePlan& plan) {
     }
   }
   for (const Slot& slot : slots) {
-    const auto& other = slot.send ? recv_groups[{slot.stage, slot.peer}]
-                                  : send_groups[{slot.peer, slot.stage}];
+    const auto& other =
+        slot.send ? recv_groups[{slot.stage, slot.peer}] : send_groups[{slot.peer, slot.stage}];
     const int there = slot.order < static_cast<int>(other.size()) ? other[slot.order] : -1;
     g.ends[slot.stage][slot.group].push_back({slot.peer, there});
   }
@@ -168,8 +168,9 @@ std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan) {
     for (int k = 0; k < static_cast<int>(g.groups[s].size()); ++k) {
       for (const auto& [peer, there] : g.ends[s][k]) {
         if (there < 0)
-          return site(s, k, "a grouped transfer to or from stage " + std::to_string(peer) +
-                                " has no other end");
+          return site(
+              s, k,
+              "a grouped transfer to or from stage " + std::to_string(peer) + " has no other end");
       }
     }
   }
@@ -190,8 +191,9 @@ std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan) {
     if (!progressed) {
       for (int s = 0; s < stages; ++s) {
         if (at[s] < static_cast<int>(g.groups[s].size()))
-          return site(s, at[s], "deadlock: grouped transfers matched by order alone wait for "
-                                "each other on every stage");
+          return site(s, at[s],
+                      "deadlock: grouped transfers matched by order alone wait for "
+                      "each other on every stage");
       }
     }
   }

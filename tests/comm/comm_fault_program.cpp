@@ -11,9 +11,9 @@
 #include <string>
 
 #include "pipetrain/comm/rank_main.h"
+#include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/device/placement.h"
 #include "pipetrain/device/transport.h"
-#include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/topology/grid.h"
 
 int main(int argc, char** argv) {

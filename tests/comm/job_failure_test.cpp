@@ -20,7 +20,9 @@ using namespace std::chrono_literals;
 TEST(PeerTeardown, DestroysOnACleanRelease) {
   const int destroyed = PeerTeardown::destroyed();
   int calls = 0;
-  { PeerTeardown teardown([&] { ++calls; }); }
+  {
+    PeerTeardown teardown([&] { ++calls; });
+  }
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(PeerTeardown::destroyed(), destroyed + 1);
 }
@@ -57,7 +59,9 @@ TEST(PeerTeardown, LeavesEveryCommunicatorAloneOnceTheJobFailed) {
   EXPECT_EQ(job_failure_reason(), "waited 1.0 s for NCCL all_reduce: deadline exceeded");
   EXPECT_FALSE(collective_teardown_allowed());
   int calls = 0;
-  { PeerTeardown teardown([&] { ++calls; }); }
+  {
+    PeerTeardown teardown([&] { ++calls; });
+  }
   before.end();
   EXPECT_EQ(calls, 0);
 }
@@ -123,13 +127,16 @@ TEST(Watchdog, TurnsAnExceptionWhilePollingIntoTheOperationsFailure) {
   Watchdog watchdog(failures.recorder(), 1ms);
   watchdog.watch({.what = "NCCL send to rank 1 (tag 3)",
                   .context = "",
-                  .done = []() -> bool { throw std::runtime_error("cudaEventQuery: an illegal memory access"); },
+                  .done = []() -> bool {
+                    throw std::runtime_error("cudaEventQuery: an illegal memory access");
+                  },
                   .error = nullptr,
                   .timeout = Seconds(300)});
   watchdog.drain();
   const auto seen = failures.seen();
   ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(seen[0], "NCCL send to rank 1 (tag 3) failed: cudaEventQuery: an illegal memory access");
+  EXPECT_EQ(seen[0],
+            "NCCL send to rank 1 (tag 3) failed: cudaEventQuery: an illegal memory access");
 }
 
 TEST(Watchdog, ForgetsWorkThatCompletedFromManyThreads) {
@@ -143,10 +150,11 @@ TEST(Watchdog, ForgetsWorkThatCompletedFromManyThreads) {
         auto left = std::make_shared<std::atomic<int>>(3);  // done on its third poll
         watchdog.watch({.what = "op",
                         .context = "",
-                        .done = [left, &polls] {
-                          ++polls;
-                          return --*left <= 0;
-                        },
+                        .done =
+                            [left, &polls] {
+                              ++polls;
+                              return --*left <= 0;
+                            },
                         .error = nullptr,
                         .timeout = Seconds(60)});
       }

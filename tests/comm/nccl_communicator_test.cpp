@@ -40,10 +40,10 @@ const NcclSetup* setup() {
   return made;
 }
 
-#define NCCL_OR_SKIP()                                                        \
-  const NcclSetup* s = setup();                                                     \
-  if (!s->nccl) GTEST_SKIP() << "skipped: no GPU";                              \
-  ASSERT_EQ(s->nccl->transport(), Transport::kNccl)                             \
+#define NCCL_OR_SKIP()                              \
+  const NcclSetup* s = setup();                     \
+  if (!s->nccl) GTEST_SKIP() << "skipped: no GPU";  \
+  ASSERT_EQ(s->nccl->transport(), Transport::kNccl) \
       << "ranks sharing a GPU need PIPETRAIN_EMULATED_HOSTS=1 to take NCCL"
 
 at::Tensor values(at::ScalarType dtype, int rank, bool contiguous) {
@@ -73,7 +73,8 @@ TEST(NcclCommunicator, EveryOpDtypeContiguityAndReduceOpGivesMpisResult) {
             << "all_reduce " << static_cast<int>(op);
       }
       const at::Tensor mine = values(dtype, rank, contiguous);
-      EXPECT_TRUE(at::equal(s->nccl->all_gather(mine.to(s->device)).cpu(), s->world->all_gather(mine)));
+      EXPECT_TRUE(
+          at::equal(s->nccl->all_gather(mine.to(s->device)).cpu(), s->world->all_gather(mine)));
       at::Tensor cpu_b = values(dtype, rank, contiguous).clone(), gpu_b = cpu_b.to(s->device);
       s->world->broadcast(cpu_b, 1);
       s->nccl->broadcast(gpu_b, 1);
@@ -165,8 +166,7 @@ TEST(NcclCommunicator, ASendWhoseSourceIsFreedAndOverwrittenWhileTheReceiverWait
 TEST(NcclCommunicator, TheEmulatedHostsAreWhatTheTransportChoiceSaw) {
   NCCL_OR_SKIP();
   EXPECT_TRUE(device::emulated_hosts());
-  EXPECT_EQ(device::host_identity(),
-            "pipetrain-emulated-host-" + std::to_string(s->world->rank()));
+  EXPECT_EQ(device::host_identity(), "pipetrain-emulated-host-" + std::to_string(s->world->rank()));
 }
 
 }  // namespace

@@ -2,15 +2,31 @@
 //   exhausted     the data runs out in the second step, without a RepeatingLoader
 //   mismatch      stage 0 sends [batch, 5] activations, stage 1 expects [batch, 7]
 //   grad-disabled train_batch under NoGradGuard
+//   abandoned     as exhausted, with a data-parallel group that answers as NCCL's would:
+//                 the failed step fails the job, and the step tried after it is refused
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
 #include <string>
 
+#include "../comm/forwarding_communicator.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
+
+namespace {
+
+// Answers as an NCCL communicator would (its collectives still go over MPI).
+class ClaimsNccl final : public pipetrain::testing::ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  pipetrain::comm::Transport transport() const override {
+    return pipetrain::comm::Transport::kNccl;
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
@@ -34,7 +50,15 @@ int main(int argc, char** argv) {
     engine::TrainingConfig config;
     config.train_micro_batch_size_per_gpu = 2;
     config.gradient_accumulation_steps = 4;
-    engine::PipelineEngine engine(module, grid, config);
+    engine::CommunicatorTesting testing;
+    if (mode == "abandoned") {
+      testing.wrap = [](std::shared_ptr<comm::Communicator> made, engine::TensorGroup group) {
+        return group == engine::TensorGroup::kData ? std::make_shared<ClaimsNccl>(made) : made;
+      };
+    }
+    auto comms = std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu,
+                                                         comm::Seconds(0), testing);
+    engine::PipelineEngine engine(module, comms, config);
     // 12 samples: one step takes 8, the second runs out at its third micro-batch.
     auto data = std::make_shared<data::TensorDataset>(module::Activation{at::randn({12, 4})},
                                                       module::Activation{at::randn({12, 1})});
@@ -42,6 +66,15 @@ int main(int argc, char** argv) {
     if (mode == "grad-disabled") {
       at::NoGradGuard no_grad;
       engine.train_batch(&loader);
+    }
+    if (mode == "abandoned") {
+      engine.train_batch(&loader);
+      try {
+        engine.train_batch(&loader);  // the data runs out
+      } catch (const std::exception&) {
+      }
+      engine.train_batch(&loader);  // refused: the job must end
+      return 0;
     }
     for (int step = 0; step < 2; ++step) engine.train_batch(&loader);
     return 0;

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "../comm/forwarding_communicator.h"
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/autograd/weight_grad_store.h"
 #include "pipetrain/engine/averaged_buckets.h"
@@ -18,7 +19,6 @@
 #include "pipetrain/engine/mixed_precision_optimizer.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/models/gpt.h"
-#include "../comm/forwarding_communicator.h"
 
 namespace pipetrain::engine {
 namespace {

@@ -83,8 +83,8 @@ class Rendezvous final : public ForwardingCommunicator {
 
   comm::WorkPtr send(const at::Tensor& tensor, int peer, int) override {
     const at::Tensor data = tensor.contiguous();
-    auto work = std::make_unique<RequestWork>("order-matched send to " + std::to_string(peer),
-                                              data, bytes(data), false, timeout());
+    auto work = std::make_unique<RequestWork>("order-matched send to " + std::to_string(peer), data,
+                                              bytes(data), false, timeout());
     MPI_Issend(data.data_ptr(), static_cast<int>(bytes(data)), MPI_BYTE, peer, 0, mpi_,
                work->request());
     ++sends;
@@ -164,8 +164,8 @@ class Recording final : public ForwardingCommunicator {
       std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen a race's window
       const std::lock_guard lock(r_.mutex_);
       uint64_t h = r_.hash_.load();
-      for (const int64_t word : {int64_t{op}, static_cast<int64_t>(t.scalar_type()), t.numel(),
-                                 int64_t{detail}})
+      for (const int64_t word :
+           {int64_t{op}, static_cast<int64_t>(t.scalar_type()), t.numel(), int64_t{detail}})
         h = (h ^ static_cast<uint64_t>(word)) * 1099511628211ull;  // FNV-1a over words
       r_.hash_ = h;
       ++r_.ops_;

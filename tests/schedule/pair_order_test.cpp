@@ -108,10 +108,11 @@ TEST(PairOrder, GroupingEachRunOfTransfersDoesNotSaveZbH1) {
 }
 
 TEST(TransferGroups, RunsOfConsecutiveTransfersInAStepFormOneGroup) {
-  const std::vector<Step> steps{
-      {{OpKind::kRecvActivation, 0}, {OpKind::kForwardPass, 0}, {OpKind::kSendActivation, 0},
-       {OpKind::kRecvGrad, 1}},
-      {{OpKind::kSendGrad, 1}}};
+  const std::vector<Step> steps{{{OpKind::kRecvActivation, 0},
+                                 {OpKind::kForwardPass, 0},
+                                 {OpKind::kSendActivation, 0},
+                                 {OpKind::kRecvGrad, 1}},
+                                {{OpKind::kSendGrad, 1}}};
   const auto groups = transfer_groups(steps);
   ASSERT_EQ(groups.size(), 4u);
   EXPECT_EQ(groups[0].count, 1);  // the receive alone: the forward pass follows

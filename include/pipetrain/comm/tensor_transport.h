@@ -25,8 +25,8 @@ struct TensorMeta {
 };
 
 // Transfer headers: [magic, count, then per tensor: dtype, flags, rank, dims...] as int64
-// words; flags: 1 requires grad, 2 in host memory. Supported dtypes: float32, float16, bfloat16, float64, int64, int32, int8,
-// uint8 and bool. Headers are at most kMaxHeaderWords long.
+// words; flags: 1 requires grad, 2 in host memory. Supported dtypes: float32, float16, bfloat16,
+// float64, int64, int32, int8, uint8 and bool. Headers are at most kMaxHeaderWords long.
 inline constexpr int kMaxHeaderWords = 512;
 std::vector<int64_t> encode_header(const std::vector<at::Tensor>& tensors);
 // Throws std::runtime_error for a header that is not one.

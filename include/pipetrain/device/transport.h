@@ -27,9 +27,10 @@ struct NeighbourLink {
 
 // The links to this rank's neighbouring stages in `pipe` (ranked by stage), by
 // comm::pair_transports: NCCL between neighbours on GPUs of their own, over two
-// communicators of the two (one per direction); MPI (with host staging) between neighbours that share a GPU or sit on the
-// CPU. Collective over `pipe`. With `own_pairs` (tests), every pair gets a communicator of
-// its own, MPI where NCCL is not chosen, so payloads travel apart from headers everywhere.
+// communicators of the two (one per direction); MPI (with host staging) between neighbours that
+// share a GPU or sit on the CPU. Collective over `pipe`. With `own_pairs` (tests), every pair gets
+// a communicator of its own, MPI where NCCL is not chosen, so payloads travel apart from headers
+// everywhere.
 std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
                                              at::Device device, bool own_pairs = false);
 

@@ -43,7 +43,8 @@ struct CommunicatorTesting {
 //   6. connect_pipe: the links to the neighbouring stages.
 // Steps 3, 4 and 5 take NCCL where every rank of the group has a GPU of its own, else the
 // MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours, and
-// only for schedules whose sends block and that have one model chunk. Who may start a
+// only for plans whose transfers agree in order per pair and stay between neighbours
+// (PipelineEngine decides). Who may start a
 // collective follows the transport: data-parallel buckets start on autograd's device
 // thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the
 // engine's thread starts them, between instructions).
@@ -84,9 +85,10 @@ class Communicators {
 
   // Step 6, once, after step 5 (where there is one): the links to this rank's neighbouring stages.
   // Where `nccl_allowed`, by device::neighbour_links (NCCL between neighbours on GPUs of their
-  // own); else every payload over MPI. NCCL matches transfers between two ranks by their
-  // order alone and queues them on one stream: safe only for one channel per direction
-  // (one model chunk) and sends that block.
+  // own, one communicator per direction); else every payload over MPI. NCCL matches
+  // transfers between two ranks by their order alone: the caller allows it only where
+  // every pair's orders agree (schedule::first_order_mismatch) and every transfer is
+  // between neighbours.
   void connect_pipe(bool nccl_allowed);
   const std::map<int, device::NeighbourLink>& pipe_links() const { return pipe_links_; }
 

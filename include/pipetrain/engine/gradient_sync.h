@@ -35,7 +35,6 @@ class GradientSync {
   GradientSync(const module::PipelineModule& module, const Communicators& comms,
                DataParallel data_parallel);
 
-
   void reduce_tied();
   // Under ZeRO: the buckets are the optimizer's, reduce-scattered onto its shards.
   void reduce_with(std::shared_ptr<BucketReduction> reduction);

@@ -78,7 +78,8 @@ class StageLink {
   void post(const comm::TensorList& wire, int stage, Channel channel);
 
   std::shared_ptr<const topology::Grid> grid_;
-  std::shared_ptr<comm::Communicator> model_;  // the shares' all-gathers (NCCL on GPUs of their own)
+  std::shared_ptr<comm::Communicator>
+      model_;  // the shares' all-gathers (NCCL on GPUs of their own)
   bool partitioned_;
   at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;
