@@ -73,8 +73,14 @@ Command add_generate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "generate", "Sample text from a language model checkpoint through the pipeline");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
-  command->add_option("--prompt", options->prompt, "Text to continue")->capture_default_str();
-  command->add_option("--tokens", options->tokens, "Tokens to generate")->capture_default_str();
+  command->add_option("--prompt", options->prompts,
+                      "Text to continue (repeat for more prompts; default \"The \")");
+  command->add_option("--prompts", options->prompts_file, "A file of prompts, one per line");
+  command->add_option("--tokens", options->tokens, "New tokens per prompt")->capture_default_str();
+  command->add_flag("!--no-kv-cache", options->kv_cache,
+                    "Run the whole window for every token instead of caching keys and values");
+  command->add_option("--format", options->format, "text, or jsonl: one JSON object per prompt")
+      ->capture_default_str();
   command->add_option("--temperature", options->temperature, "Softmax temperature; 0 is greedy")
       ->capture_default_str();
   command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "layer_rules.h"
+#include "pipetrain/models/kv_cache.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
@@ -36,7 +37,13 @@ struct GptEmbeddingImpl : torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& ids) {
-    const at::Tensor where = at::arange(ids.size(1), ids.options());
+    // With a KV cache the new tokens follow the cached positions.
+    const int64_t first = active_kv_cache() ? active_kv_cache()->length() : 0;
+    if (first + ids.size(1) > positions->weight.size(0)) {
+      throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
+                                  " got position " + std::to_string(first + ids.size(1) - 1));
+    }
+    const at::Tensor where = at::arange(first, first + ids.size(1), ids.options());
     return dropout(tokens(ids) + positions(where));
   }
 
@@ -90,6 +97,7 @@ struct GptBlockImpl : torch::nn::Module {
   // rank's heads, so all ranks of the group draw alike (the dropout of their replicated
   // activations stays in step) and training does not depend on the model-parallel size.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+    if (KvCache* cache = active_kv_cache()) return cached_attention(*cache, this, q, k, v);
     if (!is_training() || dropout_p == 0)
       return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
     const int64_t batch = q.size(0), seq = q.size(2);

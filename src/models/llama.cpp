@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "layer_rules.h"
+#include "pipetrain/models/kv_cache.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
 namespace pipetrain::models {
@@ -37,18 +38,20 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Rotary position embeddings of positions 0..seq-1, [seq, head_dim] each, in `like`'s type
+// Rotary position embeddings of positions first..first+seq-1, [seq, head_dim] each, in `like`'s type
 // and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two
 // halves of a head rotated together (transformers' rotate_half layout).
 struct Rotation {
   at::Tensor cos;
   at::Tensor sin;
 };
-Rotation rotation(int64_t seq, int64_t head_dim, double theta, const at::Tensor& like) {
+Rotation rotation(int64_t first, int64_t seq, int64_t head_dim, double theta,
+                  const at::Tensor& like) {
   const auto f32 = like.options().dtype(at::kFloat);
   const at::Tensor pairs = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat);
   const at::Tensor inverse_frequency = at::reciprocal(at::pow(theta, pairs / head_dim));
-  const at::Tensor angles = at::outer(at::arange(seq, f32), inverse_frequency).repeat({1, 2});
+  const at::Tensor angles =
+      at::outer(at::arange(first, first + seq, f32), inverse_frequency).repeat({1, 2});
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 
@@ -110,10 +113,13 @@ struct LlamaBlockImpl : torch::nn::Module {
       return projected.view({batch, seq, -1, head_dim}).transpose(1, 2);
     };
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
-    const Rotation r = rotation(seq, head_dim, rope_theta, q);
+    KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
+    const Rotation r = rotation(cache ? cache->length() : 0, seq, head_dim, rope_theta, q);
     const at::Tensor attended =
-        at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{}, 0.0,
-                                         /*is_causal=*/true, /*scale=*/{}, /*enable_gqa=*/true);
+        cache ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v, /*grouped_query=*/true)
+              : at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{},
+                                                 0.0, /*is_causal=*/true, /*scale=*/{},
+                                                 /*enable_gqa=*/true);
     return attended.transpose(1, 2).reshape({batch, seq, -1});
   }
 

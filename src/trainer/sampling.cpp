@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "pipetrain/models/kv_cache.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 
 namespace pipetrain::trainer {
@@ -26,12 +27,25 @@ std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<i
                                    int64_t count, const SamplingOptions& options, int64_t context) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   const topology::Grid& grid = engine.grid();
+  const at::NoGradGuard no_grad;  // nothing cached may hold a graph
+  models::KvCache cache;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t length = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
-    const at::Tensor window =
-        at::tensor(std::vector<int64_t>(tokens.end() - length, tokens.end()), at::kLong)
+    const auto size = static_cast<int64_t>(tokens.size());
+    // What to feed: the tokens the cache lacks while the sequence fits the context, else
+    // the whole (sliding) window afresh.
+    if (!options.kv_cache || size > context) cache.clear();
+    const int64_t first = size > context ? size - context : cache.length();
+    const at::Tensor feed =
+        at::tensor(std::vector<int64_t>(tokens.begin() + first, tokens.end()), at::kLong)
             .unsqueeze(0);
-    const comm::TensorList outputs = engine.infer({window});
+    comm::TensorList outputs;
+    if (options.kv_cache) {
+      const models::UsingKvCache using_cache(cache);
+      outputs = engine.infer({feed});
+      cache.advance(feed.size(1));
+    } else {
+      outputs = engine.infer({feed});
+    }
     at::Tensor next = at::zeros({1}, at::kLong);
     if (grid.is_last_stage()) {
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.

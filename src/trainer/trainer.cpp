@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/stop_signals.h"
@@ -362,9 +363,35 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
   return 0;
 }
 
+namespace {
+
+// The prompts to continue, checked before any work: --prompt's, then the file's lines.
+std::vector<std::string> prompts_of(const GenerateOptions& options) {
+  if (options.tokens < 1) throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
+  if (options.format != "text" && options.format != "jsonl")
+    throw io::InputError("--format must be text or jsonl, got '" + options.format + "'");
+  std::vector<std::string> prompts = options.prompts;
+  if (!options.prompts_file.empty()) {
+    std::istringstream lines(io::read_file(options.prompts_file));
+    std::size_t read = 0;
+    for (std::string line; std::getline(lines, line); ++read) {
+      if (!line.empty()) prompts.push_back(line);
+    }
+    if (read == 0 || prompts.size() == options.prompts.size())
+      throw io::InputError(options.prompts_file + ": no prompts in it (one per line)");
+  }
+  if (prompts.empty()) prompts.push_back("The ");
+  for (const auto& prompt : prompts) {
+    if (prompt.empty())
+      throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
+  }
+  return prompts;
+}
+
+}  // namespace
+
 int generate_from_checkpoint(const GenerateOptions& options) {
-  if (options.prompt.empty())
-    throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
+  const std::vector<std::string> prompts = prompts_of(options);
   const int ranks = comm::MpiCommunicator::world()->size();
   Job job = build_job(
       config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch, options.model_parallel),
@@ -377,13 +404,41 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   const auto tokenizer = data::make_tokenizer(
       options.tokenizer.empty() ? job.config.trainer.sample.tokenizer : options.tokenizer,
       tokens->vocab_size);
-  const std::vector<int64_t> prompt = tokenizer->encode(options.prompt);
-  if (prompt.empty()) throw io::InputError("--prompt: the tokenizer gives no tokens for it");
+  std::vector<std::vector<int64_t>> encoded;
+  for (const auto& prompt : prompts) {
+    encoded.push_back(tokenizer->encode(prompt));
+    if (encoded.back().empty())
+      throw io::InputError("--prompt '" + prompt + "': the tokenizer gives no tokens for it");
+    if (static_cast<int64_t>(encoded.back().size()) > tokens->context) {
+      throw io::InputError("--prompt '" + prompt.substr(0, 40) + (prompt.size() > 40 ? "..." : "") +
+                           "' is " + std::to_string(encoded.back().size()) +
+                           " tokens, longer than the model's context of " +
+                           std::to_string(tokens->context));
+    }
+  }
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
-  const auto text =
-      sample_tokens(*job.engine, prompt, options.tokens,
-                    {options.temperature, options.top_k, options.seed}, tokens->context);
-  if (job.grid->global_rank() == 0) std::printf("%s\n", tokenizer->decode(text).c_str());
+  const SamplingOptions sampling{.temperature = options.temperature,
+                                 .top_k = options.top_k,
+                                 .seed = options.seed,
+                                 .kv_cache = options.kv_cache};
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto text =
+        sample_tokens(*job.engine, encoded[p], options.tokens, sampling, tokens->context);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (job.grid->global_rank() != 0) continue;
+    if (options.format == "text") {
+      std::printf("%s\n", tokenizer->decode(text).c_str());
+      continue;
+    }
+    const std::vector<int64_t> fresh(text.begin() + encoded[p].size(), text.end());
+    const nlohmann::json line = {{"prompt", prompts[p]},
+                                 {"completion", tokenizer->decode(fresh)},
+                                 {"tokens", fresh},
+                                 {"seconds", seconds}};
+    std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
   return 0;
 }
 

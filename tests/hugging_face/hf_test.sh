@@ -88,14 +88,14 @@ check "LLaMA in bf16 at pipe 2 x model 2 trains ($(grep '^validation loss:' "$wo
 check "generate at model 2 decodes with the checkpoint's tokenizer ($(head -c 200 "$work/generated.out"))" \
   grep -q "^The licence" "$work/generated.out"
 # Which tokenizer ran shows in a character the corpus lacks: SentencePiece's unknown piece
-# decodes as " ⁇ ", bytes would show "??" for the two bytes of "ü" (--tokens 0: the prompt
-# encoded and decoded).
-"$pipetrain" generate --checkpoint "$work/trained" --tokens 0 --prompt "The ü" >"$work/unknown.out" 2>&1
+# decodes as " ⁇ ", bytes would show "??" for the two bytes of "ü" (--tokens 1: the prompt
+# encoded and decoded, and one token more).
+"$pipetrain" generate --checkpoint "$work/trained" --tokens 1 --prompt "The ü" >"$work/unknown.out" 2>&1
 check "generate takes the tokenizer from the checkpoint ($(cat "$work/unknown.out"))" \
   grep -q "^The .*⁇" "$work/unknown.out"
 # --tokenizer with a tokenizer.json: its byte-level BPE learnt no "ü", whose two bytes are
 # unknown tokens each (bytes would give "??", SentencePiece " ⁇ ").
-"$pipetrain" generate --checkpoint "$work/trained" --tokens 0 --prompt "The ü" \
+"$pipetrain" generate --checkpoint "$work/trained" --tokens 1 --prompt "The ü" \
   --tokenizer "$work/tokenizer.json" >"$work/hf-unknown.out" 2>&1
 check "generate encodes and decodes with a tokenizer.json ($(cat "$work/hf-unknown.out"))" \
   grep -q "^ The <unk><unk>$" "$work/hf-unknown.out"

@@ -14,11 +14,17 @@ struct SamplingOptions {
   double temperature = 0.8;
   int64_t top_k = 20;
   uint64_t seed = 1;
+  // Keys and values of earlier positions kept per stage (models::KvCache): the prompt runs
+  // once, then one token per step. Without, every step runs the whole window again.
+  bool kv_cache = true;
 };
 
 // Samples `count` tokens after `prompt` through the pipeline (the inference schedule, one
 // micro-batch per token, at most `context` tokens of history), the last stage drawing.
-// Collective over the pipe; every stage returns the whole sequence.
+// With the KV cache each step feeds only the tokens not yet cached while the sequence fits
+// the context; past it the window slides, every position moves, and each step runs the
+// whole window as without a cache. Collective over the pipe; every stage returns the whole
+// sequence.
 std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
                                    int64_t count, const SamplingOptions& options, int64_t context);
 

@@ -25,8 +25,12 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
 // `pipetrain generate`: text sampled from a checkpoint's language model, printed by rank 0.
 struct GenerateOptions {
   std::string checkpoint;
-  std::string prompt = "The ";
-  int64_t tokens = 100;
+  // Continued one after another; with none given (and no prompts_file), "The ".
+  std::vector<std::string> prompts;
+  std::string prompts_file;  // one prompt per line
+  int64_t tokens = 100;      // new tokens per prompt, at least 1
+  bool kv_cache = true;      // SamplingOptions::kv_cache
+  std::string format = "text";  // or "jsonl": one JSON object per prompt
   double temperature = 0.8;
   int64_t top_k = 20;
   uint64_t seed = 1;

@@ -1,0 +1,62 @@
+#include "pipetrain/models/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+namespace pipetrain::models {
+namespace {
+
+KvCache*& current() {
+  static thread_local KvCache* cache = nullptr;
+  return cache;
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> KvCache::extend(const void* layer, const at::Tensor& k,
+                                                  const at::Tensor& v) {
+  auto& [keys, values] = layers_[layer];
+  if (!keys.defined()) {
+    keys = k;
+    values = v;
+  } else {
+    keys = at::cat({keys, k}, 2);
+    values = at::cat({values, v}, 2);
+  }
+  return {keys, values};
+}
+
+void KvCache::clear() {
+  layers_.clear();
+  length_ = 0;
+}
+
+KvCache* active_kv_cache() {
+  return current();
+}
+
+UsingKvCache::UsingKvCache(KvCache& cache) : previous_(std::exchange(current(), &cache)) {}
+
+UsingKvCache::~UsingKvCache() {
+  current() = previous_;
+}
+
+at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v, bool grouped_query) {
+  const int64_t offset = cache.length(), fresh = q.size(2);
+  const auto [keys, values] = cache.extend(layer, k, v);
+  if (offset == 0) {  // a prefill: exactly the uncached computation
+    return at::scaled_dot_product_attention(q, keys, values, {}, 0.0, /*is_causal=*/true, {},
+                                            grouped_query);
+  }
+  // New position i (absolute offset + i) sees positions 0..offset + i.
+  std::optional<at::Tensor> mask;  // none for one new position: it sees every one
+  if (fresh > 1) {
+    mask = at::ones({fresh, offset + fresh}, q.options().dtype(at::kBool)).tril(offset);
+  }
+  return at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false, {},
+                                          grouped_query);
+}
+
+}  // namespace pipetrain::models

@@ -1,0 +1,123 @@
+// Generation with a KV cache gives the tokens of generation without (the whole window run
+// for every token), on 4 ranks at pipe 1, pipe 2, model 2 and pipe 2 x model 2, for the GPT
+// and the grouped-query LLaMA, greedy and seeded sampling, 6 prompts of different lengths,
+// the longest running past the context (where the window slides and the cache starts over).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/engine/communicators.h"
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/models/gpt.h"
+#include "pipetrain/models/kv_cache.h"
+#include "pipetrain/models/llama.h"
+#include "pipetrain/trainer/sampling.h"
+
+namespace pipetrain::trainer {
+namespace {
+
+constexpr int64_t kContext = 24;
+
+struct Shape {
+  int pipe, data, model;
+};
+
+std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, const Shape& s,
+                                                     std::shared_ptr<topology::Grid> grid) {
+  auto comms = std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu,
+                                                       comm::Seconds(0));
+  const tensor_parallel::Group group = comms->model_group();
+  std::vector<module::LayerSpec> layers;
+  if (kind == "gpt") {
+    layers = models::gpt_layers({.vocab_size = 64, .context = kContext, .d_model = 32,
+                                 .heads = 4, .layers = 3, .dropout = 0.0},
+                                group);
+  } else {
+    models::LlamaConfig c;
+    c.vocab_size = 64;
+    c.context = kContext;
+    c.d_model = 32;
+    c.heads = 4;
+    c.num_key_value_heads = 2;
+    c.intermediate_size = 48;
+    c.layers = 3;
+    layers = models::llama_layers(c, group);
+  }
+  auto module = std::make_shared<module::PipelineModule>(
+      layers, models::gpt_loss(group),
+      module::PipelineModuleOptions{.stages = s.pipe, .stage_id = grid->stage_id(), .seed = 11});
+  engine::TrainingConfig config;
+  config.train_micro_batch_size_per_gpu = 1;
+  config.gradient_accumulation_steps = 1;
+  return std::make_unique<engine::PipelineEngine>(module, comms, config);
+}
+
+TEST(KvCache, GivesTheTokensOfTheWholeWindowRunForEveryToken) {
+  auto world = comm::MpiCommunicator::world();
+  ASSERT_EQ(world->size(), 4);
+  for (const Shape& s : {Shape{1, 4, 1}, Shape{2, 2, 1}, Shape{1, 2, 2}, Shape{2, 1, 2}}) {
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+    for (const std::string kind : {"gpt", "llama"}) {
+      auto engine = random_model(kind, s, grid);
+      for (const double temperature : {0.0, 0.9}) {
+        for (int64_t length : {1, 2, 3, 5, 8, 13}) {
+          SCOPED_TRACE(kind + " pipe " + std::to_string(s.pipe) + " x model " +
+                       std::to_string(s.model) + ", temperature " + std::to_string(temperature) +
+                       ", prompt of " + std::to_string(length));
+          std::vector<int64_t> prompt;
+          for (int64_t i = 0; i < length; ++i) prompt.push_back((7 * i + length) % 64);
+          SamplingOptions options{.temperature = temperature, .top_k = 8, .seed = 3};
+          const auto cached = sample_tokens(*engine, prompt, 16, options, kContext);
+          options.kv_cache = false;
+          const auto whole = sample_tokens(*engine, prompt, 16, options, kContext);
+          ASSERT_EQ(cached.size(), prompt.size() + 16);
+          EXPECT_EQ(cached, whole);
+        }
+      }
+    }
+  }
+}
+
+TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
+  models::KvCache cache;
+  const void* layer = &cache;
+  const at::Tensor k = at::ones({1, 2, 3, 4}), v = at::zeros({1, 2, 3, 4});
+  auto [keys, values] = cache.extend(layer, k, v);
+  EXPECT_EQ(keys.size(2), 3);
+  cache.advance(3);
+  std::tie(keys, values) = cache.extend(layer, k.narrow(2, 0, 1), v.narrow(2, 0, 1));
+  EXPECT_EQ(keys.size(2), 4);
+  EXPECT_EQ(cache.length(), 3);  // advanced after the pass through every layer
+  EXPECT_EQ(models::active_kv_cache(), nullptr);
+  {
+    const models::UsingKvCache using_cache(cache);
+    EXPECT_EQ(models::active_kv_cache(), &cache);
+  }
+  EXPECT_EQ(models::active_kv_cache(), nullptr);
+  cache.clear();
+  EXPECT_EQ(cache.length(), 0);
+}
+
+// Attention of new positions over cached ones: what the whole sequence's causal attention
+// gives at those positions.
+TEST(KvCache, AttendsAsTheWholeSequenceWould) {
+  at::manual_seed(5);
+  const at::Tensor q = at::randn({1, 2, 7, 4}), k = at::randn({1, 2, 7, 4}),
+                   v = at::randn({1, 2, 7, 4});
+  const at::Tensor whole = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+  models::KvCache cache;
+  const at::Tensor first = models::cached_attention(cache, &cache, q.narrow(2, 0, 4),
+                                                    k.narrow(2, 0, 4), v.narrow(2, 0, 4));
+  cache.advance(4);
+  const at::Tensor next = models::cached_attention(cache, &cache, q.narrow(2, 4, 2),
+                                                   k.narrow(2, 4, 2), v.narrow(2, 4, 2));
+  cache.advance(2);
+  const at::Tensor last = models::cached_attention(cache, &cache, q.narrow(2, 6, 1),
+                                                   k.narrow(2, 6, 1), v.narrow(2, 6, 1));
+  EXPECT_TRUE(at::allclose(at::cat({first, next, last}, 2), whole, 1e-5, 1e-6));
+}
+
+}  // namespace
+}  // namespace pipetrain::trainer
