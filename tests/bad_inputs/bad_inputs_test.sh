@@ -149,6 +149,14 @@ expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a fold
   launch -n 2 -- "$pipetrain" train --config "$work/fifo.json"
 expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
+expect_bad "cli: generate no new tokens" "--tokens must be at least 1, got 0" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --tokens 0
+: >"$work/no-prompts.txt"
+expect_bad "cli: generate from an empty prompts file" "$work/no-prompts.txt: no prompts in it (one per line)" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/no-prompts.txt"
+expect_bad "cli: a prompt longer than the model's context" \
+  "--prompt 'twenty bytes, really' is 20 tokens, longer than the model's context of 16" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --prompt "twenty bytes, really"
 
 # A second job saving into the folder a running job saves into; once that job ends (here
 # stopped by SIGTERM, which saves its step), its claim is gone and the next job may save

@@ -17,6 +17,10 @@ export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 for arch in gpt2 gpt2-untied llama llama-tied; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
+for arch in gpt2 llama; do
+  check "$arch: greedy generation equals transformers' (64 tokens, pipe 1 and 2, cache or not)" \
+    "$python" "$here/hf_generate.py" "$pipetrain" "$work" "$arch"
+done
 check "one step from the imported LLaMA at pipe 2 x data 2 equals one process" \
   "$python" "$here/hf_train_step.py" "$pipetrain" "$work"
 
