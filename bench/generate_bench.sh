@@ -9,7 +9,10 @@
 # without the cache in turn, and prints tokens per second (`seconds` of --format jsonl: the
 # generation alone, not the start-up); then the median of each and the ratios.
 # Also the default job's own context of 64, where the window slides after 64 tokens and
-# every later step starts afresh with or without a cache.
+# every later step starts afresh with or without a cache. Last, 8 prompts of 64 new tokens
+# at pipe 2 (context 320, with the cache): all in flight against one after another
+# (--one-at-a-time), the wall time of the generation (the sum of the prompts' seconds one
+# at a time, the batch's in flight).
 set -euo pipefail
 pipetrain=$(realpath "$1")
 repetitions=${2:-3}
@@ -50,6 +53,19 @@ for ((i = 1; i <= repetitions; i++)); do
     runs[$case:whole]+="$whole "
   done
 done
+for i in 1 2 3 4 5 6 7 8; do echo "Prompt number $i of eight:"; done >eight.txt
+batch() { # [--one-at-a-time]: seconds for 8 prompts of 64 new tokens at pipe 2
+  PIPETRAIN_THREADS=1 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint long \
+    --prompts eight.txt --tokens 64 --temperature 0 --format jsonl "$@" |
+    python3 -c 'import json, sys; s = [json.loads(l)["seconds"] for l in sys.stdin]; print("%.4f" % (max(s) if len(sys.argv) == 1 else sum(s)))' "$@"
+}
+for ((i = 1; i <= repetitions; i++)); do
+  together=$(batch)
+  apart=$(batch --one-at-a-time)
+  echo "repetition $i, 8 prompts at pipe 2: in flight $together s, one at a time $apart s"
+  runs[flight]+="$together "
+  runs[apart]+="$apart "
+done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 for case in long:1 long:2 short:2; do
   cached=$(echo "${runs[$case:cache]}" | median)
@@ -58,3 +74,7 @@ for case in long:1 long:2 short:2; do
   printf 'median, %s context (%s), pipe %s: cache %s, without %s tokens/s: %.2fx\n' \
     "${case%:*}" "$([ "${case%:*}" = long ] && echo 320 || echo 64)" "${case#*:}" "$cached" "$whole" "$ratio"
 done
+together=$(echo "${runs[flight]}" | median)
+apart=$(echo "${runs[apart]}" | median)
+printf 'median, 8 prompts at pipe 2: in flight %s s, one at a time %s s: %.2fx\n' "$together" "$apart" \
+  "$(echo "$apart / $together" | bc -l)"

@@ -79,6 +79,8 @@ Command add_generate_command(CLI::App& app) {
   command->add_option("--tokens", options->tokens, "New tokens per prompt")->capture_default_str();
   command->add_flag("!--no-kv-cache", options->kv_cache,
                     "Run the whole window for every token instead of caching keys and values");
+  command->add_flag("!--one-at-a-time", options->in_flight,
+                    "Generate the prompts one after another instead of all in flight");
   command->add_option("--format", options->format, "text, or jsonl: one JSON object per prompt")
       ->capture_default_str();
   command->add_option("--temperature", options->temperature, "Softmax temperature; 0 is greedy")

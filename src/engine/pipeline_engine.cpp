@@ -201,6 +201,32 @@ module::Activation PipelineEngine::infer(const module::Activation& inputs) {
   return outputs.empty() ? module::Activation{} : outputs.front();
 }
 
+std::vector<module::Activation> PipelineEngine::infer_each(
+    const std::vector<module::Activation>& inputs, const std::function<void(int)>& before_forward) {
+  // The micro-batches in order, to whichever stage loads them.
+  class InOrder : public MicroBatchSource {
+   public:
+    explicit InOrder(const std::vector<module::Activation>& inputs) : inputs_(inputs) {}
+    MicroBatch next() override { return {inputs_.at(next_++ % inputs_.size()), {}}; }
+
+   private:
+    const std::vector<module::Activation>& inputs_;
+    std::size_t next_ = 0;
+  } in_order(inputs);
+  const int count = static_cast<int>(inputs.size());
+  if (count == 0) return {};
+  auto program = infer_each_programs_.find(count);
+  if (program == infer_each_programs_.end())
+    program = infer_each_programs_.emplace(count, this->program(schedule::Kind::kInference, count)).first;
+  std::vector<module::Activation> outputs;
+  Run run{.data = &in_order, .outputs = &outputs, .before_forward = before_forward};
+  {
+    const Evaluating evaluating(*module_);
+    execute(program->second, run);
+  }
+  return outputs;
+}
+
 double PipelineEngine::execute(const Program& program, Run& run) {
   if (comm::job_failed()) {
     throw std::logic_error("a step after a failure with NCCL work queued (" +
@@ -274,6 +300,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
     case OpKind::kLoadMicroBatch:
       return load_micro_batch(*buffer, in.chunk, run);
     case OpKind::kForwardPass:
+      if (run.before_forward) run.before_forward(in.micro_batch);
       return forward(*buffer, in.chunk, run);
     case OpKind::kBackwardPass:
     case OpKind::kBackwardInput:

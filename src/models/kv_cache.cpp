@@ -36,7 +36,11 @@ KvCache* active_kv_cache() {
   return current();
 }
 
-UsingKvCache::UsingKvCache(KvCache& cache) : previous_(std::exchange(current(), &cache)) {}
+UsingKvCache::UsingKvCache(KvCache* cache) : previous_(std::exchange(current(), cache)) {}
+
+void UsingKvCache::activate(KvCache* cache) {
+  current() = cache;
+}
 
 UsingKvCache::~UsingKvCache() {
   current() = previous_;

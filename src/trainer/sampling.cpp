@@ -21,42 +21,78 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
   return at::multinomial(at::softmax(logits, 0), 1, false, generator);
 }
 
+// One prompt's generation: its tokens, its cache, its own generator (seeded alike, so a
+// prompt draws what it would alone).
+struct Sequence {
+  std::vector<int64_t> tokens;
+  int64_t left = 0;  // new tokens still to draw
+  models::KvCache cache;
+  at::Generator generator;
+};
+
+// What `sequence` feeds next: the tokens its cache lacks while the sequence fits the
+// context, else the whole (sliding) window afresh.
+at::Tensor next_feed(Sequence& sequence, const SamplingOptions& options, int64_t context) {
+  const auto size = static_cast<int64_t>(sequence.tokens.size());
+  if (!options.kv_cache || size > context) sequence.cache.clear();
+  const int64_t first = size > context ? size - context : sequence.cache.length();
+  return at::tensor(std::vector<int64_t>(sequence.tokens.begin() + first, sequence.tokens.end()),
+                    at::kLong)
+      .unsqueeze(0);
+}
+
 }  // namespace
 
-std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> tokens,
-                                   int64_t count, const SamplingOptions& options, int64_t context) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
+                                                   const std::vector<std::vector<int64_t>>& prompts,
+                                                   int64_t count, const SamplingOptions& options,
+                                                   int64_t context) {
   const topology::Grid& grid = engine.grid();
   const at::NoGradGuard no_grad;  // nothing cached may hold a graph
-  models::KvCache cache;
-  for (int64_t i = 0; i < count; ++i) {
-    const auto size = static_cast<int64_t>(tokens.size());
-    // What to feed: the tokens the cache lacks while the sequence fits the context, else
-    // the whole (sliding) window afresh.
-    if (!options.kv_cache || size > context) cache.clear();
-    const int64_t first = size > context ? size - context : cache.length();
-    const at::Tensor feed =
-        at::tensor(std::vector<int64_t>(tokens.begin() + first, tokens.end()), at::kLong)
-            .unsqueeze(0);
-    comm::TensorList outputs;
-    if (options.kv_cache) {
-      const models::UsingKvCache using_cache(cache);
-      outputs = engine.infer({feed});
-      cache.advance(feed.size(1));
-    } else {
-      outputs = engine.infer({feed});
+  std::vector<Sequence> sequences(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    sequences[p].tokens = prompts[p];
+    sequences[p].left = count;
+    sequences[p].generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  }
+  while (true) {
+    std::vector<Sequence*> active;
+    for (auto& sequence : sequences) {
+      if (sequence.left > 0) active.push_back(&sequence);
     }
-    at::Tensor next = at::zeros({1}, at::kLong);
-    if (grid.is_last_stage()) {
+    if (active.empty()) break;
+    std::vector<module::Activation> feeds;
+    for (Sequence* sequence : active) feeds.push_back({next_feed(*sequence, options, context)});
+    std::vector<module::Activation> outputs;
+    {
+      models::UsingKvCache using_cache(nullptr);
+      outputs = engine.infer_each(feeds, [&](int k) {
+        using_cache.activate(options.kv_cache ? &active.at(k)->cache : nullptr);
+      });
+    }
+    at::Tensor next = at::zeros({static_cast<int64_t>(active.size())}, at::kLong);
+    for (std::size_t k = 0; k < active.size(); ++k) {
+      if (options.kv_cache) active[k]->cache.advance(feeds[k][0].size(1));
+      if (!grid.is_last_stage()) continue;
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.
       const at::Tensor logits = tensor_parallel::gather_from_group(
-          outputs.at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});
-      next = draw(logits.to(at::kDouble), options, generator);
+          outputs.at(k).at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});
+      next[k] = draw(logits.to(at::kDouble), options, active[k]->generator).item<int64_t>();
     }
     grid.pipe_comm()->broadcast(next, grid.pipe_parallel_size() - 1);
-    tokens.push_back(next.item<int64_t>());
+    for (std::size_t k = 0; k < active.size(); ++k) {
+      active[k]->tokens.push_back(next[k].item<int64_t>());
+      --active[k]->left;
+    }
   }
-  return tokens;
+  std::vector<std::vector<int64_t>> texts;
+  for (auto& sequence : sequences) texts.push_back(std::move(sequence.tokens));
+  return texts;
+}
+
+std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
+                                   int64_t count, const SamplingOptions& options, int64_t context) {
+  return sample_in_flight(engine, {std::move(prompt)}, count, options, context).front();
 }
 
 }  // namespace pipetrain::trainer

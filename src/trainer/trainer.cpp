@@ -421,13 +421,26 @@ int generate_from_checkpoint(const GenerateOptions& options) {
                                  .top_k = options.top_k,
                                  .seed = options.seed,
                                  .kv_cache = options.kv_cache};
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
+  // In flight: every prompt's seconds are the batch's.
+  std::vector<std::vector<int64_t>> texts;
+  std::vector<double> seconds;
+  const auto since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  if (options.in_flight) {
     const auto start = std::chrono::steady_clock::now();
-    const auto text =
-        sample_tokens(*job.engine, encoded[p], options.tokens, sampling, tokens->context);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (job.grid->global_rank() != 0) continue;
+    texts = sample_in_flight(*job.engine, encoded, options.tokens, sampling, tokens->context);
+    seconds.assign(texts.size(), since(start));
+  } else {
+    for (const auto& prompt : encoded) {
+      const auto start = std::chrono::steady_clock::now();
+      texts.push_back(
+          sample_tokens(*job.engine, prompt, options.tokens, sampling, tokens->context));
+      seconds.push_back(since(start));
+    }
+  }
+  for (std::size_t p = 0; p < prompts.size() && job.grid->global_rank() == 0; ++p) {
+    const auto& text = texts[p];
     if (options.format == "text") {
       std::printf("%s\n", tokenizer->decode(text).c_str());
       continue;
@@ -436,7 +449,7 @@ int generate_from_checkpoint(const GenerateOptions& options) {
     const nlohmann::json line = {{"prompt", prompts[p]},
                                  {"completion", tokenizer->decode(fresh)},
                                  {"tokens", fresh},
-                                 {"seconds", seconds}};
+                                 {"seconds", seconds[p]}};
     std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;

@@ -80,6 +80,33 @@ TEST(KvCache, GivesTheTokensOfTheWholeWindowRunForEveryToken) {
   }
 }
 
+// Prompts in flight (one micro-batch each, moving down the pipe together) draw what each
+// draws alone, with the cache and without.
+TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
+  auto world = comm::MpiCommunicator::world();
+  for (const Shape& s : {Shape{1, 4, 1}, Shape{2, 2, 1}, Shape{2, 1, 2}}) {
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+    for (const std::string kind : {"gpt", "llama"}) {
+      auto engine = random_model(kind, s, grid);
+      std::vector<std::vector<int64_t>> prompts;
+      for (int64_t length : {1, 2, 3, 5, 8, 13}) {
+        prompts.emplace_back();
+        for (int64_t i = 0; i < length; ++i) prompts.back().push_back((5 * i + length) % 64);
+      }
+      for (const bool cache : {true, false}) {
+        SCOPED_TRACE(kind + " pipe " + std::to_string(s.pipe) + " x model " +
+                     std::to_string(s.model) + (cache ? ", cached" : ", whole window"));
+        const SamplingOptions options{.temperature = 0.9, .top_k = 8, .seed = 4, .kv_cache = cache};
+        const auto together = sample_in_flight(*engine, prompts, 16, options, kContext);
+        ASSERT_EQ(together.size(), prompts.size());
+        for (std::size_t p = 0; p < prompts.size(); ++p)
+          EXPECT_EQ(together[p], sample_tokens(*engine, prompts[p], 16, options, kContext)) << p;
+      }
+    }
+  }
+}
+
 TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
   models::KvCache cache;
   const void* layer = &cache;
@@ -92,7 +119,7 @@ TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
   EXPECT_EQ(cache.length(), 3);  // advanced after the pass through every layer
   EXPECT_EQ(models::active_kv_cache(), nullptr);
   {
-    const models::UsingKvCache using_cache(cache);
+    const models::UsingKvCache using_cache(&cache);
     EXPECT_EQ(models::active_kv_cache(), &cache);
   }
   EXPECT_EQ(models::active_kv_cache(), nullptr);

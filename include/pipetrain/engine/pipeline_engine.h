@@ -3,6 +3,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,14 @@ class PipelineEngine {
   // on the last stage (as eval_batch's), nothing elsewhere. Collective over the pipe and
   // the model-parallel group.
   module::Activation infer(const module::Activation& inputs);
+  // Forward one micro-batch per entry of `inputs` through the inference schedule for that
+  // many, so they move down the pipe together (stage s runs micro-batch k while stage s + 1
+  // runs k - 1). The first stage feeds them; every stage passes as many (the others' may be
+  // empty). `before_forward(k)`, if given, runs on this rank before each forward pass of
+  // micro-batch k (generation selects that micro-batch's KV cache). Returns the last stage's
+  // outputs in micro-batch order, nothing elsewhere. Collective as infer().
+  std::vector<module::Activation> infer_each(const std::vector<module::Activation>& inputs,
+                                             const std::function<void(int)>& before_forward = {});
 
   // Records every instruction of the next train_batch (collective: the batch then starts
   // with a barrier so all ranks share a time origin); take_records() hands them over.
@@ -193,6 +202,7 @@ class PipelineEngine {
     int loaded = 0;                // micro-batches
     at::Tensor loss_sum{};
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
+    std::function<void(int)> before_forward{};  // infer_each's, by micro-batch
   };
 
   // The instruction being executed, described for errors and expired deadlines.
@@ -243,6 +253,7 @@ class PipelineEngine {
   Program train_program_;
   Program eval_program_;
   Program infer_program_;
+  std::map<int, Program> infer_each_programs_;  // by micro-batch count, made on first use
   CurrentInstruction current_;
   std::vector<PipeBuffer> buffers_;
   int live_ = 0;

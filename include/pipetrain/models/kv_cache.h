@@ -33,9 +33,12 @@ class KvCache {
 // null (training, evaluation, generation without a cache).
 KvCache* active_kv_cache();
 
+// Makes `cache` (null: none) the active one for the scope; the outer one comes back after.
+// activate() switches within the scope (one cache per micro-batch in flight).
 class UsingKvCache {
  public:
-  explicit UsingKvCache(KvCache& cache);
+  explicit UsingKvCache(KvCache* cache);
+  void activate(KvCache* cache);
   ~UsingKvCache();
   UsingKvCache(const UsingKvCache&) = delete;
   UsingKvCache& operator=(const UsingKvCache&) = delete;

@@ -28,4 +28,14 @@ struct SamplingOptions {
 std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
                                    int64_t count, const SamplingOptions& options, int64_t context);
 
+// sample_tokens for several prompts at once, in flight: every step feeds each prompt's new
+// tokens as one micro-batch of the inference schedule (engine.infer_each), so stage s
+// works on prompt k while stage s + 1 works on prompt k - 1; each prompt keeps its own KV
+// cache and its own generator seeded with `options.seed`, so it draws the tokens it would
+// alone. Returns each prompt's whole sequence, in order. Collective over the pipe.
+std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
+                                                   const std::vector<std::vector<int64_t>>& prompts,
+                                                   int64_t count, const SamplingOptions& options,
+                                                   int64_t context);
+
 }  // namespace pipetrain::trainer
