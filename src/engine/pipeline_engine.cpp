@@ -217,7 +217,8 @@ std::vector<module::Activation> PipelineEngine::infer_each(
   if (count == 0) return {};
   auto program = infer_each_programs_.find(count);
   if (program == infer_each_programs_.end())
-    program = infer_each_programs_.emplace(count, this->program(schedule::Kind::kInference, count)).first;
+    program =
+        infer_each_programs_.emplace(count, this->program(schedule::Kind::kInference, count)).first;
   std::vector<module::Activation> outputs;
   Run run{.data = &in_order, .outputs = &outputs, .before_forward = before_forward};
   {

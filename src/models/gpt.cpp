@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "layer_rules.h"
-#include "pipetrain/models/kv_cache.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/kv_cache.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"

@@ -38,9 +38,9 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Rotary position embeddings of positions first..first+seq-1, [seq, head_dim] each, in `like`'s type
-// and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two
-// halves of a head rotated together (transformers' rotate_half layout).
+// Rotary position embeddings of positions first..first+seq-1, [seq, head_dim] each, in `like`'s
+// type and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two halves
+// of a head rotated together (transformers' rotate_half layout).
 struct Rotation {
   at::Tensor cos;
   at::Tensor sin;
@@ -116,10 +116,11 @@ struct LlamaBlockImpl : torch::nn::Module {
     KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
     const Rotation r = rotation(cache ? cache->length() : 0, seq, head_dim, rope_theta, q);
     const at::Tensor attended =
-        cache ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v, /*grouped_query=*/true)
-              : at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{},
-                                                 0.0, /*is_causal=*/true, /*scale=*/{},
-                                                 /*enable_gqa=*/true);
+        cache
+            ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v, /*grouped_query=*/true)
+            : at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{}, 0.0,
+                                               /*is_causal=*/true, /*scale=*/{},
+                                               /*enable_gqa=*/true);
     return attended.transpose(1, 2).reshape({batch, seq, -1});
   }
 

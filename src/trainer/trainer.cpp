@@ -367,7 +367,8 @@ namespace {
 
 // The prompts to continue, checked before any work: --prompt's, then the file's lines.
 std::vector<std::string> prompts_of(const GenerateOptions& options) {
-  if (options.tokens < 1) throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
+  if (options.tokens < 1)
+    throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
   if (options.format != "text" && options.format != "jsonl")
     throw io::InputError("--format must be text or jsonl, got '" + options.format + "'");
   std::vector<std::string> prompts = options.prompts;
@@ -450,7 +451,8 @@ int generate_from_checkpoint(const GenerateOptions& options) {
                                  {"completion", tokenizer->decode(fresh)},
                                  {"tokens", fresh},
                                  {"seconds", seconds[p]}};
-    std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n",
+                line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;
 }

@@ -25,13 +25,17 @@ struct Shape {
 
 std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, const Shape& s,
                                                      std::shared_ptr<topology::Grid> grid) {
-  auto comms = std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu,
-                                                       comm::Seconds(0));
+  auto comms =
+      std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(0));
   const tensor_parallel::Group group = comms->model_group();
   std::vector<module::LayerSpec> layers;
   if (kind == "gpt") {
-    layers = models::gpt_layers({.vocab_size = 64, .context = kContext, .d_model = 32,
-                                 .heads = 4, .layers = 3, .dropout = 0.0},
+    layers = models::gpt_layers({.vocab_size = 64,
+                                 .context = kContext,
+                                 .d_model = 32,
+                                 .heads = 4,
+                                 .layers = 3,
+                                 .dropout = 0.0},
                                 group);
   } else {
     models::LlamaConfig c;

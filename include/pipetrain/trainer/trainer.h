@@ -27,10 +27,10 @@ struct GenerateOptions {
   std::string checkpoint;
   // Continued one after another; with none given (and no prompts_file), "The ".
   std::vector<std::string> prompts;
-  std::string prompts_file;  // one prompt per line
-  int64_t tokens = 100;      // new tokens per prompt, at least 1
-  bool kv_cache = true;      // SamplingOptions::kv_cache
-  bool in_flight = true;     // all prompts through the pipe at once (sample_in_flight)
+  std::string prompts_file;     // one prompt per line
+  int64_t tokens = 100;         // new tokens per prompt, at least 1
+  bool kv_cache = true;         // SamplingOptions::kv_cache
+  bool in_flight = true;        // all prompts through the pipe at once (sample_in_flight)
   std::string format = "text";  // or "jsonl": one JSON object per prompt
   double temperature = 0.8;
   int64_t top_k = 20;
