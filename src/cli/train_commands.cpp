@@ -73,14 +73,21 @@ Command add_generate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "generate", "Sample text from a language model checkpoint through the pipeline");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
-  command->add_option("--prompt", options->prompts,
-                      "Text to continue (repeat for more prompts; default \"The \")");
+  command
+      ->add_option("--prompt", options->prompts,
+                   "Text to continue (repeat for more prompts; default \"The \")")
+      ->allow_extra_args(false)
+      ->delimiter('\0');
   command->add_option("--prompts", options->prompts_file, "A file of prompts, one per line");
   command->add_option("--tokens", options->tokens, "New tokens per prompt")->capture_default_str();
   command->add_flag("!--no-kv-cache", options->kv_cache,
                     "Run the whole window for every token instead of caching keys and values");
   command->add_flag("!--one-at-a-time", options->in_flight,
-                    "Generate the prompts one after another instead of all in flight");
+                    "Generate the prompts one after another instead of in flight");
+  command
+      ->add_option("--max-in-flight", options->max_in_flight,
+                   "Prompts in flight at once (the others wait their turn)")
+      ->capture_default_str();
   command->add_option("--format", options->format, "text, or jsonl: one JSON object per prompt")
       ->capture_default_str();
   command->add_option("--temperature", options->temperature, "Softmax temperature; 0 is greedy")
@@ -88,6 +95,12 @@ Command add_generate_command(CLI::App& app) {
   command->add_option("--top-k", options->top_k, "Sample among the k likeliest tokens; 0: all")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Sampling seed")->capture_default_str();
+  command
+      ->add_option("--top-p", options->top_p,
+                   "Sample among the fewest likeliest tokens whose probabilities reach p")
+      ->capture_default_str();
+  command->add_option("--stop", options->stop,
+                      "A token id that ends a prompt's generation (kept; repeat for more)");
   command->add_option(
       "--tokenizer", options->tokenizer,
       "tokenizer.json or SentencePiece .model for the prompt and the text (default: the one the "

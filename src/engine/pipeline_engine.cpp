@@ -207,7 +207,7 @@ std::vector<module::Activation> PipelineEngine::infer_each(
   class InOrder : public MicroBatchSource {
    public:
     explicit InOrder(const std::vector<module::Activation>& inputs) : inputs_(inputs) {}
-    MicroBatch next() override { return {inputs_.at(next_++ % inputs_.size()), {}}; }
+    MicroBatch next() override { return {inputs_.at(next_++), {}}; }  // throws past the end
 
    private:
     const std::vector<module::Activation>& inputs_;
@@ -216,11 +216,20 @@ std::vector<module::Activation> PipelineEngine::infer_each(
   const int count = static_cast<int>(inputs.size());
   if (count == 0) return {};
   auto program = infer_each_programs_.find(count);
-  if (program == infer_each_programs_.end())
-    program =
-        infer_each_programs_.emplace(count, this->program(schedule::Kind::kInference, count)).first;
+  if (program == infer_each_programs_.end()) {
+    Program made = this->program(schedule::Kind::kInference, count);
+    // The pipe's NCCL links were allowed for the constructor's plans only.
+    if (!made.orders_agree && comms_->uses_nccl()) {
+      throw std::logic_error("the inference plan for " + std::to_string(count) +
+                             " micro-batches does not keep each pair's transfers in order");
+    }
+    program = infer_each_programs_.emplace(count, std::move(made)).first;
+  }
   std::vector<module::Activation> outputs;
-  Run run{.data = &in_order, .outputs = &outputs, .before_forward = before_forward};
+  Run run{.data = &in_order,
+          .outputs = &outputs,
+          .last_position_only = true,
+          .before_forward = before_forward};
   {
     const Evaluating evaluating(*module_);
     execute(program->second, run);
@@ -351,7 +360,10 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
   if (!is_last_virtual_stage(chunk)) return;
   if (run.outputs) {  // handed to the caller in host memory
     module::Activation& kept = run.outputs->emplace_back();
-    for (const auto& t : buffer.outputs) kept.push_back(t.detach().to(at::kCPU));
+    for (const auto& t : buffer.outputs) {
+      const bool narrow = run.last_position_only && t.dim() >= 2;
+      kept.push_back((narrow ? t.narrow(1, t.size(1) - 1, 1) : t).detach().to(at::kCPU));
+    }
   }
   if (buffer.labels.empty()) return;  // infer(): outputs only
   module::Activation outputs = buffer.outputs;

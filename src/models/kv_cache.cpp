@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <stdexcept>
 
 namespace pipetrain::models {
 namespace {
@@ -48,6 +49,8 @@ UsingKvCache::~UsingKvCache() {
 
 at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, bool grouped_query) {
+  if (at::GradMode::is_enabled() && q.requires_grad())
+    throw std::logic_error("a KV cache is for generation: it is active while training");
   const int64_t offset = cache.length(), fresh = q.size(2);
   const auto [keys, values] = cache.extend(layer, k, v);
   if (offset == 0) {  // a prefill: exactly the uncached computation

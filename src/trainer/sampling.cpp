@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "pipetrain/models/kv_cache.h"
@@ -18,7 +19,15 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
     const at::Tensor kth = std::get<0>(logits.topk(options.top_k)).min();
     logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
   }
-  return at::multinomial(at::softmax(logits, 0), 1, false, generator);
+  at::Tensor probabilities = at::softmax(logits, 0);
+  if (options.top_p < 1) {
+    // The likeliest tokens until their sum reaches top_p (at least one), as transformers'.
+    const auto [sorted, order] = probabilities.sort(/*dim=*/0, /*descending=*/true);
+    const at::Tensor before = sorted.cumsum(0) - sorted;  // the mass ahead of each token
+    probabilities = at::zeros_like(probabilities)
+                        .scatter(0, order, sorted.masked_fill(before >= options.top_p, 0));
+  }
+  return at::multinomial(probabilities, 1, false, generator);
 }
 
 // One prompt's generation: its tokens, its cache, its own generator (seeded alike, so a
@@ -50,15 +59,17 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
   const topology::Grid& grid = engine.grid();
   const at::NoGradGuard no_grad;  // nothing cached may hold a graph
   std::vector<Sequence> sequences(prompts.size());
+  if (options.max_in_flight < 1) throw std::invalid_argument("max_in_flight must be at least 1");
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     sequences[p].tokens = prompts[p];
     sequences[p].left = count;
     sequences[p].generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   }
   while (true) {
-    std::vector<Sequence*> active;
+    std::vector<Sequence*> active;  // the first max_in_flight unfinished, in prompt order
     for (auto& sequence : sequences) {
-      if (sequence.left > 0) active.push_back(&sequence);
+      if (sequence.left > 0 && static_cast<int64_t>(active.size()) < options.max_in_flight)
+        active.push_back(&sequence);
     }
     if (active.empty()) break;
     std::vector<module::Activation> feeds;
@@ -76,13 +87,16 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
       if (!grid.is_last_stage()) continue;
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.
       const at::Tensor logits = tensor_parallel::gather_from_group(
-          outputs.at(k).at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});
+          outputs.at(k).at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});  // last position
       next[k] = draw(logits.to(at::kDouble), options, active[k]->generator).item<int64_t>();
     }
     grid.pipe_comm()->broadcast(next, grid.pipe_parallel_size() - 1);
     for (std::size_t k = 0; k < active.size(); ++k) {
-      active[k]->tokens.push_back(next[k].item<int64_t>());
-      --active[k]->left;
+      const int64_t token = next[k].item<int64_t>();
+      active[k]->tokens.push_back(token);
+      const bool stops =
+          std::find(options.stop.begin(), options.stop.end(), token) != options.stop.end();
+      active[k]->left = stops ? 0 : active[k]->left - 1;
     }
   }
   std::vector<std::vector<int64_t>> texts;

@@ -273,10 +273,13 @@ std::unique_ptr<data::Tokenizer> sample_tokenizer(const Job& job) {
 
 void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
   const TrainerConfig& t = job.config.trainer;
-  const auto text = sample_tokens(
-      *job.engine, tokenizer.encode(t.sample.prompt), t.sample.tokens,
-      {t.sample.temperature, t.sample.top_k, static_cast<uint64_t>(job.config.engine.seed)},
-      job.model.tokens()->context);
+  const auto text =
+      sample_tokens(*job.engine, tokenizer.encode(t.sample.prompt), t.sample.tokens,
+                    {.temperature = t.sample.temperature,
+                     .top_k = t.sample.top_k,
+                     .seed = static_cast<uint64_t>(job.config.engine.seed),
+                     .kv_cache = true},  // the built-in language models read the cache
+                    job.model.tokens()->context);
   if (job.grid->global_rank() == 0) std::printf("sample: %s\n", tokenizer.decode(text).c_str());
 }
 
@@ -369,23 +372,32 @@ namespace {
 std::vector<std::string> prompts_of(const GenerateOptions& options) {
   if (options.tokens < 1)
     throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
+  if (!(options.top_p > 0 && options.top_p <= 1)) {
+    std::ostringstream value;
+    value << options.top_p;
+    throw io::InputError("--top-p must be in (0, 1], got " + value.str());
+  }
   if (options.format != "text" && options.format != "jsonl")
     throw io::InputError("--format must be text or jsonl, got '" + options.format + "'");
-  std::vector<std::string> prompts = options.prompts;
-  if (!options.prompts_file.empty()) {
-    std::istringstream lines(io::read_file(options.prompts_file));
-    std::size_t read = 0;
-    for (std::string line; std::getline(lines, line); ++read) {
-      if (!line.empty()) prompts.push_back(line);
-    }
-    if (read == 0 || prompts.size() == options.prompts.size())
-      throw io::InputError(options.prompts_file + ": no prompts in it (one per line)");
+  if (options.max_in_flight < 1) {
+    throw io::InputError("--max-in-flight must be at least 1, got " +
+                         std::to_string(options.max_in_flight));
   }
-  if (prompts.empty()) prompts.push_back("The ");
+  std::vector<std::string> prompts = options.prompts;
   for (const auto& prompt : prompts) {
     if (prompt.empty())
       throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
   }
+  if (!options.prompts_file.empty()) {
+    std::istringstream lines(io::read_file(options.prompts_file));
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+      if (!line.empty()) prompts.push_back(line);
+    }
+    if (prompts.size() == options.prompts.size())
+      throw io::InputError(options.prompts_file + ": no prompts in it (one per line)");
+  }
+  if (prompts.empty()) prompts.push_back("The ");
   return prompts;
 }
 
@@ -405,13 +417,22 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   const auto tokenizer = data::make_tokenizer(
       options.tokenizer.empty() ? job.config.trainer.sample.tokenizer : options.tokenizer,
       tokens->vocab_size);
+  for (const int64_t id : options.stop) {
+    if (id < 0 || id >= tokens->vocab_size) {
+      throw io::InputError("--stop " + std::to_string(id) + " is outside the vocabulary of " +
+                           std::to_string(tokens->vocab_size));
+    }
+  }
   std::vector<std::vector<int64_t>> encoded;
   for (const auto& prompt : prompts) {
     encoded.push_back(tokenizer->encode(prompt));
     if (encoded.back().empty())
       throw io::InputError("--prompt '" + prompt + "': the tokenizer gives no tokens for it");
     if (static_cast<int64_t>(encoded.back().size()) > tokens->context) {
-      throw io::InputError("--prompt '" + prompt.substr(0, 40) + (prompt.size() > 40 ? "..." : "") +
+      std::size_t cut = std::min<std::size_t>(prompt.size(), 40);
+      while (cut < prompt.size() && (static_cast<unsigned char>(prompt[cut]) & 0xC0) == 0x80)
+        --cut;  // not inside a UTF-8 character
+      throw io::InputError("prompt '" + prompt.substr(0, cut) + (cut < prompt.size() ? "..." : "") +
                            "' is " + std::to_string(encoded.back().size()) +
                            " tokens, longer than the model's context of " +
                            std::to_string(tokens->context));
@@ -421,7 +442,10 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   const SamplingOptions sampling{.temperature = options.temperature,
                                  .top_k = options.top_k,
                                  .seed = options.seed,
-                                 .kv_cache = options.kv_cache};
+                                 .top_p = options.top_p,
+                                 .stop = options.stop,
+                                 .kv_cache = options.kv_cache,
+                                 .max_in_flight = options.max_in_flight};
   // In flight: every prompt's seconds are the batch's.
   std::vector<std::vector<int64_t>> texts;
   std::vector<double> seconds;
@@ -447,8 +471,13 @@ int generate_from_checkpoint(const GenerateOptions& options) {
       continue;
     }
     const std::vector<int64_t> fresh(text.begin() + encoded[p].size(), text.end());
+    // The whole text's rest after the prompt where it starts with it (tokenizers may decode
+    // a token differently at the start), else the new tokens alone.
+    const std::string whole = tokenizer->decode(text), start = tokenizer->decode(encoded[p]);
+    const std::string completion =
+        whole.rfind(start, 0) == 0 ? whole.substr(start.size()) : tokenizer->decode(fresh);
     const nlohmann::json line = {{"prompt", prompts[p]},
-                                 {"completion", tokenizer->decode(fresh)},
+                                 {"completion", completion},
                                  {"tokens", fresh},
                                  {"seconds", seconds[p]}};
     std::printf("%s\n",

@@ -154,8 +154,12 @@ expect_bad "cli: generate no new tokens" "--tokens must be at least 1, got 0" \
 : >"$work/no-prompts.txt"
 expect_bad "cli: generate from an empty prompts file" "$work/no-prompts.txt: no prompts in it (one per line)" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/no-prompts.txt"
+expect_bad "cli: generate with top-p 0" "--top-p must be in (0, 1], got 0" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --top-p 0
+expect_bad "cli: generate with a stop token outside the vocabulary" "--stop 300 is outside the vocabulary of 256" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --stop 300
 expect_bad "cli: a prompt longer than the model's context" \
-  "--prompt 'twenty bytes, really' is 20 tokens, longer than the model's context of 16" \
+  "prompt 'twenty bytes, really' is 20 tokens, longer than the model's context of 16" \
   launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --prompt "twenty bytes, really"
 
 # A second job saving into the folder a running job saves into; once that job ends (here

@@ -101,14 +101,38 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
       for (const bool cache : {true, false}) {
         SCOPED_TRACE(kind + " pipe " + std::to_string(s.pipe) + " x model " +
                      std::to_string(s.model) + (cache ? ", cached" : ", whole window"));
-        const SamplingOptions options{.temperature = 0.9, .top_k = 8, .seed = 4, .kv_cache = cache};
+        // Nucleus sampling, and a stop token that ends some prompts early.
+        const SamplingOptions options{.temperature = 0.9,
+                                      .top_k = 8,
+                                      .seed = 4,
+                                      .top_p = 0.8,
+                                      .stop = {5},
+                                      .kv_cache = cache};
         const auto together = sample_in_flight(*engine, prompts, 16, options, kContext);
         ASSERT_EQ(together.size(), prompts.size());
-        for (std::size_t p = 0; p < prompts.size(); ++p)
+        for (std::size_t p = 0; p < prompts.size(); ++p) {
           EXPECT_EQ(together[p], sample_tokens(*engine, prompts[p], 16, options, kContext)) << p;
+          const std::size_t fresh = together[p].size() - prompts[p].size();
+          EXPECT_TRUE(fresh == 16 || (fresh >= 1 && fresh < 16 && together[p].back() == 5)) << p;
+        }
       }
     }
   }
+}
+
+// Nucleus sampling with a vanishing top_p keeps the likeliest token only: greedy.
+TEST(KvCache, ATinyTopPDrawsTheGreedyTokens) {
+  auto world = comm::MpiCommunicator::world();
+  const Shape s{2, 2, 1};
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+  auto engine = random_model("llama", s, grid);
+  const std::vector<int64_t> prompt{3, 1, 4, 1, 5};
+  const auto greedy =
+      sample_tokens(*engine, prompt, 12, {.temperature = 0, .top_k = 0, .seed = 1}, kContext);
+  const auto nucleus = sample_tokens(
+      *engine, prompt, 12, {.temperature = 1.5, .top_k = 0, .seed = 9, .top_p = 1e-9}, kContext);
+  EXPECT_EQ(nucleus, greedy);
 }
 
 TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {

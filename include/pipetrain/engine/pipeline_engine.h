@@ -95,7 +95,8 @@ class PipelineEngine {
   // runs k - 1). The first stage feeds them; every stage passes as many (the others' may be
   // empty). `before_forward(k)`, if given, runs on this rank before each forward pass of
   // micro-batch k (generation selects that micro-batch's KV cache). Returns the last stage's
-  // outputs in micro-batch order, nothing elsewhere. Collective as infer().
+  // outputs at each micro-batch's last position (the last index of dimension 1, kept), in
+  // micro-batch order, nothing elsewhere. Collective as infer().
   std::vector<module::Activation> infer_each(const std::vector<module::Activation>& inputs,
                                              const std::function<void(int)>& before_forward = {});
 
@@ -202,6 +203,7 @@ class PipelineEngine {
     int loaded = 0;                // micro-batches
     at::Tensor loss_sum{};
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
+    bool last_position_only = false;            // outputs kept: only the last of dimension 1
     std::function<void(int)> before_forward{};  // infer_each's, by micro-batch
   };
 

@@ -9,14 +9,23 @@
 namespace pipetrain::trainer {
 
 // How to draw each next token: from the top-k of the softmax at `temperature` (0: greedy;
-// top_k 0: all tokens), with a generator seeded by `seed`.
+// top_k 0: all tokens), then from the fewest likeliest tokens whose probabilities reach
+// top_p (1: all), with a generator seeded by `seed`. A drawn token of `stop` ends its
+// sequence (it is kept).
 struct SamplingOptions {
   double temperature = 0.8;
   int64_t top_k = 20;
   uint64_t seed = 1;
+  double top_p = 1.0;
+  std::vector<int64_t> stop;
   // Keys and values of earlier positions kept per stage (models::KvCache): the prompt runs
-  // once, then one token per step. Without, every step runs the whole window again.
-  bool kv_cache = true;
+  // once, then one token per step. Without, every step runs the whole window again. Only
+  // for models whose attention reads models::active_kv_cache() (the built-in GPT and
+  // LLaMA): another model would attend over the new tokens alone.
+  bool kv_cache = false;
+  // Prompts in flight at once in sample_in_flight (the rest wait their turn): each holds
+  // its cache and its micro-batch's outputs.
+  int64_t max_in_flight = 16;
 };
 
 // Samples `count` tokens after `prompt` through the pipeline (the inference schedule, one
