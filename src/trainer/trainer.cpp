@@ -372,6 +372,15 @@ namespace {
 std::vector<std::string> prompts_of(const GenerateOptions& options) {
   if (options.tokens < 1)
     throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
+  if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
+    std::ostringstream value;
+    value << options.temperature;
+    throw io::InputError("--temperature must be a finite number at least 0 (0: greedy), got " +
+                         value.str());
+  }
+  if (options.top_k < 0)
+    throw io::InputError("--top-k must be at least 0 (0: all tokens), got " +
+                         std::to_string(options.top_k));
   if (!(options.top_p > 0 && options.top_p <= 1)) {
     std::ostringstream value;
     value << options.top_p;

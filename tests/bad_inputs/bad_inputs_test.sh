@@ -154,6 +154,11 @@ expect_bad "cli: generate no new tokens" "--tokens must be at least 1, got 0" \
 : >"$work/no-prompts.txt"
 expect_bad "cli: generate from an empty prompts file" "$work/no-prompts.txt: no prompts in it (one per line)" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/no-prompts.txt"
+expect_bad "cli: generate with a negative temperature" \
+  "--temperature must be a finite number at least 0 (0: greedy), got -1" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --temperature -1
+expect_bad "cli: generate with top-k -1" "--top-k must be at least 0 (0: all tokens), got -1" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --top-k -1
 expect_bad "cli: generate with top-p 0" "--top-p must be in (0, 1], got 0" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --top-p 0
 expect_bad "cli: generate with a stop token outside the vocabulary" "--stop 300 is outside the vocabulary of 256" \
