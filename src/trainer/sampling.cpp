@@ -34,7 +34,8 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
 // prompt draws what it would alone).
 struct Sequence {
   std::vector<int64_t> tokens;
-  int64_t left = 0;  // new tokens still to draw
+  int64_t left = 0;           // new tokens still to draw
+  std::vector<int64_t> stop;  // its own and the options' stop tokens
   models::KvCache cache;
   at::Generator generator;
 };
@@ -56,13 +57,25 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
                                                    const std::vector<std::vector<int64_t>>& prompts,
                                                    int64_t count, const SamplingOptions& options,
                                                    int64_t context) {
+  std::vector<PromptRequest> requests;
+  for (const auto& prompt : prompts)
+    requests.push_back({.tokens = prompt, .max_new_tokens = count});
+  return sample_in_flight(engine, requests, options, context);
+}
+
+std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
+                                                   const std::vector<PromptRequest>& prompts,
+                                                   const SamplingOptions& options,
+                                                   int64_t context) {
   const topology::Grid& grid = engine.grid();
   const at::NoGradGuard no_grad;  // nothing cached may hold a graph
   std::vector<Sequence> sequences(prompts.size());
   if (options.max_in_flight < 1) throw std::invalid_argument("max_in_flight must be at least 1");
   for (std::size_t p = 0; p < prompts.size(); ++p) {
-    sequences[p].tokens = prompts[p];
-    sequences[p].left = count;
+    sequences[p].tokens = prompts[p].tokens;
+    sequences[p].left = prompts[p].max_new_tokens;
+    sequences[p].stop = prompts[p].stop;
+    sequences[p].stop.insert(sequences[p].stop.end(), options.stop.begin(), options.stop.end());
     sequences[p].generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   }
   while (true) {
@@ -94,8 +107,8 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
     for (std::size_t k = 0; k < active.size(); ++k) {
       const int64_t token = next[k].item<int64_t>();
       active[k]->tokens.push_back(token);
-      const bool stops =
-          std::find(options.stop.begin(), options.stop.end(), token) != options.stop.end();
+      const auto& stop = active[k]->stop;
+      const bool stops = std::find(stop.begin(), stop.end(), token) != stop.end();
       active[k]->left = stops ? 0 : active[k]->left - 1;
     }
   }

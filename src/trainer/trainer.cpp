@@ -1,5 +1,6 @@
 #include "pipetrain/trainer/trainer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -368,8 +369,46 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
 
 namespace {
 
+// One prompt to continue, with its own bounds.
+struct PromptLine {
+  std::string text;
+  int64_t tokens = 0;         // new tokens at most
+  std::vector<int64_t> stop;  // besides --stop
+  std::string where;          // "--prompt", or "FILE:LINE"
+};
+
+// A prompts file's line: its text, or a JSON object {"prompt": text, "max_new_tokens": n,
+// "stop": [ids]} (the last two optional).
+PromptLine prompt_line(const std::string& line, const std::string& where, int64_t tokens) {
+  if (line.front() != '{') return {line, tokens, {}, where};
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw io::InputError(where + ": not a JSON object (" + e.what() + ")");
+  }
+  PromptLine prompt{"", tokens, {}, where};
+  for (const auto& [key, value] : object.items()) {
+    if (key == "prompt" && value.is_string()) {
+      prompt.text = value.get<std::string>();
+    } else if (key == "max_new_tokens" && value.is_number_integer() && value.get<int64_t>() >= 1) {
+      prompt.tokens = value.get<int64_t>();
+    } else if (key == "stop" && value.is_array() &&
+               std::all_of(value.begin(), value.end(),
+                           [](const nlohmann::json& id) { return id.is_number_integer(); })) {
+      prompt.stop = value.get<std::vector<int64_t>>();
+    } else {
+      throw io::InputError(where + ": \"" + key +
+                           "\" must be one of prompt (a string), max_new_tokens (an integer of at "
+                           "least 1), stop (token ids)");
+    }
+  }
+  if (prompt.text.empty()) throw io::InputError(where + ": no \"prompt\" (a non-empty string)");
+  return prompt;
+}
+
 // The prompts to continue, checked before any work: --prompt's, then the file's lines.
-std::vector<std::string> prompts_of(const GenerateOptions& options) {
+std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
   if (options.tokens < 1)
     throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
   if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
@@ -392,28 +431,33 @@ std::vector<std::string> prompts_of(const GenerateOptions& options) {
     throw io::InputError("--max-in-flight must be at least 1, got " +
                          std::to_string(options.max_in_flight));
   }
-  std::vector<std::string> prompts = options.prompts;
-  for (const auto& prompt : prompts) {
+  std::vector<PromptLine> prompts;
+  for (const auto& prompt : options.prompts) {
     if (prompt.empty())
       throw io::InputError("--prompt is empty: sampling needs at least one byte to start");
+    prompts.push_back({prompt, options.tokens, {}, "--prompt"});
   }
   if (!options.prompts_file.empty()) {
     std::istringstream lines(io::read_file(options.prompts_file));
+    int number = 0;
     for (std::string line; std::getline(lines, line);) {
+      ++number;
       if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
-      if (!line.empty()) prompts.push_back(line);
+      if (line.empty()) continue;
+      prompts.push_back(
+          prompt_line(line, options.prompts_file + ":" + std::to_string(number), options.tokens));
     }
     if (prompts.size() == options.prompts.size())
       throw io::InputError(options.prompts_file + ": no prompts in it (one per line)");
   }
-  if (prompts.empty()) prompts.push_back("The ");
+  if (prompts.empty()) prompts.push_back({"The ", options.tokens, {}, "--prompt"});
   return prompts;
 }
 
 }  // namespace
 
 int generate_from_checkpoint(const GenerateOptions& options) {
-  const std::vector<std::string> prompts = prompts_of(options);
+  const std::vector<PromptLine> prompts = prompts_of(options);
   const int ranks = comm::MpiCommunicator::world()->size();
   Job job = build_job(
       config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch, options.model_parallel),
@@ -426,26 +470,33 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   const auto tokenizer = data::make_tokenizer(
       options.tokenizer.empty() ? job.config.trainer.sample.tokenizer : options.tokenizer,
       tokens->vocab_size);
-  for (const int64_t id : options.stop) {
-    if (id < 0 || id >= tokens->vocab_size) {
-      throw io::InputError("--stop " + std::to_string(id) + " is outside the vocabulary of " +
-                           std::to_string(tokens->vocab_size));
+  const auto check_stop = [&](const std::vector<int64_t>& ids, const std::string& where) {
+    for (const int64_t id : ids) {
+      if (id < 0 || id >= tokens->vocab_size) {
+        throw io::InputError(where + std::to_string(id) + " is outside the vocabulary of " +
+                             std::to_string(tokens->vocab_size));
+      }
     }
-  }
-  std::vector<std::vector<int64_t>> encoded;
+  };
+  check_stop(options.stop, "--stop ");
+  std::vector<PromptRequest> requests;
   for (const auto& prompt : prompts) {
-    encoded.push_back(tokenizer->encode(prompt));
-    if (encoded.back().empty())
-      throw io::InputError("--prompt '" + prompt + "': the tokenizer gives no tokens for it");
-    if (static_cast<int64_t>(encoded.back().size()) > tokens->context) {
-      std::size_t cut = std::min<std::size_t>(prompt.size(), 40);
-      while (cut < prompt.size() && (static_cast<unsigned char>(prompt[cut]) & 0xC0) == 0x80)
+    check_stop(prompt.stop, prompt.where + ": stop token ");
+    const std::vector<int64_t> encoded = tokenizer->encode(prompt.text);
+    if (encoded.empty())
+      throw io::InputError(prompt.where + " '" + prompt.text +
+                           "': the tokenizer gives no tokens for it");
+    if (static_cast<int64_t>(encoded.size()) > tokens->context) {
+      const std::string& text = prompt.text;
+      std::size_t cut = std::min<std::size_t>(text.size(), 40);
+      while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
         --cut;  // not inside a UTF-8 character
-      throw io::InputError("prompt '" + prompt.substr(0, cut) + (cut < prompt.size() ? "..." : "") +
-                           "' is " + std::to_string(encoded.back().size()) +
-                           " tokens, longer than the model's context of " +
-                           std::to_string(tokens->context));
+      throw io::InputError(
+          prompt.where + ": prompt '" + text.substr(0, cut) + (cut < text.size() ? "..." : "") +
+          "' is " + std::to_string(encoded.size()) +
+          " tokens, longer than the model's context of " + std::to_string(tokens->context));
     }
+    requests.push_back({encoded, prompt.tokens, prompt.stop});
   }
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const SamplingOptions sampling{.temperature = options.temperature,
@@ -463,13 +514,12 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   };
   if (options.in_flight) {
     const auto start = std::chrono::steady_clock::now();
-    texts = sample_in_flight(*job.engine, encoded, options.tokens, sampling, tokens->context);
+    texts = sample_in_flight(*job.engine, requests, sampling, tokens->context);
     seconds.assign(texts.size(), since(start));
   } else {
-    for (const auto& prompt : encoded) {
+    for (const auto& request : requests) {
       const auto start = std::chrono::steady_clock::now();
-      texts.push_back(
-          sample_tokens(*job.engine, prompt, options.tokens, sampling, tokens->context));
+      texts.push_back(sample_in_flight(*job.engine, {request}, sampling, tokens->context).front());
       seconds.push_back(since(start));
     }
   }
@@ -479,13 +529,14 @@ int generate_from_checkpoint(const GenerateOptions& options) {
       std::printf("%s\n", tokenizer->decode(text).c_str());
       continue;
     }
-    const std::vector<int64_t> fresh(text.begin() + encoded[p].size(), text.end());
+    const std::vector<int64_t>& prompt = requests[p].tokens;
+    const std::vector<int64_t> fresh(text.begin() + prompt.size(), text.end());
     // The whole text's rest after the prompt where it starts with it (tokenizers may decode
     // a token differently at the start), else the new tokens alone.
-    const std::string whole = tokenizer->decode(text), start = tokenizer->decode(encoded[p]);
+    const std::string whole = tokenizer->decode(text), start = tokenizer->decode(prompt);
     const std::string completion =
         whole.rfind(start, 0) == 0 ? whole.substr(start.size()) : tokenizer->decode(fresh);
-    const nlohmann::json line = {{"prompt", prompts[p]},
+    const nlohmann::json line = {{"prompt", prompts[p].text},
                                  {"completion", completion},
                                  {"tokens", fresh},
                                  {"seconds", seconds[p]}};

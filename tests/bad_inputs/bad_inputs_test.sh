@@ -163,6 +163,10 @@ expect_bad "cli: generate with top-p 0" "--top-p must be in (0, 1], got 0" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --top-p 0
 expect_bad "cli: generate with a stop token outside the vocabulary" "--stop 300 is outside the vocabulary of 256" \
   launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --stop 300
+printf 'A plain prompt\n{"prompt": "The ", "colour": 3}\n' >"$work/bad-prompts.txt"
+expect_bad "cli: a prompts file line with an unknown key" \
+  "$work/bad-prompts.txt:2: \"colour\" must be one of prompt (a string), max_new_tokens" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/bad-prompts.txt"
 expect_bad "cli: a prompt longer than the model's context" \
   "prompt 'twenty bytes, really' is 20 tokens, longer than the model's context of 16" \
   launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --prompt "twenty bytes, really"

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/communicators.h"
 #include "pipetrain/engine/pipeline_engine.h"
@@ -118,6 +120,40 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
       }
     }
   }
+}
+
+// Each prompt its own bounds: as many new tokens as it asks for, ending at its own stop
+// token, in flight as alone.
+TEST(KvCache, PromptsInFlightKeepTheirOwnLengthsAndStopTokens) {
+  auto world = comm::MpiCommunicator::world();
+  const Shape s{2, 2, 1};
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+  auto engine = random_model("gpt", s, grid);
+  const SamplingOptions options{.temperature = 0, .top_k = 0, .seed = 1, .kv_cache = true};
+  // Each prompt's stop token is the third new token it draws alone, unbounded.
+  const std::vector<std::vector<int64_t>> prompts{{1, 2, 3}, {9}, {4, 4, 4, 4, 4}};
+  std::vector<PromptRequest> requests;
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const auto alone = sample_tokens(*engine, prompts[p], 6, options, kContext);
+    requests.push_back({.tokens = prompts[p],
+                        .max_new_tokens = static_cast<int64_t>(2 + 2 * p),
+                        .stop = {alone[prompts[p].size() + 2]}});
+  }
+  const auto together = sample_in_flight(*engine, requests, options, kContext);
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const auto alone = sample_in_flight(*engine, {requests[p]}, options, kContext).front();
+    EXPECT_EQ(together[p], alone) << p;
+    // Up to and with the first stop token, at most max_new_tokens.
+    const auto unbounded = sample_tokens(*engine, prompts[p], 6, options, kContext);
+    std::size_t expected = 0;
+    while (expected < static_cast<std::size_t>(requests[p].max_new_tokens)) {
+      if (unbounded[prompts[p].size() + expected++] == requests[p].stop[0]) break;
+    }
+    EXPECT_EQ(together[p].size() - prompts[p].size(), expected) << p;
+    EXPECT_TRUE(std::equal(together[p].begin(), together[p].end(), unbounded.begin())) << p;
+  }
+  EXPECT_LT(together[0].size() - prompts[0].size(), 3u);  // bounded by its max_new_tokens
 }
 
 // Nucleus sampling with a vanishing top_p keeps the likeliest token only: greedy.

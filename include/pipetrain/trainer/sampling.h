@@ -47,4 +47,15 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
                                                    int64_t count, const SamplingOptions& options,
                                                    int64_t context);
 
+// One prompt of sample_in_flight with its own bounds: at most `max_new_tokens` new tokens,
+// ending early at a token of `stop` (besides the options' stop tokens).
+struct PromptRequest {
+  std::vector<int64_t> tokens;
+  int64_t max_new_tokens = 0;
+  std::vector<int64_t> stop;
+};
+std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
+                                                   const std::vector<PromptRequest>& prompts,
+                                                   const SamplingOptions& options, int64_t context);
+
 }  // namespace pipetrain::trainer
