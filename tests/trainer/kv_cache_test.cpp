@@ -59,6 +59,15 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
   return std::make_unique<engine::PipelineEngine>(module, comms, config);
 }
 
+// A random `kind` model at pipe 2 x data 2.
+std::unique_ptr<engine::PipelineEngine> pipe_two_model(const std::string& kind) {
+  const Shape s{2, 2, 1};
+  return random_model(kind, s,
+                      std::make_shared<topology::Grid>(
+                          topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model),
+                          comm::MpiCommunicator::world()));
+}
+
 TEST(KvCache, GivesTheTokensOfTheWholeWindowRunForEveryToken) {
   auto world = comm::MpiCommunicator::world();
   ASSERT_EQ(world->size(), 4);
@@ -125,11 +134,7 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
 // Each prompt its own bounds: as many new tokens as it asks for, ending at its own stop
 // token, in flight as alone.
 TEST(KvCache, PromptsInFlightKeepTheirOwnLengthsAndStopTokens) {
-  auto world = comm::MpiCommunicator::world();
-  const Shape s{2, 2, 1};
-  auto grid = std::make_shared<topology::Grid>(
-      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
-  auto engine = random_model("gpt", s, grid);
+  auto engine = pipe_two_model("gpt");
   const SamplingOptions options{.temperature = 0, .top_k = 0, .seed = 1, .kv_cache = true};
   // Each prompt's stop token is the third new token it draws alone, unbounded.
   const std::vector<std::vector<int64_t>> prompts{{1, 2, 3}, {9}, {4, 4, 4, 4, 4}};
@@ -158,11 +163,7 @@ TEST(KvCache, PromptsInFlightKeepTheirOwnLengthsAndStopTokens) {
 
 // Nucleus sampling with a vanishing top_p keeps the likeliest token only: greedy.
 TEST(KvCache, ATinyTopPDrawsTheGreedyTokens) {
-  auto world = comm::MpiCommunicator::world();
-  const Shape s{2, 2, 1};
-  auto grid = std::make_shared<topology::Grid>(
-      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
-  auto engine = random_model("llama", s, grid);
+  auto engine = pipe_two_model("llama");
   const std::vector<int64_t> prompt{3, 1, 4, 1, 5};
   const auto greedy =
       sample_tokens(*engine, prompt, 12, {.temperature = 0, .top_k = 0, .seed = 1}, kContext);
