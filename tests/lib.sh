@@ -36,3 +36,24 @@ expect_input_error() {
   check "'$*' names '$pattern': $(cat "$work/err")" grep -q -- "$pattern" "$work/err"
   check "'$*' prints nothing on stdout" test ! -s "$work/out"
 }
+
+# For fault tests: `expect_job_fault RANKS DEADLINE MODE PATTERN` runs `$program MODE` as a
+# job of RANKS ranks through `$pipetrain launch` (killed after 90 s) and checks that it
+# fails on its own within DEADLINE + 10 s with a line matching the extended regex PATTERN.
+expect_job_fault() {
+  local ranks=$1 deadline=$2 mode=$3 pattern=$4
+  local log start end rc seconds
+  log=$(mktemp)
+  start=$(date +%s.%N)
+  timeout 90 "$pipetrain" launch -n "$ranks" -- "$program" "$mode" >"$log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  seconds=$(echo "$end - $start" | bc)
+  echo "$mode: exit $rc after ${seconds}s"
+  check "$mode: job exits non-zero" test "$rc" -ne 0
+  check "$mode: job is not killed by the test's own timeout" test "$rc" -ne 124
+  check "$mode: ends within deadline + 10 s ($seconds s)" test "$(echo "$seconds < $deadline + 10" | bc)" -eq 1
+  check "$mode: message '$pattern'" grep -qE "$pattern" "$log"
+  grep "pipetrain:" "$log" | head -3
+  rm -f "$log"
+}

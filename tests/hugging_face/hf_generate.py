@@ -10,11 +10,12 @@ Exits non-zero on a mismatch.
 """
 import json
 import pathlib
-import subprocess
 import sys
 
 import torch
 import transformers
+
+from hf_roundtrip import run  # the same command runner
 
 PROMPT = "The licence says"
 NEW = 64
@@ -38,14 +39,6 @@ def tiny_model(arch):
         for p in model.parameters():
             p.normal_(0.0, 0.3)
     return model.eval()
-
-
-def run(*command):
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(map(str, command))} failed ({done.returncode}):\n"
-                 f"{done.stdout}{done.stderr}")
-    return done.stdout
 
 
 def main():
