@@ -199,8 +199,4 @@ std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan) {
   }
 }
 
-bool runs_grouped_by_order(const PipelinePlan& plan) {
-  return !first_order_mismatch(plan) && !first_grouped_deadlock(plan);
-}
-
 }  // namespace pipetrain::schedule

@@ -41,8 +41,4 @@ std::vector<TransferGroup> transfer_groups(const std::vector<Step>& steps);
 // see first_order_mismatch).
 std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan);
 
-// Whether a transport that matches by order alone can carry `plan`'s transfers when each
-// transfer group is issued as one group: orders agree and no grouped deadlock.
-bool runs_grouped_by_order(const PipelinePlan& plan);
-
 }  // namespace pipetrain::schedule
