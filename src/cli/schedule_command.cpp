@@ -20,14 +20,18 @@ Command add_schedule_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("schedule", "Print a pipeline schedule, step by step");
   add_shape_options(*command, options->shape);
   command->add_option("--stage,-s", options->stage, "Stage to print (json: required)");
-  command->add_option("--format", options->format, "json or table")
-      ->check(CLI::IsMember({"json", "table"}))
+  command
+      ->add_option("--format", options->format,
+                   "json (one stage), table, or csv (PyTorch pipelining's compute layout)")
+      ->check(CLI::IsMember({"json", "table", "csv"}))
       ->capture_default_str();
 
   return {command, [options] {
             const auto plan = schedule::plan_pipeline(options->shape.kind, options->shape.shape);
             if (options->stage) schedule::check_stage_id(options->shape.shape, *options->stage);
-            if (options->format == "json") {
+            if (options->format == "csv") {
+              std::cout << schedule::to_csv(plan);
+            } else if (options->format == "json") {
               if (!options->stage)
                 throw io::InputError("--format json prints one stage: give --stage");
               std::cout << schedule::to_json(plan, *options->stage) << '\n';

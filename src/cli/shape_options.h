@@ -22,7 +22,10 @@ inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
   command.add_option("--micro-batches,-m", options.shape.micro_batches, "Micro-batches per batch")
       ->required();
   command.add_option("--stages,-p", options.shape.stages, "Pipeline stages")->required();
-  command.add_option("--chunks,-v", options.shape.chunks, "Model chunks per stage (interleaved)")
+  command
+      .add_option("--chunks,-v", options.shape.chunks,
+                  "Model chunks per stage (interleaved, interleaved-zb, looped-bfs; zbv and "
+                  "dualpipev take 2)")
       ->capture_default_str();
 }
 

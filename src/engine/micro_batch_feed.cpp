@@ -24,8 +24,8 @@ at::Tensor placed(const at::Tensor& tensor, at::Device device) {
 }  // namespace
 
 MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const topology::Grid> grid, at::ScalarType dtype,
-                               at::Device device)
-    : grid_(std::move(grid)), dtype_(dtype), device_(device) {}
+                               at::Device device, Ends ends)
+    : grid_(std::move(grid)), dtype_(dtype), device_(device), ends_(ends) {}
 
 MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t step) {
   std::optional<comm::TensorList> inputs, labels;
@@ -42,8 +42,8 @@ MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t st
   }
   if (grid_->model_parallel_size() > 1) {
     auto& group = *grid_->model_comm();
-    if (grid_->is_first_stage()) inputs = comm::broadcast_tensors(group, inputs, 0);
-    if (grid_->is_last_stage()) labels = comm::broadcast_tensors(group, labels, 0);
+    if (ends_.first) inputs = comm::broadcast_tensors(group, inputs, 0);
+    if (ends_.last) labels = comm::broadcast_tensors(group, labels, 0);
     if (failure) std::rethrow_exception(failure);
     if (!inputs && !labels) {
       throw std::runtime_error("model-parallel rank 0 (rank " +
@@ -52,14 +52,14 @@ MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t st
     }
   }
   MicroBatch batch;
-  if (grid_->is_first_stage()) {
+  if (ends_.first) {
     batch.inputs = std::move(*inputs);
     for (auto& t : batch.inputs) {
       t = placed(t, device_);
       if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype_) t = t.to(dtype_);
     }
   }
-  if (grid_->is_last_stage()) {
+  if (ends_.last) {
     batch.labels = std::move(*labels);
     for (auto& t : batch.labels) t = placed(t, device_);
   }

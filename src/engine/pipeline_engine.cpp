@@ -67,7 +67,7 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
 // sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
 // their receive, else they are deferred (neighbours that send to each other at once).
 PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_batches) const {
-  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks};
+  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
   const schedule::PipelinePlan plan = schedule::plan_pipeline(kind, shape);
   if (const auto violation = schedule::validate(plan)) {
     throw std::logic_error("the " + std::string(schedule::name(kind)) +
@@ -104,7 +104,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   check_stage();
   module_->to(device_);
   // The schedules depend only on the shape: built and validated once, executed every batch.
-  shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks};
+  shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks,
+            module_->options().placement};
   train_program_ = program(config_.pipeline.schedule, shape_.micro_batches);
   eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
   infer_program_ = program(schedule::Kind::kInference, 1);
@@ -113,7 +114,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   // matches them by order alone, each direction on a communicator and stream of its own,
   // so sends that wait for their receive and deferred sends both run) and every transfer
   // is between neighbouring stages (one chunk, or two stages: no ring link is needed).
-  const bool neighbours_only = shape_.chunks == 1 || shape_.stages == 2;
+  const bool neighbours_only = shape_.chunks == 1 || shape_.stages == 2 ||
+                               (shape_.chunks == 2 && shape_.placement == schedule::Placement::kV);
   comms_->connect_pipe(neighbours_only && train_program_.orders_agree &&
                        eval_program_.orders_agree && infer_program_.orders_agree);
   gradients_ = std::make_unique<GradientSync>(
@@ -125,7 +127,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
       *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
-  feed_ = std::make_unique<MicroBatchFeed>(grid_, optimizer_->dtype(), device_);
+  feed_ = std::make_unique<MicroBatchFeed>(
+      grid_, optimizer_->dtype(), device_,
+      MicroBatchFeed::Ends{.first = shape_.stage_of(0) == grid_->stage_id(),
+                           .last = holds_output()});
   link_ = std::make_unique<StageLink>(*comms_, config_.pipeline.partitioned_transfers);
 }
 
@@ -147,6 +152,16 @@ void PipelineEngine::check_stage() const {
         "model chunks need at least 2 pipeline stages (the first and the last "
         "chunk would share a rank and its data), got " +
         std::to_string(options.chunks) + " chunks on 1 stage");
+  }
+  const schedule::Placement placement =
+      options.chunks > 1 ? schedule::schedule_kind(config_.pipeline.schedule).placement
+                         : options.placement;
+  if (options.placement != placement) {
+    throw io::InputError(std::string("the module places its chunks ") +
+                         (options.placement == schedule::Placement::kV ? "in a V" : "in a loop") +
+                         ", but pipeline.schedule \"" +
+                         std::string(schedule::name(config_.pipeline.schedule)) +
+                         "\" runs them the other way");
   }
   if (options.chunks != config_.pipeline.chunks) {
     throw io::InputError("the module is built with " + std::to_string(options.chunks) +
@@ -308,7 +323,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   const int receiving_chunk = schedule::is_recv(in.kind) ? in.chunk : peer.chunk;
   switch (in.kind) {
     case OpKind::kLoadMicroBatch:
-      return load_micro_batch(*buffer, in.chunk, run);
+      return load_micro_batch(*buffer, in, run);
     case OpKind::kForwardPass:
       if (run.before_forward) run.before_forward(in.micro_batch);
       return forward(*buffer, in.chunk, run);
@@ -321,10 +336,14 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return gradients_->after_backward();
     case OpKind::kSendActivation:
       return link_->send(buffer->outputs, peer.stage, {Flow::kActivation, receiving_chunk});
-    case OpKind::kRecvActivation:
-      buffer->inputs =
-          link_->recv(peer.stage, {Flow::kActivation, receiving_chunk}, buffer->inputs);
+    case OpKind::kRecvActivation: {
+      // A hand-over shares its sender's storage: never refill it in place.
+      const bool handed = peer.stage == grid_->stage_id();
+      buffer->inputs = link_->recv(peer.stage, {Flow::kActivation, receiving_chunk},
+                                   buffer->inputs_handed ? module::Activation{} : buffer->inputs);
+      buffer->inputs_handed = handed;
       return;
+    }
     case OpKind::kSendGrad:
       return send_grad(*buffer, peer.stage, receiving_chunk);
     case OpKind::kRecvGrad:
@@ -343,11 +362,24 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   }
 }
 
-void PipelineEngine::load_micro_batch(PipeBuffer& buffer, int chunk, Run& run) {
-  MicroBatch batch = feed_->next(run.data, run.loaded, global_steps_);
-  ++run.loaded;
-  if (is_first_virtual_stage(chunk)) buffer.inputs = std::move(batch.inputs);
-  if (is_last_virtual_stage(chunk)) buffer.labels = std::move(batch.labels);
+void PipelineEngine::load_micro_batch(PipeBuffer& buffer, const Instruction& in, Run& run) {
+  const bool first = is_first_virtual_stage(in.chunk);
+  const bool last = is_last_virtual_stage(in.chunk);
+  // A rank holding both ends on different chunks reads each micro-batch once.
+  const bool both_ends_here = feed_->ends().first && feed_->ends().last;
+  MicroBatch batch;
+  const auto unclaimed = run.unclaimed.find(in.micro_batch);
+  if (both_ends_here && unclaimed != run.unclaimed.end()) {
+    batch = std::move(unclaimed->second);
+    run.unclaimed.erase(unclaimed);
+  } else {
+    batch = feed_->next(run.data, run.loaded, global_steps_);
+    ++run.loaded;
+    if (both_ends_here && !(first && last)) run.unclaimed[in.micro_batch] = batch;
+  }
+  if (first) buffer.inputs = std::move(batch.inputs);
+  if (last) buffer.labels = std::move(batch.labels);
+  buffer.inputs_handed = false;
 }
 
 void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
@@ -423,13 +455,13 @@ void PipelineEngine::optimizer_step() {
 }
 
 double PipelineEngine::mean_loss(double loss_sum) {
-  // The last stage's mean over micro-batches, averaged over replicas, sent up the pipe.
+  // The output stage's mean over micro-batches, averaged over replicas, sent to the pipe.
   at::Tensor loss = at::zeros({1}, at::kDouble);
-  if (grid_->is_last_stage()) {
+  if (holds_output()) {
     loss.fill_(loss_sum / micro_batches());
     grid_->data_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
   }
-  grid_->pipe_comm()->broadcast(loss, grid_->pipe_parallel_size() - 1);
+  grid_->pipe_comm()->broadcast(loss, output_stage());
   return loss.item<double>();
 }
 

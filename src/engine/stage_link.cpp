@@ -36,8 +36,14 @@ bool StageLink::partitioned() const {
 }
 
 void StageLink::send(const comm::TensorList& tensors, int stage, Channel channel) {
-  if (outgoing_) return transmit(outgoing_(tensors), stage, channel);
-  transmit(tensors, stage, channel);
+  const comm::TensorList& out = outgoing_ ? outgoing_(tensors) : tensors;
+  if (stage != grid_->stage_id()) return transmit(out, stage, channel);
+  comm::TensorList handed;
+  for (const auto& t : out) {
+    const bool grad = t.requires_grad() && at::isFloatingType(t.scalar_type());
+    handed.push_back(t.detach().requires_grad_(grad));
+  }
+  local_[tag_of(channel)].push_back(std::move(handed));
 }
 
 void StageLink::transmit(const comm::TensorList& tensors, int stage, Channel channel) {
@@ -62,6 +68,13 @@ void StageLink::post(const comm::TensorList& wire, int stage, Channel channel) {
 }
 
 comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorList& reuse) {
+  if (stage == grid_->stage_id()) {
+    auto& queue = local_[tag_of(channel)];
+    if (queue.empty()) throw std::logic_error("a local hand-over is received before it was sent");
+    comm::TensorList tensors = std::move(queue.front());
+    queue.pop_front();
+    return tensors;
+  }
   if (!partitioned()) {
     comm::TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
     bytes_ += byte_size(tensors);

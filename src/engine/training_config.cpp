@@ -16,24 +16,29 @@ const config::Names<std::string>& scheduler_types() {
   return names;
 }
 
-// Chunks go with the interleaved schedule, which needs a pipe to interleave over.
+// Chunks go with the schedules that run several per stage (the kinds table says how many),
+// which need a pipe to spread them over.
 void check_chunks(const TrainingConfig& c) {
   const PipelineConfig& p = c.pipeline;
+  const schedule::ScheduleKind& kind = schedule::schedule_kind(p.schedule);
+  const std::string named =
+      "pipeline.schedule \"" + config::name_of(pipeline_schedules(), p.schedule) + "\"";
   const std::string chunks = std::to_string(p.chunks);
-  if (p.schedule != schedule::Kind::kInterleaved) {
+  if (!kind.uses_chunks) {
     if (p.chunks == 1) return;
-    throw io::InputError("pipeline.chunks " + chunks +
-                         " needs pipeline.schedule \"interleaved\", not \"" +
-                         config::name_of(pipeline_schedules(), p.schedule) + "\"");
+    throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
+                         "interleaved, interleaved-zb, looped-bfs, zbv, dualpipev), not " + named);
   }
-  if (p.chunks < 2) {
-    throw io::InputError(
-        "pipeline.schedule \"interleaved\" needs pipeline.chunks of at least 2, got " + chunks);
+  const int least = p.schedule == schedule::Kind::kInterleaved ? 2 : kind.min_chunks;
+  if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
+    throw io::InputError(named + " needs pipeline.chunks " +
+                         (kind.max_chunks == least ? "of " : "of at least ") +
+                         std::to_string(least) + ", got " + chunks);
   }
-  if (p.stages < 2) {
-    throw io::InputError(
-        "pipeline.schedule \"interleaved\" needs pipeline.stages of at least 2, got " +
-        std::to_string(p.stages));
+  if (p.chunks > 1 && p.stages < 2) {
+    throw io::InputError(named + " over " + chunks +
+                         " chunks needs pipeline.stages of at least 2, got " +
+                         std::to_string(p.stages));
   }
 }
 
@@ -169,10 +174,14 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", config::at_least(0))
       .custom(
-          "pipeline.schedule", "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1`",
+          "pipeline.schedule",
+          "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1` `zb-h2` `interleaved-zb` "
+          "`looped-bfs` `zbv` `dualpipev`",
           "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
-          "Megatron's interleaved 1F1B over `pipeline.chunks`, or zero-bubble ZB-H1 (weight "
-          "gradients deferred into the bubbles)",
+          "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "
+          "(weight gradients deferred into the bubbles), PyTorch's interleaved zero bubble and "
+          "looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two chunks "
+          "per stage in a V: `pipeline.chunks` 2)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
             c.pipeline.schedule =
                 config::read_choice(key, v, pipeline_schedules(), config::Quoting::kQuoted);
@@ -181,8 +190,10 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
             return config::name_of(pipeline_schedules(), c.pipeline.schedule);
           })
       .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
-               "model chunks per stage for `interleaved` (at least 2; layers split into stages × "
-               "chunks parts, stage s holding parts s, s + stages, ...); 1 otherwise",
+               "model chunks per stage: at least 2 for `interleaved`, 1 or more for "
+               "`interleaved-zb` and `looped-bfs` (layers split into stages × chunks parts, stage "
+               "s holding parts s, s + stages, ...), 2 for `zbv` and `dualpipev` (stage s holding "
+               "parts s and 2 × stages - 1 - s); 1 otherwise",
                config::at_least(1))
       .check(check_chunks)
       .accepted("pipeline.seed_layers", "bool",
@@ -276,11 +287,17 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
 }  // namespace
 
 const config::Names<schedule::Kind>& pipeline_schedules() {
-  static const config::Names<schedule::Kind> names{{"1f1b", schedule::Kind::k1F1B},
-                                                   {"train", schedule::Kind::k1F1B},
-                                                   {"gpipe", schedule::Kind::kGpipe},
-                                                   {"interleaved", schedule::Kind::kInterleaved},
-                                                   {"zb-h1", schedule::Kind::kZbH1}};
+  static const config::Names<schedule::Kind> names{
+      {"1f1b", schedule::Kind::k1F1B},
+      {"train", schedule::Kind::k1F1B},
+      {"gpipe", schedule::Kind::kGpipe},
+      {"interleaved", schedule::Kind::kInterleaved},
+      {"zb-h1", schedule::Kind::kZbH1},
+      {"zb-h2", schedule::Kind::kZbH2},
+      {"interleaved-zb", schedule::Kind::kInterleavedZb},
+      {"looped-bfs", schedule::Kind::kLoopedBfs},
+      {"zbv", schedule::Kind::kZbv},
+      {"dualpipev", schedule::Kind::kDualPipeV}};
   return names;
 }
 

@@ -124,13 +124,13 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> specs, LossFunction loss,
 std::pair<int, int> PipelineModule::layer_range(int chunk) const {
   if (chunk < 0 || chunk >= options_.chunks)
     throw std::out_of_range("no model chunk " + std::to_string(chunk));
-  const int v = chunk * options_.stages + options_.stage_id;
+  const int v = shape().virtual_stage(options_.stage_id, chunk);
   return {parts_[v], parts_[v + 1]};
 }
 
 int PipelineModule::stage_of_layer(int layer) const {
   const auto it = std::upper_bound(parts_.begin(), parts_.end(), layer);
-  return static_cast<int>(it - parts_.begin() - 1) % options_.stages;
+  return shape().stage_of(static_cast<int>(it - parts_.begin() - 1));
 }
 
 void PipelineModule::build_owned_layers() {

@@ -340,8 +340,9 @@ std::vector<StageMemory> static_memory(const Workload& w, const Cluster& c, cons
 
 Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   const std::vector<StageWork> stages = stage_work(w, shared, l);
-  const auto plan =
-      schedule::plan_pipeline(l.schedule, {static_cast<int>(l.micro_batches), l.pipe, l.chunks});
+  const auto plan = schedule::plan_pipeline(
+      l.schedule,
+      schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches), l.pipe, l.chunks));
   const PipelineTimeline pipeline =
       simulate_pipeline(plan, simulator_costs(stages, w, shared, l), shared, l);
   const schedule::Timeline& timeline = pipeline.timeline;

@@ -72,4 +72,47 @@ std::vector<ComputeOrder> zb_h1_order(const PipeShape& shape) {
   return orders;
 }
 
+std::vector<ComputeOrder> zb_h2_order(const PipeShape& shape) {
+  const int m = shape.micro_batches;
+  const int p = shape.stages;
+  // Unit passes in synchronous ticks; each stage takes, in this order of preference, the
+  // next input gradient whose output gradient is in, the next forward whose input is in
+  // while fewer than 2P-1 micro-batches are live, or its oldest pending weight gradient.
+  struct Stage {
+    int forwards = 0, inputs = 0, weights = 0;
+    ComputeOrder order;
+  };
+  std::vector<Stage> stages(p);
+  // Tick at which stage s finished the forward / input gradient of each micro-batch.
+  std::vector<std::vector<int>> forward_done(p, std::vector<int>(m, -1));
+  std::vector<std::vector<int>> input_done(p, std::vector<int>(m, -1));
+  auto before = [](int done, int tick) { return done >= 0 && done < tick; };
+  for (int tick = 0;; ++tick) {
+    bool remaining = false;
+    for (int s = 0; s < p; ++s) {
+      Stage& st = stages[s];
+      remaining = remaining || st.weights < m;
+      const int live = st.forwards - st.weights;
+      const int k = st.inputs;
+      const bool gradient_in = k < st.forwards && (s == p - 1 ? before(forward_done[s][k], tick)
+                                                              : before(input_done[s + 1][k], tick));
+      const int f = st.forwards;
+      const bool input_in = f < m && (s == 0 || before(forward_done[s - 1][f], tick));
+      if (gradient_in) {
+        st.order.push_back({OpKind::kBackwardInput, k, 0});
+        input_done[s][st.inputs++] = tick;
+      } else if (input_in && live < 2 * p - 1) {
+        st.order.push_back({OpKind::kForwardPass, f, 0});
+        forward_done[s][st.forwards++] = tick;
+      } else if (st.weights < st.inputs) {
+        st.order.push_back({OpKind::kBackwardWeight, st.weights++, 0});
+      }
+    }
+    if (!remaining) break;
+  }
+  std::vector<ComputeOrder> orders;
+  for (Stage& st : stages) orders.push_back(std::move(st.order));
+  return orders;
+}
+
 }  // namespace pipetrain::schedule

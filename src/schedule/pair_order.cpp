@@ -51,6 +51,7 @@ std::optional<Violation> first_order_mismatch(const PipelinePlan& plan) {
         const Instruction& in = steps[step][index];
         if (!is_send(in.kind) && !is_recv(in.kind)) continue;
         const int peer = transfer_peer(shape, stage, in).stage;
+        if (peer == stage) continue;  // a local hand-over: no message to match
         const Posted posted{transfer_of(shape, stage, in), step, index, in};
         if (is_send(in.kind)) {
           sent[{stage, peer}].push_back(posted);
@@ -139,6 +140,7 @@ GroupedPlan grouped(const PipelinePlan& plan) {
         const Instruction& in = plan.stage_steps[s][group.step][i];
         if (!is_send(in.kind) && !is_recv(in.kind)) continue;
         const int peer = transfer_peer(shape, s, in).stage;
+        if (peer == s) continue;  // a local hand-over
         auto& list = is_send(in.kind) ? send_groups[{s, peer}] : recv_groups[{peer, s}];
         slots.push_back({s, k, peer, is_send(in.kind), static_cast<int>(list.size())});
         list.push_back(k);

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 namespace pipetrain::schedule {
 namespace {
@@ -32,6 +33,21 @@ std::string cell(const Step& step, bool with_chunks) {
 
 }  // namespace
 
+char compute_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForwardPass:
+      return 'F';
+    case OpKind::kBackwardPass:
+      return 'B';
+    case OpKind::kBackwardInput:
+      return 'I';
+    case OpKind::kBackwardWeight:
+      return 'W';
+    default:
+      throw std::logic_error(std::string(name(kind)) + " is not a compute pass");
+  }
+}
+
 std::string to_json(const PipelinePlan& plan, int stage) {
   const bool with_chunks = shows_chunks(plan);
   nlohmann::json steps = nlohmann::json::array();
@@ -50,6 +66,23 @@ std::string to_json(const PipelinePlan& plan, int stage) {
   const nlohmann::json object = {{"num_pipe_buffers", plan.num_pipe_buffers.at(stage)},
                                  {"steps", std::move(steps)}};
   return object.dump();
+}
+
+std::string to_csv(const PipelinePlan& plan) {
+  std::ostringstream out;
+  for (int s = 0; s < plan.shape.stages; ++s) {
+    bool first = true;
+    for (const Step& step : plan.stage_steps[s]) {
+      if (!first) out << ',';
+      first = false;
+      for (const Instruction& in : step) {
+        if (!is_compute(in.kind)) continue;
+        out << plan.shape.virtual_stage(s, in.chunk) << compute_letter(in.kind) << in.micro_batch;
+      }
+    }
+    out << '\n';
+  }
+  return out.str();
 }
 
 std::string to_table(const PipelinePlan& plan, std::optional<int> stage) {

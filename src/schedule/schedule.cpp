@@ -1,5 +1,6 @@
 #include "pipetrain/schedule/schedule.h"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -16,15 +17,33 @@ const std::vector<ScheduleKind> kKinds = {
     {Kind::kInference, "inference",
      "DeepSpeed's forward-only pipeline (InferenceSchedule); over --chunks > 1 model chunks, "
      "forwards in Megatron's interleaved order",
-     false, true, false},
+     false, true, false, Placement::kLoop, 1, 0},
     {Kind::kDataParallel, "data-parallel", "no pipeline: forward and backward per micro-batch",
      true, false, false},
     {Kind::kGpipe, "gpipe", "GPipe: all forwards, then all backwards", true, false, false},
     {Kind::kInterleaved, "interleaved",
-     "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true, false},
+     "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true, false,
+     Placement::kLoop, 1, 0},
     {Kind::kZbH1, "zb-h1", "zero-bubble ZB-H1: weight gradients deferred into the bubbles", true,
      false, true},
+    {Kind::kZbH2, "zb-h2", "zero-bubble ZB-H2: 2P-1 warm-up forwards, no bubble when F = B-W = W",
+     true, false, true},
+    {Kind::kInterleavedZb, "interleaved-zb",
+     "PyTorch's ScheduleInterleavedZeroBubble (ZB1P) over --chunks looped chunks", true, true, true,
+     Placement::kLoop, 1, 0},
+    {Kind::kLoopedBfs, "looped-bfs",
+     "PyTorch's ScheduleLoopedBFS: breadth first over --chunks looped chunks", true, true, false,
+     Placement::kLoop, 1, 0},
+    {Kind::kZbv, "zbv", "PyTorch's ScheduleZBVZeroBubble: two chunks per stage in a V", true, true,
+     true, Placement::kV, 2, 2},
+    {Kind::kDualPipeV, "dualpipev",
+     "DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV): two chunks in a V, m >= 2P", true, true,
+     true, Placement::kV, 2, 2},
 };
+
+std::string chunk_words(int n) {
+  return std::to_string(n) + (n == 1 ? " chunk" : " chunks");
+}
 
 void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.micro_batches < 1) {
@@ -37,18 +56,41 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.chunks < 1) {
     throw io::InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
   }
+  const std::string named = "schedule '" + std::string(kind.name) + "'";
+  if (!kind.uses_chunks && shape.chunks != 1) {
+    throw io::InputError(named + " has one model chunk per stage, got chunks " +
+                         std::to_string(shape.chunks));
+  }
+  if (shape.chunks < kind.min_chunks || (kind.max_chunks > 0 && shape.chunks > kind.max_chunks)) {
+    throw io::InputError(named + " needs " + chunk_words(kind.min_chunks) + " per stage, got " +
+                         std::to_string(shape.chunks));
+  }
+  if (shape.chunks > 1 && kind.trains && shape.placement != kind.placement) {
+    throw io::InputError(named + " places its chunks " +
+                         (kind.placement == Placement::kV ? "in a V" : "in a loop") +
+                         ", not as the shape says");
+  }
   // With a partial last group of micro-batches Megatron's interleaved order can wait in a
   // cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
-  if (kind.uses_chunks && kind.trains && shape.chunks > 1 &&
+  if (kind.kind == Kind::kInterleaved && shape.chunks > 1 &&
       shape.micro_batches % shape.stages != 0) {
     throw io::InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
                          std::to_string(shape.micro_batches) + " micro-batches for " +
                          std::to_string(shape.stages) + " stages");
   }
-  if (shape.chunks != 1 && !kind.uses_chunks) {
-    throw io::InputError("schedule '" + std::string(kind.name) +
-                         "' has one model chunk per stage, got chunks " +
-                         std::to_string(shape.chunks));
+  // PyTorch's condition: rounds of up to P micro-batches, all of one size.
+  if (kind.kind == Kind::kInterleavedZb) {
+    const int rounds = std::max(1, shape.micro_batches / shape.stages);
+    if (shape.micro_batches % rounds != 0) {
+      throw io::InputError("schedule 'interleaved-zb' needs micro-batches divisible by its " +
+                           std::to_string(rounds) + " rounds (micro-batches / stages), got " +
+                           std::to_string(shape.micro_batches));
+    }
+  }
+  if (kind.kind == Kind::kDualPipeV && shape.micro_batches < 2 * shape.stages) {
+    throw io::InputError(
+        "schedule 'dualpipev' needs at least 2 x stages = " + std::to_string(2 * shape.stages) +
+        " micro-batches, got " + std::to_string(shape.micro_batches));
   }
 }
 
@@ -63,6 +105,16 @@ std::vector<ComputeOrder> (*order_function(Kind kind, const PipeShape& shape))(c
       return interleaved_1f1b_order;
     case Kind::kZbH1:
       return zb_h1_order;
+    case Kind::kZbH2:
+      return zb_h2_order;
+    case Kind::kInterleavedZb:
+      return interleaved_zero_bubble_order;
+    case Kind::kLoopedBfs:
+      return looped_bfs_order;
+    case Kind::kZbv:
+      return zbv_order;
+    case Kind::kDualPipeV:
+      return dualpipev_order;
     case Kind::k1F1B:
     case Kind::kDataParallel:
       return nullptr;
@@ -111,7 +163,11 @@ Peer transfer_peer(const PipeShape& shape, int stage, const Instruction& transfe
     throw std::logic_error(std::string(name(transfer.kind)) + " on virtual stage " +
                            std::to_string(vs) + " has no peer");
   }
-  return {other % shape.stages, other / shape.stages};
+  return {shape.stage_of(other), shape.chunk_of(other)};
+}
+
+bool is_local_transfer(const PipeShape& shape, int stage, const Instruction& transfer) {
+  return transfer_peer(shape, stage, transfer).stage == stage;
 }
 
 const std::vector<ScheduleKind>& schedule_kinds() {
@@ -138,6 +194,12 @@ const ScheduleKind& schedule_kind(std::string_view name) {
   throw io::InputError("unknown schedule kind '" + std::string(name) + "' (known: " + known + ")");
 }
 
+PipeShape shape_for(Kind kind, int micro_batches, int stages, int chunks) {
+  const ScheduleKind& info = schedule_kind(kind);
+  return {micro_batches, stages, chunks > 0 ? chunks : std::max(1, info.min_chunks),
+          info.placement};
+}
+
 PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
@@ -157,7 +219,11 @@ PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
 }
 
 PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape) {
-  return plan_pipeline(schedule_kind(name).kind, shape);
+  const ScheduleKind& kind = schedule_kind(name);
+  PipeShape shaped = shape;
+  shaped.placement = kind.placement;
+  if (shaped.chunks == 1 && kind.min_chunks > 1) shaped.chunks = kind.min_chunks;
+  return plan_pipeline(kind.kind, shaped);
 }
 
 }  // namespace pipetrain::schedule

@@ -110,7 +110,8 @@ Timeline simulate(const PipelinePlan& plan, const CostModel& costs) {
           channel.pop_front();
         } else if (is_send(in.kind)) {
           auto& channel = in.kind == OpKind::kSendActivation ? activations[vs + 1] : grads[vs - 1];
-          channel.push_back(cursor.clock + costs.transfer_time());
+          const bool local = is_local_transfer(shape, s, in);  // a V's turn: no message
+          channel.push_back(cursor.clock + (local ? 0.0 : costs.transfer_time()));
         } else if (is_compute(in.kind)) {
           const double start = cursor.clock;
           cursor.clock += cost_of(s, in.kind);

@@ -56,6 +56,8 @@ class Execution {
         forwarded_(shape_.virtual_stages(), 0),
         backwarded_(shape_.virtual_stages(), 0),
         weighted_(shape_.virtual_stages(), 0),
+        backwards_done_(shape_.virtual_stages()),
+        weights_done_(shape_.virtual_stages()),
         activations_(shape_.virtual_stages()),
         grads_(shape_.virtual_stages()),
         optimizer_steps_(shape_.stages, 0),
@@ -232,6 +234,22 @@ class Execution {
     return true;
   }
 
+  // Backward passes may run in any micro-batch order (PyTorch's looped BFS runs them last
+  // first), each once.
+  void check_once(const Site& site, std::vector<std::vector<bool>>& done, std::vector<int>& count,
+                  const char* pass, int micro_batch) {
+    const int vs = vs_of(site);
+    auto& seen = done[vs];
+    if (seen.empty()) seen.resize(shape_.micro_batches, false);
+    if (micro_batch < 0 || micro_batch >= shape_.micro_batches || seen[micro_batch]) {
+      fail(site, std::string(pass) + " of micro-batch " + std::to_string(micro_batch) +
+                     " runs twice on virtual stage " + std::to_string(vs));
+      return;
+    }
+    seen[micro_batch] = true;
+    ++count[vs];
+  }
+
   void check_order(const Site& site, std::vector<int>& next, const char* pass, int micro_batch) {
     const int vs = vs_of(site);
     if (micro_batch != next[vs]) {
@@ -255,6 +273,8 @@ class Execution {
     const int sent_before = static_cast<int>(received_.size());
     const Outcome outcome = execute(site);
     if (!synchronous_ || static_cast<int>(received_.size()) == sent_before) return outcome;
+    // A hand-over between a rank's own chunks is a local move: it never waits.
+    if (is_local_transfer(shape_, site.stage, site.instruction)) return outcome;
     unreceived = sent_before;
     return Outcome::kBlocked;
   }
@@ -308,7 +328,7 @@ class Execution {
         break;
       case OpKind::kBackwardWeight:
         if (holds(site, *buffer, buffer->awaits_weight, "pending weight gradient")) {
-          check_order(site, weighted_, "BackwardWeight", buffer->micro_batch);
+          check_once(site, weights_done_, weighted_, "BackwardWeight", buffer->micro_batch);
           buffer->awaits_weight = false;
         }
         break;
@@ -394,7 +414,11 @@ class Execution {
                      " before its output gradient arrived");
       return;
     }
-    check_order(site, backwarded_, name(site.instruction.kind).data(), buffer.micro_batch);
+    check_once(site, backwards_done_, backwarded_, name(site.instruction.kind).data(),
+               buffer.micro_batch);
+    // A full backward also makes the weight gradient (schedules may mix both kinds).
+    if (site.instruction.kind == OpKind::kBackwardPass)
+      check_once(site, weights_done_, weighted_, "BackwardPass", buffer.micro_batch);
     buffer.awaits_backward = false;
     buffer.has_output_grad = false;
     buffer.input_grad_unsent = !first;
@@ -430,8 +454,8 @@ class Execution {
     }
     const int m = shape_.micro_batches;
     for (int vs = 0; vs <= last_vs_; ++vs) {
-      const Site end{vs % shape_.stages,
-                     static_cast<int>(plan_.stage_steps[vs % shape_.stages].size()),
+      const Site end{shape_.stage_of(vs),
+                     static_cast<int>(plan_.stage_steps[shape_.stage_of(vs)].size()),
                      0,
                      {}};
       auto missing = [&](const std::vector<int>& done, const char* pass) {
@@ -462,6 +486,8 @@ class Execution {
   std::vector<int> forwarded_;                // per virtual stage: next micro-batch expected
   std::vector<int> backwarded_;
   std::vector<int> weighted_;
+  std::vector<std::vector<bool>> backwards_done_;  // per virtual stage, per micro-batch
+  std::vector<std::vector<bool>> weights_done_;
   std::vector<std::deque<Message>> activations_;  // per receiving virtual stage
   std::vector<std::deque<Message>> grads_;
   std::vector<int> optimizer_steps_;                 // per stage

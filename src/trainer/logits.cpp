@@ -46,7 +46,7 @@ int write_logits(const LogitsOptions& options) {
   const at::Tensor ids = at::tensor(options.tokens, at::kLong).unsqueeze(0);
   const comm::TensorList outputs = job.engine->infer({ids});
   const topology::Grid& grid = *job.grid;
-  if (!grid.is_last_stage()) return 0;
+  if (!job.engine->holds_output()) return 0;
   // Whole again from the tensor-parallel vocabulary slices.
   const at::Tensor logits = tensor_parallel::gather_from_group(
       outputs.at(0)[0], tensor_parallel::Group{grid.model_comm()});

@@ -97,13 +97,13 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
     at::Tensor next = at::zeros({static_cast<int64_t>(active.size())}, at::kLong);
     for (std::size_t k = 0; k < active.size(); ++k) {
       if (options.kv_cache) active[k]->cache.advance(feeds[k][0].size(1));
-      if (!grid.is_last_stage()) continue;
+      if (!engine.holds_output()) continue;
       // The last position's logits, whole again from the tensor-parallel vocabulary slices.
       const at::Tensor logits = tensor_parallel::gather_from_group(
           outputs.at(k).at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});  // last position
       next[k] = draw(logits.to(at::kDouble), options, active[k]->generator).item<int64_t>();
     }
-    grid.pipe_comm()->broadcast(next, grid.pipe_parallel_size() - 1);
+    grid.pipe_comm()->broadcast(next, engine.output_stage());
     for (std::size_t k = 0; k < active.size(); ++k) {
       const int64_t token = next[k].item<int64_t>();
       active[k]->tokens.push_back(token);

@@ -24,7 +24,7 @@ void for_every_plan(Check check) {
         for (int micro_batches : {1, 2, 3, 4, 8, 9}) {
           PipelinePlan plan;
           try {
-            plan = plan_pipeline(kind.kind, {micro_batches, stages, chunks});
+            plan = plan_pipeline(kind.kind, shape_for(kind.kind, micro_batches, stages, chunks));
           } catch (const std::exception&) {
             continue;  // a shape the kind refuses (e.g. interleaving with m < p)
           }
@@ -38,11 +38,25 @@ void for_every_plan(Check check) {
   EXPECT_GT(plans, 150);
 }
 
+// Plans whose pairs carry two flows one way (activations of one chunk, gradients of
+// another) in another order than they are received: the V kinds and interleaved zero
+// bubble. Their pipes stay on MPI, whose tags keep the flows apart.
+bool crosses_flows(const PipelinePlan& plan) {
+  return plan.kind == Kind::kZbv || plan.kind == Kind::kDualPipeV ||
+         (plan.kind == Kind::kInterleavedZb && plan.shape.chunks > 1);
+}
+
 TEST(PairOrder, EveryPlanSendsEachPairItsTransfersInTheOrderTheyAreReceived) {
-  for_every_plan([](const PipelinePlan& plan, const std::string& name) {
+  int crossing = 0;
+  for_every_plan([&](const PipelinePlan& plan, const std::string& name) {
     const auto mismatch = first_order_mismatch(plan);
+    if (crosses_flows(plan)) {
+      crossing += mismatch.has_value();
+      return;
+    }
     EXPECT_FALSE(mismatch) << name << ": " << mismatch->to_string();
   });
+  EXPECT_GT(crossing, 0);
 }
 
 TEST(PairOrder, SwappedReceivesFromOnePeerAreFound) {
@@ -80,11 +94,13 @@ TEST(PairOrder, ASendWithoutItsReceiveIsFound) {
   EXPECT_NE(mismatch->reason.find("has no receive"), std::string::npos) << mismatch->reason;
 }
 
-TEST(PairOrder, BlockingSendsMatchedByOrderCarryTheOneChunkSchedulesButNotZbH1OrInterleaving) {
+TEST(PairOrder,
+     BlockingSendsMatchedByOrderCarryTheOneChunkSchedulesButNotZeroBubbleOrInterleaving) {
   for_every_plan([](const PipelinePlan& plan, const std::string& name) {
     const bool in_flight = plan.shape.micro_batches > 1;  // one micro-batch never overlaps
     if (plan.shape.stages > 1 && in_flight &&
-        (plan.kind == Kind::kZbH1 || plan.kind == Kind::kInterleaved)) {
+        (plan.kind == Kind::kZbH1 || plan.kind == Kind::kZbH2 ||
+         plan.kind == Kind::kInterleavedZb || plan.kind == Kind::kInterleaved)) {
       EXPECT_FALSE(runs_matched_by_order(plan)) << name;  // neighbours send to each other at once
     } else if (plan.shape.chunks == 1) {
       EXPECT_TRUE(runs_matched_by_order(plan)) << name;

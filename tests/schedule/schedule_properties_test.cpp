@@ -28,11 +28,19 @@ int max_stages(const Case& c) {
   return c.kind == "data-parallel" ? 1 : 16;
 }
 
+// The shapes a kind refuses (its source's conditions).
+bool refuses(const Case& c, int m, int p) {
+  if (c.kind == "interleaved") return c.chunks > 1 && m % p != 0;
+  if (c.kind == "interleaved-zb") return m % std::max(1, m / p) != 0;
+  if (c.kind == "dualpipev") return m < 2 * p;
+  return false;
+}
+
 TEST_P(EveryShape, ValidatesWithConsistentStepsAndBuffers) {
   const Case& c = GetParam();
   for (int m = 1; m <= 32; ++m) {
     for (int p = 1; p <= max_stages(c); ++p) {
-      if (c.chunks > 1 && m % p != 0) {
+      if (refuses(c, m, p)) {
         EXPECT_THROW(plan_pipeline(c.kind, {m, p, c.chunks}), io::InputError);
         continue;
       }
@@ -77,6 +85,17 @@ TEST_P(EveryShape, ValidatesWithConsistentStepsAndBuffers) {
         if (c.kind == "zb-h1") {
           EXPECT_EQ(buffers, std::min(p, m));
         }
+        // ZB-H2 holds up to 2P-1 (the paper's table), stage 0 the most.
+        if (c.kind == "zb-h2") {
+          EXPECT_LE(buffers, std::min(m, 2 * p - 1));
+          if (s == 0) {
+            EXPECT_EQ(buffers, std::min(m, 2 * p - 1));
+          }
+        }
+        // ZBV: as 1F1B, P micro-batches of the whole stage (2P of half its layers);
+        // DualPipeV: P + 1 chunk micro-batches with P = 2p model stages.
+        if (c.kind == "zbv") EXPECT_LE(buffers, 2 * p);
+        if (c.kind == "dualpipev") EXPECT_LE(buffers, 2 * p + 1);
       }
     }
   }
@@ -86,7 +105,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, EveryShape,
                          ::testing::Values(Case{"train"}, Case{"inference"}, Case{"data-parallel"},
                                            Case{"gpipe"}, Case{"interleaved", 1},
                                            Case{"interleaved", 2}, Case{"interleaved", 3},
-                                           Case{"zb-h1"}),
+                                           Case{"zb-h1"}, Case{"zb-h2"}, Case{"interleaved-zb", 1},
+                                           Case{"interleaved-zb", 2}, Case{"interleaved-zb", 3},
+                                           Case{"looped-bfs", 1}, Case{"looped-bfs", 2},
+                                           Case{"zbv", 2}, Case{"dualpipev", 2}),
                          [](const auto& info) {
                            std::string name = info.param.kind + std::to_string(info.param.chunks);
                            std::replace(name.begin(), name.end(), '-', '_');

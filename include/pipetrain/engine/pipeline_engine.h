@@ -157,6 +157,10 @@ class PipelineEngine {
   torch::optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
   const TrainingConfig& config() const { return config_; }
   const topology::Grid& grid() const { return *grid_; }
+  // The pipe stage holding the model's last layers, whose outputs (logits, the loss)
+  // infer() and eval_batch() return: the last stage, or stage 0 when chunks form a V.
+  int output_stage() const { return shape_.stage_of(shape_.virtual_stages() - 1); }
+  bool holds_output() const { return grid_->stage_id() == output_stage(); }
   int micro_batches() const { return static_cast<int>(config_.gradient_accumulation_steps); }
   int64_t global_steps() const { return global_steps_; }
   // For checkpoints: continue counting (and scheduling the learning rate) from `steps`.
@@ -171,6 +175,7 @@ class PipelineEngine {
   // Buffer ids are per stage, shared by its chunks: an instruction's chunk says whose.
   struct PipeBuffer {
     module::Activation inputs;      // loaded, or received (floating ones require grad)
+    bool inputs_handed = false;     // from this rank's other chunk: shared, never refilled
     module::Activation outputs;     // forward results kept for backward
     comm::TensorList output_grads;  // received from the next stage
     comm::TensorList labels;
@@ -201,6 +206,9 @@ class PipelineEngine {
     bool training = false;
     bool splits_backward = false;  // the program's
     int loaded = 0;                // micro-batches
+    // Read for one virtual stage and still wanted by another on this rank (a V's stage 0
+    // takes the inputs for chunk 0 and the labels for chunk 1), by micro-batch.
+    std::map<int, MicroBatch> unclaimed{};
     at::Tensor loss_sum{};
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
     bool last_position_only = false;            // outputs kept: only the last of dimension 1
@@ -218,9 +226,11 @@ class PipelineEngine {
 
   void check_stage() const;
   Program program(schedule::Kind kind, int micro_batches) const;
-  bool is_first_virtual_stage(int chunk) const { return grid_->is_first_stage() && chunk == 0; }
+  bool is_first_virtual_stage(int chunk) const {
+    return shape_.virtual_stage(grid_->stage_id(), chunk) == 0;
+  }
   bool is_last_virtual_stage(int chunk) const {
-    return grid_->is_last_stage() && chunk == shape_.chunks - 1;
+    return shape_.virtual_stage(grid_->stage_id(), chunk) == shape_.virtual_stages() - 1;
   }
   // Returns the sum of the last stage's micro-batch losses (zero elsewhere).
   // Runs `program` once; under NCCL a step that fails leaves its collectives queued, so
@@ -230,7 +240,7 @@ class PipelineEngine {
   void run_instruction(int step, const schedule::Instruction& instruction, Run& run);
   void dispatch(const schedule::Instruction& instruction, Run& run);
 
-  void load_micro_batch(PipeBuffer& buffer, int chunk, Run& run);
+  void load_micro_batch(PipeBuffer& buffer, const schedule::Instruction& in, Run& run);
   void forward(PipeBuffer& buffer, int chunk, Run& run);
   void backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads);
   void backward_weight(PipeBuffer& buffer);

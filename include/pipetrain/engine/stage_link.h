@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,7 +60,9 @@ class StageLink {
   using OutgoingFilter = std::function<comm::TensorList(const comm::TensorList&)>;
   void set_outgoing_filter(OutgoingFilter filter) { outgoing_ = std::move(filter); }
 
-  // The sent tensors must not be changed in place until the send completes.
+  // The sent tensors must not be changed in place until the send completes. To this
+  // rank's own stage (a V's turn) a send is a local hand-over: the receive takes the same
+  // storage, detached from the sender's graph, and nothing is counted.
   void send(const comm::TensorList& tensors, int stage, Channel channel);
   // Waits (with the communicator's deadline) for tensors from `stage`; entries of `reuse`
   // whose dtype and shape match are filled in place.
@@ -86,6 +89,7 @@ class StageLink {
   comm::TensorTransport transport_;
   OutgoingFilter outgoing_;
   TransferProgress in_flight_;
+  std::map<int, std::deque<comm::TensorList>> local_;  // hand-overs by tag, in order
   int64_t bytes_ = 0;
 };
 

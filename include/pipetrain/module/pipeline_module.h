@@ -8,6 +8,7 @@
 
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/partition.h"
+#include "pipetrain/schedule/schedule.h"
 #include "pipetrain/tensor_parallel/shard.h"
 
 namespace pipetrain::module {
@@ -19,8 +20,10 @@ struct PipelineModuleOptions {
   int stages = 1;
   int stage_id = 0;
   // Model chunks per stage: the layers split into stages * chunks virtual stages, and
-  // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B).
+  // this stage owns virtual stages stage_id, stage_id + stages, ... (interleaved 1F1B), or
+  // stage_id and 2 * stages - 1 - stage_id in a V (ZBV, DualPipeV).
   int chunks = 1;
+  schedule::Placement placement = schedule::Placement::kLoop;
   PartitionMethod partition_method{};  // by parameter counts unless set
   uint64_t seed = 1234;                // base of every layer's initialisation seed
   // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
@@ -47,6 +50,10 @@ class PipelineModule {
   const Partition& parts() const { return parts_; }
   // This stage's layers of model chunk `chunk`, as [first, last).
   std::pair<int, int> layer_range(int chunk = 0) const;
+  // The shape of the stages and chunks (micro-batches left at 1).
+  schedule::PipeShape shape() const {
+    return {1, options_.stages, options_.chunks, options_.placement};
+  }
 
   // Runs this stage's layers of `chunk` (checkpointed when training with an interval).
   Activation forward(const Activation& input, int chunk = 0);

@@ -13,6 +13,13 @@ namespace pipetrain::schedule {
 // Instructions are [name, buffer] or [name]; schedules with model chunks append the chunk.
 std::string to_json(const PipelinePlan& plan, int stage);
 
+// PyTorch pipelining's CSV layout of compute orders: one row per rank, one cell per step,
+// each a compute action `{virtual stage}{F|B|I|W}{micro-batch}` (I and W: the input and
+// weight halves of a split backward), an empty cell where the step computes nothing.
+std::string to_csv(const PipelinePlan& plan);
+// The CSV's letter of a compute kind (F, B, I, W).
+char compute_letter(OpKind kind);
+
 // A step x stage grid, all stages or just `stage`. Cells list the step's instructions
 // abbreviated (see the legend printed below the grid) with their buffer.
 std::string to_table(const PipelinePlan& plan, std::optional<int> stage);

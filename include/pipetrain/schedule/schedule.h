@@ -8,15 +8,33 @@
 
 namespace pipetrain::schedule {
 
+// How a rank's model chunks sit along the model's virtual stages.
+enum class Placement : std::uint8_t {
+  kLoop,  // rank s holds virtual stages s, s+P, s+2P, ... (Megatron's interleaving)
+  kV,     // a zig-zag: chunk 0 is virtual stage s, chunk 1 is 2P-1-s, chunk 2 is 2P+s, ...
+          // (ZBV, DualPipeV); the last rank feeds its own next chunk
+};
+
 // The size of one pipelined batch.
 struct PipeShape {
   int micro_batches = 1;
   int stages = 1;
-  // Model chunks per stage: rank s runs virtual stages s, s+P, s+2P, ... (interleaved 1F1B).
+  // Model chunks per stage, placed along the virtual stages as `placement` says.
   int chunks = 1;
+  Placement placement = Placement::kLoop;
 
   int virtual_stages() const { return stages * chunks; }
-  int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
+  int virtual_stage(int stage, int chunk) const {
+    const bool reversed = placement == Placement::kV && chunk % 2 == 1;
+    return chunk * stages + (reversed ? stages - 1 - stage : stage);
+  }
+  // The rank and chunk that hold virtual stage `vs`.
+  int stage_of(int vs) const {
+    const int chunk = chunk_of(vs);
+    const int offset = vs % stages;
+    return placement == Placement::kV && chunk % 2 == 1 ? stages - 1 - offset : offset;
+  }
+  int chunk_of(int vs) const { return vs / stages; }
 };
 
 // Throws InputError unless 0 <= stage_id < shape.stages.
@@ -31,16 +49,24 @@ struct Peer {
 // Where a send issued by `stage` goes, or where a receive issued by `stage` comes from.
 // Activations flow to the next virtual stage, gradients to the previous one.
 Peer transfer_peer(const PipeShape& shape, int stage, const Instruction& transfer);
+// A transfer whose other end is on the same rank (a V's turn): a local hand-over between
+// the rank's own chunks, never a message.
+bool is_local_transfer(const PipeShape& shape, int stage, const Instruction& transfer);
 
 // The schedules this layer plans. Names (schedule_kind(k).name) are the spec's and the
 // command line's; everywhere past parsing a schedule is one of these.
 enum class Kind {
-  k1F1B,          // "train": DeepSpeed's synchronous 1F1B (TrainSchedule)
-  kInference,     // "inference": forward only
-  kDataParallel,  // "data-parallel": one stage, forward and backward per micro-batch
-  kGpipe,         // "gpipe"
-  kInterleaved,   // "interleaved": Megatron's interleaved 1F1B over model chunks
-  kZbH1,          // "zb-h1": zero-bubble ZB-H1, backward split in two
+  k1F1B,           // "train": DeepSpeed's synchronous 1F1B (TrainSchedule)
+  kInference,      // "inference": forward only
+  kDataParallel,   // "data-parallel": one stage, forward and backward per micro-batch
+  kGpipe,          // "gpipe"
+  kInterleaved,    // "interleaved": Megatron's interleaved 1F1B over model chunks
+  kZbH1,           // "zb-h1": zero-bubble ZB-H1, backward split in two
+  kZbH2,           // "zb-h2": zero-bubble ZB-H2, more warm-up forwards, no bubble
+  kInterleavedZb,  // "interleaved-zb": PyTorch's ScheduleInterleavedZeroBubble
+  kLoopedBfs,      // "looped-bfs": PyTorch's ScheduleLoopedBFS
+  kZbv,            // "zbv": PyTorch's ScheduleZBVZeroBubble, two chunks in a V
+  kDualPipeV,      // "dualpipev": DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV)
 };
 
 // The instruction stream of one stage for one batch, for the kinds written step by step
@@ -78,7 +104,10 @@ struct ScheduleKind {
   std::string_view summary;
   bool trains;           // ends with backward passes and an optimizer step
   bool uses_chunks;      // honours PipeShape::chunks
-  bool splits_backward;  // BackwardInput + BackwardWeight instead of BackwardPass
+  bool splits_backward;  // BackwardInput + BackwardWeight (instead of, or beside, BackwardPass)
+  Placement placement = Placement::kLoop;  // of the chunks, when there are several
+  int min_chunks = 1;                      // and at most this many (0: no bound)
+  int max_chunks = 1;
 };
 
 const std::vector<ScheduleKind>& schedule_kinds();
@@ -97,9 +126,13 @@ struct PipelinePlan {
   std::vector<std::vector<Step>> stage_steps;  // per stage
 };
 
+// The shape a kind runs: its placement, and its chunks (2 for the V kinds) when `chunks` is 0.
+PipeShape shape_for(Kind kind, int micro_batches, int stages, int chunks = 0);
+
 // Throws InputError naming the bad argument (stages < 1, chunks the kind has not...).
 PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape);
-// For a kind a user named (the command line's, a test's): schedule_kind(name), then plan.
+// For a kind a user named (the command line's, a test's): schedule_kind(name), then plan
+// with the kind's placement, and its least chunks where the shape says 1.
 PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape);
 
 }  // namespace pipetrain::schedule

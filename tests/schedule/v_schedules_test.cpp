@@ -1,0 +1,115 @@
+// The schedules after ZB-H1: V placement, local hand-overs, and what each costs when
+// simulated (the bubble and memory the ZB paper and DualPipe's README give).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/pair_order.h"
+#include "pipetrain/schedule/render.h"
+#include "pipetrain/schedule/simulator.h"
+#include "pipetrain/schedule/validator.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+double v_bubble(const Timeline& timeline) {
+  double busy = 0;
+  for (const auto& stage : timeline.stages) busy += stage.busy;
+  return 1.0 - busy / (timeline.stages.size() * timeline.makespan);
+}
+
+// F = B - W = W: the costs under which ZB-H2, ZBV and DualPipeV close the bubble.
+CostModel balanced() {
+  CostModel costs;
+  costs.forward = {1.0};
+  costs.backward = {2.0};
+  costs.weight = {1.0};
+  return costs;
+}
+
+TEST(Placement, AVPutsChunkOneOnTheWayBack) {
+  const PipeShape v{4, 3, 2, Placement::kV};
+  EXPECT_EQ(v.virtual_stage(0, 0), 0);
+  EXPECT_EQ(v.virtual_stage(2, 0), 2);
+  EXPECT_EQ(v.virtual_stage(2, 1), 3);  // the last rank turns the V
+  EXPECT_EQ(v.virtual_stage(0, 1), 5);  // rank 0 holds the first and the last
+  for (int vs = 0; vs < v.virtual_stages(); ++vs) {
+    EXPECT_EQ(v.virtual_stage(v.stage_of(vs), v.chunk_of(vs)), vs);
+  }
+  const PipeShape loop{4, 3, 2};
+  EXPECT_EQ(loop.virtual_stage(0, 1), 3);
+  EXPECT_EQ(loop.stage_of(5), 2);
+}
+
+TEST(Placement, OnlyTheTurnOfTheVIsLocal) {
+  const PipelinePlan plan = plan_pipeline("zbv", {8, 4, 2});
+  int local = 0;
+  for (int s = 0; s < 4; ++s) {
+    for (const Step& step : plan.stage_steps[s]) {
+      for (const Instruction& in : step) {
+        if (!is_send(in.kind) && !is_recv(in.kind)) continue;
+        const Peer peer = transfer_peer(plan.shape, s, in);
+        EXPECT_LE(std::abs(peer.stage - s), 1) << "only neighbours talk in a V";
+        if (peer.stage == s) {
+          ++local;
+          EXPECT_EQ(s, 3) << "only the last rank hands over to itself";
+        }
+      }
+    }
+  }
+  // 8 activations and 8 gradients, each sent and received at the turn.
+  EXPECT_EQ(local, 32);
+  EXPECT_FALSE(validate(plan));
+  // With sends that wait for their receive the V deadlocks (neighbours send to each other
+  // at once, as in ZB-H1; the engine defers its sends), but never at a hand-over.
+  const auto blocked = validate(plan, SendMode::kSynchronous);
+  ASSERT_TRUE(blocked);
+  EXPECT_FALSE(is_local_transfer(plan.shape, blocked->stage, blocked->instruction));
+}
+
+TEST(Placement, KindsRefuseTheOtherPlacementAndTheirChunkCounts) {
+  EXPECT_THROW(plan_pipeline(Kind::kZbv, {8, 2, 2}), io::InputError);  // a loop
+  EXPECT_THROW(plan_pipeline(Kind::kInterleaved, {8, 2, 2, Placement::kV}), io::InputError);
+  EXPECT_THROW(plan_pipeline("zbv", {8, 2, 3}), io::InputError);
+  EXPECT_THROW(plan_pipeline("dualpipev", {3, 2, 2}), io::InputError);  // m < 2p
+  EXPECT_NO_THROW(plan_pipeline("dualpipev", {4, 2, 2}));
+  EXPECT_THROW(plan_pipeline("interleaved-zb", {5, 2, 2}), io::InputError);  // 2 rounds
+  // The name form takes the kind's placement and, given 1, its chunks.
+  EXPECT_EQ(plan_pipeline("zbv", {8, 2}).shape.chunks, 2);
+  EXPECT_EQ(plan_pipeline("zbv", {8, 2}).shape.placement, Placement::kV);
+}
+
+TEST(Simulated, ZeroBubbleKindsCloseTheBubbleWhenPassesAreBalanced) {
+  for (int p : {2, 4}) {
+    const int m = 4 * p;
+    const double one_f_one_b = v_bubble(simulate(plan_pipeline("train", {m, p}), balanced()));
+    const double h1 = v_bubble(simulate(plan_pipeline("zb-h1", {m, p}), balanced()));
+    const double h2 = v_bubble(simulate(plan_pipeline("zb-h2", {m, p}), balanced()));
+    const double zbv = v_bubble(simulate(plan_pipeline("zbv", {m, p}), balanced()));
+    const double dualpipev = v_bubble(simulate(plan_pipeline("dualpipev", {m, p}), balanced()));
+    SCOPED_TRACE("p=" + std::to_string(p));
+    EXPECT_LT(h1, one_f_one_b);
+    // In a synchronous step (every stage's optimizer after the last gradient) no schedule
+    // beats P-1 ticks of ramp: ZB-H2 reaches it as ZB-H1 does; its zero bubble needs the
+    // paper's optimizer post-validation across steps.
+    EXPECT_LE(h2, h1 + 1e-9);
+    EXPECT_LT(zbv, h1);
+    EXPECT_LT(dualpipev, one_f_one_b);
+    // ZB-H2's bubble is its ramp only: P-1 ticks against 3m of work per stage.
+    EXPECT_LE(h2, (p - 1.0) / (3.0 * m + p - 1.0) + 1e-9);
+  }
+}
+
+TEST(Csv, RowsNameGlobalStagesAndMicroBatches) {
+  const std::string csv = to_csv(plan_pipeline("zbv", {2, 2}));
+  // Rank 0 runs virtual stages 0 and 3, rank 1 stages 1 and 2.
+  const std::string rank0 = csv.substr(0, csv.find('\n'));
+  EXPECT_NE(rank0.find("0F0"), std::string::npos);
+  EXPECT_NE(rank0.find("3I0"), std::string::npos);
+  EXPECT_NE(rank0.find("3W1"), std::string::npos);
+  EXPECT_EQ(rank0.find("1F"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
