@@ -26,9 +26,9 @@ Command add_schedule_command(CLI::App& app) {
       ->check(CLI::IsMember({"json", "table", "csv"}))
       ->capture_default_str();
 
-  return {command, [options] {
-            const auto plan = schedule::plan_pipeline(options->shape.kind, options->shape.shape);
-            if (options->stage) schedule::check_stage_id(options->shape.shape, *options->stage);
+  return {command, [options, command] {
+            const auto plan = planned(options->shape, *command);
+            if (options->stage) schedule::check_stage_id(plan.shape, *options->stage);
             if (options->format == "csv") {
               std::cout << schedule::to_csv(plan);
             } else if (options->format == "json") {

@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/schedule.h"
+#include "pipetrain/schedule/schedule_file.h"
 
 namespace pipetrain::cli {
 
@@ -11,6 +13,7 @@ namespace pipetrain::cli {
 struct ShapeOptions {
   std::string kind = "train";
   schedule::PipeShape shape;
+  std::string file;  // --kind file: the CSV of compute orders
 };
 
 inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
@@ -19,14 +22,33 @@ inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
     kinds += "\n  " + std::string(kind.name) + ": " + std::string(kind.summary);
   }
   command.add_option("--kind", options.kind, "Schedule kind:" + kinds)->capture_default_str();
-  command.add_option("--micro-batches,-m", options.shape.micro_batches, "Micro-batches per batch")
-      ->required();
-  command.add_option("--stages,-p", options.shape.stages, "Pipeline stages")->required();
+  command.add_option("--micro-batches,-m", options.shape.micro_batches,
+                     "Micro-batches per batch (not with --file)");
+  command.add_option("--stages,-p", options.shape.stages, "Pipeline stages (not with --file)");
+  command.add_option(
+      "--file", options.file,
+      "With --kind file: each rank's compute order, PyTorch pipelining's CSV layout");
   command
       .add_option("--chunks,-v", options.shape.chunks,
                   "Model chunks per stage (interleaved, interleaved-zb, looped-bfs; zbv and "
                   "dualpipev take 2)")
       ->capture_default_str();
+}
+
+// The plan the options name: a built-in kind over --micro-batches and --stages, or a file's.
+inline schedule::PipelinePlan planned(const ShapeOptions& options, CLI::App& command) {
+  const bool file = options.kind == schedule::name(schedule::Kind::kFile);
+  if (file != !options.file.empty()) {
+    throw io::InputError(file ? "--kind file needs --file" : "--file needs --kind file");
+  }
+  if (file) {
+    if (command.count("--micro-batches") + command.count("--stages") > 0)
+      throw io::InputError("--file gives the stages and micro-batches: drop -m and -p");
+    return schedule::plan_schedule_file(schedule::read_schedule_csv(options.file));
+  }
+  if (command.count("--micro-batches") == 0 || command.count("--stages") == 0)
+    throw io::InputError("--micro-batches and --stages are required (or --kind file --file)");
+  return schedule::plan_pipeline(options.kind, options.shape);
 }
 
 }  // namespace pipetrain::cli

@@ -70,15 +70,14 @@ Command add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--svg", options->svg, "Write a Gantt chart of the timeline here");
 
-  return {command, [options] {
+  return {command, [options, command] {
             auto& costs = options->costs;
             costs.weight = options->weight;
             if (costs.weight.empty()) {
               for (double b : costs.backward) costs.weight.push_back(b / 2);
             }
             if (!options->svg.empty()) io::check_output_directory(options->svg, "--svg");
-            const auto& shape = options->shape;
-            const auto plan = schedule::plan_pipeline(shape.kind, shape.shape);
+            const auto plan = planned(options->shape, *command);
             costs.check(plan.shape.stages);
             if (const auto violation = schedule::validate(plan)) {
               throw std::logic_error("schedule fails validation: " + violation->to_string());

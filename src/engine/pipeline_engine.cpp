@@ -10,6 +10,7 @@
 #include "pipetrain/comm/job_failure.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/pair_order.h"
+#include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
 
 namespace pipetrain::engine {
@@ -67,8 +68,7 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
 // sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
 // their receive, else they are deferred (neighbours that send to each other at once).
 PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_batches) const {
-  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
-  const schedule::PipelinePlan plan = schedule::plan_pipeline(kind, shape);
+  const schedule::PipelinePlan plan = plan_of(kind, micro_batches);
   if (const auto violation = schedule::validate(plan)) {
     throw std::logic_error("the " + std::string(schedule::name(kind)) +
                            " schedule is invalid: " + violation->to_string());
@@ -83,6 +83,33 @@ PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_b
   program.last_backwards_step = last_backwards_step(program.steps);
   program.orders_agree = !schedule::first_order_mismatch(plan);
   return program;
+}
+
+schedule::PipelinePlan PipelineEngine::plan_of(schedule::Kind kind, int micro_batches) const {
+  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
+  schedule::PipelinePlan plan;
+  if (kind == schedule::Kind::kFile) {
+    const schedule::FileSchedule& file = *config_.pipeline.file;
+    if (file.shape.micro_batches != micro_batches) {
+      throw io::InputError(file.path + " schedules " + std::to_string(file.shape.micro_batches) +
+                           " micro-batches, but a batch has " + std::to_string(micro_batches) +
+                           " (gradient_accumulation_steps)");
+    }
+    plan = schedule::plan_schedule_file(file, static_cast<int>(config_.pipeline.max_live));
+  } else {
+    plan = schedule::plan_pipeline(kind, shape);
+  }
+  const int max_live = static_cast<int>(config_.pipeline.max_live);
+  for (int s = 0; max_live > 0 && s < shape.stages; ++s) {
+    const int live = schedule::peak_live(plan, s);
+    if (live > max_live) {
+      throw io::InputError("pipeline.schedule \"" + std::string(schedule::name(kind)) +
+                           "\" keeps up to " + std::to_string(live) +
+                           " micro-batches live on stage " + std::to_string(s) +
+                           ", more than pipeline.max_live " + std::to_string(max_live));
+    }
+  }
+  return plan;
 }
 
 PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
@@ -154,8 +181,7 @@ void PipelineEngine::check_stage() const {
         std::to_string(options.chunks) + " chunks on 1 stage");
   }
   const schedule::Placement placement =
-      options.chunks > 1 ? schedule::schedule_kind(config_.pipeline.schedule).placement
-                         : options.placement;
+      options.chunks == 1 ? options.placement : config_.pipeline.placement();
   if (options.placement != placement) {
     throw io::InputError(std::string("the module places its chunks ") +
                          (options.placement == schedule::Placement::kV ? "in a V" : "in a loop") +

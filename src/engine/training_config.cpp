@@ -29,6 +29,7 @@ void check_chunks(const TrainingConfig& c) {
     throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
                          "interleaved, interleaved-zb, looped-bfs, zbv, dualpipev), not " + named);
   }
+  if (p.schedule == schedule::Kind::kFile) return;  // the file's (check_schedule_file)
   const int least = p.schedule == schedule::Kind::kInterleaved ? 2 : kind.min_chunks;
   if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
     throw io::InputError(named + " needs pipeline.chunks " +
@@ -40,6 +41,25 @@ void check_chunks(const TrainingConfig& c) {
                          " chunks needs pipeline.stages of at least 2, got " +
                          std::to_string(p.stages));
   }
+}
+
+// A schedule file goes with pipeline.schedule "file", and gives the stages and chunks.
+void check_schedule_file(const TrainingConfig& c) {
+  const PipelineConfig& p = c.pipeline;
+  const bool file_kind = p.schedule == schedule::Kind::kFile;
+  if (file_kind != static_cast<bool>(p.file)) {
+    throw io::InputError(file_kind ? "pipeline.schedule \"file\" needs pipeline.schedule_file"
+                                   : "pipeline.schedule_file needs pipeline.schedule \"file\"");
+  }
+  if (!file_kind) return;
+  const schedule::PipeShape& shape = p.file->shape;
+  if (shape.stages != p.stages || shape.chunks != p.chunks) {
+    throw io::InputError(p.schedule_file + " has " + std::to_string(shape.stages) + " ranks of " +
+                         std::to_string(shape.chunks) + " chunk(s), but pipeline.stages is " +
+                         std::to_string(p.stages) + " and pipeline.chunks " +
+                         std::to_string(p.chunks));
+  }
+  schedule::plan_schedule_file(*p.file, static_cast<int>(p.max_live));  // refused if bad
 }
 
 const config::Names<Precision>& precisions() {
@@ -176,12 +196,12 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
       .custom(
           "pipeline.schedule",
           "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1` `zb-h2` `interleaved-zb` "
-          "`looped-bfs` `zbv` `dualpipev`",
+          "`looped-bfs` `zbv` `dualpipev` `file`",
           "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
           "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "
           "(weight gradients deferred into the bubbles), PyTorch's interleaved zero bubble and "
           "looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two chunks "
-          "per stage in a V: `pipeline.chunks` 2)",
+          "per stage in a V: `pipeline.chunks` 2), or `file` (`pipeline.schedule_file`)",
           [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
             c.pipeline.schedule =
                 config::read_choice(key, v, pipeline_schedules(), config::Quoting::kQuoted);
@@ -195,7 +215,26 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
                "s holding parts s, s + stages, ...), 2 for `zbv` and `dualpipev` (stage s holding "
                "parts s and 2 × stages - 1 - s); 1 otherwise",
                config::at_least(1))
+      .custom(
+          "pipeline.schedule_file", "string",
+          "with `pipeline.schedule` \"file\": each rank's compute order in PyTorch pipelining's "
+          "CSV layout (a row per rank, cells such as `0F3`, `3I1`, `3W1` or "
+          "`(0F3;3B1)OVERLAP_F_B`), lowered, validated and simulated before any rank starts",
+          [](const std::string&, const nlohmann::json& v, TrainingConfig& c) {
+            c.pipeline.schedule_file = config::read_string("pipeline.schedule_file", v);
+            c.pipeline.file = std::make_shared<const schedule::FileSchedule>(
+                schedule::read_schedule_csv(c.pipeline.schedule_file));
+          },
+          [](const TrainingConfig& c) -> nlohmann::json {
+            if (c.pipeline.schedule_file.empty()) return nullptr;
+            return c.pipeline.schedule_file;
+          })
+      .integer("pipeline.max_live", PIPETRAIN_FIELD(pipeline.max_live),
+               "most micro-batches a stage may keep live (forwarded, not yet back-propagated); a "
+               "schedule planning more is refused; 0: no bound",
+               config::at_least(0))
       .check(check_chunks)
+      .check(check_schedule_file)
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
@@ -297,7 +336,8 @@ const config::Names<schedule::Kind>& pipeline_schedules() {
       {"interleaved-zb", schedule::Kind::kInterleavedZb},
       {"looped-bfs", schedule::Kind::kLoopedBfs},
       {"zbv", schedule::Kind::kZbv},
-      {"dualpipev", schedule::Kind::kDualPipeV}};
+      {"dualpipev", schedule::Kind::kDualPipeV},
+      {"file", schedule::Kind::kFile}};
   return names;
 }
 

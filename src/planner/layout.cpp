@@ -3,16 +3,10 @@
 namespace pipetrain::planner {
 
 std::string Layout::schedule_label() const {
-  switch (schedule) {
-    case schedule::Kind::kGpipe:
-      return "gpipe";
-    case schedule::Kind::kInterleaved:
-      return "interleaved x" + std::to_string(chunks);
-    case schedule::Kind::kZbH1:
-      return "zb-h1";
-    default:
-      return "1f1b";
-  }
+  // The config's spellings: "1f1b" for DeepSpeed's train schedule.
+  const std::string kind =
+      schedule == schedule::Kind::k1F1B ? "1f1b" : std::string(schedule::name(schedule));
+  return chunks > 1 ? kind + " x" + std::to_string(chunks) : kind;
 }
 
 }  // namespace pipetrain::planner

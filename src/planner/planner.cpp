@@ -36,11 +36,18 @@ bool splits(const models::ModelConfig& m, int t) {
 // Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
 std::vector<std::pair<schedule::Kind, int>> schedules(int pipe, int64_t micro_batches, int layers) {
   if (pipe == 1) return {{schedule::Kind::k1F1B, 1}};
-  std::vector<std::pair<schedule::Kind, int>> found{
-      {schedule::Kind::k1F1B, 1}, {schedule::Kind::kGpipe, 1}, {schedule::Kind::kZbH1, 1}};
+  using schedule::Kind;
+  std::vector<std::pair<Kind, int>> found{
+      {Kind::k1F1B, 1}, {Kind::kGpipe, 1}, {Kind::kZbH1, 1}, {Kind::kZbH2, 1}};
   for (int chunks : {2, 4}) {
-    if (micro_batches % pipe == 0 && pipe * chunks <= layers)
-      found.push_back({schedule::Kind::kInterleaved, chunks});
+    if (pipe * chunks > layers) continue;
+    if (micro_batches % pipe == 0) found.push_back({Kind::kInterleaved, chunks});
+    const int rounds = std::max<int64_t>(1, micro_batches / pipe);
+    if (micro_batches % rounds == 0) found.push_back({Kind::kInterleavedZb, chunks});
+  }
+  if (2 * pipe <= layers) {
+    found.push_back({Kind::kZbv, 2});
+    if (micro_batches >= 2 * pipe) found.push_back({Kind::kDualPipeV, 2});
   }
   return found;
 }

@@ -118,8 +118,11 @@ std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Lay
   const StageCosting costing(w, c, l);
   std::vector<StageWork> stages(l.pipe);
   std::vector<std::set<std::string>> ties(l.pipe);
-  for (int v = 0; v < l.pipe * l.chunks; ++v)
-    costing.add_chunk(stages[v % l.pipe], {parts[v], parts[v + 1]}, ties[v % l.pipe]);
+  const schedule::PipeShape shape = schedule::shape_for(l.schedule, 1, l.pipe, l.chunks);
+  for (int v = 0; v < l.pipe * l.chunks; ++v) {
+    const int stage = shape.stage_of(v);
+    costing.add_chunk(stages[stage], {parts[v], parts[v + 1]}, ties[stage]);
+  }
   return stages;
 }
 

@@ -1,4 +1,4 @@
-#include "compute_order.h"
+#include "builtin_orders.h"
 
 #include <algorithm>
 

@@ -2,7 +2,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "compute_order.h"
+#include "pipetrain/schedule/compute_order.h"
+#include "pipetrain/schedule/render.h"
 
 namespace pipetrain::schedule {
 namespace {
@@ -78,6 +79,61 @@ bool ready(const PipeShape& shape, int stage, const ComputeOp& op, const Complet
   }
 }
 
+// The pass `op` on `stage` waits for (one not done before `round`), as (rank, its text).
+std::pair<int, std::string> awaited(const PipeShape& shape, int stage, const ComputeOp& op,
+                                    const Completion& done, int round) {
+  const int vs = shape.virtual_stage(stage, op.chunk);
+  auto on = [&](int other_vs, OpKind kind) {
+    const ComputeOp other{kind, op.micro_batch, shape.chunk_of(other_vs)};
+    return std::pair{shape.stage_of(other_vs), action_text(shape, shape.stage_of(other_vs), other)};
+  };
+  switch (op.kind) {
+    case OpKind::kForwardPass:
+      return on(vs - 1, OpKind::kForwardPass);
+    case OpKind::kBackwardPass:
+    case OpKind::kBackwardInput:
+      if (!done.forward_before(vs, op.micro_batch, round)) return on(vs, OpKind::kForwardPass);
+      return on(vs + 1, OpKind::kBackwardPass);  // or its input gradient
+    default:
+      return on(vs, OpKind::kBackwardInput);
+  }
+}
+
+// Who waits for whom when no rank can move: a cycle of ranks if there is one.
+std::string deadlock_text(const PipeShape& shape, const std::vector<ComputeOrder>& orders,
+                          const std::vector<std::size_t>& next, const Completion& done, int round) {
+  const int p = shape.stages;
+  std::vector<int> waits_on(p, -1);
+  std::vector<std::string> text(p);
+  for (int s = 0; s < p; ++s) {
+    if (next[s] >= orders[s].size()) continue;
+    const ComputeOp& op = orders[s][next[s]];
+    const auto [rank, what] = awaited(shape, s, op, done, round);
+    waits_on[s] = rank;
+    text[s] = "rank " + std::to_string(s) + " waits at " + action_text(shape, s, op) + " for " +
+              what + " (rank " + std::to_string(rank) + ")";
+  }
+  // Follow the waits from the first waiting rank until a rank repeats: that is the cycle.
+  int s = static_cast<int>(
+      std::find_if(waits_on.begin(), waits_on.end(), [](int r) { return r >= 0; }) -
+      waits_on.begin());
+  std::vector<int> seen;
+  while (s >= 0 && s < p && std::find(seen.begin(), seen.end(), s) == seen.end()) {
+    seen.push_back(s);
+    s = waits_on[s];
+  }
+  std::string cycle;
+  if (s >= 0 && s < p) {
+    for (auto it = std::find(seen.begin(), seen.end(), s); it != seen.end(); ++it)
+      cycle += (cycle.empty() ? "" : ", ") + text[*it];
+  }
+  if (cycle.empty()) {
+    for (int r = 0; r < p; ++r)
+      if (!text[r].empty()) cycle += (cycle.empty() ? "" : ", ") + text[r];
+  }
+  return "deadlock after round " + std::to_string(round) + ": " + cycle;
+}
+
 // The instructions of one pass: receive its input, load data, compute, send the result.
 void emit(const PipeShape& shape, int stage, const ComputeOp& op, int buffer, Step& step) {
   const int vs = shape.virtual_stage(stage, op.chunk);
@@ -103,6 +159,11 @@ void emit(const PipeShape& shape, int stage, const ComputeOp& op, int buffer, St
 }
 
 }  // namespace
+
+std::string action_text(const PipeShape& shape, int rank, const ComputeOp& op) {
+  return std::to_string(shape.virtual_stage(rank, op.chunk)) + compute_letter(op.kind) +
+         std::to_string(op.micro_batch);
+}
 
 LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders) {
   const int p = shape.stages;
@@ -145,9 +206,7 @@ LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrd
       }
       plan.stage_steps[s].push_back(std::move(step));
     }
-    if (!progressed) {
-      throw std::logic_error("compute order deadlocks after round " + std::to_string(round));
-    }
+    if (!progressed) throw std::logic_error(deadlock_text(shape, orders, next, done, round));
   }
   for (int s = 0; s < p; ++s) {
     if (trains) {

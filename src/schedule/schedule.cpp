@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "compute_order.h"
+#include "builtin_orders.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/deepspeed_schedules.h"
 
@@ -39,6 +39,10 @@ const std::vector<ScheduleKind> kKinds = {
     {Kind::kDualPipeV, "dualpipev",
      "DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV): two chunks in a V, m >= 2P", true, true,
      true, Placement::kV, 2, 2},
+    {Kind::kFile, "file",
+     "compute orders from a CSV file in PyTorch's layout (--file): lowered, validated, "
+     "simulated",
+     true, true, false, Placement::kLoop, 1, 0},
 };
 
 std::string chunk_words(int n) {
@@ -117,6 +121,7 @@ std::vector<ComputeOrder> (*order_function(Kind kind, const PipeShape& shape))(c
       return dualpipev_order;
     case Kind::k1F1B:
     case Kind::kDataParallel:
+    case Kind::kFile:
       return nullptr;
   }
   return nullptr;
@@ -201,6 +206,8 @@ PipeShape shape_for(Kind kind, int micro_batches, int stages, int chunks) {
 }
 
 PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
+  if (kind == Kind::kFile)
+    throw std::logic_error("a schedule file is planned by plan_schedule_file");
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
   PipelinePlan plan{kind, shape, info.trains, info.splits_backward, {}, {}};
@@ -216,6 +223,19 @@ PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
     plan.stage_steps.push_back(schedule->steps());
   }
   return plan;
+}
+
+int peak_live(const PipelinePlan& plan, int stage) {
+  if (!plan.trains) return 0;
+  int live = 0;
+  int peak = 0;
+  for (const Step& step : plan.stage_steps.at(stage)) {
+    for (const Instruction& in : step) {
+      if (in.kind == OpKind::kForwardPass) peak = std::max(peak, ++live);
+      if (in.kind == OpKind::kBackwardPass || in.kind == OpKind::kBackwardWeight) --live;
+    }
+  }
+  return peak;
 }
 
 PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape) {

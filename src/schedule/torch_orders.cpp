@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "compute_order.h"
+#include "builtin_orders.h"
 
 namespace pipetrain::schedule {
 namespace {

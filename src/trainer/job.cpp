@@ -70,7 +70,7 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
           .stages = static_cast<int>(engine.pipeline.stages),
           .stage_id = job.grid->stage_id(),
           .chunks = static_cast<int>(engine.pipeline.chunks),
-          .placement = schedule::schedule_kind(engine.pipeline.schedule).placement,
+          .placement = engine.pipeline.placement(),
           .partition_method = engine.pipeline.partition_method,
           .seed = static_cast<uint64_t>(engine.seed),
           .activation_checkpoint_interval =

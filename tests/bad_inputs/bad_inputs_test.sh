@@ -45,6 +45,26 @@ for config in "$corpus"/configs/*.json; do
   expect_bad "config $(basename "$config")" "$expected" $(train --config "$config")
 done
 
+# 1b. Schedule files (schedules/*.csv, each with its line in schedules/expected.txt): refused
+# by `pipetrain schedule` and, for two of them, by a training job before any rank starts.
+while IFS='|' read -r file expected; do
+  expect_bad "schedule file $file" "$expected" schedule --kind file --file "$corpus/schedules/$file"
+done <"$corpus/schedules/expected.txt"
+check "every broken schedule file has its expected line" \
+  test "$(find "$corpus/schedules" -name '*.csv' | wc -l)" -eq "$(wc -l <"$corpus/schedules/expected.txt")"
+schedule_config() { # name, pipeline section
+  printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2, %s}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"}\n' "$2" >"$work/$1.json"
+}
+schedule_config deadlock "\"schedule\": \"file\", \"schedule_file\": \"$corpus/schedules/deadlock.csv\""
+# shellcheck disable=SC2046
+expect_bad "train with a deadlocking schedule file" \
+  "rank 0 waits at 0B0 for 1B0 (rank 1), rank 1 waits at 1F1 for 0F1 (rank 0)" \
+  $(train --config "$work/deadlock.json")
+schedule_config file-kind "\"schedule_file\": \"$corpus/schedules/deadlock.csv\""
+# shellcheck disable=SC2046
+expect_bad "a schedule file without pipeline.schedule file" \
+  'pipeline.schedule_file needs pipeline.schedule "file"' $(train --config "$work/file-kind.json")
+
 # 2. Data files.
 good='"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": 2}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"'
 data_case() { # name, expected, data section, file-making command

@@ -7,10 +7,13 @@ own `_calculate_single_rank_operations`, on an instance with only the fields it 
 since building one needs a process group per rank) and `pipetrain schedule --format csv`
 prints pipetrain's plan; with the idle slots dropped, each rank's actions must be equal.
 DualPipeV's overlapped F&B pairs are compared as their forward, then their backward.
+PyTorch's own CSVs of some of them (its _dump_csv) are read back with --kind file.
 
 Usage: torch_orders_test.py PIPETRAIN
 """
+import os
 import subprocess
+import tempfile
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,8 +27,8 @@ LETTERS = {S._ComputationType.FORWARD: "F", S._ComputationType.FULL_BACKWARD: "B
            S._ComputationType.BACKWARD_INPUT: "I", S._ComputationType.BACKWARD_WEIGHT: "W"}
 
 
-def torch_order(cls, p, chunks, m):
-    """Each rank's compute actions as `{stage}{F|B|I|W}{mb}`, idle slots dropped."""
+def torch_schedule(cls, p, chunks, m):
+    """An instance of PyTorch's class with its pipeline_order computed."""
     s = cls.__new__(cls)
     s.pp_group_size = p
     s.n_local_stages = chunks
@@ -40,7 +43,13 @@ def torch_order(cls, p, chunks, m):
         orders[rank] = s._calculate_single_rank_operations(rank)
     s.pipeline_order = orders
     if cls is S.ScheduleInterleavedZeroBubble:  # inserts idle slots only
-        orders = s._add_bubbles_to_actions(p * chunks)
+        s.pipeline_order = s._add_bubbles_to_actions(p * chunks)
+    return s
+
+
+def torch_order(cls, p, chunks, m):
+    """Each rank's compute actions as `{stage}{F|B|I|W}{mb}`, idle slots dropped."""
+    orders = torch_schedule(cls, p, chunks, m).pipeline_order
     result = []
     for rank in range(p):
         actions = []
@@ -67,10 +76,10 @@ def accepted(kind, p, chunks, m):
     return True
 
 
-def pipetrain_order(kind, p, chunks, m):
-    out = subprocess.run(
-        [PIPETRAIN, "schedule", "--kind", kind, "-m", str(m), "-p", str(p), "--chunks",
-         str(chunks), "--format", "csv"], capture_output=True, text=True)
+def pipetrain_order(kind, p, chunks, m, file=None):
+    shape = ["--file", file] if file else ["-m", str(m), "-p", str(p), "--chunks", str(chunks)]
+    out = subprocess.run([PIPETRAIN, "schedule", "--kind", kind, *shape, "--format", "csv"],
+                         capture_output=True, text=True)
     if out.returncode != 0:
         return None, out.stderr.strip()
     rows = out.stdout.strip("\n").split("\n")
@@ -105,10 +114,27 @@ def check(shape):
     return shape, got, error
 
 
+def check_file(shape):
+    """PyTorch's own CSV of the schedule (its _dump_csv: idle cells, F&B pairs as
+    `(0F3;3B1)OVERLAP_F_B`), read by `pipetrain schedule --kind file`."""
+    kind, p, chunks, m = shape
+    path = os.path.join(WORK, f"{kind}-{p}-{chunks}-{m}.csv")
+    S.PipelineScheduleMulti._dump_csv(torch_schedule(CLASSES[kind], p, chunks, m), path)
+    got, error = pipetrain_order("file", p, chunks, m, file=path)
+    return shape, got, error
+
+
+WORK = tempfile.mkdtemp()
+FILE_SHAPES = [(kind, p, 2, m) for kind in ("zbv", "dualpipev", "interleaved-zb", "looped-bfs")
+               for p in (2, 4) for m in (2 * p, 3 * p)]
+
+
 print(f"torch {torch.__version__}")
 checked = failures = 0
 with ThreadPoolExecutor(max_workers=2) as pool:
-    for (kind, p, chunks, m), got, error in pool.map(check, list(shapes())):
+    results = list(pool.map(check, list(shapes())))
+    results += list(pool.map(check_file, FILE_SHAPES))
+    for (kind, p, chunks, m), got, error in results:
         expected = torch_order(CLASSES[kind], p, chunks, m)
         checked += 1
         if got == expected:

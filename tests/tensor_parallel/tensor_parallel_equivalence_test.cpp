@@ -41,8 +41,11 @@ struct TrainedRun {
 };
 
 TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, bool partitioned,
-                 const std::shared_ptr<data::TensorDataset>& samples, int zero_stage = 0) {
+                 const std::shared_ptr<data::TensorDataset>& samples, int zero_stage = 0,
+                 schedule::Kind schedule = schedule::Kind::k1F1B, int chunks = 1) {
   engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
+  config.pipeline.schedule = schedule;
+  config.pipeline.chunks = chunks;
   config.pipeline.partitioned_transfers = partitioned;
   config.zero.stage = zero_stage;
   config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
@@ -54,6 +57,8 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
                                     .stage_id = grid->stage_id(),
+                                    .chunks = chunks,
+                                    .placement = config.pipeline.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval});
   engine::PipelineEngine engine(module, comms, config);
@@ -134,6 +139,34 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
         EXPECT_EQ(whole.p2p_bytes, 0);
         EXPECT_EQ(run.p2p_bytes, 0);
       }
+    }
+  }
+}
+
+// The schedules after ZB-H1 at pipe 2 x model 2: the same numbers as one process; the V's
+// turn stays on its rank (no bytes), every other transfer moves 1/model of its bytes.
+TEST(TensorParallelEquivalence, NewSchedulesAtPipeTwoModelTwoMatchOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  if (world->size() != 4) GTEST_SKIP() << "pipe 2 x model 2 needs 4 ranks";
+  auto grid =
+      std::make_shared<topology::Grid>(topology::pipe_model_data_parallel_topology(2, 1, 2), world);
+  for (const auto& [schedule, chunks] :
+       std::vector<std::pair<schedule::Kind, int>>{{schedule::Kind::kZbH2, 1},
+                                                   {schedule::Kind::kInterleavedZb, 2},
+                                                   {schedule::Kind::kLoopedBfs, 2},
+                                                   {schedule::Kind::kZbv, 2},
+                                                   {schedule::Kind::kDualPipeV, 2}}) {
+    for (const Case& c : {Case{"gpt-deep", 4, 0, 0.05}, Case{"llama-tied-deep", 4, 1, 0.0}}) {
+      SCOPED_TRACE(std::string(schedule::name(schedule)) + ": " + name(c));
+      const auto samples = dataset(c, 1);
+      const Reference reference = reference_run(c, 1, samples);
+      const TrainedRun run = train(c, grid, /*partitioned=*/true, samples, 0, schedule, chunks);
+      expect_matches(run, reference);
+      const TrainedRun whole = train(c, grid, /*partitioned=*/false, samples, 0, schedule, chunks);
+      EXPECT_EQ(whole.losses, run.losses);
+      EXPECT_GT(run.p2p_bytes, 0);
+      EXPECT_EQ(whole.p2p_bytes, 2 * run.p2p_bytes);
     }
   }
 }

@@ -226,6 +226,9 @@ class PipelineEngine {
 
   void check_stage() const;
   Program program(schedule::Kind kind, int micro_batches) const;
+  // The kind's plan over this engine's stages and chunks (kFile: the config's file),
+  // refused if it keeps more micro-batches live than pipeline.max_live.
+  schedule::PipelinePlan plan_of(schedule::Kind kind, int micro_batches) const;
   bool is_first_virtual_stage(int chunk) const {
     return shape_.virtual_stage(grid_->stage_id(), chunk) == 0;
   }

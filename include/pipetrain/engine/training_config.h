@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer_config.h"
 #include "pipetrain/schedule/schedule.h"
+#include "pipetrain/schedule/schedule_file.h"
 
 namespace pipetrain::engine {
 
@@ -24,11 +26,24 @@ struct PipelineConfig {
   module::PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
   schedule::Kind schedule = schedule::Kind::k1F1B;
-  // Model chunks per stage (virtual stages): at least 2 with kInterleaved, else 1.
+  // Model chunks per stage (virtual stages): at least 2 with kInterleaved, 2 with the V
+  // kinds, what the file gives with kFile, else 1.
   int64_t chunks = 1;
+  // With kFile: the compute orders, read and parsed when the key is read.
+  std::string schedule_file;
+  std::shared_ptr<const schedule::FileSchedule> file;
+  // Most micro-batches any stage may keep live (forwarded, not yet back-propagated); 0: no
+  // bound. A schedule that plans more is refused before training starts.
+  int64_t max_live = 0;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
+
+  // Where the chunks sit: the kind's placement, or the file's.
+  schedule::Placement placement() const {
+    return file && schedule == schedule::Kind::kFile ? file->shape.placement
+                                                     : schedule::schedule_kind(schedule).placement;
+  }
 };
 
 // The model's floating-point type (and so that of what travels between stages).

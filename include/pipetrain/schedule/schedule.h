@@ -67,6 +67,7 @@ enum class Kind {
   kLoopedBfs,      // "looped-bfs": PyTorch's ScheduleLoopedBFS
   kZbv,            // "zbv": PyTorch's ScheduleZBVZeroBubble, two chunks in a V
   kDualPipeV,      // "dualpipev": DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV)
+  kFile,           // "file": compute orders read from a file (schedule_file.h)
 };
 
 // The instruction stream of one stage for one batch, for the kinds written step by step
@@ -131,6 +132,10 @@ PipeShape shape_for(Kind kind, int micro_batches, int stages, int chunks = 0);
 
 // Throws InputError naming the bad argument (stages < 1, chunks the kind has not...).
 PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape);
+// Most micro-batches `stage` keeps live at once in `plan`: forwarded, and not yet through
+// their backward (or, split, their weight gradient). Forward-only plans keep none.
+int peak_live(const PipelinePlan& plan, int stage);
+
 // For a kind a user named (the command line's, a test's): schedule_kind(name), then plan
 // with the kind's placement, and its least chunks where the shape says 1.
 PipelinePlan plan_pipeline(std::string_view name, const PipeShape& shape);

@@ -2,23 +2,11 @@
 
 #include <vector>
 
-#include "pipetrain/schedule/instruction.h"
+#include "pipetrain/schedule/compute_order.h"
 #include "pipetrain/schedule/schedule.h"
 
-// Schedules beyond DeepSpeed's are described by the order in which each rank runs its
-// compute (forward, backward, weight-gradient) passes; the lockstep builder turns
-// those orders into steps with transfers and buffers.
+// The built-in compute orders (see pipetrain/schedule/compute_order.h).
 namespace pipetrain::schedule {
-
-struct ComputeOp {
-  OpKind kind{};  // kForwardPass, kBackwardPass, kBackwardInput or kBackwardWeight
-  int micro_batch = 0;
-  int chunk = 0;
-  // Runs as one F&B pair with the pass before it (DualPipeV); one after the other here.
-  bool paired = false;
-};
-
-using ComputeOrder = std::vector<ComputeOp>;  // one rank's passes, in execution order
 
 // Forwards only, through every chunk: what inference over interleaved chunks runs.
 std::vector<ComputeOrder> forward_order(const PipeShape& shape);
@@ -52,18 +40,5 @@ std::vector<ComputeOrder> interleaved_zero_bubble_order(const PipeShape& shape);
 std::vector<ComputeOrder> zbv_order(const PipeShape& shape);
 // ScheduleDualPipeV: two chunks in a V, needs m >= 2P.
 std::vector<ComputeOrder> dualpipev_order(const PipeShape& shape);
-
-struct LockstepPlan {
-  std::vector<std::vector<Step>> stage_steps;
-  std::vector<int> num_pipe_buffers;
-};
-
-// Runs the orders in synchronous rounds, one pass per rank per round, each as early as
-// its inputs allow. A pass's receive, load, compute and send share its step; a buffer
-// is taken at the forward and freed after the backward (or the weight gradient), or after
-// the forward's send when the orders only forward. Training orders end with the tied and
-// data-parallel reductions and the optimizer step. Throws std::logic_error if the orders
-// deadlock.
-LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders);
 
 }  // namespace pipetrain::schedule
