@@ -1,11 +1,12 @@
 // Step time of every schedule the engine executes, next to the simulator's prediction from
 // the same run's measured per-instruction costs, on a compute-bound GPT:
-//   pipetrain launch -n 2 -- build/bench/schedules_bench [repetitions]
+//   pipetrain launch -n 2 -- build/bench/schedules_bench [repetitions [small]]
 // Two stages, one intra-op thread per rank, GPT d 384, 8 blocks, context 128, vocabulary
-// 256, micro-batches of 4 sequences, fp32, AdamW. Every configuration is built once, then
-// the repetitions run round-robin over them (interleaved, so drift hits all alike).
-// Predicted = the simulator's makespan over the plan with each stage's mean measured
-// forward, backward (and weight-gradient) times, plus the end-of-batch reductions and
+// 256, micro-batches of 4 sequences, fp32, AdamW ("small": bench/peers' medium GPT, d 96,
+// 4 blocks, context 64, micro-batches of 8). Layers split by blocks ("type:GptBlock"). Every
+// configuration is built once, then the repetitions run round-robin over them (interleaved, so
+// drift hits all alike). Predicted = the simulator's makespan over the plan with each stage's mean
+// measured forward, backward (and weight-gradient) times, plus the end-of-batch reductions and
 // optimizer step of the stage that waits least in them (the others wait there for it).
 #include <ATen/ATen.h>
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
@@ -28,9 +30,13 @@ using Clock = std::chrono::steady_clock;
 using schedule::OpKind;
 
 constexpr int kStages = 2;
-constexpr int64_t kMicroBatchSize = 4;
-const models::GptConfig kGpt{
+constexpr std::size_t kKinds = 9;  // schedules per micro-batch count, 1f1b first
+const models::GptConfig kLarge{
     .vocab_size = 256, .context = 128, .d_model = 384, .heads = 6, .layers = 8, .dropout = 0.0};
+const models::GptConfig kSmall{
+    .vocab_size = 256, .context = 64, .d_model = 96, .heads = 4, .layers = 4, .dropout = 0.0};
+models::GptConfig gpt_config = kLarge;  // the run's: kLarge or kSmall
+int64_t micro_batch_size = 4;
 
 struct Variant {
   schedule::Kind schedule;
@@ -62,24 +68,28 @@ bool is_end_of_batch(OpKind kind) {
 Configuration build(const Variant& v, const std::shared_ptr<topology::Grid>& grid,
                     const std::shared_ptr<data::TensorDataset>& samples) {
   engine::TrainingConfig config;
-  config.train_micro_batch_size_per_gpu = kMicroBatchSize;
+  config.train_micro_batch_size_per_gpu = micro_batch_size;
   config.gradient_accumulation_steps = v.micro_batches;
   config.steps_per_print = 1 << 30;
   config.optimizer.type = "AdamW";
   config.pipeline.stages = kStages;
   config.pipeline.schedule = v.schedule;
   config.pipeline.chunks = v.chunks;
+  config.pipeline.partition_method = "type:GptBlock";
   Configuration c;
   c.variant = v;
   c.costs = schedule::MeasuredCosts(kStages, v.chunks);
   c.module = std::make_shared<module::PipelineModule>(
-      models::gpt_layers(kGpt), models::gpt_loss(),
-      module::PipelineModuleOptions{
-          .stages = kStages, .stage_id = grid->stage_id(), .chunks = v.chunks});
+      models::gpt_layers(gpt_config), models::gpt_loss(),
+      module::PipelineModuleOptions{.stages = kStages,
+                                    .stage_id = grid->stage_id(),
+                                    .chunks = v.chunks,
+                                    .placement = config.pipeline.placement(),
+                                    .partition_method = config.pipeline.partition_method});
   c.engine = std::make_unique<engine::PipelineEngine>(c.module, grid, config);
   c.engine->set_progress_report(false);
   c.data = std::make_unique<data::RepeatingLoader>(
-      std::make_unique<data::DataLoader>(samples, kMicroBatchSize, 1, 0));
+      std::make_unique<data::DataLoader>(samples, micro_batch_size, 1, 0));
   return c;
 }
 
@@ -105,9 +115,9 @@ double median(std::vector<double> values) {
 }
 
 std::string label(const Variant& v) {
-  std::string name(schedule::name(v.schedule));
+  std::string name(schedule::name(v.schedule));  // NOLINT
   if (name == "train") name = "1f1b";
-  if (v.chunks > 1) name += " v" + std::to_string(v.chunks);
+  if (v.chunks > 1) name += " x" + std::to_string(v.chunks);
   return name;
 }
 
@@ -132,7 +142,7 @@ double predicted_seconds(const Configuration& c, comm::Communicator& world) {
     tail = std::min(tail, gathered[s][3].item<double>());
   }
   const auto& v = c.variant;
-  const auto plan = schedule::plan_pipeline(v.schedule, {v.micro_batches, kStages, v.chunks});
+  const auto plan = c.engine->training_plan();
   if (world.rank() == 0) {
     std::printf("  %-15s m %d:", label(v).c_str(), v.micro_batches);
     for (int s = 0; s < kStages; ++s) {
@@ -149,6 +159,10 @@ double predicted_seconds(const Configuration& c, comm::Communicator& world) {
 
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
+  if (argc > 2 && std::string(argv[2]) == "small") {
+    gpt_config = kSmall;
+    micro_batch_size = 8;
+  }
   return comm::run_rank(argc, argv, [&] {
     auto world = comm::MpiCommunicator::world();
     auto grid =
@@ -156,13 +170,18 @@ int main(int argc, char** argv) {
     at::manual_seed(0);
     const int64_t samples = 64;
     auto data = std::make_shared<data::TensorDataset>(
-        module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)},
-        module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)});
+        module::Activation{
+            at::randint(gpt_config.vocab_size, {samples, gpt_config.context}, at::kLong)},
+        module::Activation{
+            at::randint(gpt_config.vocab_size, {samples, gpt_config.context}, at::kLong)});
     std::vector<Configuration> configurations;
+    using schedule::Kind;
     for (int m : {4, 8}) {
       for (const auto& [schedule, chunks] :
-           {std::pair{schedule::Kind::k1F1B, 1}, std::pair{schedule::Kind::kGpipe, 1},
-            std::pair{schedule::Kind::kInterleaved, 2}, std::pair{schedule::Kind::kZbH1, 1}}) {
+           {std::pair{Kind::k1F1B, 1}, std::pair{Kind::kGpipe, 1}, std::pair{Kind::kInterleaved, 2},
+            std::pair{Kind::kZbH1, 1}, std::pair{Kind::kZbH2, 1},
+            std::pair{Kind::kInterleavedZb, 2}, std::pair{Kind::kLoopedBfs, 2},
+            std::pair{Kind::kZbv, 2}, std::pair{Kind::kDualPipeV, 2}}) {
         configurations.push_back(build({schedule, chunks, m}, grid, data));
       }
     }
@@ -182,18 +201,18 @@ int main(int argc, char** argv) {
     std::printf(
         "GPT d %lld, %lld blocks, context %lld, micro-batch %lld; 2 stages, 1 thread per rank; "
         "%d repetitions, interleaved\n",
-        static_cast<long long>(kGpt.d_model), static_cast<long long>(kGpt.layers),
-        static_cast<long long>(kGpt.context), static_cast<long long>(kMicroBatchSize), repetitions);
+        static_cast<long long>(gpt_config.d_model), static_cast<long long>(gpt_config.layers),
+        static_cast<long long>(gpt_config.context), static_cast<long long>(micro_batch_size),
+        repetitions);
     std::printf("%-15s %2s %10s %17s %10s %9s %10s %10s %12s\n", "schedule", "m", "median s",
                 "min..max s", "predicted", "meas/pred", "vs 1f1b", "predicted", "peak live");
     for (std::size_t i = 0; i < configurations.size(); ++i) {
       const Configuration& c = configurations[i];
-      const Configuration& base = configurations[i - i % 4];  // 1f1b at the same m
+      const std::size_t first = i - i % kKinds;
+      const Configuration& base = configurations[first];  // 1f1b at the same m
       const double measured = median(c.step_seconds);
       const auto [low, high] = std::minmax_element(c.step_seconds.begin(), c.step_seconds.end());
-      const auto plan = schedule::plan_pipeline(
-          c.variant.schedule, {c.variant.micro_batches, kStages, c.variant.chunks});
-      const auto planned = schedule::simulate(plan, {});
+      const auto planned = schedule::simulate(c.engine->training_plan(), {});
       char peak[64];
       std::snprintf(
           peak, sizeof peak, "%d,%d (%d,%d)", static_cast<int>(peaks[i][0].item<double>()),
@@ -202,7 +221,7 @@ int main(int argc, char** argv) {
       std::printf("%-15s %2d %10.3f %8.3f..%-8.3f %10.3f %9.3f %9.3fx %9.3fx %12s\n",
                   label(c.variant).c_str(), c.variant.micro_batches, measured, *low, *high,
                   predicted[i], measured / predicted[i], median(base.step_seconds) / measured,
-                  predicted[i - i % 4] / predicted[i], peak);
+                  predicted[first] / predicted[i], peak);
     }
     std::printf(
         "vs 1f1b: 1f1b's median step time over this one's (measured), and the same from the "

@@ -196,9 +196,14 @@ int run_plan(const PlanOptions& o) {
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
   trainer::refuse_unknown_keys(unknown);
   planner::LayoutLimits limits = o.limits;
-  if (!o.schedule.empty())
+  if (!o.schedule.empty()) {
     limits.schedule = config::read_choice("--schedule", o.schedule, engine::pipeline_schedules(),
                                           config::Quoting::kQuoted);
+    if (*limits.schedule == schedule::Kind::kLoopedBfs || *limits.schedule == schedule::Kind::kFile)
+      throw io::InputError("--schedule " + o.schedule +
+                           ": the planner does not offer it (looped-bfs keeps every micro-batch "
+                           "live; a file's orders are its own)");
+  }
   if (!o.checkpointing.empty())
     limits.checkpointing = config::read_choice("--checkpointing", o.checkpointing,
                                                config::Names<bool>{{"on", true}, {"off", false}},

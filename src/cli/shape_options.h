@@ -42,8 +42,9 @@ inline schedule::PipelinePlan planned(const ShapeOptions& options, CLI::App& com
     throw io::InputError(file ? "--kind file needs --file" : "--file needs --kind file");
   }
   if (file) {
-    if (command.count("--micro-batches") + command.count("--stages") > 0)
-      throw io::InputError("--file gives the stages and micro-batches: drop -m and -p");
+    if (command.count("--micro-batches") + command.count("--stages") + command.count("--chunks") >
+        0)
+      throw io::InputError("--file gives the stages, chunks and micro-batches: drop -m, -p and -v");
     return schedule::plan_schedule_file(schedule::read_schedule_csv(options.file));
   }
   if (command.count("--micro-batches") == 0 || command.count("--stages") == 0)

@@ -296,6 +296,7 @@ double PipelineEngine::execute_steps(const Program& program, Run& run) {
   run.splits_backward = program.splits_backward;
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   link_->set_send_completion(program.sends);
+  link_->forget_hand_overs();  // an earlier step's, left by a failure
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
   if (run.training) gradients_->begin_step();
   if (run.training && std::exchange(record_next_, false)) {
@@ -361,6 +362,9 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       backward_weight(*buffer);
       return gradients_->after_backward();
     case OpKind::kSendActivation:
+      // Handed over, the outputs are shared with the receiving chunk's inputs; a forward
+      // may return its inputs, so they are not refilled in place either.
+      if (peer.stage == grid_->stage_id()) buffer->inputs_handed = true;
       return link_->send(buffer->outputs, peer.stage, {Flow::kActivation, receiving_chunk});
     case OpKind::kRecvActivation: {
       // A hand-over shares its sender's storage: never refill it in place.
@@ -401,11 +405,14 @@ void PipelineEngine::load_micro_batch(PipeBuffer& buffer, const Instruction& in,
   } else {
     batch = feed_->next(run.data, run.loaded, global_steps_);
     ++run.loaded;
-    if (both_ends_here && !(first && last)) run.unclaimed[in.micro_batch] = batch;
+    // Chunk 0 reads first (its forward comes first); the labels wait for the last chunk.
+    if (both_ends_here && first && !last) run.unclaimed[in.micro_batch] = {{}, batch.labels};
   }
-  if (first) buffer.inputs = std::move(batch.inputs);
+  if (first) {
+    buffer.inputs = std::move(batch.inputs);
+    buffer.inputs_handed = false;
+  }
   if (last) buffer.labels = std::move(batch.labels);
-  buffer.inputs_handed = false;
 }
 
 void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {

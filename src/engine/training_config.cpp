@@ -29,17 +29,17 @@ void check_chunks(const TrainingConfig& c) {
     throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
                          "interleaved, interleaved-zb, looped-bfs, zbv, dualpipev), not " + named);
   }
+  if (p.chunks > 1 && p.stages < 2) {
+    throw io::InputError(named + " over " + chunks +
+                         " chunks needs pipeline.stages of at least 2, got " +
+                         std::to_string(p.stages));
+  }
   if (p.schedule == schedule::Kind::kFile) return;  // the file's (check_schedule_file)
   const int least = p.schedule == schedule::Kind::kInterleaved ? 2 : kind.min_chunks;
   if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
     throw io::InputError(named + " needs pipeline.chunks " +
                          (kind.max_chunks == least ? "of " : "of at least ") +
                          std::to_string(least) + ", got " + chunks);
-  }
-  if (p.chunks > 1 && p.stages < 2) {
-    throw io::InputError(named + " over " + chunks +
-                         " chunks needs pipeline.stages of at least 2, got " +
-                         std::to_string(p.stages));
   }
 }
 
@@ -232,7 +232,7 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
       .integer("pipeline.max_live", PIPETRAIN_FIELD(pipeline.max_live),
                "most micro-batches a stage may keep live (forwarded, not yet back-propagated); a "
                "schedule planning more is refused; 0: no bound",
-               config::at_least(0))
+               config::within(0, 1 << 30))
       .check(check_chunks)
       .check(check_schedule_file)
       .accepted("pipeline.seed_layers", "bool",

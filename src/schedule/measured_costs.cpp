@@ -22,8 +22,17 @@ CostModel MeasuredCosts::costs() const {
   for (int s = 0; s < stages; ++s) {
     costs.forward[s] = mean(s, OpKind::kForwardPass);
     costs.weight[s] = mean(s, OpKind::kBackwardWeight);
-    costs.backward[s] =
-        mean(s, OpKind::kBackwardPass) + mean(s, OpKind::kBackwardInput) + costs.weight[s];
+    // A micro-batch's whole backward: a full pass, or an input and a weight gradient (some
+    // schedules run both kinds, e.g. DualPipeV).
+    auto sum = [&](OpKind kind) { return sums_[s][static_cast<int>(kind)]; };
+    auto count = [&](OpKind kind) { return counts_[s][static_cast<int>(kind)]; };
+    const double backwards = count(OpKind::kBackwardPass) + count(OpKind::kBackwardInput);
+    costs.backward[s] = backwards > 0
+                            ? chunks_ *
+                                  (sum(OpKind::kBackwardPass) + sum(OpKind::kBackwardInput) +
+                                   sum(OpKind::kBackwardWeight)) /
+                                  backwards
+                            : 0.0;
   }
   return costs;
 }

@@ -59,6 +59,13 @@ std::vector<Cell> parse_cell(const std::string& path, int rank, int column,
                              const std::string& text) {
   static const std::regex action(R"(^(\d{1,6})([FBIW])(\d{1,6})$)");
   static const std::regex pair(R"(^\(([^;()]+);([^;()]+)\)OVERLAP_F_B$)");
+  // The longest action, (999999F999999;999999B999999)OVERLAP_F_B, has 41 characters; longer
+  // cells are refused before a regex (whose matcher recurses per character) sees them.
+  constexpr std::size_t kLongestCell = 48;
+  if (text.size() > kLongestCell) {
+    refuse(path, rank, column, text.substr(0, 20) + "...",
+           "not a compute action (" + std::to_string(text.size()) + " characters)");
+  }
   std::smatch m;
   if (std::regex_match(text, m, pair)) {
     std::vector<Cell> cells = parse_cell(path, rank, column, trimmed(m.str(1)));
@@ -177,9 +184,10 @@ namespace {
 void check_passes(const FileSchedule& file, int max_live) {
   const PipeShape& shape = file.shape;
   const int m = shape.micro_batches;
-  // Per (virtual stage, micro-batch): what ran so far on its rank.
+  // Per (virtual stage, micro-batch): what ran so far on its rank. Sparse: a cell may name
+  // a micro-batch far beyond the others.
   enum : int { kForward = 1, kBackward = 2, kInput = 4, kWeight = 8 };
-  std::vector<int> ran(static_cast<std::size_t>(shape.virtual_stages()) * m, 0);
+  std::map<std::pair<int, int>, int> ran;
   std::vector<int> forwarded(shape.virtual_stages(), 0);  // next micro-batch, per stage
   for (int r = 0; r < shape.stages; ++r) {
     int live = 0;
@@ -189,8 +197,7 @@ void check_passes(const FileSchedule& file, int max_live) {
         throw io::InputError(file.path + ": rank " + std::to_string(r) + ", action " + action +
                              ": " + why);
       };
-      int& done =
-          ran[static_cast<std::size_t>(shape.virtual_stage(r, op.chunk)) * m + op.micro_batch];
+      int& done = ran[{shape.virtual_stage(r, op.chunk), op.micro_batch}];
       switch (op.kind) {
         case OpKind::kForwardPass: {
           if (done & kForward) fail("runs twice");
@@ -213,6 +220,7 @@ void check_passes(const FileSchedule& file, int max_live) {
           if (op.kind == OpKind::kBackwardPass) --live;
           break;
         default:
+          if (done & kBackward) fail("a weight gradient after a full backward (B), which made it");
           if (!(done & kInput)) fail("a weight gradient before its input gradient (I)");
           if (done & kWeight) fail("runs twice");
           done |= kWeight;
@@ -221,8 +229,10 @@ void check_passes(const FileSchedule& file, int max_live) {
     }
   }
   for (int vs = 0; vs < shape.virtual_stages(); ++vs) {
+    // Forwards ran in order from 0, so a stage missing one stops this loop there.
     for (int mb = 0; mb < m; ++mb) {
-      const int done = ran[static_cast<std::size_t>(vs) * m + mb];
+      const auto found = ran.find({vs, mb});
+      const int done = found == ran.end() ? 0 : found->second;
       const std::string where = file.path + ": rank " + std::to_string(shape.stage_of(vs)) +
                                 ": micro-batch " + std::to_string(mb) + " never runs ";
       const std::string on = " on stage " + std::to_string(vs);
@@ -236,8 +246,37 @@ void check_passes(const FileSchedule& file, int max_live) {
 
 }  // namespace
 
+namespace {
+
+// Gradients flow first in, first out between neighbouring stages: each stage's backwards
+// must come in the order of the next stage's.
+void check_backward_orders(const FileSchedule& file) {
+  const PipeShape& shape = file.shape;
+  std::vector<std::vector<int>> order(shape.virtual_stages());  // micro-batches, per stage
+  for (int r = 0; r < shape.stages; ++r) {
+    for (const ComputeOp& op : file.orders[r]) {
+      if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardInput)
+        order[shape.virtual_stage(r, op.chunk)].push_back(op.micro_batch);
+    }
+  }
+  for (int vs = 0; vs + 1 < shape.virtual_stages(); ++vs) {
+    if (order[vs] == order[vs + 1]) continue;
+    const auto differ = std::mismatch(order[vs].begin(), order[vs].end(), order[vs + 1].begin());
+    const int here = *differ.first;
+    throw io::InputError(file.path + ": rank " + std::to_string(shape.stage_of(vs)) + ", stage " +
+                         std::to_string(vs) + ": backward of micro-batch " + std::to_string(here) +
+                         " where stage " + std::to_string(vs + 1) + " sends micro-batch " +
+                         std::to_string(*differ.second) +
+                         "'s gradient (a stage runs its backwards in the order of the next "
+                         "stage's)");
+  }
+}
+
+}  // namespace
+
 PipelinePlan plan_schedule_file(const FileSchedule& file, int max_live) {
   check_passes(file, max_live);
+  check_backward_orders(file);
   LockstepPlan built;
   try {
     built = build_lockstep(file.shape, file.orders);

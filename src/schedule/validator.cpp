@@ -458,15 +458,22 @@ class Execution {
                      static_cast<int>(plan_.stage_steps[shape_.stage_of(vs)].size()),
                      0,
                      {}};
-      auto missing = [&](const std::vector<int>& done, const char* pass) {
-        fail(end, "micro-batch " + std::to_string(done[vs]) + " never runs " + pass +
+      auto missing = [&](int micro_batch, const char* pass) {
+        fail(end, "micro-batch " + std::to_string(micro_batch) + " never runs " + pass +
                       " on virtual stage " + std::to_string(vs));
         return violation_;
       };
-      if (forwarded_[vs] < m) return missing(forwarded_, "forward");
-      if (plan_.trains && backwarded_[vs] < m) return missing(backwarded_, "backward");
+      // Backwards may run in any order: the first micro-batch without one.
+      auto first_missing = [&](const std::vector<std::vector<bool>>& done) {
+        const auto& seen = done[vs];
+        if (seen.empty()) return 0;
+        return static_cast<int>(std::find(seen.begin(), seen.end(), false) - seen.begin());
+      };
+      if (forwarded_[vs] < m) return missing(forwarded_[vs], "forward");
+      if (plan_.trains && backwarded_[vs] < m)
+        return missing(first_missing(backwards_done_), "backward");
       if (plan_.splits_backward && weighted_[vs] < m)
-        return missing(weighted_, "its weight gradient");
+        return missing(first_missing(weights_done_), "its weight gradient");
     }
     for (int s = 0; plan_.trains && s < shape_.stages; ++s) {
       if (optimizer_steps_[s] != 1) {

@@ -193,6 +193,11 @@ nlohmann::json saved_config(const std::string& checkpoint) {
   // Keys earlier versions wrote into every effective config and this one refuses.
   for (const char* removed : {"reduce_bucket_size", "pipeline.receive_ahead"})
     job_keys().erase(config, removed);
+  // The training schedule is the training run's: what reads a checkpoint's config (eval,
+  // generate, logits) runs forward only, and a schedule file may be gone by now.
+  for (const char* schedule :
+       {"pipeline.schedule", "pipeline.chunks", "pipeline.schedule_file", "pipeline.max_live"})
+    job_keys().erase(config, schedule);
   return config;
 }
 
@@ -297,9 +302,8 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   nlohmann::json config = saved_config(checkpoint);
   const auto& keys = job_keys();
   keys.set(config, "pipeline.stages", ranks / model_parallel);
-  // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks.
-  keys.erase(config, "pipeline.schedule");
-  keys.erase(config, "pipeline.chunks");
+  // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks
+  // (saved_config left them out).
   keys.erase(config, "train_batch_size");
   keys.erase(config, "data_parallel");
   keys.set(config, "model_parallel", model_parallel);

@@ -83,9 +83,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
       path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
 
   // The same step as the simulator sees it, from the measured per-stage costs (ms).
-  const schedule::Kind kind = engine.config().pipeline.schedule;
-  schedule::PipelinePlan plan = schedule::plan_pipeline(
-      kind, schedule::shape_for(kind, engine.micro_batches(), stages, chunks));
+  const schedule::PipelinePlan plan = engine.training_plan();
   const schedule::Timeline predicted = schedule::simulate(plan, measured_costs.costs());
   io::write_file_atomically(path + ".svg", schedule::to_svg(plan, measured, "as run (ms)"));
   io::write_file_atomically(

@@ -75,6 +75,13 @@ train_args=(--schedule interleaved --chunks 2)
 crash 2 SendActivation kill
 train_args=(--schedule gpipe)
 crash 0 BackwardPass abort
+# A V: stage 1's first SendActivation is the turn, chunk 0's output handed to its own
+# chunk 1 (no message); DualPipeV's first BackwardPass on stage 0 is the backward of the F&B
+# pair (0F3;3B1), which runs after its forward.
+train_args=(--schedule zbv --chunks 2)
+crash 2 SendActivation kill
+train_args=(--schedule dualpipev --chunks 2 --micro-batches 4)
+crash 0 BackwardPass kill
 train_args=()
 
 # Killing the launcher, even with SIGKILL, takes mpirun and every rank with it.

@@ -137,6 +137,34 @@ check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/
   test -n "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)" -a \
   "$(awk '/^validation loss /{ print $3 }' s_full_eval.out)" = "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)"
 
+# 3d. Resume across V schedules (4 micro-batches: dualpipev needs 2 x stages): 6 steps under
+#     1f1b, 3 under zbv (its V puts stage 0's layers at both ends), 3 under dualpipev; steps
+#     7-12 equal the uninterrupted 1f1b run's within 1e-5.
+v_run() { # name, arguments...
+  local name=$1
+  shift
+  "$pipetrain" launch -n 4 -- "$pipetrain" train --eval-interval 0 "$@" --config "$(variant "$name" \
+    "s|\"gradient_accumulation_steps\": 2|\"gradient_accumulation_steps\": 4|; s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|")" \
+    >"$name.out" 2>&1
+}
+v_run v_full
+v_run v_half --train-iters 6 --save v_half/ckpt
+v_run v_zbv --load v_half/ckpt --schedule zbv --chunks 2 --train-iters 9 --save v_zbv/ckpt
+v_run v_dpv --load v_zbv/ckpt --schedule dualpipev --chunks 2
+check "V schedules: dualpipev resumed zbv at step 9" grep -q '^resumed from v_zbv/ckpt at step 9' v_dpv.out
+check "V schedules: zbv resumed 1f1b at step 6" grep -q '^resumed from v_half/ckpt at step 6' v_zbv.out
+check "V schedules: steps 7-9 (zbv) and 10-12 (dualpipev) equal the 1f1b run's within 1e-5" \
+  "$python" - <<'PY'
+import json
+def losses(*names):
+    return {r["step"]: r["loss"] for n in names for r in map(json.loads, open(n + ".jsonl"))}
+full, resumed = losses("v_full"), losses("v_zbv", "v_dpv")
+steps = list(range(7, 13))
+ok = sorted(resumed) == steps and all(abs(resumed[s] - full[s]) <= 1e-5 * abs(full[s]) for s in steps)
+print(sorted(resumed), [(s, full.get(s), resumed.get(s)) for s in steps] if not ok else "")
+raise SystemExit(not ok)
+PY
+
 # 4. generate: the same text through 1 and 2 stages; eval prints a loss.
 "$pipetrain" launch -n 1 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen1.out 2>&1
 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint full/ckpt --prompt "The " --tokens 40 --seed 7 >gen2.out 2>&1
@@ -169,12 +197,21 @@ train 2 overwrite.out --pipe 2 --train-iters 1 --save overwritten --overwrite
 check "--overwrite starts over (exit $?)" test "$(cat overwritten/latest)" = step_1
 
 # 5. The trace of one step holds exactly the instructions each rank's schedule plans, in order.
-for kind in train gpipe interleaved zb-h1; do
+#    A schedule file (ZB-H1's compute orders as CSV) runs as planned too.
+"$pipetrain" schedule --kind zb-h1 -m 2 -p 2 --format csv >zb-h1.csv
+for kind in train gpipe interleaved zb-h1 zb-h2 interleaved-zb looped-bfs zbv file; do
   chunks=1
-  [ "$kind" = interleaved ] && chunks=2
-  train 4 "trace_$kind.out" --train-iters 3 --trace "trace_$kind.json" --schedule "$kind" --chunks $chunks
+  case $kind in interleaved | interleaved-zb | looped-bfs | zbv) chunks=2 ;; esac
+  shape=(-m 2 -p 2 -v $chunks)
+  kind_config=$config
+  if [ "$kind" = file ]; then
+    shape=(--file zb-h1.csv)
+    kind_config=$(variant file-schedule 's|"stages": 2|"stages": 2, "schedule_file": "zb-h1.csv"|')
+  fi
+  "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$kind_config" --train-iters 3 \
+    --trace "trace_$kind.json" --schedule "$kind" --chunks $chunks >"trace_$kind.out" 2>&1
   for stage in 0 1; do
-    "$pipetrain" schedule --kind "$kind" -m 2 -p 2 -v $chunks --stage $stage --format json >"stage${stage}_$kind.json"
+    "$pipetrain" schedule --kind "$kind" "${shape[@]}" --stage $stage --format json >"stage${stage}_$kind.json"
   done
   check "trace ($kind): every rank ran its stage's planned instructions in order" "$python" - "$kind" <<'PY'
 import json, re, sys

@@ -165,6 +165,10 @@ class PipelineEngine {
   int64_t global_steps() const { return global_steps_; }
   // For checkpoints: continue counting (and scheduling the learning rate) from `steps`.
   void restore_global_steps(int64_t steps) { global_steps_ = steps; }
+  // Every stage's plan of a training batch, as this engine runs it.
+  schedule::PipelinePlan training_plan() const {
+    return plan_of(config_.pipeline.schedule, micro_batches());
+  }
   // Most activations this stage held at once (forwarded, not yet back-propagated).
   int peak_live_activations() const { return peak_live_; }
   // Instructions executed so far, for overhead measurements.

@@ -70,6 +70,8 @@ class StageLink {
 
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete_sends(); }
+  // Drops hand-overs not yet received (a step that failed between a send and its receive).
+  void forget_hand_overs() { local_.clear(); }
 
   // Payload bytes sent and received so far (with partitioned transfers, this rank's
   // shares, not the all-gathered whole; headers not counted).

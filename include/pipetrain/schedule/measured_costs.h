@@ -9,7 +9,7 @@ namespace pipetrain::schedule {
 
 // Measured compute passes, averaged into the simulator's costs: per stage its whole layers
 // (every chunk) for one micro-batch; backward counts its weight-gradient part, whether a
-// schedule ran BackwardPass or the split BackwardInput + BackwardWeight.
+// schedule ran BackwardPass, the split BackwardInput + BackwardWeight, or both.
 class MeasuredCosts {
  public:
   MeasuredCosts(int stages, int chunks);
