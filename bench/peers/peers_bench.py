@@ -198,6 +198,8 @@ def run_system(system, sizes, python, pipetrain, steps_program, port):
     if system.startswith("pipetrain"):
         stages = 2 if "pipe 2" in system else 1
         args = [*sizes[:5], MICRO_BATCHES, stages, sizes[5], WARMUP]
+        if "(" in system:  # "pipetrain pipe 2 (zbv)": that schedule
+            env["PIPETRAIN_BENCH_SCHEDULE"] = system[system.index("(") + 1:-1]
         return launch([pipetrain, "launch", "-n", str(stages), "--", steps_program,
                        *map(str, args)], env)
     if system == "plain loop":
@@ -212,7 +214,11 @@ def main():
     parser.add_argument("--models", default="small,medium,large")
     parser.add_argument("--pipetrain", default=str(ROOT / "build/src/pipetrain"))
     parser.add_argument("--steps-program", default=str(ROOT / "build/bench/pipetrain_steps"))
+    parser.add_argument("--schedules", default="",
+                        help="more pipetrain pipe 2 runs, comma separated (e.g. zbv,dualpipev)")
     args = parser.parse_args()
+    for schedule in filter(None, args.schedules.split(",")):
+        SYSTEMS.insert(1, f"pipetrain pipe 2 ({schedule})")
     import deepspeed
     import torch
     print(f"torch {torch.__version__}, DeepSpeed {deepspeed.__version__}, "
@@ -248,6 +254,15 @@ def main():
         print(f"  pipetrain pipe-2 speed-up over its 1 stage: {statistics.median(speedup):.2f}x "
               f"({', '.join(f'{r:.2f}' for r in speedup)}); 1F1B's ideal at m 8, p 2: "
               f"{2 * MICRO_BATCHES / (MICRO_BATCHES + 1):.2f}x", flush=True)
+        for system in SYSTEMS:
+            if not system.startswith("pipetrain pipe 2 ("):
+                continue
+            def ratio(other):
+                values = [o / own for o, own in zip(seconds[other], seconds[system])]
+                return f"{statistics.median(values):.2f}x ({', '.join(f'{r:.2f}' for r in values)})"
+            print(f"  {system}: over its 1 stage {ratio('pipetrain 1 stage')}; "
+                  f"over DeepSpeed {ratio('DeepSpeed pipe 2')}; "
+                  f"over torch.pipelining {ratio('torch.pipelining pipe 2')}", flush=True)
 
 
 if __name__ == "__main__":

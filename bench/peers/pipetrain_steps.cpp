@@ -7,10 +7,14 @@
 //   pipetrain_steps D HEADS LAYERS CONTEXT MICRO_BATCH MICRO_BATCHES STAGES STEPS WARMUP
 //                   [0 [OVERLAP_GRAD_REDUCE [BUCKET_ELEMENTS]]]
 // (the tenth argument, once receives posted ahead, which were removed, must be 0;
-// overlap_grad_reduce: 0 or 1, the default; ddp_bucket_size, default 25000000)
+// overlap_grad_reduce: 0 or 1, the default; ddp_bucket_size, default 25000000).
+// PIPETRAIN_BENCH_SCHEDULE names the schedule (pipeline.schedule's names; default 1f1b),
+// with its least chunks (2 for zbv and dualpipev).
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -46,6 +50,13 @@ int run(const std::vector<int64_t>& a) {
   config.optimizer = {"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
   config.pipeline.stages = stages;
   config.pipeline.partition_method = "type:GptBlock";
+  if (const char* name = std::getenv("PIPETRAIN_BENCH_SCHEDULE")) {
+    config.pipeline.schedule =
+        config::read_choice("PIPETRAIN_BENCH_SCHEDULE", nlohmann::json(name),
+                            engine::pipeline_schedules(), config::Quoting::kQuoted);
+    config.pipeline.chunks =
+        std::max(1, schedule::schedule_kind(config.pipeline.schedule).min_chunks);
+  }
   if (a.size() >= 10 && a[9] != 0)
     throw std::invalid_argument("the tenth argument must be 0: receives ahead were removed");
   config.overlap_grad_reduce = a.size() < 11 || a[10] != 0;
@@ -54,6 +65,8 @@ int run(const std::vector<int64_t>& a) {
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,
                                     .stage_id = grid->stage_id(),
+                                    .chunks = static_cast<int>(config.pipeline.chunks),
+                                    .placement = config.pipeline.placement(),
                                     .partition_method = config.pipeline.partition_method});
   engine::PipelineEngine engine(module, grid, config);
 

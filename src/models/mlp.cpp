@@ -3,9 +3,29 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include "pipetrain/autograd/linear.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::models {
+namespace {
+
+// A torch::nn::Linear run through pipetrain's linear, so that schedules that split backward
+// defer its weight gradient as they do the GPT's.
+module::LayerSpec linear_layer(int64_t in, int64_t out) {
+  module::LayerSpec spec;
+  spec.type = "Linear";
+  spec.count_parameters = [=] { return in * out + out; };
+  spec.build = [=] {
+    auto linear = torch::nn::Linear(in, out).ptr();
+    return module::Layer{linear, [linear](const module::Activation& x) {
+                           return module::Activation{
+                               autograd::linear(x.at(0), linear->weight, linear->bias)};
+                         }};
+  };
+  return spec;
+}
+
+}  // namespace
 
 std::vector<module::LayerSpec> mlp_layers(const MlpConfig& c) {
   if (c.inputs < 1 || c.hidden < 1 || c.outputs < 1 || c.layers < 1) {
@@ -15,8 +35,7 @@ std::vector<module::LayerSpec> mlp_layers(const MlpConfig& c) {
   for (int64_t i = 0; i < c.layers; ++i) {
     const int64_t in = i == 0 ? c.inputs : c.hidden;
     const int64_t out = i == c.layers - 1 ? c.outputs : c.hidden;
-    specs.push_back(module::module_layer<torch::nn::Linear>(
-        "Linear", [=] { return torch::nn::Linear(in, out); }, [=] { return in * out + out; }));
+    specs.push_back(linear_layer(in, out));
     if (i + 1 < c.layers) {
       specs.push_back(module::function_layer("ReLU", [](const module::Activation& x) {
         return module::Activation{at::relu(x.at(0))};
