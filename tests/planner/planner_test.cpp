@@ -98,6 +98,31 @@ TEST(Prediction, BubblesMatchClosedForms) {
   }
 }
 
+// The V schedules place two chunks per stage in a V: with passes of equal cost (blocks
+// dominate) their simulated bubble is below interleaving's; stage 0 holds both ends.
+TEST(Prediction, VSchedulesPlaceChunksInAVAndCloseMoreBubble) {
+  engine::TrainingConfig training;
+  training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
+  const Workload w(gpt(4, 256, 256, 4, 8), training);
+  const Layout interleaved{.pipe = 4,
+                           .micro_batch = 1,
+                           .micro_batches = 8,
+                           .schedule = schedule::Kind::kInterleaved,
+                           .chunks = 2};
+  Layout zbv = interleaved;
+  zbv.schedule = schedule::Kind::kZbv;
+  Layout dualpipev = interleaved;
+  dualpipev.schedule = schedule::Kind::kDualPipeV;
+  const Prediction loop = predict(w, ideal(4), interleaved);
+  for (const Layout& v : {zbv, dualpipev}) {
+    const Prediction p = predict(w, ideal(4), v);
+    EXPECT_LT(p.bubble, loop.bubble) << v.schedule_label();
+    // The tied embedding and head both on stage 0: the last stage holds blocks only.
+    EXPECT_LT(p.stages[3].weights, loop.stages[3].weights) << v.schedule_label();
+  }
+  EXPECT_EQ(zbv.schedule_label(), "zbv x2");
+}
+
 TEST(Prediction, StepTimeIsFlopsOverThroughputWithoutPipeline) {
   const Workload w(gpt(256, 16, 32, 4, 2), engine::TrainingConfig{});
   const Layout l{.micro_batch = 2, .micro_batches = 3};
