@@ -191,6 +191,14 @@ int run_plan(const PlanOptions& o) {
     if (*o.nodes < 1) throw io::InputError("--nodes must be at least 1");
     cluster.nodes = *o.nodes;
   }
+  // Work bounds, checked before a product can overflow or a loop runs over them.
+  constexpr int64_t kMostDevices = 1 << 20;
+  if (cluster.nodes > kMostDevices || cluster.devices_per_node > kMostDevices ||
+      cluster.devices() > kMostDevices) {
+    throw io::InputError("plan: " + std::to_string(cluster.nodes) + " nodes of " +
+                         std::to_string(cluster.devices_per_node) + " devices: at most " +
+                         std::to_string(kMostDevices) + " devices in all");
+  }
   const nlohmann::json json = config::read_json_file(o.config);
   std::vector<std::string> unknown;
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);

@@ -19,7 +19,9 @@ Command add_schedule_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand("schedule", "Print a pipeline schedule, step by step");
   add_shape_options(*command, options->shape);
-  command->add_option("--stage,-s", options->stage, "Stage to print (json: required)");
+  command->add_option("--stage,-s", options->stage,
+                      "Stage to print (json: that stage in the contract's form; without it, "
+                      "the whole plan, readable again by --kind file --file F.json)");
   command
       ->add_option("--format", options->format,
                    "json (one stage), table, or csv (PyTorch pipelining's compute layout)")
@@ -32,9 +34,10 @@ Command add_schedule_command(CLI::App& app) {
             if (options->format == "csv") {
               std::cout << schedule::to_csv(plan);
             } else if (options->format == "json") {
-              if (!options->stage)
-                throw io::InputError("--format json prints one stage: give --stage");
-              std::cout << schedule::to_json(plan, *options->stage) << '\n';
+              // One stage: the contract's form; every stage: the plan, readable by --file.
+              std::cout << (options->stage ? schedule::to_json(plan, *options->stage)
+                                           : schedule::to_plan_json(plan))
+                        << '\n';
             } else {
               std::cout << schedule::to_table(plan, options->stage);
             }

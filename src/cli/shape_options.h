@@ -27,7 +27,8 @@ inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
   command.add_option("--stages,-p", options.shape.stages, "Pipeline stages (not with --file)");
   command.add_option(
       "--file", options.file,
-      "With --kind file: each rank's compute order, PyTorch pipelining's CSV layout");
+      "With --kind file: each rank's compute order, PyTorch pipelining's CSV layout, or "
+      "F.json as `schedule --format json` writes it");
   command
       .add_option("--chunks,-v", options.shape.chunks,
                   "Model chunks per stage (interleaved, interleaved-zb, looped-bfs; zbv and "
@@ -45,7 +46,7 @@ inline schedule::PipelinePlan planned(const ShapeOptions& options, CLI::App& com
     if (command.count("--micro-batches") + command.count("--stages") + command.count("--chunks") >
         0)
       throw io::InputError("--file gives the stages, chunks and micro-batches: drop -m, -p and -v");
-    return schedule::plan_schedule_file(schedule::read_schedule_csv(options.file));
+    return schedule::plan_schedule_file(schedule::read_schedule_file(options.file));
   }
   if (command.count("--micro-batches") == 0 || command.count("--stages") == 0)
     throw io::InputError("--micro-batches and --stages are required (or --kind file --file)");

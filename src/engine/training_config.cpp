@@ -219,11 +219,12 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
           "pipeline.schedule_file", "string",
           "with `pipeline.schedule` \"file\": each rank's compute order in PyTorch pipelining's "
           "CSV layout (a row per rank, cells such as `0F3`, `3I1`, `3W1` or "
-          "`(0F3;3B1)OVERLAP_F_B`), lowered, validated and simulated before any rank starts",
+          "`(0F3;3B1)OVERLAP_F_B`), or a `.json` file as `pipetrain schedule --format json` "
+          "writes it; lowered, validated and simulated before any rank starts",
           [](const std::string&, const nlohmann::json& v, TrainingConfig& c) {
             c.pipeline.schedule_file = config::read_string("pipeline.schedule_file", v);
             c.pipeline.file = std::make_shared<const schedule::FileSchedule>(
-                schedule::read_schedule_csv(c.pipeline.schedule_file));
+                schedule::read_schedule_file(c.pipeline.schedule_file));
           },
           [](const TrainingConfig& c) -> nlohmann::json {
             if (c.pipeline.schedule_file.empty()) return nullptr;

@@ -182,27 +182,34 @@ LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrd
 
   std::size_t remaining = 0;
   for (const auto& order : orders) remaining += order.size();
+  // One pass of stage s into `step`.
+  auto run = [&](int s, const ComputeOp& op, int round, Step& step) {
+    const int vs = shape.virtual_stage(s, op.chunk);
+    int& buffer = buffer_of[static_cast<std::size_t>(vs) * shape.micro_batches + op.micro_batch];
+    if (op.kind == OpKind::kForwardPass) buffer = pools[s].take();
+    emit(shape, s, op, buffer, step);
+    if (op.kind == OpKind::kForwardPass) done.set_forward(vs, op.micro_batch, round);
+    if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardInput) {
+      done.set_backward(vs, op.micro_batch, round);
+    }
+    // The activation dies with the last pass that needs it.
+    if (!trains || op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardWeight) {
+      pools[s].release(buffer);
+    }
+    --remaining;
+  };
   for (int round = 0; remaining > 0; ++round) {
     bool progressed = false;
     for (int s = 0; s < p; ++s) {
       Step step;
-      if (next[s] < orders[s].size() && ready(shape, s, orders[s][next[s]], done, round)) {
-        const ComputeOp& op = orders[s][next[s]++];
-        const int vs = shape.virtual_stage(s, op.chunk);
-        int& buffer =
-            buffer_of[static_cast<std::size_t>(vs) * shape.micro_batches + op.micro_batch];
-        if (op.kind == OpKind::kForwardPass) buffer = pools[s].take();
-        emit(shape, s, op, buffer, step);
-        if (op.kind == OpKind::kForwardPass) done.set_forward(vs, op.micro_batch, round);
-        if (op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardInput) {
-          done.set_backward(vs, op.micro_batch, round);
-        }
-        // The activation dies with the last pass that needs it.
-        if (!trains || op.kind == OpKind::kBackwardPass || op.kind == OpKind::kBackwardWeight) {
-          pools[s].release(buffer);
-        }
+      const auto& order = orders[s];
+      // An F&B pair (DualPipeV's) shares one step, once both halves can run.
+      const bool pair = next[s] + 1 < order.size() && order[next[s] + 1].paired;
+      if (next[s] < order.size() && ready(shape, s, order[next[s]], done, round) &&
+          (!pair || ready(shape, s, order[next[s] + 1], done, round))) {
+        run(s, order[next[s]++], round, step);
+        if (pair) run(s, order[next[s]++], round, step);
         progressed = true;
-        --remaining;
       }
       plan.stage_steps[s].push_back(std::move(step));
     }

@@ -75,14 +75,44 @@ std::string to_csv(const PipelinePlan& plan) {
     for (const Step& step : plan.stage_steps[s]) {
       if (!first) out << ',';
       first = false;
+      std::vector<std::string> actions;
       for (const Instruction& in : step) {
         if (!is_compute(in.kind)) continue;
-        out << plan.shape.virtual_stage(s, in.chunk) << compute_letter(in.kind) << in.micro_batch;
+        actions.push_back(std::to_string(plan.shape.virtual_stage(s, in.chunk)) +
+                          compute_letter(in.kind) + std::to_string(in.micro_batch));
       }
+      if (actions.size() == 1) out << actions[0];
+      if (actions.size() == 2) out << '(' << actions[0] << ';' << actions[1] << ")OVERLAP_F_B";
     }
     out << '\n';
   }
   return out.str();
+}
+
+std::string to_plan_json(const PipelinePlan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& steps : plan.stage_steps) {
+    nlohmann::json stage = nlohmann::json::array();
+    for (const auto& step : steps) {
+      nlohmann::json instructions = nlohmann::json::array();
+      for (const auto& in : step) {
+        nlohmann::json entry = nlohmann::json::array({name(in.kind)});
+        if (has_buffer(in.kind)) entry.insert(entry.end(), {in.buffer, in.chunk, in.micro_batch});
+        instructions.push_back(std::move(entry));
+      }
+      stage.push_back(std::move(instructions));
+    }
+    stages.push_back(std::move(stage));
+  }
+  const nlohmann::json object = {
+      {"schedule", name(plan.kind)},
+      {"micro_batches", plan.shape.micro_batches},
+      {"stages", plan.shape.stages},
+      {"chunks", plan.shape.chunks},
+      {"placement", plan.shape.placement == Placement::kV ? "v" : "loop"},
+      {"num_pipe_buffers", plan.num_pipe_buffers},
+      {"steps", std::move(stages)}};
+  return object.dump();
 }
 
 std::string to_table(const PipelinePlan& plan, std::optional<int> stage) {

@@ -1,6 +1,7 @@
 #include "pipetrain/schedule/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,20 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.chunks < 1) {
     throw io::InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
   }
+  // Work bounds, before anything is sized by them: well past any pipeline trained, far
+  // short of what would exhaust memory (a plan holds a few instructions per pass).
+  constexpr int64_t kMostMicroBatches = 1 << 16, kMostStages = 1 << 12, kMostChunks = 64;
+  constexpr int64_t kMostPasses = int64_t{1} << 24;
+  auto bound = [](const char* what, int64_t value, int64_t most) {
+    if (value > most)
+      throw io::InputError(std::string(what) + " must be at most " + std::to_string(most) +
+                           ", got " + std::to_string(value));
+  };
+  bound("micro-batches", shape.micro_batches, kMostMicroBatches);
+  bound("stages", shape.stages, kMostStages);
+  bound("chunks", shape.chunks, kMostChunks);
+  bound("micro-batches x stages x chunks",
+        int64_t{shape.micro_batches} * shape.stages * shape.chunks, kMostPasses);
   const std::string named = "schedule '" + std::string(kind.name) + "'";
   if (!kind.uses_chunks && shape.chunks != 1) {
     throw io::InputError(named + " has one model chunk per stage, got chunks " +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -173,8 +174,68 @@ FileSchedule parse_schedule_csv(std::string_view text, const std::string& path) 
   return file;
 }
 
-FileSchedule read_schedule_csv(const std::string& path) {
-  return parse_schedule_csv(io::read_file(path, kMaxFileBytes), path);
+FileSchedule parse_schedule_json(std::string_view text, const std::string& path) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw io::InputError(path + ": not JSON (" + e.what() + ")");
+  }
+  auto integer = [&](const char* key, int least, int most) {
+    if (!object.is_object() || !object.contains(key) || !object[key].is_number_integer() ||
+        object[key].get<int64_t>() < least || object[key].get<int64_t>() > most)
+      throw io::InputError(path + ": \"" + key + "\" must be an integer in " +
+                           std::to_string(least) + ".." + std::to_string(most));
+    return object[key].get<int>();
+  };
+  constexpr int kMost = 1 << 20;
+  FileSchedule file{path, {}, {}};
+  file.shape.micro_batches = integer("micro_batches", 1, kMost);
+  file.shape.stages = integer("stages", 1, 4096);
+  file.shape.chunks = integer("chunks", 1, 64);
+  const auto placement = object.value("placement", nlohmann::json("loop"));
+  if (placement != "loop" && placement != "v")
+    throw io::InputError(path + ": \"placement\" must be \"loop\" or \"v\"");
+  file.shape.placement = placement == "v" ? Placement::kV : Placement::kLoop;
+  const auto& stages = object.value("steps", nlohmann::json());
+  if (!stages.is_array() || static_cast<int>(stages.size()) != file.shape.stages)
+    throw io::InputError(path + ": \"steps\" must list the steps of each of the " +
+                         std::to_string(file.shape.stages) + " stages");
+  for (int r = 0; r < file.shape.stages; ++r) {
+    ComputeOrder& order = file.orders.emplace_back();
+    const auto where = [&](std::size_t t) {
+      return path + ": stage " + std::to_string(r) + ", step " + std::to_string(t) + ": ";
+    };
+    if (!stages[r].is_array()) throw io::InputError(where(0) + "the steps must be a list");
+    for (std::size_t t = 0; t < stages[r].size(); ++t) {
+      const auto& step = stages[r][t];
+      if (!step.is_array()) throw io::InputError(where(t) + "a step must be a list");
+      const std::size_t before = order.size();
+      for (const auto& entry : step) {
+        if (!entry.is_array() || entry.empty() || !entry[0].is_string())
+          throw io::InputError(where(t) + "an instruction is [name, ...]");
+        const auto kind = op_kind_from_name(entry[0].get<std::string>());
+        if (!kind) throw io::InputError(where(t) + "no instruction " + entry[0].dump());
+        if (!is_compute(*kind)) continue;  // transfers and loads are made again
+        if (entry.size() != 4 || !entry[2].is_number_integer() || !entry[3].is_number_integer())
+          throw io::InputError(where(t) + entry.dump() +
+                               ": a compute instruction is [name, buffer, chunk, micro-batch]");
+        const int chunk = entry[2].get<int>(), micro_batch = entry[3].get<int>();
+        if (chunk < 0 || chunk >= file.shape.chunks || micro_batch < 0 ||
+            micro_batch >= file.shape.micro_batches)
+          throw io::InputError(where(t) + entry.dump() + ": chunk or micro-batch out of range");
+        // A second pass in one step is an F&B pair's backward.
+        order.push_back({*kind, micro_batch, chunk, order.size() > before});
+      }
+    }
+  }
+  return file;
+}
+
+FileSchedule read_schedule_file(const std::string& path) {
+  const std::string text = io::read_file(path, kMaxFileBytes);
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  return json ? parse_schedule_json(text, path) : parse_schedule_csv(text, path);
 }
 
 namespace {

@@ -52,6 +52,17 @@ while IFS='|' read -r file expected; do
 done <"$corpus/schedules/expected.txt"
 check "every broken schedule file has its expected line" \
   test "$(find "$corpus/schedules" -name '*.csv' | wc -l)" -eq "$(wc -l <"$corpus/schedules/expected.txt")"
+# Sizes that would plan past any real pipeline are refused before anything is sized by them.
+expect_bad "schedule with 2^31-1 micro-batches" "micro-batches must be at most 65536, got 2147483647" \
+  schedule --kind zbv -m 2147483647 -p 2 --format csv
+expect_bad "simulate with a million stages" "stages must be at most 4096, got 1000000" \
+  simulate --kind train -m 8 -p 1000000
+expect_bad "schedule whose passes multiply past the bound" \
+  "micro-batches x stages x chunks must be at most 16777216, got 268435456" \
+  schedule --kind interleaved -m 65536 -p 4096 -v 1
+expect_bad "plan with 2^40 nodes" "plan: 1099511627776 nodes of 8 devices: at most 1048576 devices in all" \
+  plan --config "$corpus/../../examples/gpt-small.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
+  --global-batch 64 --nodes 1099511627776
 schedule_config() { # name, pipeline section
   printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2, %s}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"}\n' "$2" >"$work/$1.json"
 }

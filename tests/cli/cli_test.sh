@@ -45,7 +45,15 @@ expect_input_error "stages must be at least 1" schedule --kind train -m 4 -p 0 -
 expect_input_error "stage 3 is out of range" schedule --kind train -m 4 -p 3 --stage 3
 expect_input_error "unknown schedule kind 'pipedream'" schedule --kind pipedream -m 4 -p 3
 expect_input_error "micro-batches must be at least 1" simulate --kind gpipe -m 0 -p 2
-expect_input_error "give --stage" schedule --kind train -m 4 -p 2 --format json
+# The whole plan as JSON reads back as a schedule file: the same plan.
+for kind in zb-h1 zbv dualpipev; do
+  "$pipetrain" schedule --kind "$kind" -m 4 -p 2 --format json >"$work/$kind.json"
+  check "schedule --format json of $kind reads back with --kind file as the same plan" \
+    test "$("$pipetrain" schedule --kind "$kind" -m 4 -p 2 --format csv)" = \
+    "$("$pipetrain" schedule --kind file --file "$work/$kind.json" --format csv)"
+done
+sed 's/"stages":2/"stages":"two"/' "$work/zbv.json" >"$work/bad.json"
+expect_input_error '"stages" must be an integer' schedule --kind file --file "$work/bad.json"
 expect_input_error "format" schedule --kind train -m 4 -p 2 --format xml
 expect_input_error "micro-batches" schedule --kind train --micro-batches four -p 2
 expect_input_error "forward cost needs 1 or 2 values" simulate --kind train -m 4 -p 2 --forward 1,2,3

@@ -2,17 +2,14 @@
 
 #include <algorithm>
 
+#include "bubble.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/simulator.h"
 
 namespace pipetrain::schedule {
 namespace {
 
-double bubble(const Timeline& timeline) {
-  double busy = 0;
-  for (const auto& stage : timeline.stages) busy += stage.busy;
-  return 1.0 - busy / (timeline.stages.size() * timeline.makespan);
-}
+using testing::bubble;
 
 int peak_memory(const Timeline& timeline) {
   int peak = 0;

@@ -6,7 +6,7 @@ grid that PyTorch accepts, PyTorch's schedule class computes its `pipeline_order
 own `_calculate_single_rank_operations`, on an instance with only the fields it reads,
 since building one needs a process group per rank) and `pipetrain schedule --format csv`
 prints pipetrain's plan; with the idle slots dropped, each rank's actions must be equal.
-DualPipeV's overlapped F&B pairs are compared as their forward, then their backward.
+DualPipeV's overlapped F&B pairs must be pairs on both sides, `(0F3;3B1)OVERLAP_F_B`.
 PyTorch's own CSVs of some of them (its _dump_csv) are read back with --kind file.
 
 Usage: torch_orders_test.py PIPETRAIN
@@ -56,9 +56,9 @@ def torch_order(cls, p, chunks, m):
         for a in orders[rank]:
             if a is None:
                 continue
-            for one in a.sub_actions if a.sub_actions else [a]:
-                letter = LETTERS[one.computation_type]
-                actions.append(f"{one.stage_index}{letter}{one.microbatch_index}")
+            cells = [f"{one.stage_index}{LETTERS[one.computation_type]}{one.microbatch_index}"
+                     for one in (a.sub_actions or [a])]
+            actions.append(cells[0] if len(cells) == 1 else f"({cells[0]};{cells[1]})OVERLAP_F_B")
         result.append(actions)
     return result
 

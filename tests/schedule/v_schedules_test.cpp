@@ -4,20 +4,18 @@
 
 #include <set>
 
+#include "bubble.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/render.h"
+#include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/simulator.h"
 #include "pipetrain/schedule/validator.h"
 
 namespace pipetrain::schedule {
 namespace {
 
-double v_bubble(const Timeline& timeline) {
-  double busy = 0;
-  for (const auto& stage : timeline.stages) busy += stage.busy;
-  return 1.0 - busy / (timeline.stages.size() * timeline.makespan);
-}
+using testing::bubble;
 
 // F = B - W = W: the costs under which ZB-H2, ZBV and DualPipeV close the bubble.
 CostModel balanced() {
@@ -83,11 +81,11 @@ TEST(Placement, KindsRefuseTheOtherPlacementAndTheirChunkCounts) {
 TEST(Simulated, ZeroBubbleKindsCloseTheBubbleWhenPassesAreBalanced) {
   for (int p : {2, 4}) {
     const int m = 4 * p;
-    const double one_f_one_b = v_bubble(simulate(plan_pipeline("train", {m, p}), balanced()));
-    const double h1 = v_bubble(simulate(plan_pipeline("zb-h1", {m, p}), balanced()));
-    const double h2 = v_bubble(simulate(plan_pipeline("zb-h2", {m, p}), balanced()));
-    const double zbv = v_bubble(simulate(plan_pipeline("zbv", {m, p}), balanced()));
-    const double dualpipev = v_bubble(simulate(plan_pipeline("dualpipev", {m, p}), balanced()));
+    const double one_f_one_b = bubble(simulate(plan_pipeline("train", {m, p}), balanced()));
+    const double h1 = bubble(simulate(plan_pipeline("zb-h1", {m, p}), balanced()));
+    const double h2 = bubble(simulate(plan_pipeline("zb-h2", {m, p}), balanced()));
+    const double zbv = bubble(simulate(plan_pipeline("zbv", {m, p}), balanced()));
+    const double dualpipev = bubble(simulate(plan_pipeline("dualpipev", {m, p}), balanced()));
     SCOPED_TRACE("p=" + std::to_string(p));
     EXPECT_LT(h1, one_f_one_b);
     // In a synchronous step (every stage's optimizer after the last gradient) no schedule
@@ -109,6 +107,60 @@ TEST(Csv, RowsNameGlobalStagesAndMicroBatches) {
   EXPECT_NE(rank0.find("3I0"), std::string::npos);
   EXPECT_NE(rank0.find("3W1"), std::string::npos);
   EXPECT_EQ(rank0.find("1F"), std::string::npos);
+}
+
+// Each stage's compute instructions, in order: what a schedule file fixes.
+std::vector<std::vector<Instruction>> compute_orders(const PipelinePlan& plan) {
+  std::vector<std::vector<Instruction>> orders(plan.stage_steps.size());
+  for (std::size_t s = 0; s < plan.stage_steps.size(); ++s) {
+    for (const Step& step : plan.stage_steps[s]) {
+      for (const Instruction& in : step) {
+        if (is_compute(in.kind)) orders[s].push_back({in.kind, -1, in.chunk, in.micro_batch});
+      }
+    }
+  }
+  return orders;
+}
+
+TEST(Files, EveryKindReadsBackFromItsCsvAndItsJson) {
+  int plans = 0;
+  for (const auto& kind : schedule_kinds()) {
+    if (!kind.trains || kind.kind == Kind::kFile || kind.kind == Kind::kDataParallel) continue;
+    for (int p : {2, 3, 4}) {
+      for (int m : {4, 6, 8}) {
+        PipelinePlan plan;
+        try {
+          plan = plan_pipeline(kind.kind, shape_for(kind.kind, m, p, kind.uses_chunks ? 2 : 1));
+        } catch (const io::InputError&) {
+          continue;
+        }
+        SCOPED_TRACE(std::string(kind.name) + " p" + std::to_string(p) + " m" + std::to_string(m));
+        const auto from_csv = plan_schedule_file(parse_schedule_csv(to_csv(plan), "plan.csv"));
+        const auto from_json =
+            plan_schedule_file(parse_schedule_json(to_plan_json(plan), "plan.json"));
+        EXPECT_EQ(compute_orders(from_csv), compute_orders(plan));
+        EXPECT_EQ(compute_orders(from_json), compute_orders(plan));
+        EXPECT_EQ(from_json.shape.placement, plan.shape.placement);
+        ++plans;
+      }
+    }
+  }
+  EXPECT_GT(plans, 60);
+}
+
+TEST(Files, MalformedJsonIsRefusedNamingTheField) {
+  const std::string good = to_plan_json(plan_pipeline("zbv", {4, 2}));
+  EXPECT_THROW(parse_schedule_json("{", "f.json"), io::InputError);
+  std::string bad = good;
+  bad.replace(bad.find("\"stages\":2"), 10, "\"stages\":0");
+  try {
+    parse_schedule_json(bad, "f.json");
+    ADD_FAILURE() << "stages 0 accepted";
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("f.json: \"stages\" must be an integer"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

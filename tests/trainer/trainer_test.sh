@@ -107,11 +107,11 @@ check "gpipe: the losses of steps 8 and 12 equal 1F1B's ($(losses_of gpipe.out |
 #     order): 6 steps under 1f1b, then 6 more under zb-h1 and under interleaved over 2 chunks.
 #     The losses continue as the uninterrupted 1f1b run's (within 1e-5), and the interleaved
 #     run's checkpoint (whole layers) evaluates as the 1f1b run's.
-schedule_run() { # name, arguments...
+schedule_run() { # name, arguments... (SCHEDULE_SED: more of the config to change)
   local name=$1
   shift
   "$pipetrain" launch -n 4 -- "$pipetrain" train --eval-interval 0 "$@" --config "$(variant "$name" \
-    "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|")" \
+    "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|${SCHEDULE_SED:+; $SCHEDULE_SED}")" \
     >"$name.out" 2>&1
 }
 schedule_run s_full --save s_full/ckpt
@@ -140,13 +140,7 @@ check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/
 # 3d. Resume across V schedules (4 micro-batches: dualpipev needs 2 x stages): 6 steps under
 #     1f1b, 3 under zbv (its V puts stage 0's layers at both ends), 3 under dualpipev; steps
 #     7-12 equal the uninterrupted 1f1b run's within 1e-5.
-v_run() { # name, arguments...
-  local name=$1
-  shift
-  "$pipetrain" launch -n 4 -- "$pipetrain" train --eval-interval 0 "$@" --config "$(variant "$name" \
-    "s|\"gradient_accumulation_steps\": 2|\"gradient_accumulation_steps\": 4|; s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|")" \
-    >"$name.out" 2>&1
-}
+v_run() { SCHEDULE_SED='s|"gradient_accumulation_steps": 2|"gradient_accumulation_steps": 4|' schedule_run "$@"; }
 v_run v_full
 v_run v_half --train-iters 6 --save v_half/ckpt
 v_run v_zbv --load v_half/ckpt --schedule zbv --chunks 2 --train-iters 9 --save v_zbv/ckpt

@@ -15,7 +15,8 @@ struct ComputeOp {
   OpKind kind{};  // kForwardPass, kBackwardPass, kBackwardInput or kBackwardWeight
   int micro_batch = 0;
   int chunk = 0;
-  // Runs as one F&B pair with the pass before it (DualPipeV); one after the other here.
+  // Runs as one F&B pair with the pass before it (DualPipeV): one step holds both, the
+  // forward first.
   bool paired = false;
 
   bool operator==(const ComputeOp&) const = default;
@@ -28,11 +29,11 @@ struct LockstepPlan {
   std::vector<int> num_pipe_buffers;
 };
 
-// Runs the orders in synchronous rounds, one pass per rank per round, each as early as
-// its inputs allow. A pass's receive, load, compute and send share its step; a buffer
-// is taken at the forward and freed after the backward (or the weight gradient), or after
-// the forward's send when the orders only forward. Training orders end with the tied and
-// data-parallel reductions and the optimizer step. Throws std::logic_error if the orders
+// Runs the orders in synchronous rounds, one pass per rank per round (an F&B pair's two in
+// one, once both can run), each as early as its inputs allow. A pass's receive, load, compute and
+// send share its step; a buffer is taken at the forward and freed after the backward (or the weight
+// gradient), or after the forward's send when the orders only forward. Training orders end with the
+// tied and data-parallel reductions and the optimizer step. Throws std::logic_error if the orders
 // deadlock, saying who waits for whom.
 LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrder>& orders);
 

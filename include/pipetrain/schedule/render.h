@@ -13,9 +13,16 @@ namespace pipetrain::schedule {
 // Instructions are [name, buffer] or [name]; schedules with model chunks append the chunk.
 std::string to_json(const PipelinePlan& plan, int stage);
 
+// Every stage's schedule as one JSON object, readable as a schedule file:
+// {"schedule", "micro_batches", "stages", "chunks", "placement": "loop" or "v",
+//  "num_pipe_buffers": [per stage], "steps": [per stage: [per step: [[name, buffer, chunk,
+//  micro-batch] or [name], ...]]]}.
+std::string to_plan_json(const PipelinePlan& plan);
+
 // PyTorch pipelining's CSV layout of compute orders: one row per rank, one cell per step,
 // each a compute action `{virtual stage}{F|B|I|W}{micro-batch}` (I and W: the input and
-// weight halves of a split backward), an empty cell where the step computes nothing.
+// weight halves of a split backward), `(F;B)OVERLAP_F_B` for an F&B pair, an empty cell
+// where the step computes nothing.
 std::string to_csv(const PipelinePlan& plan);
 // The CSV's letter of a compute kind (F, B, I, W).
 char compute_letter(OpKind kind);

@@ -26,7 +26,14 @@ struct FileSchedule {
 // InputError "PATH: rank R, cell C (`text`): why" for malformed cells and for ranks whose
 // stages neither loop (r, r+P, ...) nor form a V (r, 2P-1-r).
 FileSchedule parse_schedule_csv(std::string_view text, const std::string& path);
-FileSchedule read_schedule_csv(const std::string& path);
+
+// pipetrain's whole-plan JSON (render.h's to_plan_json): the shape from its fields, each
+// rank's compute order from its steps' compute instructions (the transfers and buffers in
+// it are made again). InputError naming the file and the field for anything malformed.
+FileSchedule parse_schedule_json(std::string_view text, const std::string& path);
+
+// A `.json` file as pipetrain's JSON, anything else as the CSV.
+FileSchedule read_schedule_file(const std::string& path);
 
 // Lowers the file's orders into a plan and proves it before any rank starts: every
 // micro-batch runs forward and then backward once on every stage (a weight gradient only
