@@ -115,6 +115,9 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
         const int64_t m = global_batch / data / b;
         for (const auto& [schedule, chunks] : schedules(pipe, m, layers)) {
           if (!allowed(limits.schedule, schedule) || !allowed(limits.chunks, chunks)) continue;
+          if (!schedule::plannable(schedule::shape_for(
+                  schedule, static_cast<int>(std::min<int64_t>(m, 1 << 30)), pipe, chunks)))
+            continue;  // past the schedule layer's work bounds (e.g. m over 65536)
           if (boundaries_stages > 0 && pipe * chunks != boundaries_stages) continue;
           for (bool checkpointing : {false, true}) {
             if (!allowed(limits.checkpointing, checkpointing)) continue;

@@ -198,22 +198,31 @@ LockstepPlan build_lockstep(const PipeShape& shape, const std::vector<ComputeOrd
     }
     --remaining;
   };
-  for (int round = 0; remaining > 0; ++round) {
+  // An F&B pair (DualPipeV's) shares one step once both halves can run; a round in which
+  // no rank could move runs again with pairs split (the forward alone), as PyTorch runs a
+  // pair's halves in turn.
+  bool split_pairs = false;
+  for (int round = 0; remaining > 0;) {
+    std::vector<Step> steps(p);
     bool progressed = false;
     for (int s = 0; s < p; ++s) {
-      Step step;
       const auto& order = orders[s];
-      // An F&B pair (DualPipeV's) shares one step, once both halves can run.
-      const bool pair = next[s] + 1 < order.size() && order[next[s] + 1].paired;
+      const bool pair = !split_pairs && next[s] + 1 < order.size() && order[next[s] + 1].paired;
       if (next[s] < order.size() && ready(shape, s, order[next[s]], done, round) &&
           (!pair || ready(shape, s, order[next[s] + 1], done, round))) {
-        run(s, order[next[s]++], round, step);
-        if (pair) run(s, order[next[s]++], round, step);
+        run(s, order[next[s]++], round, steps[s]);
+        if (pair) run(s, order[next[s]++], round, steps[s]);
         progressed = true;
       }
-      plan.stage_steps[s].push_back(std::move(step));
+    }
+    if (!progressed && !split_pairs) {
+      split_pairs = true;  // the same round again
+      continue;
     }
     if (!progressed) throw std::logic_error(deadlock_text(shape, orders, next, done, round));
+    for (int s = 0; s < p; ++s) plan.stage_steps[s].push_back(std::move(steps[s]));
+    split_pairs = false;
+    ++round;
   }
   for (int s = 0; s < p; ++s) {
     if (trains) {

@@ -76,13 +76,23 @@ std::string to_csv(const PipelinePlan& plan) {
       if (!first) out << ',';
       first = false;
       std::vector<std::string> actions;
+      std::vector<const Instruction*> computes;
       for (const Instruction& in : step) {
         if (!is_compute(in.kind)) continue;
+        computes.push_back(&in);
         actions.push_back(std::to_string(plan.shape.virtual_stage(s, in.chunk)) +
                           compute_letter(in.kind) + std::to_string(in.micro_batch));
       }
-      if (actions.size() == 1) out << actions[0];
-      if (actions.size() == 2) out << '(' << actions[0] << ';' << actions[1] << ")OVERLAP_F_B";
+      // An F&B pair: a forward and another chunk's backward in one step (DualPipeV's);
+      // other passes that share a step (data-parallel's F and B) take a cell each.
+      const bool pair = computes.size() == 2 && computes[0]->kind == OpKind::kForwardPass &&
+                        computes[1]->kind != OpKind::kForwardPass &&
+                        computes[0]->chunk != computes[1]->chunk;
+      if (pair) {
+        out << '(' << actions[0] << ';' << actions[1] << ")OVERLAP_F_B";
+      } else {
+        for (std::size_t i = 0; i < actions.size(); ++i) out << (i ? "," : "") << actions[i];
+      }
     }
     out << '\n';
   }

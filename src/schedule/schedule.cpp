@@ -61,20 +61,7 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.chunks < 1) {
     throw io::InputError("chunks must be at least 1, got " + std::to_string(shape.chunks));
   }
-  // Work bounds, before anything is sized by them: well past any pipeline trained, far
-  // short of what would exhaust memory (a plan holds a few instructions per pass).
-  constexpr int64_t kMostMicroBatches = 1 << 16, kMostStages = 1 << 12, kMostChunks = 64;
-  constexpr int64_t kMostPasses = int64_t{1} << 24;
-  auto bound = [](const char* what, int64_t value, int64_t most) {
-    if (value > most)
-      throw io::InputError(std::string(what) + " must be at most " + std::to_string(most) +
-                           ", got " + std::to_string(value));
-  };
-  bound("micro-batches", shape.micro_batches, kMostMicroBatches);
-  bound("stages", shape.stages, kMostStages);
-  bound("chunks", shape.chunks, kMostChunks);
-  bound("micro-batches x stages x chunks",
-        int64_t{shape.micro_batches} * shape.stages * shape.chunks, kMostPasses);
+  check_work_bounds(shape);
   const std::string named = "schedule '" + std::string(kind.name) + "'";
   if (!kind.uses_chunks && shape.chunks != 1) {
     throw io::InputError(named + " has one model chunk per stage, got chunks " +
@@ -156,6 +143,32 @@ std::unique_ptr<Schedule> make_deepspeed_schedule(Kind kind, const PipeShape& sh
 }
 
 }  // namespace
+
+void check_work_bounds(const PipeShape& shape) {
+  // Well past any pipeline trained, far short of what would exhaust memory: a plan holds a
+  // few instructions per pass and a step per stage and round (at least m + 2P rounds).
+  constexpr int64_t kMostMicroBatches = 1 << 16, kMostStages = 1 << 12, kMostChunks = 64;
+  constexpr int64_t kMostWork = int64_t{1} << 24;
+  auto bound = [](const char* what, int64_t value, int64_t most) {
+    if (value > most)
+      throw io::InputError(std::string(what) + " must be at most " + std::to_string(most) +
+                           ", got " + std::to_string(value));
+  };
+  bound("micro-batches", shape.micro_batches, kMostMicroBatches);
+  bound("stages", shape.stages, kMostStages);
+  bound("chunks", shape.chunks, kMostChunks);
+  const int64_t p = shape.stages, v = shape.chunks, m = shape.micro_batches;
+  bound("stages x chunks x (micro-batches + stages)", p * v * (m + 2 * p), kMostWork);
+}
+
+bool plannable(const PipeShape& shape) {
+  try {
+    check_work_bounds(shape);
+    return true;
+  } catch (const io::InputError&) {
+    return false;
+  }
+}
 
 void check_stage_id(const PipeShape& shape, int stage_id) {
   if (stage_id < 0 || stage_id >= shape.stages) {

@@ -1,6 +1,7 @@
 #include "pipetrain/schedule/schedule_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -175,15 +176,33 @@ FileSchedule parse_schedule_csv(std::string_view text, const std::string& path) 
 }
 
 FileSchedule parse_schedule_json(std::string_view text, const std::string& path) {
+  // The plan's form nests four deep; anything deeper is refused while parsing, before a
+  // deep value could be built (or destroyed, or printed) recursively.
+  constexpr int kDeepest = 6;
+  const nlohmann::json::parser_callback_t shallow = [&](int depth, nlohmann::json::parse_event_t,
+                                                        nlohmann::json&) {
+    if (depth > kDeepest)
+      throw io::InputError(path + ": nested deeper than the plan's form (" +
+                           std::to_string(kDeepest) + " levels)");
+    return true;
+  };
   nlohmann::json object;
   try {
-    object = nlohmann::json::parse(text);
+    object = nlohmann::json::parse(text, shallow);
   } catch (const nlohmann::json::exception& e) {
     throw io::InputError(path + ": not JSON (" + e.what() + ")");
   }
+  if (!object.is_object()) throw io::InputError(path + ": the top level must be an object");
+  // Integers read as 64 bits (no wrap into range), then bounded.
+  auto in_range = [](const nlohmann::json& value, int64_t least, int64_t most) {
+    return (value.is_number_integer() && !value.is_number_unsigned() &&
+            value.get<int64_t>() >= least && value.get<int64_t>() <= most) ||
+           (value.is_number_unsigned() && least <= 0 && value.get<uint64_t>() <= uint64_t(most)) ||
+           (value.is_number_unsigned() && least > 0 && value.get<uint64_t>() >= uint64_t(least) &&
+            value.get<uint64_t>() <= uint64_t(most));
+  };
   auto integer = [&](const char* key, int least, int most) {
-    if (!object.is_object() || !object.contains(key) || !object[key].is_number_integer() ||
-        object[key].get<int64_t>() < least || object[key].get<int64_t>() > most)
+    if (!object.contains(key) || !in_range(object[key], least, most))
       throw io::InputError(path + ": \"" + key + "\" must be an integer in " +
                            std::to_string(least) + ".." + std::to_string(most));
     return object[key].get<int>();
@@ -193,14 +212,17 @@ FileSchedule parse_schedule_json(std::string_view text, const std::string& path)
   file.shape.micro_batches = integer("micro_batches", 1, kMost);
   file.shape.stages = integer("stages", 1, 4096);
   file.shape.chunks = integer("chunks", 1, 64);
-  const auto placement = object.value("placement", nlohmann::json("loop"));
-  if (placement != "loop" && placement != "v")
+  const auto placement = object.find("placement");
+  const bool v = placement != object.end() && *placement == "v";
+  if (placement != object.end() && !v && *placement != "loop")
     throw io::InputError(path + ": \"placement\" must be \"loop\" or \"v\"");
-  file.shape.placement = placement == "v" ? Placement::kV : Placement::kLoop;
-  const auto& stages = object.value("steps", nlohmann::json());
-  if (!stages.is_array() || static_cast<int>(stages.size()) != file.shape.stages)
+  file.shape.placement = v ? Placement::kV : Placement::kLoop;
+  const auto found = object.find("steps");
+  if (found == object.end() || !found->is_array() ||
+      static_cast<int>(found->size()) != file.shape.stages)
     throw io::InputError(path + ": \"steps\" must list the steps of each of the " +
                          std::to_string(file.shape.stages) + " stages");
+  const nlohmann::json& stages = *found;
   for (int r = 0; r < file.shape.stages; ++r) {
     ComputeOrder& order = file.orders.emplace_back();
     const auto where = [&](std::size_t t) {
@@ -214,18 +236,26 @@ FileSchedule parse_schedule_json(std::string_view text, const std::string& path)
       for (const auto& entry : step) {
         if (!entry.is_array() || entry.empty() || !entry[0].is_string())
           throw io::InputError(where(t) + "an instruction is [name, ...]");
-        const auto kind = op_kind_from_name(entry[0].get<std::string>());
-        if (!kind) throw io::InputError(where(t) + "no instruction " + entry[0].dump());
+        const std::string name = entry[0].get<std::string>();
+        const auto kind = op_kind_from_name(name);
+        if (!kind) throw io::InputError(where(t) + "no instruction \"" + name.substr(0, 40) + "\"");
         if (!is_compute(*kind)) continue;  // transfers and loads are made again
-        if (entry.size() != 4 || !entry[2].is_number_integer() || !entry[3].is_number_integer())
-          throw io::InputError(where(t) + entry.dump() +
-                               ": a compute instruction is [name, buffer, chunk, micro-batch]");
-        const int chunk = entry[2].get<int>(), micro_batch = entry[3].get<int>();
-        if (chunk < 0 || chunk >= file.shape.chunks || micro_batch < 0 ||
-            micro_batch >= file.shape.micro_batches)
-          throw io::InputError(where(t) + entry.dump() + ": chunk or micro-batch out of range");
-        // A second pass in one step is an F&B pair's backward.
-        order.push_back({*kind, micro_batch, chunk, order.size() > before});
+        if (entry.size() != 4 || !in_range(entry[2], 0, file.shape.chunks - 1) ||
+            !in_range(entry[3], 0, file.shape.micro_batches - 1))
+          throw io::InputError(where(t) + name +
+                               ": a compute instruction is [name, buffer, chunk, micro-batch] "
+                               "with the chunk and micro-batch in range");
+        order.push_back({*kind, entry[3].get<int>(), entry[2].get<int>()});
+      }
+      // Two passes in one step: an F&B pair when a forward comes first and the backward is
+      // another chunk's (DualPipeV's), else one after the other; more are refused.
+      const std::size_t passes = order.size() - before;
+      if (passes > 2) throw io::InputError(where(t) + "more than two compute passes in one step");
+      if (passes == 2) {
+        const ComputeOp& forward = order[before];
+        ComputeOp& backward = order[before + 1];
+        backward.paired = forward.kind == OpKind::kForwardPass &&
+                          backward.kind != OpKind::kForwardPass && forward.chunk != backward.chunk;
       }
     }
   }
@@ -234,7 +264,9 @@ FileSchedule parse_schedule_json(std::string_view text, const std::string& path)
 
 FileSchedule read_schedule_file(const std::string& path) {
   const std::string text = io::read_file(path, kMaxFileBytes);
-  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  std::string tail = path.size() >= 5 ? path.substr(path.size() - 5) : "";
+  for (char& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool json = tail == ".json";
   return json ? parse_schedule_json(text, path) : parse_schedule_csv(text, path);
 }
 
@@ -336,6 +368,11 @@ void check_backward_orders(const FileSchedule& file) {
 }  // namespace
 
 PipelinePlan plan_schedule_file(const FileSchedule& file, int max_live) {
+  try {
+    check_work_bounds(file.shape);
+  } catch (const io::InputError& e) {
+    throw io::InputError(file.path + ": " + e.what());
+  }
   check_passes(file, max_live);
   check_backward_orders(file);
   LockstepPlan built;

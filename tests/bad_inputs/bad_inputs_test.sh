@@ -58,7 +58,7 @@ expect_bad "schedule with 2^31-1 micro-batches" "micro-batches must be at most 6
 expect_bad "simulate with a million stages" "stages must be at most 4096, got 1000000" \
   simulate --kind train -m 8 -p 1000000
 expect_bad "schedule whose passes multiply past the bound" \
-  "micro-batches x stages x chunks must be at most 16777216, got 268435456" \
+  "stages x chunks x (micro-batches + stages) must be at most 16777216, got 301989888" \
   schedule --kind interleaved -m 65536 -p 4096 -v 1
 expect_bad "plan with 2^40 nodes" "plan: 1099511627776 nodes of 8 devices: at most 1048576 devices in all" \
   plan --config "$corpus/../../examples/gpt-small.json" --cluster "$corpus/../../clusters/dgx-h100.json" \

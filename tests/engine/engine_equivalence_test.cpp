@@ -132,8 +132,8 @@ void expect_case_matches_one_process(const Case& c, const std::shared_ptr<topolo
     // Ranks sharing a GPU: MPI with host staging; as emulated hosts, NCCL wherever every
     // transfer is between neighbouring stages (one chunk, two stages, or a V) and every
     // pair's transfers come in the order they are sent.
-    const bool neighbours =
-        chunks == 1 || pipe == 2 || plan.shape.placement == schedule::Placement::kV;
+    const bool neighbours = chunks == 1 || pipe == 2 ||
+                            (chunks == 2 && plan.shape.placement == schedule::Placement::kV);
     const bool nccl =
         device::emulated_hosts() && pipe > 1 && neighbours && !schedule::first_order_mismatch(plan);
     EXPECT_EQ(engine.pipe_transports(), nccl ? "nccl (emulated hosts)" : "mpi");

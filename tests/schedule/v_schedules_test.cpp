@@ -148,9 +148,30 @@ TEST(Files, EveryKindReadsBackFromItsCsvAndItsJson) {
   EXPECT_GT(plans, 60);
 }
 
+// A pair whose backward waits for what its own forward feeds runs split, as PyTorch runs
+// a pair's halves in turn (the forward first), rather than deadlock.
+TEST(Files, APairThatCannotRunAtOnceRunsSplit) {
+  const PipelinePlan plan = plan_schedule_file(
+      parse_schedule_csv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n1F0,1F1,1B0,1B1\n", "pair.csv"));
+  EXPECT_FALSE(validate(plan));
+  EXPECT_EQ(to_csv(plan).find("OVERLAP_F_B"), std::string::npos);
+  // DualPipeV's own pairs do share their steps, written as PyTorch writes them.
+  EXPECT_NE(to_csv(plan_pipeline("dualpipev", {4, 2})).find("(0F3;3B1)OVERLAP_F_B"),
+            std::string::npos);
+}
+
 TEST(Files, MalformedJsonIsRefusedNamingTheField) {
   const std::string good = to_plan_json(plan_pipeline("zbv", {4, 2}));
   EXPECT_THROW(parse_schedule_json("{", "f.json"), io::InputError);
+  EXPECT_THROW(parse_schedule_json(std::string(100000, '['), "f.json"), io::InputError);
+  EXPECT_THROW(parse_schedule_json("[1]", "f.json"), io::InputError);
+  // A chunk of 2^32 must not wrap to 0.
+  std::string wrapped = good;
+  const auto at = wrapped.find("[\"ForwardPass\",");
+  ASSERT_NE(at, std::string::npos);
+  const auto end = wrapped.find(']', at);
+  wrapped.replace(at, end - at + 1, "[\"ForwardPass\",0,4294967296,0]");
+  EXPECT_THROW(parse_schedule_json(wrapped, "f.json"), io::InputError);
   std::string bad = good;
   bad.replace(bad.find("\"stages\":2"), 10, "\"stages\":0");
   try {

@@ -37,6 +37,11 @@ struct PipeShape {
   int chunk_of(int vs) const { return vs / stages; }
 };
 
+// Throws InputError naming the size past the bounds on the work a plan takes (micro-batches,
+// stages, chunks and the steps they make); plan_pipeline and schedule files check them.
+void check_work_bounds(const PipeShape& shape);
+bool plannable(const PipeShape& shape);
+
 // Throws InputError unless 0 <= stage_id < shape.stages.
 void check_stage_id(const PipeShape& shape, int stage_id);
 
