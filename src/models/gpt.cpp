@@ -14,6 +14,7 @@
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"
+#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::models {
 namespace {
@@ -26,13 +27,14 @@ using tensor_parallel::RowParallelLinear;
 using tensor_parallel::VocabParallelEmbedding;
 
 // Token embeddings split by vocabulary over the tensor-parallel group; positions are
-// replicated.
+// replicated. Under sequence parallelism each rank returns its slice of the sequence.
 struct GptEmbeddingImpl : torch::nn::Module {
-  GptEmbeddingImpl(const GptConfig& c, const Group& group)
-      : tokens(register_module("tokens",
+  GptEmbeddingImpl(const GptConfig& c, const Group& group_)
+      : group(group_),
+        dropout_p(c.dropout),
+        tokens(register_module("tokens",
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))),
-        positions(register_module("positions", torch::nn::Embedding(c.context, c.d_model))),
-        dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {
+        positions(register_module("positions", torch::nn::Embedding(c.context, c.d_model))) {
     tensor_parallel::init_normal(positions->weight, kInitStd);
   }
 
@@ -43,19 +45,25 @@ struct GptEmbeddingImpl : torch::nn::Module {
       throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
                                   " got position " + std::to_string(first + ids.size(1) - 1));
     }
-    const at::Tensor where = at::arange(first, first + ids.size(1), ids.options());
-    return dropout(tokens(ids) + positions(where));
+    const tensor_parallel::SequenceSlice here = tensor_parallel::local_sequence(ids.size(1), group);
+    const at::Tensor where =
+        at::arange(first + here.first, first + here.first + here.length, ids.options());
+    const at::Tensor placed =
+        at::embedding(tensor_parallel::sequence_shared(positions->weight, group), where);
+    return tensor_parallel::sequence_dropout(tokens(ids) + placed, dropout_p, is_training(), group);
   }
 
+  Group group;
+  double dropout_p;
   VocabParallelEmbedding tokens;
   torch::nn::Embedding positions;
-  torch::nn::Dropout dropout;
 };
 TORCH_MODULE(GptEmbedding);
 
 // Megatron's tensor-parallel block: each rank of the group computes heads / size
 // attention heads and 4 d / size MLP features; the residual stream, the LayerNorms and
-// the output biases are replicated.
+// the output biases are replicated (under sequence parallelism the residual stream is
+// split along the sequence, and the LayerNorms and biases see this rank's slice).
 struct GptBlockImpl : torch::nn::Module {
   GptBlockImpl(const GptConfig& c, const Group& group_)
       : group(group_),
@@ -74,21 +82,33 @@ struct GptBlockImpl : torch::nn::Module {
         expand(register_module("expand",
                                ColumnParallelLinear(c.d_model, 4 * c.d_model, group, kGptLinear))),
         contract(register_module("contract",
-                                 RowParallelLinear(4 * c.d_model, c.d_model, group, kGptLinear))),
-        dropout(register_module("dropout", torch::nn::Dropout(c.dropout))) {}
+                                 RowParallelLinear(4 * c.d_model, c.d_model, group, kGptLinear))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     if (x.dim() != 3)
       throw std::invalid_argument("a GPT block takes [batch, seq, d_model] activations");
-    const int64_t batch = x.size(0), seq = x.size(1);
-    const at::Tensor local_qkv = qkv(attention_norm(x));  // [batch, seq, 3 * local width]
-    const int64_t width = local_qkv.size(2) / 3;
+    // [batch, seq, 3 * local width]: the whole sequence under sequence parallelism too.
+    const at::Tensor local_qkv = qkv(norm(attention_norm, x));
+    const int64_t batch = local_qkv.size(0), seq = local_qkv.size(1), width = local_qkv.size(2) / 3;
     const auto split =
         local_qkv.view({batch, seq, 3, local_heads, width / local_heads}).permute({2, 0, 3, 1, 4});
     const at::Tensor attended = attend(split[0], split[1], split[2]);
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
-    return h + dropout(contract(at::gelu(expand(mlp_norm(h)), gelu_approximation)));
+    return h + dropout(contract(at::gelu(expand(norm(mlp_norm, h)), gelu_approximation)));
+  }
+
+  // A LayerNorm of the residual stream, whose parameters see this rank's slice of the
+  // sequence under sequence parallelism.
+  at::Tensor norm(const torch::nn::LayerNorm& layer, const at::Tensor& x) const {
+    return at::layer_norm(x, layer->options.normalized_shape(),
+                          tensor_parallel::sequence_shared(layer->weight, group),
+                          tensor_parallel::sequence_shared(layer->bias, group),
+                          layer->options.eps());
+  }
+
+  at::Tensor dropout(const at::Tensor& x) const {
+    return tensor_parallel::sequence_dropout(x, dropout_p, is_training(), group);
   }
 
   // Causal attention over this rank's heads ([batch, local heads, seq, head dim] each).
@@ -123,9 +143,28 @@ struct GptBlockImpl : torch::nn::Module {
   torch::nn::LayerNorm mlp_norm;
   ColumnParallelLinear expand;
   RowParallelLinear contract;
-  torch::nn::Dropout dropout;
 };
 TORCH_MODULE(GptBlock);
+
+// The final LayerNorm, as torch::nn::LayerNorm (the same parameters), on this rank's slice
+// of the sequence under sequence parallelism.
+struct GptFinalNormImpl : torch::nn::Module {
+  GptFinalNormImpl(int64_t d, const Group& group_)
+      : group(group_),
+        weight(register_parameter("weight", at::ones({d}))),
+        bias(register_parameter("bias", at::zeros({d}))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    return at::layer_norm(x, {weight.size(0)}, tensor_parallel::sequence_shared(weight, group),
+                          tensor_parallel::sequence_shared(bias, group), kLayerNormEps);
+  }
+
+  static constexpr double kLayerNormEps = 1e-5;  // torch::nn::LayerNorm's default
+  Group group;
+  at::Tensor weight;
+  at::Tensor bias;
+};
+TORCH_MODULE(GptFinalNorm);
 
 void check(const GptConfig& c, const Group& group) {
   require_positive(c.vocab_size, "vocab_size");
@@ -137,6 +176,7 @@ void check(const GptConfig& c, const Group& group) {
   if (c.dropout < 0 || c.dropout >= 1) throw io::InputError("model.dropout must be in [0, 1)");
   require_divisible(c.heads, "heads", group.size(), "the model-parallel size");
   require_divisible(c.vocab_size, "vocab_size", group.size(), "the model-parallel size");
+  require_sequence_split(c.context, group);
 }
 
 }  // namespace
@@ -162,9 +202,8 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
     specs.push_back(module::module_layer<GptBlock>(
         "GptBlock", [c, group] { return GptBlock(c, group); }, [=] { return block_parameters; }));
   }
-  specs.push_back(module::module_layer<torch::nn::LayerNorm>(
-      "LayerNorm", [d] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); },
-      [d] { return 2 * d; }));
+  specs.push_back(module::module_layer<GptFinalNorm>(
+      "LayerNorm", [d, group] { return GptFinalNorm(d, group); }, [d] { return 2 * d; }));
 
   if (c.tie_embeddings) {
     specs.push_back(tied_head<GptEmbeddingImpl>(embedding, "GptHead", group));

@@ -8,8 +8,8 @@
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer.h"
-#include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/group.h"
+#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::models {
 
@@ -33,7 +33,8 @@ inline void require_divisible(int64_t value, const std::string& key, int64_t by,
 }
 
 // The logits of this rank's vocabulary slice through the token embedding of a tied
-// embedding module (`Embedding::tokens`); the loss never gathers them.
+// embedding module (`Embedding::tokens`), for the whole sequence; the loss never gathers
+// them.
 template <typename Embedding>
 module::LayerSpec tied_head(module::LayerSpec embedding, std::string type,
                             const tensor_parallel::Group& group) {
@@ -41,9 +42,16 @@ module::LayerSpec tied_head(module::LayerSpec embedding, std::string type,
   embedding.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
     const auto& tokens = static_cast<Embedding&>(module).tokens->weight;
     return module::Activation{
-        autograd::linear(tensor_parallel::copy_to_group(x.at(0), group), tokens)};
+        autograd::linear(tensor_parallel::enter_parallel_region(x.at(0), group), tokens)};
   };
   return embedding;
+}
+
+// Under sequence parallelism the window must split evenly over the group.
+inline void require_sequence_split(int64_t context, const tensor_parallel::Group& group) {
+  if (group.sequence_parallel && group.parallel())
+    require_divisible(context, "context", group.size(),
+                      "the model-parallel size under sequence_parallel");
 }
 
 }  // namespace pipetrain::models

@@ -10,6 +10,7 @@
 #include "layer_rules.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/tensor_parallel/layers.h"
+#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::models {
 namespace {
@@ -22,18 +23,22 @@ using tensor_parallel::RowParallelLinear;
 using tensor_parallel::VocabParallelEmbedding;
 
 // Root-mean-square normalisation with a learned scale, computed in float32 whatever the
-// activations' type (as transformers' LlamaRMSNorm).
+// activations' type (as transformers' LlamaRMSNorm); under sequence parallelism on this
+// rank's slice of the sequence.
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(int64_t dim, double eps_)
-      : eps(eps_), weight(register_parameter("weight", at::ones({dim}))) {}
+  RmsNormImpl(int64_t dim, double eps_, Group group_)
+      : eps(eps_),
+        group(std::move(group_)),
+        weight(register_parameter("weight", at::ones({dim}))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor wide = x.to(at::kFloat);
     const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    return weight * normed.to(x.scalar_type());
+    return tensor_parallel::sequence_shared(weight, group) * normed.to(x.scalar_type());
   }
 
   double eps;
+  Group group;
   at::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);
@@ -74,12 +79,14 @@ TORCH_MODULE(LlamaEmbedding);
 
 // A decoder block. Each rank of the tensor-parallel group computes heads / size query
 // heads, the num_key_value_heads / size key/value heads they read, and intermediate_size
-// / size MLP features; the residual stream and the norms are replicated.
+// / size MLP features; the residual stream and the norms are replicated (split along the
+// sequence under sequence parallelism).
 struct LlamaBlockImpl : torch::nn::Module {
   LlamaBlockImpl(const LlamaConfig& c, const Group& group)
       : head_dim(c.d_model / c.heads),
         rope_theta(c.rope_theta),
-        attention_norm(register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
+        attention_norm(
+            register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
         q_proj(register_module(
             "q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group, kLlamaLinear))),
         k_proj(register_module(
@@ -90,7 +97,7 @@ struct LlamaBlockImpl : torch::nn::Module {
                                            kLlamaLinear))),
         o_proj(register_module(
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
-        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps))),
+        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
         gate_proj(register_module("gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size,
                                                                     group, kLlamaLinear))),
         up_proj(register_module(
@@ -106,13 +113,14 @@ struct LlamaBlockImpl : torch::nn::Module {
     return h + down_proj(at::silu(gate_proj(n)) * up_proj(n));
   }
 
-  // Causal grouped-query attention over this rank's heads; returns [batch, seq, width].
+  // Causal grouped-query attention over this rank's heads; returns [batch, seq, width]
+  // (the whole sequence: under sequence parallelism the projections gather it).
   at::Tensor attend(const at::Tensor& x) {
-    const int64_t batch = x.size(0), seq = x.size(1);
     auto heads_of = [&](const at::Tensor& projected) {  // [batch, heads, seq, head_dim]
-      return projected.view({batch, seq, -1, head_dim}).transpose(1, 2);
+      return projected.view({projected.size(0), projected.size(1), -1, head_dim}).transpose(1, 2);
     };
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
+    const int64_t batch = q.size(0), seq = q.size(2);
     KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
     const Rotation r = rotation(cache ? cache->length() : 0, seq, head_dim, rope_theta, q);
     const at::Tensor attended =
@@ -153,6 +161,7 @@ void check(const LlamaConfig& c, const Group& group) {
   require_divisible(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
   require_divisible(c.intermediate_size, "intermediate_size", group.size(), tp);
   require_divisible(c.vocab_size, "vocab_size", group.size(), tp);
+  require_sequence_split(c.context, group);
 }
 
 module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
@@ -189,7 +198,8 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
         [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(
-      "RMSNorm", [c] { return RmsNorm(c.d_model, c.rms_norm_eps); }, [d] { return d; }));
+      "RMSNorm", [c, group] { return RmsNorm(c.d_model, c.rms_norm_eps, group); },
+      [d] { return d; }));
   specs.push_back(head_layer(c, group, embedding));
   return specs;
 }

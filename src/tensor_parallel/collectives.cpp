@@ -3,25 +3,16 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "saved_group.h"
+
 namespace pipetrain::tensor_parallel {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Carries the group from forward to backward inside the autograd context.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(Group g) : group(std::move(g)) {}
-  Group group;
-};
-
-void save_group(AutogradContext* ctx, const Group& group) {
-  ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
-}
-
-Group saved_group(AutogradContext* ctx) {
-  return static_cast<GroupHolder&>(*ctx->saved_data["group"].toCapsule()).group;
-}
+using detail::save_group;
+using detail::saved_group;
 
 at::Tensor all_reduce_sum(const at::Tensor& x, const Group& group) {
   at::Tensor sum = x.detach().clone(at::MemoryFormat::Contiguous);

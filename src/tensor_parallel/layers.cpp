@@ -5,6 +5,7 @@
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
+#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {
@@ -42,7 +43,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = autograd::linear(copy_to_group(x, group), weight, bias);
+  const at::Tensor y = autograd::linear(enter_parallel_region(x, group), weight, bias);
   return gather_output ? gather_from_group(y, group) : y;
 }
 
@@ -61,8 +62,8 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_fe
 }
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = reduce_from_group(autograd::linear(x, weight), group);
-  return bias.defined() ? y + bias : y;
+  const at::Tensor y = leave_parallel_region(autograd::linear(x, weight), group);
+  return bias.defined() ? y + sequence_shared(bias, group) : y;
 }
 
 std::vector<std::pair<std::string, ShardLayout>> RowParallelLinearImpl::shard_layouts() const {
@@ -78,7 +79,8 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab_size, int64
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
   if (!group.parallel()) return at::embedding(weight, ids);
   const LocalIds local = local_ids(ids, first_row(), weight.size(0), weight.scalar_type());
-  return reduce_from_group(at::embedding(weight, local.index) * local.here.unsqueeze(-1), group);
+  return leave_parallel_region(at::embedding(weight, local.index) * local.here.unsqueeze(-1),
+                               group);
 }
 
 std::vector<std::pair<std::string, ShardLayout>> VocabParallelEmbeddingImpl::shard_layouts() const {

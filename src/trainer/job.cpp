@@ -211,7 +211,13 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.grid = build_grid(job.config);
   job.comms = std::make_shared<engine::Communicators>(
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
-  job.model = models::make_builtin_model(job.config.model, job.comms->model_group());
+  tensor_parallel::Group model_group = job.comms->model_group();
+  model_group.sequence_parallel = job.config.trainer.sequence_parallel;
+  if (model_group.sequence_parallel) {
+    // Each rank of the group holds its own slice: there is no common tensor to share out.
+    job.config.engine.pipeline.partitioned_transfers = false;
+  }
+  job.model = models::make_builtin_model(job.config.model, model_group);
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   {
     const io::Activity building("building the model's layers");
@@ -307,6 +313,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "train_batch_size");
   keys.erase(config, "data_parallel");
   keys.set(config, "model_parallel", model_parallel);
+  keys.erase(config, "sequence_parallel");  // a training layout: forward-only use runs whole
   keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
   keys.set(config, "gradient_accumulation_steps", 1);
   keys.set(config, "load", "");

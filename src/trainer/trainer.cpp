@@ -225,11 +225,13 @@ void announce(const Job& job) {
   std::string schedule = config::name_of(engine::pipeline_schedules(), e.pipeline.schedule);
   if (e.pipeline.chunks > 1) schedule += " x" + std::to_string(e.pipeline.chunks);
   std::printf(
-      "job: %d ranks = pipe %d x data %d x model %d; model %s, %d layers; schedule %s; batch "
+      "job: %d ranks = pipe %d x data %d x model %d%s; model %s, %d layers; schedule %s; batch "
       "%lld = micro %lld x %lld micro-batches x data %d; %s\n",
       grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
-      grid.model_parallel_size(), job.config.model.type.c_str(), job.module->num_layers(),
-      schedule.c_str(), static_cast<long long>(e.train_batch_size),
+      grid.model_parallel_size(),
+      job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
+      job.config.model.type.c_str(), job.module->num_layers(), schedule.c_str(),
+      static_cast<long long>(e.train_batch_size),
       static_cast<long long>(e.train_micro_batch_size_per_gpu),
       static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
       devices.c_str());

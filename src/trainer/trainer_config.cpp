@@ -25,6 +25,11 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "tensor-parallel group size (`--model`); GPT and LLaMA, dividing `heads` and "
                  "`vocab_size`",
                  config::at_least(1))
+        .flag("sequence_parallel", PIPETRAIN_FIELD(sequence_parallel),
+              "Megatron's sequence parallelism (`--sequence-parallel`): with `model_parallel` "
+              "above 1, the norms, dropout and residual stream hold 1/model_parallel of the "
+              "sequence (`model.context` divisible by it); stage transfers carry each rank's "
+              "slice. Training and evaluation only: nothing on disk depends on it")
         .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
         .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
                  "validate every N steps; 0: at the end only", config::at_least(0))
@@ -83,6 +88,11 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))
         .check([](const TrainerConfig& c) {
+          if (c.sequence_parallel && c.model_parallel < 2)
+            throw io::InputError(
+                "sequence_parallel splits the sequence over the tensor-parallel group: it needs "
+                "model_parallel above 1 (--model), got " +
+                std::to_string(c.model_parallel));
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
             throw io::InputError(
                 "sample.prompt is empty: sampling needs at least one byte to start");

@@ -41,9 +41,9 @@ models::ModelConfig model_config(const std::string& model) {
                                       model.find("untied") == std::string::npos};
   } else {
     config.gpt = {.vocab_size = 20,
-                  .context = 6,
+                  .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                   .d_model = 8,
-                  .heads = model == "gpt-heads4" ? 4 : 2,
+                  .heads = model.rfind("gpt-heads4", 0) == 0 ? 4 : 2,
                   .layers = model.find("-deep") != std::string::npos ? 6 : 2,
                   .dropout = 0.0,
                   .tie_embeddings = model.find("untied") == std::string::npos};

@@ -42,7 +42,8 @@ struct TrainedRun {
 
 TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, bool partitioned,
                  const std::shared_ptr<data::TensorDataset>& samples, int zero_stage = 0,
-                 schedule::Kind schedule = schedule::Kind::k1F1B, int chunks = 1) {
+                 schedule::Kind schedule = schedule::Kind::k1F1B, int chunks = 1,
+                 bool sequence_parallel = false) {
   engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
   config.pipeline.schedule = schedule;
   config.pipeline.chunks = chunks;
@@ -52,7 +53,9 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
   // The model's layers take the job's model group (NCCL where its ranks hold GPUs of their own).
   auto comms = std::make_shared<engine::Communicators>(grid, config.device, comm::Seconds(0));
-  const auto model = models::make_builtin_model(model_config(c.model), comms->model_group());
+  Group group = comms->model_group();
+  group.sequence_parallel = sequence_parallel;
+  const auto model = models::make_builtin_model(model_config(c.model), group);
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
@@ -195,6 +198,44 @@ TEST(TensorParallelEquivalence, ZeroStagesWithModelParallelMatchOneProcess) {
       }
     }
   }
+}
+
+// Sequence parallelism: the norms, dropout and residual stream split along the sequence
+// over the model group, each rank sending its own slice between stages: the same numbers
+// as one process, at pipe 1 and 2, with data 2, GPT and LLaMA, and under a V schedule.
+TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  struct SequenceCase {
+    Shape shape;
+    Case c;
+    schedule::Kind schedule = schedule::Kind::k1F1B;
+    int chunks = 1;
+  };
+  const std::vector<SequenceCase> cases{
+      {{1, 1, 2}, {"gpt", 2, 0, 0.05}},
+      {{1, 1, 2}, {"llama", 2, 1, 0.0}},
+      {{2, 1, 2}, {"gpt-untied", 4, 0, 0.05}},
+      {{2, 1, 2}, {"llama-tied-deep", 4, 0, 0.0}, schedule::Kind::kZbv, 2},
+      {{1, 1, 4}, {"gpt-heads4-ctx8", 2, 1, 0.05}},
+      {{2, 2, 2}, {"llama-tied", 2, 0, 0.05}},
+  };
+  int ran = 0;
+  for (const SequenceCase& s : cases) {
+    const auto& [pipe, data, model] = s.shape;
+    if (pipe * data * model != world->size()) continue;
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(pipe, data, model), world);
+    SCOPED_TRACE("sequence parallel, pipe " + std::to_string(pipe) + " x data " +
+                 std::to_string(data) + " x model " + std::to_string(model) + ", " +
+                 std::string(schedule::name(s.schedule)) + ": " + name(s.c));
+    const auto samples = dataset(s.c, data);
+    const TrainedRun run = train(s.c, grid, /*partitioned=*/false, samples, 0, s.schedule, s.chunks,
+                                 /*sequence_parallel=*/true);
+    expect_matches(run, reference_run(s.c, data, samples));
+    ++ran;
+  }
+  ASSERT_GT(ran, 0);
 }
 
 }  // namespace

@@ -250,6 +250,21 @@ eval_loss() { awk '/^validation loss /{ print $3 }' "$1"; }
 check "model 2: its checkpoint evaluates on one rank as model 1's ($(eval_loss tp1_eval.out) vs $(eval_loss tp2_eval.out))" \
   within "$(eval_loss tp1_eval.out)" "$(eval_loss tp2_eval.out)" 1e-3
 
+# 7b. Sequence parallelism at pipe 2 x model 2: the same run again, dropout included (masks
+#     drawn for the whole sequence and sliced), ending with a sample (generation runs whole
+#     sequences); its checkpoint evaluates on one rank as the others do.
+with_sample=$(variant sample 's|"sample": {"tokens": 0}|"sample": {"tokens": 8}|')
+"$pipetrain" launch -n 4 -- "$pipetrain" train --config "$with_sample" --model 2 --sequence-parallel \
+  --train-iters 6 --eval-interval 0 --save tp2sp/ckpt >tp2sp.out 2>&1
+check "sequence parallel: exits 0 and says so in the job line" \
+  grep -q '^job: 4 ranks = pipe 2 x data 1 x model 2 (sequence parallel);' tp2sp.out
+check "sequence parallel: final validation loss equals model 1's to 1e-4 ($(final_loss tp1.out) vs $(final_loss tp2sp.out))" \
+  within "$(final_loss tp1.out)" "$(final_loss tp2sp.out)" 1e-4
+check "sequence parallel: the run ends with its sample" grep -q '^sample: The ' tp2sp.out
+"$pipetrain" launch -n 1 -- "$pipetrain" eval --checkpoint tp2sp/ckpt --eval-iters 2 >tp2sp_eval.out 2>&1
+check "sequence parallel: its checkpoint evaluates on one rank as model 1's ($(eval_loss tp1_eval.out) vs $(eval_loss tp2sp_eval.out))" \
+  within "$(eval_loss tp1_eval.out)" "$(eval_loss tp2sp_eval.out)" 1e-3
+
 # 8. Token files and bad input: exit 2 with a message naming the problem.
 "$python" -c "import numpy as np; np.arange(3000, dtype=np.uint16).__mod__(200).astype('<u2').tofile('tokens.bin')"
 to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'

@@ -23,7 +23,8 @@ struct ColumnParallelLinearImpl : torch::nn::Module, ShardedModule {
   ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, Group group,
                            LinearOptions options = {}, int64_t stride = 1,
                            bool gather_output = false);
-  // x: replicated [..., in]; returns [..., out / size], or [..., out] when gathering.
+  // x: replicated [..., in] (under sequence parallelism this rank's slice [b, seq / size,
+  // in], gathered first); returns [..., out / size], or [..., out] when gathering.
   at::Tensor forward(const at::Tensor& x);
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
 
@@ -40,7 +41,8 @@ TORCH_MODULE(ColumnParallelLinear);
 struct RowParallelLinearImpl : torch::nn::Module, ShardedModule {
   RowParallelLinearImpl(int64_t in_features, int64_t out_features, Group group,
                         LinearOptions options = {});
-  // x: this rank's slice [..., in / size]; returns the replicated [..., out].
+  // x: this rank's slice [..., in / size]; returns the replicated [..., out] (under
+  // sequence parallelism this rank's slice of the sequence of it, [b, seq / size, out]).
   at::Tensor forward(const at::Tensor& x);
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
 
@@ -54,7 +56,8 @@ TORCH_MODULE(RowParallelLinear);
 // zeros for the rest, and the group sums the results.
 struct VocabParallelEmbeddingImpl : torch::nn::Module, ShardedModule {
   VocabParallelEmbeddingImpl(int64_t vocab_size, int64_t dim, Group group, double init_std = 0.02);
-  // ids: any shape of int64; returns the replicated [..., dim].
+  // ids: any shape of int64; returns the replicated [..., dim] (under sequence parallelism
+  // ids [b, seq] give this rank's slice [b, seq / size, dim]).
   at::Tensor forward(const at::Tensor& ids);
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
   // This rank's vocabulary rows are [first_row, first_row + weight.size(0)).

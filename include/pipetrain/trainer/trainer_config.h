@@ -15,6 +15,7 @@ namespace pipetrain::trainer {
 struct TrainerConfig {
   int64_t data_parallel = 0;   // 0: ranks / (pipeline.stages x model_parallel); else it must match
   int64_t model_parallel = 1;  // tensor-parallel group size (Megatron's layers)
+  bool sequence_parallel = false;  // Megatron's: activations split along the sequence
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+
+#include "pipetrain/comm/communicator.h"
+
+// Context parallelism's attention (Megatron's context_parallel, torchtitan's ring
+// attention): each rank of a context group holds a slice of the sequence, and the keys and
+// values travel around the ring of ranks while every rank attends its own queries to each
+// block in turn. The partial results are merged exactly by their log-sum-exp, in forward
+// and (through autograd, the ring's backward passing key and value gradients the other way
+// round) in backward.
+namespace pipetrain::context_parallel {
+
+// The ranks that split one sequence between them. Without a communicator, one rank holding
+// the whole sequence.
+struct Group {
+  std::shared_ptr<comm::Communicator> comm;
+
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  bool parallel() const { return size() > 1; }
+};
+
+// The positions of a sequence of `whole` that `rank` of `size` holds, in order: the
+// sequence is cut into 2 x size equal chunks and rank i holds chunks i and 2 x size - 1 - i
+// (so every rank has as much causal work as the others, as Megatron and torchtitan cut
+// it). int64 [whole / size]. Throws std::invalid_argument unless 2 x size divides `whole`
+// (or size is 1: every position).
+at::Tensor local_positions(int64_t whole, int rank, int size);
+
+// This rank's slice of `x` along `dim` (a sequence of x.size(dim) positions), as
+// local_positions cuts it; `x` itself for a group of one.
+at::Tensor take_local(const at::Tensor& x, int64_t dim, const Group& group);
+
+struct RingAttentionOptions {
+  bool causal = true;
+  // Packed documents: int64 [batch, local seq], the document of each of this rank's
+  // positions; a position sees only positions of its own document.
+  std::optional<at::Tensor> documents;
+  // 1 / sqrt(head dim) unless set.
+  std::optional<double> scale;
+};
+
+// Attention of this rank's queries over the whole sequence's keys and values.
+// q: [batch, heads, local seq, head dim]; k, v: [batch, kv heads, local seq, head dim]
+// (kv heads dividing heads: grouped-query attention, query head h reading kv head
+// h / (heads / kv heads)); positions: int64 [local seq], the global position of each
+// local position (every rank of the group passes its own, of the same length). Returns
+// [batch, heads, local seq, head dim]. Every position must see at least one key (itself,
+// under a causal mask). Blocks the mask leaves empty are skipped.
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& positions, const Group& group,
+                          const RingAttentionOptions& options = {});
+
+}  // namespace pipetrain::context_parallel

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "pipetrain/tensor_parallel/group.h"
+
+// Megatron-LM's sequence parallelism (Korthikanti et al., arXiv 2205.05198): outside the
+// parallel linears the activations [batch, seq, ...] are split along the sequence over the
+// tensor-parallel group, so the norms, dropout and residual stream hold 1/size of them.
+// An all-gather along the sequence enters a column-parallel linear (its backward a
+// reduce-scatter) and a reduce-scatter leaves a row-parallel one (its backward an
+// all-gather), in place of the identity and all-reduce of plain tensor parallelism.
+// Replicated parameters that see only the local slice (norms, biases, positions) have
+// their gradients summed over the group.
+namespace pipetrain::tensor_parallel {
+
+// Whether `group` splits the sequence here and now: sequence parallelism on, more than one
+// rank, and no WholeSequences in scope on this thread.
+bool splits_sequence(const Group& group);
+
+// While one lives on this thread, layers compute on whole sequences even where the group
+// has sequence parallelism (generation, whose decode steps feed one position).
+class WholeSequences {
+ public:
+  WholeSequences();
+  ~WholeSequences();
+  WholeSequences(const WholeSequences&) = delete;
+  WholeSequences& operator=(const WholeSequences&) = delete;
+
+ private:
+  bool was_whole_;
+};
+
+// Where a replicated (or sequence-split) activation enters a region computed in shards:
+// the whole sequence, all-gathered along dimension 1 under sequence parallelism (backward:
+// reduce-scatter), else copy_to_group.
+at::Tensor enter_parallel_region(const at::Tensor& x, const Group& group);
+
+// Where the shards' partial sums leave the region: this rank's slice of the sequence of
+// their sum under sequence parallelism (backward: all-gather), else reduce_from_group.
+at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group);
+
+// This rank's slice of a whole sequence along dimension 1 (backward: all-gather), or `x`.
+at::Tensor scatter_to_sequence(const at::Tensor& x, const Group& group);
+
+// The whole sequence from every rank's slice (backward: this rank's slice of the
+// gradient), or `x`.
+at::Tensor gather_from_sequence(const at::Tensor& x, const Group& group);
+
+// A replicated parameter used on this rank's slice of the sequence: its gradient summed
+// over the group under sequence parallelism, so every rank steps it alike; else itself.
+at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group);
+
+// Dropout of this rank's slice of the sequence as dropout of the whole would draw it: the
+// mask is drawn for the whole sequence ([batch, size * seq, ...]) and sliced, so the
+// generators of the group stay in step and training does not depend on the group's size.
+// Without sequence parallelism, at::dropout.
+at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group);
+
+// The positions [first, first + length) of the whole sequence this rank's slice holds:
+// its share under sequence parallelism, else all of them.
+struct SequenceSlice {
+  int64_t first = 0;
+  int64_t length = 0;
+};
+SequenceSlice local_sequence(int64_t whole, const Group& group);
+
+}  // namespace pipetrain::tensor_parallel

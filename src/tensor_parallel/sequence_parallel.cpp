@@ -1,0 +1,159 @@
+#include "pipetrain/tensor_parallel/sequence_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "pipetrain/tensor_parallel/collectives.h"
+#include "saved_group.h"
+
+namespace pipetrain::tensor_parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+thread_local bool whole_sequences = false;
+
+using detail::save_group;
+using detail::saved_group;
+
+void require_sequence_dim(const at::Tensor& x) {
+  if (x.dim() < 2)
+    throw std::invalid_argument("sequence parallelism splits [batch, seq, ...] activations");
+}
+
+// [b, size * s, ...] -> this rank's [b, s, ...] of the group's element-wise sum.
+at::Tensor reduce_scatter_sequence(const at::Tensor& x, const Group& group) {
+  require_sequence_dim(x);
+  const int64_t size = group.size(), whole = x.size(1);
+  if (whole % size != 0) {
+    throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(whole) +
+                                " positions does not split over " + std::to_string(size) +
+                                " ranks");
+  }
+  std::vector<int64_t> split = x.sizes().vec();
+  split[1] = whole / size;
+  split.insert(split.begin() + 1, size);  // [b, size, s, ...]
+  std::vector<int64_t> order(split.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::swap(order[0], order[1]);  // [size, b, s, ...]: rank r's block r
+  const at::Tensor blocks = x.detach().reshape(split).permute(order).contiguous().view({-1});
+  std::vector<int64_t> local = x.sizes().vec();
+  local[1] = whole / size;
+  return group.comm->reduce_scatter(blocks, comm::ReduceOp::kSum).view(local);
+}
+
+// Every rank's [b, s, ...] -> [b, size * s, ...] in rank order.
+at::Tensor all_gather_sequence(const at::Tensor& x, const Group& group) {
+  require_sequence_dim(x);
+  const at::Tensor stacked = group.comm->all_gather(x.detach().contiguous());
+  return at::cat(stacked.unbind(0), 1);
+}
+
+at::Tensor own_slice(const at::Tensor& x, const Group& group) {
+  require_sequence_dim(x);
+  const SequenceSlice slice = local_sequence(x.size(1), group);
+  return x.narrow(1, slice.first, slice.length).contiguous();
+}
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
+    save_group(ctx, group);
+    return all_gather_sequence(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scatter_sequence(grads[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
+    save_group(ctx, group);
+    return reduce_scatter_sequence(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_sequence(grads[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
+    save_group(ctx, group);
+    return own_slice(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_sequence(grads[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+struct GatherSequenceSlices : torch::autograd::Function<GatherSequenceSlices> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
+    save_group(ctx, group);
+    return all_gather_sequence(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {own_slice(grads[0], saved_group(ctx)), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool splits_sequence(const Group& group) {
+  return group.sequence_parallel && group.parallel() && !whole_sequences;
+}
+
+WholeSequences::WholeSequences() : was_whole_(std::exchange(whole_sequences, true)) {}
+
+WholeSequences::~WholeSequences() {
+  whole_sequences = was_whole_;
+}
+
+at::Tensor enter_parallel_region(const at::Tensor& x, const Group& group) {
+  return splits_sequence(group) ? GatherSequence::apply(x, group) : copy_to_group(x, group);
+}
+
+at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group) {
+  return splits_sequence(group) ? ReduceScatterSequence::apply(x, group)
+                                : reduce_from_group(x, group);
+}
+
+at::Tensor scatter_to_sequence(const at::Tensor& x, const Group& group) {
+  return splits_sequence(group) ? ScatterSequence::apply(x, group) : x;
+}
+
+at::Tensor gather_from_sequence(const at::Tensor& x, const Group& group) {
+  return splits_sequence(group) ? GatherSequenceSlices::apply(x, group) : x;
+}
+
+at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group) {
+  return splits_sequence(group) ? copy_to_group(parameter, group) : parameter;
+}
+
+at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group) {
+  if (!splits_sequence(group)) return at::dropout(x, p, training);
+  if (!training || p == 0 || x.numel() == 0) return x;
+  require_sequence_dim(x);
+  // As at::dropout draws on the CPU for the whole: a mask of the input's type, scaled.
+  std::vector<int64_t> whole = x.sizes().vec();
+  whole[1] *= group.size();
+  at::Tensor noise = at::empty(whole, x.options()).bernoulli_(1 - p);
+  noise.div_(1 - p);
+  return x * noise.narrow(1, group.rank() * x.size(1), x.size(1));
+}
+
+SequenceSlice local_sequence(int64_t whole, const Group& group) {
+  if (!splits_sequence(group)) return {0, whole};
+  if (whole % group.size() != 0) {
+    throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(whole) +
+                                " positions does not split over " + std::to_string(group.size()) +
+                                " ranks");
+  }
+  const int64_t length = whole / group.size();
+  return {group.rank() * length, length};
+}
+
+}  // namespace pipetrain::tensor_parallel

@@ -1,0 +1,133 @@
+// Ring attention over the world as one context group (2 and 4 ranks) against attention over
+// the whole sequence in one process: each rank's outputs and its slices' gradients of q, k
+// and v, causal and not, grouped-query, and packed documents (some blocks left empty).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/context_parallel/ring_attention.h"
+
+namespace pipetrain::context_parallel {
+namespace {
+
+Group world_group() {
+  static const auto world = comm::MpiCommunicator::world();
+  return Group{world};
+}
+
+void expect_near(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+  ASSERT_EQ(got.sizes(), expected.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-5))
+      << what << " differs by " << (got - expected).abs().max().item<double>();
+}
+
+struct Problem {
+  int64_t batch = 2, heads = 2, kv_heads = 2, seq_per_rank = 4, head_dim = 4;
+  bool causal = true;
+  at::Tensor documents;  // [batch, whole seq], or undefined
+};
+
+// Attention over the whole sequence: SDPA with the mask the problem asks for.
+at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const Problem& p) {
+  const int64_t whole = q.size(2);
+  std::optional<at::Tensor> mask;
+  if (p.documents.defined()) {
+    at::Tensor visible = (p.documents.unsqueeze(2) == p.documents.unsqueeze(1)).unsqueeze(1);
+    if (p.causal) visible = visible & at::ones({whole, whole}, at::kBool).tril();
+    mask = visible;
+  }
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, p.causal && !p.documents.defined(),
+                                          {},
+                                          /*enable_gqa=*/p.heads != p.kv_heads);
+}
+
+void expect_ring_equals_whole(const Problem& p) {
+  const Group group = world_group();
+  const int64_t whole = p.seq_per_rank * group.size();
+  at::manual_seed(17);  // the same whole tensors on every rank
+  const at::Tensor q = at::randn({p.batch, p.heads, whole, p.head_dim}, at::kDouble);
+  const at::Tensor k = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, at::kDouble);
+  const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, at::kDouble);
+  const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, at::kDouble);
+
+  const at::Tensor q_whole = q.clone().requires_grad_(true);
+  const at::Tensor k_whole = k.clone().requires_grad_(true);
+  const at::Tensor v_whole = v.clone().requires_grad_(true);
+  const at::Tensor expected = whole_attention(q_whole, k_whole, v_whole, p);
+  (expected * upstream).sum().backward();
+
+  const at::Tensor q_mine = take_local(q, 2, group).requires_grad_(true);
+  const at::Tensor k_mine = take_local(k, 2, group).requires_grad_(true);
+  const at::Tensor v_mine = take_local(v, 2, group).requires_grad_(true);
+  RingAttentionOptions options;
+  options.causal = p.causal;
+  if (p.documents.defined()) options.documents = take_local(p.documents, 1, group);
+  const at::Tensor positions = local_positions(whole, group.rank(), group.size());
+  const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
+  (out * take_local(upstream, 2, group)).sum().backward();
+
+  expect_near(out, take_local(expected, 2, group), "output");
+  expect_near(q_mine.grad(), take_local(q_whole.grad(), 2, group), "q gradient");
+  expect_near(k_mine.grad(), take_local(k_whole.grad(), 2, group), "k gradient");
+  expect_near(v_mine.grad(), take_local(v_whole.grad(), 2, group), "v gradient");
+}
+
+TEST(RingAttention, LocalPositionsAreChunksIAndTwoCMinusOneMinusI) {
+  EXPECT_TRUE(at::equal(local_positions(8, 0, 2), at::tensor({0, 1, 6, 7}, at::kLong)));
+  EXPECT_TRUE(at::equal(local_positions(8, 1, 2), at::tensor({2, 3, 4, 5}, at::kLong)));
+  EXPECT_TRUE(at::equal(local_positions(8, 3, 4), at::tensor({3, 4}, at::kLong)));
+  EXPECT_TRUE(at::equal(local_positions(5, 0, 1), at::arange(5, at::kLong)));
+  EXPECT_THROW(local_positions(6, 0, 2), std::invalid_argument);  // 4 chunks of 1.5
+}
+
+TEST(RingAttention, CausalEqualsWholeSequenceAttention) {
+  expect_ring_equals_whole(Problem{});
+}
+
+TEST(RingAttention, WithoutAMaskEqualsWholeSequenceAttention) {
+  Problem p;
+  p.causal = false;
+  expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, GroupedQueryEqualsWholeSequenceAttention) {
+  Problem p;
+  p.heads = 4;
+  expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, PackedDocumentsEqualWholeSequenceAttentionWithTheirMask) {
+  const int64_t whole = 8 * world_group().size();
+  Problem p;
+  p.seq_per_rank = 8;
+  // Documents of random lengths, different in each sample.
+  at::manual_seed(5);
+  const at::Tensor starts = at::rand({2, whole}) < 0.2;
+  p.documents = starts.to(at::kLong).cumsum(1);
+  expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, DocumentsOfOneChunkLeaveWholeBlocksEmpty) {
+  // Every chunk its own document: each rank's queries see only its own keys, so every
+  // block after the first is skipped, and backward still passes the ring around.
+  const Group group = world_group();
+  const int64_t chunk = 2, whole = 2 * chunk * group.size();
+  Problem p;
+  p.seq_per_rank = 2 * chunk;
+  p.documents = (at::arange(whole, at::kLong) / chunk).unsqueeze(0).expand({2, whole}).contiguous();
+  expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, AloneItIsScaledDotProductAttention) {
+  at::manual_seed(3);
+  const at::Tensor q = at::randn({1, 2, 6, 4}), k = at::randn({1, 2, 6, 4}),
+                   v = at::randn({1, 2, 6, 4});
+  const at::Tensor out = ring_attention(q, k, v, at::arange(6, at::kLong), Group{});
+  expect_near(out, at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "output");
+  EXPECT_THROW(ring_attention(q, k, v, at::arange(5, at::kLong), Group{}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipetrain::context_parallel
