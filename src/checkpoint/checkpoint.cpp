@@ -591,7 +591,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   // parts of each tensor's optimizer shards. Every rank writes its RNG.
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
-  const bool writes = grid.data_parallel_id() == 0;
+  const bool writes = grid.replica_id() == 0;
   if (writes || (engine::shards_optimizer(engine.config().zero) && !weights)) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
@@ -682,8 +682,7 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   }
 
   const topology::Grid& grid = engine.grid();
-  if (pending.regrouped_count > 0 && grid.data_parallel_id() == 0 &&
-      grid.model_parallel_id() == 0) {
+  if (pending.regrouped_count > 0 && grid.replica_id() == 0 && grid.model_parallel_id() == 0) {
     std::fprintf(stderr,
                  "pipetrain: warning: %s: %d tensor(s) of stage %d in another weight decay group "
                  "than when saved (%s); training goes on with this config's "

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/context_parallel/whole_sequences.h"
+
 namespace pipetrain::context_parallel {
 namespace {
 
@@ -23,7 +25,9 @@ struct GroupHolder : torch::CustomClassHolder {
   Group group;
 };
 
-// `x` to the rank `ahead` places on in the ring, from the one `ahead` places back.
+// `x` to the rank `ahead` places on in the ring, from the one `ahead` places back. Both are
+// started before either is waited for, which MPI's nonblocking calls allow; NCCL would need
+// them grouped (the job gives the ring the grid's MPI communicator).
 at::Tensor pass_around(const at::Tensor& x, const Group& group, int ahead, int tag) {
   const int size = group.size();
   const int to = (group.rank() + ahead + size) % size;
@@ -118,8 +122,12 @@ at::Tensor local_positions(int64_t whole, int rank, int size) {
                   at::arange(mirror * chunk, (mirror + 1) * chunk, at::kLong)});
 }
 
+bool splits(const Group& group) {
+  return group.parallel() && !whole_sequences();
+}
+
 at::Tensor take_local(const at::Tensor& x, int64_t dim, const Group& group) {
-  if (!group.parallel()) return x;
+  if (!splits(group)) return x;
   const at::Tensor where = local_positions(x.size(dim), group.rank(), group.size());
   return x.index_select(dim, where.to(x.device()));
 }
@@ -136,9 +144,8 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       options.documents ? options.documents->to(q.device()) : at::Tensor();
   at::Tensor all_positions = q_positions.unsqueeze(0), all_documents;
   if (group.parallel()) {
-    all_positions = group.comm->all_gather(positions.contiguous()).to(q.device());
-    if (options.documents)
-      all_documents = group.comm->all_gather(options.documents->contiguous()).to(q.device());
+    all_positions = group.comm->all_gather(q_positions.contiguous());
+    if (options.documents) all_documents = group.comm->all_gather(q_documents.contiguous());
   } else if (options.documents) {
     all_documents = q_documents.unsqueeze(0);
   }

@@ -25,7 +25,7 @@ Communicators::Communicators(std::shared_ptr<topology::Grid> grid, device::Devic
   if (timeout.count() > 0) grid_->set_timeout(timeout);
   device_ = device::place_rank(device, *grid_->world_comm());
   model_ = wrapped(device::communicator_for(grid_->model_comm(), device_), TensorGroup::kModel);
-  data_ = wrapped(device::communicator_for(grid_->data_comm(), device_), TensorGroup::kData);
+  data_ = wrapped(device::communicator_for(grid_->replica_comm(), device_), TensorGroup::kData);
 }
 
 std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm::Communicator> made,
@@ -68,7 +68,7 @@ void Communicators::connect_tied(const module::PipelineModule& module) {
     if (owners.size() < 2) continue;
     const bool owner = std::find(owners.begin(), owners.end(), grid_->stage_id()) != owners.end();
     const int group =
-        1 + grid_->data_parallel_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
+        1 + grid_->replica_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
     auto split = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
     if (!owner) continue;
     split->set_timeout(grid_->pipe_comm()->timeout());

@@ -39,16 +39,16 @@ GradientSync::GradientSync(const module::PipelineModule& module, const Communica
         late_[i] = late_[i] || parameters[i].is_same(tied);
     }
   }
-  if (!data_parallel.averages || grid_->data_parallel_size() == 1) return;
+  if (!data_parallel.averages || grid_->replica_count() == 1) return;
   reduce_with(std::make_shared<AveragedBuckets>(
       parameters, backward_order_buckets(parameters, late_, data_parallel.bucket_elements), data_,
       data_parallel.wire));
 }
 
 void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
-  if (grid_->data_parallel_size() == 1) return;
+  if (grid_->replica_count() == 1) return;
   buckets_ = std::make_unique<GradientBuckets>(module_.parameters(), late_, std::move(reduction),
-                                               data_, grid_->data_comm(), overlap_);
+                                               data_, grid_->replica_comm(), overlap_);
 }
 
 void GradientSync::choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere) {

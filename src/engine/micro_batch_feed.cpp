@@ -28,25 +28,26 @@ MicroBatchFeed::MicroBatchFeed(std::shared_ptr<const topology::Grid> grid, at::S
     : grid_(std::move(grid)), dtype_(dtype), device_(device), ends_(ends) {}
 
 MicroBatch MicroBatchFeed::next(MicroBatchSource* source, int loaded, int64_t step) {
+  // One rank of the group that computes these samples (context x model) reads them.
+  auto& group = *grid_->sample_comm();
   std::optional<comm::TensorList> inputs, labels;
   std::exception_ptr failure;
-  if (grid_->model_parallel_id() == 0) {
+  if (group.rank() == 0) {
     try {
       MicroBatch batch = read(source, loaded, step);
       inputs = std::move(batch.inputs);
       labels = std::move(batch.labels);
     } catch (const std::exception&) {
-      if (grid_->model_parallel_size() == 1) throw;
+      if (group.size() == 1) throw;
       failure = std::current_exception();
     }
   }
-  if (grid_->model_parallel_size() > 1) {
-    auto& group = *grid_->model_comm();
+  if (group.size() > 1) {
     if (ends_.first) inputs = comm::broadcast_tensors(group, inputs, 0);
     if (ends_.last) labels = comm::broadcast_tensors(group, labels, 0);
     if (failure) std::rethrow_exception(failure);
     if (!inputs && !labels) {
-      throw std::runtime_error("model-parallel rank 0 (rank " +
+      throw std::runtime_error("the group's reading rank (rank " +
                                std::to_string(group.global_rank(0)) +
                                ") had no micro-batch to share");
     }

@@ -65,7 +65,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
   if (sharded_) {
     masters_ = std::make_shared<ShardedMasters>(
         module.parameters(), norm_parameters, decayed_, late, grid_,
-        data ? std::move(data) : grid_->data_comm(), config.zero,
+        data ? std::move(data) : grid_->replica_comm(), config.zero,
         to_scalar_type(config.precision.communication_dtype));
   } else {
     masters_ =

@@ -488,11 +488,12 @@ void PipelineEngine::optimizer_step() {
 }
 
 double PipelineEngine::mean_loss(double loss_sum) {
-  // The output stage's mean over micro-batches, averaged over replicas, sent to the pipe.
+  // The output stage's mean over micro-batches, averaged over replicas (each context-parallel
+  // rank's over its equal share of the tokens), sent to the pipe.
   at::Tensor loss = at::zeros({1}, at::kDouble);
   if (holds_output()) {
     loss.fill_(loss_sum / micro_batches());
-    grid_->data_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
+    grid_->replica_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
   }
   grid_->pipe_comm()->broadcast(loss, output_stage());
   return loss.item<double>();

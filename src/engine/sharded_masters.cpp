@@ -170,7 +170,7 @@ double ShardedMasters::global_grad_norm() const {
     on_device += counted.to(at::kDouble).pow(2).sum();
   }
   at::Tensor squares = on_device.cpu();
-  grid_->data_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->replica_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   return std::sqrt(squares.item<double>());

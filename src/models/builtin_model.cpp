@@ -10,9 +10,10 @@ namespace {
 
 // A language model over `vocab_size` tokens in windows of `context`.
 BuiltinModel language_model(std::vector<module::LayerSpec> layers,
-                            const tensor_parallel::Group& group, int64_t vocab_size,
+                            const tensor_parallel::Group& group,
+                            const context_parallel::Group& context_group, int64_t vocab_size,
                             int64_t context) {
-  return {std::move(layers), gpt_loss(group),
+  return {std::move(layers), gpt_loss(group, context_group),
           [vocab_size, context](int64_t batch) {
             return module::Activation{at::randint(vocab_size, {batch, context}, at::kLong)};
           },
@@ -25,14 +26,21 @@ std::string builtin_types_reading(bool tokens) {
   return tokens ? "\"gpt\" or \"llama\"" : "\"mlp\"";
 }
 
-BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group) {
+BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
+                                const context_parallel::Group& context) {
   if (config.type == "gpt") {
     const GptConfig& g = config.gpt;
-    return language_model(gpt_layers(g, group), group, g.vocab_size, g.context);
+    return language_model(gpt_layers(g, group, context), group, context, g.vocab_size, g.context);
   }
   if (config.type == "llama") {
     const LlamaConfig& l = config.llama;
-    return language_model(llama_layers(l, group), group, l.vocab_size, l.context);
+    return language_model(llama_layers(l, group, context), group, context, l.vocab_size, l.context);
+  }
+  if (context.parallel()) {
+    throw io::InputError("context_parallel " + std::to_string(context.size()) +
+                         " splits sequences for attention: it needs model.type \"gpt\" or "
+                         "\"llama\", not \"" +
+                         config.type + "\"");
   }
   if (group.parallel()) {
     throw io::InputError("model_parallel " + std::to_string(group.size()) +

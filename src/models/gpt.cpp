@@ -25,12 +25,15 @@ using tensor_parallel::ColumnParallelLinear;
 using tensor_parallel::Group;
 using tensor_parallel::RowParallelLinear;
 using tensor_parallel::VocabParallelEmbedding;
+using ContextGroup = context_parallel::Group;
 
 // Token embeddings split by vocabulary over the tensor-parallel group; positions are
-// replicated. Under sequence parallelism each rank returns its slice of the sequence.
+// replicated. Under sequence parallelism each rank returns its slice of the sequence, under
+// context parallelism its load-balanced slice (and under both, its part of that).
 struct GptEmbeddingImpl : torch::nn::Module {
-  GptEmbeddingImpl(const GptConfig& c, const Group& group_)
+  GptEmbeddingImpl(const GptConfig& c, const Group& group_, const ContextGroup& context_)
       : group(group_),
+        context(context_),
         dropout_p(c.dropout),
         tokens(register_module("tokens",
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))),
@@ -45,15 +48,24 @@ struct GptEmbeddingImpl : torch::nn::Module {
       throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
                                   " got position " + std::to_string(first + ids.size(1) - 1));
     }
-    const tensor_parallel::SequenceSlice here = tensor_parallel::local_sequence(ids.size(1), group);
-    const at::Tensor where =
-        at::arange(first + here.first, first + here.first + here.length, ids.options());
+    at::Tensor mine = ids;  // this rank's tokens
+    at::Tensor where = at::arange(first, first + ids.size(1), ids.options());
+    if (context_parallel::splits(context)) {
+      where = context_parallel::local_positions(ids.size(1), context.rank(), context.size())
+                  .to(ids.device());
+      mine = ids.index_select(1, where);
+    }
+    const tensor_parallel::SequenceSlice here =
+        tensor_parallel::local_sequence(where.size(0), group);
     const at::Tensor placed =
-        at::embedding(tensor_parallel::sequence_shared(positions->weight, group), where);
-    return tensor_parallel::sequence_dropout(tokens(ids) + placed, dropout_p, is_training(), group);
+        at::embedding(tensor_parallel::sequence_shared(positions->weight, group),
+                      where.narrow(0, here.first, here.length));
+    return tensor_parallel::sequence_dropout(tokens(mine) + placed, dropout_p, is_training(),
+                                             group);
   }
 
   Group group;
+  ContextGroup context;
   double dropout_p;
   VocabParallelEmbedding tokens;
   torch::nn::Embedding positions;
@@ -65,8 +77,9 @@ TORCH_MODULE(GptEmbedding);
 // the output biases are replicated (under sequence parallelism the residual stream is
 // split along the sequence, and the LayerNorms and biases see this rank's slice).
 struct GptBlockImpl : torch::nn::Module {
-  GptBlockImpl(const GptConfig& c, const Group& group_)
+  GptBlockImpl(const GptConfig& c, const Group& group_, const ContextGroup& context_)
       : group(group_),
+        context(context_),
         heads(c.heads),
         local_heads(c.heads / group.size()),
         dropout_p(c.dropout),
@@ -118,6 +131,11 @@ struct GptBlockImpl : torch::nn::Module {
   // activations stays in step) and training does not depend on the model-parallel size.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
     if (KvCache* cache = active_kv_cache()) return cached_attention(*cache, this, q, k, v);
+    if (context_parallel::splits(context)) {  // model.dropout is 0 here (checked)
+      const at::Tensor where = context_parallel::local_positions(q.size(2) * context.size(),
+                                                                 context.rank(), context.size());
+      return context_parallel::ring_attention(q, k, v, where, context);
+    }
     if (!is_training() || dropout_p == 0)
       return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
     const int64_t batch = q.size(0), seq = q.size(2);
@@ -133,6 +151,7 @@ struct GptBlockImpl : torch::nn::Module {
   }
 
   Group group;
+  ContextGroup context;
   int64_t heads;  // of the whole model
   int64_t local_heads;
   double dropout_p;
@@ -166,7 +185,7 @@ struct GptFinalNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(GptFinalNorm);
 
-void check(const GptConfig& c, const Group& group) {
+void check(const GptConfig& c, const Group& group, const ContextGroup& context) {
   require_positive(c.vocab_size, "vocab_size");
   require_positive(c.context, "context");
   require_positive(c.d_model, "d_model");
@@ -176,18 +195,24 @@ void check(const GptConfig& c, const Group& group) {
   if (c.dropout < 0 || c.dropout >= 1) throw io::InputError("model.dropout must be in [0, 1)");
   require_divisible(c.heads, "heads", group.size(), "the model-parallel size");
   require_divisible(c.vocab_size, "vocab_size", group.size(), "the model-parallel size");
-  require_sequence_split(c.context, group);
+  require_sequence_split(c.context, group, context);
+  if (context.parallel() && c.dropout > 0) {
+    throw io::InputError(
+        "model.dropout must be 0 under context_parallel: ring attention draws no attention "
+        "dropout yet");
+  }
 }
 
 }  // namespace
 
-std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group) {
-  check(c, group);
+std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group,
+                                          const ContextGroup& context) {
+  check(c, group, context);
   const int64_t d = c.d_model;
   std::vector<module::LayerSpec> specs;
 
   module::LayerSpec embedding = module::module_layer<GptEmbedding>(
-      "GptEmbedding", [c, group] { return GptEmbedding(c, group); },
+      "GptEmbedding", [c, group, context] { return GptEmbedding(c, group, context); },
       [c] { return (c.vocab_size + c.context) * c.d_model; });
   embedding.no_weight_decay = {"tokens.weight", "positions.weight"};
   if (c.tie_embeddings) {
@@ -200,7 +225,8 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
       2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(module::module_layer<GptBlock>(
-        "GptBlock", [c, group] { return GptBlock(c, group); }, [=] { return block_parameters; }));
+        "GptBlock", [c, group, context] { return GptBlock(c, group, context); },
+        [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<GptFinalNorm>(
       "LayerNorm", [d, group] { return GptFinalNorm(d, group); }, [d] { return 2 * d; }));
@@ -220,9 +246,12 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
   return specs;
 }
 
-module::LossFunction gpt_loss(const Group& group) {
-  return [group](const module::Activation& logits, const module::Activation& labels) {
-    return tensor_parallel::vocab_parallel_cross_entropy(logits.at(0), labels.at(0), group);
+module::LossFunction gpt_loss(const Group& group, const ContextGroup& context) {
+  return [group, context](const module::Activation& logits, const module::Activation& labels) {
+    // Under context parallelism: this rank's tokens' mean; the replicas' average (data x
+    // context) is the mean over every token, the slices being equal.
+    return tensor_parallel::vocab_parallel_cross_entropy(
+        logits.at(0), context_parallel::take_local(labels.at(0), 1, context), group);
   };
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pipetrain/autograd/linear.h"
+#include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/tensor_parallel/group.h"
@@ -47,11 +48,18 @@ module::LayerSpec tied_head(module::LayerSpec embedding, std::string type,
   return embedding;
 }
 
-// Under sequence parallelism the window must split evenly over the group.
-inline void require_sequence_split(int64_t context, const tensor_parallel::Group& group) {
-  if (group.sequence_parallel && group.parallel())
-    require_divisible(context, "context", group.size(),
-                      "the model-parallel size under sequence_parallel");
+// Under context parallelism the window must cut into 2 x its size equal chunks, and under
+// sequence parallelism each rank's part of it must split evenly over the model group.
+inline void require_sequence_split(int64_t context, const tensor_parallel::Group& group,
+                                   const context_parallel::Group& context_group) {
+  if (context_group.parallel())
+    require_divisible(context, "context", 2 * int64_t{context_group.size()},
+                      "2 x context_parallel");
+  const int64_t mine = context / context_group.size();
+  if (group.sequence_parallel && group.parallel()) {
+    require_divisible(mine, context_group.parallel() ? "context / context_parallel" : "context",
+                      group.size(), "the model-parallel size under sequence_parallel");
+  }
 }
 
 }  // namespace pipetrain::models

@@ -21,6 +21,7 @@ using tensor_parallel::ColumnParallelLinear;
 using tensor_parallel::Group;
 using tensor_parallel::RowParallelLinear;
 using tensor_parallel::VocabParallelEmbedding;
+using ContextGroup = context_parallel::Group;
 
 // Root-mean-square normalisation with a learned scale, computed in float32 whatever the
 // activations' type (as transformers' LlamaRMSNorm); under sequence parallelism on this
@@ -43,20 +44,19 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Rotary position embeddings of positions first..first+seq-1, [seq, head_dim] each, in `like`'s
+// Rotary position embeddings of `positions` (int64 [seq]), [seq, head_dim] each, in `like`'s
 // type and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two halves
 // of a head rotated together (transformers' rotate_half layout).
 struct Rotation {
   at::Tensor cos;
   at::Tensor sin;
 };
-Rotation rotation(int64_t first, int64_t seq, int64_t head_dim, double theta,
+Rotation rotation(const at::Tensor& positions, int64_t head_dim, double theta,
                   const at::Tensor& like) {
   const auto f32 = like.options().dtype(at::kFloat);
   const at::Tensor pairs = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat);
   const at::Tensor inverse_frequency = at::reciprocal(at::pow(theta, pairs / head_dim));
-  const at::Tensor angles =
-      at::outer(at::arange(first, first + seq, f32), inverse_frequency).repeat({1, 2});
+  const at::Tensor angles = at::outer(positions.to(f32), inverse_frequency).repeat({1, 2});
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 
@@ -65,14 +65,19 @@ at::Tensor rotate(const at::Tensor& x, const Rotation& r) {
   return x * r.cos + at::cat({-halves[1], halves[0]}, -1) * r.sin;
 }
 
-// Token embeddings split by vocabulary over the tensor-parallel group.
+// Token embeddings split by vocabulary over the tensor-parallel group; under context
+// parallelism of this rank's load-balanced slice of the sequence.
 struct LlamaEmbeddingImpl : torch::nn::Module {
-  LlamaEmbeddingImpl(const LlamaConfig& c, const Group& group)
-      : tokens(register_module("tokens",
+  LlamaEmbeddingImpl(const LlamaConfig& c, const Group& group, const ContextGroup& context_)
+      : context(context_),
+        tokens(register_module("tokens",
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))) {}
 
-  at::Tensor forward(const at::Tensor& ids) { return tokens(ids); }
+  at::Tensor forward(const at::Tensor& ids) {
+    return tokens(context_parallel::take_local(ids, 1, context));
+  }
 
+  ContextGroup context;
   VocabParallelEmbedding tokens;
 };
 TORCH_MODULE(LlamaEmbedding);
@@ -82,8 +87,9 @@ TORCH_MODULE(LlamaEmbedding);
 // / size MLP features; the residual stream and the norms are replicated (split along the
 // sequence under sequence parallelism).
 struct LlamaBlockImpl : torch::nn::Module {
-  LlamaBlockImpl(const LlamaConfig& c, const Group& group)
-      : head_dim(c.d_model / c.heads),
+  LlamaBlockImpl(const LlamaConfig& c, const Group& group, const ContextGroup& context_)
+      : context(context_),
+        head_dim(c.d_model / c.heads),
         rope_theta(c.rope_theta),
         attention_norm(
             register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
@@ -122,16 +128,24 @@ struct LlamaBlockImpl : torch::nn::Module {
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
     const int64_t batch = q.size(0), seq = q.size(2);
     KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
-    const Rotation r = rotation(cache ? cache->length() : 0, seq, head_dim, rope_theta, q);
+    const int64_t first = cache ? cache->length() : 0;
+    const at::Tensor where = context_parallel::splits(context)
+                                 ? context_parallel::local_positions(seq * context.size(),
+                                                                     context.rank(), context.size())
+                                 : at::arange(first, first + seq, at::kLong);
+    const Rotation r = rotation(where, head_dim, rope_theta, q);
     const at::Tensor attended =
-        cache
-            ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v, /*grouped_query=*/true)
+        cache ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v,
+                                 /*grouped_query=*/true)
+        : context_parallel::splits(context)
+            ? context_parallel::ring_attention(rotate(q, r), rotate(k, r), v, where, context)
             : at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{}, 0.0,
                                                /*is_causal=*/true, /*scale=*/{},
                                                /*enable_gqa=*/true);
     return attended.transpose(1, 2).reshape({batch, seq, -1});
   }
 
+  ContextGroup context;
   int64_t head_dim;
   double rope_theta;
   RmsNorm attention_norm;
@@ -143,7 +157,7 @@ struct LlamaBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaBlock);
 
-void check(const LlamaConfig& c, const Group& group) {
+void check(const LlamaConfig& c, const Group& group, const ContextGroup& context) {
   require_positive(c.vocab_size, "vocab_size");
   require_positive(c.context, "context");
   require_positive(c.d_model, "d_model");
@@ -161,7 +175,7 @@ void check(const LlamaConfig& c, const Group& group) {
   require_divisible(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
   require_divisible(c.intermediate_size, "intermediate_size", group.size(), tp);
   require_divisible(c.vocab_size, "vocab_size", group.size(), tp);
-  require_sequence_split(c.context, group);
+  require_sequence_split(c.context, group, context);
 }
 
 module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
@@ -175,13 +189,14 @@ module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
 
 }  // namespace
 
-std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& group) {
-  check(c, group);
+std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& group,
+                                            const ContextGroup& context) {
+  check(c, group, context);
   const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
   std::vector<module::LayerSpec> specs;
 
   module::LayerSpec embedding = module::module_layer<LlamaEmbedding>(
-      "LlamaEmbedding", [c, group] { return LlamaEmbedding(c, group); },
+      "LlamaEmbedding", [c, group, context] { return LlamaEmbedding(c, group, context); },
       [c] { return c.vocab_size * c.d_model; });
   embedding.no_weight_decay = {"tokens.weight"};
   if (c.tie_embeddings) {
@@ -194,7 +209,7 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
       2 * d + 2 * d * d + 2 * d * kv_width + 3 * d * c.intermediate_size;
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(module::module_layer<LlamaBlock>(
-        "LlamaBlock", [c, group] { return LlamaBlock(c, group); },
+        "LlamaBlock", [c, group, context] { return LlamaBlock(c, group, context); },
         [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(

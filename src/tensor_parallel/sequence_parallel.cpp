@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "saved_group.h"
 
@@ -15,8 +16,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-thread_local bool whole_sequences = false;
 
 using detail::save_group;
 using detail::saved_group;
@@ -54,10 +53,17 @@ at::Tensor all_gather_sequence(const at::Tensor& x, const Group& group) {
   return at::cat(stacked.unbind(0), 1);
 }
 
+// This rank's slice of a whole sequence: from the group alone (a backward may run on
+// another thread than its forward, whose WholeSequences it does not see).
 at::Tensor own_slice(const at::Tensor& x, const Group& group) {
   require_sequence_dim(x);
-  const SequenceSlice slice = local_sequence(x.size(1), group);
-  return x.narrow(1, slice.first, slice.length).contiguous();
+  if (x.size(1) % group.size() != 0) {
+    throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(x.size(1)) +
+                                " positions does not split over " + std::to_string(group.size()) +
+                                " ranks");
+  }
+  const int64_t length = x.size(1) / group.size();
+  return x.narrow(1, group.rank() * length, length).contiguous();
 }
 
 struct GatherSequence : torch::autograd::Function<GatherSequence> {
@@ -103,13 +109,7 @@ struct GatherSequenceSlices : torch::autograd::Function<GatherSequenceSlices> {
 }  // namespace
 
 bool splits_sequence(const Group& group) {
-  return group.sequence_parallel && group.parallel() && !whole_sequences;
-}
-
-WholeSequences::WholeSequences() : was_whole_(std::exchange(whole_sequences, true)) {}
-
-WholeSequences::~WholeSequences() {
-  whole_sequences = was_whole_;
+  return group.sequence_parallel && group.parallel() && !context_parallel::whole_sequences();
 }
 
 at::Tensor enter_parallel_region(const at::Tensor& x, const Group& group) {
@@ -142,7 +142,8 @@ at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const 
   whole[1] *= group.size();
   at::Tensor noise = at::empty(whole, x.options()).bernoulli_(1 - p);
   noise.div_(1 - p);
-  return x * noise.narrow(1, group.rank() * x.size(1), x.size(1));
+  // A copy of the slice: a view would keep the whole mask alive until backward.
+  return x * noise.narrow(1, group.rank() * x.size(1), x.size(1)).clone();
 }
 
 SequenceSlice local_sequence(int64_t whole, const Group& group) {

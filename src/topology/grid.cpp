@@ -12,12 +12,17 @@ Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> worl
   pipe_ = axis_comm("pipe");
   data_ = axis_comm("data");
   model_ = axis_comm("model");
+  context_ = axis_comm("context");
+  const bool context = has_axis("context");
+  replica_ = context ? plane_comm("data", "context") : data_;
+  sample_ = context ? plane_comm("context", "model") : model_;
   comm::set_rank_identity("rank " + std::to_string(global_rank()) + " (" +
                           topology_.describe(global_rank()) + ")");
 }
 
 void Grid::set_timeout(comm::Seconds timeout) {
-  for (const auto& comm : {pipe_, data_, model_, world_}) comm->set_timeout(timeout);
+  for (const auto& comm : {pipe_, data_, model_, context_, replica_, sample_, world_})
+    comm->set_timeout(timeout);
 }
 
 bool Grid::has_axis(const char* axis) const {
@@ -43,6 +48,14 @@ std::shared_ptr<comm::MpiCommunicator> Grid::axis_comm(const char* axis) const {
       return world_->split(static_cast<int>(color), static_cast<int>(at - group.begin()));
   }
   throw std::logic_error("rank missing from its own axis groups");
+}
+
+std::shared_ptr<comm::MpiCommunicator> Grid::plane_comm(const char* first,
+                                                        const char* second) const {
+  // Colour: this rank with both coordinates zeroed; key: its place in the plane.
+  const int corner = topology_.rank_with(global_rank(), {{first, 0}, {second, 0}});
+  const int key = coordinate(first) * size(second) + coordinate(second);
+  return world_->split(corner, key);
 }
 
 int Grid::stage_to_global(int stage) const {

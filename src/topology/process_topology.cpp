@@ -130,4 +130,9 @@ ProcessTopology pipe_model_data_parallel_topology(int pipe, int data, int model)
   return ProcessTopology({"pipe", "data", "model"}, {pipe, data, model});
 }
 
+ProcessTopology pipe_data_context_model_topology(int pipe, int data, int context, int model) {
+  if (context == 1) return pipe_model_data_parallel_topology(pipe, data, model);
+  return ProcessTopology({"pipe", "data", "context", "model"}, {pipe, data, context, model});
+}
+
 }  // namespace pipetrain::topology

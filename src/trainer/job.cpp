@@ -33,32 +33,41 @@ std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
   auto world = comm::MpiCommunicator::world();
   const int64_t pipe = config.engine.pipeline.stages;
   const int64_t model_parallel = config.trainer.model_parallel;
-  const std::string times_model =
-      model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "";
-  if (world->size() % (pipe * model_parallel) != 0) {
+  const int64_t context_parallel = config.trainer.context_parallel;
+  const int64_t per_replica = pipe * context_parallel * model_parallel;
+  const std::string times_others =
+      (context_parallel > 1 ? " x context_parallel " + std::to_string(context_parallel) : "") +
+      (model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "");
+  if (world->size() % per_replica != 0) {
     const std::string hint = world->size() == 1
                                  ? " (one process: start the job with pipetrain launch -n " +
-                                       std::to_string(pipe * model_parallel) + " -- ...)"
+                                       std::to_string(per_replica) + " -- ...)"
                                  : "";
-    throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_model +
+    throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_others +
                          " does not divide the job's " + std::to_string(world->size()) + " ranks" +
                          hint);
   }
-  const int64_t data = world->size() / (pipe * model_parallel);
+  const int64_t data = world->size() / per_replica;
   const int64_t asked = config.trainer.data_parallel;
   if (asked && asked != data) {
     throw io::InputError("data-parallel size " + std::to_string(asked) + " with " +
-                         std::to_string(pipe) + " stages" + times_model + " needs " +
-                         std::to_string(asked * pipe * model_parallel) + " ranks, the job has " +
+                         std::to_string(pipe) + " stages" + times_others + " needs " +
+                         std::to_string(asked * per_replica) + " ranks, the job has " +
                          std::to_string(world->size()));
   }
-  // Without tensor parallelism the topology has no model axis, so ranks describe
-  // themselves as (pipe, data) only.
+  const auto size = [](int64_t n) { return static_cast<int>(n); };
+  // Without tensor or context parallelism the topology has no model or context axis, so
+  // ranks describe themselves as (pipe, data) only.
+  if (context_parallel > 1) {
+    return std::make_shared<topology::Grid>(
+        topology::pipe_data_context_model_topology(size(pipe), size(data), size(context_parallel),
+                                                   size(model_parallel)),
+        world);
+  }
   return std::make_shared<topology::Grid>(
-      model_parallel > 1
-          ? topology::pipe_model_data_parallel_topology(
-                static_cast<int>(pipe), static_cast<int>(data), static_cast<int>(model_parallel))
-          : topology::pipe_data_parallel_topology(static_cast<int>(pipe), static_cast<int>(data)),
+      model_parallel > 1 ? topology::pipe_model_data_parallel_topology(size(pipe), size(data),
+                                                                       size(model_parallel))
+                         : topology::pipe_data_parallel_topology(size(pipe), size(data)),
       world);
 }
 
@@ -213,11 +222,8 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
-  if (model_group.sequence_parallel) {
-    // Each rank of the group holds its own slice: there is no common tensor to share out.
-    job.config.engine.pipeline.partitioned_transfers = false;
-  }
-  job.model = models::make_builtin_model(job.config.model, model_group);
+  job.model = models::make_builtin_model(job.config.model, model_group,
+                                         context_parallel::Group{job.grid->context_comm()});
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   {
     const io::Activity building("building the model's layers");
@@ -227,7 +233,11 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.effective = job_keys().write(job.config);
   {
     const io::Activity preparing("setting up the engine (fp32 masters, pipe buffers)");
-    job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.comms, job.config.engine);
+    engine::TrainingConfig engine_config = job.config.engine;
+    // Under sequence parallelism each rank of the model group sends its own slice: there is
+    // no common tensor to share out (the saved config keeps the user's setting).
+    if (model_group.sequence_parallel) engine_config.pipeline.partitioned_transfers = false;
+    job.engine = std::make_unique<engine::PipelineEngine>(job.module, job.comms, engine_config);
   }
   inject_faults_from_environment(*job.engine);
   job.engine->set_progress_report(false);
@@ -313,7 +323,9 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "train_batch_size");
   keys.erase(config, "data_parallel");
   keys.set(config, "model_parallel", model_parallel);
-  keys.erase(config, "sequence_parallel");  // a training layout: forward-only use runs whole
+  // Training layouts: forward-only use runs whole sequences.
+  keys.erase(config, "sequence_parallel");
+  keys.erase(config, "context_parallel");
   keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
   keys.set(config, "gradient_accumulation_steps", 1);
   keys.set(config, "load", "");

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/tensor_parallel/collectives.h"
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::trainer {
 namespace {
@@ -71,7 +71,7 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
   const topology::Grid& grid = engine.grid();
   const at::NoGradGuard no_grad;  // nothing cached may hold a graph
   // A decode step feeds one position: the sequence cannot split over a tensor-parallel group.
-  const tensor_parallel::WholeSequences whole_sequences;
+  const context_parallel::WholeSequences whole_sequences;
   std::vector<Sequence> sequences(prompts.size());
   if (options.max_in_flight < 1) throw std::invalid_argument("max_in_flight must be at least 1");
   for (std::size_t p = 0; p < prompts.size(); ++p) {

@@ -225,9 +225,12 @@ void announce(const Job& job) {
   std::string schedule = config::name_of(engine::pipeline_schedules(), e.pipeline.schedule);
   if (e.pipeline.chunks > 1) schedule += " x" + std::to_string(e.pipeline.chunks);
   std::printf(
-      "job: %d ranks = pipe %d x data %d x model %d%s; model %s, %d layers; schedule %s; batch "
+      "job: %d ranks = pipe %d x data %d%s x model %d%s; model %s, %d layers; schedule %s; batch "
       "%lld = micro %lld x %lld micro-batches x data %d; %s\n",
       grid.world_size(), grid.pipe_parallel_size(), grid.data_parallel_size(),
+      grid.context_parallel_size() > 1
+          ? (" x context " + std::to_string(grid.context_parallel_size())).c_str()
+          : "",
       grid.model_parallel_size(),
       job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
       job.config.model.type.c_str(), job.module->num_layers(), schedule.c_str(),

@@ -19,7 +19,8 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
   static const config::KeyTable<TrainerConfig> table = [] {
     config::KeyTable<TrainerConfig> t;
     t.integer("data_parallel", PIPETRAIN_FIELD(data_parallel),
-              "checked against the job (`--data`); 0: ranks / (stages × model_parallel)",
+              "checked against the job (`--data`); 0: ranks / (stages × context_parallel × "
+              "model_parallel)",
               config::at_least(0))
         .integer("model_parallel", PIPETRAIN_FIELD(model_parallel),
                  "tensor-parallel group size (`--model`); GPT and LLaMA, dividing `heads` and "
@@ -30,6 +31,13 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
               "above 1, the norms, dropout and residual stream hold 1/model_parallel of the "
               "sequence (`model.context` divisible by it); stage transfers carry each rank's "
               "slice. Training and evaluation only: nothing on disk depends on it")
+        .integer("context_parallel", PIPETRAIN_FIELD(context_parallel),
+                 "context-parallel group size (`--context-parallel`; Megatron's "
+                 "`--context-parallel-size`): each sequence cut into 2 × C chunks, rank i "
+                 "holding chunks i and 2C - 1 - i, attention passing keys and values around the "
+                 "group (ring attention); GPT and LLaMA, `model.context` divisible by 2 × C, "
+                 "GPT dropout 0. Training and evaluation only: nothing on disk depends on it",
+                 config::at_least(1))
         .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
         .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
                  "validate every N steps; 0: at the end only", config::at_least(0))

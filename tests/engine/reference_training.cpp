@@ -31,7 +31,7 @@ models::ModelConfig model_config(const std::string& model) {
   } else if (model.rfind("llama", 0) == 0) {
     config.type = "llama";
     config.llama = {.vocab_size = 20,
-                    .context = 6,
+                    .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,
                     .heads = 4,
                     .num_key_value_heads = 2,

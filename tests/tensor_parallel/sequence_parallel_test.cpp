@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "model_group.h"
+#include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
@@ -57,7 +58,7 @@ TEST(SequenceParallel, GatherAndReduceScatterAlongTheSequenceAndTheirGradients) 
   // A sequence that does not split is refused, naming both sizes.
   EXPECT_THROW(local_sequence(5, group), std::invalid_argument);
   {
-    const WholeSequences whole_sequences;  // generation: no split
+    const context_parallel::WholeSequences whole_sequences;  // generation: no split
     EXPECT_FALSE(splits_sequence(group));
     EXPECT_EQ(local_sequence(5, group).length, 5);
   }

@@ -55,7 +55,8 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   auto comms = std::make_shared<engine::Communicators>(grid, config.device, comm::Seconds(0));
   Group group = comms->model_group();
   group.sequence_parallel = sequence_parallel;
-  const auto model = models::make_builtin_model(model_config(c.model), group);
+  const auto model = models::make_builtin_model(model_config(c.model), group,
+                                                context_parallel::Group{grid->context_comm()});
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
@@ -65,10 +66,10 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval});
   engine::PipelineEngine engine(module, comms, config);
-  // Only model-parallel rank 0 reads; the others get its micro-batches.
+  // Only the first rank of the context x model group reads; the others get its micro-batches.
   data::DataLoader loader(samples, kMicroBatchSize, grid->data_parallel_size(),
                           grid->data_parallel_id());
-  engine::MicroBatchSource* data = grid->model_parallel_id() == 0 ? &loader : nullptr;
+  engine::MicroBatchSource* data = grid->sample_comm()->rank() == 0 ? &loader : nullptr;
   TrainedRun run;
   for (int step = 0; step < kSteps; ++step) run.losses.push_back(engine.train_batch(data));
   run.eval_loss = engine.eval_batch(data).loss;
@@ -236,6 +237,73 @@ TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
     ++ran;
   }
   ASSERT_GT(ran, 0);
+}
+
+// Context parallelism: each rank of a context group computes its load-balanced slice of
+// every sequence, attention as a ring; gradients and losses averaged over data x context.
+// The same numbers as one process at context 2 and 4, pipe 1 and 2, with data 2, with
+// sequence parallelism, GPT and LLaMA, and every schedule at context 2.
+TEST(ContextParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  struct ContextCase {
+    int pipe, data, context, model;
+    Case c;
+    bool sequence_parallel = false;
+    int zero_stage = 0;
+  };
+  const std::vector<ContextCase> cases{
+      {1, 1, 2, 1, {"gpt-ctx8", 2, 0, 0.05}},
+      {1, 1, 2, 1, {"llama-ctx8", 2, 1, 0.0}},
+      {1, 1, 4, 1, {"gpt-ctx8", 2, 0, 0.0}},
+      {1, 1, 4, 1, {"llama-tied-ctx8", 2, 0, 0.05}},
+      {2, 1, 2, 1, {"gpt-untied-ctx8", 4, 1, 0.0}},
+      {2, 1, 2, 1, {"llama-tied-ctx8", 4, 0, 0.05}},
+      {1, 2, 2, 1, {"gpt-ctx8", 2, 0, 0.05}, false, 1},
+      {1, 1, 2, 2, {"llama-ctx8", 2, 0, 0.05}, true},
+      {2, 2, 2, 1, {"llama-ctx8", 2, 0, 0.05}},
+      {2, 1, 2, 2, {"gpt-ctx8", 4, 0, 0.0}, true},
+  };
+  int ran = 0;
+  for (const ContextCase& k : cases) {
+    if (k.pipe * k.data * k.context * k.model != world->size()) continue;
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_data_context_model_topology(k.pipe, k.data, k.context, k.model), world);
+    SCOPED_TRACE("pipe " + std::to_string(k.pipe) + " x data " + std::to_string(k.data) +
+                 " x context " + std::to_string(k.context) + " x model " + std::to_string(k.model) +
+                 (k.sequence_parallel ? " (sequence parallel)" : "") + ", ZeRO " +
+                 std::to_string(k.zero_stage) + ": " + name(k.c));
+    const auto samples = dataset(k.c, k.data);
+    const TrainedRun run = train(k.c, grid, /*partitioned=*/!k.sequence_parallel, samples,
+                                 k.zero_stage, schedule::Kind::k1F1B, 1, k.sequence_parallel);
+    expect_matches(run, reference_run(k.c, k.data, samples));
+    ++ran;
+  }
+  ASSERT_GT(ran, 0);
+}
+
+TEST(ContextParallelEquivalence, EveryScheduleAtContextTwoMatchesOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  if (world->size() != 4) GTEST_SKIP() << "pipe 2 x context 2 needs 4 ranks";
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_data_context_model_topology(2, 1, 2, 1), world);
+  const Case c{"llama-tied-ctx8-deep", 4, 0, 0.0};
+  const auto samples = dataset(c, 1);
+  const Reference reference = reference_run(c, 1, samples);
+  for (const auto& [schedule, chunks] :
+       std::vector<std::pair<schedule::Kind, int>>{{schedule::Kind::k1F1B, 1},
+                                                   {schedule::Kind::kGpipe, 1},
+                                                   {schedule::Kind::kInterleaved, 2},
+                                                   {schedule::Kind::kZbH1, 1},
+                                                   {schedule::Kind::kZbH2, 1},
+                                                   {schedule::Kind::kInterleavedZb, 2},
+                                                   {schedule::Kind::kLoopedBfs, 2},
+                                                   {schedule::Kind::kZbv, 2},
+                                                   {schedule::Kind::kDualPipeV, 2}}) {
+    SCOPED_TRACE(std::string(schedule::name(schedule)) + ": " + name(c));
+    expect_matches(train(c, grid, /*partitioned=*/true, samples, 0, schedule, chunks), reference);
+  }
 }
 
 }  // namespace

@@ -137,6 +137,35 @@ check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/
   test -n "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)" -a \
   "$(awk '/^validation loss /{ print $3 }' s_full_eval.out)" = "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)"
 
+# 3c'. Context parallelism, resumed across context sizes (nothing about it is on disk): 6
+#      steps at pipe 2 x data 2 x context 2, 3 more at context 1, 3 at pipe 1 x context 4;
+#      every step's loss equals the uninterrupted run's within 1e-5.
+context_run() { # ranks, name, arguments...
+  local ranks=$1 name=$2
+  shift 2
+  "$pipetrain" launch -n "$ranks" -- "$pipetrain" train --eval-interval 0 "$@" --config "$(variant "$name" \
+    "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|")" \
+    >"$name.out" 2>&1
+}
+context_run 8 c_two --context-parallel 2 --train-iters 6 --save c_two/ckpt
+context_run 4 c_one --load c_two/ckpt --train-iters 9 --save c_one/ckpt
+context_run 8 c_four --load c_one/ckpt --pipe 1 --context-parallel 4
+check "context parallel: the job line names the context axis" \
+  grep -q '^job: 8 ranks = pipe 2 x data 2 x context 2 x model 1;' c_two.out
+check "context parallel: context 1 resumed context 2 at step 6, context 4 resumed it at step 9" \
+  bash -c "grep -q '^resumed from c_two/ckpt at step 6' c_one.out && grep -q '^resumed from c_one/ckpt at step 9' c_four.out"
+check "context parallel: steps 1-6 (context 2), 7-9 (context 1), 10-12 (context 4) equal the uninterrupted run's within 1e-5" \
+  "$python" - <<'PY'
+import json
+def losses(*names):
+    return {r["step"]: r["loss"] for n in names for r in map(json.loads, open(n + ".jsonl"))}
+full, split = losses("s_full"), losses("c_two", "c_one", "c_four")
+steps = list(range(1, 13))
+ok = sorted(split) == steps and all(abs(split[s] - full[s]) <= 1e-5 * abs(full[s]) for s in steps)
+print(sorted(split), [(s, full.get(s), split.get(s)) for s in steps] if not ok else "")
+raise SystemExit(not ok)
+PY
+
 # 3d. Resume across V schedules (4 micro-batches: dualpipev needs 2 x stages): 6 steps under
 #     1f1b, 3 under zbv (its V puts stage 0's layers at both ends), 3 under dualpipev; steps
 #     7-12 equal the uninterrupted 1f1b run's within 1e-5.

@@ -16,7 +16,8 @@
 namespace pipetrain::context_parallel {
 
 // The ranks that split one sequence between them. Without a communicator, one rank holding
-// the whole sequence.
+// the whole sequence. The ring's sends and receives are not grouped as NCCL needs: an MPI
+// communicator (CPU or GPU tensors, staged through the host).
 struct Group {
   std::shared_ptr<comm::Communicator> comm;
 
@@ -24,6 +25,10 @@ struct Group {
   int size() const { return comm ? comm->size() : 1; }
   bool parallel() const { return size() > 1; }
 };
+
+// Whether `group` splits sequences here and now: more than one rank and no WholeSequences
+// in scope on this thread (whole_sequences.h).
+bool splits(const Group& group);
 
 // The positions of a sequence of `whole` that `rank` of `size` holds, in order: the
 // sequence is cut into 2 x size equal chunks and rank i holds chunks i and 2 x size - 1 - i
@@ -33,7 +38,7 @@ struct Group {
 at::Tensor local_positions(int64_t whole, int rank, int size);
 
 // This rank's slice of `x` along `dim` (a sequence of x.size(dim) positions), as
-// local_positions cuts it; `x` itself for a group of one.
+// local_positions cuts it; `x` itself where the group does not split (splits()).
 at::Tensor take_local(const at::Tensor& x, int64_t dim, const Group& group);
 
 struct RingAttentionOptions {

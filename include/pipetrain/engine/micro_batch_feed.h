@@ -12,8 +12,9 @@ namespace pipetrain::engine {
 
 // Feeds a stage its micro-batches: the stage holding the first virtual stage takes the
 // inputs, the one holding the last the labels (in a V both are stage 0).
-// Under tensor parallelism only model-parallel rank 0 reads the source and broadcasts what
-// it read to its group; the others learn from it when it had nothing, rather than wait.
+// Under tensor and context parallelism only the first rank of the group computing the
+// samples (Grid::sample_comm: context x model) reads the source and broadcasts what it
+// read to the group; the others learn from it when it had nothing, rather than wait.
 // Micro-batches go to the stage's device (from pinned host memory, without waiting, to a
 // GPU); floating inputs are cast to the model's dtype there.
 class MicroBatchFeed {

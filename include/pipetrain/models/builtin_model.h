@@ -41,8 +41,9 @@ struct BuiltinModel {
 // joined for messages, e.g. "\"gpt\"".
 std::string builtin_types_reading(bool tokens);
 
-// With a tensor-parallel group of more than one rank: its shard of the model (GPT and LLaMA).
-BuiltinModel make_builtin_model(const ModelConfig& config,
-                                const tensor_parallel::Group& group = {});
+// With a tensor-parallel group of more than one rank: its shard of the model (GPT and
+// LLaMA); with a context-parallel group, its slice of each sequence.
+BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group = {},
+                                const context_parallel::Group& context = {});
 
 }  // namespace pipetrain::models

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/models/gpt_config.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/pipeline_module.h"
@@ -15,10 +16,16 @@ namespace pipetrain::models {
 // (int64); output: logits [batch, seq, vocab / group size], this rank's vocabulary slice.
 // With a tensor-parallel group the embedding, attention heads, MLP and head are split
 // over it (Megatron-LM's layout); the full weights are the same for every group size.
+// With a context-parallel group each rank computes its load-balanced slice of the sequence
+// (context_parallel::local_positions; the input stays the whole [batch, seq] and the
+// output is the slice's logits), attention passing keys and values around the group.
 std::vector<module::LayerSpec> gpt_layers(const GptConfig& config,
-                                          const tensor_parallel::Group& group = {});
+                                          const tensor_parallel::Group& group = {},
+                                          const context_parallel::Group& context = {});
 
-// Mean cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq].
-module::LossFunction gpt_loss(const tensor_parallel::Group& group = {});
+// Mean cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq] (under
+// context parallelism, this rank's slice of them).
+module::LossFunction gpt_loss(const tensor_parallel::Group& group = {},
+                              const context_parallel::Group& context = {});
 
 }  // namespace pipetrain::models

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/models/llama_config.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/tensor_parallel/group.h"
@@ -14,8 +15,10 @@ namespace pipetrain::models {
 // biases, a final RMSNorm and the LM head. Input: token ids [batch, seq] (int64); output:
 // logits [batch, seq, vocab / group size], this rank's vocabulary slice. With a
 // tensor-parallel group the embedding, query and key/value heads, MLP and head are split
-// over it; the full weights are the same for every group size. The loss is gpt_loss().
+// over it; the full weights are the same for every group size. With a context-parallel
+// group, as gpt_layers (rotary embeddings at the true positions). The loss is gpt_loss().
 std::vector<module::LayerSpec> llama_layers(const LlamaConfig& config,
-                                            const tensor_parallel::Group& group = {});
+                                            const tensor_parallel::Group& group = {},
+                                            const context_parallel::Group& context = {});
 
 }  // namespace pipetrain::models

@@ -15,21 +15,8 @@
 namespace pipetrain::tensor_parallel {
 
 // Whether `group` splits the sequence here and now: sequence parallelism on, more than one
-// rank, and no WholeSequences in scope on this thread.
+// rank, and no context_parallel::WholeSequences in scope on this thread (generation).
 bool splits_sequence(const Group& group);
-
-// While one lives on this thread, layers compute on whole sequences even where the group
-// has sequence parallelism (generation, whose decode steps feed one position).
-class WholeSequences {
- public:
-  WholeSequences();
-  ~WholeSequences();
-  WholeSequences(const WholeSequences&) = delete;
-  WholeSequences& operator=(const WholeSequences&) = delete;
-
- private:
-  bool was_whole_;
-};
 
 // Where a replicated (or sequence-split) activation enters a region computed in shards:
 // the whole sequence, all-gathered along dimension 1 under sequence parallelism (backward:

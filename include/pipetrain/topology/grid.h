@@ -7,8 +7,15 @@
 
 namespace pipetrain::topology {
 
-// This rank's place in a pipe x data (x model) topology and the communicators along each
-// axis. Axes the topology lacks have size 1. Building a Grid is collective over `world`.
+// This rank's place in a pipe x data (x context) (x model) topology and the communicators
+// along each axis. Axes the topology lacks have size 1. Building a Grid is collective over
+// `world`.
+//
+// Two groups span two axes. The replicas of this rank's parameters are its data x context
+// ranks (context-parallel ranks hold the same layers and compute parts of the same
+// samples: gradients, ZeRO shards and losses are averaged over them); the ranks computing
+// this rank's samples are its context x model ranks (one of them reads each micro-batch).
+// Without a context axis they are the data and the model group.
 class Grid {
  public:
   // Throws InputError if the topology does not cover exactly the world's ranks.
@@ -25,6 +32,14 @@ class Grid {
   // The slice rank within the model-parallel group.
   int model_parallel_id() const { return coordinate("model"); }
   int model_parallel_size() const { return size("model"); }
+  // The slice of each sequence this rank holds, within the context-parallel group.
+  int context_parallel_id() const { return coordinate("context"); }
+  int context_parallel_size() const { return size("context"); }
+  // Within data x context: data-major.
+  int replica_id() const {
+    return data_parallel_id() * context_parallel_size() + context_parallel_id();
+  }
+  int replica_count() const { return data_parallel_size() * context_parallel_size(); }
   bool is_first_stage() const { return stage_id() == 0; }
   bool is_last_stage() const { return stage_id() == pipe_parallel_size() - 1; }
 
@@ -32,6 +47,11 @@ class Grid {
   const std::shared_ptr<comm::MpiCommunicator>& pipe_comm() const { return pipe_; }
   const std::shared_ptr<comm::MpiCommunicator>& data_comm() const { return data_; }
   const std::shared_ptr<comm::MpiCommunicator>& model_comm() const { return model_; }
+  const std::shared_ptr<comm::MpiCommunicator>& context_comm() const { return context_; }
+  // data x context, ordered by replica_id().
+  const std::shared_ptr<comm::MpiCommunicator>& replica_comm() const { return replica_; }
+  // context x model, ordered context-major; its rank 0 is context 0, model 0.
+  const std::shared_ptr<comm::MpiCommunicator>& sample_comm() const { return sample_; }
   const std::shared_ptr<comm::MpiCommunicator>& world_comm() const { return world_; }
 
   // How long every collective or transfer on the grid's communicators may wait for a peer
@@ -46,12 +66,17 @@ class Grid {
   int coordinate(const char* axis) const;
   int size(const char* axis) const;
   std::shared_ptr<comm::MpiCommunicator> axis_comm(const char* axis) const;
+  // The ranks sharing every coordinate but `first` and `second`, ordered by (first, second).
+  std::shared_ptr<comm::MpiCommunicator> plane_comm(const char* first, const char* second) const;
 
   ProcessTopology topology_;
   std::shared_ptr<comm::MpiCommunicator> world_;
   std::shared_ptr<comm::MpiCommunicator> pipe_;
   std::shared_ptr<comm::MpiCommunicator> data_;
   std::shared_ptr<comm::MpiCommunicator> model_;
+  std::shared_ptr<comm::MpiCommunicator> context_;
+  std::shared_ptr<comm::MpiCommunicator> replica_;
+  std::shared_ptr<comm::MpiCommunicator> sample_;
 };
 
 }  // namespace pipetrain::topology

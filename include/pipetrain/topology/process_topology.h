@@ -49,5 +49,8 @@ class ProcessTopology {
 // DeepSpeed's hybrid topologies.
 ProcessTopology pipe_data_parallel_topology(int pipe, int data);
 ProcessTopology pipe_model_data_parallel_topology(int pipe, int data, int model);
+// With context parallelism: axes pipe, data, context, model (model fastest, then context, as
+// Megatron orders tp-cp-dp-pp); without it (context 1), the three axes above.
+ProcessTopology pipe_data_context_model_topology(int pipe, int data, int context, int model);
 
 }  // namespace pipetrain::topology

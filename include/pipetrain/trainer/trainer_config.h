@@ -13,9 +13,10 @@ namespace pipetrain::trainer {
 
 // Keys of `pipetrain train` beside DeepSpeed's (docs/user/config.md).
 struct TrainerConfig {
-  int64_t data_parallel = 0;   // 0: ranks / (pipeline.stages x model_parallel); else it must match
-  int64_t model_parallel = 1;  // tensor-parallel group size (Megatron's layers)
+  int64_t data_parallel = 0;       // 0: ranks / (stages x context x model); else it must match
+  int64_t model_parallel = 1;      // tensor-parallel group size (Megatron's layers)
   bool sequence_parallel = false;  // Megatron's: activations split along the sequence
+  int64_t context_parallel = 1;    // ranks splitting each sequence (ring attention)
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;
