@@ -130,9 +130,13 @@ nlohmann::json describe(const comm::NamedTensors& tensors) {
 }
 
 nlohmann::json topology_of(const topology::Grid& grid) {
-  return {{"pipe", grid.pipe_parallel_size()},
-          {"data", grid.data_parallel_size()},
-          {"model", grid.model_parallel_size()}};
+  nlohmann::json topology = {{"pipe", grid.pipe_parallel_size()},
+                             {"data", grid.data_parallel_size()},
+                             {"model", grid.model_parallel_size()}};
+  // Only where there is one, so that checkpoints without it compare as before: each rank's
+  // RNG comes back only into the same layout.
+  if (grid.context_parallel_size() > 1) topology["context"] = grid.context_parallel_size();
+  return topology;
 }
 
 std::function<void(int)>& layer_written_hook() {

@@ -115,14 +115,16 @@ TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t voc
 }
 
 SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
-                               uint64_t seed, uint64_t stream, std::optional<SampleShare> share)
+                               uint64_t seed, uint64_t stream, std::optional<SampleShare> share,
+                               std::optional<int64_t> document_end)
     : tokens_(std::move(tokens)),
       vocab_size_(vocab_size),
       context_(context),
       batch_(batch),
       seed_(seed),
       stream_(stream),
-      share_(share) {
+      share_(share),
+      document_end_(document_end) {
   if (tokens_.length < context_ + 2) {
     throw io::InputError("a sequence of " + std::to_string(context_ + 1) +
                          " tokens does not fit in " + std::to_string(tokens_.length) +
@@ -149,8 +151,15 @@ engine::MicroBatch SequenceSource::next() {
     tokens_.stream->read(tokens_.begin + starts.data_ptr<int64_t>()[b], context_ + 1, vocab_size_,
                          windows.data_ptr<int64_t>() + b * (context_ + 1));
   }
-  return {{windows.narrow(1, 0, context_).contiguous()},
-          {windows.narrow(1, 1, context_).contiguous()}};
+  const at::Tensor inputs = windows.narrow(1, 0, context_).contiguous();
+  const at::Tensor labels = windows.narrow(1, 1, context_).contiguous();
+  if (document_end_) return {{inputs, documents_of(inputs, *document_end_)}, {labels}};
+  return {{inputs}, {labels}};
+}
+
+at::Tensor documents_of(const at::Tensor& ids, int64_t document_end) {
+  const at::Tensor ends = (ids == document_end).to(at::kLong);
+  return ends.cumsum(1) - ends;
 }
 
 void SequenceSource::restore(const nlohmann::json& state) {

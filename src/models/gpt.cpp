@@ -11,6 +11,7 @@
 #include "layer_rules.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/kv_cache.h"
+#include "pipetrain/models/packed_documents.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -41,25 +42,30 @@ struct GptEmbeddingImpl : torch::nn::Module {
     tensor_parallel::init_normal(positions->weight, kInitStd);
   }
 
-  at::Tensor forward(const at::Tensor& ids) {
+  // ids [batch, seq]; documents: packed documents' ids [batch, seq], or undefined.
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& documents) {
     // With a KV cache the new tokens follow the cached positions.
     const int64_t first = active_kv_cache() ? active_kv_cache()->length() : 0;
     if (first + ids.size(1) > positions->weight.size(0)) {
       throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
                                   " got position " + std::to_string(first + ids.size(1) - 1));
     }
+    // Each token's position: in the window, or in its document when packed ([batch, seq]).
+    at::Tensor where = documents.defined() ? document_positions(documents)
+                                           : at::arange(first, first + ids.size(1), ids.options());
     at::Tensor mine = ids;  // this rank's tokens
-    at::Tensor where = at::arange(first, first + ids.size(1), ids.options());
     if (context_parallel::splits(context)) {
-      where = context_parallel::local_positions(ids.size(1), context.rank(), context.size())
-                  .to(ids.device());
-      mine = ids.index_select(1, where);
+      const at::Tensor local =
+          context_parallel::local_positions(ids.size(1), context.rank(), context.size())
+              .to(ids.device());
+      mine = ids.index_select(1, local);
+      where = where.index_select(where.dim() - 1, local);
     }
     const tensor_parallel::SequenceSlice here =
-        tensor_parallel::local_sequence(where.size(0), group);
+        tensor_parallel::local_sequence(where.size(-1), group);
     const at::Tensor placed =
         at::embedding(tensor_parallel::sequence_shared(positions->weight, group),
-                      where.narrow(0, here.first, here.length));
+                      where.narrow(-1, here.first, here.length));
     return tensor_parallel::sequence_dropout(tokens(mine) + placed, dropout_p, is_training(),
                                              group);
   }
@@ -97,7 +103,8 @@ struct GptBlockImpl : torch::nn::Module {
         contract(register_module("contract",
                                  RowParallelLinear(4 * c.d_model, c.d_model, group, kGptLinear))) {}
 
-  at::Tensor forward(const at::Tensor& x) {
+  // documents: packed documents' ids [batch, whole seq], or undefined.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& documents) {
     if (x.dim() != 3)
       throw std::invalid_argument("a GPT block takes [batch, seq, d_model] activations");
     // [batch, seq, 3 * local width]: the whole sequence under sequence parallelism too.
@@ -105,7 +112,7 @@ struct GptBlockImpl : torch::nn::Module {
     const int64_t batch = local_qkv.size(0), seq = local_qkv.size(1), width = local_qkv.size(2) / 3;
     const auto split =
         local_qkv.view({batch, seq, 3, local_heads, width / local_heads}).permute({2, 0, 3, 1, 4});
-    const at::Tensor attended = attend(split[0], split[1], split[2]);
+    const at::Tensor attended = attend(split[0], split[1], split[2], documents);
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
     return h + dropout(contract(at::gelu(expand(norm(mlp_norm, h)), gelu_approximation)));
@@ -129,20 +136,29 @@ struct GptBlockImpl : torch::nn::Module {
   // kernel: the dropout mask is drawn for every head of the whole model and sliced to this
   // rank's heads, so all ranks of the group draw alike (the dropout of their replicated
   // activations stays in step) and training does not depend on the model-parallel size.
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& documents) const {
     if (KvCache* cache = active_kv_cache()) return cached_attention(*cache, this, q, k, v);
     if (context_parallel::splits(context)) {  // model.dropout is 0 here (checked)
       const at::Tensor where = context_parallel::local_positions(q.size(2) * context.size(),
                                                                  context.rank(), context.size());
-      return context_parallel::ring_attention(q, k, v, where, context);
+      context_parallel::RingAttentionOptions options;
+      if (documents.defined())
+        options.documents = context_parallel::take_local(documents, 1, context);
+      return context_parallel::ring_attention(q, k, v, where, context, options);
     }
-    if (!is_training() || dropout_p == 0)
-      return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+    if (!is_training() || dropout_p == 0) {
+      if (!documents.defined())
+        return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+      return at::scaled_dot_product_attention(q, k, v, document_mask(documents), 0.0);
+    }
     const int64_t batch = q.size(0), seq = q.size(2);
-    const at::Tensor future = at::ones({seq, seq}, q.options().dtype(at::kBool)).triu(1);
+    const at::Tensor visible = documents.defined()
+                                   ? document_mask(documents)
+                                   : at::ones({seq, seq}, q.options().dtype(at::kBool)).tril();
     const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-    const at::Tensor weights =
-        at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+    const at::Tensor weights = at::softmax(
+        scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
     const at::Tensor keep = at::empty({batch, heads, seq, seq}, q.options().dtype(at::kFloat))
                                 .bernoulli_(1 - dropout_p)
                                 .narrow(1, group.rank() * local_heads, local_heads)
@@ -211,7 +227,7 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
   const int64_t d = c.d_model;
   std::vector<module::LayerSpec> specs;
 
-  module::LayerSpec embedding = module::module_layer<GptEmbedding>(
+  module::LayerSpec embedding = document_layer<GptEmbedding>(
       "GptEmbedding", [c, group, context] { return GptEmbedding(c, group, context); },
       [c] { return (c.vocab_size + c.context) * c.d_model; });
   embedding.no_weight_decay = {"tokens.weight", "positions.weight"};
@@ -224,7 +240,7 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
   const int64_t block_parameters =
       2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
   for (int64_t i = 0; i < c.layers; ++i) {
-    specs.push_back(module::module_layer<GptBlock>(
+    specs.push_back(document_layer<GptBlock>(
         "GptBlock", [c, group, context] { return GptBlock(c, group, context); },
         [=] { return block_parameters; }));
   }

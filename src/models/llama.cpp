@@ -9,6 +9,7 @@
 
 #include "layer_rules.h"
 #include "pipetrain/models/kv_cache.h"
+#include "pipetrain/models/packed_documents.h"
 #include "pipetrain/tensor_parallel/layers.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
 
@@ -44,7 +45,8 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Rotary position embeddings of `positions` (int64 [seq]), [seq, head_dim] each, in `like`'s
+// Rotary position embeddings of `positions` (int64 [seq], or [batch, seq] for packed
+// documents), [seq, head_dim] each (or [batch, 1, seq, head_dim]), in `like`'s
 // type and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two halves
 // of a head rotated together (transformers' rotate_half layout).
 struct Rotation {
@@ -56,7 +58,9 @@ Rotation rotation(const at::Tensor& positions, int64_t head_dim, double theta,
   const auto f32 = like.options().dtype(at::kFloat);
   const at::Tensor pairs = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat);
   const at::Tensor inverse_frequency = at::reciprocal(at::pow(theta, pairs / head_dim));
-  const at::Tensor angles = at::outer(positions.to(f32), inverse_frequency).repeat({1, 2});
+  at::Tensor angles = positions.to(f32).unsqueeze(-1) * inverse_frequency;
+  angles = at::cat({angles, angles}, -1);
+  if (angles.dim() == 3) angles = angles.unsqueeze(1);  // over the heads
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
 }
 
@@ -73,7 +77,9 @@ struct LlamaEmbeddingImpl : torch::nn::Module {
         tokens(register_module("tokens",
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))) {}
 
-  at::Tensor forward(const at::Tensor& ids) {
+  // Packed documents ([batch, seq], or undefined) pass by: the blocks' rotary embeddings
+  // and attention read them.
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& /*documents*/) {
     return tokens(context_parallel::take_local(ids, 1, context));
   }
 
@@ -111,37 +117,56 @@ struct LlamaBlockImpl : torch::nn::Module {
         down_proj(register_module(
             "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLlamaLinear))) {}
 
-  at::Tensor forward(const at::Tensor& x) {
+  // documents: packed documents' ids [batch, whole seq], or undefined.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& documents) {
     if (x.dim() != 3)
       throw std::invalid_argument("a LLaMA block takes [batch, seq, d_model] activations");
-    const at::Tensor h = x + o_proj(attend(attention_norm(x)));
+    const at::Tensor h = x + o_proj(attend(attention_norm(x), documents));
     const at::Tensor n = mlp_norm(h);
     return h + down_proj(at::silu(gate_proj(n)) * up_proj(n));
   }
 
-  // Causal grouped-query attention over this rank's heads; returns [batch, seq, width]
-  // (the whole sequence: under sequence parallelism the projections gather it).
-  at::Tensor attend(const at::Tensor& x) {
+  // Causal grouped-query attention over this rank's heads (within each document when
+  // packed); returns [batch, seq, width] (the whole sequence: under sequence parallelism
+  // the projections gather it).
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& documents) {
     auto heads_of = [&](const at::Tensor& projected) {  // [batch, heads, seq, head_dim]
       return projected.view({projected.size(0), projected.size(1), -1, head_dim}).transpose(1, 2);
     };
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
     const int64_t batch = q.size(0), seq = q.size(2);
     KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
+    const bool ring = context_parallel::splits(context);
+    // The window positions of this rank's tokens, which order the causal mask.
     const int64_t first = cache ? cache->length() : 0;
-    const at::Tensor where = context_parallel::splits(context)
-                                 ? context_parallel::local_positions(seq * context.size(),
-                                                                     context.rank(), context.size())
-                                 : at::arange(first, first + seq, at::kLong);
-    const Rotation r = rotation(where, head_dim, rope_theta, q);
-    const at::Tensor attended =
-        cache ? cached_attention(*cache, this, rotate(q, r), rotate(k, r), v,
-                                 /*grouped_query=*/true)
-        : context_parallel::splits(context)
-            ? context_parallel::ring_attention(rotate(q, r), rotate(k, r), v, where, context)
-            : at::scaled_dot_product_attention(rotate(q, r), rotate(k, r), v, /*attn_mask=*/{}, 0.0,
-                                               /*is_causal=*/true, /*scale=*/{},
-                                               /*enable_gqa=*/true);
+    const at::Tensor where = ring ? context_parallel::local_positions(
+                                        seq * context.size(), context.rank(), context.size())
+                                  : at::arange(first, first + seq, at::kLong);
+    // Rotary angles: of the window positions, or of each token's position in its document.
+    at::Tensor rotary = where;
+    if (documents.defined()) {
+      rotary = document_positions(documents);
+      if (ring) rotary = rotary.index_select(1, where.to(rotary.device()));
+    }
+    const Rotation r = rotation(rotary, head_dim, rope_theta, q);
+    const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
+    at::Tensor attended;
+    if (cache) {
+      attended = cached_attention(*cache, this, rq, rk, v, /*grouped_query=*/true);
+    } else if (ring) {
+      context_parallel::RingAttentionOptions options;
+      if (documents.defined())
+        options.documents = context_parallel::take_local(documents, 1, context);
+      attended = context_parallel::ring_attention(rq, rk, v, where, context, options);
+    } else if (documents.defined()) {
+      attended = at::scaled_dot_product_attention(rq, rk, v, document_mask(documents), 0.0,
+                                                  /*is_causal=*/false, /*scale=*/{},
+                                                  /*enable_gqa=*/true);
+    } else {
+      attended = at::scaled_dot_product_attention(rq, rk, v, /*attn_mask=*/{}, 0.0,
+                                                  /*is_causal=*/true, /*scale=*/{},
+                                                  /*enable_gqa=*/true);
+    }
     return attended.transpose(1, 2).reshape({batch, seq, -1});
   }
 
@@ -195,7 +220,7 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
   std::vector<module::LayerSpec> specs;
 
-  module::LayerSpec embedding = module::module_layer<LlamaEmbedding>(
+  module::LayerSpec embedding = document_layer<LlamaEmbedding>(
       "LlamaEmbedding", [c, group, context] { return LlamaEmbedding(c, group, context); },
       [c] { return c.vocab_size * c.d_model; });
   embedding.no_weight_decay = {"tokens.weight"};
@@ -208,7 +233,7 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   const int64_t block_parameters =
       2 * d + 2 * d * d + 2 * d * kv_width + 3 * d * c.intermediate_size;
   for (int64_t i = 0; i < c.layers; ++i) {
-    specs.push_back(module::module_layer<LlamaBlock>(
+    specs.push_back(document_layer<LlamaBlock>(
         "LlamaBlock", [c, group, context] { return LlamaBlock(c, group, context); },
         [=] { return block_parameters; }));
   }

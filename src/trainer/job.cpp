@@ -103,6 +103,24 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
       data::SampleShare{replica, job.grid->data_parallel_size()});
 }
 
+// With data.pack: the id that ends a document (data.document_end, else the model's
+// eos_token_id), checked against the vocabulary.
+std::optional<int64_t> packed_document_end(const Job& job, const models::TokenInput& tokens) {
+  const auto& data = job.config.trainer.data;
+  if (!data.pack) return std::nullopt;
+  const int64_t end = data.document_end >= 0 ? data.document_end : job.config.model.eos_token_id;
+  if (end < 0) {
+    throw io::InputError(
+        "data.pack needs the id that ends a document: set data.document_end (or train a model "
+        "whose config names eos_token_id)");
+  }
+  if (end >= tokens.vocab_size) {
+    throw io::InputError("data.document_end " + std::to_string(end) +
+                         " is not below model.vocab_size " + std::to_string(tokens.vocab_size));
+  }
+  return end;
+}
+
 // Token sequences for a language model: bytes of text files, token files, or Megatron's
 // indexed datasets.
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
@@ -119,11 +137,12 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
+  const std::optional<int64_t> document_end = packed_document_end(job, tokens);
   auto source = [&](const data::TokenSpan& part, uint64_t stream,
                     std::optional<data::SampleShare> share) {
     return std::make_unique<data::SequenceSource>(
         part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
-        static_cast<uint64_t>(job.config.engine.seed), stream, share);
+        static_cast<uint64_t>(job.config.engine.seed), stream, share, document_end);
   };
   job.train_data = source(corpus.train, replica, std::nullopt);
   job.validation_data = source(corpus.validation, kValidationStream,
@@ -138,6 +157,8 @@ void build_data(Job& job) {
     throw io::InputError("data.type \"" + type + "\" feeds model.type " +
                          models::builtin_types_reading(!synthetic));
   }
+  if (synthetic && job.config.trainer.data.pack)
+    throw io::InputError("data.pack packs documents of tokens: synthetic data has none");
   if (synthetic) {
     build_feature_data(job, *job.model.features(), replica);
   } else {
@@ -147,7 +168,8 @@ void build_data(Job& job) {
 }
 
 // Dropout draws from the default generator: a stream per stage and replica, fixed by the
-// seed and shared by a tensor-parallel group, whose replicated activations must stay equal.
+// seed and shared by a tensor-parallel group, whose replicated activations must stay equal
+// (and by a context-parallel group, whose GPT has no dropout and LLaMA none at all).
 // Negative indices are never layers', so these streams differ from every layer's seed.
 void seed_dropout(const Job& job) {
   const int replica =

@@ -27,10 +27,13 @@ nlohmann::json to_json(const std::vector<engine::InstructionRecord>& records) {
 void write_trace(const std::string& path, const engine::PipelineEngine& engine,
                  const std::vector<engine::InstructionRecord>& records) {
   const topology::Grid& grid = engine.grid();
-  const nlohmann::json mine = {{"rank", grid.global_rank()},
-                               {"stage", grid.stage_id()},
-                               {"data", grid.data_parallel_id()},
-                               {"records", to_json(records)}};
+  const nlohmann::json mine = {
+      {"rank", grid.global_rank()},
+      {"stage", grid.stage_id()},
+      {"data", grid.data_parallel_id()},
+      // One rank per stage times the schedule: replica 0, model rank 0.
+      {"times_stage", grid.replica_id() == 0 && grid.model_parallel_id() == 0},
+      {"records", to_json(records)}};
   const auto all = comm::all_gather_text(*grid.world_comm(), mine.dump());
   if (grid.global_rank() != 0) return;
 
@@ -44,6 +47,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
   for (const auto& text : all) {
     const nlohmann::json rank = nlohmann::json::parse(text);
     const int r = rank["rank"], stage = rank["stage"], data = rank["data"];
+    const bool times_stage = rank["times_stage"];
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
                       {"pid", 0},
@@ -73,7 +77,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
                           {"chunk", chunk},
                           {"bytes", e[6]}}}});
       ++instructions;
-      if (data != 0 || !schedule::is_compute(kind)) continue;
+      if (!times_stage || !schedule::is_compute(kind)) continue;
       measured.boxes.push_back({stage, kind, micro_batch, chunk, start / 1e3, end / 1e3});
       measured.makespan = std::max(measured.makespan, end / 1e3);
       measured_costs.add(stage, kind, (end - start) / 1e3);

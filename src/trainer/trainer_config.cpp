@@ -64,6 +64,14 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "2 (uint16) or 4 (uint32) for `tokens`")
         .number("data.validation_fraction", PIPETRAIN_FIELD(data.validation_fraction),
                 "held-out share of the tokens")
+        .flag("data.pack", PIPETRAIN_FIELD(data.pack),
+              "packed documents: a window's documents (ended by `data.document_end`) attend "
+              "only within themselves, positions restarting at each (GPT and LLaMA, any "
+              "parallelism); off: windows run across documents as one sequence")
+        .integer("data.document_end", PIPETRAIN_FIELD(data.document_end),
+                 "with `data.pack`, the token id that ends a document (Megatron's EOD); -1: "
+                 "`model.eos_token_id`",
+                 config::at_least(-1))
         .text("log.metrics", PIPETRAIN_FIELD(log.metrics), "JSON lines, one per step")
         .text("log.csv", PIPETRAIN_FIELD(log.csv), "the same as CSV")
         .text("log.tensorboard", PIPETRAIN_FIELD(log.tensorboard), "TensorBoard event folder")

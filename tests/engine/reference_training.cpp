@@ -61,9 +61,15 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
         module::Activation{at::randn({samples, config.mlp.outputs})});
   }
   const models::TokenInput tokens = *models::make_builtin_model(config).tokens();
-  return std::make_shared<data::TensorDataset>(
-      module::Activation{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)},
-      module::Activation{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)});
+  module::Activation inputs{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)};
+  module::Activation labels{at::randint(tokens.vocab_size, {samples, tokens.context}, at::kLong)};
+  if (c.model.find("-packed") != std::string::npos) {
+    // Packed documents: a new one starts at about every third position.
+    const at::Tensor starts = at::rand({samples, tokens.context}) < 0.3;
+    starts.select(1, 0).fill_(false);
+    inputs.push_back(starts.to(at::kLong).cumsum(1));
+  }
+  return std::make_shared<data::TensorDataset>(inputs, labels);
 }
 
 engine::TrainingConfig training_config(const Case& c, int stages) {
@@ -114,15 +120,19 @@ Reference reference_run(const Case& c, int data_parallel,
     replicas.push_back(std::make_unique<data::DataLoader>(data, kMicroBatchSize, data_parallel, r));
   }
   auto next_global_batch = [&] {
-    std::vector<at::Tensor> inputs, labels;
+    std::vector<std::vector<at::Tensor>> inputs;  // per input tensor
+    std::vector<at::Tensor> labels;
     for (auto& loader : replicas) {
       for (int j = 0; j < c.micro_batches; ++j) {
         engine::MicroBatch batch = loader->next();
-        inputs.push_back(batch.inputs[0]);
+        inputs.resize(batch.inputs.size());
+        for (std::size_t k = 0; k < batch.inputs.size(); ++k) inputs[k].push_back(batch.inputs[k]);
         labels.push_back(batch.labels[0]);
       }
     }
-    return engine::MicroBatch{{at::cat(inputs)}, {at::cat(labels)}};
+    engine::MicroBatch global{{}, {at::cat(labels)}};
+    for (const auto& parts : inputs) global.inputs.push_back(at::cat(parts));
+    return global;
   };
   Reference reference;
   for (const auto& [name, tensor] : whole.named_parameters())

@@ -22,7 +22,8 @@ constexpr int kMicroBatchSize = 2;
 
 struct Case {
   // gpt, gpt-untied, gpt-heads4 (tied), llama (untied), llama-tied, mlp; "-deep": 6 blocks,
-  // not 2; "-ctx8": a context of 8, not 6
+  // not 2; "-ctx8": a context of 8, not 6; "-packed": packed documents (inputs {ids,
+  // documents})
   std::string model;
   int micro_batches;
   int checkpoint_interval;

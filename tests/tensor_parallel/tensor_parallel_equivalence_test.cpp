@@ -220,6 +220,10 @@ TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
       {{2, 1, 2}, {"llama-tied-deep", 4, 0, 0.0}, schedule::Kind::kZbv, 2},
       {{1, 1, 4}, {"gpt-heads4-ctx8", 2, 1, 0.05}},
       {{2, 2, 2}, {"llama-tied", 2, 0, 0.05}},
+      // Packed documents.
+      {{1, 1, 2}, {"gpt-packed", 2, 0, 0.05}},
+      {{2, 1, 2}, {"llama-packed", 4, 0, 0.0}},
+      {{1, 1, 4}, {"gpt-heads4-ctx8-packed", 2, 0, 0.0}},
   };
   int ran = 0;
   for (const SequenceCase& s : cases) {
@@ -263,6 +267,12 @@ TEST(ContextParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       {1, 1, 2, 2, {"llama-ctx8", 2, 0, 0.05}, true},
       {2, 2, 2, 1, {"llama-ctx8", 2, 0, 0.05}},
       {2, 1, 2, 2, {"gpt-ctx8", 4, 0, 0.0}, true},
+      // Packed documents: ring attention skips what the documents' masks empty.
+      {1, 1, 2, 1, {"gpt-ctx8-packed", 2, 0, 0.05}},
+      {2, 1, 2, 1, {"llama-tied-ctx8-packed", 4, 1, 0.0}},
+      {1, 1, 4, 1, {"llama-ctx8-packed", 2, 0, 0.0}},
+      {1, 1, 2, 2, {"gpt-ctx8-packed", 2, 0, 0.05}, true},
+      {2, 2, 2, 1, {"gpt-untied-ctx8-packed", 2, 0, 0.0}},
   };
   int ran = 0;
   for (const ContextCase& k : cases) {

@@ -138,8 +138,8 @@ check "schedules: the interleaved checkpoint evaluates as the 1f1b one ($(awk '/
   "$(awk '/^validation loss /{ print $3 }' s_full_eval.out)" = "$(awk '/^validation loss /{ print $3 }' s_il_eval.out)"
 
 # 3c'. Context parallelism, resumed across context sizes (nothing about it is on disk): 6
-#      steps at pipe 2 x data 2 x context 2, 3 more at context 1, 3 at pipe 1 x context 4;
-#      every step's loss equals the uninterrupted run's within 1e-5.
+#      steps at pipe 2 x data 2 x context 2, 2 more at context 1, 2 at context 2 again, 2 at
+#      pipe 1 x context 4; every step's loss equals the uninterrupted run's within 1e-5.
 context_run() { # ranks, name, arguments...
   local ranks=$1 name=$2
   shift 2
@@ -148,21 +148,46 @@ context_run() { # ranks, name, arguments...
     >"$name.out" 2>&1
 }
 context_run 8 c_two --context-parallel 2 --train-iters 6 --save c_two/ckpt
-context_run 4 c_one --load c_two/ckpt --train-iters 9 --save c_one/ckpt
-context_run 8 c_four --load c_one/ckpt --pipe 1 --context-parallel 4
+context_run 4 c_one --load c_two/ckpt --train-iters 8 --save c_one/ckpt
+context_run 8 c_again --load c_one/ckpt --context-parallel 2 --train-iters 10 --save c_again/ckpt
+context_run 8 c_four --load c_again/ckpt --pipe 1 --context-parallel 4
 check "context parallel: the job line names the context axis" \
   grep -q '^job: 8 ranks = pipe 2 x data 2 x context 2 x model 1;' c_two.out
-check "context parallel: context 1 resumed context 2 at step 6, context 4 resumed it at step 9" \
-  bash -c "grep -q '^resumed from c_two/ckpt at step 6' c_one.out && grep -q '^resumed from c_one/ckpt at step 9' c_four.out"
-check "context parallel: steps 1-6 (context 2), 7-9 (context 1), 10-12 (context 4) equal the uninterrupted run's within 1e-5" \
+check "context parallel: context 1 resumed context 2 at step 6, context 2 it at step 8, context 4 that at step 10" \
+  bash -c "grep -q '^resumed from c_two/ckpt at step 6' c_one.out && grep -q '^resumed from c_one/ckpt at step 8' c_again.out && grep -q '^resumed from c_again/ckpt at step 10' c_four.out"
+check "context parallel: steps 1-6 (context 2), 7-8 (context 1), 9-10 (context 2), 11-12 (context 4) equal the uninterrupted run's within 1e-5" \
   "$python" - <<'PY'
 import json
 def losses(*names):
     return {r["step"]: r["loss"] for n in names for r in map(json.loads, open(n + ".jsonl"))}
-full, split = losses("s_full"), losses("c_two", "c_one", "c_four")
+full, split = losses("s_full"), losses("c_two", "c_one", "c_again", "c_four")
 steps = list(range(1, 13))
 ok = sorted(split) == steps and all(abs(split[s] - full[s]) <= 1e-5 * abs(full[s]) for s in steps)
 print(sorted(split), [(s, full.get(s), split.get(s)) for s in steps] if not ok else "")
+raise SystemExit(not ok)
+PY
+
+# 3c''. Packed documents (newlines end them): pipe 2 alone, and pipe 1 x context 2 x model 2
+#       with sequence parallelism, train to the same losses, unlike the unpacked run.
+pack='s|"paths": \["/usr/share/common-licenses"\]|"paths": ["/usr/share/common-licenses"], "pack": true, "document_end": 10|'
+packed_run() { # ranks, name, arguments...
+  local ranks=$1 name=$2
+  shift 2
+  "$pipetrain" launch -n "$ranks" -- "$pipetrain" train --eval-interval 0 --train-iters 4 "$@" \
+    --config "$(variant "$name" "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"$name.jsonl\"}, \"sample\"|; $pack")" >"$name.out" 2>&1
+}
+packed_run 2 p_pipe
+packed_run 4 p_split --pipe 1 --context-parallel 2 --model 2 --sequence-parallel
+"$pipetrain" launch -n 2 -- "$pipetrain" train --eval-interval 0 --train-iters 4 --config "$(variant p_unpacked \
+  "s|\"dropout\": 0.1|\"dropout\": 0.0|; s|\"sample\"|\"log\": {\"metrics\": \"p_unpacked.jsonl\"}, \"sample\"|")" >p_unpacked.out 2>&1
+check "packed documents: pipe 1 x context 2 x model 2 (sequence parallel) trains as pipe 2, and not as unpacked" \
+  "$python" - <<'PY'
+import json
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(name + ".jsonl"))}
+pipe, split, unpacked = losses("p_pipe"), losses("p_split"), losses("p_unpacked")
+ok = sorted(split) == [1, 2, 3, 4] and all(abs(split[s] - pipe[s]) <= 1e-5 * abs(pipe[s]) for s in split)
+ok = ok and any(abs(pipe[s] - unpacked[s]) > 1e-4 for s in pipe)  # packing changes training
 raise SystemExit(not ok)
 PY
 

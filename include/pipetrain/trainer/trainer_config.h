@@ -30,6 +30,8 @@ struct TrainerConfig {
     std::vector<std::string> paths{"/usr/share/common-licenses"};
     int64_t token_bytes = 2;
     double validation_fraction = 0.1;
+    bool pack = false;          // packed documents: attention within each document
+    int64_t document_end = -1;  // the id ending a document; -1: model.eos_token_id
   } data;
   struct Log {
     std::string metrics;      // JSON lines, one per step
