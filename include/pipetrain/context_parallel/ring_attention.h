@@ -10,9 +10,13 @@
 // Context parallelism's attention (Megatron's context_parallel, torchtitan's ring
 // attention): each rank of a context group holds a slice of the sequence, and the keys and
 // values travel around the ring of ranks while every rank attends its own queries to each
-// block in turn. The partial results are merged exactly by their log-sum-exp, in forward
-// and (through autograd, the ring's backward passing key and value gradients the other way
-// round) in backward.
+// block in turn. The partial results are merged exactly by their log-sum-exp. One autograd
+// node keeps only q, k, v, the output and its log-sum-exp, never a block's scores: backward
+// passes the keys and values around the ring again, recomputes each block's probabilities,
+// and sends each block's key and value gradients with it back to its owner (the
+// memory-efficient formulation of ring and flash attention), so attention's memory per rank
+// grows with the local slice, not with the square of the sequence. Blocks are computed with
+// plain operators (no fused kernel).
 namespace pipetrain::context_parallel {
 
 // The ranks that split one sequence between them. Without a communicator, one rank holding
