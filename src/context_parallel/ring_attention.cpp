@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipetrain/context_parallel/whole_sequences.h"
@@ -89,33 +91,98 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     throw std::invalid_argument("ring attention: documents must be [batch, local seq]");
 }
 
+// A rectangle of one block's attention: queries [q0, q1) of this rank against keys
+// [k0, k1) of the block, all visible (kFull), causal along the diagonal (kCausal), or
+// under `mask` (kMasked; rows may see nothing).
+struct Piece {
+  enum Kind { kFull, kCausal, kMasked } kind;
+  int64_t q0, q1, k0, k1;
+  at::Tensor mask;
+};
+
+// Whether positions [from, from + length) of `positions` are consecutive; their first.
+std::optional<int64_t> range_start(const at::Tensor& positions, int64_t from, int64_t length) {
+  const at::Tensor part = positions.narrow(0, from, length).cpu();
+  const int64_t first = part[0].item<int64_t>();
+  if (!at::equal(part, at::arange(first, first + length, at::kLong))) return std::nullopt;
+  return first;
+}
+
 // What one ring attention call keeps between its forward and its backward.
 struct Ring : torch::CustomClassHolder {
   Group group;
   bool causal = true;
   double scale = 1;
   int64_t repeats = 1;                      // query heads per key/value head
+  bool fused = false;                       // ATen's CPU flash kernel on halves (pieces)
   at::Tensor q_positions, q_documents;      // this rank's
   at::Tensor all_positions, all_documents;  // every rank's, stacked in rank order
 
   int owner(int step) const { return (group.rank() - step + group.size()) % group.size(); }
-  // Which of the block held at `step` the queries see; undefined when none.
-  at::Tensor visible(int step) const {
+
+  // The rectangles of the block held at `step` the queries see (none: skip the block). Fused:
+  // each half of the queries against each half of the keys, each consecutive positions, so
+  // that a rectangle is all visible, causal or empty (the load-balanced cut's chunks).
+  // Otherwise one rectangle under the whole mask.
+  std::vector<Piece> pieces(int step) const {
     const int from = owner(step);
-    at::Tensor seen =
+    const int64_t seq = q_positions.size(0);
+    std::vector<Piece> out;
+    if (fused) {
+      const int64_t half = seq / 2;
+      for (int64_t a = 0; a < 2; ++a) {
+        const int64_t q_first = *range_start(q_positions, a * half, half);
+        for (int64_t b = 0; b < 2; ++b) {
+          const int64_t k_first = *range_start(all_positions[from], b * half, half);
+          Piece piece{Piece::kFull, a * half, (a + 1) * half, b * half, (b + 1) * half, {}};
+          if (causal && k_first > q_first + half - 1) continue;  // every key after every query
+          if (causal && k_first == q_first) piece.kind = Piece::kCausal;
+          out.push_back(piece);
+        }
+      }
+      return out;
+    }
+    const at::Tensor seen =
         visibility(q_positions, all_positions[from], q_documents,
                    all_documents.defined() ? all_documents[from] : at::Tensor(), causal);
-    return seen.any().item<bool>() ? seen : at::Tensor();
+    if (seen.any().item<bool>()) out.push_back({Piece::kMasked, 0, seq, 0, seq, seen});
+    return out;
   }
+
   at::Tensor widened(const at::Tensor& kv) const {  // kv heads repeated for the query heads
     return repeats > 1 ? kv.repeat_interleave(repeats, 1) : kv;
   }
   at::Tensor narrowed(const at::Tensor& grad) const {  // summed back to the kv heads
     if (repeats == 1) return grad;
-    return grad.view({grad.size(0), grad.size(1) / repeats, repeats, grad.size(2), grad.size(3)})
+    return grad.reshape({grad.size(0), grad.size(1) / repeats, repeats, grad.size(2), grad.size(3)})
         .sum(2);
   }
 };
+
+// Whether ATen's CPU flash-attention kernel (which returns the log-sum-exp, and whose
+// backward takes it) can compute every rectangle: CPU tensors of a type it takes, no
+// documents, and each half of every rank's positions consecutive (as local_positions cuts).
+bool fused_kernel_fits(const at::Tensor& q, const Ring& ring) {
+  const auto type = q.scalar_type();
+  if (!q.is_cpu() || ring.all_documents.defined() ||
+      (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
+    return false;
+  const int64_t seq = ring.q_positions.size(0);
+  if (seq % 2 != 0) return false;
+  for (int64_t r = 0; r < ring.all_positions.size(0); ++r) {
+    for (int64_t a = 0; a < 2; ++a) {
+      if (!range_start(ring.all_positions[r], a * (seq / 2), seq / 2)) return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor rows(const at::Tensor& x, const Piece& p) {
+  return x.narrow(2, p.q0, p.q1 - p.q0);
+}
+at::Tensor columns(const at::Tensor& x, const Piece& p) {
+  return x.narrow(2, p.k0, p.k1 - p.k0);
+}
 
 // Ring attention as one autograd node that keeps only q, k, v, the output and its
 // log-sum-exp (never a block's scores): backward passes the keys and values around the
@@ -129,22 +196,32 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const auto ring = c10::static_intrusive_pointer_cast<Ring>(holder);
     const at::NoGradGuard no_grad;
     const int size = ring->group.size();
-    std::vector<at::Tensor> outs, lses;
+    // The merged output and log-sum-exp so far, in float (double for double inputs).
+    const auto wide = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor out = at::zeros(q.sizes(), q.options().dtype(wide));
+    at::Tensor lse = at::full({q.size(0), q.size(1), q.size(2)},
+                              -std::numeric_limits<double>::infinity(), q.options().dtype(wide));
     at::Tensor kv = at::stack({k, v});
     for (int step = 0; step < size; ++step) {
       if (step > 0) kv = pass_around(kv, ring->group, 1, kForwardTag);
-      const at::Tensor visible = ring->visible(step);
-      if (!visible.defined()) continue;  // the mask empties this block
-      Partial partial =
-          block_attention(q, ring->widened(kv[0]), ring->widened(kv[1]), visible, ring->scale);
-      outs.push_back(partial.out);
-      lses.push_back(partial.lse);
+      const at::Tensor block_k = ring->widened(kv[0]), block_v = ring->widened(kv[1]);
+      for (const Piece& piece : ring->pieces(step)) {
+        Partial partial;
+        if (piece.kind == Piece::kMasked) {
+          partial = block_attention(rows(q, piece), columns(block_k, piece),
+                                    columns(block_v, piece), piece.mask, ring->scale);
+        } else {
+          std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
+              rows(q, piece).contiguous(), columns(block_k, piece).contiguous(),
+              columns(block_v, piece).contiguous(), 0.0, piece.kind == Piece::kCausal, {},
+              ring->scale);
+        }
+        merge(rows(out, piece), rows(lse.unsqueeze(-1), piece).squeeze(-1), partial);
+      }
     }
-    if (outs.empty()) throw std::invalid_argument("ring attention: a query sees no key at all");
-    const at::Tensor lse = at::logsumexp(at::stack(lses), 0);  // finite: each query sees a key
-    at::Tensor out = at::zeros_like(outs.front());
-    for (std::size_t j = 0; j < outs.size(); ++j)
-      out.add_((lses[j] - lse).exp().unsqueeze(-1) * outs[j]);
+    if (lse.isinf().any().item<bool>())
+      throw std::invalid_argument("ring attention: a query sees no key at all");
+    out = out.to(q.scalar_type());
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["ring"] = c10::IValue::make_capsule(holder);
     return out;
@@ -155,29 +232,69 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const auto ring = c10::static_intrusive_pointer_cast<Ring>(ctx->saved_data["ring"].toCapsule());
     const at::Tensor d_out = grads[0].contiguous();
-    const at::Tensor delta = (d_out * out).sum(-1, /*keepdim=*/true);  // rowsum(dO * O)
     at::Tensor d_q = at::zeros_like(q);
     // k, v and their gradients so far travel together: [k, v, dk, dv].
     at::Tensor travelling = at::stack({k, v, at::zeros_like(k), at::zeros_like(v)});
     const int size = ring->group.size();
     for (int step = 0; step < size; ++step) {
       if (step > 0) travelling = pass_around(travelling, ring->group, 1, kBackwardTag);
-      const at::Tensor visible = ring->visible(step);
-      if (!visible.defined()) continue;
       const at::Tensor block_k = ring->widened(travelling[0]);
       const at::Tensor block_v = ring->widened(travelling[1]);
-      const at::Tensor scores = at::matmul(q, block_k.transpose(-2, -1)) * ring->scale;
-      const at::Tensor p = (scores - lse.unsqueeze(-1)).exp().masked_fill(visible.logical_not(), 0);
-      const at::Tensor d_p = at::matmul(d_out, block_v.transpose(-2, -1));
-      const at::Tensor d_scores = p * (d_p - delta) * ring->scale;
-      d_q.add_(at::matmul(d_scores, block_k));
-      travelling[2].add_(ring->narrowed(at::matmul(d_scores.transpose(-2, -1), q)));
-      travelling[3].add_(ring->narrowed(at::matmul(p.transpose(-2, -1), d_out)));
+      at::Tensor d_k = at::zeros_like(block_k), d_v = at::zeros_like(block_v);
+      bool any = false;
+      for (const Piece& piece : ring->pieces(step)) {
+        any = true;
+        at::Tensor dq, dk, dv;
+        if (piece.kind == Piece::kMasked) {
+          std::tie(dq, dk, dv) = masked_backward(
+              rows(d_out, piece), rows(q, piece), columns(block_k, piece), columns(block_v, piece),
+              rows(out, piece), rows(lse.unsqueeze(-1), piece), piece.mask, ring->scale);
+        } else {
+          std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+              rows(d_out, piece).contiguous(), rows(q, piece).contiguous(),
+              columns(block_k, piece).contiguous(), columns(block_v, piece).contiguous(),
+              rows(out, piece).contiguous(),
+              rows(lse.unsqueeze(-1), piece).squeeze(-1).contiguous(), 0.0,
+              piece.kind == Piece::kCausal, {}, ring->scale);
+        }
+        rows(d_q, piece).add_(dq);
+        columns(d_k, piece).add_(dk);
+        columns(d_v, piece).add_(dv);
+      }
+      if (!any) continue;
+      travelling[2].add_(ring->narrowed(d_k));
+      travelling[3].add_(ring->narrowed(d_v));
     }
     // The block held now is the next rank's: one more pass brings each owner its gradients.
     at::Tensor d_kv = travelling.narrow(0, 2, 2);
     if (size > 1) d_kv = pass_around(d_kv, ring->group, 1, kBackwardTag);
     return {d_q, d_kv[0], d_kv[1], at::Tensor()};
+  }
+
+  // Folds a rectangle's partial result into the running output and log-sum-exp (in place).
+  static void merge(at::Tensor out, at::Tensor lse, const Partial& partial) {
+    const at::Tensor part_lse = partial.lse.to(lse.scalar_type());
+    const at::Tensor merged = at::logaddexp(lse, part_lse);
+    // Rows that have seen nothing yet have -inf both sides: their weights are 0, not NaN.
+    const at::Tensor keep = at::nan_to_num((lse - merged).exp(), 0.0);
+    const at::Tensor take = at::nan_to_num((part_lse - merged).exp(), 0.0);
+    out.copy_(keep.unsqueeze(-1) * out + take.unsqueeze(-1) * partial.out.to(out.scalar_type()));
+    lse.copy_(merged);
+  }
+
+  // The gradients of one rectangle under a mask, from the whole output and log-sum-exp:
+  // P = exp(S - lse) where visible, dS = P (dP - rowsum(dO O)).
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> masked_backward(
+      const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask, double scale) {
+    const at::Tensor delta = (d_out * out).sum(-1, /*keepdim=*/true);
+    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+    const at::Tensor p =
+        (scores - lse.to(scores.scalar_type())).exp().masked_fill(mask.logical_not(), 0);
+    const at::Tensor d_p = at::matmul(d_out, v.transpose(-2, -1));
+    const at::Tensor d_scores = p * (d_p - delta) * scale;
+    return {at::matmul(d_scores, k), at::matmul(d_scores.transpose(-2, -1), q),
+            at::matmul(p.transpose(-2, -1), d_out)};
   }
 };
 
@@ -226,6 +343,7 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   } else if (options.documents) {
     ring->all_documents = ring->q_documents.unsqueeze(0);
   }
+  ring->fused = fused_kernel_fits(q, *ring);
   return RingAttention::apply(q, k, v,
                               c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(ring));
 }

@@ -26,6 +26,8 @@ struct Problem {
   int64_t batch = 2, heads = 2, kv_heads = 2, seq_per_rank = 4, head_dim = 4;
   bool causal = true;
   at::Tensor documents;  // [batch, whole seq], or undefined
+  // Double: the plain path; float: ATen's CPU flash kernel on the chunks' rectangles.
+  at::ScalarType dtype = at::kDouble;
 };
 
 // Attention over the whole sequence: SDPA with the mask the problem asks for.
@@ -47,10 +49,10 @@ void expect_ring_equals_whole(const Problem& p) {
   const Group group = world_group();
   const int64_t whole = p.seq_per_rank * group.size();
   at::manual_seed(17);  // the same whole tensors on every rank
-  const at::Tensor q = at::randn({p.batch, p.heads, whole, p.head_dim}, at::kDouble);
-  const at::Tensor k = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, at::kDouble);
-  const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, at::kDouble);
-  const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, at::kDouble);
+  const at::Tensor q = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
+  const at::Tensor k = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
+  const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
+  const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
 
   const at::Tensor q_whole = q.clone().requires_grad_(true);
   const at::Tensor k_whole = k.clone().requires_grad_(true);
@@ -96,6 +98,20 @@ TEST(RingAttention, GroupedQueryEqualsWholeSequenceAttention) {
   Problem p;
   p.heads = 4;
   expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
+  for (const bool causal : {true, false}) {
+    for (const int64_t heads : {2, 4}) {  // 4: grouped-query
+      Problem p;
+      p.dtype = at::kFloat;
+      p.causal = causal;
+      p.heads = heads;
+      p.seq_per_rank = 8;
+      SCOPED_TRACE("causal " + std::to_string(causal) + ", heads " + std::to_string(heads));
+      expect_ring_equals_whole(p);
+    }
+  }
 }
 
 TEST(RingAttention, PackedDocumentsEqualWholeSequenceAttentionWithTheirMask) {

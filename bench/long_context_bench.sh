@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Long sequences: peak tensor memory per rank and step time of a LLaMA at context 4096 with
+# sequence parallelism against plain tensor parallelism, and context parallelism 2 and 4
+# against one rank. Layouts run interleaved, REPEATS times each (default 3).
+# Usage: bench/long_context_bench.sh PATH/TO/pipetrain [REPEATS] [CONTEXT]
+set -euo pipefail
+pipetrain=$(realpath "$1")
+repeats=${2:-3}
+context=${3:-4096}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+cat >config.json <<JSON
+{
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "model": {"type": "llama", "vocab_size": 256, "context": $context, "d_model": 128, "heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 256, "layers": 2},
+  "data": {"type": "text", "paths": ["/usr/share/common-licenses"]},
+  "train_iters": 6, "eval_interval": 0, "eval_iters": 1, "steps_per_print": 1,
+  "memory_breakdown": true,
+  "log": {"metrics": "m.jsonl"},
+  "sample": {"tokens": 0}
+}
+JSON
+layouts=("1|none|" "2|model 2|--model 2" "2|model 2, sequence parallel|--model 2 --sequence-parallel"
+         "2|context 2|--context-parallel 2" "4|context 4|--context-parallel 4")
+for ((r = 0; r < repeats; ++r)); do
+  for layout in "${layouts[@]}"; do
+    IFS='|' read -r ranks name args <<<"$layout"
+    rm -f m.jsonl
+    # shellcheck disable=SC2086 # args holds several options
+    "$pipetrain" launch -n "$ranks" -- "$pipetrain" train --config config.json $args >run.out 2>&1 ||
+      { cat run.out; exit 1; }
+    python3 - "$name" m.jsonl >>results.txt <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2])]
+last = rows[-1]
+# The step's transient peak over the memory held between steps (weights, gradients,
+# optimizer state), the largest over ranks: what a step's activations take.
+transient = max(p - n for p, n in zip(last["cpu_peak_memory_bytes"], last["cpu_memory_bytes"]))
+step_s = sorted(1 / r["samples_per_s"] for r in rows[1:])  # batch 1; the first step warms up
+print(f"{sys.argv[1]}|{transient / 2**20:.1f}|{step_s[len(step_s) // 2]:.3f}")
+PY
+  done
+done
+python3 - results.txt "$context" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, mib, seconds = line.strip().split("|")
+    runs.setdefault(name, []).append((float(mib), float(seconds)))
+print(f"LLaMA d 128, 2 layers, context {sys.argv[2]}, micro-batch 1, fp32, CPU; medians of {len(next(iter(runs.values())))}")
+print("| layout | step transient peak per rank (MiB) | step (s) |")
+print("|---|---|---|")
+for name, values in runs.items():
+    mib = statistics.median(v[0] for v in values)
+    sec = statistics.median(v[1] for v in values)
+    print(f"| {name} | {mib:.1f} | {sec:.3f} |")
+PY
