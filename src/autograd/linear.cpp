@@ -53,7 +53,60 @@ class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
   }
 };
 
+// Carries a SlicedInput from forward to backward.
+struct SlicedInputHolder : torch::CustomClassHolder {
+  explicit SlicedInputHolder(SlicedInput s) : sliced(std::move(s)) {}
+  SlicedInput sliced;
+};
+
+class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
+ public:
+  // gather(x) Wᵀ, saving the slice x only.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const c10::intrusive_ptr<torch::CustomClassHolder>& holder) {
+    const auto& sliced = static_cast<SlicedInputHolder&>(*holder).sliced;
+    ctx->save_for_backward({x});
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["sliced"] = c10::IValue::make_capsule(holder);
+    return at::linear(sliced.gather(x), weight);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    at::Tensor weight = ctx->saved_data["weight"].toTensor();
+    const auto& sliced =
+        static_cast<SlicedInputHolder&>(*ctx->saved_data["sliced"].toCapsule()).sliced;
+    at::Tensor input_grad, weight_grad;
+    if (ctx->needs_input_grad(0)) input_grad = sliced.scatter(at::matmul(grads[0], weight));
+    if (ctx->needs_input_grad(1)) {
+      const at::Tensor whole = sliced.gather(x);  // collective: now, in every rank's order
+      const at::Tensor flat_x = whole.reshape({-1, whole.size(-1)});
+      const at::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
+      WeightGradStore* store = deferring_store();
+      if (store && weight.is_leaf()) {
+        store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
+      } else {
+        weight_grad = g.t().mm(flat_x);
+      }
+    }
+    return {input_grad, weight_grad, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const SlicedInput& sliced) {
+  at::Tensor y;
+  if (!at::GradMode::is_enabled()) {
+    y = at::linear(sliced.gather(x), weight);
+  } else {
+    y = GatheredLinear::apply(x, weight,
+                              c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(
+                                  c10::make_intrusive<SlicedInputHolder>(sliced)));
+  }
+  return bias.defined() ? y + bias : y;
+}
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!recording_splittable() || !at::GradMode::is_enabled()) return at::linear(x, weight, bias);

@@ -42,8 +42,7 @@ module::LayerSpec tied_head(module::LayerSpec embedding, std::string type,
   embedding.type = std::move(type);
   embedding.tied_forward = [group](torch::nn::Module& module, const module::Activation& x) {
     const auto& tokens = static_cast<Embedding&>(module).tokens->weight;
-    return module::Activation{
-        autograd::linear(tensor_parallel::enter_parallel_region(x.at(0), group), tokens)};
+    return module::Activation{tensor_parallel::column_parallel_linear(x.at(0), tokens, {}, group)};
   };
   return embedding;
 }

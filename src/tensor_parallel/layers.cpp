@@ -43,7 +43,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = autograd::linear(enter_parallel_region(x, group), weight, bias);
+  const at::Tensor y = column_parallel_linear(x, weight, bias, group);
   return gather_output ? gather_from_group(y, group) : y;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "pipetrain/autograd/linear.h"
 #include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "saved_group.h"
@@ -114,6 +115,16 @@ bool splits_sequence(const Group& group) {
 
 at::Tensor enter_parallel_region(const at::Tensor& x, const Group& group) {
   return splits_sequence(group) ? GatherSequence::apply(x, group) : copy_to_group(x, group);
+}
+
+at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight,
+                                  const at::Tensor& bias, const Group& group) {
+  if (!splits_sequence(group)) return autograd::linear(copy_to_group(x, group), weight, bias);
+  return autograd::linear(
+      x, weight, bias,
+      autograd::SlicedInput{
+          [group](const at::Tensor& slice) { return all_gather_sequence(slice, group); },
+          [group](const at::Tensor& whole) { return reduce_scatter_sequence(whole, group); }});
 }
 
 at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group) {

@@ -23,6 +23,13 @@ bool splits_sequence(const Group& group);
 // reduce-scatter), else copy_to_group.
 at::Tensor enter_parallel_region(const at::Tensor& x, const Group& group);
 
+// x Wᵀ + b for a column-parallel weight (this rank's output features): `x` replicated, or
+// under sequence parallelism this rank's slice of the sequence, gathered inside the product
+// so that only the slice is kept for backward (the weight gradient gathers it again, as
+// Megatron's sequence-parallel linear does). The input's gradient is summed over the group.
+at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight,
+                                  const at::Tensor& bias, const Group& group);
+
 // Where the shards' partial sums leave the region: this rank's slice of the sequence of
 // their sum under sequence parallelism (backward: all-gather), else reduce_from_group.
 at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group);
