@@ -169,6 +169,10 @@ bool fused_kernel_fits(const at::Tensor& q, const Ring& ring) {
     return false;
   const int64_t seq = ring.q_positions.size(0);
   if (seq % 2 != 0) return false;
+  // Distinct positions: two halves of consecutive ones then either coincide or lie apart,
+  // so every rectangle is all visible, causal or empty.
+  const at::Tensor every = ring.all_positions.flatten().cpu();
+  if (std::get<0>(at::_unique(every)).numel() != every.numel()) return false;
   for (int64_t r = 0; r < ring.all_positions.size(0); ++r) {
     for (int64_t a = 0; a < 2; ++a) {
       if (!range_start(ring.all_positions[r], a * (seq / 2), seq / 2)) return false;
@@ -231,16 +235,24 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const auto ring = c10::static_intrusive_pointer_cast<Ring>(ctx->saved_data["ring"].toCapsule());
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const at::Tensor d_out = grads[0].contiguous();
-    at::Tensor d_q = at::zeros_like(q);
-    // k, v and their gradients so far travel together: [k, v, dk, dv].
-    at::Tensor travelling = at::stack({k, v, at::zeros_like(k), at::zeros_like(v)});
+    // Gradients are summed in the log-sum-exp's type (float for bf16 and fp16).
+    const auto wide = lse.scalar_type();
+    at::Tensor d_q = at::zeros(q.sizes(), q.options().dtype(wide));
+    // The block and its gradients so far travel together: [k, v] and [dk, dv].
+    at::Tensor kv = at::stack({k, v});
+    at::Tensor d_kv = at::zeros(kv.sizes(), kv.options().dtype(wide));
     const int size = ring->group.size();
     for (int step = 0; step < size; ++step) {
-      if (step > 0) travelling = pass_around(travelling, ring->group, 1, kBackwardTag);
-      const at::Tensor block_k = ring->widened(travelling[0]);
-      const at::Tensor block_v = ring->widened(travelling[1]);
-      at::Tensor d_k = at::zeros_like(block_k), d_v = at::zeros_like(block_v);
+      if (step > 0) {
+        kv = pass_around(kv, ring->group, 1, kBackwardTag);
+        d_kv = pass_around(d_kv, ring->group, 1, kBackwardTag);
+      }
+      const at::Tensor block_k = ring->widened(kv[0]);
+      const at::Tensor block_v = ring->widened(kv[1]);
+      at::Tensor d_k = at::zeros(block_k.sizes(), block_k.options().dtype(wide));
+      at::Tensor d_v = at::zeros(block_v.sizes(), block_v.options().dtype(wide));
       bool any = false;
       for (const Piece& piece : ring->pieces(step)) {
         any = true;
@@ -262,13 +274,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         columns(d_v, piece).add_(dv);
       }
       if (!any) continue;
-      travelling[2].add_(ring->narrowed(d_k));
-      travelling[3].add_(ring->narrowed(d_v));
+      d_kv[0].add_(ring->narrowed(d_k));
+      d_kv[1].add_(ring->narrowed(d_v));
     }
     // The block held now is the next rank's: one more pass brings each owner its gradients.
-    at::Tensor d_kv = travelling.narrow(0, 2, 2);
     if (size > 1) d_kv = pass_around(d_kv, ring->group, 1, kBackwardTag);
-    return {d_q, d_kv[0], d_kv[1], at::Tensor()};
+    return {d_q.to(q.scalar_type()), d_kv[0].to(k.scalar_type()), d_kv[1].to(v.scalar_type()),
+            at::Tensor()};
   }
 
   // Folds a rectangle's partial result into the running output and log-sum-exp (in place).
@@ -287,14 +299,16 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> masked_backward(
       const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask, double scale) {
-    const at::Tensor delta = (d_out * out).sum(-1, /*keepdim=*/true);
-    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-    const at::Tensor p =
-        (scores - lse.to(scores.scalar_type())).exp().masked_fill(mask.logical_not(), 0);
-    const at::Tensor d_p = at::matmul(d_out, v.transpose(-2, -1));
+    // In the log-sum-exp's type (float for bf16 and fp16), as the fused kernel computes.
+    const auto wide = lse.scalar_type();
+    const at::Tensor dO = d_out.to(wide), Q = q.to(wide), K = k.to(wide), V = v.to(wide);
+    const at::Tensor delta = (dO * out.to(wide)).sum(-1, /*keepdim=*/true);
+    const at::Tensor scores = at::matmul(Q, K.transpose(-2, -1)) * scale;
+    const at::Tensor p = (scores - lse).exp().masked_fill(mask.logical_not(), 0);
+    const at::Tensor d_p = at::matmul(dO, V.transpose(-2, -1));
     const at::Tensor d_scores = p * (d_p - delta) * scale;
-    return {at::matmul(d_scores, k), at::matmul(d_scores.transpose(-2, -1), q),
-            at::matmul(p.transpose(-2, -1), d_out)};
+    return {at::matmul(d_scores, K), at::matmul(d_scores.transpose(-2, -1), Q),
+            at::matmul(p.transpose(-2, -1), dO)};
   }
 };
 

@@ -50,6 +50,8 @@ struct GptEmbeddingImpl : torch::nn::Module {
       throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
                                   " got position " + std::to_string(first + ids.size(1) - 1));
     }
+    if (documents.defined() && active_kv_cache())
+      throw std::logic_error("packed documents are for training: a KV cache is active");
     // Each token's position: in the window, or in its document when packed ([batch, seq]).
     at::Tensor where = documents.defined() ? document_positions(documents)
                                            : at::arange(first, first + ids.size(1), ids.options());

@@ -136,6 +136,8 @@ struct LlamaBlockImpl : torch::nn::Module {
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
     const int64_t batch = q.size(0), seq = q.size(2);
     KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
+    if (cache && documents.defined())
+      throw std::logic_error("packed documents are for training: a KV cache is active");
     const bool ring = context_parallel::splits(context);
     // The window positions of this rank's tokens, which order the causal mask.
     const int64_t first = cache ? cache->length() : 0;

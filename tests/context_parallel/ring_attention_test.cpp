@@ -16,17 +16,20 @@ Group world_group() {
   return Group{world};
 }
 
-void expect_near(const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+void expect_near(const at::Tensor& got, const at::Tensor& expected, const std::string& what,
+                 double tolerance = 1e-5) {
   ASSERT_EQ(got.sizes(), expected.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-5))
-      << what << " differs by " << (got - expected).abs().max().item<double>();
+  const at::Tensor a = got.to(at::kDouble), b = expected.to(at::kDouble);
+  EXPECT_TRUE(at::allclose(a, b, tolerance, tolerance))
+      << what << " differs by " << (a - b).abs().max().item<double>();
 }
 
 struct Problem {
   int64_t batch = 2, heads = 2, kv_heads = 2, seq_per_rank = 4, head_dim = 4;
   bool causal = true;
   at::Tensor documents;  // [batch, whole seq], or undefined
-  // Double: the plain path; float: ATen's CPU flash kernel on the chunks' rectangles.
+  // Double: the plain path; float and bf16: ATen's CPU flash kernel on the chunks'
+  // rectangles (bf16 against the whole computed in float from the same values).
   at::ScalarType dtype = at::kDouble;
 };
 
@@ -54,11 +57,14 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
   const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
 
-  const at::Tensor q_whole = q.clone().requires_grad_(true);
-  const at::Tensor k_whole = k.clone().requires_grad_(true);
-  const at::Tensor v_whole = v.clone().requires_grad_(true);
+  const bool bf16 = p.dtype == at::kBFloat16;
+  const auto reference = bf16 ? at::kFloat : p.dtype;
+  const double tolerance = bf16 ? 3e-2 : 1e-5;
+  const at::Tensor q_whole = q.to(reference).clone().requires_grad_(true);
+  const at::Tensor k_whole = k.to(reference).clone().requires_grad_(true);
+  const at::Tensor v_whole = v.to(reference).clone().requires_grad_(true);
   const at::Tensor expected = whole_attention(q_whole, k_whole, v_whole, p);
-  (expected * upstream).sum().backward();
+  (expected * upstream.to(reference)).sum().backward();
 
   const at::Tensor q_mine = take_local(q, 2, group).requires_grad_(true);
   const at::Tensor k_mine = take_local(k, 2, group).requires_grad_(true);
@@ -70,10 +76,10 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
   (out * take_local(upstream, 2, group)).sum().backward();
 
-  expect_near(out, take_local(expected, 2, group), "output");
-  expect_near(q_mine.grad(), take_local(q_whole.grad(), 2, group), "q gradient");
-  expect_near(k_mine.grad(), take_local(k_whole.grad(), 2, group), "k gradient");
-  expect_near(v_mine.grad(), take_local(v_whole.grad(), 2, group), "v gradient");
+  expect_near(out, take_local(expected, 2, group), "output", tolerance);
+  expect_near(q_mine.grad(), take_local(q_whole.grad(), 2, group), "q gradient", tolerance);
+  expect_near(k_mine.grad(), take_local(k_whole.grad(), 2, group), "k gradient", tolerance);
+  expect_near(v_mine.grad(), take_local(v_whole.grad(), 2, group), "v gradient", tolerance);
 }
 
 TEST(RingAttention, LocalPositionsAreChunksIAndTwoCMinusOneMinusI) {
@@ -112,6 +118,14 @@ TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
       expect_ring_equals_whole(p);
     }
   }
+}
+
+TEST(RingAttention, InBf16TheFusedKernelStaysWithinBf16OfTheWholeInFloat) {
+  Problem p;
+  p.dtype = at::kBFloat16;
+  p.heads = 4;
+  p.seq_per_rank = 16;
+  expect_ring_equals_whole(p);
 }
 
 TEST(RingAttention, PackedDocumentsEqualWholeSequenceAttentionWithTheirMask) {

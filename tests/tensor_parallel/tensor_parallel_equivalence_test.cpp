@@ -266,6 +266,7 @@ TEST(ContextParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       {1, 2, 2, 1, {"gpt-ctx8", 2, 0, 0.05}, false, 1},
       {1, 1, 2, 2, {"llama-ctx8", 2, 0, 0.05}, true},
       {2, 2, 2, 1, {"llama-ctx8", 2, 0, 0.05}},
+      {2, 1, 4, 1, {"gpt-ctx8", 4, 1, 0.05}},
       {2, 1, 2, 2, {"gpt-ctx8", 4, 0, 0.0}, true},
       // Packed documents: ring attention skips what the documents' masks empty.
       {1, 1, 2, 1, {"gpt-ctx8-packed", 2, 0, 0.05}},
