@@ -34,9 +34,9 @@ struct PlanOptions {
 };
 
 void print_header() {
-  std::printf("%3s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s\n", "#", "t", "p",
-              "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s", "bubble", "dp %",
-              "MFU", "peak GiB (st)");
+  std::printf("%3s %4s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s\n", "#", "t",
+              "c", "p", "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s", "bubble",
+              "dp %", "MFU", "peak GiB (st)");
 }
 
 void print_row(int rank, const planner::Candidate& c) {
@@ -50,8 +50,10 @@ void print_row(int rank, const planner::Candidate& c) {
     std::snprintf(text, sizeof text, format, value);
     return std::string(text);
   };
-  std::printf("%3d %3d %4d %4d %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)", rank,
-              l.tensor, l.pipe, l.data, static_cast<long long>(l.micro_batch),
+  // t with "s" under sequence parallelism.
+  const std::string t = std::to_string(l.tensor) + (l.sequence_parallel ? "s" : "");
+  std::printf("%3d %4s %3d %4d %4d %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
+              rank, t.c_str(), l.context, l.pipe, l.data, static_cast<long long>(l.micro_batch),
               static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
               l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
@@ -95,6 +97,9 @@ void print_losers(const std::vector<planner::Candidate>& all) {
   using Choice = std::pair<std::string, std::function<std::string(const planner::Layout&)>>;
   const std::vector<Choice> choices{
       {"t", [](const planner::Layout& l) { return std::to_string(l.tensor); }},
+      {"sequence parallel",
+       [](const planner::Layout& l) { return l.sequence_parallel ? "on" : "off"; }},
+      {"c", [](const planner::Layout& l) { return std::to_string(l.context); }},
       {"p", [](const planner::Layout& l) { return std::to_string(l.pipe); }},
       {"b", [](const planner::Layout& l) { return std::to_string(l.micro_batch); }},
       {"schedule", [](const planner::Layout& l) { return l.schedule_label(); }},
@@ -147,6 +152,8 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
                       {"total", s.total()}});
   }
   return {{"model_parallel", l.tensor},
+          {"sequence_parallel", l.sequence_parallel},
+          {"context_parallel", l.context},
           {"pipe", l.pipe},
           {"data", l.data},
           {"micro_batch", l.micro_batch},
@@ -175,6 +182,8 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   keys.set(config, "pipeline.chunks", l.chunks);
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
   keys.set(config, "model_parallel", l.tensor);
+  keys.set(config, "sequence_parallel", l.sequence_parallel);
+  keys.set(config, "context_parallel", l.context);
   keys.set(config, "data_parallel", l.data);
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
@@ -224,10 +233,11 @@ int run_plan(const PlanOptions& o) {
     const planner::Candidate& least = all.front();
     char text[200];
     std::snprintf(text, sizeof text,
-                  "no layout fits in %.3g GiB per device: the smallest, t %d p %d d %d b %lld, "
-                  "needs %.3g GiB on stage %d",
-                  cluster.memory_bytes / kGiB, least.layout.tensor, least.layout.pipe,
-                  least.layout.data, static_cast<long long>(least.layout.micro_batch),
+                  "no layout fits in %.3g GiB per device: the smallest, t %d c %d p %d d %d b "
+                  "%lld, needs %.3g GiB on stage %d",
+                  cluster.memory_bytes / kGiB, least.layout.tensor, least.layout.context,
+                  least.layout.pipe, least.layout.data,
+                  static_cast<long long>(least.layout.micro_batch),
                   least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
     throw io::InputError(text);
   }
@@ -291,6 +301,10 @@ Command add_plan_command(CLI::App& app) {
                       "Plan for this many of the cluster's devices (default: all)");
   auto& limits = options->limits;
   command->add_option("--model,-t", limits.tensor, "Fix the model-parallel size");
+  command->add_option("--context,-c", limits.context,
+                      "Fix the context-parallel size (default: 1, 2, 4, 8 or 16 tried)");
+  command->add_option("--sequence-parallel", limits.sequence_parallel,
+                      "Fix sequence parallelism on or off (default: both tried where t > 1)");
   command->add_option("--pipe,-p", limits.pipe, "Fix the pipeline stages");
   command->add_option("--data,-d", limits.data, "Fix the data-parallel size");
   command->add_option("--micro-batch,-b", limits.micro_batch, "Fix the micro-batch size");

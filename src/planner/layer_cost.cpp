@@ -101,7 +101,8 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
   }
-  block.workspace = static_cast<double>(5 * s * d);  // the MLP's gradients and the stream's
+  block.workspace = static_cast<double>(5 * s * d);      // the MLP's gradients and the stream's
+  block.ring_elements = static_cast<double>(2 * s * d);  // keys and values
   // Two norms and two residual adds on the stream; q/k/v read and the output written by
   // the fused attention, the heads merged; GELU over the 4·d features.
   block.traffic = static_cast<double>(10 * s * d);
@@ -138,6 +139,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
   block.split_saved = static_cast<double>(s * (4 * d + 4 * kv) + 4 * s * ffn);
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
   block.workspace = static_cast<double>(s * (2 * ffn + d));         // gate's and up's, the stream's
+  block.ring_elements = static_cast<double>(2 * s * kv);            // keys and values
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.all_reduced = block.output;
@@ -156,13 +158,15 @@ double LayerCost::parameters_per_rank(int t) const {
          static_cast<double>(split_parameters) / t;
 }
 
-double LayerCost::saved_bytes(int t, int element_bytes) const {
+double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel) const {
   const int split_bytes = float32_loss ? 4 : element_bytes;
-  return saved * element_bytes + split_saved / t * split_bytes + saved_fp32 * 4;
+  const double replicated = sequence_parallel ? 1.0 / t : 1.0;
+  return (saved * element_bytes + saved_fp32 * 4) * replicated + split_saved / t * split_bytes;
 }
 
-double LayerCost::traffic_bytes(int t, int element_bytes) const {
-  return (traffic + split_traffic / t) * (float32_loss ? 4 : element_bytes);
+double LayerCost::traffic_bytes(int t, int element_bytes, bool sequence_parallel) const {
+  const double replicated = sequence_parallel ? 1.0 / t : 1.0;
+  return (traffic * replicated + split_traffic / t) * (float32_loss ? 4 : element_bytes);
 }
 
 double LayerCost::loss_bytes(int t) const {

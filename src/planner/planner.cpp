@@ -33,6 +33,16 @@ bool splits(const models::ModelConfig& m, int t) {
   return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
 }
 
+// Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
+// rank's part splitting over t under sequence parallelism, as the built-in models require
+// (and the GPT's dropout is 0 under context parallelism).
+bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
+  const int64_t context = m.type == "llama" ? m.llama.context : m.gpt.context;
+  if (c > 1 && (context % (2 * int64_t{c}) != 0 || (m.type == "gpt" && m.gpt.dropout > 0)))
+    return false;
+  return !sequence_parallel || (context / c) % t == 0;
+}
+
 // Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
 std::vector<std::pair<schedule::Kind, int>> schedules(int pipe, int64_t micro_batches, int layers) {
   if (pipe == 1) return {{schedule::Kind::k1F1B, 1}};
@@ -105,26 +115,38 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
   std::vector<Candidate> found;
   for (int t : divisors(std::min(c.devices_per_node, devices))) {
     if (devices % t != 0 || !allowed(limits.tensor, t) || !splits(w.model, t)) continue;
-    for (int pipe : divisors(devices / t)) {
-      const int data = static_cast<int>(devices / t / pipe);
-      if (pipe > layers || !allowed(limits.pipe, pipe) || !allowed(limits.data, data) ||
-          global_batch % data != 0)
-        continue;
-      for (int64_t b : micro_batch_sizes(limits, global_batch / data)) {
-        if (b < 1 || (global_batch / data) % b != 0) continue;
-        const int64_t m = global_batch / data / b;
-        for (const auto& [schedule, chunks] : schedules(pipe, m, layers)) {
-          if (!allowed(limits.schedule, schedule) || !allowed(limits.chunks, chunks)) continue;
-          if (!schedule::plannable(schedule::shape_for(
-                  schedule, static_cast<int>(std::min<int64_t>(m, 1 << 30)), pipe, chunks)))
-            continue;  // past the schedule layer's work bounds (e.g. m over 65536)
-          if (boundaries_stages > 0 && pipe * chunks != boundaries_stages) continue;
-          for (bool checkpointing : {false, true}) {
-            if (!allowed(limits.checkpointing, checkpointing)) continue;
-            for (int zero : {0, 1}) {
-              if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero)) continue;
-              const Layout layout{t, pipe, data, b, m, schedule, chunks, zero, checkpointing};
-              found.push_back(assess(w, c, layout));
+    for (int context : divisors(devices / t)) {
+      for (const bool sp : {false, true}) {
+        // Unless fixed, context sizes of 1, 2, 4, 8 and 16 (what long-context recipes use).
+        const bool tried = limits.context ? *limits.context == context
+                                          : context <= 16 && (context & (context - 1)) == 0;
+        if (!tried || !allowed(limits.sequence_parallel, sp) || (sp && t == 1) ||
+            !cuts(w.model, context, t, sp))
+          continue;
+        for (int pipe : divisors(devices / t / context)) {
+          const int data = static_cast<int>(devices / t / context / pipe);
+          if (pipe > layers || !allowed(limits.pipe, pipe) || !allowed(limits.data, data) ||
+              global_batch % data != 0)
+            continue;
+          for (int64_t b : micro_batch_sizes(limits, global_batch / data)) {
+            if (b < 1 || (global_batch / data) % b != 0) continue;
+            const int64_t m = global_batch / data / b;
+            for (const auto& [schedule, chunks] : schedules(pipe, m, layers)) {
+              if (!allowed(limits.schedule, schedule) || !allowed(limits.chunks, chunks)) continue;
+              if (!schedule::plannable(schedule::shape_for(
+                      schedule, static_cast<int>(std::min<int64_t>(m, 1 << 30)), pipe, chunks)))
+                continue;  // past the schedule layer's work bounds (e.g. m over 65536)
+              if (boundaries_stages > 0 && pipe * chunks != boundaries_stages) continue;
+              for (bool checkpointing : {false, true}) {
+                if (!allowed(limits.checkpointing, checkpointing)) continue;
+                for (int zero : {0, 1}) {
+                  if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero))
+                    continue;
+                  const Layout layout{t,      pipe, data,          b,       m, schedule,
+                                      chunks, zero, checkpointing, context, sp};
+                  found.push_back(assess(w, c, layout));
+                }
+              }
             }
           }
         }

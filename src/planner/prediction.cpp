@@ -64,29 +64,39 @@ class StageCosting {
   StageCosting(const Workload& w, const Cluster& c, const Layout& l)
       : w_(w), c_(c), l_(l), bytes_(w.element_bytes()) {}
 
-  // Adds one chunk's layers to its stage.
+  // Adds one chunk's layers to its stage. Under context parallelism each rank computes
+  // 1/c of every sequence (the load-balanced cut gives each as much attention), so every
+  // per-sample figure is divided by c, and attention layers pass their keys and values
+  // around the ring: c - 1 passes forward, and c - 1 of them and of their gradients (in
+  // float) backward, plus one to return the gradients.
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
+    const double share = 1.0 / l_.context;
+    const bool sp = l_.sequence_parallel;
+    const double sliced = sp ? 1.0 / l_.tensor : 1.0;  // the stream between stages
     for (int i = span.begin; i < span.end; ++i) {
       const LayerCost& layer = w_.layers[i];
-      const double b = static_cast<double>(l_.micro_batch);
+      const double b = static_cast<double>(l_.micro_batch) * share;
       const double all_reduce = all_reduce_seconds(b * layer.all_reduced);
       const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.tensor);
       const double streaming =
-          b * layer.traffic_bytes(l_.tensor, bytes_) / c_.activation_streaming();
+          b * layer.traffic_bytes(l_.tensor, bytes_, sp) / c_.activation_streaming();
+      const double ring = ring_pass_seconds(b * layer.ring_elements / l_.tensor * bytes_);
       forward += b * layer.forward_flops / l_.tensor / flops + streaming + c_.layer_overhead +
-                 layer.forward_all_reduces * all_reduce;
+                 layer.forward_all_reduces * all_reduce + (l_.context - 1) * ring;
       input += b * layer.backward_input_flops / l_.tensor / flops + 2 * streaming +
-               c_.layer_overhead + layer.backward_all_reduces * all_reduce;
+               c_.layer_overhead + layer.backward_all_reduces * all_reduce +
+               (l_.context - 1) * (1 + 4.0 / bytes_) * ring +
+               (l_.context > 1 ? 4.0 / bytes_ * ring : 0.0);
       weight += b * layer.backward_weight_flops / l_.tensor / flops;
-      saved += layer.saved_bytes(l_.tensor, bytes_);
-      checkpoint += (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_;
+      saved += share * layer.saved_bytes(l_.tensor, bytes_, sp);
+      checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
-      stage.largest_layer_saved =
-          std::max(stage.largest_layer_saved,
-                   layer.saved_bytes(l_.tensor, bytes_) - layer.loss_bytes(l_.tensor));
+      stage.largest_layer_saved = std::max(
+          stage.largest_layer_saved,
+          share * (layer.saved_bytes(l_.tensor, bytes_, sp) - layer.loss_bytes(l_.tensor)));
       stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
-      stage.loss_per_sample += layer.loss_bytes(l_.tensor);
+      stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
         stage.parameters += layer.parameters_per_rank(l_.tensor);
       stage.largest_tensor =
@@ -104,6 +114,13 @@ class StageCosting {
 
   double all_reduce_seconds(double elements) const {
     return c_.link(l_.tensor, 1).all_reduce(elements * bytes_, l_.tensor);
+  }
+
+  // One pass of `bytes` to the next rank of the context group (its ranks t apart).
+  double ring_pass_seconds(double bytes) const {
+    if (l_.context == 1) return 0.0;
+    const Link& link = c_.link(l_.context, l_.tensor);
+    return link.latency + bytes / link.bandwidth;
   }
 
  private:
@@ -142,7 +159,7 @@ double activation_bytes(const StageWork& stage, const Layout& l, int live) {
 
 StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {
   const bool mixed = w.half_precision();
-  const double shard = l.zero > 0 ? 1.0 / l.data : 1.0;
+  const double shard = l.zero > 0 ? 1.0 / (l.data * l.context) : 1.0;  // over the replicas
   const double p = stage.parameters;
   StageMemory m;
   m.weights = p * w.element_bytes();
@@ -150,7 +167,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   // The fp32 masters (their gradients are made at the step, after the activations' peak).
   m.masters = mixed ? 4 * p * shard : 0;
   m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * p * shard;
-  if (l.data > 1 && l.zero == 0) {
+  if (l.data * l.context > 1 && l.zero == 0) {
     const int wire =
         w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
     m.buffers = p * wire;  // every bucket's flat copy, kept between steps (AveragedBuckets)
@@ -177,12 +194,12 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
     costs.backward.push_back(stage.backward_input + stage.backward_weight);
     costs.weight.push_back(stage.backward_weight);
   }
-  const Link& pipe_link = c.link(l.pipe, l.data * l.tensor);
+  const Link& pipe_link = c.link(l.pipe, static_cast<int>(l.ranks_per_stage()));
   costs.latency = pipe_link.latency;
   costs.bandwidth = pipe_link.bandwidth;
-  // Stage boundaries carry a block's output: the residual stream.
+  // Stage boundaries carry a block's output: the residual stream (a rank's 1/c of it).
   costs.message_bytes =
-      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes();
+      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes() / l.context;
   return costs;
 }
 
@@ -260,7 +277,7 @@ PipelineTimeline simulate_pipeline(const schedule::PipelinePlan& plan,
   PipelineTimeline result{schedule::simulate(plan, costs), 0.0};
   const double cores = job_cores(c, l);
   if (cores <= 0 || static_cast<double>(l.devices()) <= cores) return result;
-  const double ranks_per_stage = static_cast<double>(l.data) * l.tensor;
+  const double ranks_per_stage = static_cast<double>(l.ranks_per_stage());
   std::vector<double> slowdown(l.pipe, 1.0);
   for (int round = 0; round < 12; ++round) {
     const Crowding met = crowding(result.timeline, l.pipe, ranks_per_stage, cores);
@@ -287,16 +304,19 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   const bool mixed = w.half_precision();
   const double wire =
       w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
-  const Link& data_link = c.link(l.data, l.tensor);
+  // The replicas of a stage's parameters: its data x context ranks (t apart).
+  const int replicas = l.data * l.context;
+  const Link& data_link = c.link(replicas, l.tensor);
   const double traffic = optimizer_traffic_bytes(w.training.optimizer.type, mixed);
   double slowest = 0;
   for (const auto& stage : stages) {
     const double reduce =
-        l.zero == 0 ? data_link.all_reduce(stage.parameters * wire, l.data)
-                    : 0.5 * data_link.all_reduce(stage.parameters * wire, l.data) +
-                          0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), l.data);
+        l.zero == 0
+            ? data_link.all_reduce(stage.parameters * wire, replicas)
+            : 0.5 * data_link.all_reduce(stage.parameters * wire, replicas) +
+                  0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), replicas);
     const double step =
-        stage.parameters * (l.zero > 0 ? 1.0 / l.data : 1.0) * traffic / c.memory_bandwidth;
+        stage.parameters * (l.zero > 0 ? 1.0 / replicas : 1.0) * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {
       slowest = reduce + step;
       p.data_parallel_seconds = reduce;
@@ -305,7 +325,7 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   }
   const LayerCost& embedding = w.layers.front();
   if (!embedding.tie_key.empty() && l.pipe > 1) {
-    const Link& tied = c.link(l.pipe, l.data * l.tensor);
+    const Link& tied = c.link(l.pipe, static_cast<int>(l.ranks_per_stage()));
     p.tied_seconds =
         tied.all_reduce(embedding.split_parameters / static_cast<double>(l.tensor) * wire, 2);
   }

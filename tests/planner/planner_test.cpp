@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "pipetrain/io/errors.h"
 #include "pipetrain/planner/planner.h"
@@ -165,6 +166,57 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   const Workload buckets(gpt(256, 16, 32, 4, 2), training);
   const Layout replicas{.data = 2, .micro_batch = 1, .micro_batches = 1};
   EXPECT_DOUBLE_EQ(predict(buckets, ideal(2), replicas).stages.at(0).buffers, 4 * parameters);
+}
+
+// Context parallelism: each of c ranks computes 1/c of every sequence, so a rank's
+// activations and FLOPs divide by c (on an ideal cluster the ring's passes are free).
+// Sequence parallelism splits the replicated activations over t as well.
+TEST(Prediction, ContextAndSequenceParallelismSplitTheActivations) {
+  const Workload w(gpt(256, 64, 32, 4, 2), engine::TrainingConfig{});
+  const Layout whole{.micro_batch = 2, .micro_batches = 1};
+  const Layout halves{.micro_batch = 2, .micro_batches = 1, .context = 2};
+  const Prediction one = predict(w, ideal(2), whole), two = predict(w, ideal(2), halves);
+  EXPECT_EQ(halves.devices(), 2);
+  EXPECT_NEAR(two.stages.at(0).activations, one.stages.at(0).activations / 2, 1e-6);
+  EXPECT_NEAR(two.step_seconds, one.step_seconds / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(two.stages.at(0).weights, one.stages.at(0).weights);  // replicated
+
+  const Layout tensor{.tensor = 2, .micro_batch = 2, .micro_batches = 1};
+  Layout sequence = tensor;
+  sequence.sequence_parallel = true;
+  const double plain = predict(w, ideal(2), tensor).stages.at(0).activations;
+  const double split = predict(w, ideal(2), sequence).stages.at(0).activations;
+  EXPECT_LT(split, plain);
+  // The blocks' replicated part (4 of 17 activations and the norm statistics) halves.
+  const LayerCost& block = w.layers[1];
+  EXPECT_DOUBLE_EQ(block.saved_bytes(2, 4, true),
+                   (4 * 64 * 32 + 4 * 64 + 4 * 64) * 4 / 2.0 + 13 * 64 * 32 / 2.0 * 4);
+}
+
+TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
+  // A long sequence on 4 devices, one stage, micro-batches of 4: data 4, or context 2 x
+  // data 2, or context 4; with memory for less than a third of one rank's activations at
+  // context 1, only context 4 fits.
+  const Workload w(gpt(256, 1024, 32, 4, 2), engine::TrainingConfig{});
+  Cluster c = ideal(4);
+  const double one =
+      predict(w, c, Layout{.data = 4, .micro_batch = 4, .micro_batches = 1}).peak_bytes();
+  c.memory_bytes = 0.3 * one;
+  LayoutLimits limits;
+  limits.tensor = 1;
+  limits.pipe = 1;
+  limits.checkpointing = false;
+  limits.micro_batch = 4;
+  limits.zero = 0;
+  const auto all = plan_layouts(w, c, 16, limits);
+  ASSERT_FALSE(all.empty());
+  ASSERT_TRUE(all.front().rejected.empty()) << all.front().rejected;
+  std::set<int> contexts;
+  for (const auto& candidate : all) {
+    contexts.insert(candidate.layout.context);
+    if (candidate.rejected.empty()) EXPECT_EQ(candidate.layout.context, 4);
+  }
+  EXPECT_EQ(contexts, (std::set<int>{1, 2, 4}));  // all three were assessed
 }
 
 TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {

@@ -48,6 +48,9 @@ struct LayerCost {
   double width = 0;
   // Elements handed to the next layer: a stage boundary's message, and a checkpoint.
   double output = 0;
+  // Keys and values per sample (attention layers; 0 elsewhere), in elements of the compute
+  // type, split over t: what context parallelism passes around its ring.
+  double ring_elements = 0;
   // All-reduces over the model-parallel group per pass (t > 1), of `all_reduced` elements.
   int forward_all_reduces = 0;
   int backward_all_reduces = 0;
@@ -56,12 +59,13 @@ struct LayerCost {
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // Parameters held by one rank of a model-parallel group of size t.
   double parameters_per_rank(int t) const;
-  // Bytes of saved activations per sample on one rank of a group of size t.
-  double saved_bytes(int t, int element_bytes) const;
+  // Bytes of saved activations per sample on one rank of a group of size t; with
+  // `sequence_parallel` the replicated part is split over the t ranks too.
+  double saved_bytes(int t, int element_bytes, bool sequence_parallel = false) const;
   // The part of saved_bytes the loss keeps outside the layer (checkpointing keeps it too).
   double loss_bytes(int t) const;
   // Bytes its forward's memory-bound operations move per sample on one rank of t.
-  double traffic_bytes(int t, int element_bytes) const;
+  double traffic_bytes(int t, int element_bytes, bool sequence_parallel = false) const;
   // Bytes its backward needs beyond the saved activations, for `batch` samples.
   double workspace_bytes(int t, int element_bytes, double batch) const;
 };

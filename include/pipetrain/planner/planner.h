@@ -12,7 +12,8 @@ namespace pipetrain::planner {
 // What the user fixes; every unset field is searched.
 struct LayoutLimits {
   std::optional<int64_t> devices;  // of the cluster's; unset: all of them
-  std::optional<int> tensor, pipe, data, zero, chunks;
+  std::optional<int> tensor, pipe, data, zero, chunks, context;
+  std::optional<bool> sequence_parallel;
   std::optional<int64_t> micro_batch;
   std::optional<schedule::Kind> schedule;
   std::optional<bool> checkpointing;
@@ -27,7 +28,9 @@ struct Candidate {
 
 // Every layout of the cluster's devices (or limits.devices) for a step of `global_batch`
 // samples that the limits allow: t dividing a node's devices and the model's heads (and
-// key/value heads and MLP width) and vocabulary, p up to the layer count (p · chunks what a
+// key/value heads and MLP width) and vocabulary, sequence parallelism on or off where t > 1,
+// a context-parallel size c whose 2c chunks cut the sequence (GPT: without dropout), p up
+// to the layer count (p · chunks what a
 // `boundaries:` partition fixes), d the rest, micro-batches dividing the batch, every
 // schedule (interleaved with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is
 // predicted; those whose fullest stage exceeds the device memory are marked rejected.
