@@ -67,45 +67,24 @@ at::Tensor own_slice(const at::Tensor& x, const Group& group) {
   return x.narrow(1, group.rank() * length, length).contiguous();
 }
 
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
+using GroupOp = at::Tensor (*)(const at::Tensor&, const Group&);
+
+// An autograd function: `Forward` over the group, `Backward` (its adjoint) on the gradient.
+template <GroupOp Forward, GroupOp Backward>
+struct AcrossGroup : torch::autograd::Function<AcrossGroup<Forward, Backward>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
     save_group(ctx, group);
-    return all_gather_sequence(x, group);
+    return Forward(x, group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scatter_sequence(grads[0], saved_group(ctx)), at::Tensor()};
+    return {Backward(grads[0], saved_group(ctx)), at::Tensor()};
   }
 };
 
-struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
-    save_group(ctx, group);
-    return reduce_scatter_sequence(x, group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_sequence(grads[0], saved_group(ctx)), at::Tensor()};
-  }
-};
-
-struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
-    save_group(ctx, group);
-    return own_slice(x, group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_sequence(grads[0], saved_group(ctx)), at::Tensor()};
-  }
-};
-
-struct GatherSequenceSlices : torch::autograd::Function<GatherSequenceSlices> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Group& group) {
-    save_group(ctx, group);
-    return all_gather_sequence(x, group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_slice(grads[0], saved_group(ctx)), at::Tensor()};
-  }
-};
+using GatherSequence = AcrossGroup<all_gather_sequence, reduce_scatter_sequence>;
+using ReduceScatterSequence = AcrossGroup<reduce_scatter_sequence, all_gather_sequence>;
+using ScatterSequence = AcrossGroup<own_slice, all_gather_sequence>;
+using GatherSequenceSlices = AcrossGroup<all_gather_sequence, own_slice>;
 
 }  // namespace
 
