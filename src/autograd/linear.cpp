@@ -23,6 +23,16 @@ void accumulate_grad(at::Tensor& weight, const at::Tensor& grad) {
   announce_gradient_arrival(weight);  // as autograd's accumulation would
 }
 
+// The weight gradient gᵀ x of flattened `g` and `flat_x`: deferred into the store of a
+// DeferWeightGrads scope (for a leaf, whose .grad is where autograd would put it), else
+// returned for autograd to accumulate.
+at::Tensor weight_gradient(const at::Tensor& g, const at::Tensor& flat_x, at::Tensor weight) {
+  WeightGradStore* store = deferring_store();
+  if (!store || !weight.is_leaf()) return g.t().mm(flat_x);
+  store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
+  return {};
+}
+
 class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
  public:
   // x Wᵀ; the bias is added outside, by ATen's autograd.
@@ -40,15 +50,8 @@ class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
     at::Tensor input_grad;
     at::Tensor weight_grad;
     if (ctx->needs_input_grad(0)) input_grad = at::matmul(grads[0], weight);
-    if (ctx->needs_input_grad(1)) {
-      const at::Tensor flat_x = x.reshape({-1, x.size(-1)});
-      WeightGradStore* store = deferring_store();
-      if (store && weight.is_leaf()) {  // a leaf's .grad is where autograd would put it
-        store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
-      } else {
-        weight_grad = g.t().mm(flat_x);
-      }
-    }
+    if (ctx->needs_input_grad(1))
+      weight_grad = weight_gradient(g, x.reshape({-1, x.size(-1)}), weight);
     return {input_grad, weight_grad};
   }
 };
@@ -80,14 +83,8 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
     if (ctx->needs_input_grad(0)) input_grad = sliced.scatter(at::matmul(grads[0], weight));
     if (ctx->needs_input_grad(1)) {
       const at::Tensor whole = sliced.gather(x);  // collective: now, in every rank's order
-      const at::Tensor flat_x = whole.reshape({-1, whole.size(-1)});
-      const at::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
-      WeightGradStore* store = deferring_store();
-      if (store && weight.is_leaf()) {
-        store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
-      } else {
-        weight_grad = g.t().mm(flat_x);
-      }
+      weight_grad = weight_gradient(grads[0].reshape({-1, grads[0].size(-1)}),
+                                    whole.reshape({-1, whole.size(-1)}), weight);
     }
     return {input_grad, weight_grad, at::Tensor()};
   }

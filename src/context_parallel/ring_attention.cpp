@@ -93,11 +93,10 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // A rectangle of one block's attention: queries [q0, q1) of this rank against keys
 // [k0, k1) of the block, all visible (kFull), causal along the diagonal (kCausal), or
-// under `mask` (kMasked; rows may see nothing).
+// under the block's mask (kMasked; rows may see nothing).
 struct Piece {
   enum Kind { kFull, kCausal, kMasked } kind;
   int64_t q0, q1, k0, k1;
-  at::Tensor mask;
 };
 
 // Whether positions [from, from + length) of `positions` are consecutive; their first.
@@ -108,45 +107,71 @@ std::optional<int64_t> range_start(const at::Tensor& positions, int64_t from, in
   return first;
 }
 
+// Whether ATen's CPU flash-attention kernel (which returns the log-sum-exp, and whose
+// backward takes it) can compute every rectangle: CPU tensors of a type it takes, no
+// documents, distinct positions (two halves of consecutive ones then either coincide or
+// lie apart, so every rectangle is all visible, causal or empty), and each half of every
+// rank's positions consecutive (as local_positions cuts).
+bool fused_kernel_fits(const at::Tensor& q, const at::Tensor& all_positions, bool documents) {
+  const auto type = q.scalar_type();
+  if (!q.is_cpu() || documents ||
+      (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
+    return false;
+  const int64_t seq = all_positions.size(1);
+  if (seq % 2 != 0) return false;
+  const at::Tensor every = all_positions.flatten().cpu();
+  if (std::get<0>(at::_unique(every)).numel() != every.numel()) return false;
+  for (int64_t r = 0; r < all_positions.size(0); ++r) {
+    for (int64_t a = 0; a < 2; ++a) {
+      if (!range_start(all_positions[r], a * (seq / 2), seq / 2)) return false;
+    }
+  }
+  return true;
+}
+
 // What one ring attention call keeps between its forward and its backward.
 struct Ring : torch::CustomClassHolder {
   Group group;
   bool causal = true;
   double scale = 1;
   int64_t repeats = 1;                      // query heads per key/value head
-  bool fused = false;                       // ATen's CPU flash kernel on halves (pieces)
   at::Tensor q_positions, q_documents;      // this rank's
   at::Tensor all_positions, all_documents;  // every rank's, stacked in rank order
+  // Per step of the ring, the rectangles of the block held then that the queries see (none:
+  // skip the block). Worked out once, for forward and backward.
+  std::vector<std::vector<Piece>> steps;
 
   int owner(int step) const { return (group.rank() - step + group.size()) % group.size(); }
 
-  // The rectangles of the block held at `step` the queries see (none: skip the block). Fused:
-  // each half of the queries against each half of the keys, each consecutive positions, so
-  // that a rectangle is all visible, causal or empty (the load-balanced cut's chunks).
-  // Otherwise one rectangle under the whole mask.
-  std::vector<Piece> pieces(int step) const {
+  // Which of the block held at `step` the queries see, [b or 1, 1, sq, sk] (kMasked pieces).
+  at::Tensor mask(int step) const {
     const int from = owner(step);
+    return visibility(q_positions, all_positions[from], q_documents,
+                      all_documents.defined() ? all_documents[from] : at::Tensor(), causal);
+  }
+
+  // Fused (fused_kernel_fits): each half of the queries against each half of the keys.
+  // Otherwise one rectangle under the whole mask.
+  void plan(bool fused) {
     const int64_t seq = q_positions.size(0);
-    std::vector<Piece> out;
-    if (fused) {
+    for (int step = 0; step < group.size(); ++step) {
+      std::vector<Piece>& pieces = steps.emplace_back();
+      if (!fused) {
+        if (mask(step).any().item<bool>()) pieces.push_back({Piece::kMasked, 0, seq, 0, seq});
+        continue;
+      }
       const int64_t half = seq / 2;
       for (int64_t a = 0; a < 2; ++a) {
         const int64_t q_first = *range_start(q_positions, a * half, half);
         for (int64_t b = 0; b < 2; ++b) {
-          const int64_t k_first = *range_start(all_positions[from], b * half, half);
-          Piece piece{Piece::kFull, a * half, (a + 1) * half, b * half, (b + 1) * half, {}};
+          const int64_t k_first = *range_start(all_positions[owner(step)], b * half, half);
           if (causal && k_first > q_first + half - 1) continue;  // every key after every query
-          if (causal && k_first == q_first) piece.kind = Piece::kCausal;
-          out.push_back(piece);
+          const bool diagonal = causal && k_first == q_first;
+          pieces.push_back({diagonal ? Piece::kCausal : Piece::kFull, a * half, (a + 1) * half,
+                            b * half, (b + 1) * half});
         }
       }
-      return out;
     }
-    const at::Tensor seen =
-        visibility(q_positions, all_positions[from], q_documents,
-                   all_documents.defined() ? all_documents[from] : at::Tensor(), causal);
-    if (seen.any().item<bool>()) out.push_back({Piece::kMasked, 0, seq, 0, seq, seen});
-    return out;
   }
 
   at::Tensor widened(const at::Tensor& kv) const {  // kv heads repeated for the query heads
@@ -158,28 +183,6 @@ struct Ring : torch::CustomClassHolder {
         .sum(2);
   }
 };
-
-// Whether ATen's CPU flash-attention kernel (which returns the log-sum-exp, and whose
-// backward takes it) can compute every rectangle: CPU tensors of a type it takes, no
-// documents, and each half of every rank's positions consecutive (as local_positions cuts).
-bool fused_kernel_fits(const at::Tensor& q, const Ring& ring) {
-  const auto type = q.scalar_type();
-  if (!q.is_cpu() || ring.all_documents.defined() ||
-      (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
-    return false;
-  const int64_t seq = ring.q_positions.size(0);
-  if (seq % 2 != 0) return false;
-  // Distinct positions: two halves of consecutive ones then either coincide or lie apart,
-  // so every rectangle is all visible, causal or empty.
-  const at::Tensor every = ring.all_positions.flatten().cpu();
-  if (std::get<0>(at::_unique(every)).numel() != every.numel()) return false;
-  for (int64_t r = 0; r < ring.all_positions.size(0); ++r) {
-    for (int64_t a = 0; a < 2; ++a) {
-      if (!range_start(ring.all_positions[r], a * (seq / 2), seq / 2)) return false;
-    }
-  }
-  return true;
-}
 
 at::Tensor rows(const at::Tensor& x, const Piece& p) {
   return x.narrow(2, p.q0, p.q1 - p.q0);
@@ -209,11 +212,11 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     for (int step = 0; step < size; ++step) {
       if (step > 0) kv = pass_around(kv, ring->group, 1, kForwardTag);
       const at::Tensor block_k = ring->widened(kv[0]), block_v = ring->widened(kv[1]);
-      for (const Piece& piece : ring->pieces(step)) {
+      for (const Piece& piece : ring->steps[step]) {
         Partial partial;
         if (piece.kind == Piece::kMasked) {
           partial = block_attention(rows(q, piece), columns(block_k, piece),
-                                    columns(block_v, piece), piece.mask, ring->scale);
+                                    columns(block_v, piece), ring->mask(step), ring->scale);
         } else {
           std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
               rows(q, piece).contiguous(), columns(block_k, piece).contiguous(),
@@ -249,18 +252,18 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         kv = pass_around(kv, ring->group, 1, kBackwardTag);
         d_kv = pass_around(d_kv, ring->group, 1, kBackwardTag);
       }
+      const std::vector<Piece>& pieces = ring->steps[step];
+      if (pieces.empty()) continue;  // the block only passes through
       const at::Tensor block_k = ring->widened(kv[0]);
       const at::Tensor block_v = ring->widened(kv[1]);
       at::Tensor d_k = at::zeros(block_k.sizes(), block_k.options().dtype(wide));
       at::Tensor d_v = at::zeros(block_v.sizes(), block_v.options().dtype(wide));
-      bool any = false;
-      for (const Piece& piece : ring->pieces(step)) {
-        any = true;
+      for (const Piece& piece : pieces) {
         at::Tensor dq, dk, dv;
         if (piece.kind == Piece::kMasked) {
           std::tie(dq, dk, dv) = masked_backward(
               rows(d_out, piece), rows(q, piece), columns(block_k, piece), columns(block_v, piece),
-              rows(out, piece), rows(lse.unsqueeze(-1), piece), piece.mask, ring->scale);
+              rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step), ring->scale);
         } else {
           std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               rows(d_out, piece).contiguous(), rows(q, piece).contiguous(),
@@ -273,7 +276,6 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         columns(d_k, piece).add_(dk);
         columns(d_v, piece).add_(dv);
       }
-      if (!any) continue;
       d_kv[0].add_(ring->narrowed(d_k));
       d_kv[1].add_(ring->narrowed(d_v));
     }
@@ -357,7 +359,7 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   } else if (options.documents) {
     ring->all_documents = ring->q_documents.unsqueeze(0);
   }
-  ring->fused = fused_kernel_fits(q, *ring);
+  ring->plan(fused_kernel_fits(q, ring->all_positions, options.documents.has_value()));
   return RingAttention::apply(q, k, v,
                               c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(ring));
 }

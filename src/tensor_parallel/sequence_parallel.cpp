@@ -26,24 +26,29 @@ void require_sequence_dim(const at::Tensor& x) {
     throw std::invalid_argument("sequence parallelism splits [batch, seq, ...] activations");
 }
 
-// [b, size * s, ...] -> this rank's [b, s, ...] of the group's element-wise sum.
-at::Tensor reduce_scatter_sequence(const at::Tensor& x, const Group& group) {
-  require_sequence_dim(x);
-  const int64_t size = group.size(), whole = x.size(1);
+// Positions per rank of a sequence of `whole` split over `size` ranks.
+int64_t slice_length(int64_t whole, int64_t size) {
   if (whole % size != 0) {
     throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(whole) +
                                 " positions does not split over " + std::to_string(size) +
                                 " ranks");
   }
+  return whole / size;
+}
+
+// [b, size * s, ...] -> this rank's [b, s, ...] of the group's element-wise sum.
+at::Tensor reduce_scatter_sequence(const at::Tensor& x, const Group& group) {
+  require_sequence_dim(x);
+  const int64_t size = group.size(), length = slice_length(x.size(1), size);
   std::vector<int64_t> split = x.sizes().vec();
-  split[1] = whole / size;
+  split[1] = length;
   split.insert(split.begin() + 1, size);  // [b, size, s, ...]
   std::vector<int64_t> order(split.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::swap(order[0], order[1]);  // [size, b, s, ...]: rank r's block r
   const at::Tensor blocks = x.detach().reshape(split).permute(order).contiguous().view({-1});
   std::vector<int64_t> local = x.sizes().vec();
-  local[1] = whole / size;
+  local[1] = length;
   return group.comm->reduce_scatter(blocks, comm::ReduceOp::kSum).view(local);
 }
 
@@ -52,19 +57,6 @@ at::Tensor all_gather_sequence(const at::Tensor& x, const Group& group) {
   require_sequence_dim(x);
   const at::Tensor stacked = group.comm->all_gather(x.detach().contiguous());
   return at::cat(stacked.unbind(0), 1);
-}
-
-// This rank's slice of a whole sequence: from the group alone (a backward may run on
-// another thread than its forward, whose WholeSequences it does not see).
-at::Tensor own_slice(const at::Tensor& x, const Group& group) {
-  require_sequence_dim(x);
-  if (x.size(1) % group.size() != 0) {
-    throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(x.size(1)) +
-                                " positions does not split over " + std::to_string(group.size()) +
-                                " ranks");
-  }
-  const int64_t length = x.size(1) / group.size();
-  return x.narrow(1, group.rank() * length, length).contiguous();
 }
 
 using GroupOp = at::Tensor (*)(const at::Tensor&, const Group&);
@@ -83,8 +75,6 @@ struct AcrossGroup : torch::autograd::Function<AcrossGroup<Forward, Backward>> {
 
 using GatherSequence = AcrossGroup<all_gather_sequence, reduce_scatter_sequence>;
 using ReduceScatterSequence = AcrossGroup<reduce_scatter_sequence, all_gather_sequence>;
-using ScatterSequence = AcrossGroup<own_slice, all_gather_sequence>;
-using GatherSequenceSlices = AcrossGroup<all_gather_sequence, own_slice>;
 
 }  // namespace
 
@@ -111,14 +101,6 @@ at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group) {
                                 : reduce_from_group(x, group);
 }
 
-at::Tensor scatter_to_sequence(const at::Tensor& x, const Group& group) {
-  return splits_sequence(group) ? ScatterSequence::apply(x, group) : x;
-}
-
-at::Tensor gather_from_sequence(const at::Tensor& x, const Group& group) {
-  return splits_sequence(group) ? GatherSequenceSlices::apply(x, group) : x;
-}
-
 at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group) {
   return splits_sequence(group) ? copy_to_group(parameter, group) : parameter;
 }
@@ -138,12 +120,7 @@ at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const 
 
 SequenceSlice local_sequence(int64_t whole, const Group& group) {
   if (!splits_sequence(group)) return {0, whole};
-  if (whole % group.size() != 0) {
-    throw std::invalid_argument("sequence parallelism: a sequence of " + std::to_string(whole) +
-                                " positions does not split over " + std::to_string(group.size()) +
-                                " ranks");
-  }
-  const int64_t length = whole / group.size();
+  const int64_t length = slice_length(whole, group.size());
   return {group.rank() * length, length};
 }
 

@@ -34,13 +34,6 @@ at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight,
 // their sum under sequence parallelism (backward: all-gather), else reduce_from_group.
 at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group);
 
-// This rank's slice of a whole sequence along dimension 1 (backward: all-gather), or `x`.
-at::Tensor scatter_to_sequence(const at::Tensor& x, const Group& group);
-
-// The whole sequence from every rank's slice (backward: this rank's slice of the
-// gradient), or `x`.
-at::Tensor gather_from_sequence(const at::Tensor& x, const Group& group);
-
 // A replicated parameter used on this rank's slice of the sequence: its gradient summed
 // over the group under sequence parallelism, so every rank steps it alike; else itself.
 at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group);
