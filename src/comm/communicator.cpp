@@ -7,6 +7,14 @@
 
 namespace pipetrain::comm {
 
+bool settled(Work& work) {
+  try {
+    return work.test();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void check_reducible(const at::Tensor& input, ReduceOp op, int ranks) {
   if (input.dim() != 1 || input.numel() % ranks != 0) {
     throw std::invalid_argument("reduce_scatter needs a 1-D tensor of a multiple of " +

@@ -301,18 +301,21 @@ at::Tensor MpiCommunicator::all_gather(const at::Tensor& input) {
 }
 
 void MpiCommunicator::all_gather_in_place(at::Tensor& blocks) {
+  all_gather_in_place_async(blocks)->wait();
+}
+
+WorkPtr MpiCommunicator::all_gather_in_place_async(at::Tensor& blocks) {
   if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size_ != 0)
     throw std::invalid_argument(
         "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
   at::Tensor host = host_copy(blocks);
-  MPI_Request request = MPI_REQUEST_NULL;
+  auto work = std::make_unique<MpiReduction>(
+      *this, "all_gather over " + std::to_string(size_) + " ranks", at::Tensor(), host, blocks, 1);
   const int bytes = byte_count(host) / size_;
   check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host.data_ptr(), bytes, MPI_BYTE, comm_,
-                       &request),
+                       work->request()),
         "MPI_Iallgather");
-  wait_for(
-      request, [this] { return "all_gather over " + std::to_string(size_) + " ranks"; }, timeout());
-  if (!host.is_same(blocks)) blocks.copy_(host);
+  return work;
 }
 
 at::Tensor MpiCommunicator::reduce_scatter(const at::Tensor& input, ReduceOp op) {

@@ -340,6 +340,22 @@ class NcclCommunicator final : public Communicator {
     ordered(issue);
   }
 
+  WorkPtr all_gather_in_place_async(at::Tensor& blocks) override {
+    if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size() != 0) {
+      throw std::invalid_argument(
+          "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
+    }
+    const std::lock_guard lock(issue_);
+    prepare(blocks);
+    const int64_t bytes = byte_count(blocks) / size();
+    auto* base = static_cast<char*>(blocks.data_ptr());
+    const std::string what = "NCCL all_gather over " + ranks();
+    Issue issue = watch(what);
+    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
+               "ncclAllGather");
+    return work(issue, what, blocks);
+  }
+
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_reducible(input, op, size());
     const at::Tensor wide = widened(input, op);

@@ -24,4 +24,21 @@ std::vector<std::vector<std::size_t>> backward_order_buckets(
   return buckets;
 }
 
+std::vector<std::vector<std::size_t>> layer_buckets(const std::vector<int>& layers,
+                                                    const std::vector<bool>& late) {
+  std::vector<std::vector<std::size_t>> buckets;
+  for (bool later : {false, true}) {
+    bool opened = false;  // a bucket of this kind is open
+    int open_layer = 0;
+    for (std::size_t i = layers.size(); i-- > 0;) {
+      if (late.at(i) != later) continue;
+      if (!opened || layers[i] != open_layer) buckets.emplace_back();
+      buckets.back().push_back(i);
+      opened = true;
+      open_layer = layers[i];
+    }
+  }
+  return buckets;
+}
+
 }  // namespace pipetrain::engine

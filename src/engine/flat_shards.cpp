@@ -17,6 +17,13 @@ std::vector<std::vector<std::size_t>> one_bucket(std::size_t tensors) {
 
 }  // namespace
 
+std::vector<int64_t> packed_strides(at::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int i = static_cast<int>(sizes.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(sizes[i + 1], 1);
+  return strides;
+}
+
 FlatShards::FlatShards(const std::vector<int64_t>& elements, int shards)
     : FlatShards(elements, one_bucket(elements.size()), shards) {}
 

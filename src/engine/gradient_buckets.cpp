@@ -10,18 +10,6 @@
 #include "pipetrain/device/transport.h"
 
 namespace pipetrain::engine {
-namespace {
-
-// Whether `work` has completed (false also when asking fails: after a failure it may not).
-bool settled(comm::Work& work) {
-  try {
-    return work.test();
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-}  // namespace
 
 GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, const std::vector<bool>& late,
                                  std::shared_ptr<BucketReduction> reduction,
@@ -189,7 +177,7 @@ void GradientBuckets::abandon() {
   next_ = 0;
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& bucket = buckets_[k];
-    if (bucket.work && !settled(*bucket.work)) reduction_->abandon(static_cast<int>(k));
+    if (bucket.work && !comm::settled(*bucket.work)) reduction_->abandon(static_cast<int>(k));
     bucket.work.reset();
     bucket.regrown = false;
   }

@@ -33,6 +33,14 @@ std::vector<bool> decayed_parameters(const module::PipelineModule& module,
   return decayed;
 }
 
+// Per parameter of `module`, the layer index in its name.
+std::vector<int> parameter_layers(const module::PipelineModule& module) {
+  std::vector<int> layers;
+  for (const auto& [name, tensor] : module.named_parameters())
+    layers.push_back(std::stoi(name.substr(0, name.find('.'))));
+  return layers;
+}
+
 }  // namespace
 
 at::ScalarType to_scalar_type(Precision precision) {
@@ -64,7 +72,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
   if (sharded_) {
     masters_ = std::make_shared<ShardedMasters>(
-        module.parameters(), norm_parameters, decayed_, late, grid_,
+        module.parameters(), norm_parameters, decayed_, late, parameter_layers(module), grid_,
         data ? std::move(data) : grid_->replica_comm(), config.zero,
         to_scalar_type(config.precision.communication_dtype));
   } else {
@@ -76,6 +84,11 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
       optim::make_optimizer(config.optimizer, masters_->tensors(), /*with_weight_decay=*/false);
   lr_schedule_ =
       optim::make_lr_schedule(config.scheduler, optim::base_learning_rate(config.optimizer));
+}
+
+std::shared_ptr<ShardedParameters> MixedPrecisionOptimizer::sharded_parameters() const {
+  const auto* sharded = dynamic_cast<const ShardedMasters*>(masters_.get());
+  return sharded ? sharded->sharded_parameters() : nullptr;
 }
 
 const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {

@@ -154,11 +154,29 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
       *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
+  if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));
   feed_ = std::make_unique<MicroBatchFeed>(
       grid_, optimizer_->dtype(), device_,
       MicroBatchFeed::Ends{.first = shape_.stage_of(0) == grid_->stage_id(),
                            .last = holds_output()});
   link_ = std::make_unique<StageLink>(*comms_, config_.pipeline.partitioned_transfers);
+}
+
+void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters) {
+  std::vector<std::pair<int, int>> chunks;
+  std::map<int, std::vector<int>> buckets_of;
+  for (int chunk = 0; chunk < shape_.chunks; ++chunk) {
+    chunks.push_back(module_->layer_range(chunk));
+    for (int layer = chunks.back().first; layer < chunks.back().second; ++layer) {
+      if (const int named = module_->parameter_layer(layer); named >= 0)
+        buckets_of[layer] = parameters->buckets_of(named);
+    }
+  }
+  gathering_ = std::make_shared<LayerGathering>(
+      std::move(parameters), std::move(chunks), std::move(buckets_of),
+      LayerGathering::Options{.prefetch = static_cast<int>(config_.zero.prefetch),
+                              .reshard_after_forward = config_.zero.reshard_after_forward});
+  module_->set_layer_hooks(gathering_);
 }
 
 void PipelineEngine::set_hooks(Hooks hooks) {
@@ -284,9 +302,12 @@ double PipelineEngine::execute(const Program& program, Run& run) {
                            comm::job_failure_reason() + "): the job must end instead");
   }
   try {
-    return execute_steps(program, run);
+    const double loss_sum = execute_steps(program, run);
+    if (gathering_) gathering_->end_step();
+    return loss_sum;
   } catch (...) {
     if (comms_->uses_nccl()) comm::mark_job_failed("a step failed with NCCL work queued");
+    if (gathering_) gathering_->abandon();
     throw;
   }
 }
@@ -353,10 +374,13 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return load_micro_batch(*buffer, in, run);
     case OpKind::kForwardPass:
       if (run.before_forward) run.before_forward(in.micro_batch);
-      return forward(*buffer, in.chunk, run);
+      forward(*buffer, in.chunk, run);
+      if (gathering_) gathering_->end_pass();
+      return;
     case OpKind::kBackwardPass:
     case OpKind::kBackwardInput:
       backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
+      if (gathering_) gathering_->end_pass();
       return gradients_->after_backward();
     case OpKind::kBackwardWeight:
       backward_weight(*buffer);
@@ -483,6 +507,7 @@ void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
 }
 
 void PipelineEngine::optimizer_step() {
+  if (gathering_) gathering_->end_step();  // the layers kept for the step's passes
   optimizer_->step(global_steps_);
   ++global_steps_;
 }

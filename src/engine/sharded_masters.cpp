@@ -18,18 +18,12 @@ std::vector<int64_t> element_counts(const std::vector<at::Tensor>& tensors) {
   return counts;
 }
 
-std::vector<int64_t> packed_strides(at::IntArrayRef sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (int i = static_cast<int>(sizes.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * std::max<int64_t>(sizes[i + 1], 1);
-  return strides;
-}
-
 }  // namespace
 
 ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
                                const std::vector<at::Tensor>& norm_parameters,
                                const std::vector<bool>& decayed, const std::vector<bool>& late,
+                               const std::vector<int>& layers,
                                std::shared_ptr<const topology::Grid> grid,
                                std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                                at::ScalarType wire)
@@ -38,20 +32,30 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
       zero_(zero),
       wire_(wire),
       parameters_(parameters),
-      buckets_(backward_order_buckets(
-          parameters_, late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
-          zero.reduce_bucket_size)),
+      buckets_(zero.stage >= 3
+                   ? layer_buckets(
+                         layers, late.empty() ? std::vector<bool>(parameters_.size(), false) : late)
+                   : backward_order_buckets(
+                         parameters_,
+                         late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
+                         zero.reduce_bucket_size)),
       layout_(element_counts(parameters), buckets_, data_->size()),
       grads_(buckets_.size()),
       complete_(buckets_.size(), false) {
   const at::TensorOptions options =
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
-  flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
-  seat_parameters();
+  if (zero_.stage >= 3) {
+    if (layers.size() != parameters_.size())
+      throw std::invalid_argument("ZeRO stage 3 needs each parameter's layer");
+    flat_ = at::zeros({0}, options.requires_grad(false));
+    sharded_ = std::make_shared<ShardedParameters>(parameters_, layers, layout_, data_);
+  } else {
+    flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
+    seat_parameters();
+  }
   aliased_ = fp32_model();
   for (int k = 0; k < layout_.buckets(); ++k) {
-    const FlatShards::Piece piece = layout_.piece(data_->rank(), k);
-    const at::Tensor own = flat_.narrow(0, piece.flat_begin, piece.size);
+    const at::Tensor own = own_piece(k);
     master_.push_back((aliased_ ? own.detach() : own.to(at::kFloat)).requires_grad_(true));
   }
   if (master_.empty())  // no parameters: one empty master, as the optimizer needs one
@@ -62,6 +66,12 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
   any_decayed_ = std::find(decayed.begin(), decayed.end(), true) != decayed.end();
   decay_mask_ = shard_mask(decayed);
   if (decay_mask_.defined()) decay_mask_ = decay_mask_.to(at::kBool);  // not converted per step
+}
+
+at::Tensor ShardedMasters::own_piece(int k) const {
+  if (sharded_) return sharded_->piece(k);
+  const FlatShards::Piece piece = layout_.piece(data_->rank(), k);
+  return flat_.narrow(0, piece.flat_begin, piece.size);
 }
 
 void ShardedMasters::seat_parameters() {
@@ -178,6 +188,11 @@ double ShardedMasters::global_grad_norm() const {
 
 void ShardedMasters::copy_to_model() {
   at::NoGradGuard no_grad;
+  if (sharded_) {  // gathered when a layer next runs
+    sharded_->release_all();
+    for (int k = 0; k < layout_.buckets() && !aliased_; ++k) sharded_->piece(k).copy_(master_[k]);
+    return;
+  }
   const int rank = data_->rank();
   for (int k = 0; k < layout_.buckets(); ++k) {
     const FlatShards::Piece own = layout_.piece(rank, k);
@@ -223,7 +238,7 @@ std::vector<ParameterState> ShardedMasters::whole_state(torch::optim::Optimizer&
     return layout_.join(data_->all_gather(at::cat(pieces)));
   };
   // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
-  const at::Tensor masters = fp32_model() ? flat_ : joined(master_);
+  const at::Tensor masters = fp32_model() && whole_flat() ? flat_ : joined(master_);
   std::vector<ParameterState> whole;
   for (const auto& master : per_parameter(masters)) whole.push_back({master, {}});
   // Per-element state (moments, momentum) is joined like the masters; scalars (Adam's
@@ -263,7 +278,7 @@ ParameterState ShardedMasters::gathered_state(torch::optim::Optimizer& optimizer
   };
   // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
   ParameterState state{
-      fp32_model()
+      fp32_model() && whole_flat()
           ? flat_.narrow(0, layout_.offset(position), parameter.numel()).view(parameter.sizes())
           : whole(master_),
       {}};
@@ -324,12 +339,16 @@ void ShardedMasters::restore(const std::vector<ParameterState>& whole,
   std::vector<at::Tensor> masters;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     masters.push_back(whole.at(i).master);
-    parameters_[i].copy_(masters.back());
+    if (!sharded_) parameters_[i].copy_(masters.back());
   }
-  if (!aliased_) {
+  if (!aliased_ || sharded_) {
     at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
     layout_.read_shard(masters, data_->rank(), shard);
-    for (int k = 0; k < layout_.buckets(); ++k) master_[k].detach().copy_(piece_of(shard, k));
+    if (sharded_) sharded_->release_all();
+    for (int k = 0; k < layout_.buckets(); ++k) {
+      master_[k].detach().copy_(piece_of(shard, k));
+      if (sharded_ && !aliased_) sharded_->piece(k).copy_(piece_of(shard, k));
+    }
   }
   // The keys of the first parameter with state; a parameter without (never stepped)
   // contributes zeros to per-element state.

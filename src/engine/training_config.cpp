@@ -300,16 +300,12 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
        "zero_optimization.stage", "int",
        "ZeRO over the data-parallel ranks: 0 off; 1 fp32 masters and optimizer state sharded "
        "(gradients reduce-scattered, updated shards all-gathered); 2 also drops the full "
-       "gradients once reduced; 3 is not supported",
+       "gradients once reduced; 3 also shards the parameters, each layer's gathered just "
+       "before its forward and backward",
        [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
          const int64_t stage = config::read_integer(key, v, config::at_least(0));
-         if (stage == 3) {
-           throw io::InputError(key +
-                                " 3 is not supported: it shards the parameters themselves, "
-                                "which a pipeline stage keeps whole; use 0, 1 or 2");
-         }
          if (stage > 3)
-           throw io::InputError(key + " must be 0, 1 or 2, got " + std::to_string(stage));
+           throw io::InputError(key + " must be 0, 1, 2 or 3, got " + std::to_string(stage));
          c.zero.stage = stage;
        },
        [](const TrainingConfig& c) { return nlohmann::json(c.zero.stage); })
@@ -319,6 +315,13 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
       .integer("zero_optimization.allgather_bucket_size",
                PIPETRAIN_FIELD(zero.allgather_bucket_size),
                "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))
+      .integer("zero_optimization.prefetch", PIPETRAIN_FIELD(zero.prefetch),
+               "stage 3: layers whose parameters are gathered ahead of the one computing "
+               "(FSDP's forward and backward prefetch)",
+               config::at_least(0))
+      .flag("zero_optimization.reshard_after_forward", PIPETRAIN_FIELD(zero.reshard_after_forward),
+            "stage 3: free a layer's gathered parameters after its forward and gather them "
+            "again for backward (least memory); false keeps them for the whole step")
       .accepted("zero_optimization.overlap_comm", "bool",
                 "DeepSpeed's; accepted and ignored: `overlap_grad_reduce` says whether buckets, "
                 "ZeRO's reduce-scatters too, start during the last backward passes");

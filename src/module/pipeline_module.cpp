@@ -196,7 +196,14 @@ std::vector<at::Tensor> PipelineModule::window_parameters(int first, int last) c
 
 Activation PipelineModule::run_layers(int first, int last, const Activation& input) {
   Activation x = input;
-  for (int i = first; i < last; ++i) x = layers_.at(i).forward(x);
+  for (int i = first; i < last; ++i) {
+    if (!hooks_) {
+      x = layers_.at(i).forward(x);
+      continue;
+    }
+    hooks_->before_forward(i);
+    x = hooks_->after_forward(i, layers_.at(i).forward(x));
+  }
   return x;
 }
 
@@ -295,6 +302,13 @@ std::vector<at::Tensor> PipelineModule::parameters() const {
   std::vector<at::Tensor> params;
   for (auto& [name, tensor] : named_parameters()) params.push_back(tensor);
   return params;
+}
+
+int PipelineModule::parameter_layer(int layer) const {
+  const BuiltLayer& built = layers_.at(layer);
+  if (!built.module || built.module->parameters().empty()) return -1;
+  const LayerSpec& spec = specs_[layer];
+  return spec.tied() ? first_tied_layers(specs_).at(spec.tie_key) : layer;
 }
 
 std::vector<std::string> PipelineModule::tie_keys() const {

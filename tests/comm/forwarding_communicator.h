@@ -34,6 +34,9 @@ class ForwardingCommunicator : public comm::Communicator {
   void broadcast(at::Tensor& t, int root) override { inner_->broadcast(t, root); }
   at::Tensor all_gather(const at::Tensor& t) override { return inner_->all_gather(t); }
   void all_gather_in_place(at::Tensor& t) override { inner_->all_gather_in_place(t); }
+  comm::WorkPtr all_gather_in_place_async(at::Tensor& t) override {
+    return inner_->all_gather_in_place_async(t);
+  }
   at::Tensor reduce_scatter(const at::Tensor& t, comm::ReduceOp op) override {
     return inner_->reduce_scatter(t, op);
   }

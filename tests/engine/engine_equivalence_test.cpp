@@ -61,9 +61,15 @@ PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataL
     EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
         << "step " << step;
   }
-  for (const auto& [name, parameter] : engine.module().named_parameters()) {
+  // Under ZeRO stage 3 the parameters hold no values between steps: their fp32 masters
+  // (gathered from the shards, collective) are the weights.
+  const auto named = engine.module().named_parameters();
+  const auto masters = engine.layer_gathering() ? engine.whole_optimizer_state()
+                                                : std::vector<engine::ParameterState>{};
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, parameter] = named[i];
     EXPECT_EQ(parameter.device(), engine.device());
-    const at::Tensor tensor = parameter.cpu();
+    const at::Tensor tensor = masters.empty() ? parameter.cpu() : masters[i].master.cpu();
     const at::Tensor& expected = reference.weights.at(name);
     EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
         << name << " differs by " << (tensor - expected).abs().max().item<double>();
@@ -211,7 +217,7 @@ void expect_gathered_state_is_whole_on_the_first_replica(PipelineEngine& engine,
   }
 }
 
-// ZeRO stages 1 and 2 at every pipe x data shape of this world with data-parallel ranks
+// ZeRO stages 1 to 3 at every pipe x data shape of this world with data-parallel ranks
 // (data 4 too), under every schedule: the same losses and weights as one process, with
 // clipping and, for the MLP, AdamW with weight decay; buckets of 1000 elements, reduce-
 // scattered during backward; the optimizer state each rank holds falls by the
@@ -240,13 +246,18 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
       const auto samples = dataset(c, data);
       const Reference reference = reference_run(c, data, samples);
       int64_t unsharded_bytes = 0;
-      for (int stage : {0, 1, 2}) {
+      // Stage 3 twice: layers resharded after forward (prefetch 1), and kept for the step.
+      for (const auto& [stage, reshard] :
+           {std::pair{0, true}, std::pair{1, true}, std::pair{2, true}, std::pair{3, true},
+            std::pair{3, false}}) {
         SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
-                     ", ZeRO stage " + std::to_string(stage) + ": " + name(c));
+                     ", ZeRO stage " + std::to_string(stage) +
+                     (reshard ? "" : " (kept after forward)") + ": " + name(c));
         engine::TrainingConfig config = training_config(c, pipe);
         config.pipeline.schedule = schedule;
         config.pipeline.chunks = chunks;
         config.zero.stage = stage;
+        config.zero.reshard_after_forward = reshard;
         config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
         config.zero.allgather_bucket_size = 700;
         config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;

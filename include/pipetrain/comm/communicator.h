@@ -25,6 +25,9 @@ class Work {
 };
 using WorkPtr = std::unique_ptr<Work>;
 
+// Whether `work` has completed (false also when asking fails: after a failure it may not).
+bool settled(Work& work);
+
 // A group of ranks that exchange tensors. Tensors passed to send() and recv() must stay
 // alive and untouched until the returned work is waited for; recv() fills a tensor the
 // caller allocated with the sender's dtype and shape. Collectives block (with deadline).
@@ -54,6 +57,9 @@ class Communicator {
   // In place: `blocks` (1-D, contiguous, size() equal blocks) holds this rank's values in
   // block rank(); afterwards every block holds its rank's.
   virtual void all_gather_in_place(at::Tensor& blocks) = 0;
+  // all_gather_in_place() started: `blocks` holds every rank's block once the work
+  // completes, and must stay alive and untouched until then.
+  virtual WorkPtr all_gather_in_place_async(at::Tensor& blocks) = 0;
   // The element-wise reduction of every rank's `input` (1-D, size() x n elements), of
   // which this rank gets block rank() (n elements), in `input`'s dtype and device.
   virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) = 0;

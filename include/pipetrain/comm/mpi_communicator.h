@@ -43,6 +43,7 @@ class MpiCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root) override;
   at::Tensor all_gather(const at::Tensor& input) override;
   void all_gather_in_place(at::Tensor& blocks) override;
+  WorkPtr all_gather_in_place_async(at::Tensor& blocks) override;
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override;
   WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
   void barrier() override;

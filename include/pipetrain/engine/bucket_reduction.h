@@ -17,6 +17,12 @@ std::vector<std::vector<std::size_t>> backward_order_buckets(
     const std::vector<at::Tensor>& parameters, const std::vector<bool>& late,
     int64_t bucket_elements);
 
+// One bucket per layer (ZeRO stage 3's unit of gathering), `layers` giving each
+// parameter's layer: in backward order as above, a layer's `late` parameters in a bucket
+// of their own after all others.
+std::vector<std::vector<std::size_t>> layer_buckets(const std::vector<int>& layers,
+                                                    const std::vector<bool>& late);
+
 // How each gradient bucket is reduced over the data-parallel replicas: averaged into the
 // model's gradients (AveragedBuckets), or reduce-scattered onto ZeRO's shards
 // (ShardedMasters). GradientBuckets decides when.

@@ -8,6 +8,10 @@
 
 namespace pipetrain::engine {
 
+// The strides of a contiguous tensor of `sizes` (what a parameter seated in a flat buffer
+// gets).
+std::vector<int64_t> packed_strides(at::IntArrayRef sizes);
+
 // ZeRO's layout: tensors laid out one after another in buckets, each bucket padded with
 // zeros to a multiple of `shards` and cut into `shards` equal pieces; rank r owns piece r
 // of every bucket, and its shard is those pieces one after another. A bucket can be

@@ -11,6 +11,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/master_weights.h"
+#include "pipetrain/engine/sharded_parameters.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
@@ -49,6 +50,8 @@ class MixedPrecisionOptimizer {
   std::shared_ptr<BucketReduction> bucket_reduction() const {
     return std::dynamic_pointer_cast<BucketReduction>(masters_);
   }
+  // Under ZeRO stage 3, where the model's parameters live (else null).
+  std::shared_ptr<ShardedParameters> sharded_parameters() const;
 
   // Collective over the grid's world: moves the model's gradients onto the masters
   // (unscaled; under ZeRO reduce-scattered), agrees on overflow, clips, sets the rate of

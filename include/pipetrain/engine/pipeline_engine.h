@@ -14,6 +14,7 @@
 #include "pipetrain/comm/transport_choice.h"
 #include "pipetrain/engine/communicators.h"
 #include "pipetrain/engine/gradient_sync.h"
+#include "pipetrain/engine/layer_gathering.h"
 #include "pipetrain/engine/micro_batch_feed.h"
 #include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/mixed_precision_optimizer.h"
@@ -135,6 +136,10 @@ class PipelineEngine {
   void restore_optimizer_state(const std::vector<ParameterState>& whole) {
     optimizer_->restore(whole);
   }
+  // ZeRO stage 3: when each layer's parameters are gathered, and how many are (else null).
+  // Outside a step the module's parameters hold no values under stage 3: read them from
+  // whole_optimizer_state() or a checkpoint.
+  const LayerGathering* layer_gathering() const { return gathering_.get(); }
   // Bytes of optimizer state and separate fp32 masters on this rank (ZeRO divides them).
   int64_t optimizer_state_bytes() { return optimizer_->state_bytes(); }
   double loss_scale() const { return optimizer_->loss_scale(); }
@@ -254,6 +259,8 @@ class PipelineEngine {
   void send_grad(PipeBuffer& buffer, int peer, int peer_chunk);
   void optimizer_step();
   double mean_loss(double loss_sum);
+  // ZeRO stage 3: the module's layers gathered just in time from `parameters`.
+  void gather_layers(std::shared_ptr<ShardedParameters> parameters);
 
   std::shared_ptr<module::PipelineModule> module_;
   std::shared_ptr<Communicators> comms_;
@@ -262,6 +269,7 @@ class PipelineEngine {
   at::Device device_;
   std::unique_ptr<GradientSync> gradients_;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
+  std::shared_ptr<LayerGathering> gathering_;  // ZeRO stage 3 only
   std::unique_ptr<MicroBatchFeed> feed_;
   decltype(Hooks::before) before_instruction_;  // set_hooks'; empty unless a test sets it
   std::unique_ptr<StageLink> link_;

@@ -9,6 +9,7 @@
 #include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/flat_shards.h"
 #include "pipetrain/engine/master_weights.h"
+#include "pipetrain/engine/sharded_parameters.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/topology/grid.h"
 
@@ -22,6 +23,9 @@ namespace pipetrain::engine {
 // GradientBuckets drives this class as its BucketReduction, else in take_gradients(). Each
 // rank steps its shard, and the updated pieces are all-gathered into every replica's flat
 // buffer. Stage 2 also drops the model's full gradients as soon as they are reduced.
+// Stage 3 keeps no flat buffer: one bucket per layer, each rank holds its pieces only
+// (ShardedParameters), the updated pieces are written there and gathered when a layer
+// runs (LayerGathering), not after the step.
 // Unlike stage 0 at data-parallel size 1, a parameter that got no gradient steps with a
 // zero one (weight decay and momentum still move it).
 // The masters are one tensor per bucket (the rank's piece of it); with an fp32 model they
@@ -33,12 +37,17 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   // buffer (values kept), so nothing may move the module to another device or dtype afterwards.
   // `wire`: the dtype gradients are reduced in; `decayed`: per parameter, whether weight
   // decay applies to it; `late`: whether its gradient changes after backward (tied ones,
-  // summed among stages first; empty: none), kept out of the other buckets.
+  // summed among stages first; empty: none), kept out of the other buckets; `layers`: per
+  // parameter, its layer (stage 3's buckets; else unused).
   ShardedMasters(const std::vector<at::Tensor>& parameters,
                  const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
-                 const std::vector<bool>& late, std::shared_ptr<const topology::Grid> grid,
+                 const std::vector<bool>& late, const std::vector<int>& layers,
+                 std::shared_ptr<const topology::Grid> grid,
                  std::shared_ptr<comm::Communicator> data, const ZeroConfig& zero,
                  at::ScalarType wire);
+
+  // Stage 3: where the parameters live (null below stage 3).
+  const std::shared_ptr<ShardedParameters>& sharded_parameters() const { return sharded_; }
 
   const std::vector<at::Tensor>& tensors() const override { return master_; }
   void take_gradients(double unscale) override;
@@ -79,6 +88,10 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
       torch::optim::Optimizer& optimizer) const;
   void reduce_all();  // every bucket not yet reduced this step, one after another
   bool fp32_model() const { return flat_.scalar_type() == at::kFloat; }
+  // Between steps every replica's flat buffer holds the whole model (below stage 3).
+  bool whole_flat() const { return !sharded_; }
+  // This rank's piece of bucket k in the model's dtype.
+  at::Tensor own_piece(int k) const;
 
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator> data_;
@@ -87,7 +100,8 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   std::vector<at::Tensor> parameters_;
   std::vector<std::vector<std::size_t>> buckets_;  // parameter indices, in reduction order
   FlatShards layout_;
-  at::Tensor flat_;                 // every parameter's storage, in the model's dtype
+  at::Tensor flat_;  // every parameter's storage, in the model's dtype (stage 3: empty)
+  std::shared_ptr<ShardedParameters> sharded_;  // stage 3: the parameters' storage
   bool aliased_;                    // the masters are this rank's pieces of flat_ itself
   std::vector<at::Tensor> master_;  // the fp32 pieces the optimizer steps, one per bucket
   std::vector<at::Tensor> grads_;   // per bucket: this rank's piece of the reduced gradient

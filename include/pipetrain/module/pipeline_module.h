@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipetrain/module/layer.h"
+#include "pipetrain/module/layer_hooks.h"
 #include "pipetrain/module/partition.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/tensor_parallel/shard.h"
@@ -80,6 +81,12 @@ class PipelineModule {
   std::vector<int> tie_owner_stages(const std::string& key) const;
   std::vector<at::Tensor> tied_parameters(const std::string& key) const;
 
+  // The layer index in the names of layer `layer`'s parameters (see named_parameters()),
+  // or -1 for a layer of this stage without parameters.
+  int parameter_layer(int layer) const;
+  // Hooks run around every layer's forward from now on (null: none).
+  void set_layer_hooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
+
  private:
   // Each distinct layer module once (a tied module appears in several layers).
   void for_each_module(const std::function<void(torch::nn::Module&)>& apply);
@@ -103,6 +110,7 @@ class PipelineModule {
   std::map<int, BuiltLayer> layers_;  // by layer index, this stage only
   std::map<std::string, std::shared_ptr<torch::nn::Module>> tied_modules_;
   bool training_ = true;
+  std::shared_ptr<LayerHooks> hooks_;
 };
 
 // Parameter counts, types and (for `profile`) measured forward+backward seconds of every
