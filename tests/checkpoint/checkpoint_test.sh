@@ -93,6 +93,25 @@ check "zero resume: losses equal the uninterrupted run bit for bit" \
 check "zero resume: every rank's masters and optimizer state equal bit for bit" \
   test "$(digests "$work/zfull.out")" = "$(digests "$work/zb.out")" -a "$(digests "$work/zb.out" | wc -l)" -eq 4
 
+# 2b''. ZeRO stage 3 (parameters sharded): saved at (1,4), resumed without ZeRO at (1,1),
+#      then at stage 3 again at (2,2); every loss within 1e-5 of the unsharded run. At one
+#      layout a stage-3 resume is bitwise (losses, masters and joined optimizer state).
+run 4 "$work/z31.out" --pipe 1 --micro-batches 1 --steps 2 --zero 3 --save "$work/zero3"
+run 1 "$work/z32.out" --pipe 1 --micro-batches 4 --steps 2 --zero 0 --load "$work/zero3" --save "$work/zero3"
+run 4 "$work/z33.out" --pipe 2 --micro-batches 2 --steps 2 --zero 3 --load "$work/zero3"
+cat "$work/z31.out" "$work/z32.out" "$work/z33.out" | losses /dev/stdin >"$work/zero3.losses"
+check "zero 3: six steps ran" test "$(wc -l <"$work/zero3.losses")" -eq 6
+paste "$work/zero3.losses" <(losses "$work/reference.out") >"$work/zero3.pairs"
+check "zero 3: (1,4) stage 3, then (1,1) stage 0, then (2,2) stage 3 within 1e-5 ($(cut -f1,2 -d' ' "$work/zero3.pairs" | tr '\n' ' '))" \
+  awk '{ if ($2 != $5) bad = 1; d = $3 - $6; if (d < 0) d = -d; if (d > 1e-5 * $6) bad = 1 } END { exit bad }' "$work/zero3.pairs"
+run 4 "$work/z3full.out" --pipe 2 --micro-batches 2 --steps 4 --dropout 0.1 --zero 3
+run 4 "$work/z3a.out" --pipe 2 --micro-batches 2 --steps 2 --dropout 0.1 --zero 3 --save "$work/z3bit"
+run 4 "$work/z3b.out" --pipe 2 --micro-batches 2 --steps 2 --dropout 0.1 --zero 3 --load "$work/z3bit"
+check "zero 3 resume: losses equal the uninterrupted run bit for bit" \
+  test "$(losses "$work/z3full.out" | tail -2)" = "$(losses "$work/z3b.out")" -a -n "$(losses "$work/z3b.out")"
+check "zero 3 resume: every rank's masters and optimizer state equal bit for bit" \
+  test "$(digests "$work/z3full.out")" = "$(digests "$work/z3b.out")" -a "$(digests "$work/z3b.out" | wc -l)" -eq 4
+
 # 2c. Bitwise resume at pipe 2 x model 2 with dropout: 2 + 2 steps equal 4 uninterrupted.
 run 4 "$work/tpfull.out" --pipe 2 --model 2 --micro-batches 2 --steps 4 --dropout 0.1
 run 4 "$work/tpa.out" --pipe 2 --model 2 --micro-batches 2 --steps 2 --dropout 0.1 --save "$work/tpbit"
