@@ -31,6 +31,9 @@ Command add_train_command(CLI::App& app) {
                     "(sequence_parallel)");
   command->add_option("--micro-batches", o.micro_batches,
                       "Micro-batches per step (gradient_accumulation_steps)");
+  command->add_option("--zero", o.zero,
+                      "ZeRO stage over the data-parallel ranks: 0-3, 3 sharding the parameters "
+                      "(zero_optimization.stage)");
   command->add_option("--train-iters", o.train_iters, "Optimizer steps to train for");
   command->add_option("--eval-interval", o.eval_interval, "Steps between validations");
   command->add_option("--seed", o.seed, "Base seed");

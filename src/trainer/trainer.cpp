@@ -224,6 +224,7 @@ void announce(const Job& job) {
   const engine::TrainingConfig& e = job.config.engine;
   std::string schedule = config::name_of(engine::pipeline_schedules(), e.pipeline.schedule);
   if (e.pipeline.chunks > 1) schedule += " x" + std::to_string(e.pipeline.chunks);
+  if (e.zero.stage > 0) schedule += "; ZeRO " + std::to_string(e.zero.stage);
   std::printf(
       "job: %d ranks = pipe %d x data %d%s x model %d%s; model %s, %d layers; schedule %s; batch "
       "%lld = micro %lld x %lld micro-batches x data %d; %s\n",

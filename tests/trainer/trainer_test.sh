@@ -319,6 +319,21 @@ check "sequence parallel: the run ends with its sample" grep -q '^sample: The ' 
 check "sequence parallel: its checkpoint evaluates on one rank as model 1's ($(eval_loss tp1_eval.out) vs $(eval_loss tp2sp_eval.out))" \
   within "$(eval_loss tp1_eval.out)" "$(eval_loss tp2sp_eval.out)" 1e-3
 
+# 7c. ZeRO stage 3 at pipe 2 x data 2 (`--zero 3`): the parameters sharded, each layer
+#     gathered as it runs, generation included (the run ends with its sample); the same
+#     validation loss as without ZeRO, and its checkpoint evaluates on one rank alike.
+for zero in 0 3; do
+  "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$with_sample" --zero $zero \
+    --train-iters 6 --eval-interval 0 --save "z$zero/ckpt" >"z$zero.out" 2>&1
+  "$pipetrain" launch -n 1 -- "$pipetrain" eval --checkpoint "z$zero/ckpt" --eval-iters 2 >"z${zero}_eval.out" 2>&1
+done
+check "zero 3: the job line says so" grep -q '^job: 4 ranks = pipe 2 x data 2 x model 1; .*; ZeRO 3;' z3.out
+check "zero 3: final validation loss equals ZeRO 0's to 1e-4 ($(final_loss z0.out) vs $(final_loss z3.out))" \
+  within "$(final_loss z0.out)" "$(final_loss z3.out)" 1e-4
+check "zero 3: the run ends with its sample" grep -q '^sample: The ' z3.out
+check "zero 3: its checkpoint evaluates on one rank as ZeRO 0's ($(eval_loss z0_eval.out) vs $(eval_loss z3_eval.out))" \
+  within "$(eval_loss z0_eval.out)" "$(eval_loss z3_eval.out)" 1e-5
+
 # 8. Token files and bad input: exit 2 with a message naming the problem.
 "$python" -c "import numpy as np; np.arange(3000, dtype=np.uint16).__mod__(200).astype('<u2').tofile('tokens.bin')"
 to_tokens='s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "tokens", "paths": ["tokens.bin"]|'
