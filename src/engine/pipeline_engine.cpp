@@ -150,7 +150,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
       GradientSync::DataParallel{.averages = !shards_optimizer(config_.zero),
                                  .bucket_elements = config_.ddp_bucket_size,
                                  .wire = to_scalar_type(config_.precision.communication_dtype),
-                                 .overlap = config_.overlap_grad_reduce});
+                                 // ZeRO 2 and 3 reduce after every pass instead.
+                                 .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
       *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
@@ -319,7 +320,10 @@ double PipelineEngine::execute_steps(const Program& program, Run& run) {
   link_->set_send_completion(program.sends);
   link_->forget_hand_overs();  // an earlier step's, left by a failure
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
-  if (run.training) gradients_->begin_step();
+  if (run.training) {
+    gradients_->begin_step();
+    optimizer_->begin_step();
+  }
   if (run.training && std::exchange(record_next_, false)) {
     grid_->world_comm()->barrier();  // a shared time origin
     run.record_origin = Clock::now();
@@ -381,9 +385,11 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
     case OpKind::kBackwardInput:
       backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
       if (gathering_) gathering_->end_pass();
+      optimizer_->after_backward_pass();
       return gradients_->after_backward();
     case OpKind::kBackwardWeight:
       backward_weight(*buffer);
+      optimizer_->after_backward_pass();
       return gradients_->after_backward();
     case OpKind::kSendActivation:
       // Handed over, the outputs are shared with the receiving chunk's inputs; a forward

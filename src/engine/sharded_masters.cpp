@@ -41,7 +41,11 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
                          zero.reduce_bucket_size)),
       layout_(element_counts(parameters), buckets_, data_->size()),
       grads_(buckets_.size()),
-      complete_(buckets_.size(), false) {
+      complete_(buckets_.size(), false),
+      per_pass_(zero.stage >= 2),
+      accumulated_(buckets_.size()) {
+  for (const auto& bucket : buckets_)
+    late_bucket_.push_back(!late.empty() && !bucket.empty() && late[bucket.front()]);
   const at::TensorOptions options =
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   if (zero_.stage >= 3) {
@@ -118,7 +122,23 @@ int64_t ShardedMasters::per_rank(int64_t bucket, int64_t piece) const {
   return std::clamp<int64_t>(bucket / layout_.shards(), 1, std::max<int64_t>(piece, 1));
 }
 
+namespace {
+
+// What start() returns for a bucket already reduced after each pass: nothing to wait for.
+class NothingToReduce final : public comm::Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+}  // namespace
+
 comm::WorkPtr ShardedMasters::start(int k) {
+  if (reduced_per_pass(k)) return std::make_unique<NothingToReduce>();
+  return start_reduce(k);
+}
+
+comm::WorkPtr ShardedMasters::start_reduce(int k) {
   // The bucket's gradients (zeros where backward left none); the other parameters only
   // stand in for their sizes, as read() touches nothing outside the bucket.
   std::vector<at::Tensor> grads(parameters_.begin(), parameters_.end());
@@ -134,8 +154,29 @@ comm::WorkPtr ShardedMasters::start(int k) {
 }
 
 void ShardedMasters::complete(int k) {
-  grads_[k] = grads_[k].to(at::kFloat);  // the piece's master gradient (the wire may be 16-bit)
+  // The piece's master gradient (the wire may be 16-bit); none when reduced per pass.
+  if (!reduced_per_pass(k)) grads_[k] = grads_[k].to(at::kFloat);
   complete_[k] = true;
+}
+
+void ShardedMasters::begin_step() {
+  std::fill(accumulated_.begin(), accumulated_.end(), at::Tensor());
+}
+
+void ShardedMasters::after_backward_pass() {
+  if (!per_pass_) return;
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    if (late_bucket_[k]) continue;
+    // Every replica ran the same pass over the same graph: the same buckets hold gradients.
+    const auto& members = buckets_[k];
+    if (std::none_of(members.begin(), members.end(),
+                     [&](std::size_t i) { return parameters_[i].grad().defined(); }))
+      continue;
+    start_reduce(k)->wait();
+    const at::Tensor piece = std::exchange(grads_[k], at::Tensor()).to(at::kFloat);
+    accumulated_[k] = accumulated_[k].defined() ? accumulated_[k].add_(piece) : piece;
+    for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
+  }
 }
 
 void ShardedMasters::abandon(int k) {
@@ -161,6 +202,9 @@ void ShardedMasters::take_gradients(double unscale) {
   std::fill(complete_.begin(), complete_.end(), false);
   for (int k = 0; k < layout_.buckets(); ++k) {
     at::Tensor grad = std::exchange(grads_[k], at::Tensor());
+    if (at::Tensor passes = std::exchange(accumulated_[k], at::Tensor()); passes.defined())
+      grad = grad.defined() ? grad.add_(passes) : passes;
+    if (!grad.defined()) grad = at::zeros_like(master_[k]);  // no pass left a gradient
     if (unscale != 1.0) grad.mul_(unscale);
     master_[k].mutable_grad() = grad;
   }

@@ -266,7 +266,7 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
         data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
         train_and_compare(engine, loader, reference, tolerance);
         expect_gathered_state_is_whole_on_the_first_replica(engine, *grid, stage > 0);
-        expect_buckets_started_in_backward(engine);
+        if (stage < 2) expect_buckets_started_in_backward(engine);  // 2, 3: after each pass
         const int64_t bytes = engine.optimizer_state_bytes();
         if (stage == 0) {
           unsharded_bytes = bytes;

@@ -58,6 +58,9 @@ class MixedPrecisionOptimizer {
   // step `step` (0-based), steps, copies the masters back into the model and clears every
   // gradient.
   void step(int64_t step);
+  // A training step begins; a backward or weight-gradient pass has ended (see MasterWeights).
+  void begin_step() { masters_->begin_step(); }
+  void after_backward_pass() { masters_->after_backward_pass(); }
 
   // Of the last step that was not skipped: the global gradient norm before clipping (NaN
   // when neither clipping nor set_grad_norm_wanted needed it: it costs a pass over every

@@ -22,7 +22,11 @@ namespace pipetrain::engine {
 // reduce-scattered onto the pieces (not all-reduced): during the last backward passes when
 // GradientBuckets drives this class as its BucketReduction, else in take_gradients(). Each
 // rank steps its shard, and the updated pieces are all-gathered into every replica's flat
-// buffer. Stage 2 also drops the model's full gradients as soon as they are reduced.
+// buffer. Stages 2 and 3 reduce-scatter after every backward pass instead (the buckets
+// that hold gradients then), add the pieces into fp32 accumulators and free the model's
+// full gradients, so no full gradient outlives its pass: a lower peak for m reduce-
+// scatters per step in place of one (tied gradients, summed among stages after the last
+// pass, are still reduced once).
 // Stage 3 keeps no flat buffer: one bucket per layer, each rank holds its pieces only
 // (ShardedParameters), the updated pieces are written there and gathered when a layer
 // runs (LayerGathering), not after the step.
@@ -55,6 +59,8 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   double global_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
+  void begin_step() override;
+  void after_backward_pass() override;
   int64_t master_bytes() const override;
   std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
   ParameterState gathered_state(torch::optim::Optimizer& optimizer,
@@ -87,6 +93,10 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   std::vector<std::pair<std::string, std::vector<at::Tensor>>> piece_state(
       torch::optim::Optimizer& optimizer) const;
   void reduce_all();  // every bucket not yet reduced this step, one after another
+  // Starts bucket k's reduce-scatter from the model's gradients.
+  comm::WorkPtr start_reduce(int k);
+  // Reduced after each pass (stages 2 and 3), not by start() and complete().
+  bool reduced_per_pass(int k) const { return per_pass_ && !late_bucket_[k]; }
   bool fp32_model() const { return flat_.scalar_type() == at::kFloat; }
   // Between steps every replica's flat buffer holds the whole model (below stage 3).
   bool whole_flat() const { return !sharded_; }
@@ -106,6 +116,9 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   std::vector<at::Tensor> master_;  // the fp32 pieces the optimizer steps, one per bucket
   std::vector<at::Tensor> grads_;   // per bucket: this rank's piece of the reduced gradient
   std::vector<bool> complete_;      // per bucket: reduced this step
+  bool per_pass_;                   // stages 2 and 3: reduced after every backward pass
+  std::vector<bool> late_bucket_;   // per bucket: of late (tied) gradients
+  std::vector<at::Tensor> accumulated_;  // per bucket: the passes' reduced pieces, fp32
   at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
   at::Tensor decay_mask_;           // true where weight decay applies; undefined: everywhere
   bool any_decayed_ = false;
