@@ -312,8 +312,8 @@ Command add_plan_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--schedule", options->schedule, "Fix the schedule (1f1b, gpipe, ...)");
   command->add_option("--chunks", limits.chunks, "Fix the model chunks per stage");
-  command->add_option("--zero", limits.zero, "Fix the ZeRO stage (0 or 1)")
-      ->check(CLI::Range(0, 1));
+  command->add_option("--zero", limits.zero, "Fix the ZeRO stage (0 to 3)")
+      ->check(CLI::Range(0, 3));
   command->add_option("--checkpointing", options->checkpointing, "Fix checkpointing: on or off");
   return {command, [options] { return run_plan(*options); }};
 }

@@ -139,7 +139,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
               if (boundaries_stages > 0 && pipe * chunks != boundaries_stages) continue;
               for (bool checkpointing : {false, true}) {
                 if (!allowed(limits.checkpointing, checkpointing)) continue;
-                for (int zero : {0, 1}) {
+                for (int zero : {0, 1, 2, 3}) {
                   if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero))
                     continue;
                   const Layout layout{t,      pipe, data,          b,       m, schedule,

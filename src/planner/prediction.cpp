@@ -1,6 +1,7 @@
 #include "pipetrain/planner/prediction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "pipetrain/module/partition.h"
@@ -57,6 +58,7 @@ struct StageWork {
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
   double largest_tensor = 0;         // elements of its largest parameter tensor, one rank's
+  double largest_layer = 0;          // elements of its largest layer's parameters, one rank's
 };
 
 class StageCosting {
@@ -71,6 +73,7 @@ class StageCosting {
   // float) backward, plus one to return the gradients.
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
+    double chunk_parameters = 0;
     const double share = 1.0 / l_.context;
     const bool sp = l_.sequence_parallel;
     const double sliced = sp ? 1.0 / l_.tensor : 1.0;  // the stream between stages
@@ -97,12 +100,31 @@ class StageCosting {
           share * (layer.saved_bytes(l_.tensor, bytes_, sp) - layer.loss_bytes(l_.tensor)));
       stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
       stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
-      if (layer.tie_key.empty() || ties.insert(layer.tie_key).second)
-        stage.parameters += layer.parameters_per_rank(l_.tensor);
+      if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
+        const double parameters = layer.parameters_per_rank(l_.tensor);
+        stage.parameters += parameters;
+        stage.largest_layer = std::max(stage.largest_layer, parameters);
+        // ZeRO 3: the layer gathered before its forward and again before its backward
+        // (kept after forward: once per step).
+        const bool reshard = w_.training.zero.reshard_after_forward;
+        forward +=
+            gather_seconds(parameters) / (reshard ? 1.0 : static_cast<double>(l_.micro_batches));
+        input += reshard ? gather_seconds(parameters) : 0.0;
+        chunk_parameters += parameters;
+      }
       stage.largest_tensor =
           std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.tensor);
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
+    // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends (3: a
+    // bucket per layer, 2: per reduce_bucket_size).
+    if (l_.zero >= 2) {
+      const double buckets =
+          l_.zero >= 3 ? static_cast<double>(span.end - span.begin)
+                       : std::ceil(chunk_parameters /
+                                   static_cast<double>(w_.training.zero.reduce_bucket_size));
+      input += buckets * reduce_scatter_seconds(chunk_parameters / std::max(buckets, 1.0));
+    }
     forward += c_.pass_overhead;
     input += c_.pass_overhead;
     stage.forward += forward;
@@ -114,6 +136,19 @@ class StageCosting {
 
   double all_reduce_seconds(double elements) const {
     return c_.link(l_.tensor, 1).all_reduce(elements * bytes_, l_.tensor);
+  }
+
+  // ZeRO 3: all-gathering `parameters` elements over the replicas (half an all-reduce).
+  double gather_seconds(double parameters) const {
+    if (l_.zero < 3) return 0.0;
+    const int replicas = l_.data * l_.context;
+    return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * bytes_, replicas);
+  }
+
+  double reduce_scatter_seconds(double parameters) const {
+    const int replicas = l_.data * l_.context;
+    const double wire = w_.training.precision.communication_dtype == Precision::kFp32 ? 4 : bytes_;
+    return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * wire, replicas);
   }
 
   // One pass of `bytes` to the next rank of the context group (its ranks t apart).
@@ -164,6 +199,22 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   StageMemory m;
   m.weights = p * w.element_bytes();
   m.gradients = p * w.element_bytes();
+  if (l.zero >= 3) {
+    // The rank's pieces, and the layers gathered at once: prefetch + 1, or all of them
+    // when kept after forward (then the whole stage, as without ZeRO 3).
+    const double gathered =
+        w.training.zero.reshard_after_forward
+            ? std::min(p, static_cast<double>(w.training.zero.prefetch + 1) * stage.largest_layer)
+            : p;
+    m.weights = (p * shard + gathered) * w.element_bytes();
+  }
+  if (l.zero >= 2) {
+    // No full gradient outlives its backward pass, which frees that micro-batch's
+    // activations as it makes them: the fp32 shard accumulators, and the gradients beyond
+    // one micro-batch's activations at the pass's end.
+    const double one = static_cast<double>(l.micro_batch) * stage.saved_per_sample;
+    m.gradients = 4 * p * shard + std::max(0.0, p * w.element_bytes() - (live > 0 ? one : 0.0));
+  }
   // The fp32 masters (their gradients are made at the step, after the activations' peak).
   m.masters = mixed ? 4 * p * shard : 0;
   m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * p * shard;
@@ -310,11 +361,16 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   const double traffic = optimizer_traffic_bytes(w.training.optimizer.type, mixed);
   double slowest = 0;
   for (const auto& stage : stages) {
+    // ZeRO 2 and 3 reduce-scatter after every backward pass (in the passes' costs); 3
+    // gathers each layer when it runs, not after the step.
+    const double scatter =
+        l.zero == 1 ? 0.5 * data_link.all_reduce(stage.parameters * wire, replicas) : 0.0;
+    const double gather =
+        l.zero == 1 || l.zero == 2
+            ? 0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), replicas)
+            : 0.0;
     const double reduce =
-        l.zero == 0
-            ? data_link.all_reduce(stage.parameters * wire, replicas)
-            : 0.5 * data_link.all_reduce(stage.parameters * wire, replicas) +
-                  0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), replicas);
+        l.zero == 0 ? data_link.all_reduce(stage.parameters * wire, replicas) : scatter + gather;
     const double step =
         stage.parameters * (l.zero > 0 ? 1.0 / replicas : 1.0) * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {

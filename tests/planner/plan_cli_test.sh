@@ -69,7 +69,8 @@ cat >"$work/measured.json" <<JSON
  "memory_breakdown": true}
 JSON
 for layout in "1 1 0 fp32 0 1f1b" "2 1 0 fp32 0 1f1b" "1 2 0 fp32 0 1f1b" "2 1 1 fp32 0 1f1b" \
-  "2 1 1 fp32 0 gpipe" "2 1 0 bf16 0 1f1b" "1 2 0 bf16 1 1f1b"; do
+  "2 1 1 fp32 0 gpipe" "2 1 0 bf16 0 1f1b" "1 2 0 bf16 1 1f1b" "1 2 0 fp32 2 1f1b" \
+  "1 2 0 fp32 3 1f1b" "1 2 0 bf16 3 1f1b"; do
   read -r pipe data checkpoint precision zero schedule <<<"$layout"
   python3 - "$work/measured.json" "$work/run.json" "$pipe" "$checkpoint" "$work/metrics.jsonl" \
     "$precision" "$zero" "$schedule" <<'PY'

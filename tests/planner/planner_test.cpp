@@ -168,6 +168,42 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(predict(buckets, ideal(2), replicas).stages.at(0).buffers, 4 * parameters);
 }
 
+// ZeRO 3 keeps the rank's pieces and prefetch + 1 layers gathered (all of them when kept
+// after forward); 2 and 3 hold fp32 shard accumulators and no full gradient past a pass;
+// 3's gathers, and 2's and 3's reduce-scatters per pass, cost time in the passes.
+TEST(Prediction, ZeroStagesTwoAndThreeShardGradientsAndWeights) {
+  engine::TrainingConfig training;
+  Cluster cluster = ideal(4);
+  const Workload w(gpt(256, 16, 32, 4, 4), training);
+  auto at_stage = [&](const Workload& work, int zero) {
+    return predict(work, cluster,
+                   Layout{.data = 4, .micro_batch = 1, .micro_batches = 4, .zero = zero});
+  };
+  const Prediction zero1 = at_stage(w, 1), zero2 = at_stage(w, 2), zero3 = at_stage(w, 3);
+  double parameters = 0, largest = 0;
+  for (int i = 0; i < static_cast<int>(w.layers.size()); ++i) {
+    if (i + 1 < static_cast<int>(w.layers.size()) || w.layers[i].tie_key.empty())
+      parameters += w.layers[i].parameters;
+    largest = std::max(largest, static_cast<double>(w.layers[i].parameters));
+  }
+  EXPECT_DOUBLE_EQ(zero1.stages[0].weights, 4 * parameters);
+  EXPECT_DOUBLE_EQ(zero2.stages[0].weights, 4 * parameters);
+  EXPECT_DOUBLE_EQ(zero3.stages[0].weights, 4 * (parameters / 4 + 2 * largest));  // prefetch 1
+  EXPECT_LT(zero2.stages[0].gradients, zero1.stages[0].gradients);
+  EXPECT_DOUBLE_EQ(zero3.stages[0].gradients, zero2.stages[0].gradients);
+  EXPECT_LT(zero3.peak_bytes(), zero2.peak_bytes());
+  EXPECT_LT(zero2.peak_bytes(), zero1.peak_bytes());
+  training.zero.reshard_after_forward = false;
+  const Workload kept(gpt(256, 16, 32, 4, 4), training);
+  EXPECT_DOUBLE_EQ(at_stage(kept, 3).stages[0].weights, 4 * (parameters / 4 + parameters));
+  // On a cluster whose links cost time, every gather and reduce-scatter shows.
+  cluster.intra_node = {.bandwidth = 1e9, .latency = 1e-3};
+  EXPECT_GT(at_stage(w, 2).pipeline_seconds, at_stage(w, 1).pipeline_seconds);
+  EXPECT_GT(at_stage(w, 3).pipeline_seconds, at_stage(w, 2).pipeline_seconds);
+  EXPECT_GT(at_stage(kept, 3).pipeline_seconds, at_stage(w, 2).pipeline_seconds);
+  EXPECT_LT(at_stage(kept, 3).pipeline_seconds, at_stage(w, 3).pipeline_seconds);
+}
+
 // Context parallelism: each of c ranks computes 1/c of every sequence, so a rank's
 // activations and FLOPs divide by c (on an ideal cluster the ring's passes are free).
 // Sequence parallelism splits the replicated activations over t as well.
