@@ -40,6 +40,11 @@ class CountingAllocator final : public c10::Allocator {
     return {allocated_, peak_};
   }
 
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    peak_ = allocated_;
+  }
+
  private:
   struct Block {
     c10::DataPtr inner;
@@ -86,6 +91,10 @@ void count_cpu_memory() {
 std::optional<MemoryUse> cpu_memory() {
   if (!counter) return std::nullopt;
   return counter->counts();
+}
+
+void reset_cpu_peak() {
+  if (counter) counter->reset_peak();
 }
 
 }  // namespace pipetrain::device

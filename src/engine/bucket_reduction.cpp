@@ -32,7 +32,7 @@ std::vector<std::vector<std::size_t>> layer_buckets(const std::vector<int>& laye
     int open_layer = 0;
     for (std::size_t i = layers.size(); i-- > 0;) {
       if (late.at(i) != later) continue;
-      if (!opened || layers[i] != open_layer) buckets.emplace_back();
+      if (!opened || layers.at(i) != open_layer) buckets.emplace_back();
       buckets.back().push_back(i);
       opened = true;
       open_layer = layers[i];

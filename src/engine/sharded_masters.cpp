@@ -32,7 +32,7 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
       zero_(zero),
       wire_(wire),
       parameters_(parameters),
-      buckets_(zero.stage >= 3
+      buckets_(zero.stage >= 2
                    ? layer_buckets(
                          layers, late.empty() ? std::vector<bool>(parameters_.size(), false) : late)
                    : backward_order_buckets(
@@ -172,10 +172,12 @@ void ShardedMasters::after_backward_pass() {
     if (std::none_of(members.begin(), members.end(),
                      [&](std::size_t i) { return parameters_[i].grad().defined(); }))
       continue;
-    start_reduce(k)->wait();
+    const comm::WorkPtr work = start_reduce(k);
+    // Copied into the bucket: the full gradients go before the collective runs.
+    for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
+    work->wait();
     const at::Tensor piece = std::exchange(grads_[k], at::Tensor()).to(at::kFloat);
     accumulated_[k] = accumulated_[k].defined() ? accumulated_[k].add_(piece) : piece;
-    for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
   }
 }
 

@@ -309,9 +309,11 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
          c.zero.stage = stage;
        },
        [](const TrainingConfig& c) { return nlohmann::json(c.zero.stage); })
-      .integer("zero_optimization.reduce_bucket_size", PIPETRAIN_FIELD(zero.reduce_bucket_size),
-               "elements per ZeRO gradient bucket, each reduce-scattered on its own (stages 1, 2)",
-               config::at_least(1))
+      .integer(
+          "zero_optimization.reduce_bucket_size", PIPETRAIN_FIELD(zero.reduce_bucket_size),
+          "elements per ZeRO gradient bucket, each reduce-scattered on its own (stage 1; 2 and 3 "
+          "reduce one bucket per layer after every backward pass)",
+          config::at_least(1))
       .integer("zero_optimization.allgather_bucket_size",
                PIPETRAIN_FIELD(zero.allgather_bucket_size),
                "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))

@@ -15,5 +15,7 @@ void count_cpu_memory();
 // Bytes held by CPU tensors of this process since count_cpu_memory() (peak: since then);
 // nothing before it.
 std::optional<MemoryUse> cpu_memory();
+// The peak starts again from what is held now (nothing before count_cpu_memory()).
+void reset_cpu_peak();
 
 }  // namespace pipetrain::device

@@ -15,18 +15,18 @@
 
 namespace pipetrain::engine {
 
-// ZeRO stages 1 and 2: the stage's parameters live in one flat buffer laid out in buckets
-// of at most zero.reduce_bucket_size elements (FlatShards: in the order backward finishes
+// ZeRO stages 1 to 3: the stage's parameters live in one flat buffer laid out in buckets
+// of at most zero.reduce_bucket_size elements (stages 2 and 3: one per layer) (FlatShards: in the order backward finishes
 // them, each bucket cut into one piece per data-parallel rank); each rank keeps the fp32
 // master and optimizer state of its pieces only. Each bucket's gradients are
 // reduce-scattered onto the pieces (not all-reduced): during the last backward passes when
 // GradientBuckets drives this class as its BucketReduction, else in take_gradients(). Each
 // rank steps its shard, and the updated pieces are all-gathered into every replica's flat
-// buffer. Stages 2 and 3 reduce-scatter after every backward pass instead (the buckets
-// that hold gradients then), add the pieces into fp32 accumulators and free the model's
-// full gradients, so no full gradient outlives its pass: a lower peak for m reduce-
-// scatters per step in place of one (tied gradients, summed among stages after the last
-// pass, are still reduced once).
+// buffer. Stages 2 and 3 keep one bucket per layer and reduce-scatter after every backward
+// pass instead (the buckets that hold gradients then, each freed once copied for the
+// collective), adding the pieces into fp32 accumulators, so no full gradient outlives its
+// pass: a lower peak for m reduce-scatters per step in place of one (tied gradients, summed
+// among stages after the last pass, are still reduced once).
 // Stage 3 keeps no flat buffer: one bucket per layer, each rank holds its pieces only
 // (ShardedParameters), the updated pieces are written there and gathered when a layer
 // runs (LayerGathering), not after the step.
@@ -42,7 +42,7 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   // `wire`: the dtype gradients are reduced in; `decayed`: per parameter, whether weight
   // decay applies to it; `late`: whether its gradient changes after backward (tied ones,
   // summed among stages first; empty: none), kept out of the other buckets; `layers`: per
-  // parameter, its layer (stage 3's buckets; else unused).
+  // parameter, its layer (the buckets of stages 2 and 3; else unused).
   ShardedMasters(const std::vector<at::Tensor>& parameters,
                  const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
                  const std::vector<bool>& late, const std::vector<int>& layers,
