@@ -299,9 +299,10 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
   t.custom(
        "zero_optimization.stage", "int",
        "ZeRO over the data-parallel ranks: 0 off; 1 fp32 masters and optimizer state sharded "
-       "(gradients reduce-scattered, updated shards all-gathered); 2 also drops the full "
-       "gradients once reduced; 3 also shards the parameters, each layer's gathered just "
-       "before its forward and backward",
+       "(gradients reduce-scattered once per step, updated shards all-gathered); 2 reduces "
+       "every backward pass's gradients into fp32 shards instead, freeing them (a lower "
+       "peak); 3 also shards the parameters, each layer's gathered just before its forward "
+       "and backward",
        [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
          const int64_t stage = config::read_integer(key, v, config::at_least(0));
          if (stage > 3)
@@ -326,7 +327,7 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
             "again for backward (least memory); false keeps them for the whole step")
       .accepted("zero_optimization.overlap_comm", "bool",
                 "DeepSpeed's; accepted and ignored: `overlap_grad_reduce` says whether buckets, "
-                "ZeRO's reduce-scatters too, start during the last backward passes");
+                "ZeRO 1's reduce-scatters too, start during the last backward passes");
 }
 
 }  // namespace
