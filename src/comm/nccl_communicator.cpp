@@ -326,34 +326,13 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather_in_place(at::Tensor& blocks) override {
-    if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size() != 0) {
-      throw std::invalid_argument(
-          "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
-    }
     const std::lock_guard lock(issue_);
-    prepare(blocks);
-    const int64_t bytes = byte_count(blocks) / size();
-    auto* base = static_cast<char*>(blocks.data_ptr());
-    Issue issue = watch("NCCL all_gather over " + ranks());
-    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
-               "ncclAllGather");
-    ordered(issue);
+    ordered(enqueue_all_gather_in_place(blocks));
   }
 
   WorkPtr all_gather_in_place_async(at::Tensor& blocks) override {
-    if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size() != 0) {
-      throw std::invalid_argument(
-          "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
-    }
     const std::lock_guard lock(issue_);
-    prepare(blocks);
-    const int64_t bytes = byte_count(blocks) / size();
-    auto* base = static_cast<char*>(blocks.data_ptr());
-    const std::string what = "NCCL all_gather over " + ranks();
-    Issue issue = watch(what);
-    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
-               "ncclAllGather");
-    return work(issue, what, blocks);
+    return work(enqueue_all_gather_in_place(blocks), "NCCL all_gather over " + ranks(), blocks);
   }
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
@@ -424,6 +403,21 @@ class NcclCommunicator final : public Communicator {
     inputs_ready_.order(stream_);
     c10::cuda::CUDACachingAllocator::recordStream(data.storage().data_ptr(), stream_);
     return data;
+  }
+
+  // The caller holds issue_.
+  Issue enqueue_all_gather_in_place(at::Tensor& blocks) {
+    if (blocks.dim() != 1 || !blocks.is_contiguous() || blocks.numel() % size() != 0) {
+      throw std::invalid_argument(
+          "all_gather_in_place needs a contiguous 1-D tensor of equal blocks");
+    }
+    prepare(blocks);
+    const int64_t bytes = byte_count(blocks) / size();
+    auto* base = static_cast<char*>(blocks.data_ptr());
+    Issue issue = watch("NCCL all_gather over " + ranks());
+    check_nccl(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, handle_->comm, stream_),
+               "ncclAllGather");
+    return issue;
   }
 
   Issue enqueue_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {

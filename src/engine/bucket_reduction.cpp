@@ -1,5 +1,7 @@
 #include "pipetrain/engine/bucket_reduction.h"
 
+#include <stdexcept>
+
 namespace pipetrain::engine {
 
 std::vector<std::vector<std::size_t>> backward_order_buckets(
@@ -26,6 +28,8 @@ std::vector<std::vector<std::size_t>> backward_order_buckets(
 
 std::vector<std::vector<std::size_t>> layer_buckets(const std::vector<int>& layers,
                                                     const std::vector<bool>& late) {
+  if (layers.size() != late.size())
+    throw std::invalid_argument("layer buckets need each parameter's layer");
   std::vector<std::vector<std::size_t>> buckets;
   for (bool later : {false, true}) {
     bool opened = false;  // a bucket of this kind is open

@@ -163,6 +163,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   link_ = std::make_unique<StageLink>(*comms_, config_.pipeline.partitioned_transfers);
 }
 
+PipelineEngine::~PipelineEngine() {
+  if (gathering_) module_->set_layer_hooks(nullptr);  // ZeRO 3's, which this engine owns
+}
+
 void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters) {
   std::vector<std::pair<int, int>> chunks;
   std::map<int, std::vector<int>> buckets_of;
@@ -173,10 +177,18 @@ void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters
         buckets_of[layer] = parameters->buckets_of(named);
     }
   }
+  // On a GPU backward runs on autograd's own thread: a gather may start there only over a
+  // communicator that allows it without staging through the host (as GradientBuckets'
+  // buckets). Elsewhere every layer stays gathered from its forward to the step's end, so
+  // backward gathers nothing.
+  const bool backward_may_gather =
+      !device_.is_cuda() || (comms_->data()->starts_from_any_thread() &&
+                             comms_->data()->transport() != comm::Transport::kMpi);
   gathering_ = std::make_shared<LayerGathering>(
       std::move(parameters), std::move(chunks), std::move(buckets_of),
-      LayerGathering::Options{.prefetch = static_cast<int>(config_.zero.prefetch),
-                              .reshard_after_forward = config_.zero.reshard_after_forward});
+      LayerGathering::Options{
+          .prefetch = static_cast<int>(config_.zero.prefetch),
+          .reshard_after_forward = config_.zero.reshard_after_forward && backward_may_gather});
   module_->set_layer_hooks(gathering_);
 }
 

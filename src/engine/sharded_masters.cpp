@@ -49,8 +49,6 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
   const at::TensorOptions options =
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   if (zero_.stage >= 3) {
-    if (layers.size() != parameters_.size())
-      throw std::invalid_argument("ZeRO stage 3 needs each parameter's layer");
     flat_ = at::zeros({0}, options.requires_grad(false));
     sharded_ = std::make_shared<ShardedParameters>(parameters_, layers, layout_, data_);
   } else {
@@ -160,11 +158,18 @@ void ShardedMasters::complete(int k) {
 }
 
 void ShardedMasters::begin_step() {
+  // What a step that threw left behind: its passes' pieces and gradients.
   std::fill(accumulated_.begin(), accumulated_.end(), at::Tensor());
+  if (!per_pass_) return;
+  std::fill(grads_.begin(), grads_.end(), at::Tensor());
+  std::fill(complete_.begin(), complete_.end(), false);
+  clear_model_gradients();
 }
 
 void ShardedMasters::after_backward_pass() {
   if (!per_pass_) return;
+  // Every bucket that holds gradients started, then each waited for in turn.
+  std::vector<std::pair<int, comm::WorkPtr>> started;
   for (int k = 0; k < layout_.buckets(); ++k) {
     if (late_bucket_[k]) continue;
     // Every replica ran the same pass over the same graph: the same buckets hold gradients.
@@ -172,9 +177,11 @@ void ShardedMasters::after_backward_pass() {
     if (std::none_of(members.begin(), members.end(),
                      [&](std::size_t i) { return parameters_[i].grad().defined(); }))
       continue;
-    const comm::WorkPtr work = start_reduce(k);
+    started.emplace_back(k, start_reduce(k));
     // Copied into the bucket: the full gradients go before the collective runs.
     for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
+  }
+  for (auto& [k, work] : started) {
     work->wait();
     const at::Tensor piece = std::exchange(grads_[k], at::Tensor()).to(at::kFloat);
     accumulated_[k] = accumulated_[k].defined() ? accumulated_[k].add_(piece) : piece;

@@ -26,6 +26,9 @@ ShardedParameters::ShardedParameters(const std::vector<at::Tensor>& parameters,
     : data_(std::move(data)), buckets_(layout.buckets()) {
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
+    if (parameters[i].options().dtype() != parameters.front().options().dtype() ||
+        parameters[i].device() != parameters.front().device())
+      throw std::invalid_argument("ZeRO needs every parameter of a stage in one dtype and device");
     const int k = layout.bucket_of(i);
     buckets_[k].members.push_back({parameters[i], layout.offset(i) - layout.bucket_begin(k)});
     auto& bucket_layers = buckets_[k].layers;
@@ -52,10 +55,9 @@ std::vector<int> ShardedParameters::buckets_of(int layer) const {
 }
 
 void ShardedParameters::seat(Bucket& bucket, const at::TensorOptions& options, int64_t size) {
+  const at::NoGradGuard no_grad;  // re-seating leaves is no operation for autograd
   bucket.whole = at::empty({size}, options.requires_grad(false));
   for (auto& [parameter, offset] : bucket.members) {
-    if (parameter.options().dtype() != options.dtype() || parameter.device() != options.device())
-      throw std::invalid_argument("ZeRO needs every parameter of a stage in one dtype and device");
     at::Tensor seated = parameter;  // a handle on the same TensorImpl
     seated.set_(bucket.whole.storage(), offset, parameter.sizes(),
                 packed_strides(parameter.sizes()));
@@ -104,20 +106,15 @@ void ShardedParameters::abandon() {
   for (Bucket& bucket : buckets_) {
     if (bucket.state == State::kGathering && !comm::settled(*bucket.work)) {
       // The collective may still write the old storage: keep it, seat the parameters anew.
-      abandoned_.push_back({std::move(bucket.work), bucket.whole});
-      seat(bucket, bucket.whole.options(), bucket.whole.numel());
+      const at::Tensor old = bucket.whole;
+      seat(bucket, old.options(), old.numel());
+      abandoned_.push_back({std::move(bucket.work), old});
       --gathered_;
       continue;
     }
     bucket.work.reset();
     if (bucket.state != State::kReleased) free_whole(bucket);
   }
-}
-
-int64_t ShardedParameters::piece_bytes() const {
-  int64_t bytes = 0;
-  for (const Bucket& bucket : buckets_) bytes += static_cast<int64_t>(bucket.piece.nbytes());
-  return bytes;
 }
 
 }  // namespace pipetrain::engine

@@ -73,7 +73,7 @@ class StageCosting {
   // float) backward, plus one to return the gradients.
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
-    double chunk_parameters = 0;
+    double chunk_parameters = 0, layers_with_parameters = 0;
     const double share = 1.0 / l_.context;
     const bool sp = l_.sequence_parallel;
     const double sliced = sp ? 1.0 / l_.tensor : 1.0;  // the stream between stages
@@ -111,19 +111,17 @@ class StageCosting {
             gather_seconds(parameters) / (reshard ? 1.0 : static_cast<double>(l_.micro_batches));
         input += reshard ? gather_seconds(parameters) : 0.0;
         chunk_parameters += parameters;
+        if (parameters > 0) ++layers_with_parameters;
       }
       stage.largest_tensor =
           std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.tensor);
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
-    // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends (3: a
-    // bucket per layer, 2: per reduce_bucket_size).
-    if (l_.zero >= 2) {
-      const double buckets =
-          l_.zero >= 3 ? static_cast<double>(span.end - span.begin)
-                       : std::ceil(chunk_parameters /
-                                   static_cast<double>(w_.training.zero.reduce_bucket_size));
-      input += buckets * reduce_scatter_seconds(chunk_parameters / std::max(buckets, 1.0));
+    // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends, a bucket
+    // per layer with parameters.
+    if (l_.zero >= 2 && layers_with_parameters > 0) {
+      input += layers_with_parameters *
+               reduce_scatter_seconds(chunk_parameters / layers_with_parameters);
     }
     forward += c_.pass_overhead;
     input += c_.pass_overhead;

@@ -59,6 +59,9 @@ class PipelineEngine {
   // As above, with communicators made for `grid` by config.device and config.comm_timeout.
   PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                  std::shared_ptr<topology::Grid> grid, TrainingConfig config);
+  ~PipelineEngine();
+  PipelineEngine(const PipelineEngine&) = delete;
+  PipelineEngine& operator=(const PipelineEngine&) = delete;
 
   // The seam for tests that break things on purpose (see fault_injection.h), off by
   // default: `before` is told of every training instruction before it runs, with the
@@ -138,7 +141,10 @@ class PipelineEngine {
   }
   // ZeRO stage 3: when each layer's parameters are gathered, and how many are (else null).
   // Outside a step the module's parameters hold no values under stage 3: read them from
-  // whole_optimizer_state() or a checkpoint.
+  // whole_optimizer_state() or a checkpoint; the module is for this engine alone (its hooks
+  // are removed with the engine, its parameters stay without values). On a GPU whose data
+  // group is on MPI, layers stay gathered through the step (reshard_after_forward off):
+  // backward runs on autograd's thread, which must not start MPI work.
   const LayerGathering* layer_gathering() const { return gathering_.get(); }
   // Bytes of optimizer state and separate fp32 masters on this rank (ZeRO divides them).
   int64_t optimizer_state_bytes() { return optimizer_->state_bytes(); }

@@ -15,10 +15,10 @@
 
 namespace pipetrain::engine {
 
-// ZeRO stages 1 to 3: the stage's parameters live in one flat buffer laid out in buckets
-// of at most zero.reduce_bucket_size elements (stages 2 and 3: one per layer) (FlatShards: in the order backward finishes
-// them, each bucket cut into one piece per data-parallel rank); each rank keeps the fp32
-// master and optimizer state of its pieces only. Each bucket's gradients are
+// ZeRO stages 1 to 3: the stage's parameters are laid out in buckets (FlatShards: at most
+// zero.reduce_bucket_size elements each at stage 1, one per layer at stages 2 and 3, in the
+// order backward finishes them, each bucket cut into one piece per data-parallel rank); each
+// rank keeps the fp32 master and optimizer state of its pieces only. Each bucket's gradients are
 // reduce-scattered onto the pieces (not all-reduced): during the last backward passes when
 // GradientBuckets drives this class as its BucketReduction, else in take_gradients(). Each
 // rank steps its shard, and the updated pieces are all-gathered into every replica's flat
@@ -112,15 +112,15 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   FlatShards layout_;
   at::Tensor flat_;  // every parameter's storage, in the model's dtype (stage 3: empty)
   std::shared_ptr<ShardedParameters> sharded_;  // stage 3: the parameters' storage
-  bool aliased_;                    // the masters are this rank's pieces of flat_ itself
-  std::vector<at::Tensor> master_;  // the fp32 pieces the optimizer steps, one per bucket
-  std::vector<at::Tensor> grads_;   // per bucket: this rank's piece of the reduced gradient
-  std::vector<bool> complete_;      // per bucket: reduced this step
-  bool per_pass_;                   // stages 2 and 3: reduced after every backward pass
-  std::vector<bool> late_bucket_;   // per bucket: of late (tied) gradients
+  bool aliased_;                         // the masters are this rank's pieces of flat_ itself
+  std::vector<at::Tensor> master_;       // the fp32 pieces the optimizer steps, one per bucket
+  std::vector<at::Tensor> grads_;        // per bucket: this rank's piece of the reduced gradient
+  std::vector<bool> complete_;           // per bucket: reduced this step
+  bool per_pass_;                        // stages 2 and 3: reduced after every backward pass
+  std::vector<bool> late_bucket_;        // per bucket: of late (tied) gradients
   std::vector<at::Tensor> accumulated_;  // per bucket: the passes' reduced pieces, fp32
-  at::Tensor norm_mask_;            // 1 where an element counts in the norm; undefined: all
-  at::Tensor decay_mask_;           // true where weight decay applies; undefined: everywhere
+  at::Tensor norm_mask_;                 // 1 where an element counts in the norm; undefined: all
+  at::Tensor decay_mask_;                // true where weight decay applies; undefined: everywhere
   bool any_decayed_ = false;
 };
 

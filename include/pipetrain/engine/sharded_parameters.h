@@ -38,10 +38,6 @@ class ShardedParameters {
   void start(int k);
   // Bucket k gathered: its parameters hold their values.
   void wait(int k);
-  void gather(int k) {
-    start(k);
-    wait(k);
-  }
   // Frees bucket k's whole copy (waiting for a gather on its way).
   void release(int k);
   void release_all();
@@ -49,13 +45,9 @@ class ShardedParameters {
   // may still write it) and frees the rest.
   void abandon();
 
-  bool gathered(int k) const { return buckets_[k].state != State::kReleased; }
-  // Buckets gathered (or on their way) now, and at most since reset_peak().
+  // Buckets gathered (or on their way) now, and the most at once so far.
   int gathered_count() const { return gathered_; }
   int peak_gathered() const { return peak_; }
-  void reset_peak() { peak_ = gathered_; }
-  // Bytes this rank keeps whatever is gathered: its pieces.
-  int64_t piece_bytes() const;
 
  private:
   enum class State { kReleased, kGathering, kGathered };
