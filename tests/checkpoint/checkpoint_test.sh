@@ -94,9 +94,23 @@ check "zero resume: every rank's masters and optimizer state equal bit for bit" 
   test "$(digests "$work/zfull.out")" = "$(digests "$work/zb.out")" -a "$(digests "$work/zb.out" | wc -l)" -eq 4
 
 # 2b''. ZeRO stage 3 (parameters sharded): saved at (1,4), resumed without ZeRO at (1,1),
-#      then at stage 3 again at (2,2); every loss within 1e-5 of the unsharded run. At one
-#      layout a stage-3 resume is bitwise (losses, masters and joined optimizer state).
+#      then at stage 3 again at (2,2); every loss within 1e-5 of the unsharded run. The
+#      state itself survives 3 -> 0 -> 3 bit for bit, and at one layout a stage-3 resume is
+#      bitwise (losses, masters and joined optimizer state).
 run 4 "$work/z31.out" --pipe 1 --micro-batches 1 --steps 2 --zero 3 --save "$work/zero3"
+# The state survives 3 -> 0 -> 3 across data sizes bit for bit: loaded at (1,1) stage 0 and
+# saved again without a step, then loaded at (1,4) stage 3, its masters and optimizer state
+# are those the stage-3 run saved, and two more steps there equal two from the original.
+run 1 "$work/z3r0.out" --pipe 1 --micro-batches 4 --steps 0 --zero 0 --load "$work/zero3" --save "$work/zero3-round"
+run 4 "$work/z3r1.out" --pipe 1 --micro-batches 1 --steps 0 --zero 3 --load "$work/zero3-round"
+check "zero 3 -> 0 -> 3: the state comes back bit for bit" \
+  test "$(digests "$work/z31.out" | cut -d' ' -f3 | sort -u)" = "$(digests "$work/z3r1.out" | cut -d' ' -f3 | sort -u)" -a \
+  "$(digests "$work/z3r0.out" | cut -d' ' -f3)" = "$(digests "$work/z31.out" | cut -d' ' -f3 | sort -u)" -a \
+  "$(digests "$work/z3r1.out" | wc -l)" -eq 4
+run 4 "$work/z3r2.out" --pipe 1 --micro-batches 1 --steps 2 --zero 3 --load "$work/zero3-round"
+run 4 "$work/z3r3.out" --pipe 1 --micro-batches 1 --steps 2 --zero 3 --load "$work/zero3"
+check "zero 3 -> 0 -> 3: two more steps equal two from the original checkpoint bit for bit" \
+  test -n "$(losses "$work/z3r2.out")" -a "$(losses "$work/z3r2.out")" = "$(losses "$work/z3r3.out")"
 run 1 "$work/z32.out" --pipe 1 --micro-batches 4 --steps 2 --zero 0 --load "$work/zero3" --save "$work/zero3"
 run 4 "$work/z33.out" --pipe 2 --micro-batches 2 --steps 2 --zero 3 --load "$work/zero3"
 cat "$work/z31.out" "$work/z32.out" "$work/z33.out" | losses /dev/stdin >"$work/zero3.losses"
