@@ -275,6 +275,14 @@ void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
     const std::string where = "layers[" + std::to_string(i) + "]";
     if (!layer.is_object() || !layer.contains("type") || !layer["type"].is_string())
       fail(where + " must be an object with a string \"type\"");
+    if (!layer.contains("index") || !layer["index"].is_number_unsigned() ||
+        layer["index"].get<uint64_t>() != i)
+      fail(where + ".index must be " + std::to_string(i) + ", its place in \"layers\"");
+    if (layer.contains("tied_to") &&
+        (!layer["tied_to"].is_number_unsigned() || layer["tied_to"].get<uint64_t>() >= i))
+      fail(where + ".tied_to must be the index of an earlier layer");
+    if (layer.contains("tie_key") && !layer["tie_key"].is_string())
+      fail(where + ".tie_key must be a string");
     for (const char* key : {"file", "optimizer_file"}) {
       if (!layer.contains(key)) continue;
       if (!layer[key].is_string()) fail(where + "." + key + " must be a string");
@@ -290,6 +298,7 @@ void check_manifest(const nlohmann::json& manifest, const fs::path& path) {
     fail("\"global_steps\" must be a whole number >= 0");
   if (manifest.contains("loss_scaler") && !manifest["loss_scaler"].is_object())
     fail("\"loss_scaler\" must be an object");
+  if (!manifest.contains("topology")) fail("\"topology\" is missing");
 }
 
 nlohmann::json read_manifest(const fs::path& folder) {
@@ -700,8 +709,9 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   if (pending.rng_state.defined()) module::set_rng_state(at::kCPU, pending.rng_state);
   if (pending.cuda_rng_state.defined())
     module::set_rng_state(engine.device(), pending.cuda_rng_state);
-  if (data && !manifest["data"].is_null()) data->restore(manifest["data"]);
-  return manifest["client_state"];
+  if (data && manifest.contains("data") && !manifest["data"].is_null())
+    data->restore(manifest["data"]);
+  return manifest.value("client_state", nlohmann::json());
 }
 
 comm::NamedTensors read_model_tensors(const fs::path& directory, const std::string& tag) {

@@ -120,6 +120,19 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
     }
     tensor.offset = 8 + length + start;
   }
+  // No two tensors may share bytes: each owns its range (empty ones own none).
+  std::vector<const TensorEntry*> by_offset;
+  for (const auto& entry : entries) {
+    if (entry.bytes > 0) by_offset.push_back(&entry);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorEntry* a, const TensorEntry* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorEntry& before = *by_offset[i - 1];
+    if (before.offset + before.bytes > by_offset[i]->offset)
+      throw bad("tensors '" + before.name + "' and '" + by_offset[i]->name +
+                "' overlap in the file's bytes");
+  }
   return entries;
 }
 

@@ -123,7 +123,17 @@ damaged_case truncated "layer_001.safetensors: " "truncate -s 64 step_1/layer_00
 damaged_case flipped-byte "checksum mismatch" "printf '\\377' | dd of=step_1/layer_002.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null"
 damaged_case missing-file "optimizer_001.safetensors: cannot be read" "rm step_1/optimizer_001.safetensors"
 damaged_case another-model "this model has 5" \
-  "sealed 's|\"layers\": \[|\"layers\": [{\"index\": 99, \"type\": \"GptBlock\"}, |'"
+  "sealed_json \"m['layers'].append({'index': len(m['layers']), 'type': 'GptBlock'})\""
+# Every manifest field the loader reads is checked for its type first (a manifest whose
+# checksum was rewritten to match is untrusted input, not a crash).
+damaged_case manifest-without-index "layers[1].index must be 1, its place in \"layers\"" \
+  "sealed_json \"del m['layers'][1]['index']\""
+damaged_case manifest-index-text "layers[0].index must be 0, its place in \"layers\"" \
+  "sealed_json \"m['layers'][0]['index'] = '0'\""
+damaged_case manifest-tied-forward "layers[0].tied_to must be the index of an earlier layer" \
+  "sealed_json \"m['layers'][0]['tied_to'] = 3\""
+damaged_case manifest-without-topology "manifest.json: \"topology\" is missing" \
+  "sealed_json \"del m['topology']\""
 damaged_case no-latest "latest is missing" "rm latest"
 damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "sealed 's|.*|{}|;1!d'"
 damaged_case unsealed-manifest "manifest.json: checksum mismatch (manifest.crc32 says" \
@@ -144,6 +154,12 @@ damaged_case symlinked-layer "layer_002.safetensors: a symbolic link; checkpoint
   "cp step_1/layer_002.safetensors ../elsewhere.safetensors && rm step_1/layer_002.safetensors && ln -s \"\$PWD/../elsewhere.safetensors\" step_1/layer_002.safetensors"
 damaged_case fifo-layer "layer_002.safetensors: not a regular file (a folder, FIFO or device?)" \
   "rm step_1/layer_002.safetensors && mkfifo step_1/layer_002.safetensors"
+
+# Export reads the same manifest: a missing index is one line, exit 2, no file.
+rm -rf "$work/noindex" && cp -r "$work/good" "$work/noindex"
+(cd "$work/noindex" && sealed_json "del m['layers'][2]['index']")
+expect_bad "checkpoint manifest-without-index (export)" "layers[2].index must be 2" \
+  export --checkpoint "$work/noindex" --out model.safetensors
 
 # A checkpoint's own config is trusted by eval only as far as its files reach.
 rm -rf "$work/inflated" && cp -r "$work/good" "$work/inflated"

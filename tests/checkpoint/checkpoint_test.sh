@@ -191,7 +191,7 @@ damaged "manifest edited, not resealed" "manifest.json: checksum mismatch \(mani
 damaged "missing manifest checksum" "manifest.crc32 is missing" 'rm step_3/manifest.crc32'
 damaged "no latest" "no checkpoint to load in .*latest is missing" 'rm latest'
 damaged "another model" "the checkpoint holds 7 layers, this model has 6" \
-  'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(m[\"layers\"][-1]);json.dump(m,open(\"step_3/manifest.json\",\"w\"))" && python3 "$here/reseal_manifest.py" step_3'
+  'python3 -c "import json;m=json.load(open(\"step_3/manifest.json\"));m[\"layers\"].append(dict(m[\"layers\"][-1], index=len(m[\"layers\"])));json.dump(m,open(\"step_3/manifest.json\",\"w\"))" && python3 "$here/reseal_manifest.py" step_3'
 damaged "other shapes" "layer_001.safetensors: tensor 'qkv.weight' is Float \[48, 8\], the model expects Float \[48, 16\]" \
   '"$python" "$here/replace_layer.py" step_3 layer_001.safetensors'
 damaged "optimizer state of another shape" "optimizer_001.safetensors: tensor 'qkv.weight/exp_avg' is \[48, 8\], which does not fit parameter 'qkv.weight' \[48, 16\]" \

@@ -128,6 +128,13 @@ TEST(Safetensors, DamagedBytesAreInputErrorsNamingTheSource) {
   std::string huge = good;
   huge[7] = 0x7f;
   EXPECT_NE(error(huge).find("does not fit"), std::string::npos);
+  // Two tensors claiming the same bytes (each range matching its shape) are refused.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  std::string overlapping(8, '\0');
+  for (int i = 0; i < 8; ++i) overlapping[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  overlapping += header + std::string(12, '\0');
+  EXPECT_EQ(error(overlapping), "f.safetensors: tensors 'a' and 'b' overlap in the file's bytes");
 }
 
 TEST(Safetensors, Crc32IsTheIeeeChecksum) {
