@@ -44,6 +44,15 @@ void check_output_directory(const std::filesystem::path& path, std::string_view 
   if (!std::filesystem::is_directory(folder)) {
     throw InputError(std::string(option) + ": folder " + folder.string() + " does not exist");
   }
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InputError(std::string(option) + ": " + path.string() +
+                     " is a folder; name the file to write");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw InputError(std::string(option) + ": cannot write into " + folder.string() + " (" +
+                     std::strerror(errno) + ")");
+  }
 }
 
 AtomicFileWriter::AtomicFileWriter(const std::filesystem::path& path, std::size_t buffer_bytes)

@@ -247,11 +247,17 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.model = models::make_builtin_model(job.config.model, model_group,
                                          context_parallel::Group{job.grid->context_comm()});
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
+  engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
+  if (data == DataUse::kRead) {
+    // Before the model is allocated: data too short for one sequence is refused at once.
+    // The data draws from generators of its own, so the order changes no number.
+    const io::Activity reading("reading the training data");
+    build_data(job);
+  }
   {
     const io::Activity building("building the model's layers");
     job.module = build_module(job);
   }
-  engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   job.effective = job_keys().write(job.config);
   {
     const io::Activity preparing("setting up the engine (fp32 masters, pipe buffers)");
@@ -267,10 +273,6 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
                                       !log.tensorboard.empty());
   seed_dropout(job);
-  if (data == DataUse::kRead) {
-    const io::Activity reading("reading the training data");
-    build_data(job);
-  }
   return job;
 }
 

@@ -185,6 +185,16 @@ expect_bad "cli: launch zero ranks" "-n must be at least 1, got 0" launch -n 0 -
 expect_bad "cli: launch a missing program" "program no-such-program not found" launch -n 2 -- no-such-program
 expect_bad "cli: schedule zero stages" "stages must be at least 1, got 0" schedule -m 2 -p 0
 expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simulate --kind pipedream -m 2 -p 2
+mkdir -p "$work/a-folder"
+expect_bad "cli: export onto a folder" "--out: $work/a-folder is a folder; name the file to write" \
+  export --checkpoint "$work/good" --out "$work/a-folder"
+cores=$(getconf _NPROCESSORS_ONLN)
+expect_bad "cli: calibrate with more ranks than cores" "calibrate runs one rank per core: this machine has $cores cores, the job $((cores + 1)) rank(s)" \
+  launch -n $((cores + 1)) -- "$pipetrain" calibrate --out cluster.json
+if ((cores > 1)); then
+  expect_bad "cli: calibrate with one rank" "calibrate runs one rank per core: this machine has $cores cores, the job 1 rank(s)" \
+    launch -n 1 -- "$pipetrain" calibrate --out cluster.json
+fi
 expect_bad "cli: export a missing checkpoint" "no checkpoint to load in /no/such/dir" export --checkpoint /no/such/dir --out model.safetensors
 expect_bad "cli: generate from a missing checkpoint" "no checkpoint to load in /no/such/dir" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir

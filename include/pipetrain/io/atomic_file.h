@@ -52,7 +52,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 // this process, if any (a signal handler calls it before the process dies).
 void remove_unfinished_file() noexcept;
 
-// Throws InputError naming `option` unless the folder that will hold `path` exists.
+// Throws InputError naming `option` unless the folder that will hold `path` exists and can be
+// written, and `path` itself is not a folder.
 void check_output_directory(const std::filesystem::path& path, std::string_view option);
 
 }  // namespace pipetrain::io
