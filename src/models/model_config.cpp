@@ -1,6 +1,13 @@
 #include "pipetrain/models/model_config.h"
 
 namespace pipetrain::models {
+namespace {
+
+// Blocks of a built-in model: 16384 is far past any trained model, and keeps work sized by
+// the layer count bounded (the planner balances stages in layers² steps).
+const config::Range kLayers = config::within(1, 16384);
+
+}  // namespace
 
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
@@ -12,7 +19,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")
         .integer("model.d_model", PIPETRAIN_FIELD(gpt.d_model), "width, divisible by `heads`")
         .integer("model.heads", PIPETRAIN_FIELD(gpt.heads), "attention heads")
-        .integer("model.layers", PIPETRAIN_FIELD(gpt.layers), "transformer blocks")
+        .integer("model.layers", PIPETRAIN_FIELD(gpt.layers), "transformer blocks", kLayers)
         .number("model.dropout", PIPETRAIN_FIELD(gpt.dropout), "dropout, in [0, 1)")
         .choice("model.activation", PIPETRAIN_FIELD(gpt.gelu),
                 config::Names<Gelu>{{"gelu", Gelu::kExact}, {"gelu_tanh", Gelu::kTanh}},
@@ -28,7 +35,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                  "key/value heads, dividing `heads` (grouped-query attention)")
         .integer("model.intermediate_size", PIPETRAIN_FIELD(llama.intermediate_size),
                  "the SwiGLU MLP's width")
-        .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks")
+        .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks", kLayers)
         .number("model.rope_theta", PIPETRAIN_FIELD(llama.rope_theta), "rotary embeddings' base")
         .number("model.rms_norm_eps", PIPETRAIN_FIELD(llama.rms_norm_eps),
                 "added to the RMSNorm's mean square")
@@ -43,7 +50,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
         .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")
         .integer("model.outputs", PIPETRAIN_FIELD(mlp.outputs), "outputs (or classes)")
-        .integer("model.layers", PIPETRAIN_FIELD(mlp.layers), "linear layers")
+        .integer("model.layers", PIPETRAIN_FIELD(mlp.layers), "linear layers", kLayers)
         .choice("model.task", PIPETRAIN_FIELD(mlp.task),
                 config::spellings({"regression", "classification"}),
                 "the loss: MSE or cross-entropy");

@@ -164,7 +164,7 @@ class StageCosting {
 };
 
 std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Layout& l) {
-  const module::Partition parts = split_layers(w, l.pipe * l.chunks);
+  const module::Partition& parts = w.partition(l.pipe * l.chunks);
   const StageCosting costing(w, c, l);
   std::vector<StageWork> stages(l.pipe);
   std::vector<std::set<std::string>> ties(l.pipe);
@@ -389,6 +389,14 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
 
 Workload::Workload(models::ModelConfig model_, engine::TrainingConfig training_)
     : model(std::move(model_)), training(std::move(training_)), layers(layer_costs(model)) {}
+
+const module::Partition& Workload::partition(int virtual_stages) const {
+  const std::lock_guard lock(partitions_mutex_);
+  auto found = partitions_.find(virtual_stages);
+  if (found == partitions_.end())
+    found = partitions_.emplace(virtual_stages, split_layers(*this, virtual_stages)).first;
+  return found->second;
+}
 
 bool Workload::half_precision() const {
   return training.precision.dtype != Precision::kFp32;

@@ -63,6 +63,9 @@ expect_bad "schedule whose passes multiply past the bound" \
 expect_bad "plan with 2^40 nodes" "plan: 1099511627776 nodes of 8 devices: at most 1048576 devices in all" \
   plan --config "$corpus/../../examples/gpt-small.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
   --global-batch 64 --nodes 1099511627776
+expect_bad "plan of ten million layers" "model.layers must be in 1..16384, got 10000000" \
+  plan --config "$corpus/configs/82-layers-beyond-bound.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
+  --global-batch 64
 schedule_config() { # name, pipeline section
   printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2, %s}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"}\n' "$2" >"$work/$1.json"
 }

@@ -1,10 +1,13 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/module/partition.h"
 #include "pipetrain/planner/cluster.h"
 #include "pipetrain/planner/layer_cost.h"
 #include "pipetrain/planner/layout.h"
@@ -21,6 +24,13 @@ struct Workload {
   Workload(models::ModelConfig model, engine::TrainingConfig training);
   bool half_precision() const;
   int element_bytes() const;  // of weights, gradients and activations
+  // The layers split into `virtual_stages` as the engine would split them; worked out once
+  // per count (balancing costs stages · layers² steps, and the planner asks per layout).
+  const module::Partition& partition(int virtual_stages) const;
+
+ private:
+  mutable std::mutex partitions_mutex_;
+  mutable std::map<int, module::Partition> partitions_;
 };
 
 // Bytes one rank of a stage holds at its peak, by what holds them.
