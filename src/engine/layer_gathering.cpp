@@ -36,11 +36,18 @@ std::vector<int> LayerGathering::neighbours(int layer, int step, int count) cons
   return found;
 }
 
+std::set<int> LayerGathering::buckets_of(const std::vector<int>& layers) const {
+  std::set<int> found;
+  for (int layer : layers) found.insert(buckets(layer).begin(), buckets(layer).end());
+  return found;
+}
+
 void LayerGathering::want(int layer, int step) {
   const std::vector<int> ahead = neighbours(layer, step, options_.prefetch);
   if (options_.reshard_after_forward) {
-    std::set<int> wanted(buckets(layer).begin(), buckets(layer).end());
-    for (int other : ahead) wanted.insert(buckets(other).begin(), buckets(other).end());
+    std::vector<int> layers = ahead;
+    layers.push_back(layer);
+    const std::set<int> wanted = buckets_of(layers);
     for (int k = 0; k < parameters_->buckets(); ++k) {
       if (!wanted.count(k)) parameters_->release(k);
     }
@@ -59,9 +66,7 @@ void LayerGathering::before_forward(int layer) {
 module::Activation LayerGathering::after_forward(int layer, module::Activation output) {
   if (options_.reshard_after_forward) {
     // Released unless the next layers share a bucket with it (a module used twice).
-    std::set<int> ahead;
-    for (int other : neighbours(layer, 1, options_.prefetch))
-      ahead.insert(buckets(other).begin(), buckets(other).end());
+    const std::set<int> ahead = buckets_of(neighbours(layer, 1, options_.prefetch));
     for (int k : buckets(layer)) {
       if (!ahead.count(k)) parameters_->release(k);
     }

@@ -52,6 +52,7 @@ class LayerGathering : public module::LayerHooks,
   // or started (the rest); with resharding, every other gathered bucket released first.
   void want(int layer, int step);
   const std::vector<int>& buckets(int layer) const;
+  std::set<int> buckets_of(const std::vector<int>& layers) const;
 
   std::shared_ptr<ShardedParameters> parameters_;
   std::vector<std::pair<int, int>> chunks_;
