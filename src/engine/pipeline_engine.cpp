@@ -9,6 +9,7 @@
 
 #include "pipetrain/comm/job_failure.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/module/auxiliary_loss.h"
 #include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
@@ -340,6 +341,9 @@ double PipelineEngine::execute_steps(const Program& program, Run& run) {
     grid_->world_comm()->barrier();  // a shared time origin
     run.record_origin = Clock::now();
   }
+  // Layers' auxiliary losses weigh in the gradients as each micro-batch's loss does.
+  std::optional<module::AuxiliaryLossScale> auxiliary_scale;
+  if (run.training) auxiliary_scale.emplace(optimizer_->loss_scale() / micro_batches());
   comm::ScopedWaitContext context(current_);
   current_.stage = grid_->stage_id();
   current_.chunks = shape_.chunks;

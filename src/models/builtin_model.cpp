@@ -23,7 +23,7 @@ BuiltinModel language_model(std::vector<module::LayerSpec> layers,
 }  // namespace
 
 std::string builtin_types_reading(bool tokens) {
-  return tokens ? "\"gpt\" or \"llama\"" : "\"mlp\"";
+  return tokens ? "\"gpt\", \"llama\" or \"mixtral\"" : "\"mlp\"";
 }
 
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
@@ -32,9 +32,12 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
     const GptConfig& g = config.gpt;
     return language_model(gpt_layers(g, group, context), group, context, g.vocab_size, g.context);
   }
-  if (config.type == "llama") {
+  if (llama_family(config)) {
     const LlamaConfig& l = config.llama;
-    return language_model(llama_layers(l, group, context), group, context, l.vocab_size, l.context);
+    std::optional<MoeConfig> moe;
+    if (config.type == "mixtral") moe = config.moe;
+    return language_model(llama_layers(l, group, context, moe), group, context, l.vocab_size,
+                          l.context);
   }
   if (context.parallel()) {
     throw io::InputError("context_parallel " + std::to_string(context.size()) +

@@ -9,6 +9,7 @@
 
 #include "layer_rules.h"
 #include "pipetrain/models/kv_cache.h"
+#include "pipetrain/models/moe.h"
 #include "pipetrain/models/packed_documents.h"
 #include "pipetrain/tensor_parallel/layers.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
@@ -91,9 +92,11 @@ TORCH_MODULE(LlamaEmbedding);
 // A decoder block. Each rank of the tensor-parallel group computes heads / size query
 // heads, the num_key_value_heads / size key/value heads they read, and intermediate_size
 // / size MLP features; the residual stream and the norms are replicated (split along the
-// sequence under sequence parallelism).
+// sequence under sequence parallelism). With `moe`, the MLP is a mixture of experts of
+// intermediate_size each (Mixtral).
 struct LlamaBlockImpl : torch::nn::Module {
-  LlamaBlockImpl(const LlamaConfig& c, const Group& group, const ContextGroup& context_)
+  LlamaBlockImpl(const LlamaConfig& c, const std::optional<MoeConfig>& moe_config,
+                 const Group& group, const ContextGroup& context_)
       : context(context_),
         head_dim(c.d_model / c.heads),
         rope_theta(c.rope_theta),
@@ -109,13 +112,19 @@ struct LlamaBlockImpl : torch::nn::Module {
                                            kLlamaLinear))),
         o_proj(register_module(
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
-        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
-        gate_proj(register_module("gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size,
-                                                                    group, kLlamaLinear))),
-        up_proj(register_module(
-            "up_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLlamaLinear))),
-        down_proj(register_module(
-            "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLlamaLinear))) {}
+        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))) {
+    if (moe_config) {
+      moe = register_module(
+          "moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config, group, kInitStd));
+      return;
+    }
+    gate_proj = register_module(
+        "gate_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLlamaLinear));
+    up_proj = register_module(
+        "up_proj", ColumnParallelLinear(c.d_model, c.intermediate_size, group, kLlamaLinear));
+    down_proj = register_module(
+        "down_proj", RowParallelLinear(c.intermediate_size, c.d_model, group, kLlamaLinear));
+  }
 
   // documents: packed documents' ids [batch, whole seq], or undefined.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& documents) {
@@ -123,6 +132,7 @@ struct LlamaBlockImpl : torch::nn::Module {
       throw std::invalid_argument("a LLaMA block takes [batch, seq, d_model] activations");
     const at::Tensor h = x + o_proj(attend(attention_norm(x), documents));
     const at::Tensor n = mlp_norm(h);
+    if (moe) return h + moe(n);
     return h + down_proj(at::silu(gate_proj(n)) * up_proj(n));
   }
 
@@ -179,10 +189,31 @@ struct LlamaBlockImpl : torch::nn::Module {
   ColumnParallelLinear q_proj, k_proj, v_proj;
   RowParallelLinear o_proj;
   RmsNorm mlp_norm;
-  ColumnParallelLinear gate_proj, up_proj;
-  RowParallelLinear down_proj;
+  ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};  // a dense block's MLP
+  RowParallelLinear down_proj{nullptr};
+  MoeFeedForward moe{nullptr};  // a Mixtral block's
 };
 TORCH_MODULE(LlamaBlock);
+
+void check(const MoeConfig& m, const Group& group, const ContextGroup& context) {
+  require_positive(m.experts, "experts");
+  require_positive(m.experts_per_token, "experts_per_token");
+  if (m.experts_per_token > m.experts) {
+    throw io::InputError("model.experts_per_token (" + std::to_string(m.experts_per_token) +
+                         ") must be at most model.experts (" + std::to_string(m.experts) + ")");
+  }
+  if (m.shared_experts < 0) throw io::InputError("model.shared_experts must be at least 0");
+  if (!(m.capacity_factor >= 0))
+    throw io::InputError("model.capacity_factor must be at least 0 (0: dropless)");
+  // The router's per-sequence statistics and capacities need a sequence's tokens together.
+  if (context.parallel()) {
+    throw io::InputError("model.type mixtral routes whole sequences: context_parallel " +
+                         std::to_string(context.size()) + " is not supported with it");
+  }
+  if (group.sequence_parallel && group.parallel())
+    throw io::InputError("model.type mixtral routes whole sequences: sequence_parallel is not "
+                         "supported with it");
+}
 
 void check(const LlamaConfig& c, const Group& group, const ContextGroup& context) {
   require_positive(c.vocab_size, "vocab_size");
@@ -217,8 +248,10 @@ module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
 }  // namespace
 
 std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& group,
-                                            const ContextGroup& context) {
+                                            const ContextGroup& context,
+                                            const std::optional<MoeConfig>& moe) {
   check(c, group, context);
+  if (moe) check(*moe, group, context);
   const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
   std::vector<module::LayerSpec> specs;
 
@@ -232,11 +265,15 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   }
   specs.push_back(embedding);
 
-  const int64_t block_parameters =
-      2 * d + 2 * d * d + 2 * d * kv_width + 3 * d * c.intermediate_size;
+  const int64_t mlp_parameters =
+      moe ? moe->experts * (d + 3 * d * c.intermediate_size) +
+                3 * d * moe->shared_experts * c.intermediate_size
+          : 3 * d * c.intermediate_size;
+  const int64_t block_parameters = 2 * d + 2 * d * d + 2 * d * kv_width + mlp_parameters;
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(document_layer<LlamaBlock>(
-        "LlamaBlock", [c, group, context] { return LlamaBlock(c, group, context); },
+        moe ? "MixtralBlock" : "LlamaBlock",
+        [c, moe, group, context] { return LlamaBlock(c, moe, group, context); },
         [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(

@@ -12,7 +12,7 @@ const config::Range kLayers = config::within(1, 16384);
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "llama", "mlp"}),
+    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "llama", "mixtral", "mlp"}),
              "the built-in model");
     t.when([](const ModelConfig& c) { return c.type == "gpt"; }, "model.type gpt")
         .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
@@ -26,7 +26,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "the MLP's GELU: exact, or the tanh approximation (GPT-2)")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when([](const ModelConfig& c) { return c.type == "llama"; }, "model.type llama")
+    t.when(llama_family, "model.type llama or mixtral")
         .integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(llama.context), "longest sequence")
         .integer("model.d_model", PIPETRAIN_FIELD(llama.d_model), "width, divisible by `heads`")
@@ -41,7 +41,28 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "added to the RMSNorm's mean square")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when([](const ModelConfig& c) { return c.type != "mlp"; }, "model.type gpt or llama")
+    t.when([](const ModelConfig& c) { return c.type == "mixtral"; }, "model.type mixtral")
+        .integer("model.experts", PIPETRAIN_FIELD(moe.experts),
+                 "experts in each MoE layer (num_local_experts)", config::at_least(1))
+        .integer("model.experts_per_token", PIPETRAIN_FIELD(moe.experts_per_token),
+                 "experts computing each token: the router's top k (num_experts_per_tok)",
+                 config::at_least(1))
+        .choice("model.router_score", PIPETRAIN_FIELD(moe.score),
+                config::Names<RouterScore>{{"softmax", RouterScore::kSoftmax},
+                                           {"sigmoid", RouterScore::kSigmoid}},
+                "the router's scores: softmax over the experts (Mixtral) or a sigmoid each "
+                "(DeepSeek-V3)")
+        .integer("model.shared_experts", PIPETRAIN_FIELD(moe.shared_experts),
+                 "experts every token passes through besides the routed ones (DeepSeek-V3)",
+                 config::at_least(0))
+        .number("model.router_aux_loss_coef", PIPETRAIN_FIELD(moe.router_aux_loss_coef),
+                "weight of the load-balancing loss (1 when the experts are used evenly)")
+        .number("model.router_z_loss_coef", PIPETRAIN_FIELD(moe.router_z_loss_coef),
+                "weight of the router z-loss")
+        .number("model.capacity_factor", PIPETRAIN_FIELD(moe.capacity_factor),
+                "0: dropless; else an expert takes at most capacity_factor x its even share of "
+                "a sequence's tokens, the rest dropped");
+    t.when([](const ModelConfig& c) { return c.type != "mlp"; }, "model.type gpt, llama or mixtral")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),

@@ -1,5 +1,6 @@
 #include "pipetrain/module/activation_checkpoint.h"
 
+#include "pipetrain/module/auxiliary_loss.h"
 #include "pipetrain/module/rng_state.h"
 
 #include <ATen/ATen.h>
@@ -52,6 +53,16 @@ class ScopedRngStates {
   std::vector<at::Tensor> current_;
 };
 
+thread_local int recomputations = 0;
+
+// Marks this thread as recomputing while alive.
+struct Recomputation {
+  Recomputation() { ++recomputations; }
+  ~Recomputation() { --recomputations; }
+  Recomputation(const Recomputation&) = delete;
+  Recomputation& operator=(const Recomputation&) = delete;
+};
+
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   // `parameters` are inputs only so that the outputs require grad whenever the layers'
@@ -65,6 +76,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     for (const auto& device : rng_devices(inputs)) states.push_back(rng_state(device));
     ctx->saved_data["rng"] = states;
     ctx->saved_data["function"] = at::IValue::make_capsule(holder);
+    ctx->saved_data["auxiliary_loss_scale"] = auxiliary_loss_scale();
     ctx->save_for_backward(inputs);
     variable_list outputs;
     {
@@ -89,6 +101,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     {
       ScopedRngStates rng(rng_devices(inputs), ctx->saved_data["rng"].toTensorVector());
       at::AutoGradMode grad(true);
+      const Recomputation recomputation;
+      // Auxiliary losses attached again weigh what they weighed in the first run.
+      const AuxiliaryLossScale scale(ctx->saved_data["auxiliary_loss_scale"].toDouble());
       outputs = holder->function(inputs);
     }
     variable_list differentiable;
@@ -115,5 +130,7 @@ Activation checkpointed(const LayerFunction& function, const Activation& inputs,
   return CheckpointFunction::apply(c10::make_intrusive<FunctionHolder>(function),
                                    at::TensorList(inputs), at::TensorList(parameters));
 }
+
+bool recomputing() { return recomputations > 0; }
 
 }  // namespace pipetrain::module

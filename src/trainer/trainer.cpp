@@ -23,6 +23,7 @@
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/job.h"
+#include "pipetrain/trainer/expert_statistics.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/output_paths.h"
@@ -76,6 +77,7 @@ class RunLog {
         leader_(job.grid->global_rank() == 0),
         on_gpus_(any_rank_on_gpu(*job.engine)),
         reports_memory_(on_gpus_ || job.config.trainer.memory_breakdown),
+        experts_(job.config.model.type == "mixtral" ? job.config.model.moe.experts : 0),
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
@@ -100,6 +102,8 @@ class RunLog {
     // Optimizer state appears at the first step taken and keeps its size: gathered once.
     if (optimizer_state_summary(optimizer_bytes_).empty())
       optimizer_bytes_ = gather_optimizer_state_bytes(*job_.engine);
+    std::optional<ExpertStatistics> experts;
+    if (experts_ > 0) experts = gather_expert_statistics(engine, experts_);
     if (!leader_) return;
     const bool fp16 = job_.config.engine.precision.dtype == engine::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
@@ -109,6 +113,7 @@ class RunLog {
                      (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
                                  " skipped " + std::to_string(engine.skipped_steps())
                            : std::string()) +
+                         (experts ? experts->summary() : std::string()) +
                          optimizer_state_summary(optimizer_bytes_) + memory_summary(memory));
     if (s.validation_loss) {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
@@ -125,6 +130,7 @@ class RunLog {
         {"tokens_per_s", tokens / s.seconds},
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
+    if (experts) record["moe"] = experts->to_json();
     record["optimizer_state_bytes"] = optimizer_bytes_;  // per rank, in rank order
     if (!memory.empty()) {                               // per rank, in rank order
       const std::string device = on_gpus_ ? "gpu" : "cpu";
@@ -167,6 +173,7 @@ class RunLog {
   bool leader_;
   bool on_gpus_;         // some rank computes on a GPU
   bool reports_memory_;  // GPU memory, or CPU memory counted for memory_breakdown
+  int64_t experts_;      // of the model's MoE layers; 0: a dense model
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<tensorboard::TensorBoardWriter> tensorboard_;

@@ -409,6 +409,49 @@ void expect_new_schedule_matches_one_process(schedule::Kind schedule, int chunks
   }
 }
 
+// Mixtures of experts under every schedule at pipe 2 (x data 2 where the world allows):
+// each block's auxiliary losses added on the stage that computes it and scaled as the
+// loss, dropless with activation checkpointing and clipping, and with a capacity factor
+// that drops tokens; ZeRO 1 and 2 on the first schedule.
+TEST(Experts, EveryScheduleMatchesOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  if (world->size() % 2 != 0 || world->size() > 4) GTEST_SKIP() << "pipe 2 x data 1 or 2";
+  const int pipe = 2, data = world->size() / 2;
+  auto grid =
+      std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
+  const std::vector<std::pair<schedule::Kind, int>> schedules = {
+      {schedule::Kind::k1F1B, 1},          {schedule::Kind::kGpipe, 1},
+      {schedule::Kind::kInterleaved, 2},   {schedule::Kind::kZbH1, 1},
+      {schedule::Kind::kZbH2, 1},          {schedule::Kind::kInterleavedZb, 2},
+      {schedule::Kind::kLoopedBfs, 2},     {schedule::Kind::kZbv, 2},
+      {schedule::Kind::kDualPipeV, 2}};
+  for (const auto& [schedule, chunks] : schedules) {
+    SCOPED_TRACE(std::string(schedule::name(schedule)));
+    const std::string deep = chunks > 1 ? "-deep" : "";
+    for (const Case& c :
+         {Case{"mixtral" + deep, 4, 1, 0.05}, Case{"mixtral-capacity-shared" + deep, 4, 0, 0.0}}) {
+      if (runs(schedule, c.micro_batches, pipe, chunks))
+        expect_case_matches_one_process(c, grid, schedule, chunks);
+    }
+  }
+  if (data == 1) return;
+  const Case c{"mixtral-capacity", 4, 1, 0.05};
+  const auto samples = dataset(c, data);
+  const Reference reference = reference_run(c, data, samples);
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("ZeRO stage " + std::to_string(stage));
+    engine::TrainingConfig config = training_config(c, pipe);
+    config.zero.stage = stage;
+    config.zero.reduce_bucket_size = 1000;
+    config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
+    auto module = stage_module(c, *grid, config);
+    PipelineEngine engine(module, grid, config);
+    data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
+    train_and_compare(engine, loader, reference, on_gpu() ? 1e-4 : 1e-5);
+  }
+}
+
 class NewSchedules : public ::testing::TestWithParam<std::pair<schedule::Kind, int>> {};
 
 TEST_P(NewSchedules, MatchOneProcess) {

@@ -28,8 +28,8 @@ models::ModelConfig model_config(const std::string& model) {
   if (model == "mlp") {
     config.type = "mlp";
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
-  } else if (model.rfind("llama", 0) == 0) {
-    config.type = "llama";
+  } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0) {
+    config.type = model.rfind("llama", 0) == 0 ? "llama" : "mixtral";
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,
@@ -39,6 +39,15 @@ models::ModelConfig model_config(const std::string& model) {
                     .layers = model.find("-deep") != std::string::npos ? 6 : 2,
                     .tie_embeddings = model.find("tied") != std::string::npos &&
                                       model.find("untied") == std::string::npos};
+    // Auxiliary losses weighty enough to move the router visibly.
+    config.moe = {.experts = 4, .experts_per_token = 2};
+    config.moe.router_aux_loss_coef = 0.1;
+    config.moe.router_z_loss_coef = 0.01;
+    if (model.find("-capacity") != std::string::npos) config.moe.capacity_factor = 1.0;
+    if (model.find("-shared") != std::string::npos) {
+      config.moe.score = models::RouterScore::kSigmoid;
+      config.moe.shared_experts = 1;
+    }
   } else {
     config.gpt = {.vocab_size = 20,
                   .context = model.find("-ctx8") != std::string::npos ? 8 : 6,

@@ -1,9 +1,11 @@
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/models/llama_config.h"
+#include "pipetrain/models/moe_config.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/tensor_parallel/group.h"
 
@@ -17,8 +19,11 @@ namespace pipetrain::models {
 // tensor-parallel group the embedding, query and key/value heads, MLP and head are split
 // over it; the full weights are the same for every group size. With a context-parallel
 // group, as gpt_layers (rotary embeddings at the true positions). The loss is gpt_loss().
+// With `moe` each block's MLP is a mixture of experts (moe.h) of intermediate_size each:
+// transformers' MixtralForCausalLM (not with context or sequence parallelism).
 std::vector<module::LayerSpec> llama_layers(const LlamaConfig& config,
                                             const tensor_parallel::Group& group = {},
-                                            const context_parallel::Group& context = {});
+                                            const context_parallel::Group& context = {},
+                                            const std::optional<MoeConfig>& moe = {});
 
 }  // namespace pipetrain::models

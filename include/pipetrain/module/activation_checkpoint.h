@@ -12,4 +12,8 @@ namespace pipetrain::module {
 Activation checkpointed(const LayerFunction& function, const Activation& inputs,
                         const std::vector<at::Tensor>& parameters);
 
+// Whether a checkpointed function is running again for its backward now (on this thread),
+// so that what its first run recorded is not recorded twice.
+bool recomputing();
+
 }  // namespace pipetrain::module
