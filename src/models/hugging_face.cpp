@@ -66,7 +66,9 @@ std::string architecture_of(const nlohmann::json& hf, const HfFields& fields) {
   const std::string type = fields.text("model_type", "");
   if (type == "gpt2") return "GPT2LMHeadModel";
   if (type == "llama") return "LlamaForCausalLM";
-  fields.refuse("architectures", "is missing (and model_type is not \"gpt2\" or \"llama\")");
+  if (type == "mixtral") return "MixtralForCausalLM";
+  fields.refuse("architectures",
+                "is missing (and model_type is not \"gpt2\", \"llama\" or \"mixtral\")");
 }
 
 GptConfig gpt2_from_hf(const HfFields& f) {
@@ -131,6 +133,18 @@ LlamaConfig llama_from_hf(const HfFields& f) {
   return l;
 }
 
+// A Mixtral's MoE settings; the dense sizes are a LLaMA's.
+MoeConfig mixtral_from_hf(const HfFields& f) {
+  MoeConfig m;
+  m.experts = f.integer("num_local_experts");
+  m.experts_per_token = f.integer("num_experts_per_tok");
+  m.router_aux_loss_coef = f.number("router_aux_loss_coef", 0.001);
+  if (f.number("router_jitter_noise", 0.0) != 0)
+    f.refuse("router_jitter_noise", "must be 0 (the router's inputs are not jittered)");
+  if (f.present("sliding_window")) f.refuse("sliding_window", "is not supported (full attention)");
+  return m;
+}
+
 void add(std::vector<HfTensor>& tensors, const std::string& hf, int layer, const std::string& name,
          bool transposed = false) {
   tensors.push_back({hf, "layers." + std::to_string(layer) + "." + name, transposed});
@@ -164,7 +178,22 @@ std::vector<HfTensor> gpt2_tensors(const GptConfig& g) {
   return t;
 }
 
-std::vector<HfTensor> llama_tensors(const LlamaConfig& l) {
+// transformers' MixtralSparseMoeBlock: the router is `gate`, expert j's gate, down and up
+// projections are w1, w2 and w3.
+void add_mixtral_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i) {
+  const std::string moe = "model.layers." + std::to_string(i) + ".block_sparse_moe.";
+  add(t, moe + "gate.weight", i + 1, "moe.router");
+  const std::pair<const char*, const char*> weights[] = {
+      {"w1", "moe.gate_proj"}, {"w2", "moe.down_proj"}, {"w3", "moe.up_proj"}};
+  for (const auto& [hf, ours] : weights) {
+    for (int64_t e = 0; e < m.experts; ++e) {
+      t.push_back({moe + "experts." + std::to_string(e) + "." + hf + ".weight",
+                   "layers." + std::to_string(i + 1) + "." + ours, false, e});
+    }
+  }
+}
+
+std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) {
   std::vector<HfTensor> t;
   add(t, "model.embed_tokens.weight", 0, "tokens.weight");
   const std::pair<const char*, const char*> weights[] = {
@@ -175,9 +204,11 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l) {
       {"mlp.down_proj", "down_proj"}};
   for (int i = 0; i < l.layers; ++i) {
     for (const auto& [hf, ours] : weights) {
+      if (moe && std::string(hf).rfind("mlp.", 0) == 0) continue;
       add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
           std::string(ours) + ".weight");
     }
+    if (moe) add_mixtral_experts(t, *moe, i);
   }
   const int final_norm = static_cast<int>(l.layers) + 1;
   add(t, "model.norm.weight", final_norm, "weight");
@@ -187,7 +218,18 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l) {
 
 io::InputError no_transformers_format(const ModelConfig& config) {
   return io::InputError("model.type \"" + config.type +
-                        "\" has no transformers format (only \"gpt\" and \"llama\")");
+                        "\" has no transformers format (only \"gpt\", \"llama\" and "
+                        "\"mixtral\")");
+}
+
+// A Mixtral transformers computes: softmax scores, no shared experts.
+void check_mixtral_format(const MoeConfig& m) {
+  if (m.score != RouterScore::kSoftmax)
+    throw io::InputError(
+        "model.router_score \"sigmoid\" has no transformers format (Mixtral's "
+        "router is a softmax)");
+  if (m.shared_experts > 0)
+    throw io::InputError("model.shared_experts has no transformers format (Mixtral has none)");
 }
 
 }  // namespace
@@ -202,10 +244,14 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
   } else if (architecture == "LlamaForCausalLM") {
     config.type = "llama";
     config.llama = llama_from_hf(fields);
+  } else if (architecture == "MixtralForCausalLM") {
+    config.type = "mixtral";
+    config.llama = llama_from_hf(fields);
+    config.moe = mixtral_from_hf(fields);
   } else {
     fields.refuse("architectures", "\"" + architecture +
                                        "\" is not one pipetrain imports (GPT2LMHeadModel, "
-                                       "LlamaForCausalLM)");
+                                       "LlamaForCausalLM, MixtralForCausalLM)");
   }
   // Special tokens, where config.json names one of each (a list or null names none here).
   auto token = [&](const char* name) {
@@ -237,26 +283,37 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
             {"tie_word_embeddings", g.tie_embeddings},
             {"torch_dtype", "float32"}};
   }
-  if (config.type == "llama") {
+  if (llama_family(config)) {
     const LlamaConfig& l = config.llama;
-    return {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"vocab_size", l.vocab_size},
-            {"max_position_embeddings", l.context},
-            {"hidden_size", l.d_model},
-            {"num_attention_heads", l.heads},
-            {"num_key_value_heads", l.num_key_value_heads},
-            {"head_dim", l.d_model / l.heads},
-            {"intermediate_size", l.intermediate_size},
-            {"num_hidden_layers", l.layers},
-            {"rope_theta", l.rope_theta},  // transformers 4; 5 reads rope_parameters
-            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", l.rope_theta}}},
-            {"rms_norm_eps", l.rms_norm_eps},
-            {"hidden_act", "silu"},
-            {"attention_bias", false},
-            {"mlp_bias", false},
-            {"tie_word_embeddings", l.tie_embeddings},
-            {"torch_dtype", "float32"}};
+    const bool mixtral = config.type == "mixtral";
+    nlohmann::json hf = {
+        {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+        {"model_type", config.type},
+        {"vocab_size", l.vocab_size},
+        {"max_position_embeddings", l.context},
+        {"hidden_size", l.d_model},
+        {"num_attention_heads", l.heads},
+        {"num_key_value_heads", l.num_key_value_heads},
+        {"head_dim", l.d_model / l.heads},
+        {"intermediate_size", l.intermediate_size},
+        {"num_hidden_layers", l.layers},
+        {"rope_theta", l.rope_theta},  // transformers 4; 5 reads rope_parameters
+        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", l.rope_theta}}},
+        {"rms_norm_eps", l.rms_norm_eps},
+        {"hidden_act", "silu"},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", l.tie_embeddings},
+        {"torch_dtype", "float32"}};
+    if (!mixtral) return hf;
+    check_mixtral_format(config.moe);
+    hf["num_local_experts"] = config.moe.experts;
+    hf["num_experts_per_tok"] = config.moe.experts_per_token;
+    hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;
+    hf["router_jitter_noise"] = 0.0;
+    hf["sliding_window"] = nullptr;
+    hf["output_router_logits"] = false;
+    return hf;
   }
   throw no_transformers_format(config);
 }
@@ -275,7 +332,11 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
   if (config.type == "gpt") return gpt2_tensors(config.gpt);
-  if (config.type == "llama") return llama_tensors(config.llama);
+  if (config.type == "llama") return llama_tensors(config.llama, nullptr);
+  if (config.type == "mixtral") {
+    check_mixtral_format(config.moe);
+    return llama_tensors(config.llama, &config.moe);
+  }
   throw no_transformers_format(config);
 }
 

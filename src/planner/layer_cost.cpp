@@ -118,28 +118,68 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   return layers;
 }
 
-std::vector<LayerCost> llama_costs(const models::LlamaConfig& c) {
+// A mixture of experts over s tokens, each computed by k of the experts: the router's
+// logits, the chosen experts' SwiGLU MLPs (gathered by expert, weighted and summed back)
+// and the shared experts'. The router and the routed experts are replicated over a
+// tensor-parallel group; the shared experts split over it.
+void add_experts(LayerCost& block, const models::MoeConfig& m, double s, double d, double ffn) {
+  LayerCost routed;
+  add_linear(routed, s, d, static_cast<double>(m.experts));
+  const double chosen = s * static_cast<double>(m.experts_per_token);
+  add_linear(routed, chosen, d, 2 * ffn);
+  add_linear(routed, chosen, ffn, d);
+  block.forward_flops += routed.forward_flops;
+  block.backward_input_flops += routed.backward_input_flops;
+  block.backward_weight_flops += routed.backward_weight_flops;
+  block.replicated_forward_flops = routed.forward_flops;
+  block.replicated_backward_input_flops = routed.backward_input_flops;
+  block.replicated_backward_weight_flops = routed.backward_weight_flops;
+  const double shared = static_cast<double>(m.shared_experts) * ffn;
+  add_linear(block, s, d, 2 * shared);
+  add_linear(block, s, shared, d);
+  // Kept for backward: the gathered inputs and the weighted outputs, each expert's gate,
+  // up, silu(gate) and product; the router's logits and scores (float32).
+  block.saved += 2 * chosen * d + 4 * chosen * ffn;
+  block.saved_fp32 += 2 * s * static_cast<double>(m.experts);
+  block.split_saved += 4 * s * shared;
+  block.workspace += 2 * chosen * ffn;
+  block.traffic += 4 * chosen * d;  // gathered by expert and summed back
+}
+
+std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
+                                   const models::MoeConfig* moe = nullptr) {
   const int64_t d = c.d_model, s = c.context, ffn = c.intermediate_size;
   const int64_t kv = d / c.heads * c.num_key_value_heads;  // key (and value) width
   std::vector<LayerCost> layers{
       embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
   LayerCost block;
-  block.type = "LlamaBlock";
-  block.parameters = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * ffn;
+  block.type = moe ? "MixtralBlock" : "LlamaBlock";
+  const int64_t attention = 2 * d * d + 2 * d * kv;
+  block.parameters = 2 * d + attention + 3 * d * ffn;
   block.split_parameters = block.parameters - 2 * d;
   block.largest_tensor = std::max(d * d, d * ffn);  // q/o, or gate/up/down
   add_linear(block, s, d, d + 2 * kv);
   add_attention(block, s, d);
   add_linear(block, s, d, d);
-  add_linear(block, s, d, 2 * ffn);
-  add_linear(block, s, ffn, d);
   block.saved = static_cast<double>(4 * s * d);
-  // q, k, v and their rotated copies, the attention output and its merged copy; gate, up,
-  // silu(gate) and the product.
-  block.split_saved = static_cast<double>(s * (4 * d + 4 * kv) + 4 * s * ffn);
+  // q, k, v and their rotated copies, the attention output and its merged copy.
+  block.split_saved = static_cast<double>(s * (4 * d + 4 * kv));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
-  block.workspace = static_cast<double>(s * (2 * ffn + d));         // gate's and up's, the stream's
-  block.ring_elements = static_cast<double>(2 * s * kv);            // keys and values
+  block.workspace = static_cast<double>(s * d);                     // the stream's
+  if (moe) {
+    const int64_t shared = 3 * d * moe->shared_experts * ffn;
+    block.parameters = 2 * d + attention + moe->experts * (d + 3 * d * ffn) + shared;
+    block.split_parameters = attention + shared;
+    block.largest_tensor = std::max(d * d, moe->experts * d * ffn);  // every expert's gate
+    add_experts(block, *moe, static_cast<double>(s), static_cast<double>(d),
+                static_cast<double>(ffn));
+  } else {
+    add_linear(block, s, d, 2 * ffn);
+    add_linear(block, s, ffn, d);
+    block.split_saved += static_cast<double>(4 * s * ffn);  // gate, up, silu(gate), product
+    block.workspace += static_cast<double>(2 * s * ffn);    // gate's and up's gradients
+  }
+  block.ring_elements = static_cast<double>(2 * s * kv);  // keys and values
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.all_reduced = block.output;
@@ -181,8 +221,10 @@ double LayerCost::workspace_bytes(int t, int element_bytes, double batch) const 
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
   if (config.type == "gpt") return gpt_costs(config.gpt);
   if (config.type == "llama") return llama_costs(config.llama);
+  if (config.type == "mixtral") return llama_costs(config.llama, &config.moe);
   throw io::InputError("plan: model.type \"" + config.type +
-                       "\" cannot be costed; the planner knows \"gpt\" and \"llama\"");
+                       "\" cannot be costed; the planner knows \"gpt\", \"llama\" and "
+                       "\"mixtral\"");
 }
 
 }  // namespace pipetrain::planner

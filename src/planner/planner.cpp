@@ -27,7 +27,7 @@ bool allowed(const std::optional<T>& fixed, T value) {
 // The model-parallel sizes the model can take: dividing its heads (and key/value heads)
 // and its vocabulary, as the built-in models require.
 bool splits(const models::ModelConfig& m, int t) {
-  if (m.type == "llama")
+  if (models::llama_family(m))
     return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
            m.llama.vocab_size % t == 0 && m.llama.intermediate_size % t == 0;
   return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
@@ -37,7 +37,9 @@ bool splits(const models::ModelConfig& m, int t) {
 // rank's part splitting over t under sequence parallelism, as the built-in models require
 // (and the GPT's dropout is 0 under context parallelism).
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
-  const int64_t context = m.type == "llama" ? m.llama.context : m.gpt.context;
+  // A mixture of experts routes whole sequences on each rank.
+  if (m.type == "mixtral" && (c > 1 || (sequence_parallel && t > 1))) return false;
+  const int64_t context = models::llama_family(m) ? m.llama.context : m.gpt.context;
   if (c > 1 && (context % (2 * int64_t{c}) != 0 || (m.type == "gpt" && m.gpt.dropout > 0)))
     return false;
   return !sequence_parallel || (context / c) % t == 0;

@@ -85,13 +85,23 @@ class StageCosting {
       const double streaming =
           b * layer.traffic_bytes(l_.tensor, bytes_, sp) / c_.activation_streaming();
       const double ring = ring_pass_seconds(b * layer.ring_elements / l_.tensor * bytes_);
-      forward += b * layer.forward_flops / l_.tensor / flops + streaming + c_.layer_overhead +
-                 layer.forward_all_reduces * all_reduce + (l_.context - 1) * ring;
-      input += b * layer.backward_input_flops / l_.tensor / flops + 2 * streaming +
-               c_.layer_overhead + layer.backward_all_reduces * all_reduce +
+      const int t = l_.tensor;
+      forward +=
+          b * LayerCost::flops_per_rank(layer.forward_flops, layer.replicated_forward_flops, t) /
+              flops +
+          streaming + c_.layer_overhead + layer.forward_all_reduces * all_reduce +
+          (l_.context - 1) * ring;
+      input += b *
+                   LayerCost::flops_per_rank(layer.backward_input_flops,
+                                             layer.replicated_backward_input_flops, t) /
+                   flops +
+               2 * streaming + c_.layer_overhead + layer.backward_all_reduces * all_reduce +
                (l_.context - 1) * (1 + 4.0 / bytes_) * ring +
                (l_.context > 1 ? 4.0 / bytes_ * ring : 0.0);
-      weight += b * layer.backward_weight_flops / l_.tensor / flops;
+      weight += b *
+                LayerCost::flops_per_rank(layer.backward_weight_flops,
+                                          layer.replicated_backward_weight_flops, t) /
+                flops;
       saved += share * layer.saved_bytes(l_.tensor, bytes_, sp);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).

@@ -98,6 +98,16 @@ at::Tensor take(std::map<std::string, at::Tensor>& weights, const models::HfTens
   return tensor.to(at::kFloat);  // a transposed view is written in slices, never copied whole
 }
 
+// A parameter from its one tensor in the file, or stacked from each expert's.
+at::Tensor take_parameter(std::map<std::string, at::Tensor>& weights,
+                          const std::vector<models::HfTensor>& parts, at::IntArrayRef shape,
+                          const fs::path& folder) {
+  if (parts.size() == 1 && parts[0].expert < 0) return take(weights, parts[0], shape, folder);
+  std::vector<at::Tensor> experts;
+  for (const auto& part : parts) experts.push_back(take(weights, part, shape.slice(1), folder));
+  return at::stack(experts);
+}
+
 // Refuses tensors the model does not have (a tied head's copy and buffers such as
 // GPT-2's masks excepted, see models::hf_buffer).
 void check_all_used(const std::map<std::string, at::Tensor>& left, bool tied,
@@ -177,14 +187,14 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
     const tensor_parallel::SkippedInitialization uninitialised;
     return build_job(config, {}, DataUse::kNone);
   }();
-  std::map<std::string, models::HfTensor> by_name;
-  for (const auto& t : models::hf_tensors(model)) by_name.emplace(t.name, t);
+  std::map<std::string, std::vector<models::HfTensor>> by_name;  // several: each expert's
+  for (const auto& t : models::hf_tensors(model)) by_name[t.name].push_back(t);
   std::vector<engine::ParameterState> masters;
   for (const auto& [name, parameter] : job.module->named_parameters()) {
     const auto found = by_name.find("layers." + name);
     if (found == by_name.end())
       throw std::logic_error("no transformers name for parameter " + name);
-    masters.push_back({take(weights, found->second, parameter.sizes(), folder), {}});
+    masters.push_back({take_parameter(weights, found->second, parameter.sizes(), folder), {}});
   }
   check_all_used(weights, tied(model), folder);
   // The tokenizer first, so that `latest` names a checkpoint whose tokenizer is there; both
@@ -224,7 +234,8 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
     const auto found = tensors.find(t.name);
     if (found == tensors.end())
       throw io::InputError(checkpoint + ": no tensor " + t.name + " in the checkpoint");
-    hf.emplace_back(t.hf_name, t.transposed ? found->second.t() : found->second);
+    at::Tensor tensor = t.expert >= 0 ? found->second.select(0, t.expert) : found->second;
+    hf.emplace_back(t.hf_name, t.transposed ? tensor.t() : tensor);
   }
   fs::create_directories(out);
   io::AtomicFileWriter weights(fs::path(out) / kWeights);

@@ -1,9 +1,10 @@
 """Logits of transformers' own models against pipetrain's import of them, and back.
 
-Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH   (ARCH: gpt2, gpt2-untied, llama, llama-tied)
+Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH
+       (ARCH: gpt2, gpt2-untied, llama, llama-tied, mixtral)
 
 Creates a tiny random model with transformers, saves it (safetensors; the LLaMA in two
-shards), imports it with `pipetrain import`, computes `pipetrain logits` at pipe 1, pipe 2
+and the Mixtral in several shards), imports it with `pipetrain import`, computes `pipetrain logits` at pipe 1, pipe 2
 and model 2 and compares them with transformers' logits (fp32, 1e-5 relative to the largest
 logit); then exports the checkpoint with `pipetrain export --format hf`, loads the folder
 with AutoModelForCausalLM.from_pretrained and compares again. Exits non-zero on a mismatch.
@@ -36,6 +37,12 @@ def tiny_model(arch):
             activation_function="gelu_new", tie_word_embeddings=(arch == "gpt2"),
             bos_token_id=None, eos_token_id=None)
         return randomized(transformers.GPT2LMHeadModel(config))
+    if arch == "mixtral":
+        config = transformers.MixtralConfig(
+            vocab_size=260, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
+            num_local_experts=4, num_experts_per_tok=2, rope_theta=500.0, rms_norm_eps=1e-5)
+        return randomized(transformers.MixtralForCausalLM(config))
     config = transformers.LlamaConfig(
         vocab_size=260, hidden_size=32, intermediate_size=88, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
@@ -68,7 +75,7 @@ def main():
     pipetrain, work, arch = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
     model = tiny_model(arch)
     hf_folder = work / f"{arch}-hf"
-    shard = "2KB" if arch.startswith("llama") else "100MB"
+    shard = "100MB" if arch.startswith("gpt2") else "2KB"
     model.save_pretrained(hf_folder, safe_serialization=True, max_shard_size=shard)
     tokens = [int(t) for t in torch.randint(0, 260, (20,), generator=torch.Generator().manual_seed(3))]
     want = reference_logits(model, tokens)

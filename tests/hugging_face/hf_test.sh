@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# transformers interop: tiny GPT-2 and LLaMA models made by transformers are imported,
+# transformers interop: tiny GPT-2, LLaMA and Mixtral models made by transformers are imported,
 # give transformers' logits at pipe 1, pipe 2 and model 2, and come back out loadable
 # (hf_roundtrip.py); damaged model folders and bad arguments end with exit 2 and one line
 # naming the file and field or tensor, writing nothing.
@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
-for arch in gpt2 gpt2-untied llama llama-tied; do
+for arch in gpt2 gpt2-untied llama llama-tied mixtral; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
 for arch in gpt2 llama; do

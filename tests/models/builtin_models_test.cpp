@@ -34,6 +34,10 @@ std::vector<ModelConfig> configs() {
                    .layers = 3,
                    .tie_embeddings = tied};
     all.push_back(llama);
+    ModelConfig mixtral = llama;
+    mixtral.type = "mixtral";
+    mixtral.moe = {.experts = 3, .experts_per_token = 2};
+    all.push_back(mixtral);
   }
   ModelConfig mlp;
   mlp.type = "mlp";
@@ -93,12 +97,19 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
       EXPECT_THROW(hf_tensors(config), io::InputError);
       continue;
     }
-    std::set<std::string> mapped, hf;
+    std::set<std::string> mapped, parts, hf;
     for (const HfTensor& t : hf_tensors(config)) {
-      EXPECT_TRUE(mapped.insert(t.name).second) << t.name << " mapped twice";
+      mapped.insert(t.name);
+      const std::string part =
+          t.name + (t.expert >= 0 ? " expert " + std::to_string(t.expert) : "");
+      EXPECT_TRUE(parts.insert(part).second) << part << " mapped twice";
       EXPECT_TRUE(hf.insert(t.hf_name).second) << t.hf_name << " used twice";
+      if (t.expert >= 0) EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
     }
     EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << config.type;
+    if (config.type == "mixtral") {  // each stacked tensor in one part per expert
+      EXPECT_EQ(parts.size(), mapped.size() + 3 * config.llama.layers * (config.moe.experts - 1));
+    }
   }
 }
 

@@ -124,9 +124,13 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(pipe, data, model), world);
     const std::vector<Case> cases =
-        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},        {"gpt", 4, 0, 0.05},
-                                       {"gpt-untied", 2, 1, 0.0}, {"gpt", 2, 2, 0.05},
-                                       {"llama", 2, 0, 0.05},     {"llama-tied", 4, 1, 0.0}}
+        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
+                                       {"gpt", 4, 0, 0.05},
+                                       {"gpt-untied", 2, 1, 0.0},
+                                       {"gpt", 2, 2, 0.05},
+                                       {"llama", 2, 0, 0.05},
+                                       {"llama-tied", 4, 1, 0.0},
+                                       {"mixtral-capacity-shared", 2, 1, 0.05}}
                    : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +

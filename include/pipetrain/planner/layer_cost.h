@@ -56,7 +56,17 @@ struct LayerCost {
   int backward_all_reduces = 0;
   double all_reduced = 0;
 
+  // Of the FLOPs above, those every tensor-parallel rank computes whole (an MoE layer's
+  // router and routed experts, replicated over the group); the rest split over it.
+  double replicated_forward_flops = 0;
+  double replicated_backward_input_flops = 0;
+  double replicated_backward_weight_flops = 0;
+
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
+  // One tensor-parallel rank's share of `flops`, of which `replicated` are computed whole.
+  static double flops_per_rank(double flops, double replicated, int t) {
+    return (flops - replicated) / t + replicated;
+  }
   // Parameters held by one rank of a model-parallel group of size t.
   double parameters_per_rank(int t) const;
   // Bytes of saved activations per sample on one rank of a group of size t; with
