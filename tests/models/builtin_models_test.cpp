@@ -113,6 +113,20 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
   }
 }
 
+// A Mixtral transformers cannot compute has no transformers format.
+TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
+  ModelConfig config;
+  config.type = "mixtral";
+  config.moe.score = RouterScore::kSigmoid;
+  EXPECT_THROW(hf_config_of(config), io::InputError);
+  EXPECT_THROW(hf_tensors(config), io::InputError);
+  config.moe.score = RouterScore::kSoftmax;
+  config.moe.shared_experts = 1;
+  EXPECT_THROW(hf_config_of(config), io::InputError);
+  config.moe.shared_experts = 0;
+  EXPECT_NO_THROW(hf_config_of(config));
+}
+
 TEST(BuiltinModels, TransformersConfigRoundTrips) {
   for (const ModelConfig& config : configs()) {
     if (config.type == "mlp") continue;
