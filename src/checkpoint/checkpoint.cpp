@@ -60,28 +60,32 @@ std::map<int, std::vector<StageParameter>> parameters_by_layer(
   return layers;
 }
 
-// Tensor parallelism: checkpoints hold whole tensors, so they load at any model-parallel
-// size. A sharded parameter, and optimizer state shaped like it, is joined from the
-// group's shards on saving (collective over the group) and cut to this rank's shard on
-// loading.
+// Tensor and expert parallelism: checkpoints hold whole tensors, so they load at any
+// model- and expert-parallel size. A sharded parameter, and optimizer state shaped like it,
+// is joined from its group's shards on saving (collective over the group) and cut to this
+// rank's shard on loading.
 class ShardedState {
  public:
   explicit ShardedState(const engine::PipelineEngine& engine)
-      : layouts_(engine.module().shard_layouts()), group_(*engine.grid().model_comm()) {}
+      : layouts_(engine.module().shard_layouts()),
+        model_(*engine.grid().model_comm()),
+        experts_(*engine.grid().expert_comm()) {}
 
   // `name` is "<layer>.<tensor>"; `shard_shape` the parameter's shape on this rank.
   at::Tensor whole(const std::string& name, const at::Tensor& value,
                    at::IntArrayRef shard_shape) const {
     const auto* layout = layout_of(name, value, shard_shape);
-    return layout ? tensor_parallel::join_shards(group_.all_gather(value.contiguous()), *layout)
+    return layout ? tensor_parallel::join_shards(group(*layout).all_gather(value.contiguous()),
+                                                 *layout)
                   : value;
   }
 
   at::Tensor shard(const std::string& name, const at::Tensor& value,
                    at::IntArrayRef shard_shape) const {
     const auto* layout = layout_of(name, value, whole_shape(name, shard_shape));
-    return layout ? tensor_parallel::take_shard(value, *layout, group_.rank(), group_.size())
-                  : value;
+    if (!layout) return value;
+    const comm::Communicator& g = group(*layout);
+    return tensor_parallel::take_shard(value, *layout, g.rank(), g.size());
   }
 
   // The shape a parameter has in a checkpoint.
@@ -89,20 +93,32 @@ class ShardedState {
     const auto it = layouts_.find(name);
     return it == layouts_.end()
                ? shard_shape.vec()
-               : tensor_parallel::full_shape(shard_shape, it->second, group_.size());
+               : tensor_parallel::full_shape(shard_shape, it->second, group(it->second).size());
+  }
+
+  // Whether `name` is split over the expert-parallel group: joined on every replica (each
+  // expert group joins its own), as the first replica's group needs its members.
+  bool split_over_experts(const std::string& name) const {
+    const auto it = layouts_.find(name);
+    return experts_.size() > 1 && it != layouts_.end() &&
+           it->second.group == tensor_parallel::ShardGroup::kExperts;
   }
 
  private:
+  comm::Communicator& group(const tensor_parallel::ShardLayout& layout) const {
+    return layout.group == tensor_parallel::ShardGroup::kExperts ? experts_ : model_;
+  }
+
   // The layout when `value` belongs to a sharded parameter and has the shape `expected`;
   // null for one-element state (such as Adam's step count, never split) and without a
   // group to split over. Any other shape has no known split.
   const tensor_parallel::ShardLayout* layout_of(const std::string& name, const at::Tensor& value,
                                                 at::IntArrayRef expected) const {
     const auto it = layouts_.find(name);
-    if (group_.size() == 1 || it == layouts_.end()) return nullptr;
+    if (it == layouts_.end() || group(it->second).size() == 1) return nullptr;
     if (value.sizes() == expected) return &it->second;
     if (value.numel() != 1) {
-      throw io::InputError("state of the tensor-parallel parameter " + name + " is " +
+      throw io::InputError("state of the split parameter " + name + " is " +
                            c10::str(value.sizes()) + ", neither a scalar nor shaped " +
                            c10::str(expected));
     }
@@ -110,7 +126,8 @@ class ShardedState {
   }
 
   std::map<std::string, tensor_parallel::ShardLayout> layouts_;
-  comm::Communicator& group_;
+  comm::Communicator& model_;
+  comm::Communicator& experts_;
 };
 
 bool owns_layer(const module::PipelineModule& module, int index) {
@@ -504,8 +521,14 @@ WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& shard
   for (const auto& [name, parameter, position] : parameters) {
     const engine::ParameterState whole =
         weights ? weights->at(position) : engine.gathered_optimizer_state(position);
-    if (!keeps) continue;
     const std::string full_name = std::to_string(index) + "." + name;
+    if (!keeps) {
+      if (!sharded.split_over_experts(full_name)) continue;
+      sharded.whole(full_name, whole.master, parameter.sizes());  // this rank's experts sent
+      for (const auto& [key, tensor] : whole.optimizer_state)
+        sharded.whole(full_name, tensor, parameter.sizes());
+      continue;
+    }
     if (!engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
     layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
     for (const auto& [key, tensor] : whole.optimizer_state)
@@ -605,7 +628,8 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const bool writes = grid.replica_id() == 0;
-  if (writes || (engine::shards_optimizer(engine.config().zero) && !weights)) {
+  if (writes || (engine::shards_optimizer(engine.config().zero) && !weights) ||
+      grid.expert_parallel_size() > 1) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner

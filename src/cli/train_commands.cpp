@@ -26,6 +26,8 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--model", o.model, "Tensor-parallel size (model_parallel)");
   command->add_option("--context-parallel", o.context,
                       "Ranks splitting each sequence, attention as a ring (context_parallel)");
+  command->add_option("--expert-parallel", o.expert,
+                      "Data-parallel ranks splitting each MoE layer's experts (expert_parallel)");
   command->add_flag("--sequence-parallel", o.sequence_parallel,
                     "Split the sequence over the tensor-parallel group outside its linears "
                     "(sequence_parallel)");

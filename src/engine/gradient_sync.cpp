@@ -39,16 +39,40 @@ GradientSync::GradientSync(const module::PipelineModule& module, const Communica
         late_[i] = late_[i] || parameters[i].is_same(tied);
     }
   }
+  // Experts split over ranks are reduced apart (reduce_experts); the rest in the buckets.
+  const auto shards = module_.shard_layouts();
+  const auto named = module_.named_parameters();  // in parameters()' order
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const auto it = shards.find(named[i].first);
+    if (it != shards.end() && it->second.group == tensor_parallel::ShardGroup::kExperts) {
+      experts_.push_back(named[i].second);
+    } else {
+      averaged_.push_back(named[i].second);
+      averaged_late_.push_back(late_[i]);
+    }
+  }
   if (!data_parallel.averages || grid_->replica_count() == 1) return;
   reduce_with(std::make_shared<AveragedBuckets>(
-      parameters, backward_order_buckets(parameters, late_, data_parallel.bucket_elements), data_,
-      data_parallel.wire));
+      averaged_, backward_order_buckets(averaged_, averaged_late_, data_parallel.bucket_elements),
+      data_, data_parallel.wire));
 }
 
 void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
   if (grid_->replica_count() == 1) return;
-  buckets_ = std::make_unique<GradientBuckets>(module_.parameters(), late_, std::move(reduction),
+  buckets_ = std::make_unique<GradientBuckets>(averaged_, averaged_late_, std::move(reduction),
                                                data_, grid_->replica_comm(), overlap_);
+}
+
+void GradientSync::reduce_experts() {
+  // A rank's experts took tokens from every replica of its expert-parallel group, so their
+  // gradients sum that group's replicas: summed over the ranks holding the same experts
+  // and divided by every replica, they are the average over the replicas.
+  const auto& holders = grid_->expert_data_comm();
+  for (const auto& parameter : experts_) {
+    at::Tensor grad = gradient_of(parameter);
+    grad.div_(grid_->replica_count());
+    if (holders->size() > 1) holders->all_reduce(grad, comm::ReduceOp::kSum);
+  }
 }
 
 void GradientSync::choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere) {
@@ -59,7 +83,11 @@ void GradientSync::choose_norm_parameters(const std::vector<at::Tensor>& counted
   for (const auto& [name, p] : module_.named_parameters()) {
     const bool elsewhere = std::any_of(counted_elsewhere.begin(), counted_elsewhere.end(),
                                        [&](const at::Tensor& e) { return e.is_same(p); });
-    if (!elsewhere && (counts_replicated || shards.count(name))) norm_parameters_.push_back(p);
+    // Experts split over the expert group are replicated over the model group.
+    const auto it = shards.find(name);
+    const bool split =
+        it != shards.end() && it->second.group == tensor_parallel::ShardGroup::kModel;
+    if (!elsewhere && (counts_replicated || split)) norm_parameters_.push_back(p);
   }
 }
 
@@ -86,6 +114,7 @@ void GradientSync::after_backward() {
 
 void GradientSync::reduce_data_parallel() {
   if (buckets_) buckets_->finish();
+  reduce_experts();
 }
 
 }  // namespace pipetrain::engine

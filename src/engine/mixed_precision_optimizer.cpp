@@ -9,6 +9,7 @@
 #include "pipetrain/engine/replicated_masters.h"
 #include "pipetrain/engine/sharded_masters.h"
 #include "pipetrain/engine/weight_decay.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::engine {
@@ -60,7 +61,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                                  const TrainingConfig& config,
                                                  const std::vector<at::Tensor>& norm_parameters,
                                                  std::shared_ptr<comm::Communicator> data,
-                                                 const std::vector<bool>& late)
+                                                 const std::vector<bool>& late,
+                                                 const std::vector<at::Tensor>& expert_parameters)
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
@@ -70,14 +72,16 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
+  if (sharded_ && !expert_parameters.empty())
+    throw io::InputError("ZeRO does not shard experts split over ranks (expert_parallel)");
   if (sharded_) {
     masters_ = std::make_shared<ShardedMasters>(
         module.parameters(), norm_parameters, decayed_, late, parameter_layers(module), grid_,
         data ? std::move(data) : grid_->replica_comm(), config.zero,
         to_scalar_type(config.precision.communication_dtype));
   } else {
-    masters_ =
-        std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_, grid_);
+    masters_ = std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_,
+                                                   grid_, expert_parameters);
   }
   // Decay is applied here, to some parameters only (see apply_weight_decay).
   optimizer_ =

@@ -154,7 +154,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                  // ZeRO 2 and 3 reduce after every pass instead.
                                  .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
   optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
-      *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late());
+      *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late(),
+      gradients_->expert_parameters());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
   if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));
   feed_ = std::make_unique<MicroBatchFeed>(

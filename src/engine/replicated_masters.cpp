@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -12,7 +13,8 @@ namespace pipetrain::engine {
 ReplicatedMasters::ReplicatedMasters(const std::vector<at::Tensor>& parameters,
                                      const std::vector<at::Tensor>& norm_parameters,
                                      std::vector<bool> decayed,
-                                     std::shared_ptr<const topology::Grid> grid)
+                                     std::shared_ptr<const topology::Grid> grid,
+                                     const std::vector<at::Tensor>& experts)
     : grid_(std::move(grid)), parameters_(parameters), decayed_(std::move(decayed)) {
   if (decayed_.size() != parameters_.size())
     throw std::invalid_argument("one weight-decay flag per parameter");
@@ -20,7 +22,11 @@ ReplicatedMasters::ReplicatedMasters(const std::vector<at::Tensor>& parameters,
     masters_.push_back(
         p.scalar_type() == at::kFloat ? p : p.detach().to(at::kFloat).clone().requires_grad_(true));
   }
-  for (const auto& p : norm_parameters) norm_masters_.push_back(master_of(p));
+  for (const auto& p : norm_parameters) {
+    const bool expert = std::any_of(experts.begin(), experts.end(),
+                                    [&](const at::Tensor& e) { return e.is_same(p); });
+    (expert ? expert_norm_masters_ : norm_masters_).push_back(master_of(p));
+  }
 }
 
 const at::Tensor& ReplicatedMasters::master_of(const at::Tensor& parameter) const {
@@ -51,14 +57,22 @@ double ReplicatedMasters::global_grad_norm() const {
   // Each stage's and shard's part, tied and replicated tensors counted once. One fused
   // pass: each tensor's norm in its own type, their squares summed in double on the
   // device, then read once (the end of the step).
-  std::vector<at::Tensor> grads;
-  for (const auto& master : norm_masters_) {
-    if (master.grad().defined()) grads.push_back(master.grad());
-  }
-  at::Tensor squares = at::zeros({1}, at::kDouble);
-  if (!grads.empty()) {
-    squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().cpu();
-  }
+  auto sum_of_squares = [](const std::vector<at::Tensor>& masters) {
+    std::vector<at::Tensor> grads;
+    for (const auto& master : masters) {
+      if (master.grad().defined()) grads.push_back(master.grad());
+    }
+    at::Tensor squares = at::zeros({1}, at::kDouble);
+    if (!grads.empty())
+      squares += at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().cpu();
+    return squares;
+  };
+  at::Tensor squares = sum_of_squares(norm_masters_);
+  // Each rank of an expert-parallel group holds other experts: their parts add up.
+  at::Tensor experts = sum_of_squares(expert_norm_masters_);
+  if (grid_->expert_parallel_size() > 1)
+    grid_->expert_comm()->all_reduce(experts, comm::ReduceOp::kSum);
+  squares += experts;
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   return std::sqrt(squares.item<double>());

@@ -27,7 +27,13 @@ std::string builtin_types_reading(bool tokens) {
 }
 
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
-                                const context_parallel::Group& context) {
+                                const context_parallel::Group& context,
+                                const expert_parallel::Group& experts) {
+  if (experts.parallel() && config.type != "mixtral") {
+    throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
+                         " splits experts: it needs model.type \"mixtral\", not \"" + config.type +
+                         "\"");
+  }
   if (config.type == "gpt") {
     const GptConfig& g = config.gpt;
     return language_model(gpt_layers(g, group, context), group, context, g.vocab_size, g.context);
@@ -36,8 +42,8 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
     const LlamaConfig& l = config.llama;
     std::optional<MoeConfig> moe;
     if (config.type == "mixtral") moe = config.moe;
-    return language_model(llama_layers(l, group, context, moe), group, context, l.vocab_size,
-                          l.context);
+    return language_model(llama_layers(l, group, context, moe, experts), group, context,
+                          l.vocab_size, l.context);
   }
   if (context.parallel()) {
     throw io::InputError("context_parallel " + std::to_string(context.size()) +

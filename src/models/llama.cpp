@@ -96,7 +96,8 @@ TORCH_MODULE(LlamaEmbedding);
 // intermediate_size each (Mixtral).
 struct LlamaBlockImpl : torch::nn::Module {
   LlamaBlockImpl(const LlamaConfig& c, const std::optional<MoeConfig>& moe_config,
-                 const Group& group, const ContextGroup& context_)
+                 const Group& group, const ContextGroup& context_,
+                 const expert_parallel::Group& experts)
       : context(context_),
         head_dim(c.d_model / c.heads),
         rope_theta(c.rope_theta),
@@ -114,8 +115,8 @@ struct LlamaBlockImpl : torch::nn::Module {
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
         mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))) {
     if (moe_config) {
-      moe = register_module(
-          "moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config, group, kInitStd));
+      moe = register_module("moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config,
+                                                  group, kInitStd, experts));
       return;
     }
     gate_proj = register_module(
@@ -195,7 +196,8 @@ struct LlamaBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaBlock);
 
-void check(const MoeConfig& m, const Group& group, const ContextGroup& context) {
+void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
+           const expert_parallel::Group& experts) {
   require_positive(m.experts, "experts");
   require_positive(m.experts_per_token, "experts_per_token");
   if (m.experts_per_token > m.experts) {
@@ -203,6 +205,7 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context) 
                          ") must be at most model.experts (" + std::to_string(m.experts) + ")");
   }
   if (m.shared_experts < 0) throw io::InputError("model.shared_experts must be at least 0");
+  require_divisible(m.experts, "experts", experts.size(), "expert_parallel");
   if (!(m.capacity_factor >= 0))
     throw io::InputError("model.capacity_factor must be at least 0 (0: dropless)");
   // The router's per-sequence statistics and capacities need a sequence's tokens together.
@@ -211,8 +214,9 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context) 
                          std::to_string(context.size()) + " is not supported with it");
   }
   if (group.sequence_parallel && group.parallel())
-    throw io::InputError("model.type mixtral routes whole sequences: sequence_parallel is not "
-                         "supported with it");
+    throw io::InputError(
+        "model.type mixtral routes whole sequences: sequence_parallel is not "
+        "supported with it");
 }
 
 void check(const LlamaConfig& c, const Group& group, const ContextGroup& context) {
@@ -249,9 +253,13 @@ module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
 
 std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& group,
                                             const ContextGroup& context,
-                                            const std::optional<MoeConfig>& moe) {
+                                            const std::optional<MoeConfig>& moe,
+                                            const expert_parallel::Group& experts) {
   check(c, group, context);
-  if (moe) check(*moe, group, context);
+  if (moe) check(*moe, group, context, experts);
+  if (!moe && experts.parallel())
+    throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
+                         " splits experts: it needs model.type \"mixtral\"");
   const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
   std::vector<module::LayerSpec> specs;
 
@@ -265,15 +273,14 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   }
   specs.push_back(embedding);
 
-  const int64_t mlp_parameters =
-      moe ? moe->experts * (d + 3 * d * c.intermediate_size) +
-                3 * d * moe->shared_experts * c.intermediate_size
-          : 3 * d * c.intermediate_size;
+  const int64_t mlp_parameters = moe ? moe->experts * (d + 3 * d * c.intermediate_size) +
+                                           3 * d * moe->shared_experts * c.intermediate_size
+                                     : 3 * d * c.intermediate_size;
   const int64_t block_parameters = 2 * d + 2 * d * d + 2 * d * kv_width + mlp_parameters;
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(document_layer<LlamaBlock>(
         moe ? "MixtralBlock" : "LlamaBlock",
-        [c, moe, group, context] { return LlamaBlock(c, moe, group, context); },
+        [c, moe, group, context, experts] { return LlamaBlock(c, moe, group, context, experts); },
         [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipetrain/autograd/linear.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/module/auxiliary_loss.h"
 #include "pipetrain/module/layer_statistics.h"
 #include "pipetrain/tensor_parallel/initialization.h"
@@ -22,6 +23,27 @@ at::Tensor normal_parameter(torch::nn::Module& module, const std::string& name,
   return module.register_parameter(name, p);
 }
 
+// Every expert's weights drawn, this rank's slice of them kept: the same model for every
+// expert-parallel size.
+at::Tensor expert_parameter(torch::nn::Module& module, const std::string& name,
+                            at::IntArrayRef shape, double std,
+                            const expert_parallel::Group& group) {
+  at::Tensor all = at::empty(shape);
+  init_normal(all, std);
+  const int64_t mine = shape[0] / group.size();
+  if (group.parallel()) all = all.narrow(0, group.rank() * mine, mine).clone();
+  return module.register_parameter(name, all);
+}
+
+int64_t total_of(const at::Tensor& counts) {
+  return counts.sum().item<int64_t>();
+}
+
+std::vector<int64_t> as_vector(const at::Tensor& counts) {
+  const at::Tensor c = counts.to(at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
 // The most tokens of a sequence of `seq` one expert takes.
 int64_t capacity(const MoeConfig& c, int64_t seq) {
   return static_cast<int64_t>(
@@ -34,8 +56,8 @@ int64_t capacity(const MoeConfig& c, int64_t seq) {
 at::Tensor within_capacity(const at::Tensor& chosen, int64_t seq, int64_t experts, int64_t limit) {
   const int64_t k = chosen.size(1);
   const at::Tensor per_sequence = chosen.reshape({-1, seq * k});
-  const at::Tensor hits = at::one_hot(per_sequence, experts);   // [batch, seq * k, experts]
-  const at::Tensor place = (hits.cumsum(1) * hits).sum(-1);     // 1-based, in its expert
+  const at::Tensor hits = at::one_hot(per_sequence, experts);  // [batch, seq * k, experts]
+  const at::Tensor place = (hits.cumsum(1) * hits).sum(-1);    // 1-based, in its expert
   return (place <= limit).reshape({-1, k});
 }
 
@@ -50,13 +72,19 @@ at::Tensor choice_shares(const Routing& r, int64_t seq, int64_t experts) {
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(int64_t d_model, int64_t intermediate_size,
                                        const MoeConfig& c, const tensor_parallel::Group& group,
-                                       double init_std)
-    : config(c) {
+                                       double init_std, expert_parallel::Group experts)
+    : config(c), experts_group(std::move(experts)) {
   const int64_t e = c.experts;
+  if (e % experts_group.size() != 0) {
+    throw io::InputError("model.experts (" + std::to_string(e) +
+                         ") must be divisible by expert_parallel (" +
+                         std::to_string(experts_group.size()) + ")");
+  }
+  const auto& g = experts_group;
   router = normal_parameter(*this, "router", {e, d_model}, init_std);
-  gate_proj = normal_parameter(*this, "gate_proj", {e, intermediate_size, d_model}, init_std);
-  up_proj = normal_parameter(*this, "up_proj", {e, intermediate_size, d_model}, init_std);
-  down_proj = normal_parameter(*this, "down_proj", {e, d_model, intermediate_size}, init_std);
+  gate_proj = expert_parameter(*this, "gate_proj", {e, intermediate_size, d_model}, init_std, g);
+  up_proj = expert_parameter(*this, "up_proj", {e, intermediate_size, d_model}, init_std, g);
+  down_proj = expert_parameter(*this, "down_proj", {e, d_model, intermediate_size}, init_std, g);
   if (c.shared_experts == 0) return;
   const tensor_parallel::LinearOptions linear{.bias = false, .init_std = init_std};
   const int64_t width = c.shared_experts * intermediate_size;
@@ -94,24 +122,73 @@ at::Tensor MoeFeedForwardImpl::experts_output(const at::Tensor& x, const Routing
     weight = weight.index_select(0, kept);
   }
   // The choices grouped by expert, in token order within a group.
-  const at::Tensor order = std::get<1>(expert.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0));
+  const at::Tensor order =
+      std::get<1>(expert.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0));
   token = token.index_select(0, order);
   weight = weight.index_select(0, order);
   const at::Tensor grouped = x.index_select(0, token);
   const at::Tensor counts = at::bincount(expert, {}, config.experts).to(at::kCPU, at::kLong);
-  const int64_t* count = counts.data_ptr<int64_t>();
+  const at::Tensor outputs = experts_group.parallel() ? exchange_and_compute(grouped, counts)
+                                                      : compute_experts(grouped, as_vector(counts));
+  const at::Tensor weighted = (outputs * weight.unsqueeze(1)).to(x.scalar_type());
+  return at::zeros_like(x).index_add(0, token, weighted);
+}
+
+at::Tensor MoeFeedForwardImpl::compute_experts(const at::Tensor& rows,
+                                               const std::vector<int64_t>& counts) const {
   std::vector<at::Tensor> outputs;
   int64_t first = 0;
-  for (int64_t e = 0; e < config.experts; ++e) {  // every expert, so each has a gradient
-    const int64_t n = count[e];
-    const at::Tensor mine = grouped.narrow(0, first, n);
+  for (std::size_t e = 0; e < counts.size(); ++e) {  // every expert, so each has a gradient
+    const auto i = static_cast<int64_t>(e);
+    const at::Tensor mine = rows.narrow(0, first, counts[e]);
     const at::Tensor hidden =
-        at::silu(at::linear(mine, gate_proj[e])) * at::linear(mine, up_proj[e]);
-    outputs.push_back(at::linear(hidden, down_proj[e]));
-    first += n;
+        at::silu(at::linear(mine, gate_proj[i])) * at::linear(mine, up_proj[i]);
+    outputs.push_back(at::linear(hidden, down_proj[i]));
+    first += counts[e];
   }
-  const at::Tensor weighted = (at::cat(outputs) * weight.unsqueeze(1)).to(x.scalar_type());
-  return at::zeros_like(x).index_add(0, token, weighted);
+  return at::cat(outputs);
+}
+
+at::Tensor MoeFeedForwardImpl::exchange_and_compute(const at::Tensor& grouped,
+                                                    const at::Tensor& counts) const {
+  const int size = experts_group.size();
+  const int64_t local = gate_proj.size(0);
+  // Row r: what this rank sends rank r for each of r's experts; row s of `arriving`: what
+  // rank s sends this rank for each of this rank's.
+  const at::Tensor sending = counts.view({size, local}).contiguous();
+  const at::Tensor arriving = expert_parallel::exchange_counts(sending, experts_group);
+  std::vector<int64_t> send_rows, recv_rows;
+  for (int r = 0; r < size; ++r) {
+    send_rows.push_back(total_of(sending[r]));
+    recv_rows.push_back(total_of(arriving[r]));
+  }
+  const at::Tensor arrived =
+      expert_parallel::all_to_all(grouped, send_rows, recv_rows, experts_group);
+  // The arrived rows come by sender, each sender's by expert: regrouped by expert.
+  const at::Tensor starts =
+      (arriving.reshape(-1).cumsum(0) - arriving.reshape(-1)).view({size, local});
+  std::vector<at::Tensor> pieces;
+  std::vector<int64_t> per_expert(local, 0);
+  const auto options = at::TensorOptions(at::kLong);
+  for (int64_t e = 0; e < local; ++e) {
+    for (int s = 0; s < size; ++s) {
+      const int64_t n = arriving[s][e].item<int64_t>(), first = starts[s][e].item<int64_t>();
+      pieces.push_back(at::arange(first, first + n, options));
+      per_expert[e] += n;
+    }
+  }
+  const at::Tensor order = at::cat(pieces).to(grouped.device());
+  const at::Tensor computed = compute_experts(arrived.index_select(0, order), per_expert);
+  // Back in the order the rows arrived, then to their senders.
+  const at::Tensor back = computed.index_select(0, std::get<1>(order.sort()));
+  return expert_parallel::all_to_all(back, recv_rows, send_rows, experts_group);
+}
+
+std::vector<std::pair<std::string, tensor_parallel::ShardLayout>>
+MoeFeedForwardImpl::shard_layouts() const {
+  if (!experts_group.parallel()) return {};
+  const tensor_parallel::ShardLayout experts{.group = tensor_parallel::ShardGroup::kExperts};
+  return {{"gate_proj", experts}, {"up_proj", experts}, {"down_proj", experts}};
 }
 
 at::Tensor MoeFeedForwardImpl::forward(const at::Tensor& x) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include "pipetrain/comm/deadline.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::topology {
 
-Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world)
+Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world,
+           int expert_parallel)
     : topology_(std::move(topology)), world_(std::move(world)) {
   topology_.check_world_size(world_->size());
   pipe_ = axis_comm("pipe");
@@ -16,12 +18,23 @@ Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> worl
   const bool context = has_axis("context");
   replica_ = context ? plane_comm("data", "context") : data_;
   sample_ = context ? plane_comm("context", "model") : model_;
+  const int data = data_parallel_size();
+  if (expert_parallel < 1 || data % expert_parallel != 0) {
+    throw io::InputError("expert_parallel " + std::to_string(expert_parallel) +
+                         " must divide the data-parallel size (" + std::to_string(data) + ")");
+  }
+  const int d = data_parallel_id();
+  expert_ = expert_parallel == 1 ? world_->split(global_rank(), 0)  // just this rank
+                                 : data_->split(d / expert_parallel, d % expert_parallel);
+  expert_data_ =
+      expert_parallel == 1 ? data_ : data_->split(d % expert_parallel, d / expert_parallel);
   comm::set_rank_identity("rank " + std::to_string(global_rank()) + " (" +
                           topology_.describe(global_rank()) + ")");
 }
 
 void Grid::set_timeout(comm::Seconds timeout) {
-  for (const auto& comm : {pipe_, data_, model_, context_, replica_, sample_, world_})
+  for (const auto& comm :
+       {pipe_, data_, model_, context_, replica_, sample_, world_, expert_, expert_data_})
     comm->set_timeout(timeout);
 }
 

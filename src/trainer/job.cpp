@@ -56,19 +56,20 @@ std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
                          std::to_string(world->size()));
   }
   const auto size = [](int64_t n) { return static_cast<int>(n); };
+  const int experts = size(config.trainer.expert_parallel);
   // Without tensor or context parallelism the topology has no model or context axis, so
   // ranks describe themselves as (pipe, data) only.
   if (context_parallel > 1) {
     return std::make_shared<topology::Grid>(
         topology::pipe_data_context_model_topology(size(pipe), size(data), size(context_parallel),
                                                    size(model_parallel)),
-        world);
+        world, experts);
   }
   return std::make_shared<topology::Grid>(
       model_parallel > 1 ? topology::pipe_model_data_parallel_topology(size(pipe), size(data),
                                                                        size(model_parallel))
                          : topology::pipe_data_parallel_topology(size(pipe), size(data)),
-      world);
+      world, experts);
 }
 
 std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
@@ -244,8 +245,17 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
-  job.model = models::make_builtin_model(job.config.model, model_group,
-                                         context_parallel::Group{job.grid->context_comm()});
+  if (job.config.trainer.expert_parallel > 1 && job.config.engine.zero.stage > 0) {
+    throw io::InputError("zero_optimization.stage " + std::to_string(job.config.engine.zero.stage) +
+                         " with expert_parallel " +
+                         std::to_string(job.config.trainer.expert_parallel) +
+                         ": ZeRO does not shard experts split over ranks; use stage 0");
+  }
+  const expert_parallel::Group experts{job.config.trainer.expert_parallel > 1
+                                           ? job.grid->expert_comm()
+                                           : std::shared_ptr<comm::MpiCommunicator>()};
+  job.model = models::make_builtin_model(
+      job.config.model, model_group, context_parallel::Group{job.grid->context_comm()}, experts);
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   if (data == DataUse::kRead) {
@@ -350,6 +360,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   // Training layouts: forward-only use runs whole sequences.
   keys.erase(config, "sequence_parallel");
   keys.erase(config, "context_parallel");
+  keys.erase(config, "expert_parallel");
   keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
   keys.set(config, "gradient_accumulation_steps", 1);
   keys.set(config, "load", "");

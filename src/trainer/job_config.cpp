@@ -118,6 +118,7 @@ nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& o)
   set("data_parallel", o.data);  // checked against the job's size
   set("model_parallel", o.model);
   set("context_parallel", o.context);
+  set("expert_parallel", o.expert);
   set("zero_optimization.stage", o.zero);
   if (o.sequence_parallel) keys.set(config, "sequence_parallel", true);
   if (o.overwrite) keys.set(config, "overwrite", true);

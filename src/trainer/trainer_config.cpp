@@ -38,6 +38,14 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "group (ring attention); GPT and LLaMA, `model.context` divisible by 2 × C, "
                  "GPT dropout 0. Training and evaluation only: nothing on disk depends on it",
                  config::at_least(1))
+        .integer("expert_parallel", PIPETRAIN_FIELD(expert_parallel),
+                 "expert-parallel group size (`--expert-parallel`; Megatron's "
+                 "`--expert-model-parallel-size`): groups of E consecutive data-parallel ranks "
+                 "split each MoE layer's experts, tokens sent to their experts' ranks and back "
+                 "(all-to-all); model.type mixtral, E dividing `model.experts` and the "
+                 "data-parallel size, ZeRO stage 0. Training and evaluation only: checkpoints "
+                 "hold every expert",
+                 config::at_least(1))
         .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
         .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
                  "validate every N steps; 0: at the end only", config::at_least(0))

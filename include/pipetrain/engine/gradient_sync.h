@@ -50,6 +50,9 @@ class GradientSync {
   // Per module parameter: whether its gradient changes after backward (a tied one, summed
   // among its stages by reduce_tied()).
   const std::vector<bool>& late() const { return late_; }
+  // Parameters split over the expert-parallel group (an MoE layer's experts): not in the
+  // buckets, reduced over the ranks holding the same experts by reduce_data_parallel().
+  const std::vector<at::Tensor>& expert_parameters() const { return experts_; }
 
   // The module's parameters whose gradients this rank counts in the global norm: all but
   // tied tensors whose first owner is another stage and, under tensor parallelism,
@@ -58,6 +61,7 @@ class GradientSync {
 
  private:
   void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
+  void reduce_experts();
 
   const module::PipelineModule& module_;
   std::shared_ptr<const topology::Grid> grid_;
@@ -65,6 +69,9 @@ class GradientSync {
   std::map<std::string, std::shared_ptr<comm::Communicator>> tied_comms_;
   std::vector<at::Tensor> norm_parameters_;
   std::vector<bool> late_;
+  std::vector<at::Tensor> averaged_;  // in the buckets: every parameter but the experts'
+  std::vector<bool> averaged_late_;   // late_ of each
+  std::vector<at::Tensor> experts_;   // split over the expert-parallel group
   bool overlap_ = false;
   std::unique_ptr<GradientBuckets> buckets_;
 };

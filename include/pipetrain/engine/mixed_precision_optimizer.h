@@ -35,12 +35,14 @@ class MixedPrecisionOptimizer {
   // MPI one; collective then).
   // `norm_parameters`: the module parameters this rank counts in the global gradient norm;
   // `late`: per module parameter, whether its gradient changes after backward (both: see
-  // GradientSync; empty: none).
+  // GradientSync; empty: none); `expert_parameters`: those split over the expert-parallel
+  // group (not under ZeRO).
   MixedPrecisionOptimizer(module::PipelineModule& module,
                           std::shared_ptr<const topology::Grid> grid, const TrainingConfig& config,
                           const std::vector<at::Tensor>& norm_parameters,
                           std::shared_ptr<comm::Communicator> data = nullptr,
-                          const std::vector<bool>& late = {});
+                          const std::vector<bool>& late = {},
+                          const std::vector<at::Tensor>& expert_parameters = {});
 
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }

@@ -14,10 +14,12 @@ namespace pipetrain::engine {
 class ReplicatedMasters : public MasterWeights {
  public:
   // `norm_parameters`: those counted in the global norm on this rank (see GradientSync);
-  // `decayed`: per parameter, whether weight decay applies to it.
+  // `decayed`: per parameter, whether weight decay applies to it; `experts`: parameters
+  // split over the expert-parallel group, whose part of the norm is summed over it.
   ReplicatedMasters(const std::vector<at::Tensor>& parameters,
                     const std::vector<at::Tensor>& norm_parameters, std::vector<bool> decayed,
-                    std::shared_ptr<const topology::Grid> grid);
+                    std::shared_ptr<const topology::Grid> grid,
+                    const std::vector<at::Tensor>& experts = {});
 
   const std::vector<at::Tensor>& tensors() const override { return masters_; }
   void take_gradients(double unscale) override;
@@ -40,6 +42,7 @@ class ReplicatedMasters : public MasterWeights {
   std::vector<at::Tensor> masters_;  // one per parameter, same order
   std::vector<bool> decayed_;        // the same
   std::vector<at::Tensor> norm_masters_;
+  std::vector<at::Tensor> expert_norm_masters_;  // counted over the expert-parallel group
 };
 
 }  // namespace pipetrain::engine

@@ -5,6 +5,7 @@
 #include <variant>
 #include <vector>
 
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/mlp.h"
 #include "pipetrain/models/model_config.h"
@@ -43,7 +44,9 @@ std::string builtin_types_reading(bool tokens);
 
 // With a tensor-parallel group of more than one rank: its shard of the model (GPT and
 // LLaMA); with a context-parallel group, its slice of each sequence.
+// With an expert-parallel group, a Mixtral's experts split over it.
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group = {},
-                                const context_parallel::Group& context = {});
+                                const context_parallel::Group& context = {},
+                                const expert_parallel::Group& experts = {});
 
 }  // namespace pipetrain::models

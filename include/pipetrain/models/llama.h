@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "pipetrain/context_parallel/ring_attention.h"
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/models/llama_config.h"
 #include "pipetrain/models/moe_config.h"
 #include "pipetrain/module/layer.h"
@@ -20,10 +21,12 @@ namespace pipetrain::models {
 // over it; the full weights are the same for every group size. With a context-parallel
 // group, as gpt_layers (rotary embeddings at the true positions). The loss is gpt_loss().
 // With `moe` each block's MLP is a mixture of experts (moe.h) of intermediate_size each:
-// transformers' MixtralForCausalLM (not with context or sequence parallelism).
+// transformers' MixtralForCausalLM (not with context or sequence parallelism), its experts
+// split over `experts`.
 std::vector<module::LayerSpec> llama_layers(const LlamaConfig& config,
                                             const tensor_parallel::Group& group = {},
                                             const context_parallel::Group& context = {},
-                                            const std::optional<MoeConfig>& moe = {});
+                                            const std::optional<MoeConfig>& moe = {},
+                                            const expert_parallel::Group& experts = {});
 
 }  // namespace pipetrain::models

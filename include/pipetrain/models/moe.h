@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/models/moe_config.h"
 #include "pipetrain/tensor_parallel/group.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -27,9 +28,13 @@ struct Routing {
 // attaches its auxiliary losses (load balancing and z-loss, per sequence, see MoeConfig)
 // to its output and records statistics "moe.*" (module/layer_statistics.h). The routed
 // experts are replicated over a tensor-parallel group; the shared experts are split over it.
-struct MoeFeedForwardImpl : torch::nn::Module {
+// With an expert-parallel group each rank holds experts / size of the routed experts (the
+// same full tensors drawn, its slice kept) and the chosen experts' tokens travel to their
+// rank and back (expert_parallel/all_to_all.h).
+struct MoeFeedForwardImpl : torch::nn::Module, tensor_parallel::ShardedModule {
   MoeFeedForwardImpl(int64_t d_model, int64_t intermediate_size, const MoeConfig& config,
-                     const tensor_parallel::Group& group, double init_std);
+                     const tensor_parallel::Group& group, double init_std,
+                     expert_parallel::Group experts = {});
 
   // x: [batch, seq, d_model]; returns [batch, seq, d_model].
   at::Tensor forward(const at::Tensor& x);
@@ -38,14 +43,25 @@ struct MoeFeedForwardImpl : torch::nn::Module {
   Routing route(const at::Tensor& x, int64_t seq) const;
   // The weighted sum of the chosen (kept) experts' outputs for each token, [tokens, d_model].
   at::Tensor experts_output(const at::Tensor& x, const Routing& routing) const;
+  // The expert tensors, split over the expert-parallel group along their first dimension.
+  std::vector<std::pair<std::string, tensor_parallel::ShardLayout>> shard_layouts() const override;
 
   MoeConfig config;
-  at::Tensor router;     // [experts, d_model]
-  at::Tensor gate_proj;  // [experts, intermediate, d_model]
-  at::Tensor up_proj;    // [experts, intermediate, d_model]
-  at::Tensor down_proj;  // [experts, d_model, intermediate]
+  expert_parallel::Group experts_group;
+  at::Tensor router;  // [experts, d_model]
+  // This rank's experts (all without expert parallelism): E = experts / group size.
+  at::Tensor gate_proj;  // [E, intermediate, d_model]
+  at::Tensor up_proj;    // [E, intermediate, d_model]
+  at::Tensor down_proj;  // [E, d_model, intermediate]
   tensor_parallel::ColumnParallelLinear shared_gate_proj{nullptr}, shared_up_proj{nullptr};
   tensor_parallel::RowParallelLinear shared_down_proj{nullptr};
+
+ private:
+  // The grouped rows' outputs, `counts[e]` rows for each of this rank's experts in turn.
+  at::Tensor compute_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) const;
+  // Rows grouped by (global) expert, `counts` [experts] of them, sent to the ranks holding
+  // their experts, computed there and returned in the same order.
+  at::Tensor exchange_and_compute(const at::Tensor& grouped, const at::Tensor& counts) const;
 };
 TORCH_MODULE(MoeFeedForward);
 

@@ -8,12 +8,17 @@
 
 namespace pipetrain::tensor_parallel {
 
+// The group a parameter is split over: the tensor-parallel (model) group, or the
+// expert-parallel group (an MoE layer's experts, replicated over the model group).
+enum class ShardGroup { kModel, kExperts };
+
 // How a parameter is split over a group: along `dim`, into `stride` interleaved blocks
 // that are each split evenly (a fused q/k/v weight has stride 3, so every rank holds the
 // q, k and v rows of its own heads). Stride 1 is a plain even split.
 struct ShardLayout {
   int64_t dim = 0;
   int64_t stride = 1;
+  ShardGroup group = ShardGroup::kModel;
 };
 
 // Rank `rank`'s shard of `full` among `size` ranks: a contiguous copy, or `full` itself

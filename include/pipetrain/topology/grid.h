@@ -16,10 +16,17 @@ namespace pipetrain::topology {
 // samples: gradients, ZeRO shards and losses are averaged over them); the ranks computing
 // this rank's samples are its context x model ranks (one of them reads each micro-batch).
 // Without a context axis they are the data and the model group.
+//
+// Expert parallelism carves groups of `expert_parallel` consecutive data-parallel ranks
+// out of the data axis (Megatron's expert-model-parallel group): each holds a share of
+// every MoE layer's experts. The ranks holding the same experts, one per such group, are
+// the expert-data-parallel group.
 class Grid {
  public:
-  // Throws InputError if the topology does not cover exactly the world's ranks.
-  Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world);
+  // Throws InputError if the topology does not cover exactly the world's ranks, or if
+  // `expert_parallel` does not divide the data-parallel size.
+  Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world,
+       int expert_parallel = 1);
 
   const ProcessTopology& topology() const { return topology_; }
   int global_rank() const { return world_->rank(); }
@@ -40,6 +47,9 @@ class Grid {
     return data_parallel_id() * context_parallel_size() + context_parallel_id();
   }
   int replica_count() const { return data_parallel_size() * context_parallel_size(); }
+  // This rank's share of the experts, within its expert-parallel group.
+  int expert_parallel_id() const { return expert_->rank(); }
+  int expert_parallel_size() const { return expert_->size(); }
   bool is_first_stage() const { return stage_id() == 0; }
   bool is_last_stage() const { return stage_id() == pipe_parallel_size() - 1; }
 
@@ -53,6 +63,11 @@ class Grid {
   // context x model, ordered context-major; its rank 0 is context 0, model 0.
   const std::shared_ptr<comm::MpiCommunicator>& sample_comm() const { return sample_; }
   const std::shared_ptr<comm::MpiCommunicator>& world_comm() const { return world_; }
+  // Consecutive data-parallel ranks splitting the experts, and the ranks holding this
+  // rank's experts (data ranks equal modulo the expert-parallel size). Without expert
+  // parallelism: this rank alone, and the data-parallel group.
+  const std::shared_ptr<comm::MpiCommunicator>& expert_comm() const { return expert_; }
+  const std::shared_ptr<comm::MpiCommunicator>& expert_data_comm() const { return expert_data_; }
 
   // How long every collective or transfer on the grid's communicators may wait for a peer
   // (NCCL communicators copy it when made: set it first).
@@ -77,6 +92,8 @@ class Grid {
   std::shared_ptr<comm::MpiCommunicator> context_;
   std::shared_ptr<comm::MpiCommunicator> replica_;
   std::shared_ptr<comm::MpiCommunicator> sample_;
+  std::shared_ptr<comm::MpiCommunicator> expert_;
+  std::shared_ptr<comm::MpiCommunicator> expert_data_;
 };
 
 }  // namespace pipetrain::topology

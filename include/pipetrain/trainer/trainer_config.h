@@ -17,6 +17,7 @@ struct TrainerConfig {
   int64_t model_parallel = 1;      // tensor-parallel group size (Megatron's layers)
   bool sequence_parallel = false;  // Megatron's: activations split along the sequence
   int64_t context_parallel = 1;    // ranks splitting each sequence (ring attention)
+  int64_t expert_parallel = 1;     // data-parallel ranks splitting each MoE layer's experts
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;
