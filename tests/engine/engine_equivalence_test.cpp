@@ -79,6 +79,11 @@ PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataL
     const double loss = engine.train_batch(&loader);
     EXPECT_NEAR(loss, reference.losses[step], tolerance * std::abs(reference.losses[step]))
         << "step " << step;
+    if (!reference.grad_norms.empty()) {  // the norm clipping divides by, every part counted once
+      EXPECT_NEAR(engine.last_grad_norm(), reference.grad_norms[step],
+                  tolerance * reference.grad_norms[step])
+          << "gradient norm, step " << step;
+    }
   }
   // Under ZeRO stage 3 the parameters hold no values between steps: their fp32 masters
   // (gathered from the shards, collective) are the weights.
@@ -512,7 +517,7 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
   for (const auto& shape : shapes) {
     const std::string deep = shape.chunks > 1 ? "-deep" : "";
     for (const Case& c :
-         {Case{"mixtral" + deep, 4, 1, 0.05}, Case{"mixtral-capacity-shared" + deep, 2, 0, 0.0}}) {
+         {Case{"mixtral" + deep, 4, 1, 0.002}, Case{"mixtral-capacity-shared" + deep, 2, 0, 0.0}}) {
       SCOPED_TRACE("pipe " + std::to_string(shape.pipe) + " x data " + std::to_string(shape.data) +
                    ", expert " + std::to_string(shape.experts) + ", " +
                    std::string(schedule::name(shape.schedule)) + ": " + name(c));

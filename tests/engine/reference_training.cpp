@@ -151,7 +151,9 @@ Reference reference_run(const Case& c, int data_parallel,
     optimizer->zero_grad();
     const at::Tensor loss = whole.loss(whole.forward(batch.inputs), batch.labels);
     loss.backward();
-    if (c.clipping > 0) torch::nn::utils::clip_grad_norm_(whole.parameters(), c.clipping);
+    if (c.clipping > 0)
+      reference.grad_norms.push_back(
+          torch::nn::utils::clip_grad_norm_(whole.parameters(), c.clipping));
     optimizer->step();
     reference.losses.push_back(loss.item<double>());
   }
