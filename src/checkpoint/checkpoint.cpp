@@ -592,8 +592,16 @@ std::string resolve_tag(const fs::path& directory, const std::string& tag) {
   if (!fs::exists(latest))
     throw io::InputError("no checkpoint to load in " + directory.string() + ": " + latest.string() +
                          " is missing");
-  std::string name = io::read_file(latest);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  std::string name = io::read_file(latest, 4096);
+  // Written by hand or by another tool: surrounding white space (CRLF) is not the name.
+  const auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!name.empty() && blank(name.back())) name.pop_back();
+  name.erase(name.begin(), std::find_if_not(name.begin(), name.end(), blank));
+  if (name.empty() ||
+      std::any_of(name.begin(), name.end(), [](unsigned char c) { return std::iscntrl(c) != 0; })) {
+    throw io::InputError(latest.string() +
+                         ": must hold one checkpoint tag on one line (no control characters)");
+  }
   inside(directory, name, latest.string());
   return name;
 }

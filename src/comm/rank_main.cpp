@@ -46,8 +46,8 @@ int ranks_on_this_host() {
   return size;
 }
 
-// `alone`: a job of one rank that ends before any transfer (bad input), which needs no
-// abort of others (MPI_Abort would add its banner to the one line). Otherwise end_job:
+// `alone`: a job of one rank, which has no others to abort (MPI_Abort would add its
+// banner to the one line). Otherwise end_job:
 // communicators that need their peers to end are left as they are (see job_failure.h).
 [[noreturn]] void abort_job(const char* what, int exit_code, bool alone = false) {
   if (!alone) end_job(what, exit_code);
@@ -94,7 +94,9 @@ int run_rank(int argc, char** argv, const std::function<int()>& body) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     abort_job(e.what(), 2, /*alone=*/size == 1);
   } catch (const std::exception& e) {
-    abort_job(io::error_message(e).c_str(), 1);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    abort_job(io::error_message(e).c_str(), 1, /*alone=*/size == 1);
   }
   MPI_Finalize();
   io::record_exit(exit_code);

@@ -73,15 +73,14 @@ std::vector<std::string> ConfigSection::unknown_keys(const std::vector<std::stri
   return unknown;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
+nlohmann::json read_json_file(const std::string& path, const JsonFile& kind) {
+  const std::string named = kind.what + " " + path;
   std::error_code error;
-  if (!std::filesystem::exists(path, error))
-    throw io::InputError("config file " + path + " cannot be read");
-  constexpr std::uintmax_t kLargestConfig = 16u << 20;  // parsed whole: a bound, not a limit
-  const std::string text = io::read_file(path, kLargestConfig);  // refuses FIFOs, devices, folders
-  nlohmann::json json = parse_json(text, "config file " + path, /*comments=*/true);
-  if (json.is_discarded()) throw io::InputError("config file " + path + " is not valid JSON");
-  if (!json.is_object()) throw io::InputError("config file " + path + " must hold a JSON object");
+  if (!std::filesystem::exists(path, error)) throw io::InputError(named + " cannot be read");
+  const std::string text = io::read_file(path, kind.max_bytes);  // refuses FIFOs, devices, folders
+  nlohmann::json json = parse_json(text, named, kind.comments);
+  if (json.is_discarded()) throw io::InputError(named + " is not valid JSON");
+  if (!json.is_object()) throw io::InputError(named + " must hold a JSON object");
   return json;
 }
 

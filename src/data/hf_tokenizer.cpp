@@ -390,37 +390,26 @@ class HfTokenizer : public Tokenizer {
     pre_tokenize_ =
         read_pre_tokenizer(json.value("pre_tokenizer", nlohmann::json()), "pre_tokenizer", reader);
     decode_ = read_decoder(json.value("decoder", nlohmann::json()), "decoder", reader);
-    read_added_tokens(json.value("added_tokens", nlohmann::json::array()), !normalizer.is_null(),
-                      reader);
+    read_added_tokens(json.value("added_tokens", nlohmann::json::array()), reader);
   }
 
+  // As the library encodes: added tokens that are matched as written are cut out of the text
+  // first; each stretch between them is normalized, then the added tokens matched in
+  // normalized text are cut out of it; what remains is pre-tokenized and goes to the model.
   std::vector<int64_t> encode(const std::string& text) const override {
     if (!is_utf8(text)) throw io::InputError(path_ + ": the text to encode is not UTF-8");
     std::vector<int64_t> ids;
-    size_t done = 0;
-    const auto encode_plain = [&](size_t end) {
-      if (end == done) return;
-      for (const Piece& piece :
-           pre_tokenize_({normalize_(text.substr(done, end - done)), done == 0})) {
-        if (piece.text.empty()) continue;
-        for (const int64_t id : model_.encode(piece.text)) ids.push_back(id);
-      }
-    };
-    for (size_t at = 0; at < text.size();) {
-      const AddedToken* added = added_at(text, at);
-      if (!added) {
-        at = next_character(text, at);
-        continue;
-      }
-      // lstrip / rstrip: the whitespace beside the token is part of its match.
-      size_t begin = at, end = at + added->content.size();
-      while (added->lstrip && begin > done && is_space(text[begin - 1])) --begin;
-      while (added->rstrip && end < text.size() && is_space(text[end])) ++end;
-      encode_plain(begin);
-      ids.push_back(added->id);
-      at = done = end;
-    }
-    encode_plain(text.size());
+    const auto add = [&](int64_t id) { ids.push_back(id); };
+    split(text, as_written_, add, [&](size_t begin, size_t end) {
+      const std::string normalized = normalize_(text.substr(begin, end - begin));
+      split(normalized, normalized_, add, [&](size_t from, size_t to) {
+        const Piece stretch{normalized.substr(from, to - from), begin == 0 && from == 0};
+        for (const Piece& piece : pre_tokenize_(stretch)) {
+          if (piece.text.empty()) continue;
+          for (const int64_t id : model_.encode(piece.text)) ids.push_back(id);
+        }
+      });
+    });
     return ids;
   }
 
@@ -445,10 +434,50 @@ class HfTokenizer : public Tokenizer {
     bool lstrip, rstrip;
   };
 
+  // Added tokens of one kind in a byte trie, so that the longest one starting at a place is
+  // found in as many steps as it has bytes, however many tokens there are (the library
+  // builds an Aho-Corasick automaton, leftmost-longest, which matches the same ones).
+  class AddedTokens {
+   public:
+    void add(AddedToken token) {
+      int32_t node = 0;
+      for (const char c : token.content) {
+        const auto [edge, added] =
+            edges_.try_emplace(edge_key(node, c), static_cast<int32_t>(token_at_node_.size()));
+        if (added) token_at_node_.push_back(-1);
+        node = edge->second;
+      }
+      if (token_at_node_[node] >= 0) return;  // the same content twice: the first counts
+      token_at_node_[node] = static_cast<int32_t>(tokens_.size());
+      tokens_.push_back(std::move(token));
+    }
+
+    const AddedToken* longest_at(const std::string& text, size_t at) const {
+      const AddedToken* longest = nullptr;
+      int32_t node = 0;
+      for (size_t i = at; i < text.size(); ++i) {
+        const auto edge = edges_.find(edge_key(node, text[i]));
+        if (edge == edges_.end()) break;
+        node = edge->second;
+        if (token_at_node_[node] >= 0) longest = &tokens_[token_at_node_[node]];
+      }
+      return longest;
+    }
+
+   private:
+    static uint64_t edge_key(int32_t node, char c) {
+      return (static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(c);
+    }
+
+    std::vector<AddedToken> tokens_;
+    std::unordered_map<uint64_t, int32_t> edges_;  // (node, byte) -> node; node 0 the root
+    std::vector<int32_t> token_at_node_{-1};       // the token ending at each node, or -1
+  };
+
   // Each added token takes its id in the model's vocabulary, or the next one after it (the
-  // library assigns ids so, whatever the file says). Matched in the text as written, before
-  // any normalizer: a token the library would match in normalized text is refused.
-  void read_added_tokens(const nlohmann::json& list, bool normalizer, const StageReader& reader) {
+  // library assigns ids so, whatever the file says). `normalized` ones are matched in
+  // normalized text as the normalizer writes them, the others in the text as written.
+  void read_added_tokens(const nlohmann::json& list, const StageReader& reader) {
     if (!list.is_array()) reader.fail("added_tokens", "must be a list");
     next_added_id_ = model_.size();
     for (size_t i = 0; i < list.size(); ++i) {
@@ -458,26 +487,43 @@ class HfTokenizer : public Tokenizer {
       if (content.empty()) continue;  // as the library skips it
       if (reader.flag(token, field, "single_word", false))
         reader.fail(field + ".single_word", "true is not supported");
-      if (normalizer && reader.flag(token, field, "normalized", false))
-        reader.fail(field + ".normalized",
-                    "true is not supported with a normalizer (tokens are matched as written)");
       const auto in_vocabulary = model_.id_of(content);
       const int64_t id = in_vocabulary ? *in_vocabulary : next_added_id_++;
-      added_.push_back({content, id, reader.flag(token, field, "lstrip", false),
-                        reader.flag(token, field, "rstrip", false)});
-      added_by_id_[id] = content;
+      const bool lstrip = reader.flag(token, field, "lstrip", false);
+      const bool rstrip = reader.flag(token, field, "rstrip", false);
+      if (reader.flag(token, field, "normalized", false)) {
+        // Matched, and decoded, as the normalizer writes it, as the library does.
+        const std::string normalized = normalize_(content);
+        if (!normalized.empty()) normalized_.add({normalized, id, lstrip, rstrip});
+        added_by_id_[id] = normalized;
+      } else {
+        as_written_.add({content, id, lstrip, rstrip});
+        added_by_id_[id] = content;
+      }
     }
   }
 
-  // The longest added token that starts at `at`, if any.
-  const AddedToken* added_at(const std::string& text, size_t at) const {
-    const AddedToken* best = nullptr;
-    for (const AddedToken& token : added_) {
-      if (text.compare(at, token.content.size(), token.content) == 0 &&
-          (!best || token.content.size() > best->content.size()))
-        best = &token;
+  // Cuts `text` at the leftmost-longest matches of `tokens` (lstrip / rstrip: the white space
+  // beside a token is part of its match): `token(id)` for each match, `rest(begin, end)` for
+  // each non-empty stretch between them, in order.
+  template <typename Token, typename Rest>
+  static void split(const std::string& text, const AddedTokens& tokens, const Token& token,
+                    const Rest& rest) {
+    size_t done = 0;
+    for (size_t at = 0; at < text.size();) {
+      const AddedToken* added = tokens.longest_at(text, at);
+      if (!added) {
+        at = next_character(text, at);
+        continue;
+      }
+      size_t begin = at, end = at + added->content.size();
+      while (added->lstrip && begin > done && is_space(text[begin - 1])) --begin;
+      while (added->rstrip && end < text.size() && is_space(text[end])) ++end;
+      if (begin > done) rest(done, begin);
+      token(added->id);
+      at = done = end;
     }
-    return best;
+    if (done < text.size()) rest(done, text.size());
   }
 
   std::string path_;
@@ -485,7 +531,8 @@ class HfTokenizer : public Tokenizer {
   Normalizer normalize_;
   PreTokenizer pre_tokenize_;
   Decoder decode_;
-  std::vector<AddedToken> added_;
+  AddedTokens as_written_;
+  AddedTokens normalized_;
   std::unordered_map<int64_t, std::string> added_by_id_;
   int64_t next_added_id_ = 0;
 };
@@ -493,7 +540,9 @@ class HfTokenizer : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_hugging_face_tokenizer(const std::string& path) {
-  const nlohmann::json json = config::read_json_file(path);
+  // Real tokenizer.json files reach tens of MiB (a vocabulary of 256k and its merges).
+  const nlohmann::json json = config::read_json_file(
+      path, {.what = "tokenizer file", .max_bytes = std::uintmax_t{1} << 30, .comments = false});
   try {
     return std::make_unique<HfTokenizer>(json, path);
   } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
 
 namespace pipetrain::data {
 namespace {
@@ -44,7 +44,7 @@ TokenType token_type(int code, const std::string& idx) {
 
 // Little-endian reads from the .idx (this machine is little-endian, as Megatron assumes).
 template <typename T>
-T at(const std::string& bytes, std::size_t offset) {
+T at(std::string_view bytes, std::size_t offset) {
   T value;
   std::memcpy(&value, bytes.data() + offset, sizeof value);
   return value;
@@ -59,16 +59,16 @@ std::string without_suffix(std::string prefix) {
   return prefix;
 }
 
-// The sequences of one .idx: their count, total tokens and documents, checked against the
-// .bin's size.
+// What one .idx says of its .bin (checked against the .bin's size): the ids' type and the
+// documents.
 struct Index {
   TokenType type;
-  int64_t tokens = 0;
   int64_t documents = 0;
 };
 
 Index read_index(const std::string& idx, uint64_t bin_bytes) {
-  const std::string bytes = io::read_file(idx);
+  const io::MappedFile mapped(idx, io::MappedFile::Access::kSequential);
+  const std::string_view bytes = mapped.bytes();
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0)
     throw io::InputError(idx + ": not a Megatron indexed dataset index (no MMIDIDX header)");
   if (const auto version = at<uint64_t>(bytes, kMagicBytes); version != 1)
@@ -123,7 +123,6 @@ Index read_index(const std::string& idx, uint64_t bin_bytes) {
     }
     previous = boundary;
   }
-  index.tokens = static_cast<int64_t>(next / item);
   index.documents = document_entries > 0 ? static_cast<int64_t>(document_entries) - 1 : 0;
   return index;
 }
@@ -134,58 +133,10 @@ IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes) {
   if (prefixes.empty()) throw io::InputError("data.paths: no indexed dataset prefixes given");
   for (const auto& given : prefixes) {
     const std::string prefix = without_suffix(given);
-    Mapped file;
-    file.bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
-    file.data = static_cast<const unsigned char*>(file.bin->pages());
-    const Index index = read_index(prefix + ".idx", file.bin->size());
-    file.item_size = index.type.item_size;
-    file.is_signed = index.type.is_signed;
-    file.first = total_;
-    file.tokens = index.tokens;
-    total_ += index.tokens;
+    auto bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
+    const Index index = read_index(prefix + ".idx", bin->size());
+    add(std::move(bin), index.type.item_size, index.type.is_signed);
     documents_ += index.documents;
-    files_.push_back(std::move(file));
-  }
-}
-
-int64_t IndexedTokens::token_at(const Mapped& file, int64_t index) const {
-  const unsigned char* p = file.data + index * file.item_size;
-  switch (file.item_size) {
-    case 1:
-      return file.is_signed ? static_cast<int8_t>(*p) : *p;
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return file.is_signed ? static_cast<int16_t>(v) : v;
-    }
-    case 4: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    default: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-  }
-}
-
-void IndexedTokens::read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const {
-  auto file =
-      std::upper_bound(files_.begin(), files_.end(), start,
-                       [](int64_t position, const Mapped& f) { return position < f.first; });
-  --file;  // the last file starting at or before `start`
-  for (int64_t i = 0; i < count; ++i) {
-    while (start + i >= file->first + file->tokens) ++file;
-    const int64_t index = start + i - file->first;
-    const int64_t id = token_at(*file, index);
-    if (id < 0 || id >= vocab_size) {
-      throw io::InputError(file->bin->path().string() + ": token " + std::to_string(index) +
-                           " is " + std::to_string(id) + ", not in [0, model.vocab_size " +
-                           std::to_string(vocab_size) + ")");
-    }
-    out[i] = id;
   }
 }
 

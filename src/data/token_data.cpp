@@ -25,9 +25,18 @@ std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
       continue;
     }
     std::vector<fs::path> found;
-    for (const auto& entry : fs::recursive_directory_iterator(path)) {
-      if (entry.is_regular_file() && !entry.is_symlink()) found.push_back(entry.path());
+    std::error_code error;
+    const auto unreadable = [&](const fs::path& where) {
+      return io::InputError("data.paths: " + where.string() +
+                            " cannot be read: " + error.message());
+    };
+    fs::recursive_directory_iterator entries(path, error), end;
+    if (error) throw unreadable(path);
+    for (; entries != end; entries.increment(error)) {  // an error ends the walk
+      const fs::directory_entry& entry = *entries;
+      if (entry.is_regular_file(error) && !entry.is_symlink(error)) found.push_back(entry.path());
     }
+    if (error) throw unreadable(path);
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -69,43 +78,31 @@ int64_t drawn_from(const nlohmann::json& state) {
 }  // namespace
 
 TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction) {
-  std::string bytes;
-  for (const auto& file : regular_files(paths)) bytes += io::read_file(file);
-  at::Tensor tokens = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
-  std::memcpy(tokens.data_ptr(), bytes.data(), bytes.size());
-  return split(std::make_shared<TensorTokens>(tokens), 256, validation_fraction,
-               "the text in " + paths.front());
+  auto tokens = std::make_shared<MappedTokens>();  // a byte is a token
+  for (const auto& file : regular_files(paths)) {
+    tokens->add(std::make_unique<io::MappedFile>(file, io::MappedFile::Access::kRandom), 1,
+                /*is_signed=*/false);
+  }
+  return split(tokens, 256, validation_fraction, "the text in " + paths.front());
 }
 
 TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_token,
                         int64_t vocab_size, double validation_fraction) {
   if (bytes_per_token != 2 && bytes_per_token != 4)
     throw io::InputError("data.token_bytes must be 2 or 4");
-  std::vector<at::Tensor> parts;
+  auto tokens = std::make_shared<MappedTokens>();
   for (const auto& file : regular_files(paths)) {
-    const std::string bytes = io::read_file(file);
-    if (bytes.empty() || bytes.size() % bytes_per_token != 0) {
-      throw io::InputError(file.string() + ": " + std::to_string(bytes.size()) +
+    auto mapped = std::make_unique<io::MappedFile>(file, io::MappedFile::Access::kRandom);
+    const std::size_t bytes = mapped->size();
+    if (bytes == 0 || bytes % static_cast<std::size_t>(bytes_per_token) != 0) {
+      throw io::InputError(file.string() + ": " + std::to_string(bytes) +
                            " bytes is not a whole, non-zero number of " +
                            std::to_string(bytes_per_token) + "-byte tokens");
     }
-    const int64_t count = static_cast<int64_t>(bytes.size() / bytes_per_token);
-    at::Tensor raw = at::empty({count}, bytes_per_token == 2 ? at::kShort : at::kInt);
-    std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
-    // Unsigned on disk: widen without sign extension.
-    at::Tensor ids = bytes_per_token == 2 ? raw.to(at::kInt).bitwise_and(0xFFFF).to(at::kLong)
-                                          : raw.to(at::kLong).bitwise_and(0xFFFFFFFFLL);
-    const int64_t largest = ids.max().item<int64_t>();
-    if (largest >= vocab_size) {
-      const int64_t at = ids.ge(vocab_size).nonzero()[0][0].item<int64_t>();
-      throw io::InputError(file.string() + ": token " + std::to_string(at) + " is " +
-                           std::to_string(ids[at].item<int64_t>()) +
-                           ", not below model.vocab_size " + std::to_string(vocab_size));
-    }
-    parts.push_back(ids);
+    tokens->add(std::move(mapped), bytes_per_token, /*is_signed=*/false);  // unsigned on disk
   }
-  return split(std::make_shared<TensorTokens>(at::cat(parts)), vocab_size, validation_fraction,
-               "the token files in " + paths.front());
+  tokens->check_vocabulary(vocab_size);
+  return split(tokens, vocab_size, validation_fraction, "the token files in " + paths.front());
 }
 
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,

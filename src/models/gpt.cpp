@@ -204,11 +204,13 @@ struct GptFinalNormImpl : torch::nn::Module {
 TORCH_MODULE(GptFinalNorm);
 
 void check(const GptConfig& c, const Group& group, const ContextGroup& context) {
-  require_positive(c.vocab_size, "vocab_size");
-  require_positive(c.context, "context");
-  require_positive(c.d_model, "d_model");
-  require_positive(c.heads, "heads");
-  require_positive(c.layers, "layers");
+  require_size(c.vocab_size, "vocab_size", kMaxTokens);
+  require_size(c.context, "context", kMaxTokens);
+  require_size(c.d_model, "d_model", kMaxWidth);
+  require_size(c.heads, "heads", kMaxWidth);
+  require_size(c.layers, "layers", kMaxWidth);
+  const double d = static_cast<double>(c.d_model);
+  require_countable((2.0 * c.vocab_size + c.context) * d + c.layers * (12 * d * d + 13 * d));
   require_divisible(c.d_model, "d_model", c.heads, "model.heads");
   if (c.dropout < 0 || c.dropout >= 1) throw io::InputError("model.dropout must be in [0, 1)");
   require_divisible(c.heads, "heads", group.size(), "the model-parallel size");

@@ -3,6 +3,7 @@
 // the `model.` key) and the LM head that computes through a tied token embedding.
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "pipetrain/autograd/linear.h"
@@ -18,10 +19,32 @@ namespace pipetrain::models {
 // initializer_range.
 inline constexpr double kInitStd = 0.02;
 
-// "model.KEY must be at least 1, got V".
-inline void require_positive(int64_t value, const std::string& key) {
+// Bounds on the sizes of the built-in models, far past any trained model: every count of
+// elements, parameters and FLOPs derived from them stays well inside 64 bits.
+inline constexpr int64_t kMaxTokens = int64_t{1} << 24;  // vocab_size, context
+inline constexpr int64_t kMaxWidth = int64_t{1} << 20;   // d_model, intermediate_size, heads
+inline constexpr int64_t kMaxExperts = 4096;
+inline constexpr double kMaxParameters = 1e15;  // 2^50: 500 times the largest trained model
+
+// "model.KEY must be at least 1, got V", or "must be at most MOST, got V".
+inline void require_size(int64_t value, const std::string& key, int64_t most) {
   if (value < 1)
     throw io::InputError("model." + key + " must be at least 1, got " + std::to_string(value));
+  if (value > most) {
+    throw io::InputError("model." + key + " must be at most " + std::to_string(most) + ", got " +
+                         std::to_string(value));
+  }
+}
+
+// A whole model's parameters, counted in floating point from sizes within the bounds
+// above, must stay countable.
+inline void require_countable(double parameters) {
+  if (parameters > kMaxParameters) {
+    char text[96];
+    std::snprintf(text, sizeof text, "%.3g parameters", parameters);
+    throw io::InputError("model: its sizes give " + std::string(text) +
+                         ", more than the 1e15 pipetrain builds");
+  }
 }
 
 // "model.KEY (V) must be divisible by WHAT (BY)".

@@ -198,13 +198,16 @@ TORCH_MODULE(LlamaBlock);
 
 void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
            const expert_parallel::Group& experts) {
-  require_positive(m.experts, "experts");
-  require_positive(m.experts_per_token, "experts_per_token");
+  require_size(m.experts, "experts", kMaxExperts);
+  require_size(m.experts_per_token, "experts_per_token", kMaxExperts);
   if (m.experts_per_token > m.experts) {
     throw io::InputError("model.experts_per_token (" + std::to_string(m.experts_per_token) +
                          ") must be at most model.experts (" + std::to_string(m.experts) + ")");
   }
-  if (m.shared_experts < 0) throw io::InputError("model.shared_experts must be at least 0");
+  if (m.shared_experts < 0 || m.shared_experts > kMaxExperts) {
+    throw io::InputError("model.shared_experts must be in 0.." + std::to_string(kMaxExperts) +
+                         ", got " + std::to_string(m.shared_experts));
+  }
   require_divisible(m.experts, "experts", experts.size(), "expert_parallel");
   if (!(m.capacity_factor >= 0))
     throw io::InputError("model.capacity_factor must be at least 0 (0: dropless)");
@@ -220,13 +223,13 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
 }
 
 void check(const LlamaConfig& c, const Group& group, const ContextGroup& context) {
-  require_positive(c.vocab_size, "vocab_size");
-  require_positive(c.context, "context");
-  require_positive(c.d_model, "d_model");
-  require_positive(c.heads, "heads");
-  require_positive(c.num_key_value_heads, "num_key_value_heads");
-  require_positive(c.intermediate_size, "intermediate_size");
-  require_positive(c.layers, "layers");
+  require_size(c.vocab_size, "vocab_size", kMaxTokens);
+  require_size(c.context, "context", kMaxTokens);
+  require_size(c.d_model, "d_model", kMaxWidth);
+  require_size(c.heads, "heads", kMaxWidth);
+  require_size(c.num_key_value_heads, "num_key_value_heads", kMaxWidth);
+  require_size(c.intermediate_size, "intermediate_size", kMaxWidth);
+  require_size(c.layers, "layers", kMaxWidth);
   require_divisible(c.d_model, "d_model", c.heads, "model.heads");
   require_divisible(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
   require_divisible(c.heads, "heads", c.num_key_value_heads, "model.num_key_value_heads");
@@ -261,6 +264,13 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
     throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
                          " splits experts: it needs model.type \"mixtral\"");
   const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
+  {
+    const double w = static_cast<double>(d), mlps = moe ? moe->experts + moe->shared_experts : 1;
+    require_countable(2.0 * c.vocab_size * w +
+                      c.layers * (w * (2 * w + 2.0 * kv_width) +
+                                  3 * w * static_cast<double>(c.intermediate_size) * mlps +
+                                  (moe ? w * moe->experts : 0)));
+  }
   std::vector<module::LayerSpec> specs;
 
   module::LayerSpec embedding = document_layer<LlamaEmbedding>(

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
+
+#include "layer_rules.h"
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/io/errors.h"
 
@@ -17,10 +20,10 @@ module::LayerSpec linear_layer(int64_t in, int64_t out) {
   spec.count_parameters = [=] { return in * out + out; };
   spec.build = [=] {
     auto linear = torch::nn::Linear(in, out).ptr();
-    return module::Layer{linear, [linear](const module::Activation& x) {
-                           return module::Activation{
-                               autograd::linear(x.at(0), linear->weight, linear->bias)};
-                         }};
+    return module::Layer{
+        linear, [linear](const module::Activation& x) {
+          return module::Activation{autograd::linear(x.at(0), linear->weight, linear->bias)};
+        }};
   };
   return spec;
 }
@@ -31,6 +34,11 @@ std::vector<module::LayerSpec> mlp_layers(const MlpConfig& c) {
   if (c.inputs < 1 || c.hidden < 1 || c.outputs < 1 || c.layers < 1) {
     throw io::InputError("model: inputs, hidden, outputs and layers must be at least 1");
   }
+  require_size(c.inputs, "inputs", kMaxTokens);
+  require_size(c.hidden, "hidden", kMaxTokens);
+  require_size(c.outputs, "outputs", kMaxTokens);
+  const double widest = static_cast<double>(std::max({c.inputs, c.hidden, c.outputs}));
+  require_countable(static_cast<double>(c.layers) * widest * widest);
   std::vector<module::LayerSpec> specs;
   for (int64_t i = 0; i < c.layers; ++i) {
     const int64_t in = i == 0 ? c.inputs : c.hidden;

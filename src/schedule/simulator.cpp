@@ -1,6 +1,7 @@
 #include "pipetrain/schedule/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -20,8 +21,9 @@ void check_costs(const std::vector<double>& values, const char* field, int stage
                          " values, got " + std::to_string(values.size()));
   }
   for (double v : values) {
-    if (!(v >= 0))
-      throw io::InputError(std::string(field) + " must be >= 0, got " + std::to_string(v));
+    if (!(v >= 0) || !std::isfinite(v))
+      throw io::InputError(std::string(field) + " must be a finite number >= 0, got " +
+                           std::to_string(v));
   }
 }
 
@@ -44,8 +46,9 @@ void CostModel::check(int stages) const {
                            " exceeds its backward cost, of which it is a part");
     }
   }
-  if (latency < 0 || bandwidth < 0 || message_bytes < 0) {
-    throw io::InputError("latency, bandwidth and message bytes must be >= 0");
+  for (const double v : {latency, bandwidth, message_bytes}) {
+    if (!(v >= 0) || !std::isfinite(v))
+      throw io::InputError("latency, bandwidth and message bytes must be finite numbers >= 0");
   }
 }
 

@@ -18,6 +18,7 @@
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/job_config.h"
+#include "pipetrain/trainer/output_paths.h"
 
 namespace pipetrain::trainer {
 namespace fs = std::filesystem;
@@ -153,7 +154,35 @@ void copy_tokenizer(const fs::path& from, const fs::path& to) {
 void check_empty_output(const fs::path& out) {
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     throw io::InputError("--out " + out.string() + ": exists and is not an empty folder");
+  check_output_folder("--out", out.string());
 }
+
+// The output folder of an import or export, empty or missing when the command starts: left
+// as it was found (emptied, or removed when this command made it) unless kept, so that a
+// failed command leaves nothing a retry would refuse.
+class NewOutput {
+ public:
+  explicit NewOutput(fs::path out) : out_(std::move(out)), existed_(fs::exists(out_)) {
+    fs::create_directories(out_);
+  }
+  NewOutput(const NewOutput&) = delete;
+  NewOutput& operator=(const NewOutput&) = delete;
+  ~NewOutput() {
+    if (kept_) return;
+    std::error_code error;
+    if (!existed_) {
+      fs::remove_all(out_, error);
+      return;
+    }
+    for (const auto& entry : fs::directory_iterator(out_, error)) fs::remove_all(entry, error);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  fs::path out_;
+  bool existed_;
+  bool kept_ = false;
+};
 
 }  // namespace
 
@@ -198,17 +227,12 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   }
   check_all_used(weights, tied(model), folder);
   // The tokenizer first, so that `latest` names a checkpoint whose tokenizer is there; both
-  // or neither: a failed save takes the copies with it.
-  fs::create_directories(out);
+  // or neither: a failed save takes the copies and the save's partial files with it.
+  NewOutput written(out);
   copy_tokenizer(folder, out);
-  try {
-    checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
-                                &masters);
-  } catch (...) {
-    std::error_code error;
-    for (const auto& name : tokenizer_files(folder)) fs::remove(fs::path(out) / name, error);
-    throw;
-  }
+  checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
+                              &masters);
+  written.keep();
   std::printf("imported %s (%s, %zu tensors%s) into %s/step_0\n", folder.c_str(),
               model.type.c_str(), masters.size(),
               tokenizer.empty() ? "" : (", " + tokenizer).c_str(), out.c_str());
@@ -237,7 +261,7 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
     at::Tensor tensor = t.expert >= 0 ? found->second.select(0, t.expert) : found->second;
     hf.emplace_back(t.hf_name, t.transposed ? tensor.t() : tensor);
   }
-  fs::create_directories(out);
+  NewOutput written(out);
   io::AtomicFileWriter weights(fs::path(out) / kWeights);
   checkpoint::write_safetensors(weights, hf, {{"format", "pt"}});
   weights.commit();
@@ -252,6 +276,7 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
     if (!file.empty() && fs::is_regular_file(file, error)) from = file.parent_path();
   }
   copy_tokenizer(from, out);
+  written.keep();
 }
 
 }  // namespace pipetrain::trainer

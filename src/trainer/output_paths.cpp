@@ -48,6 +48,10 @@ void check_file(const std::string& key, const std::string& path) {
 
 }  // namespace
 
+void check_output_folder(const std::string& key, const std::string& path) {
+  check_folder(key, path.empty() ? std::string(".") : path, path);
+}
+
 void make_output_folders(const TrainerConfig& config) {
   for (const std::string* file : {&config.trace, &config.log.metrics, &config.log.csv}) {
     const fs::path folder = fs::path(*file).parent_path();

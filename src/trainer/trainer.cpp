@@ -22,8 +22,8 @@
 #include "pipetrain/launch/job_ending.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
-#include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/expert_statistics.h"
+#include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/output_paths.h"
@@ -383,6 +383,11 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
 namespace {
 
 // One prompt to continue, with its own bounds.
+// Bounds on the work one generate command asks for: new tokens per prompt, and prompts
+// in flight (each with its KV cache).
+constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
+constexpr int64_t kMaxInFlight = 1024;
+
 struct PromptLine {
   std::string text;
   int64_t tokens = 0;         // new tokens at most
@@ -404,16 +409,18 @@ PromptLine prompt_line(const std::string& line, const std::string& where, int64_
   for (const auto& [key, value] : object.items()) {
     if (key == "prompt" && value.is_string()) {
       prompt.text = value.get<std::string>();
-    } else if (key == "max_new_tokens" && value.is_number_integer() && value.get<int64_t>() >= 1) {
+    } else if (key == "max_new_tokens" && value.is_number_integer() && value.get<int64_t>() >= 1 &&
+               value.get<int64_t>() <= kMaxNewTokens) {
       prompt.tokens = value.get<int64_t>();
     } else if (key == "stop" && value.is_array() &&
                std::all_of(value.begin(), value.end(),
                            [](const nlohmann::json& id) { return id.is_number_integer(); })) {
       prompt.stop = value.get<std::vector<int64_t>>();
     } else {
-      throw io::InputError(where + ": \"" + key +
-                           "\" must be one of prompt (a string), max_new_tokens (an integer of at "
-                           "least 1), stop (token ids)");
+      throw io::InputError(
+          where + ": \"" + key +
+          "\" must be one of prompt (a string), max_new_tokens (an integer in 1.." +
+          std::to_string(kMaxNewTokens) + "), stop (token ids)");
     }
   }
   if (prompt.text.empty()) throw io::InputError(where + ": no \"prompt\" (a non-empty string)");
@@ -422,8 +429,10 @@ PromptLine prompt_line(const std::string& line, const std::string& where, int64_
 
 // The prompts to continue, checked before any work: --prompt's, then the file's lines.
 std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
-  if (options.tokens < 1)
-    throw io::InputError("--tokens must be at least 1, got " + std::to_string(options.tokens));
+  if (options.tokens < 1 || options.tokens > kMaxNewTokens) {
+    throw io::InputError("--tokens must be in 1.." + std::to_string(kMaxNewTokens) + ", got " +
+                         std::to_string(options.tokens));
+  }
   if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
     std::ostringstream value;
     value << options.temperature;
@@ -440,9 +449,9 @@ std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
   }
   if (options.format != "text" && options.format != "jsonl")
     throw io::InputError("--format must be text or jsonl, got '" + options.format + "'");
-  if (options.max_in_flight < 1) {
-    throw io::InputError("--max-in-flight must be at least 1, got " +
-                         std::to_string(options.max_in_flight));
+  if (options.max_in_flight < 1 || options.max_in_flight > kMaxInFlight) {
+    throw io::InputError("--max-in-flight must be in 1.." + std::to_string(kMaxInFlight) +
+                         ", got " + std::to_string(options.max_in_flight));
   }
   std::vector<PromptLine> prompts;
   for (const auto& prompt : options.prompts) {

@@ -91,7 +91,7 @@ data_case empty-token-file "empty.bin: 0 bytes is not a whole, non-zero number o
   "{\"type\": \"tokens\", \"paths\": [\"$work/empty.bin\"]}" ": >'$work/empty.bin'"
 data_case odd-token-file "odd.bin: 5 bytes is not a whole, non-zero number of 2-byte tokens" \
   "{\"type\": \"tokens\", \"paths\": [\"$work/odd.bin\"]}" "printf 'abcde' >'$work/odd.bin'"
-data_case out-of-vocabulary "big.bin: token 1 is 65535, not below model.vocab_size 256" \
+data_case out-of-vocabulary "big.bin: token 1 is 65535, not in [0, model.vocab_size 256)" \
   "{\"type\": \"tokens\", \"paths\": [\"$work/big.bin\"]}" "printf '\\001\\000\\377\\377\\002\\000\\003\\000' >'$work/big.bin'"
 data_case too-short "too few to split" \
   "{\"type\": \"text\", \"paths\": [\"$work/short.txt\"]}" "printf 'tiny' >'$work/short.txt'"
@@ -104,8 +104,13 @@ data_case indexed-truncated-bin "cut.idx: sequence 49 (offset 1048, 11 tokens) e
   "{\"type\": \"indexed\", \"paths\": [\"$work/cut\"]}" "python3 '$writer' '$work/cut' uint16 50 truncated-bin"
 data_case indexed-pointer-outside "pointer.idx: sequence 25 (offset 1000000526, 9 tokens) does not follow the one before it" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/pointer\"]}" "python3 '$writer' '$work/pointer' uint16 50 pointer"
+# A 64 GiB .idx (sparse: no disk) is mapped, its counts checked against its size first.
+data_case indexed-huge-idx "huge.idx: 68719476736 bytes, its counts call for" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/huge\"]}" "python3 '$writer' '$work/huge' uint16 50 && truncate -s 64G '$work/huge.idx'"
 data_case empty-folder "data.paths: no files found" \
   "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
+data_case not-a-folder "data.paths: /dev/null cannot be read: Not a directory" \
+  "{\"type\": \"text\", \"paths\": [\"/dev/null\"]}" ":"
 
 # 3. Checkpoints: one good one, then damaged copies loaded with --load.
 tiny='{"train_micro_batch_size_per_gpu": 2, "pipeline": {"stages": 2}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 1, "eval_iters": 1, "sample": {"tokens": 0}}'
@@ -151,6 +156,8 @@ damaged_case negative-steps "manifest.json: \"global_steps\" must be a whole num
 # Checkpoints stay inside their folder and hold regular files only.
 damaged_case manifest-traversal "'../step_1/layer_001.safetensors' is not a plain file name inside the checkpoint folder" \
   "sealed 's|\"file\": \"layer_001.safetensors\"|\"file\": \"../step_1/layer_001.safetensors\"|'"
+damaged_case latest-two-lines "latest: must hold one checkpoint tag on one line" \
+  "printf 'step_1\\nstep_0\\n' >latest"
 damaged_case latest-traversal "latest: '../good/step_1' is not a plain file name inside the checkpoint folder" \
   "echo ../good/step_1 >latest"
 damaged_case symlinked-layer "layer_002.safetensors: a symbolic link; checkpoint files must be the folder's own" \
@@ -166,9 +173,9 @@ expect_bad "checkpoint manifest-without-index (export)" "layers[2].index must be
 
 # A checkpoint's own config is trusted by eval only as far as its files reach.
 rm -rf "$work/inflated" && cp -r "$work/good" "$work/inflated"
-(cd "$work/inflated" && sealed 's|"d_model": 16|"d_model": 1600000|')
+(cd "$work/inflated" && sealed 's|"d_model": 16|"d_model": 800000|')
 expect_bad "checkpoint inflated-config (eval)" \
-  "layer 0 (GptEmbedding): its model config gives 435200000 parameters, its files hold 4352" \
+  "layer 0 (GptEmbedding): its model config gives 217600000 parameters, its files hold 4352" \
   launch -n 2 -- "$pipetrain" eval --checkpoint "$work/inflated"
 
 # 4. Command lines.
@@ -209,8 +216,23 @@ expect_bad "cli: a config that is a FIFO" "fifo.json: not a regular file (a fold
   launch -n 2 -- "$pipetrain" train --config "$work/fifo.json"
 expect_bad "cli: generate with an empty prompt" "--prompt is empty: sampling needs at least one byte to start" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompt ""
-expect_bad "cli: generate no new tokens" "--tokens must be at least 1, got 0" \
+expect_bad "cli: generate no new tokens" "--tokens must be in 1..1048576, got 0" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --tokens 0
+expect_bad "cli: generate 2^40 new tokens" "--tokens must be in 1..1048576, got 1099511627776" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --tokens 1099511627776
+expect_bad "cli: generate with 10^6 prompts in flight" "--max-in-flight must be in 1..1024, got 1000000" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --max-in-flight 1000000
+expect_bad "cli: generate with a NaN temperature" \
+  "--temperature must be a finite number at least 0 (0: greedy), got nan" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --temperature nan
+printf '{"prompt": "The ", "max_new_tokens": 0}\n' >"$work/zero-tokens.txt"
+expect_bad "cli: a prompts file line asking for no new tokens" \
+  "$work/zero-tokens.txt:1: \"max_new_tokens\" must be one of prompt (a string), max_new_tokens (an integer in 1..1048576)" \
+  launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/zero-tokens.txt"
+expect_bad "cli: simulate with a NaN latency" "latency, bandwidth and message bytes must be finite numbers >= 0" \
+  simulate --kind train -m 4 -p 2 --latency nan
+expect_bad "cli: simulate with an infinite forward cost" "forward cost must be a finite number >= 0, got inf" \
+  simulate --kind train -m 4 -p 2 --forward inf
 : >"$work/no-prompts.txt"
 expect_bad "cli: generate from an empty prompts file" "$work/no-prompts.txt: no prompts in it (one per line)" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/no-prompts.txt"

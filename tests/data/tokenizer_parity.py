@@ -11,9 +11,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers,
-                        trainers)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, trainers)
 
 pipetrain = sys.argv[1]
 work_folder = tempfile.TemporaryDirectory()
@@ -37,6 +38,7 @@ TEXTS = [
     "<|endoftext|>between<|endoftext|> and </s> <s>text<unk>",
     "fill  <mask>  in, <mask>\n<mask>x",
     GPL[1000:2500],
+    "abc xabcx bcab abcd", "HELLO World, hello world; Hello, wor", "tok123 tok19999x tok5tok50",
 ]
 
 
@@ -92,6 +94,32 @@ def sentencepiece_conversion():
     return Tokenizer.from_str(json.dumps(spec))
 
 
+def added_tokens():
+    """Added tokens of both kinds overlapping: the ones matched as written are cut out first
+    (a special "bc" wins over a normalized "ab" in "abc"), the normalized ones after a
+    normalizer that turns "H" into "h"."""
+    tokenizer = byte_level()
+    tokenizer.normalizer = normalizers.Replace("H", "h")
+    tokenizer.add_tokens([AddedToken("ab", normalized=True), AddedToken("hello", normalized=True),
+                          AddedToken(" world", normalized=True, rstrip=True)])
+    tokenizer.add_special_tokens([AddedToken("bc", normalized=False)])
+    return tokenizer
+
+
+def normalized_after_conversion():
+    """LLaMA-2's layout with tokens matched after its normalizer (spaces made "▁")."""
+    tokenizer = sentencepiece_conversion()
+    tokenizer.add_tokens([AddedToken("hello", normalized=True), AddedToken("▁wor", normalized=True)])
+    return tokenizer
+
+
+def many_added():
+    """20,000 added tokens (found by a trie, not one by one)."""
+    tokenizer = byte_level()
+    tokenizer.add_tokens([AddedToken(f"tok{i}", normalized=False) for i in range(20000)])
+    return tokenizer
+
+
 def run(*args):
     # bytes, not text mode: "\r\n" must come back as written
     return subprocess.run([pipetrain, "tokenize", *args], check=True,
@@ -101,12 +129,18 @@ def run(*args):
 failures = 0
 for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PATTERN)),
                         ("llama2", sentencepiece_conversion()), ("metaspace", metaspace()),
-                        ("empty-matches", empty_matches())]:
+                        ("empty-matches", empty_matches()), ("added-tokens", added_tokens()),
+                        ("normalized-after-conversion", normalized_after_conversion()),
+                        ("many-added", many_added())]:
     path = f"{work}/{name}.json"
     tokenizer.save(path)
+    started = time.monotonic()
     expected = [tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    library_seconds = time.monotonic() - started
+    started = time.monotonic()
     got = [[int(i) for i in line.split(",") if i] for line in
            run("--tokenizer", path, *TEXTS).split("\n")[:-1]]
+    pipetrain_seconds = time.monotonic() - started
     if len(got) != len(TEXTS):
         failures += 1
         print(f"FAIL {name}: {len(got)} lines of ids for {len(TEXTS)} texts")
@@ -127,16 +161,28 @@ for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PAT
         print(f"FAIL {name} decode: {len(want_text)} vs {len(have_text)} characters; first "
               f"difference at {next(i for i, (a, b) in enumerate(zip(want_text + '$', have_text + '#')) if a != b)}")
     print(f"{name}: {len(TEXTS)} texts ({sum(map(len, expected))} ids) and "
-          f"{len(id_lists)} id lists compared")
+          f"{len(id_lists)} id lists compared (encoding: library {library_seconds:.2f} s, "
+          f"pipetrain {pipetrain_seconds:.2f} s with loading)")
+# Real tokenizer.json files pass 16 MiB (Gemma 3's is 33 MiB): one of 17 MiB is read.
+padded, gpt2 = f"{work}/padded.json", byte_level()
+with open(padded, "w", encoding="utf-8") as f:
+    f.write(gpt2.to_str() + " " * (17 << 20))
+want = ",".join(map(str, gpt2.encode("Hello world", add_special_tokens=False).ids))
+have = run("--tokenizer", padded, "Hello world").strip()
+if want != have:
+    failures += 1
+    print(f"FAIL a 17 MiB tokenizer.json: {have!r}, the library {want!r}")
+else:
+    print("a 17 MiB tokenizer.json read")
 # What pipetrain does not read is bad input: one line naming the file and field, exit 2.
 wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
 wordpiece.save(f"{work}/wordpiece.json")
-normalized = sentencepiece_conversion()
-normalized.add_tokens([AddedToken("hello", normalized=True)])  # matched after the normalizer
-normalized.save(f"{work}/normalized.json")
+single_word = byte_level()
+single_word.add_tokens([AddedToken("word", single_word=True)])
+single_word.save(f"{work}/single-word.json")
 for path, expected_error in [
         (f"{work}/wordpiece.json", 'model.type must be "BPE"'),
-        (f"{work}/normalized.json", ".normalized true is not supported with a normalizer")]:
+        (f"{work}/single-word.json", ".single_word true is not supported")]:
     refused = subprocess.run([pipetrain, "tokenize", "--tokenizer", path, "a"],
                              capture_output=True, text=True)
     if refused.returncode != 2 or expected_error not in refused.stderr or \

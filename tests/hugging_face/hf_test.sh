@@ -171,6 +171,16 @@ expect_bad "config not JSON" "config.json: not valid JSON" import --hf "$edited"
 mkdir -p "$work/full" && touch "$work/full/something"
 expect_bad "output folder in use" "exists and is not an empty folder" \
   import --hf "$work/gpt2-hf" --out "$work/full"
+# An import whose save fails (a 16 KiB limit on file sizes, as a full disk would) says so in
+# one line and leaves no --out behind, so the retry runs. (PMIx keeps its data in memory, not
+# in shared-memory files the limit would cut short.)
+(cd "$work" && PMIX_MCA_gds=hash bash -c 'trap "" XFSZ; ulimit -f 16; exec "$0" import --hf gpt2-hf --out cut-short' \
+  "$pipetrain" >import-cut.out 2>&1)
+rc=$?
+check "an import that cannot write exits 1 (got $rc)" test "$rc" -eq 1
+check "... in one line ($(head -c 300 "$work/import-cut.out"))" test "$(wc -l <"$work/import-cut.out")" -eq 1
+check "... leaving no --out folder" test ! -e "$work/cut-short"
+check "... and the retry imports" "$pipetrain" import --hf "$work/gpt2-hf" --out "$work/cut-short"
 expect_bad "token outside the vocabulary" "--tokens: id 999 is outside the vocabulary [0, 260)" \
   logits --checkpoint "$work/gpt2-ckpt" --tokens 1,999 --out logits.safetensors
 expect_bad "too many tokens" "--tokens: 30 tokens, the model's context is 24" \

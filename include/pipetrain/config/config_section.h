@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,16 @@ class ConfigSection {
   std::string path_;
 };
 
-// Parses a config file; InputError naming the file if it is missing or not a JSON object.
-nlohmann::json read_json_file(const std::string& path);
+// What kind of JSON file read_json_file reads: named so in its errors, read whole up to a
+// bound (parsed whole: a bound, not a limit), comments allowed or not.
+struct JsonFile {
+  std::string what = "config file";
+  std::uintmax_t max_bytes = std::uintmax_t{16} << 20;
+  bool comments = true;
+};
+
+// Parses a JSON file holding an object; InputError naming the file if it is missing, too
+// large, or not a JSON object.
+nlohmann::json read_json_file(const std::string& path, const JsonFile& kind = {});
 
 }  // namespace pipetrain::config

@@ -1,16 +1,17 @@
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "pipetrain/io/mapped_file.h"
 
 namespace pipetrain::data {
 
-// A corpus as one sequence of token ids, read a window at a time: held in memory (text
-// bytes, token files) or mapped from disk (Megatron's indexed datasets), so a source draws
-// windows without knowing which.
+// A corpus as one sequence of token ids, read a window at a time (text bytes, token files
+// and Megatron's indexed datasets are all mapped from disk), so a source draws windows
+// without knowing which.
 class TokenStream {
  public:
   virtual ~TokenStream() = default;
@@ -20,15 +21,35 @@ class TokenStream {
   virtual void read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const = 0;
 };
 
-// Ids held in memory: a 1-D int64 tensor, checked against the vocabulary when loaded.
-class TensorTokens : public TokenStream {
+// Files of unsigned or signed integer ids, mapped read-only and read a window at a time:
+// what a rank holds of them is the pages the kernel caches, shared by every rank of the
+// machine, not a copy. The files are one stream, in the order added. Ids are checked
+// against the vocabulary as they are read.
+class MappedTokens : public TokenStream {
  public:
-  explicit TensorTokens(at::Tensor ids);
-  int64_t size() const override { return ids_.numel(); }
+  // Appends `file`'s ids: `item_size` bytes each (1, 2, 4 or 8), little-endian. Its size
+  // must be a whole number of them (the caller checks and names the problem).
+  void add(std::unique_ptr<io::MappedFile> file, int item_size, bool is_signed);
+
+  int64_t size() const override { return total_; }
   void read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const override;
+  // Reads every id once (in slices), so that one outside [0, vocab_size) is named now, not
+  // when a window first reaches it.
+  void check_vocabulary(int64_t vocab_size) const;
 
  private:
-  at::Tensor ids_;
+  struct Mapped {
+    std::unique_ptr<io::MappedFile> file;
+    const unsigned char* data = nullptr;  // the file's bytes
+    int item_size = 0;
+    bool is_signed = false;
+    int64_t first = 0;  // its first id's position in the stream
+    int64_t tokens = 0;
+  };
+  static int64_t token_at(const Mapped& file, int64_t index);
+
+  std::vector<Mapped> files_;
+  int64_t total_ = 0;
 };
 
 // Part [begin, begin + length) of a stream (the training or the validation tokens).

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
@@ -9,6 +11,11 @@ namespace pipetrain::trainer {
 // or be creatable below its nearest existing ancestor, a writable folder. Nothing is
 // created here. InputError naming the key and the path.
 void check_output_paths(const TrainerConfig& config);
+
+// A folder to write into (`key` names the option, e.g. "--out"): it exists as a writable
+// folder, or can be created below its nearest existing ancestor, a writable folder.
+// Nothing is created here. InputError naming the key and the path.
+void check_output_folder(const std::string& key, const std::string& path);
 
 // After every input check (rank 0): the folders of the trace and log files, where missing.
 void make_output_folders(const TrainerConfig& config);
