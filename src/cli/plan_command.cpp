@@ -52,8 +52,11 @@ void print_row(int rank, const planner::Candidate& c) {
   };
   // t with "s" under sequence parallelism.
   const std::string t = std::to_string(l.tensor) + (l.sequence_parallel ? "s" : "");
-  std::printf("%3d %4s %3d %4d %4d %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
-              rank, t.c_str(), l.context, l.pipe, l.data, static_cast<long long>(l.micro_batch),
+  // d with "eE" under expert parallelism: "4e2", four replicas in expert groups of two.
+  const std::string d =
+      std::to_string(l.data) + (l.experts > 1 ? "e" + std::to_string(l.experts) : "");
+  std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
+              rank, t.c_str(), l.context, l.pipe, d.c_str(), static_cast<long long>(l.micro_batch),
               static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
               l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
@@ -101,6 +104,7 @@ void print_losers(const std::vector<planner::Candidate>& all) {
        [](const planner::Layout& l) { return l.sequence_parallel ? "on" : "off"; }},
       {"c", [](const planner::Layout& l) { return std::to_string(l.context); }},
       {"p", [](const planner::Layout& l) { return std::to_string(l.pipe); }},
+      {"e", [](const planner::Layout& l) { return std::to_string(l.experts); }},
       {"b", [](const planner::Layout& l) { return std::to_string(l.micro_batch); }},
       {"schedule", [](const planner::Layout& l) { return l.schedule_label(); }},
       {"zero", [](const planner::Layout& l) { return std::to_string(l.zero); }},
@@ -156,6 +160,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
           {"context_parallel", l.context},
           {"pipe", l.pipe},
           {"data", l.data},
+          {"expert_parallel", l.experts},
           {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches},
           {"schedule", config::name_of(engine::pipeline_schedules(), l.schedule)},
@@ -185,6 +190,7 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   keys.set(config, "sequence_parallel", l.sequence_parallel);
   keys.set(config, "context_parallel", l.context);
   keys.set(config, "data_parallel", l.data);
+  keys.set(config, "expert_parallel", l.experts);
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
   keys.set(config, "gradient_accumulation_steps", l.micro_batches);
@@ -307,6 +313,8 @@ Command add_plan_command(CLI::App& app) {
                       "Fix sequence parallelism on or off (default: both tried where t > 1)");
   command->add_option("--pipe,-p", limits.pipe, "Fix the pipeline stages");
   command->add_option("--data,-d", limits.data, "Fix the data-parallel size");
+  command->add_option("--experts,-e", limits.experts,
+                      "Fix the expert-parallel size (a mixture of experts)");
   command->add_option("--micro-batch,-b", limits.micro_batch, "Fix the micro-batch size");
   command->add_option("--max-micro-batch", limits.max_micro_batch, "Largest micro-batch tried")
       ->capture_default_str();

@@ -144,6 +144,7 @@ void add_experts(LayerCost& block, const models::MoeConfig& m, double s, double 
   block.split_saved += 4 * s * shared;
   block.workspace += 2 * chosen * ffn;
   block.traffic += 4 * chosen * d;  // gathered by expert and summed back
+  block.dispatched = chosen * d;
 }
 
 std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
@@ -170,6 +171,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
     const int64_t shared = 3 * d * moe->shared_experts * ffn;
     block.parameters = 2 * d + attention + moe->experts * (d + 3 * d * ffn) + shared;
     block.split_parameters = attention + shared;
+    block.expert_parameters = moe->experts * 3 * d * ffn;
     block.largest_tensor = std::max(d * d, moe->experts * d * ffn);  // every expert's gate
     add_experts(block, *moe, static_cast<double>(s), static_cast<double>(d),
                 static_cast<double>(ffn));
@@ -193,9 +195,9 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
 
 }  // namespace
 
-double LayerCost::parameters_per_rank(int t) const {
-  return static_cast<double>(parameters - split_parameters) +
-         static_cast<double>(split_parameters) / t;
+double LayerCost::parameters_per_rank(int t, int e) const {
+  return static_cast<double>(parameters - split_parameters - expert_parameters) +
+         static_cast<double>(split_parameters) / t + static_cast<double>(expert_parameters) / e;
 }
 
 double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel) const {

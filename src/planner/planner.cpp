@@ -45,6 +45,17 @@ bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
   return !sequence_parallel || (context / c) % t == 0;
 }
 
+// Expert-parallel sizes for `data` replicas: 1, and for a mixture of experts each size
+// dividing both the replicas and the experts (as the job requires), unless fixed.
+std::vector<int> expert_sizes(const models::ModelConfig& m, int data, const LayoutLimits& limits) {
+  std::vector<int> sizes;
+  for (int e : divisors(data)) {
+    const bool possible = e == 1 || (m.type == "mixtral" && m.moe.experts % e == 0);
+    if (possible && allowed(limits.experts, e)) sizes.push_back(e);
+  }
+  return sizes;
+}
+
 // Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
 std::vector<std::pair<schedule::Kind, int>> schedules(int pipe, int64_t micro_batches, int layers) {
   if (pipe == 1) return {{schedule::Kind::k1F1B, 1}};
@@ -144,9 +155,12 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
                 for (int zero : {0, 1, 2, 3}) {
                   if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero))
                     continue;
-                  const Layout layout{t,      pipe, data,          b,       m, schedule,
-                                      chunks, zero, checkpointing, context, sp};
-                  found.push_back(assess(w, c, layout));
+                  for (int experts : expert_sizes(w.model, data, limits)) {
+                    if (experts > 1 && zero > 0) continue;  // the job refuses ZeRO with it
+                    const Layout layout{t,      pipe, data,          b,       m,  schedule,
+                                        chunks, zero, checkpointing, context, sp, experts};
+                    found.push_back(assess(w, c, layout));
+                  }
                 }
               }
             }

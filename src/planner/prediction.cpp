@@ -52,6 +52,7 @@ struct StageWork {
   double backward_input = 0;
   double backward_weight = 0;
   double parameters = 0;             // one rank's, tied copies once
+  double expert_parameters = 0;      // of which routed experts' (reduced over d / e replicas)
   double saved_per_sample = 0;       // the largest chunk's, bytes
   double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
@@ -85,19 +86,21 @@ class StageCosting {
       const double streaming =
           b * layer.traffic_bytes(l_.tensor, bytes_, sp) / c_.activation_streaming();
       const double ring = ring_pass_seconds(b * layer.ring_elements / l_.tensor * bytes_);
+      // Expert parallelism: the tokens' rows to their experts and back, in each pass.
+      const double exchange = 2 * all_to_all_seconds(b * layer.dispatched * bytes_);
       const int t = l_.tensor;
       forward +=
           b * LayerCost::flops_per_rank(layer.forward_flops, layer.replicated_forward_flops, t) /
               flops +
           streaming + c_.layer_overhead + layer.forward_all_reduces * all_reduce +
-          (l_.context - 1) * ring;
+          (l_.context - 1) * ring + exchange;
       input += b *
                    LayerCost::flops_per_rank(layer.backward_input_flops,
                                              layer.replicated_backward_input_flops, t) /
                    flops +
                2 * streaming + c_.layer_overhead + layer.backward_all_reduces * all_reduce +
                (l_.context - 1) * (1 + 4.0 / bytes_) * ring +
-               (l_.context > 1 ? 4.0 / bytes_ * ring : 0.0);
+               (l_.context > 1 ? 4.0 / bytes_ * ring : 0.0) + exchange;
       weight += b *
                 LayerCost::flops_per_rank(layer.backward_weight_flops,
                                           layer.replicated_backward_weight_flops, t) /
@@ -111,8 +114,9 @@ class StageCosting {
       stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
       stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
-        const double parameters = layer.parameters_per_rank(l_.tensor);
+        const double parameters = layer.parameters_per_rank(l_.tensor, l_.experts);
         stage.parameters += parameters;
+        stage.expert_parameters += static_cast<double>(layer.expert_parameters) / l_.experts;
         stage.largest_layer = std::max(stage.largest_layer, parameters);
         // ZeRO 3: the layer gathered before its forward and again before its backward
         // (kept after forward: once per step).
@@ -157,6 +161,16 @@ class StageCosting {
     const int replicas = l_.data * l_.context;
     const double wire = w_.training.precision.communication_dtype == Precision::kFp32 ? 4 : bytes_;
     return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * wire, replicas);
+  }
+
+  // An all-to-all over the expert group (its ranks t apart, consecutive data replicas) of
+  // `bytes` per rank, spread evenly over the experts: (e - 1) / e of them leave the rank,
+  // one message to each other rank.
+  double all_to_all_seconds(double bytes) const {
+    if (l_.experts == 1) return 0.0;
+    const Link& link = c_.link(l_.experts, l_.tensor);
+    const double e = l_.experts;
+    return (e - 1) * link.latency + bytes * (e - 1) / e / link.bandwidth;
   }
 
   // One pass of `bytes` to the next rank of the context group (its ranks t apart).
@@ -377,8 +391,14 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
         l.zero == 1 || l.zero == 2
             ? 0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), replicas)
             : 0.0;
+    // Expert parallelism (ZeRO 0): the experts' gradients over the d / e ranks holding them.
+    const int holders = replicas / l.experts;
+    const double experts = l.experts > 1 ? c.link(holders, l.tensor * l.experts)
+                                               .all_reduce(stage.expert_parameters * wire, holders)
+                                         : 0.0;
+    const double dense = stage.parameters - (l.experts > 1 ? stage.expert_parameters : 0.0);
     const double reduce =
-        l.zero == 0 ? data_link.all_reduce(stage.parameters * wire, replicas) : scatter + gather;
+        l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) + experts : scatter + gather;
     const double step =
         stage.parameters * (l.zero > 0 ? 1.0 / replicas : 1.0) * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {

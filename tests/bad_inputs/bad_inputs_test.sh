@@ -24,7 +24,8 @@ expect_bad() { # description, expected text, pipetrain arguments...
   local here="$work/run" start end rc
   rm -rf "$here" && mkdir -p "$here"
   start=$(date +%s%N)
-  (cd "$here" && timeout 90 "$pipetrain" "$@" >../out 2>&1)
+  # Marked, so that a process the case left behind is found by its environment.
+  (cd "$here" && PIPETRAIN_BAD_INPUT_CASE="$$-$cases." timeout 90 "$pipetrain" "$@" >../out 2>&1)
   rc=$?
   end=$(date +%s%N)
   local ms=$(((end - start) / 1000000))
@@ -34,6 +35,19 @@ expect_bad() { # description, expected text, pipetrain arguments...
   check "$what: before any deadline, under 40 s (${ms} ms)" test "$ms" -lt 40000
   if ((ms > slowest)); then slowest=$ms; fi
   check "$what: writes nothing" test -z "$(ls -A "$here")"
+  check "$what: leaves no process behind" test -z "$(left_behind "$$-$cases.")"
+}
+
+# The processes whose environment holds PIPETRAIN_BAD_INPUT_CASE=ID (after a moment for
+# the ones already ending).
+left_behind() { # ID
+  local pids="" tries
+  for tries in 1 2 3 4 5; do
+    pids=$(grep -lsaF "PIPETRAIN_BAD_INPUT_CASE=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ')
+    [ -z "$pids" ] && return
+    sleep 0.2
+  done
+  echo "$pids"
 }
 
 train() { echo launch -n 2 -- "$pipetrain" train "$@"; }
@@ -177,6 +191,16 @@ rm -rf "$work/inflated" && cp -r "$work/good" "$work/inflated"
 expect_bad "checkpoint inflated-config (eval)" \
   "layer 0 (GptEmbedding): its model config gives 217600000 parameters, its files hold 4352" \
   launch -n 2 -- "$pipetrain" eval --checkpoint "$work/inflated"
+
+# Resuming with a model of the same shapes but another meaning is refused, the key named.
+sed 's|"heads": 2|"heads": 4|' "$work/tiny.json" >"$work/tiny-heads.json"
+# shellcheck disable=SC2046
+expect_bad "checkpoint resumed with other heads" "model.heads 4 contradicts the checkpoint in $work/good (2)" \
+  $(train --config "$work/tiny-heads.json" --load "$work/good")
+sed 's|"layers": 2|"layers": 2, "activation": "gelu_tanh"|' "$work/tiny.json" >"$work/tiny-tanh.json"
+# shellcheck disable=SC2046
+expect_bad "checkpoint resumed with another activation" "model.activation \"gelu_tanh\" contradicts the checkpoint" \
+  $(train --config "$work/tiny-tanh.json" --load "$work/good")
 
 # 4. Command lines.
 expect_bad "cli: no sub-command" "subcommand" 

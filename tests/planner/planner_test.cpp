@@ -255,6 +255,68 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   EXPECT_EQ(contexts, (std::set<int>{1, 2, 4}));  // all three were assessed
 }
 
+models::ModelConfig mixtral(int64_t experts, int64_t top_k) {
+  models::ModelConfig config;
+  config.type = "mixtral";
+  config.llama = {.vocab_size = 128,
+                  .context = 16,
+                  .d_model = 32,
+                  .heads = 4,
+                  .num_key_value_heads = 2,
+                  .intermediate_size = 64,
+                  .layers = 2};
+  config.moe.experts = experts;
+  config.moe.experts_per_token = top_k;
+  return config;
+}
+
+TEST(Prediction, ExpertParallelismSplitsTheExpertsAndPaysTheirAllToAll) {
+  const Workload w(mixtral(4, 2), engine::TrainingConfig{});
+  const LayerCost& block = w.layers[1];
+  EXPECT_EQ(block.expert_parameters, 4 * 3 * 32 * 64);
+  EXPECT_DOUBLE_EQ(block.dispatched, 16 * 2 * 32);  // k choices of d per token
+  EXPECT_DOUBLE_EQ(block.parameters_per_rank(1, 2),
+                   static_cast<double>(block.parameters - block.expert_parameters / 2));
+
+  // Free links: the same step time, each rank holding half the experts.
+  const Layout replicas{.data = 4, .micro_batch = 2, .micro_batches = 1};
+  Layout split = replicas;
+  split.experts = 2;
+  const Prediction whole = predict(w, ideal(4), replicas), halves = predict(w, ideal(4), split);
+  const double experts = 2.0 * block.expert_parameters;  // two blocks
+  EXPECT_NEAR(whole.stages.at(0).weights - halves.stages.at(0).weights, experts / 2 * 4, 1e-6);
+  EXPECT_NEAR(halves.step_seconds, whole.step_seconds, 1e-12);
+
+  // Links of 1 GB/s without latency: in each pass (forward, and backward's gradients) each
+  // block sends half of its rows to the other rank of its group and takes as many back.
+  Cluster slow = ideal(4);
+  slow.intra_node = slow.inter_node = {1e9, 0};
+  const Prediction a = predict(w, slow, replicas), b = predict(w, slow, split);
+  const double bytes = 2 * block.dispatched * 4;  // a micro-batch of 2 samples, fp32
+  const double exchanges = 2 /* blocks */ * 2 /* passes */ * 2 /* there and back */;
+  EXPECT_NEAR(b.pipeline_seconds - a.pipeline_seconds, exchanges * bytes / 2 / 1e9, 1e-12);
+  // The experts' gradients are all-reduced over 2 holders, not 4: less data-parallel time.
+  EXPECT_LT(b.data_parallel_seconds, a.data_parallel_seconds);
+}
+
+TEST(Planner, OffersExpertSizesForAMixtureOfExpertsOnly) {
+  LayoutLimits limits;
+  limits.tensor = 1;
+  limits.pipe = 1;
+  limits.micro_batch = 1;
+  limits.checkpointing = false;
+  std::set<int> offered;
+  for (const auto& c : plan_layouts(Workload(mixtral(4, 2), {}), ideal(8), 8, limits)) {
+    offered.insert(c.layout.experts);
+    if (c.layout.experts > 1) EXPECT_EQ(c.layout.zero, 0);
+  }
+  EXPECT_EQ(offered, (std::set<int>{1, 2, 4}));  // 8 is more than the experts
+  offered.clear();
+  for (const auto& c : plan_layouts(Workload(gpt(256, 16, 32, 4, 2), {}), ideal(8), 8, limits))
+    offered.insert(c.layout.experts);
+  EXPECT_EQ(offered, (std::set<int>{1}));
+}
+
 TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {
   const Workload w(gpt(4, 256, 256, 4, 8), engine::TrainingConfig{});
   const Layout pipe{.pipe = 4, .micro_batch = 1, .micro_batches = 8};

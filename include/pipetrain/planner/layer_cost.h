@@ -62,13 +62,21 @@ struct LayerCost {
   double replicated_backward_input_flops = 0;
   double replicated_backward_weight_flops = 0;
 
+  // An MoE layer's routed experts: their weights (replicated over a tensor-parallel group,
+  // split over an expert-parallel one), and the elements each sample sends to them per
+  // pass, k choices of d_model each (and as many back), which expert parallelism
+  // exchanges by all-to-all.
+  int64_t expert_parameters = 0;
+  double dispatched = 0;
+
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // One tensor-parallel rank's share of `flops`, of which `replicated` are computed whole.
   static double flops_per_rank(double flops, double replicated, int t) {
     return (flops - replicated) / t + replicated;
   }
-  // Parameters held by one rank of a model-parallel group of size t.
-  double parameters_per_rank(int t) const;
+  // Parameters held by one rank of a model-parallel group of size t and an expert-parallel
+  // group of size e.
+  double parameters_per_rank(int t, int e = 1) const;
   // Bytes of saved activations per sample on one rank of a group of size t; with
   // `sequence_parallel` the replicated part is split over the t ranks too.
   double saved_bytes(int t, int element_bytes, bool sequence_parallel = false) const;

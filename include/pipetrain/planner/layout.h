@@ -20,6 +20,7 @@ struct Layout {
   bool checkpointing = false;      // every layer's activations recomputed in backward
   int context = 1;                 // context-parallel size c: each sequence over c ranks
   bool sequence_parallel = false;  // Megatron's, over the t ranks (t > 1)
+  int experts = 1;                 // expert-parallel size e: groups of e of the d replicas
 
   int64_t devices() const { return static_cast<int64_t>(tensor) * context * pipe * data; }
   // Ranks that compute one stage's samples together: its data, context and tensor replicas.

@@ -12,7 +12,7 @@ namespace pipetrain::planner {
 // What the user fixes; every unset field is searched.
 struct LayoutLimits {
   std::optional<int64_t> devices;  // of the cluster's; unset: all of them
-  std::optional<int> tensor, pipe, data, zero, chunks, context;
+  std::optional<int> tensor, pipe, data, zero, chunks, context, experts;
   std::optional<bool> sequence_parallel;
   std::optional<int64_t> micro_batch;
   std::optional<schedule::Kind> schedule;
@@ -32,7 +32,8 @@ struct Candidate {
 // a context-parallel size c whose 2c chunks cut the sequence (GPT: without dropout), p up
 // to the layer count (p · chunks what a
 // `boundaries:` partition fixes), d the rest, micro-batches dividing the batch, every
-// schedule (interleaved with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on. Each is
+// schedule (interleaved with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on, and for
+// a mixture of experts each expert-parallel size e dividing d and the experts (ZeRO 0). Each is
 // predicted; those whose fullest stage exceeds the device memory are marked rejected.
 // Sorted: fitting layouts by step time, then the rejected by peak memory. Throws
 // InputError when no layout exists at all (the batch, the model and the limits leave
