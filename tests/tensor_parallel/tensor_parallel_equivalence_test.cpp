@@ -16,6 +16,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/device/cuda.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/tensor_parallel/shard.h"
 
 namespace pipetrain::tensor_parallel {
@@ -55,8 +56,12 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   auto comms = std::make_shared<engine::Communicators>(grid, config.device, comm::Seconds(0));
   Group group = comms->model_group();
   group.sequence_parallel = sequence_parallel;
-  const auto model = models::make_builtin_model(model_config(c.model), group,
-                                                context_parallel::Group{grid->context_comm()});
+  // Expert parallelism where the grid has it: experts split over its expert group.
+  const expert_parallel::Group experts{grid->expert_parallel_size() > 1
+                                           ? grid->expert_comm()
+                                           : std::shared_ptr<comm::MpiCommunicator>()};
+  const auto model = models::make_builtin_model(
+      model_config(c.model), group, context_parallel::Group{grid->context_comm()}, experts);
   auto module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
@@ -84,9 +89,11 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
     const auto& [name, tensor] = named[i];
     const auto layout = layouts.find(name);
     const at::Tensor local = (masters.empty() ? tensor : masters[i].master).detach().cpu();
-    run.weights[name] = layout == layouts.end()
-                            ? local
-                            : join_shards(grid->model_comm()->all_gather(local), layout->second);
+    const auto& holders = layout != layouts.end() && layout->second.group == ShardGroup::kExperts
+                              ? grid->expert_comm()
+                              : grid->model_comm();
+    run.weights[name] =
+        layout == layouts.end() ? local : join_shards(holders->all_gather(local), layout->second);
   }
   return run;
 }
@@ -153,6 +160,23 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
         EXPECT_EQ(run.p2p_bytes, 0);
       }
     }
+  }
+}
+
+// Experts split over expert groups of data-parallel ranks beside tensor parallelism for the
+// dense parts (and the shared expert): pipe 1 x data 2 x model 2 with expert 2.
+TEST(TensorParallelEquivalence, ExpertsSplitBesideTheModelGroupMatchOneProcess) {
+  auto world = comm::MpiCommunicator::world();
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  if (world->size() != 4) GTEST_SKIP() << "at 4 ranks";
+  const int pipe = 1;
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(pipe, 2, 2), world, /*expert_parallel=*/2);
+  ASSERT_EQ(grid->expert_parallel_size(), 2);
+  for (const Case& c : {Case{"mixtral-capacity-shared", 2, 1, 0.05}, Case{"mixtral", 4, 0, 0.0}}) {
+    SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data 2 x model 2, expert 2: " + name(c));
+    const auto samples = dataset(c, 2);
+    expect_matches(train(c, grid, /*partitioned=*/true, samples), reference_run(c, 2, samples));
   }
 }
 
