@@ -175,6 +175,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
           {"bubble", p.bubble},
           {"mfu", p.mfu},
           {"model_flops", p.model_flops},
+          {"all_to_all_bytes", p.all_to_all_bytes},
           {"stages", stages},
           {"rejected", c.rejected}};
 }

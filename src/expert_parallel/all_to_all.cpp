@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <atomic>
 #include <numeric>
 #include <stdexcept>
 
@@ -14,6 +15,8 @@ using torch::autograd::variable_list;
 
 constexpr int kRowsTag = 0x4578;    // "Ex"
 constexpr int kCountsTag = 0x4563;  // "Ec"
+
+std::atomic<int64_t> rows_bytes_sent{0};
 
 int64_t total(const std::vector<int64_t>& rows) {
   return std::accumulate(rows.begin(), rows.end(), int64_t{0});
@@ -47,6 +50,8 @@ at::Tensor exchange(const at::Tensor& x, const std::vector<int64_t>& send_rows,
   for (int r = 0; r < size; ++r) {
     if (r == group.rank() || send_rows[r] == 0) continue;
     works.push_back(group.comm->send(outgoing[r], r, tag));
+    if (tag == kRowsTag)
+      rows_bytes_sent += outgoing[r].numel() * static_cast<int64_t>(outgoing[r].element_size());
   }
   const int me = group.rank();
   if (send_rows[me] != recv_rows[me])
@@ -92,6 +97,10 @@ at::Tensor all_to_all(const at::Tensor& x, const std::vector<int64_t>& send_rows
                       const std::vector<int64_t>& recv_rows, const Group& group) {
   if (!group.parallel()) return x;
   return AllToAll::apply(x, send_rows, recv_rows, group.comm);
+}
+
+int64_t bytes_sent() {
+  return rows_bytes_sent.load();
 }
 
 at::Tensor exchange_counts(const at::Tensor& counts, const Group& group) {

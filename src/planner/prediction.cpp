@@ -484,6 +484,16 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   for (const auto& layer : w.layers)
     flops_per_sample += layer.forward_flops + layer.backward_flops();
   p.model_flops = flops_per_sample * static_cast<double>(l.global_batch());
+  // Each MoE layer's rows go to their experts and back in forward, again in backward, and
+  // once more in a recomputed forward; (e - 1) / e of them to another rank. Every rank of a
+  // tensor-parallel group sends its own copy.
+  double dispatched = 0;
+  for (const auto& layer : w.layers) dispatched += layer.dispatched;
+  const double exchanges = 4 + (l.checkpointing ? 2 : 0);
+  p.all_to_all_bytes = l.experts > 1 ? dispatched * exchanges * w.element_bytes() *
+                                           static_cast<double>(l.global_batch()) * l.tensor *
+                                           (l.experts - 1) / l.experts
+                                     : 0.0;
   const double peak = w.half_precision() ? c.bf16_flops : c.fp32_flops;
   p.mfu = p.model_flops / (p.step_seconds * static_cast<double>(l.devices()) * peak);
   return p;

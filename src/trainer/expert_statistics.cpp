@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/module/layer_statistics.h"
 
 namespace pipetrain::trainer {
@@ -18,7 +19,11 @@ constexpr int64_t kFigureCount = 5;
 
 ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts) {
   const auto recorded = module::take_statistics();
-  at::Tensor sums = at::zeros({kFigureCount + experts}, at::kDouble);
+  static int64_t bytes_before = 0;  // the all-to-all's bytes counted up to the last call
+  const int64_t bytes = expert_parallel::bytes_sent();
+  at::Tensor sums = at::zeros({kFigureCount + experts + 1}, at::kDouble);
+  sums[kFigureCount + experts] = static_cast<double>(bytes - bytes_before);
+  bytes_before = bytes;
   for (int64_t i = 0; i < kFigureCount; ++i) {
     const auto it = recorded.find(kFigures[i]);
     if (it != recorded.end()) sums[i] = it->second.cpu().item<double>();
@@ -36,6 +41,7 @@ ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, 
   s.max_load = v[3] * per_pass;
   s.dropped_tokens = v[4];
   s.tokens_per_expert.assign(v + kFigureCount, v + kFigureCount + experts);
+  s.all_to_all_bytes = v[kFigureCount + experts] * engine.grid().model_parallel_size();
   return s;
 }
 
@@ -52,7 +58,8 @@ nlohmann::json ExpertStatistics::to_json() const {
           {"z_loss", z_loss},
           {"max_load", max_load},
           {"dropped_tokens", dropped_tokens},
-          {"tokens_per_expert", tokens_per_expert}};
+          {"tokens_per_expert", tokens_per_expert},
+          {"all_to_all_bytes", all_to_all_bytes}};
 }
 
 }  // namespace pipetrain::trainer

@@ -286,6 +286,9 @@ TEST(Prediction, ExpertParallelismSplitsTheExpertsAndPaysTheirAllToAll) {
   const double experts = 2.0 * block.expert_parameters;  // two blocks
   EXPECT_NEAR(whole.stages.at(0).weights - halves.stages.at(0).weights, experts / 2 * 4, 1e-6);
   EXPECT_NEAR(halves.step_seconds, whole.step_seconds, 1e-12);
+  // Two blocks' rows, 4 exchanges a step, fp32, 8 samples, half of them to the other rank.
+  EXPECT_DOUBLE_EQ(halves.all_to_all_bytes, 2 * block.dispatched * 4 * 4 * 8 / 2.0);
+  EXPECT_EQ(whole.all_to_all_bytes, 0);
 
   // Links of 1 GB/s without latency: in each pass (forward, and backward's gradients) each
   // block sends half of its rows to the other rank of its group and takes as many back.

@@ -33,6 +33,10 @@ struct Group {
 at::Tensor all_to_all(const at::Tensor& x, const std::vector<int64_t>& send_rows,
                       const std::vector<int64_t>& recv_rows, const Group& group);
 
+// Bytes of rows this process has sent to other ranks by all_to_all, forward and backward,
+// since it started: what expert parallelism costs the links (the counts not included).
+int64_t bytes_sent();
+
 // Row r of `counts` ([size, n] int64, on the host) sent to rank r; returns [size, n], row r
 // received from rank r.
 at::Tensor exchange_counts(const at::Tensor& counts, const Group& group);

@@ -61,6 +61,9 @@ struct Prediction {
   double bubble = 0;                 // idle share of the stages' time in the schedule
   double model_flops = 0;            // per step, without recomputation
   double mfu = 0;                    // model FLOPs / (step time · devices · dense peak)
+  // Bytes every rank together sends to others by expert parallelism's all-to-alls in a step
+  // (tokens spread evenly over the experts): the figure a run's metrics.jsonl measures.
+  double all_to_all_bytes = 0;
   std::vector<StageMemory> stages;
 
   double peak_bytes() const;  // the fullest stage's

@@ -15,9 +15,10 @@ struct ExpertStatistics {
   double passes = 0;               // MoE layer forwards: layers x micro-batches x replicas
   double load_balancing_loss = 0;  // mean over the passes; 1 when the experts are used evenly
   double z_loss = 0;               // mean over the passes
-  double max_load = 0;  // mean over the passes of the busiest expert's tokens / the mean's
-  double dropped_tokens = 0;              // expert choices over capacity, summed
+  double max_load = 0;        // mean over the passes of the busiest expert's tokens / the mean's
+  double dropped_tokens = 0;  // expert choices over capacity, summed
   std::vector<double> tokens_per_expert;  // expert choices, summed over layers and replicas
+  double all_to_all_bytes = 0;  // rows sent between ranks by expert parallelism, every rank's
 
   // " load 1.23 balance 1.01" (and " dropped N" when some were) for the progress line.
   std::string summary() const;
@@ -25,7 +26,8 @@ struct ExpertStatistics {
 };
 
 // Takes what this rank recorded since the last call and sums it over the job (collective
-// over every rank; a tensor-parallel group's ranks record the same passes, counted once).
+// over every rank; a tensor-parallel group's ranks record the same passes, counted once;
+// the all-to-all's bytes are each rank's own, all counted).
 ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts);
 
 }  // namespace pipetrain::trainer
