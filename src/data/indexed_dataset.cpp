@@ -64,6 +64,7 @@ std::string without_suffix(std::string prefix) {
 struct Index {
   TokenType type;
   int64_t documents = 0;
+  std::vector<int64_t> document_starts;  // in tokens from the file's start, 0 included
 };
 
 Index read_index(const std::string& idx, uint64_t bin_bytes) {
@@ -122,6 +123,13 @@ Index read_index(const std::string& idx, uint64_t bin_bytes) {
                            std::to_string(boundary) + ", not a sequence boundary in order");
     }
     previous = boundary;
+    // A document starts where its first sequence does (the last entry ends the last one).
+    if (d + 1 < document_entries) {
+      const auto b = static_cast<uint64_t>(boundary);
+      const uint64_t offset =
+          b < sequences ? static_cast<uint64_t>(at<int64_t>(bytes, pointers + b * 8)) : next;
+      index.document_starts.push_back(static_cast<int64_t>(offset / item));
+    }
   }
   index.documents = document_entries > 0 ? static_cast<int64_t>(document_entries) - 1 : 0;
   return index;
@@ -135,8 +143,12 @@ IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes) {
     const std::string prefix = without_suffix(given);
     auto bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
     const Index index = read_index(prefix + ".idx", bin->size());
+    const int64_t first = size();  // this file's first token in the stream
     add(std::move(bin), index.type.item_size, index.type.is_signed);
     documents_ += index.documents;
+    for (const int64_t start : index.document_starts) {
+      if (first + start > 0) document_starts_.push_back(first + start);  // the stream's start
+    }
   }
 }
 

@@ -113,7 +113,7 @@ TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t voc
 
 SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
                                uint64_t seed, uint64_t stream, std::optional<SampleShare> share,
-                               std::optional<int64_t> document_end)
+                               DocumentSplit documents)
     : tokens_(std::move(tokens)),
       vocab_size_(vocab_size),
       context_(context),
@@ -121,7 +121,11 @@ SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t con
       seed_(seed),
       stream_(stream),
       share_(share),
-      document_end_(document_end) {
+      documents_(documents) {
+  if (documents_.by_index && !tokens_.stream->document_starts()) {
+    throw std::invalid_argument(
+        "SequenceSource: documents by index need a stream that records its documents");
+  }
   if (tokens_.length < context_ + 2) {
     throw io::InputError("a sequence of " + std::to_string(context_ + 1) +
                          " tokens does not fit in " + std::to_string(tokens_.length) +
@@ -150,13 +154,41 @@ engine::MicroBatch SequenceSource::next() {
   }
   const at::Tensor inputs = windows.narrow(1, 0, context_).contiguous();
   const at::Tensor labels = windows.narrow(1, 1, context_).contiguous();
-  if (document_end_) return {{inputs, documents_of(inputs, *document_end_)}, {labels}};
+  if (documents_.end_id) return {{inputs, documents_of(inputs, *documents_.end_id)}, {labels}};
+  if (documents_.by_index) {
+    const at::Tensor positions = starts + tokens_.begin;  // in the stream
+    return {
+        {inputs, documents_from_starts(positions, context_, *tokens_.stream->document_starts())},
+        {labels}};
+  }
   return {{inputs}, {labels}};
 }
 
 at::Tensor documents_of(const at::Tensor& ids, int64_t document_end) {
   const at::Tensor ends = (ids == document_end).to(at::kLong);
   return ends.cumsum(1) - ends;
+}
+
+at::Tensor documents_from_starts(const at::Tensor& starts, int64_t length,
+                                 const std::vector<int64_t>& document_starts) {
+  const int64_t batch = starts.size(0);
+  at::Tensor documents = at::zeros({batch, length}, at::kLong);
+  const at::Tensor first = starts.to(at::kLong).contiguous();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = first.data_ptr<int64_t>()[b];
+    int64_t* row = documents.data_ptr<int64_t>() + b * length;
+    // The first document start after the window's first position, and each one after it.
+    auto next = std::upper_bound(document_starts.begin(), document_starts.end(), start);
+    int64_t document = 0;
+    for (int64_t i = 0; i < length; ++i) {
+      while (next != document_starts.end() && *next <= start + i) {
+        ++document;
+        ++next;
+      }
+      row[i] = document;
+    }
+  }
+  return documents;
 }
 
 void SequenceSource::restore(const nlohmann::json& state) {

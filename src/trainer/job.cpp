@@ -104,22 +104,25 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
       data::SampleShare{replica, job.grid->data_parallel_size()});
 }
 
-// With data.pack: the id that ends a document (data.document_end, else the model's
-// eos_token_id), checked against the vocabulary.
-std::optional<int64_t> packed_document_end(const Job& job, const models::TokenInput& tokens) {
+// With data.pack: how documents are told apart. An indexed dataset's own document index,
+// unless data.document_end names the id that ends a document; other data by that id, else
+// the model's eos_token_id (checked against the vocabulary).
+data::DocumentSplit packed_documents(const Job& job, const models::TokenInput& tokens) {
   const auto& data = job.config.trainer.data;
-  if (!data.pack) return std::nullopt;
+  if (!data.pack) return {};
+  if (data.type == "indexed" && data.document_end < 0) return {.by_index = true};
   const int64_t end = data.document_end >= 0 ? data.document_end : job.config.model.eos_token_id;
   if (end < 0) {
     throw io::InputError(
         "data.pack needs the id that ends a document: set data.document_end (or train a model "
-        "whose config names eos_token_id)");
+        "whose config names eos_token_id); an indexed dataset's own document index needs "
+        "none");
   }
   if (end >= tokens.vocab_size) {
     throw io::InputError("data.document_end " + std::to_string(end) +
                          " is not below model.vocab_size " + std::to_string(tokens.vocab_size));
   }
-  return end;
+  return {.end_id = end};
 }
 
 // Token sequences for a language model: bytes of text files, token files, or Megatron's
@@ -138,12 +141,12 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
-  const std::optional<int64_t> document_end = packed_document_end(job, tokens);
+  const data::DocumentSplit documents = packed_documents(job, tokens);
   auto source = [&](const data::TokenSpan& part, uint64_t stream,
                     std::optional<data::SampleShare> share) {
     return std::make_unique<data::SequenceSource>(
         part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
-        static_cast<uint64_t>(job.config.engine.seed), stream, share, document_end);
+        static_cast<uint64_t>(job.config.engine.seed), stream, share, documents);
   };
   job.train_data = source(corpus.train, replica, std::nullopt);
   job.validation_data = source(corpus.validation, kValidationStream,

@@ -73,12 +73,13 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .number("data.validation_fraction", PIPETRAIN_FIELD(data.validation_fraction),
                 "held-out share of the tokens")
         .flag("data.pack", PIPETRAIN_FIELD(data.pack),
-              "packed documents: a window's documents (ended by `data.document_end`) attend "
+              "packed documents: a window's documents (ended by `data.document_end`, or an "
+              "indexed dataset's by its document index) attend "
               "only within themselves, positions restarting at each (GPT and LLaMA, any "
               "parallelism); off: windows run across documents as one sequence")
         .integer("data.document_end", PIPETRAIN_FIELD(data.document_end),
                  "with `data.pack`, the token id that ends a document (Megatron's EOD); -1: "
-                 "`model.eos_token_id`",
+                 "an indexed dataset's document index, else `model.eos_token_id`",
                  config::at_least(-1))
         .text("log.metrics", PIPETRAIN_FIELD(log.metrics), "JSON lines, one per step")
         .text("log.csv", PIPETRAIN_FIELD(log.csv), "the same as CSV")

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "pipetrain/data/token_data.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {
@@ -64,6 +65,30 @@ TEST_F(IndexedDatasetTest, ReadsBackTokenForTokenAcrossFilesAndDtypes) {
   tokens.read(boundary - 4, 9, 1000, window.data());
   EXPECT_EQ(window,
             std::vector<int64_t>(expected.begin() + boundary - 4, expected.begin() + boundary + 5));
+}
+
+// Packed documents told apart by the document index give the windows the end-of-document
+// id gives, where each document ends with it (as write_indexed.py writes them): two files,
+// windows across their boundary, the validation part's offset.
+TEST_F(IndexedDatasetTest, DocumentsByIndexEqualDocumentsByTheirEndId) {
+  auto tokens = std::make_shared<IndexedTokens>(
+      std::vector<std::string>{write("a", "uint16", 40), write("b", "int32", 25)});
+  ASSERT_EQ(tokens->document_starts()->size(), 64u);  // 65 documents, the first at 0
+  const TokenCorpus corpus =
+      indexed_corpus({(folder_ / "a").string(), (folder_ / "b").string()}, 1000, 0.25);
+  for (const TokenSpan& part : {corpus.train, corpus.validation}) {
+    SequenceSource by_id(part, 1000, 12, 8, 5, 0, {}, DocumentSplit{.end_id = 999});
+    SequenceSource by_index(part, 1000, 12, 8, 5, 0, {}, DocumentSplit{.by_index = true});
+    for (int draw = 0; draw < 40; ++draw) {
+      const engine::MicroBatch a = by_id.next(), b = by_index.next();
+      ASSERT_TRUE(at::equal(a.inputs.at(0), b.inputs.at(0)));
+      ASSERT_TRUE(at::equal(a.inputs.at(1), b.inputs.at(1))) << "draw " << draw;
+    }
+  }
+  // A window starting on a document's first token counts it as document 0.
+  const std::vector<int64_t> starts{5, 9};
+  EXPECT_TRUE(at::equal(documents_from_starts(at::tensor({5, 3}, at::kLong), 4, starts),
+                        at::tensor({0, 0, 0, 0, 0, 0, 1, 1}, at::kLong).view({2, 4})));
 }
 
 TEST_F(IndexedDatasetTest, RefusesAnIdOutsideTheVocabularyAsItIsRead) {

@@ -349,8 +349,20 @@ check "indexed: trains on a Megatron .bin/.idx pair" grep -q '^step 4/4 loss' in
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$indexed" --train-iters 2 --eval-interval 0 --save indexed-ckpt >indexed-a.out 2>&1
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$indexed" --train-iters 4 --eval-interval 0 --load indexed-ckpt >indexed-b.out 2>&1
 last_step() { grep -oE '^step 4/4 loss [0-9.]+' "$1"; }
+last_step_of() { grep -E '^validation loss: ' "$1"; }
 check "indexed: 2 + 2 steps resumed end as 4 steps did ($(last_step indexed.out) vs $(last_step indexed-b.out))" \
   test -n "$(last_step indexed.out)" -a "$(last_step indexed.out)" = "$(last_step indexed-b.out)"
+# Packed by the document index, and by the end-of-document id 999 each document ends with
+# (140 documents: no other token is 999): the same training.
+python3 "$(dirname "$config")/../data/write_indexed.py" short uint16 140
+for split in index id; do
+  ends=$([ $split = id ] && echo ', "document_end": 999')
+  "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$(variant "packed-$split" \
+    "$to_indexed; s|\"paths\": \[\"corpus\"\]|\"paths\": [\"short\"], \"pack\": true$ends|")" \
+    --train-iters 3 --eval-interval 0 >"packed-$split.out" 2>&1
+done
+check "indexed: packed by its document index as by its end-of-document ids ($(last_step_of packed-index.out) vs $(last_step_of packed-id.out))" \
+  test -n "$(last_step_of packed-index.out)" -a "$(last_step_of packed-index.out)" = "$(last_step_of packed-id.out)"
 "$pipetrain" launch -n 2 -- "$pipetrain" train --train-iters 40 --config "$(variant mlp \
   's|"model": {[^}]*}|"model": {"type": "mlp", "inputs": 8, "hidden": 32, "outputs": 2, "layers": 3}|; s|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "synthetic"|')" >mlp.out 2>&1
 check "synthetic: the MLP learns its teacher" awk '/^validation loss: /{ exit !($5 < 0.5 * $3) }' mlp.out

@@ -27,9 +27,11 @@ class IndexedTokens : public MappedTokens {
   explicit IndexedTokens(const std::vector<std::string>& prefixes);
 
   int64_t documents() const { return documents_; }
+  const std::vector<int64_t>* document_starts() const override { return &document_starts_; }
 
  private:
   int64_t documents_ = 0;
+  std::vector<int64_t> document_starts_;  // every file's documents, the first excepted
 };
 
 }  // namespace pipetrain::data

@@ -50,14 +50,21 @@ struct SampleShare {
 // positions drawn from (seed, stream, draw count) alone, so a stream can resume anywhere and
 // replicas (different `stream`s) read different windows. Inputs are the first `context`
 // tokens, labels the next ones. With `share`, windows are drawn one by one as SampleShare
-// says instead. With `document_end` (packed documents) the inputs are {ids, documents}:
-// each input position's document in its window, counting the `document_end` ids before it
-// (the id ends its document; the next token starts the next one).
+// says instead. With packed documents the inputs are {ids, documents}: each input
+// position's document in its window, counting the `end_id` ids before it (the id ends its
+// document; the next token starts the next one), or, `by_index`, the starts of the stream's
+// documents (TokenStream::document_starts) up to it.
+struct DocumentSplit {
+  std::optional<int64_t> end_id;
+  bool by_index = false;
+  bool packed() const { return end_id.has_value() || by_index; }
+};
+
 class SequenceSource : public engine::MicroBatchSource {
  public:
   SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
                  uint64_t seed, uint64_t stream, std::optional<SampleShare> share = {},
-                 std::optional<int64_t> document_end = {});
+                 DocumentSplit documents = {});
   engine::MicroBatch next() override;
   nlohmann::json state() const override { return {{"drawn", drawn_}}; }
   void restore(const nlohmann::json& state) override;
@@ -70,13 +77,19 @@ class SequenceSource : public engine::MicroBatchSource {
   uint64_t seed_;
   uint64_t stream_;
   std::optional<SampleShare> share_;
-  std::optional<int64_t> document_end_;
+  DocumentSplit documents_;
   int64_t drawn_ = 0;
 };
 
 // The document of each position of `ids` ([batch, seq]): the number of `document_end` ids
 // before it in its row.
 at::Tensor documents_of(const at::Tensor& ids, int64_t document_end);
+
+// The document of each position of the windows starting at `starts` ([batch]) and holding
+// `length` positions each: the number of `document_starts` (increasing stream positions)
+// in (start, start + position].
+at::Tensor documents_from_starts(const at::Tensor& starts, int64_t length,
+                                 const std::vector<int64_t>& document_starts);
 
 // Regression data for the MLP: x uniform in [-1, 1), y a fixed random teacher network's
 // output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource,

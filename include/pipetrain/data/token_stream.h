@@ -19,6 +19,9 @@ class TokenStream {
   // Tokens [start, start + count) as int64 (the caller checks the bounds). InputError when
   // the file holds an id at or above `vocab_size` there (mapped data is checked as read).
   virtual void read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const = 0;
+  // Where each document after the first starts, in increasing stream positions, for a
+  // stream that records its documents (an indexed dataset's document index); else none.
+  virtual const std::vector<int64_t>* document_starts() const { return nullptr; }
 };
 
 // Files of unsigned or signed integer ids, mapped read-only and read a window at a time:
