@@ -67,7 +67,7 @@ struct Index {
   std::vector<int64_t> document_starts;  // in tokens from the file's start, 0 included
 };
 
-Index read_index(const std::string& idx, uint64_t bin_bytes) {
+Index read_index(const std::string& idx, uint64_t bin_bytes, bool record_documents) {
   const io::MappedFile mapped(idx, io::MappedFile::Access::kSequential);
   const std::string_view bytes = mapped.bytes();
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0)
@@ -124,7 +124,7 @@ Index read_index(const std::string& idx, uint64_t bin_bytes) {
     }
     previous = boundary;
     // A document starts where its first sequence does (the last entry ends the last one).
-    if (d + 1 < document_entries) {
+    if (record_documents && d + 1 < document_entries) {
       const auto b = static_cast<uint64_t>(boundary);
       const uint64_t offset =
           b < sequences ? static_cast<uint64_t>(at<int64_t>(bytes, pointers + b * 8)) : next;
@@ -137,12 +137,13 @@ Index read_index(const std::string& idx, uint64_t bin_bytes) {
 
 }  // namespace
 
-IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes) {
+IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes, bool record_documents)
+    : record_documents_(record_documents) {
   if (prefixes.empty()) throw io::InputError("data.paths: no indexed dataset prefixes given");
   for (const auto& given : prefixes) {
     const std::string prefix = without_suffix(given);
     auto bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
-    const Index index = read_index(prefix + ".idx", bin->size());
+    const Index index = read_index(prefix + ".idx", bin->size(), record_documents);
     const int64_t first = size();  // this file's first token in the stream
     add(std::move(bin), index.type.item_size, index.type.is_signed);
     documents_ += index.documents;

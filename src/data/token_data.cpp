@@ -106,8 +106,9 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 }
 
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
-                           double validation_fraction) {
-  return split(std::make_shared<IndexedTokens>(prefixes), vocab_size, validation_fraction,
+                           double validation_fraction, bool record_documents) {
+  return split(std::make_shared<IndexedTokens>(prefixes, record_documents), vocab_size,
+               validation_fraction,
                "the indexed dataset " + (prefixes.empty() ? std::string() : prefixes.front()));
 }
 

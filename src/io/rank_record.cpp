@@ -67,6 +67,14 @@ std::string read_if_present(const fs::path& path) {
 
 }  // namespace
 
+std::string stop_request() {
+  const char* folder = std::getenv(kFolderVariable);
+  if (!folder || !*folder) return {};
+  std::string name = read_if_present(fs::path(folder) / kStopRequestFile);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
 bool started_by_launcher() {
   const char* folder = std::getenv(kFolderVariable);
   return folder && *folder;

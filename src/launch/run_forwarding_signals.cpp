@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipetrain/io/rank_record.h"
 #include "pipetrain/launch/mpirun_command.h"
 
 namespace pipetrain::launch {
@@ -19,6 +20,17 @@ namespace {
 volatile sig_atomic_t child_pid = 0;
 
 volatile sig_atomic_t received = 0;
+char stop_request_path[4096] = {};  // FOLDER/stop-request, made before any signal
+
+void record_stop_request(const char* name) {  // async-signal-safe
+  if (!stop_request_path[0]) return;
+  const int fd = ::open(stop_request_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  if (::write(fd, name, std::strlen(name)) < 0) {
+    // the ranks then name the signal they were given; nothing else to do here
+  }
+  ::close(fd);
+}
 
 void say(std::initializer_list<const char*> parts) {  // async-signal-safe
   for (const char* part : parts) {
@@ -38,6 +50,7 @@ void forward(int signal) {
   const bool again = received != 0;
   if (!again) {
     received = signal;
+    record_stop_request(name);  // before the ranks hear of it
     if (signal == SIGTERM) {
       say({"pipetrain: launch: passing SIGTERM to the job\n"});
     } else {
@@ -58,6 +71,11 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
 
   // Handlers first: a signal between fork and exec is then noted, not the launcher's end
   // (the child's copies are reset by exec; until child_pid is set nothing is passed on).
+  if (const char* folder = std::getenv("PIPETRAIN_RANK_RECORDS"); folder && *folder) {
+    const std::string path = std::string(folder) + "/" + io::kStopRequestFile;
+    if (path.size() < sizeof stop_request_path)
+      std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
+  }
   struct sigaction action {};
   action.sa_handler = forward;
   ::sigemptyset(&action.sa_mask);

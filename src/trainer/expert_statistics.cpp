@@ -4,7 +4,6 @@
 
 #include <cstdio>
 
-#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/module/layer_statistics.h"
 
 namespace pipetrain::trainer {
@@ -17,13 +16,11 @@ constexpr int64_t kFigureCount = 5;
 
 }  // namespace
 
-ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts) {
+ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts,
+                                          int64_t all_to_all_bytes) {
   const auto recorded = module::take_statistics();
-  static int64_t bytes_before = 0;  // the all-to-all's bytes counted up to the last call
-  const int64_t bytes = expert_parallel::bytes_sent();
   at::Tensor sums = at::zeros({kFigureCount + experts + 1}, at::kDouble);
-  sums[kFigureCount + experts] = static_cast<double>(bytes - bytes_before);
-  bytes_before = bytes;
+  sums[kFigureCount + experts] = static_cast<double>(all_to_all_bytes);
   for (int64_t i = 0; i < kFigureCount; ++i) {
     const auto it = recorded.find(kFigures[i]);
     if (it != recorded.end()) sums[i] = it->second.cpu().item<double>();

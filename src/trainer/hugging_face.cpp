@@ -152,6 +152,7 @@ void copy_tokenizer(const fs::path& from, const fs::path& to) {
 }
 
 void check_empty_output(const fs::path& out) {
+  if (out.empty()) throw io::InputError("--out: empty; name the folder to write");
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     throw io::InputError("--out " + out.string() + ": exists and is not an empty folder");
   check_output_folder("--out", out.string());
@@ -174,7 +175,9 @@ class NewOutput {
       fs::remove_all(out_, error);
       return;
     }
-    for (const auto& entry : fs::directory_iterator(out_, error)) fs::remove_all(entry, error);
+    for (fs::directory_iterator entry(out_, error), end; !error && entry != end;
+         entry.increment(error))
+      fs::remove_all(entry->path(), error);
   }
   void keep() { kept_ = true; }
 

@@ -136,7 +136,8 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
                            " is below 256, the byte vocabulary of text data");
     corpus = data::text_corpus(data.paths, data.validation_fraction);
   } else if (data.type == "indexed") {
-    corpus = data::indexed_corpus(data.paths, tokens.vocab_size, data.validation_fraction);
+    corpus = data::indexed_corpus(data.paths, tokens.vocab_size, data.validation_fraction,
+                                  /*record_documents=*/data.pack && data.document_end < 0);
   } else {
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);

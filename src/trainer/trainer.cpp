@@ -14,10 +14,12 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/data/tokenizer.h"
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/io/activity.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/folder_lock.h"
+#include "pipetrain/io/rank_record.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/launch/job_ending.h"
 #include "pipetrain/tensorboard/tensorboard_writer.h"
@@ -50,6 +52,7 @@ struct StepResult {
   double seconds = 0;
   nlohmann::json timings_ms;  // per instruction kind
   std::optional<double> validation_loss{};
+  int64_t all_to_all_bytes = 0;  // this rank's, by expert parallelism, in the step alone
 };
 
 // Milliseconds this rank spent per instruction kind between two readings of its timers.
@@ -103,7 +106,7 @@ class RunLog {
     if (optimizer_state_summary(optimizer_bytes_).empty())
       optimizer_bytes_ = gather_optimizer_state_bytes(*job_.engine);
     std::optional<ExpertStatistics> experts;
-    if (experts_ > 0) experts = gather_expert_statistics(engine, experts_);
+    if (experts_ > 0) experts = gather_expert_statistics(engine, experts_, s.all_to_all_bytes);
     if (!leader_) return;
     const bool fp16 = job_.config.engine.precision.dtype == engine::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
@@ -261,6 +264,7 @@ StepResult train_step(Job& job, RunLog& log) {
   const bool trace = !t.trace.empty() && engine.global_steps() + 1 == trace_step;
   if (trace) engine.record_next_batch();
   const engine::InstructionTimers timers_before = engine.timers();
+  const int64_t exchanged_before = expert_parallel::bytes_sent();
   const auto start = Clock::now();
   StepResult result;
   const io::Activity training("training step " + std::to_string(engine.global_steps() + 1));
@@ -270,6 +274,7 @@ StepResult train_step(Job& job, RunLog& log) {
     log.message("wrote the trace of step " + std::to_string(trace_step) + " to " + t.trace);
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.all_to_all_bytes = expert_parallel::bytes_sent() - exchanged_before;
   result.step = engine.global_steps();
   result.timings_ms = timings_since(timers_before, engine.timers());
   return result;
@@ -342,12 +347,15 @@ int train(const nlohmann::json& config_file) {
     }
     if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
       const std::string tag = saved.empty() ? save(step.step) : saved;
+      // The launcher passes SIGTERM, SIGINT and SIGHUP on alike, and says which it was.
+      const std::string relayed = io::stop_request();
+      const std::string signal = relayed.empty() ? launch::signal_name(stop.signal()) : relayed;
       if (job.grid->global_rank() == 0)
         std::fprintf(stderr,
                      "pipetrain: stopped on %s after step %lld: saved %s/%s; resume with --load "
                      "%s (exit %d)\n",
-                     launch::signal_name(stop.signal()).c_str(), static_cast<long long>(step.step),
-                     t.save.c_str(), tag.c_str(), t.save.c_str(), kSavedOnSignalExitCode);
+                     signal.c_str(), static_cast<long long>(step.step), t.save.c_str(), tag.c_str(),
+                     t.save.c_str(), kSavedOnSignalExitCode);
       return kSavedOnSignalExitCode;
     }
   }

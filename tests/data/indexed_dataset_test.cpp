@@ -71,11 +71,10 @@ TEST_F(IndexedDatasetTest, ReadsBackTokenForTokenAcrossFilesAndDtypes) {
 // id gives, where each document ends with it (as write_indexed.py writes them): two files,
 // windows across their boundary, the validation part's offset.
 TEST_F(IndexedDatasetTest, DocumentsByIndexEqualDocumentsByTheirEndId) {
-  auto tokens = std::make_shared<IndexedTokens>(
-      std::vector<std::string>{write("a", "uint16", 40), write("b", "int32", 25)});
-  ASSERT_EQ(tokens->document_starts()->size(), 64u);  // 65 documents, the first at 0
-  const TokenCorpus corpus =
-      indexed_corpus({(folder_ / "a").string(), (folder_ / "b").string()}, 1000, 0.25);
+  const std::vector<std::string> files{write("a", "uint16", 40), write("b", "int32", 25)};
+  EXPECT_EQ(IndexedTokens(files).document_starts(), nullptr);            // kept only when asked
+  ASSERT_EQ(IndexedTokens(files, true).document_starts()->size(), 64u);  // the first at 0
+  const TokenCorpus corpus = indexed_corpus(files, 1000, 0.25, /*record_documents=*/true);
   for (const TokenSpan& part : {corpus.train, corpus.validation}) {
     SequenceSource by_id(part, 1000, 12, 8, 5, 0, {}, DocumentSplit{.end_id = 999});
     SequenceSource by_index(part, 1000, 12, 8, 5, 0, {}, DocumentSplit{.by_index = true});

@@ -161,7 +161,7 @@ rc=$?
 check "SIGINT with save: exit 75 (got $rc)" test "$rc" -eq 75
 saved=$(cat "$work/interrupted/latest" 2>/dev/null)
 check "SIGINT with save: saved, and the line names the step ($(errors interrupted-saving.out))" \
-  grep -qE "^pipetrain: stopped on SIGTERM after step ${saved#step_}: saved $work/interrupted/$saved" interrupted-saving.out
+  grep -qE "^pipetrain: stopped on SIGINT after step ${saved#step_}: saved $work/interrupted/$saved" interrupted-saving.out
 check "SIGINT with save: no temporary file" \
   test -z "$(find "$work/interrupted" -name '*.tmp.*' 2>/dev/null)"
 

@@ -375,7 +375,7 @@ bad() { # description, pattern, arguments...
   check "$what: exit 2 (got $rc)" test "$rc" -eq 2
   check "$what: says '$pattern'" grep -q -- "$pattern" bad.out
 }
-bad "out-of-vocabulary token" "bad.bin: token 2 is 300, not in [0, model.vocab_size 256)" \
+bad "out-of-vocabulary token" "bad.bin: token 2 is 300, not in \[0, model.vocab_size 256)" \
   --config "$(variant bad-tokens "${to_tokens/tokens.bin/bad.bin}")"
 bad "indexed ids beyond the vocabulary" "corpus.bin: token [0-9]* is [0-9]*, not in \[0, model.vocab_size 256)" \
   --config "$(variant indexed-small 's|"type": "text", "paths": \["/usr/share/common-licenses"\]|"type": "indexed", "paths": ["corpus"]|')"

@@ -24,13 +24,18 @@ class IndexedTokens : public MappedTokens {
   // length against the .bin: sequences must lie end to end from offset 0 and fill the .bin,
   // as Megatron's builder writes them. The .idx is mapped too, its header's counts checked
   // against its size before the rest is read. InputError naming the file otherwise.
-  explicit IndexedTokens(const std::vector<std::string>& prefixes);
+  // With `record_documents`, where each document starts is kept (8 bytes per document) for
+  // packing by the document index (document_starts); else none.
+  explicit IndexedTokens(const std::vector<std::string>& prefixes, bool record_documents = false);
 
   int64_t documents() const { return documents_; }
-  const std::vector<int64_t>* document_starts() const override { return &document_starts_; }
+  const std::vector<int64_t>* document_starts() const override {
+    return record_documents_ ? &document_starts_ : nullptr;
+  }
 
  private:
   int64_t documents_ = 0;
+  bool record_documents_ = false;
   std::vector<int64_t> document_starts_;  // every file's documents, the first excepted
 };
 

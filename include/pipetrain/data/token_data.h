@@ -33,8 +33,9 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 
 // Megatron indexed datasets (see IndexedTokens), mapped rather than read: ids are checked
 // against `vocab_size` as windows are drawn (InputError naming the file), not up front.
+// `record_documents`: the stream keeps where documents start (DocumentSplit::by_index).
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
-                           double validation_fraction);
+                           double validation_fraction, bool record_documents = false);
 
 // A fixed set of samples shared out over replicas: sample k of the set is drawn from
 // (seed, stream, k) alone, and replica `replica` of `replicas` reads samples

@@ -26,6 +26,11 @@ void describe_rank(const std::string& identity);
 void record_exit(int status) noexcept;
 void record_signal(int signal) noexcept;
 
+// The launcher's stop request: the name of the first SIGTERM, SIGINT or SIGHUP it passed on
+// (all reach the ranks as SIGUSR2), in FOLDER/stop-request; empty when there was none.
+inline constexpr const char* kStopRequestFile = "stop-request";
+std::string stop_request();
+
 struct RankEnding {
   enum class How { kUnknown, kExited, kSignalled };
   int rank = 0;

@@ -25,9 +25,11 @@ struct ExpertStatistics {
   nlohmann::json to_json() const;
 };
 
-// Takes what this rank recorded since the last call and sums it over the job (collective
-// over every rank; a tensor-parallel group's ranks record the same passes, counted once;
-// the all-to-all's bytes are each rank's own, all counted).
-ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts);
+// Takes what this rank recorded since the last call and sums it over the job with the
+// all-to-all bytes this rank sent in the step (collective over every rank; a tensor-parallel
+// group's ranks record the same passes, counted once; the bytes are each rank's own, all
+// counted).
+ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, int64_t experts,
+                                          int64_t all_to_all_bytes);
 
 }  // namespace pipetrain::trainer
