@@ -5,9 +5,8 @@
 #   bench/expert_parallel_bench.sh build/src/pipetrain [REPETITIONS]
 # For each expert size, REPETITIONS (default 3) times in turn: the mean step time of steps
 # 6-20 and the all-to-all's bytes per step (every rank's rows sent to another, from
-# metrics.jsonl's "moe.all_to_all_bytes", mean of steps 2-19: the first and last steps also
-# run the validation set's forwards); then medians, and the bytes `pipetrain plan` predicts
-# for the same layout (tokens spread evenly over the experts).
+# metrics.jsonl's "moe.all_to_all_bytes", mean of steps 1-20); then medians, and the bytes
+# `pipetrain plan` predicts for the same layout (tokens spread evenly over the experts).
 set -euo pipefail
 pipetrain=$(realpath "$1")
 repetitions=${2:-3}
@@ -37,7 +36,7 @@ measure() { # E: "ms bytes"
   python3 -c 'import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
 s = [x["tokens_per_s"] for x in r if 6 <= x["step"] <= 20]
-b = [x["moe"]["all_to_all_bytes"] for x in r if 2 <= x["step"] <= 19]
+b = [x["moe"]["all_to_all_bytes"] for x in r]
 print("%.1f %.0f" % (1000 * 64 * 64 * sum(1 / t for t in s) / len(s), sum(b) / len(b)))' "e$1.jsonl"
 }
 declare -A times bytes
