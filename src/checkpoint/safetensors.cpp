@@ -109,6 +109,10 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
     int64_t numel = 1;
     for (int64_t d : tensor.shape) {
       if (d < 0) throw bad("tensor '" + name + "' has a negative dimension");
+      // Past the file's bytes (checked below) once the product exceeds it: stop before the
+      // product can overflow.
+      if (d != 0 && numel > static_cast<int64_t>(data.size()) / d)
+        throw bad("tensor '" + name + "' has a shape larger than the file");
       numel *= d;
     }
     tensor.bytes = numel * c10::elementSize(tensor.type);

@@ -80,6 +80,25 @@ expect_bad "plan with 2^40 nodes" "plan: 1099511627776 nodes of 8 devices: at mo
 expect_bad "plan of ten million layers" "model.layers must be in 1..16384, got 10000000" \
   plan --config "$corpus/configs/82-layers-beyond-bound.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
   --global-batch 64
+# Cluster files and tokenizer files: sizes and shapes checked, the file and field named.
+cluster_case() { # name, expected, python statement on the cluster `c`
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[3], 'w'))" \
+    "$corpus/../../clusters/dgx-h100.json" "$3" "$work/$1.json"
+  expect_bad "cluster $1" "$2" plan --config "$corpus/../../examples/gpt-small.json" \
+    --cluster "$work/$1.json" --global-batch 64
+}
+cluster_case no-devices "devices_per_node must be at least 1, got 0" "c['devices_per_node'] = 0"
+cluster_case too-many-devices "at most 1048576 devices in all" "c['devices_per_node'] = 2**40"
+cluster_case negative-memory "memory_gib must be > 0, got -1" "c['memory_gib'] = -1"
+echo '{"model": {"type": "BPE", "vocab": 3, "merges": []}}' >"$work/vocab-number.json"
+expect_bad "tokenizer.json whose vocabulary is a number" "vocab-number.json: model.vocab is missing or not an object" \
+  tokenize --tokenizer "$work/vocab-number.json" a
+printf '{"model": %s1%s}' "$(printf '[%.0s' {1..100000})" "$(printf ']%.0s' {1..100000})" >"$work/deep-tokenizer.json"
+expect_bad "tokenizer.json nested 100000 deep" "tokenizer file $work/deep-tokenizer.json: nested deeper than 64 levels" \
+  tokenize --tokenizer "$work/deep-tokenizer.json" a
+printf '{"model": ' >"$work/cut-tokenizer.json"
+expect_bad "tokenizer.json cut short" "tokenizer file $work/cut-tokenizer.json" \
+  tokenize --tokenizer "$work/cut-tokenizer.json" a
 schedule_config() { # name, pipeline section
   printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2, %s}, "model": {"type": "gpt", "context": 16, "d_model": 16, "heads": 2, "layers": 2}, "train_iters": 2, "save": "out"}\n' "$2" >"$work/$1.json"
 }

@@ -247,17 +247,18 @@ check "--overwrite starts over (exit $?)" test "$(cat overwritten/latest)" = ste
 # 5. The trace of one step holds exactly the instructions each rank's schedule plans, in order.
 #    A schedule file (ZB-H1's compute orders as CSV) runs as planned too.
 "$pipetrain" schedule --kind zb-h1 -m 2 -p 2 --format csv >zb-h1.csv
-for kind in train gpipe interleaved zb-h1 zb-h2 interleaved-zb looped-bfs zbv file; do
-  chunks=1
-  case $kind in interleaved | interleaved-zb | looped-bfs | zbv) chunks=2 ;; esac
-  shape=(-m 2 -p 2 -v $chunks)
+for kind in train gpipe interleaved zb-h1 zb-h2 interleaved-zb looped-bfs zbv dualpipev file; do
+  chunks=1 micro=2
+  case $kind in interleaved | interleaved-zb | looped-bfs | zbv | dualpipev) chunks=2 ;; esac
+  [ "$kind" = dualpipev ] && micro=4 # DualPipeV needs 2 x stages micro-batches
+  shape=(-m $micro -p 2 -v $chunks)
   kind_config=$config
   if [ "$kind" = file ]; then
     shape=(--file zb-h1.csv)
     kind_config=$(variant file-schedule 's|"stages": 2|"stages": 2, "schedule_file": "zb-h1.csv"|')
   fi
   "$pipetrain" launch -n 4 -- "$pipetrain" train --config "$kind_config" --train-iters 3 \
-    --trace "trace_$kind.json" --schedule "$kind" --chunks $chunks >"trace_$kind.out" 2>&1
+    --trace "trace_$kind.json" --schedule "$kind" --chunks $chunks --micro-batches $micro >"trace_$kind.out" 2>&1
   for stage in 0 1; do
     "$pipetrain" schedule --kind "$kind" "${shape[@]}" --stage $stage --format json >"stage${stage}_$kind.json"
   done
