@@ -3,12 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 
 #include "pipetrain/data/indexed_dataset.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
 #include "pipetrain/module/layer_seed.h"
 
 namespace pipetrain::data {
@@ -26,17 +24,16 @@ std::vector<fs::path> regular_files(const std::vector<std::string>& paths) {
     }
     std::vector<fs::path> found;
     std::error_code error;
-    const auto unreadable = [&](const fs::path& where) {
-      return io::InputError("data.paths: " + where.string() +
-                            " cannot be read: " + error.message());
+    const auto unreadable = [&] {
+      return io::InputError("data.paths: " + path + " cannot be read: " + error.message());
     };
     fs::recursive_directory_iterator entries(path, error), end;
-    if (error) throw unreadable(path);
+    if (error) throw unreadable();
     for (; entries != end; entries.increment(error)) {  // an error ends the walk
       const fs::directory_entry& entry = *entries;
       if (entry.is_regular_file(error) && !entry.is_symlink(error)) found.push_back(entry.path());
     }
-    if (error) throw unreadable(path);
+    if (error) throw unreadable();
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }

@@ -67,12 +67,14 @@ std::string read_if_present(const fs::path& path) {
 
 }  // namespace
 
-std::string stop_request() {
+std::string stop_request_path() {
   const char* folder = std::getenv(kFolderVariable);
-  if (!folder || !*folder) return {};
-  std::string name = read_if_present(fs::path(folder) / kStopRequestFile);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name;
+  return folder && *folder ? (fs::path(folder) / "stop-request").string() : std::string();
+}
+
+std::string stop_request() {
+  const std::string path = stop_request_path();
+  return path.empty() ? std::string() : read_if_present(path);
 }
 
 bool started_by_launcher() {

@@ -71,11 +71,8 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
 
   // Handlers first: a signal between fork and exec is then noted, not the launcher's end
   // (the child's copies are reset by exec; until child_pid is set nothing is passed on).
-  if (const char* folder = std::getenv("PIPETRAIN_RANK_RECORDS"); folder && *folder) {
-    const std::string path = std::string(folder) + "/" + io::kStopRequestFile;
-    if (path.size() < sizeof stop_request_path)
-      std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
-  }
+  if (const std::string path = io::stop_request_path(); path.size() < sizeof stop_request_path)
+    std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
   struct sigaction action {};
   action.sa_handler = forward;
   ::sigemptyset(&action.sa_mask);

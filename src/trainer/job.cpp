@@ -129,6 +129,7 @@ data::DocumentSplit packed_documents(const Job& job, const models::TokenInput& t
 // indexed datasets.
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
+  const data::DocumentSplit documents = packed_documents(job, tokens);
   data::TokenCorpus corpus;
   if (data.type == "text") {
     if (tokens.vocab_size < kByteVocabulary)
@@ -137,12 +138,11 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
     corpus = data::text_corpus(data.paths, data.validation_fraction);
   } else if (data.type == "indexed") {
     corpus = data::indexed_corpus(data.paths, tokens.vocab_size, data.validation_fraction,
-                                  /*record_documents=*/data.pack && data.document_end < 0);
+                                  /*record_documents=*/documents.by_index);
   } else {
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
-  const data::DocumentSplit documents = packed_documents(job, tokens);
   auto source = [&](const data::TokenSpan& part, uint64_t stream,
                     std::optional<data::SampleShare> share) {
     return std::make_unique<data::SequenceSource>(

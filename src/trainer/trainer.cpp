@@ -390,12 +390,12 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
 
 namespace {
 
-// One prompt to continue, with its own bounds.
 // Bounds on the work one generate command asks for: new tokens per prompt, and prompts
 // in flight (each with its KV cache).
 constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
 constexpr int64_t kMaxInFlight = 1024;
 
+// One prompt to continue, with its own bounds.
 struct PromptLine {
   std::string text;
   int64_t tokens = 0;         // new tokens at most

@@ -63,16 +63,22 @@ TEST(LayerCost, WholeModelMatchesMegatronFormula) {
   EXPECT_NEAR(flops / (72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))), 1.0, 1e-12);
 }
 
-TEST(LayerCost, LlamaCountsGroupedQueryAttentionAndSwiGlu) {
+// A small grouped-query LLaMA: vocabulary 128, d 32, 4 heads (2 key/value), MLP width 64.
+models::ModelConfig llama(int64_t context, int64_t layers) {
   models::ModelConfig config;
   config.type = "llama";
   config.llama = {.vocab_size = 128,
-                  .context = 8,
+                  .context = context,
                   .d_model = 32,
                   .heads = 4,
                   .num_key_value_heads = 2,
                   .intermediate_size = 64,
-                  .layers = 1};
+                  .layers = layers};
+  return config;
+}
+
+TEST(LayerCost, LlamaCountsGroupedQueryAttentionAndSwiGlu) {
+  models::ModelConfig config = llama(8, 1);
   const auto layers = layer_costs(config);
   const LayerCost& block = layers[1];
   // q, o: 32x32; k, v: 32x16; gate, up: 32x64; down 64x32; two RMSNorm weights.
@@ -256,15 +262,8 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
 }
 
 models::ModelConfig mixtral(int64_t experts, int64_t top_k) {
-  models::ModelConfig config;
+  models::ModelConfig config = llama(16, 2);
   config.type = "mixtral";
-  config.llama = {.vocab_size = 128,
-                  .context = 16,
-                  .d_model = 32,
-                  .heads = 4,
-                  .num_key_value_heads = 2,
-                  .intermediate_size = 64,
-                  .layers = 2};
   config.moe.experts = experts;
   config.moe.experts_per_token = top_k;
   return config;

@@ -58,7 +58,6 @@ struct SampleShare {
 struct DocumentSplit {
   std::optional<int64_t> end_id;
   bool by_index = false;
-  bool packed() const { return end_id.has_value() || by_index; }
 };
 
 class SequenceSource : public engine::MicroBatchSource {

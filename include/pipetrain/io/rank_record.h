@@ -27,8 +27,9 @@ void record_exit(int status) noexcept;
 void record_signal(int signal) noexcept;
 
 // The launcher's stop request: the name of the first SIGTERM, SIGINT or SIGHUP it passed on
-// (all reach the ranks as SIGUSR2), in FOLDER/stop-request; empty when there was none.
-inline constexpr const char* kStopRequestFile = "stop-request";
+// (all reach the ranks as SIGUSR2), which its handler writes to stop_request_path() (empty
+// without the folder); stop_request() reads it back, empty when there was none.
+std::string stop_request_path();
 std::string stop_request();
 
 struct RankEnding {
