@@ -140,6 +140,11 @@ Command add_logits_command(CLI::App& app) {
       ->add_option("--model", options->model_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")
       ->capture_default_str();
+  command
+      ->add_option("--expert-parallel", options->expert_parallel,
+                   "Ranks a mixture of experts' experts are split over (as many replicas run "
+                   "the tokens; the pipeline gets ranks / (model x expert-parallel) stages)")
+      ->capture_default_str();
   command->add_option("--out", options->out, "Output .safetensors file")->required();
   return {command, [options] {
             return comm::run_rank(0, nullptr, [&] { return trainer::write_logits(*options); });

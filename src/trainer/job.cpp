@@ -348,14 +348,20 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
 }
 
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
-                                    int model_parallel) {
+                                    ForwardLayout layout) {
+  const int model_parallel = layout.model_parallel, experts = layout.expert_parallel;
   if (model_parallel < 1 || ranks % model_parallel != 0) {
     throw io::InputError("--model " + std::to_string(model_parallel) +
                          " must divide the job's ranks (" + std::to_string(ranks) + ")");
   }
+  if (experts < 1 || (ranks / model_parallel) % experts != 0) {
+    throw io::InputError("--expert-parallel " + std::to_string(experts) +
+                         " must divide the job's ranks over --model (" +
+                         std::to_string(ranks / model_parallel) + ")");
+  }
   nlohmann::json config = saved_config(checkpoint);
   const auto& keys = job_keys();
-  keys.set(config, "pipeline.stages", ranks / model_parallel);
+  keys.set(config, "pipeline.stages", ranks / (model_parallel * experts));
   // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks
   // (saved_config left them out).
   keys.erase(config, "train_batch_size");
@@ -365,6 +371,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "sequence_parallel");
   keys.erase(config, "context_parallel");
   keys.erase(config, "expert_parallel");
+  if (experts > 1) keys.set(config, "expert_parallel", experts);
   keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
   keys.set(config, "gradient_accumulation_steps", 1);
   keys.set(config, "load", "");

@@ -34,9 +34,10 @@ void check_tokens(const std::vector<int64_t>& tokens, const models::TokenInput& 
 int write_logits(const LogitsOptions& options) {
   io::check_output_directory(options.out, "--out");
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(
-      config_of_checkpoint(options.checkpoint, ranks, /*micro_batch=*/1, options.model_parallel),
-      options.checkpoint, DataUse::kNone);
+  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, /*micro_batch=*/1,
+                                           {.model_parallel = options.model_parallel,
+                                            .expert_parallel = options.expert_parallel}),
+                      options.checkpoint, DataUse::kNone);
   const models::TokenInput* input = job.model.tokens();
   if (!input)
     throw io::InputError("logits needs a language model checkpoint (model.type " +
@@ -46,7 +47,9 @@ int write_logits(const LogitsOptions& options) {
   const at::Tensor ids = at::tensor(options.tokens, at::kLong).unsqueeze(0);
   const comm::TensorList outputs = job.engine->infer({ids});
   const topology::Grid& grid = *job.grid;
-  if (!job.engine->holds_output()) return 0;
+  // Every replica ran the same tokens (their experts' rows meet in the all-to-all); the
+  // first writes.
+  if (!job.engine->holds_output() || grid.data_parallel_id() != 0) return 0;
   // Whole again from the tensor-parallel vocabulary slices.
   const at::Tensor logits = tensor_parallel::gather_from_group(
       outputs.at(0)[0], tensor_parallel::Group{grid.model_comm()});

@@ -489,9 +489,9 @@ std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
 int generate_from_checkpoint(const GenerateOptions& options) {
   const std::vector<PromptLine> prompts = prompts_of(options);
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(
-      config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch, options.model_parallel),
-      options.checkpoint, DataUse::kNone);
+  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch,
+                                           {.model_parallel = options.model_parallel}),
+                      options.checkpoint, DataUse::kNone);
   const auto* tokens = job.model.tokens();
   if (!tokens)
     throw io::InputError("generate needs a language model checkpoint (model.type " +

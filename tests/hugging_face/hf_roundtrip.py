@@ -4,9 +4,10 @@ Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH
        (ARCH: gpt2, gpt2-untied, llama, llama-tied, mixtral)
 
 Creates a tiny random model with transformers, saves it (safetensors; the LLaMA in two
-and the Mixtral in several shards), imports it with `pipetrain import`, computes `pipetrain logits` at pipe 1, pipe 2
-and model 2 and compares them with transformers' logits (fp32, 1e-5 relative to the largest
-logit); then exports the checkpoint with `pipetrain export --format hf`, loads the folder
+and the Mixtral in several shards), imports it with `pipetrain import`, computes
+`pipetrain logits` at pipe 1, pipe 2 and model 2 (the Mixtral also with its experts split
+over 2 ranks, at pipe 1 and 2) and compares them with transformers' logits (fp32, 1e-5
+relative to the largest logit); then exports the checkpoint with `pipetrain export --format hf`, loads the folder
 with AutoModelForCausalLM.from_pretrained and compares again. Exits non-zero on a mismatch.
 """
 import pathlib
@@ -83,11 +84,17 @@ def main():
     checkpoint = work / f"{arch}-ckpt"
     run(pipetrain, "import", "--hf", hf_folder, "--out", checkpoint)
     ids = ",".join(map(str, tokens))
-    for ranks, parallel in [(1, 1), (2, 1), (2, 2)]:
-        out = work / f"{arch}-logits-{ranks}-{parallel}.safetensors"
+    # (ranks, model, expert): the Mixtral's experts also split over 2 ranks, at pipe 1 and 2.
+    layouts = [(1, 1, 1), (2, 1, 1), (2, 2, 1)]
+    if arch == "mixtral":
+        layouts += [(2, 1, 2), (4, 1, 2)]
+    for ranks, parallel, experts in layouts:
+        out = work / f"{arch}-logits-{ranks}-{parallel}-{experts}.safetensors"
         run(pipetrain, "launch", "-n", ranks, "--", pipetrain, "logits", "--checkpoint",
-            checkpoint, "--tokens", ids, "--model", parallel, "--out", out)
-        compare(f"{arch} pipe {ranks // parallel} model {parallel}", load_file(out)["logits"], want)
+            checkpoint, "--tokens", ids, "--model", parallel, "--expert-parallel", experts,
+            "--out", out)
+        layout = f"pipe {ranks // (parallel * experts)} model {parallel} expert {experts}"
+        compare(f"{arch} {layout}", load_file(out)["logits"], want)
 
     exported = work / f"{arch}-exported"
     run(pipetrain, "export", "--format", "hf", "--checkpoint", checkpoint, "--out", exported)

@@ -57,11 +57,19 @@ nlohmann::json saved_config(const std::string& checkpoint);
 // come back as they are.
 nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken = nullptr);
 
-// The config a checkpoint was trained with, re-sized for a job of `ranks` ranks on one
-// pipeline (data-parallel 1, ranks / model_parallel stages, the default schedule without
-// chunks: layers are whole in a checkpoint) running micro-batches of `micro_batch`
-// samples, one per step. InputError when model_parallel does not divide ranks.
+// How a forward-only job lays out a checkpoint's model over its ranks.
+struct ForwardLayout {
+  int model_parallel = 1;
+  // Experts split over this many ranks: as many data-parallel replicas, each running the
+  // same input (1: one pipeline).
+  int expert_parallel = 1;
+};
+
+// The config a checkpoint was trained with, re-sized for a job of `ranks` ranks (data-
+// parallel layout.expert_parallel, ranks / (model_parallel x expert_parallel) stages, the
+// default schedule without chunks: layers are whole in a checkpoint) running micro-batches
+// of `micro_batch` samples, one per step. InputError when the sizes do not divide ranks.
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
-                                    int model_parallel = 1);
+                                    ForwardLayout layout = {});
 
 }  // namespace pipetrain::trainer
