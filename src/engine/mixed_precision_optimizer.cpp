@@ -3,13 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
+#include "pipetrain/engine/expert_split_masters.h"
 #include "pipetrain/engine/replicated_masters.h"
 #include "pipetrain/engine/sharded_masters.h"
 #include "pipetrain/engine/weight_decay.h"
-#include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::engine {
@@ -33,6 +34,13 @@ std::vector<bool> decayed_parameters(const module::PipelineModule& module,
   }
   return decayed;
 }
+
+// Some of a module's parameters, with what the masters need to know of each.
+struct Partition {
+  std::vector<at::Tensor> parameters;
+  std::vector<bool> decayed, late;
+  std::vector<int> layers;
+};
 
 // Per parameter of `module`, the layer index in its name.
 std::vector<int> parameter_layers(const module::PipelineModule& module) {
@@ -72,16 +80,13 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
   if (dtype_ != at::kFloat) module.to(dtype_);
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
-  if (sharded_ && !expert_parameters.empty())
-    throw io::InputError("ZeRO does not shard experts split over ranks (expert_parallel)");
-  if (sharded_) {
-    masters_ = std::make_shared<ShardedMasters>(
-        module.parameters(), norm_parameters, decayed_, late, parameter_layers(module), grid_,
-        data ? std::move(data) : grid_->replica_comm(), config.zero,
-        to_scalar_type(config.precision.communication_dtype));
-  } else {
+  if (!sharded_) {
     masters_ = std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_,
                                                    grid_, expert_parameters);
+  } else {
+    auto comm = data ? std::move(data) : grid_->replica_comm();
+    masters_ =
+        sharded_masters(module, norm_parameters, late, expert_parameters, std::move(comm), config);
   }
   // Decay is applied here, to some parameters only (see apply_weight_decay).
   optimizer_ =
@@ -90,9 +95,48 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
       optim::make_lr_schedule(config.scheduler, optim::base_learning_rate(config.optimizer));
 }
 
+std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
+    module::PipelineModule& module, const std::vector<at::Tensor>& norm_parameters,
+    const std::vector<bool>& late, const std::vector<at::Tensor>& expert_parameters,
+    std::shared_ptr<comm::Communicator> data, const TrainingConfig& config) {
+  const auto make_sharded = [&](const std::vector<at::Tensor>& parameters,
+                                const std::vector<bool>& decayed, const std::vector<bool>& late_of,
+                                const std::vector<int>& layers) {
+    sharded_masters_ = std::make_shared<ShardedMasters>(
+        parameters, norm_parameters, decayed, late_of, layers, grid_, std::move(data), config.zero,
+        to_scalar_type(config.precision.communication_dtype));
+    return sharded_masters_;
+  };
+  const std::vector<at::Tensor> parameters = module.parameters();
+  const std::vector<int> layers = parameter_layers(module);
+  if (expert_parameters.empty()) return make_sharded(parameters, decayed_, late, layers);
+  // Experts split over ranks keep whole masters (ExpertSplitMasters); the rest is sharded.
+  Partition dense, experts;
+  std::vector<bool> is_expert;
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const bool expert = std::any_of(expert_parameters.begin(), expert_parameters.end(),
+                                    [&](const at::Tensor& e) { return e.is_same(parameters[i]); });
+    Partition& part = expert ? experts : dense;
+    part.parameters.push_back(parameters[i]);
+    part.decayed.push_back(decayed_[i]);
+    part.late.push_back(!late.empty() && late[i]);
+    part.layers.push_back(layers[i]);
+    is_expert.push_back(expert);
+  }
+  std::vector<at::Tensor> expert_norm;
+  for (const auto& p : norm_parameters) {
+    if (std::any_of(experts.parameters.begin(), experts.parameters.end(),
+                    [&](const at::Tensor& e) { return e.is_same(p); }))
+      expert_norm.push_back(p);
+  }
+  auto sharded = make_sharded(dense.parameters, dense.decayed, dense.late, dense.layers);
+  auto replicated = std::make_shared<ReplicatedMasters>(experts.parameters, expert_norm,
+                                                        experts.decayed, grid_, experts.parameters);
+  return std::make_shared<ExpertSplitMasters>(std::move(sharded), std::move(replicated), is_expert);
+}
+
 std::shared_ptr<ShardedParameters> MixedPrecisionOptimizer::sharded_parameters() const {
-  const auto* sharded = dynamic_cast<const ShardedMasters*>(masters_.get());
-  return sharded ? sharded->sharded_parameters() : nullptr;
+  return sharded_masters_ ? sharded_masters_->sharded_parameters() : nullptr;
 }
 
 const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {
@@ -106,7 +150,7 @@ void MixedPrecisionOptimizer::step(int64_t step) {
   const bool overflow = any_overflow();
   loss_scaler_.update(overflow);
   if (!overflow) {
-    last_grad_norm_ = clipping_ > 0 || norm_wanted_ ? masters_->global_grad_norm()
+    last_grad_norm_ = clipping_ > 0 || norm_wanted_ ? global_grad_norm()
                                                     : std::numeric_limits<double>::quiet_NaN();
     if (clipping_ > 0) clip(last_grad_norm_);
     last_learning_rate_ = lr_schedule_(step);
@@ -117,6 +161,13 @@ void MixedPrecisionOptimizer::step(int64_t step) {
   }
   optimizer_->zero_grad();
   masters_->clear_model_gradients();
+}
+
+double MixedPrecisionOptimizer::global_grad_norm() const {
+  at::Tensor squares = masters_->squared_grad_norm();
+  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  return std::sqrt(squares.item<double>());
 }
 
 bool MixedPrecisionOptimizer::any_overflow() const {

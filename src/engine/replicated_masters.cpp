@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 #include "pipetrain/optim/optimizer_state.h"
@@ -53,8 +52,8 @@ void ReplicatedMasters::apply_weight_decay(const optim::WeightDecay& decay, doub
   }
 }
 
-double ReplicatedMasters::global_grad_norm() const {
-  // Each stage's and shard's part, tied and replicated tensors counted once. One fused
+at::Tensor ReplicatedMasters::squared_grad_norm() const {
+  // The stage's and shard's part, tied and replicated tensors counted once. One fused
   // pass: each tensor's norm in its own type, their squares summed in double on the
   // device, then read once (the end of the step).
   auto sum_of_squares = [](const std::vector<at::Tensor>& masters) {
@@ -72,10 +71,7 @@ double ReplicatedMasters::global_grad_norm() const {
   at::Tensor experts = sum_of_squares(expert_norm_masters_);
   if (grid_->expert_parallel_size() > 1)
     grid_->expert_comm()->all_reduce(experts, comm::ReduceOp::kSum);
-  squares += experts;
-  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  return std::sqrt(squares.item<double>());
+  return squares + experts;
 }
 
 void ReplicatedMasters::copy_to_model() {

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -221,10 +220,10 @@ void ShardedMasters::take_gradients(double unscale) {
   if (zero_.stage >= 2) clear_model_gradients();
 }
 
-double ShardedMasters::global_grad_norm() const {
-  // This rank's shard of every stage's and model rank's part, masked so that tied and
+at::Tensor ShardedMasters::squared_grad_norm() const {
+  // This rank's shard of the stage's and model rank's part, masked so that tied and
   // replicated tensors count once; summed in double on the device, read once, then over
-  // data, pipe and model ranks.
+  // the data-parallel ranks.
   at::Tensor on_device = at::zeros({1}, master_.front().options().dtype(at::kDouble));
   for (int k = 0; k < layout_.buckets(); ++k) {
     const at::Tensor& grad = master_[k].grad();
@@ -234,9 +233,7 @@ double ShardedMasters::global_grad_norm() const {
   }
   at::Tensor squares = on_device.cpu();
   grid_->replica_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  return std::sqrt(squares.item<double>());
+  return squares;
 }
 
 void ShardedMasters::copy_to_model() {

@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -209,8 +210,15 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
                          ", got " + std::to_string(m.shared_experts));
   }
   require_divisible(m.experts, "experts", experts.size(), "expert_parallel");
-  if (!(m.capacity_factor >= 0))
+  if (!(m.capacity_factor >= 0) || !std::isfinite(m.capacity_factor))
     throw io::InputError("model.capacity_factor must be at least 0 (0: dropless)");
+  for (const auto& [key, value] : {std::pair{"router_aux_loss_coef", m.router_aux_loss_coef},
+                                   std::pair{"router_z_loss_coef", m.router_z_loss_coef}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      throw io::InputError(std::string("model.") + key +
+                           " must be a finite number at least 0 (0: no such loss)");
+    }
+  }
   // The router's per-sequence statistics and capacities need a sequence's tokens together.
   if (context.parallel()) {
     throw io::InputError("model.type mixtral routes whole sequences: context_parallel " +

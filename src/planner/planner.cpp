@@ -156,7 +156,6 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
                   if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero))
                     continue;
                   for (int experts : expert_sizes(w.model, data, limits)) {
-                    if (experts > 1 && zero > 0) continue;  // the job refuses ZeRO with it
                     const Layout layout{t,      pipe, data,          b,       m,  schedule,
                                         chunks, zero, checkpointing, context, sp, experts};
                     found.push_back(assess(w, c, layout));

@@ -59,7 +59,7 @@ struct StageWork {
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
   double largest_tensor = 0;         // elements of its largest parameter tensor, one rank's
-  double largest_layer = 0;          // elements of its largest layer's parameters, one rank's
+  double largest_layer = 0;  // elements of its largest layer's sharded parameters, one rank's
 };
 
 class StageCosting {
@@ -115,17 +115,20 @@ class StageCosting {
       stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
         const double parameters = layer.parameters_per_rank(l_.tensor, l_.experts);
+        const double experts = static_cast<double>(layer.expert_parameters) / l_.experts;
         stage.parameters += parameters;
-        stage.expert_parameters += static_cast<double>(layer.expert_parameters) / l_.experts;
-        stage.largest_layer = std::max(stage.largest_layer, parameters);
+        stage.expert_parameters += experts;
+        // What ZeRO shards: experts split over ranks stay whole.
+        const double sharded = parameters - (l_.experts > 1 ? experts : 0.0);
+        stage.largest_layer = std::max(stage.largest_layer, sharded);
         // ZeRO 3: the layer gathered before its forward and again before its backward
         // (kept after forward: once per step).
         const bool reshard = w_.training.zero.reshard_after_forward;
         forward +=
-            gather_seconds(parameters) / (reshard ? 1.0 : static_cast<double>(l_.micro_batches));
-        input += reshard ? gather_seconds(parameters) : 0.0;
-        chunk_parameters += parameters;
-        if (parameters > 0) ++layers_with_parameters;
+            gather_seconds(sharded) / (reshard ? 1.0 : static_cast<double>(l_.micro_batches));
+        input += reshard ? gather_seconds(sharded) : 0.0;
+        chunk_parameters += sharded;
+        if (sharded > 0) ++layers_with_parameters;
       }
       stage.largest_tensor =
           std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.tensor);
@@ -218,6 +221,10 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   const bool mixed = w.half_precision();
   const double shard = l.zero > 0 ? 1.0 / (l.data * l.context) : 1.0;  // over the replicas
   const double p = stage.parameters;
+  // ZeRO shards what every replica holds; experts split over ranks stay whole (as stage 0).
+  const double experts = l.experts > 1 ? stage.expert_parameters : 0.0;
+  const double dense = p - experts;
+  const double held = dense * shard + experts;  // this rank's masters and optimizer state
   StageMemory m;
   m.weights = p * w.element_bytes();
   m.gradients = p * w.element_bytes();
@@ -226,20 +233,22 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
     // when kept after forward (then the whole stage, as without ZeRO 3).
     const double gathered =
         w.training.zero.reshard_after_forward
-            ? std::min(p, static_cast<double>(w.training.zero.prefetch + 1) * stage.largest_layer)
-            : p;
-    m.weights = (p * shard + gathered) * w.element_bytes();
+            ? std::min(dense,
+                       static_cast<double>(w.training.zero.prefetch + 1) * stage.largest_layer)
+            : dense;
+    m.weights = (held + gathered) * w.element_bytes();
   }
   if (l.zero >= 2) {
     // No full gradient outlives its backward pass, which frees that micro-batch's
     // activations as it makes them: the fp32 shard accumulators, and the gradients beyond
-    // one micro-batch's activations at the pass's end.
+    // one micro-batch's activations at the pass's end (the experts' kept whole).
     const double one = static_cast<double>(l.micro_batch) * stage.saved_per_sample;
-    m.gradients = 4 * p * shard + std::max(0.0, p * w.element_bytes() - (live > 0 ? one : 0.0));
+    m.gradients = 4 * dense * shard + experts * w.element_bytes() +
+                  std::max(0.0, dense * w.element_bytes() - (live > 0 ? one : 0.0));
   }
   // The fp32 masters (their gradients are made at the step, after the activations' peak).
-  m.masters = mixed ? 4 * p * shard : 0;
-  m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * p * shard;
+  m.masters = mixed ? 4 * held : 0;
+  m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * held;
   if (l.data * l.context > 1 && l.zero == 0) {
     const int wire =
         w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
@@ -249,9 +258,13 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   // The step's own memory, held once the activations are gone: the fp32 master gradients
   // (mixed precision), and the two temporaries LibTorch's Adam forms on the CPU of the
   // tensor it updates (the largest parameter, or with ZeRO the flat shard).
-  if (mixed) m.step_workspace += 4 * p * shard;
-  if (optimizer_state_bytes(w.training.optimizer.type) > 4)
-    m.step_workspace += 2 * 4 * (l.zero > 0 ? p * shard : stage.largest_tensor);
+  if (mixed) m.step_workspace += 4 * held;
+  if (optimizer_state_bytes(w.training.optimizer.type) > 4) {
+    m.step_workspace +=
+        2 * 4 *
+        (l.zero > 0 ? std::max(dense * shard, experts > 0 ? stage.largest_tensor : 0.0)
+                    : stage.largest_tensor);
+  }
   m.live_micro_batches = live;
   return m;
 }
@@ -385,22 +398,22 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   for (const auto& stage : stages) {
     // ZeRO 2 and 3 reduce-scatter after every backward pass (in the passes' costs); 3
     // gathers each layer when it runs, not after the step.
-    const double scatter =
-        l.zero == 1 ? 0.5 * data_link.all_reduce(stage.parameters * wire, replicas) : 0.0;
-    const double gather =
-        l.zero == 1 || l.zero == 2
-            ? 0.5 * data_link.all_reduce(stage.parameters * w.element_bytes(), replicas)
-            : 0.0;
-    // Expert parallelism (ZeRO 0): the experts' gradients over the d / e ranks holding them.
+    // Expert parallelism: the experts' gradients all-reduced over the d / e ranks holding
+    // them (under ZeRO too: they are not sharded); the rest as without experts.
+    const double whole = l.experts > 1 ? stage.expert_parameters : 0.0;
+    const double dense = stage.parameters - whole;
     const int holders = replicas / l.experts;
-    const double experts = l.experts > 1 ? c.link(holders, l.tensor * l.experts)
-                                               .all_reduce(stage.expert_parameters * wire, holders)
-                                         : 0.0;
-    const double dense = stage.parameters - (l.experts > 1 ? stage.expert_parameters : 0.0);
+    const double experts =
+        l.experts > 1 ? c.link(holders, l.tensor * l.experts).all_reduce(whole * wire, holders)
+                      : 0.0;
+    const double scatter = l.zero == 1 ? 0.5 * data_link.all_reduce(dense * wire, replicas) : 0.0;
+    const double gather = l.zero == 1 || l.zero == 2
+                              ? 0.5 * data_link.all_reduce(dense * w.element_bytes(), replicas)
+                              : 0.0;
     const double reduce =
-        l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) + experts : scatter + gather;
+        (l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) : scatter + gather) + experts;
     const double step =
-        stage.parameters * (l.zero > 0 ? 1.0 / replicas : 1.0) * traffic / c.memory_bandwidth;
+        (dense * (l.zero > 0 ? 1.0 / replicas : 1.0) + whole) * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {
       slowest = reduce + step;
       p.data_parallel_seconds = reduce;

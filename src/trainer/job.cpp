@@ -249,12 +249,6 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
-  if (job.config.trainer.expert_parallel > 1 && job.config.engine.zero.stage > 0) {
-    throw io::InputError("zero_optimization.stage " + std::to_string(job.config.engine.zero.stage) +
-                         " with expert_parallel " +
-                         std::to_string(job.config.trainer.expert_parallel) +
-                         ": ZeRO does not shard experts split over ranks; use stage 0");
-  }
   const expert_parallel::Group experts{job.config.trainer.expert_parallel > 1
                                            ? job.grid->expert_comm()
                                            : std::shared_ptr<comm::MpiCommunicator>()};

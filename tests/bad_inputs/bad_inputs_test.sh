@@ -211,6 +211,15 @@ expect_bad "checkpoint inflated-config (eval)" \
   "layer 0 (GptEmbedding): its model config gives 217600000 parameters, its files hold 4352" \
   launch -n 2 -- "$pipetrain" eval --checkpoint "$work/inflated"
 
+# Logits with experts split over ranks: a size that does not divide the ranks, a dense model.
+expect_bad "logits --expert-parallel not dividing the ranks" \
+  "--expert-parallel 3 must divide the job's ranks over --model (2)" \
+  launch -n 2 -- "$pipetrain" logits --checkpoint "$work/good" --tokens 1,2 --expert-parallel 3 \
+  --out "$work/logits.safetensors"
+expect_bad "logits --expert-parallel of a dense model" "expert_parallel 2 splits experts: it needs model.type \"mixtral\"" \
+  launch -n 2 -- "$pipetrain" logits --checkpoint "$work/good" --tokens 1,2 --expert-parallel 2 \
+  --out "$work/logits.safetensors"
+
 # Resuming with a model of the same shapes but another meaning is refused, the key named.
 sed 's|"heads": 2|"heads": 4|' "$work/tiny.json" >"$work/tiny-heads.json"
 # shellcheck disable=SC2046

@@ -71,6 +71,23 @@ at::Tensor reference_weight(const PipelineEngine& engine, const Reference& refer
   return tensor_parallel::take_shard(whole, layout->second, experts.rank(), experts.size());
 }
 
+// Every weight of `engine` within `tolerance` of the reference's (fp32 masters under ZeRO
+// stage 3, whose parameters hold no values between steps: gathered, collective).
+void expect_reference_weights(PipelineEngine& engine, const Reference& reference,
+                              double tolerance) {
+  const auto named = engine.module().named_parameters();
+  const auto masters = engine.layer_gathering() ? engine.whole_optimizer_state()
+                                                : std::vector<engine::ParameterState>{};
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, parameter] = named[i];
+    EXPECT_EQ(parameter.device(), engine.device());
+    const at::Tensor tensor = masters.empty() ? parameter.cpu() : masters[i].master.cpu();
+    const at::Tensor expected = reference_weight(engine, reference, name);
+    EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
+        << name << " differs by " << (tensor - expected).abs().max().item<double>();
+  }
+}
+
 // Trains kSteps on `loader` and evaluates the next batch (returning its outputs), each
 // loss and the final weights within `tolerance` of the reference.
 PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataLoader& loader,
@@ -85,19 +102,7 @@ PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataL
           << "gradient norm, step " << step;
     }
   }
-  // Under ZeRO stage 3 the parameters hold no values between steps: their fp32 masters
-  // (gathered from the shards, collective) are the weights.
-  const auto named = engine.module().named_parameters();
-  const auto masters = engine.layer_gathering() ? engine.whole_optimizer_state()
-                                                : std::vector<engine::ParameterState>{};
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const auto& [name, parameter] = named[i];
-    EXPECT_EQ(parameter.device(), engine.device());
-    const at::Tensor tensor = masters.empty() ? parameter.cpu() : masters[i].master.cpu();
-    const at::Tensor expected = reference_weight(engine, reference, name);
-    EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
-        << name << " differs by " << (tensor - expected).abs().max().item<double>();
-  }
+  expect_reference_weights(engine, reference, tolerance);
   const auto evaluation = engine.eval_batch(&loader, /*return_outputs=*/true);
   EXPECT_NEAR(evaluation.loss, reference.eval_loss, tolerance * std::abs(reference.eval_loss));
   return evaluation;
@@ -478,14 +483,6 @@ TEST(Experts, EveryScheduleMatchesOneProcess) {
 
 // Each parameter of `engine`'s module against the reference's (whole, or this rank's slice
 // of a split one), within 1e-5.
-void expect_reference_weights(const PipelineEngine& engine, const Reference& reference) {
-  for (const auto& [name, parameter] : engine.module().named_parameters()) {
-    const at::Tensor expected = reference_weight(engine, reference, name);
-    EXPECT_TRUE(at::allclose(parameter.cpu(), expected, 1e-5, 1e-6))
-        << name << " differs by " << (parameter.cpu() - expected).abs().max().item<double>();
-  }
-}
-
 // Expert parallelism: groups of 2 or 4 data-parallel ranks split the Mixtral's experts,
 // tokens travelling to their experts' ranks and back. The same losses, weights and eval
 // loss as one process holding every expert, at pipe 1 and 2, dropless with checkpointing
@@ -500,13 +497,20 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
     schedule::Kind schedule;
     int chunks;
     bool every_case = true;  // else the dropless Mixtral alone (kept lean)
+    int zero = 0;            // ZeRO stage: the dense part sharded, the experts whole
   };
   std::vector<Shape> shapes;
-  if (world->size() == 2) shapes = {{1, 2, 2, schedule::Kind::k1F1B, 1}};
+  if (world->size() == 2) {
+    shapes = {{1, 2, 2, schedule::Kind::k1F1B, 1},
+              {1, 2, 2, schedule::Kind::k1F1B, 1, true, 1},
+              {1, 2, 2, schedule::Kind::k1F1B, 1, false, 3}};
+  }
   if (world->size() == 4) {
     shapes = {{1, 4, 2, schedule::Kind::k1F1B, 1},
               {1, 4, 4, schedule::Kind::k1F1B, 1},
+              {1, 4, 2, schedule::Kind::k1F1B, 1, false, 2},
               {2, 2, 2, schedule::Kind::k1F1B, 1},
+              {2, 2, 2, schedule::Kind::k1F1B, 1, true, 1},
               {2, 2, 2, schedule::Kind::kZbH1, 1},
               {2, 2, 2, schedule::Kind::kZbv, 2},
               {2, 2, 2, schedule::Kind::kGpipe, 1, false},
@@ -528,7 +532,8 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
       if (!shape.every_case && c.model.rfind("mixtral-capacity", 0) == 0) continue;
       SCOPED_TRACE("pipe " + std::to_string(shape.pipe) + " x data " + std::to_string(shape.data) +
                    ", expert " + std::to_string(shape.experts) + ", " +
-                   std::string(schedule::name(shape.schedule)) + ": " + name(c));
+                   std::string(schedule::name(shape.schedule)) + ", ZeRO " +
+                   std::to_string(shape.zero) + ": " + name(c));
       const auto samples = dataset(c, shape.data);
       const Reference reference = reference_run(c, shape.data, samples);
       auto grid = std::make_shared<topology::Grid>(
@@ -537,6 +542,8 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
       TrainingConfig config = training_config(c, shape.pipe);
       config.pipeline.schedule = shape.schedule;
       config.pipeline.chunks = shape.chunks;
+      config.zero.stage = shape.zero;
+      config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
       auto module = stage_module(c, *grid, config);
       // Each MoE block's three expert tensors are split over the expert group.
@@ -557,11 +564,11 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
           topology::pipe_data_parallel_topology(shape.pipe, shape.data), world);
       PipelineEngine whole(stage_module(c, *whole_grid, config), whole_grid, config);
       checkpoint::load_checkpoint(whole, folder, "split");
-      expect_reference_weights(whole, reference);
+      expect_reference_weights(whole, reference, tolerance);
       checkpoint::save_checkpoint(whole, folder, "whole");
       PipelineEngine split(stage_module(c, *grid, config), grid, config);
       checkpoint::load_checkpoint(split, folder, "whole");
-      expect_reference_weights(split, reference);
+      expect_reference_weights(split, reference, tolerance);
     }
   }
   world->barrier();

@@ -301,18 +301,46 @@ TEST(Prediction, ExpertParallelismSplitsTheExpertsAndPaysTheirAllToAll) {
   EXPECT_LT(b.data_parallel_seconds, a.data_parallel_seconds);
 }
 
+// ZeRO beside expert parallelism shards what every replica holds; the experts split over
+// ranks keep whole state on each rank holding them, as the engine does.
+TEST(Prediction, ZeroShardsWhatEveryReplicaHoldsAndLeavesSplitExpertsWhole) {
+  const Workload w(mixtral(4, 2), engine::TrainingConfig{});
+  const double experts = static_cast<double>(w.layers[1].expert_parameters);  // 2 blocks, halves
+  Layout split{.data = 4, .micro_batch = 2, .micro_batches = 1};
+  split.experts = 2;
+  Layout zero = split;
+  zero.zero = 1;
+  const StageMemory a = predict(w, ideal(4), split).stages.at(0);
+  const StageMemory b = predict(w, ideal(4), zero).stages.at(0);
+  const double p = a.weights / 4;      // fp32: this rank's parameters
+  const double per = a.optimizer / p;  // optimizer bytes per parameter
+  EXPECT_GT(per, 0);
+  EXPECT_NEAR(b.optimizer, per * ((p - experts) / 4 + experts), 1e-6);
+  EXPECT_EQ(b.weights, a.weights);
+  // Slow links: ZeRO 1's reduce-scatter and all-gather of the dense part cost its all-
+  // reduce, the experts' all-reduce over their 2 holders is the same; the step updates the
+  // dense quarter and the experts whole.
+  Cluster slow = ideal(4);
+  slow.intra_node = slow.inter_node = {1e9, 0};
+  const Prediction c = predict(w, slow, split), d = predict(w, slow, zero);
+  EXPECT_GT(c.data_parallel_seconds, 0);
+  EXPECT_NEAR(d.data_parallel_seconds, c.data_parallel_seconds, 1e-12);
+  EXPECT_NEAR(d.optimizer_seconds / c.optimizer_seconds, ((p - experts) / 4 + experts) / p, 1e-12);
+}
+
 TEST(Planner, OffersExpertSizesForAMixtureOfExpertsOnly) {
   LayoutLimits limits;
   limits.tensor = 1;
   limits.pipe = 1;
   limits.micro_batch = 1;
   limits.checkpointing = false;
-  std::set<int> offered;
+  std::set<int> offered, zero_beside_experts;
   for (const auto& c : plan_layouts(Workload(mixtral(4, 2), {}), ideal(8), 8, limits)) {
     offered.insert(c.layout.experts);
-    if (c.layout.experts > 1) EXPECT_EQ(c.layout.zero, 0);
+    if (c.layout.experts > 1) zero_beside_experts.insert(c.layout.zero);
   }
   EXPECT_EQ(offered, (std::set<int>{1, 2, 4}));  // 8 is more than the experts
+  EXPECT_EQ(zero_beside_experts, (std::set<int>{0, 1, 2, 3}));
   offered.clear();
   for (const auto& c : plan_layouts(Workload(gpt(256, 16, 32, 4, 2), {}), ideal(8), 8, limits))
     offered.insert(c.layout.experts);

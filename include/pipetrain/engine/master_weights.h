@@ -21,7 +21,8 @@ struct ParameterState {
 
 // Where the fp32 weights the optimizer updates live, and how the model's gradients reach
 // them and the updated values return: one master per parameter on every replica
-// (ReplicatedMasters), or one flat shard per data-parallel rank (ShardedMasters, ZeRO).
+// (ReplicatedMasters), or one flat shard per data-parallel rank (ShardedMasters, ZeRO), or
+// the two side by side when ZeRO meets experts split over ranks (ExpertSplitMasters).
 // MixedPrecisionOptimizer does the rest (loss scaling, overflow, clipping, the step).
 class MasterWeights {
  public:
@@ -35,8 +36,10 @@ class MasterWeights {
   // Weight decay at learning rate `lr` on the parameters it applies to (see
   // WeightDecayRule), where they have gradients; before the optimizer steps them.
   virtual void apply_weight_decay(const optim::WeightDecay& decay, double lr) = 0;
-  // The global gradient norm over the whole model (each tensor counted once): collective.
-  virtual double global_grad_norm() const = 0;
+  // The sum of squares of this stage's and model rank's gradients (each tensor counted
+  // once), summed over the ranks that split them (data-parallel shards, expert groups):
+  // collective over those; the pipe and model sums are the caller's. A double on the CPU.
+  virtual at::Tensor squared_grad_norm() const = 0;
   // The model takes the masters' values (after a step or a load).
   virtual void copy_to_model() = 0;
   // Drops the model's gradients (the next backward starts from none).

@@ -11,6 +11,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/engine/bucket_reduction.h"
 #include "pipetrain/engine/master_weights.h"
+#include "pipetrain/engine/sharded_masters.h"
 #include "pipetrain/engine/sharded_parameters.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/pipeline_module.h"
@@ -36,7 +37,7 @@ class MixedPrecisionOptimizer {
   // `norm_parameters`: the module parameters this rank counts in the global gradient norm;
   // `late`: per module parameter, whether its gradient changes after backward (both: see
   // GradientSync; empty: none); `expert_parameters`: those split over the expert-parallel
-  // group (not under ZeRO).
+  // group (whole masters on the ranks holding them, also under ZeRO).
   MixedPrecisionOptimizer(module::PipelineModule& module,
                           std::shared_ptr<const topology::Grid> grid, const TrainingConfig& config,
                           const std::vector<at::Tensor>& norm_parameters,
@@ -49,9 +50,7 @@ class MixedPrecisionOptimizer {
   at::ScalarType dtype() const { return dtype_; }
   // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
   // GradientSync to start them during backward; step() reduces those it did not); else null.
-  std::shared_ptr<BucketReduction> bucket_reduction() const {
-    return std::dynamic_pointer_cast<BucketReduction>(masters_);
-  }
+  std::shared_ptr<BucketReduction> bucket_reduction() const { return sharded_masters_; }
   // Under ZeRO stage 3, where the model's parameters live (else null).
   std::shared_ptr<ShardedParameters> sharded_parameters() const;
 
@@ -91,6 +90,16 @@ class MixedPrecisionOptimizer {
   const std::vector<bool>& decayed() const { return decayed_; }
 
  private:
+  // Under ZeRO: the masters, the dense part sharded over `data` (sharded_masters_) and
+  // experts split over ranks whole beside it.
+  std::shared_ptr<MasterWeights> sharded_masters(module::PipelineModule& module,
+                                                 const std::vector<at::Tensor>& norm_parameters,
+                                                 const std::vector<bool>& late,
+                                                 const std::vector<at::Tensor>& expert_parameters,
+                                                 std::shared_ptr<comm::Communicator> data,
+                                                 const TrainingConfig& config);
+  // The global gradient norm over the whole model (each tensor counted once): collective.
+  double global_grad_norm() const;
   // Whether any rank's gradients overflowed (fp16 only; the step's one wait).
   bool any_overflow() const;
   void clip(double norm);
@@ -102,6 +111,7 @@ class MixedPrecisionOptimizer {
   optim::WeightDecay weight_decay_;
   std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
   std::shared_ptr<MasterWeights> masters_;
+  std::shared_ptr<ShardedMasters> sharded_masters_;  // under ZeRO: the sharded part
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;
   optim::LossScaler loss_scaler_;

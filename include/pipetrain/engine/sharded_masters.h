@@ -56,7 +56,7 @@ class ShardedMasters : public MasterWeights, public BucketReduction {
   const std::vector<at::Tensor>& tensors() const override { return master_; }
   void take_gradients(double unscale) override;
   void apply_weight_decay(const optim::WeightDecay& decay, double lr) override;
-  double global_grad_norm() const override;
+  at::Tensor squared_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
   void begin_step() override;
