@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 namespace pipetrain::models {
 namespace {
@@ -17,15 +19,25 @@ KvCache*& current() {
 
 std::pair<at::Tensor, at::Tensor> KvCache::extend(const void* layer, const at::Tensor& k,
                                                   const at::Tensor& v) {
-  auto& [keys, values] = layers_[layer];
-  if (!keys.defined()) {
-    keys = k;
-    values = v;
-  } else {
-    keys = at::cat({keys, k}, 2);
-    values = at::cat({values, v}, 2);
+  Layer& cached = layers_[layer];
+  const int64_t length = cached.length + k.size(2);
+  if (!cached.keys.defined() || length > cached.keys.size(2)) {
+    // Room for at least twice the positions: copied O(log n) times, not once per token.
+    const auto grown = [&](const at::Tensor& old, const at::Tensor& fresh) {
+      std::vector<int64_t> shape = fresh.sizes().vec();
+      shape[2] = std::max<int64_t>(2 * length, 16);
+      at::Tensor room = at::empty(shape, fresh.options());
+      if (cached.length > 0)
+        room.narrow(2, 0, cached.length).copy_(old.narrow(2, 0, cached.length));
+      return room;
+    };
+    cached.keys = grown(cached.keys, k);
+    cached.values = grown(cached.values, v);
   }
-  return {keys, values};
+  cached.keys.narrow(2, cached.length, k.size(2)).copy_(k);
+  cached.values.narrow(2, cached.length, v.size(2)).copy_(v);
+  cached.length = length;
+  return {cached.keys.narrow(2, 0, length), cached.values.narrow(2, 0, length)};
 }
 
 void KvCache::clear() {

@@ -1,5 +1,7 @@
 #include "pipetrain/schedule/measured_costs.h"
 
+#include <algorithm>
+
 namespace pipetrain::schedule {
 
 MeasuredCosts::MeasuredCosts(int stages, int chunks)
@@ -33,6 +35,10 @@ CostModel MeasuredCosts::costs() const {
                                    sum(OpKind::kBackwardWeight)) /
                                   backwards
                             : 0.0;
+    // Each mean is of its own passes: where W passes are few (DualPipeV splits some
+    // backwards only) a slow one can lift W's mean past the whole backward's. A micro-
+    // batch's weight gradient is part of its backward, as the simulator requires.
+    costs.weight[s] = std::min(costs.weight[s], costs.backward[s]);
   }
   return costs;
 }

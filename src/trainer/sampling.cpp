@@ -1,6 +1,7 @@
 #include "pipetrain/trainer/sampling.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <limits>
@@ -69,7 +70,9 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
                                                    const SamplingOptions& options,
                                                    int64_t context) {
   const topology::Grid& grid = engine.grid();
-  const at::NoGradGuard no_grad;  // nothing cached may hold a graph
+  // Nothing cached may hold a graph, and no tensor made here is one autograd will see: no
+  // version counters or autograd metadata on the many small tensors of a decode step.
+  const c10::InferenceMode inference;
   // A decode step feeds one position: the sequence cannot split over a tensor-parallel group.
   const context_parallel::WholeSequences whole_sequences;
   std::vector<Sequence> sequences(prompts.size());

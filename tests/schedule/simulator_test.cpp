@@ -4,6 +4,7 @@
 
 #include "bubble.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/measured_costs.h"
 #include "pipetrain/schedule/simulator.h"
 
 namespace pipetrain::schedule {
@@ -66,6 +67,26 @@ TEST(Simulator, TransfersAndPerStageCostsShapeTheTimeline) {
   EXPECT_DOUBLE_EQ(timeline.makespan, 9.0);
   EXPECT_DOUBLE_EQ(timeline.stages[1].busy, 5.0);
   ASSERT_EQ(timeline.boxes.size(), 4u);
+}
+
+// Measured costs: a micro-batch's backward is its full pass, or its input and weight passes
+// together; W's own mean is capped by it (few W passes, one of them slow, could exceed it).
+TEST(MeasuredCosts, KeepTheWeightGradientWithinTheBackward) {
+  MeasuredCosts measured(1, 1);
+  measured.add(0, OpKind::kForwardPass, 1.0);
+  measured.add(0, OpKind::kBackwardPass, 2.0);
+  measured.add(0, OpKind::kBackwardPass, 2.0);
+  measured.add(0, OpKind::kBackwardInput, 1.0);
+  measured.add(0, OpKind::kBackwardWeight, 1.0);
+  CostModel costs = measured.costs();
+  EXPECT_DOUBLE_EQ(costs.backward[0], (2.0 + 2.0 + 1.0 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(costs.weight[0], 1.0);
+  measured.add(0, OpKind::kBackwardInput, 0.1);
+  measured.add(0, OpKind::kBackwardWeight, 9.0);  // one slow W pass
+  costs = measured.costs();
+  EXPECT_DOUBLE_EQ(costs.backward[0], (2.0 + 2.0 + 1.0 + 1.0 + 0.1 + 9.0) / 4);
+  EXPECT_DOUBLE_EQ(costs.weight[0], costs.backward[0]);  // 5.0 measured, capped
+  EXPECT_NO_THROW(costs.check(1));
 }
 
 TEST(Simulator, RejectsInconsistentCosts) {

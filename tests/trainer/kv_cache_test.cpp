@@ -192,6 +192,28 @@ TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
   EXPECT_EQ(cache.length(), 0);
 }
 
+// Room for positions grows by doubling: across several regrowths the cache returns exactly
+// the keys and values fed so far, in order, and a later extend does not change views
+// returned before it.
+TEST(KvCache, KeepsEveryPositionFedAcrossRegrowths) {
+  at::manual_seed(3);
+  models::KvCache cache;
+  const void* layer = &cache;
+  const at::Tensor k = at::randn({2, 3, 100, 4}), v = at::randn({2, 3, 100, 4});
+  int64_t fed = 0;
+  at::Tensor first_keys;
+  for (const int64_t step : {5, 1, 1, 20, 1, 40, 1, 31}) {
+    const auto [keys, values] = cache.extend(layer, k.narrow(2, fed, step), v.narrow(2, fed, step));
+    fed += step;
+    cache.advance(step);
+    EXPECT_TRUE(at::equal(keys, k.narrow(2, 0, fed))) << fed;
+    EXPECT_TRUE(at::equal(values, v.narrow(2, 0, fed))) << fed;
+    if (!first_keys.defined()) first_keys = keys;  // a view, not a copy
+  }
+  EXPECT_EQ(fed, 100);
+  EXPECT_TRUE(at::equal(first_keys, k.narrow(2, 0, 5)));
+}
+
 // Attention of new positions over cached ones: what the whole sequence's causal attention
 // gives at those positions.
 TEST(KvCache, AttendsAsTheWholeSequenceWould) {

@@ -25,7 +25,13 @@ class KvCache {
   void clear();
 
  private:
-  std::map<const void*, std::pair<at::Tensor, at::Tensor>> layers_;
+  // A layer's keys and values, [batch, heads, room, head dim], the first `length`
+  // positions cached (room grows by doubling).
+  struct Layer {
+    at::Tensor keys, values;
+    int64_t length = 0;
+  };
+  std::map<const void*, Layer> layers_;
   int64_t length_ = 0;
 };
 
