@@ -35,6 +35,12 @@ std::vector<bool> decayed_parameters(const module::PipelineModule& module,
   return decayed;
 }
 
+// Whether `tensor` is one of `tensors` (the same tensor, not an equal one).
+bool contains(const std::vector<at::Tensor>& tensors, const at::Tensor& tensor) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const at::Tensor& t) { return t.is_same(tensor); });
+}
+
 // Some of a module's parameters, with what the masters need to know of each.
 struct Partition {
   std::vector<at::Tensor> parameters;
@@ -99,23 +105,13 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     module::PipelineModule& module, const std::vector<at::Tensor>& norm_parameters,
     const std::vector<bool>& late, const std::vector<at::Tensor>& expert_parameters,
     std::shared_ptr<comm::Communicator> data, const TrainingConfig& config) {
-  const auto make_sharded = [&](const std::vector<at::Tensor>& parameters,
-                                const std::vector<bool>& decayed, const std::vector<bool>& late_of,
-                                const std::vector<int>& layers) {
-    sharded_masters_ = std::make_shared<ShardedMasters>(
-        parameters, norm_parameters, decayed, late_of, layers, grid_, std::move(data), config.zero,
-        to_scalar_type(config.precision.communication_dtype));
-    return sharded_masters_;
-  };
+  // Experts split over ranks keep whole masters (ExpertSplitMasters); the rest is sharded.
   const std::vector<at::Tensor> parameters = module.parameters();
   const std::vector<int> layers = parameter_layers(module);
-  if (expert_parameters.empty()) return make_sharded(parameters, decayed_, late, layers);
-  // Experts split over ranks keep whole masters (ExpertSplitMasters); the rest is sharded.
   Partition dense, experts;
   std::vector<bool> is_expert;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
-    const bool expert = std::any_of(expert_parameters.begin(), expert_parameters.end(),
-                                    [&](const at::Tensor& e) { return e.is_same(parameters[i]); });
+    const bool expert = contains(expert_parameters, parameters[i]);
     Partition& part = expert ? experts : dense;
     part.parameters.push_back(parameters[i]);
     part.decayed.push_back(decayed_[i]);
@@ -123,16 +119,17 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     part.layers.push_back(layers[i]);
     is_expert.push_back(expert);
   }
+  sharded_masters_ = std::make_shared<ShardedMasters>(
+      dense.parameters, norm_parameters, dense.decayed, dense.late, dense.layers, grid_,
+      std::move(data), config.zero, to_scalar_type(config.precision.communication_dtype));
+  if (experts.parameters.empty()) return sharded_masters_;
   std::vector<at::Tensor> expert_norm;
   for (const auto& p : norm_parameters) {
-    if (std::any_of(experts.parameters.begin(), experts.parameters.end(),
-                    [&](const at::Tensor& e) { return e.is_same(p); }))
-      expert_norm.push_back(p);
+    if (contains(experts.parameters, p)) expert_norm.push_back(p);
   }
-  auto sharded = make_sharded(dense.parameters, dense.decayed, dense.late, dense.layers);
   auto replicated = std::make_shared<ReplicatedMasters>(experts.parameters, expert_norm,
                                                         experts.decayed, grid_, experts.parameters);
-  return std::make_shared<ExpertSplitMasters>(std::move(sharded), std::move(replicated), is_expert);
+  return std::make_shared<ExpertSplitMasters>(sharded_masters_, std::move(replicated), is_expert);
 }
 
 std::shared_ptr<ShardedParameters> MixedPrecisionOptimizer::sharded_parameters() const {
