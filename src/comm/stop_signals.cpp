@@ -2,6 +2,9 @@
 
 #include <ATen/ops/tensor.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -15,9 +18,12 @@ namespace {
 volatile sig_atomic_t deferred_signal = 0;  // the signal DeferredStop holds back; 0: none
 volatile sig_atomic_t received = 0;         // it arrived
 volatile sig_atomic_t received_at = 0;      // when (CLOCK_MONOTONIC seconds)
-// Under `pipetrain launch` a SIGTERM meant for the job comes as SIGUSR2, so a SIGTERM is
-// mpirun ending the job (after Ctrl-C, or a failed rank): it stops the rank at once.
-volatile sig_atomic_t term_relayed = 0;
+// Under mpirun (with or without `pipetrain launch`) a SIGTERM from the rank's parent (mpirun,
+// or Open MPI's daemon on another host) is the job ending (after a second Ctrl-C, or a
+// failed rank): it stops the rank at once. A stop signal from anyone else is a request to
+// stop: the launcher's SIGUSR2, or a SIGTERM, SIGINT or SIGHUP sent to every process of the
+// job (the launcher keeps mpirun from ending the job on it, see launch/signal_filter.h).
+volatile sig_atomic_t under_mpirun = 0;
 
 void stop_now(int signal) {
   io::remove_unfinished_file();
@@ -32,8 +38,13 @@ void crash(int signal) {
   std::raise(signal);
 }
 
-bool deferred(int signal) {
-  if (deferred_signal == SIGTERM) return signal == SIGUSR2 || (signal == SIGTERM && !term_relayed);
+bool deferred(int signal, const siginfo_t* info) {
+  if (deferred_signal == SIGTERM) {
+    if (signal == SIGUSR2) return true;
+    if (signal != SIGTERM && signal != SIGINT && signal != SIGHUP) return false;
+    if (!under_mpirun) return signal == SIGTERM;
+    return info == nullptr || info->si_pid != ::getppid();
+  }
   return deferred_signal != 0 && signal == deferred_signal;
 }
 
@@ -47,8 +58,8 @@ sig_atomic_t now_seconds() {
   return static_cast<sig_atomic_t>(now.tv_sec);
 }
 
-void stop_or_defer(int signal) {
-  if (!deferred(signal)) {
+void stop_or_defer(int signal, siginfo_t* info, void*) {
+  if (!deferred(signal, info)) {
     stop_now(signal);
     return;
   }
@@ -66,15 +77,17 @@ constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 }  // namespace
 
 void install_stop_handlers() {
-  for (const int signal : kStopSignals) std::signal(signal, stop_or_defer);
+  struct sigaction action {};
+  action.sa_sigaction = stop_or_defer;
+  action.sa_flags = SA_SIGINFO;
+  ::sigemptyset(&action.sa_mask);
+  for (const int signal : kStopSignals) ::sigaction(signal, &action, nullptr);
   for (const int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(signal, crash);
 }
 
 DeferredStop::DeferredStop(int signal) : signal_(signal) {
   received = 0;
-  // Under the launcher its SIGUSR2 is the request; under plain mpirun a SIGTERM is mpirun
-  // ending the job (it sends SIGKILL a second later): both stop at once.
-  term_relayed = io::started_by_launcher() || std::getenv("OMPI_COMM_WORLD_RANK") ? 1 : 0;
+  under_mpirun = io::started_by_launcher() || std::getenv("OMPI_COMM_WORLD_RANK") ? 1 : 0;
   deferred_signal = signal;
 }
 

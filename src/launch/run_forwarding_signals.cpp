@@ -7,12 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
 
 #include "pipetrain/io/rank_record.h"
 #include "pipetrain/launch/mpirun_command.h"
+#include "pipetrain/launch/signal_filter.h"
 
 namespace pipetrain::launch {
 namespace {
@@ -38,14 +40,39 @@ void say(std::initializer_list<const char*> parts) {  // async-signal-safe
   }
 }
 
+// Seconds within which a stop signal mpirun passed on (see launch/signal_filter.h) and the
+// same signal sent to the launcher itself are one request: a signal to every process of
+// the job reaches both.
+constexpr int kSameRequestSeconds = 2;
+constexpr int kNever = -1000;
+volatile sig_atomic_t direct_at[NSIG] = {};   // when each signal last came from outside
+volatile sig_atomic_t relayed_at[NSIG] = {};  // when mpirun last passed each one on
+
+sig_atomic_t now_seconds() {  // async-signal-safe
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<sig_atomic_t>(now.tv_sec);
+}
+
+// Whether this signal is the other half of a request already taken.
+bool seen_already(int signal, bool relayed) {
+  const sig_atomic_t now = now_seconds();
+  const sig_atomic_t other = relayed ? direct_at[signal] : relayed_at[signal];
+  if (other != kNever && now - other <= kSameRequestSeconds) return true;
+  (relayed ? relayed_at : direct_at)[signal] = now;
+  return false;
+}
+
 // Passes the signal on, and says once why the job is ending. SIGTERM goes as SIGUSR2 (see
 // the header), and so do a first SIGINT or SIGHUP: ranks saving on SIGTERM finish their
 // step and save. A second SIGINT or SIGHUP goes as itself: mpirun ends the job at once.
-void forward(int signal) {
+void forward(int signal, siginfo_t* info, void*) {
   if (signal == SIGUSR1 || signal == SIGUSR2) {  // for the ranks (e.g. save_on_signal)
     if (child_pid > 0) ::kill(child_pid, signal);
     return;
   }
+  const bool relayed = child_pid > 0 && info != nullptr && info->si_pid == child_pid;
+  if (seen_already(signal, relayed)) return;
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
   const bool again = received != 0;
   if (!again) {
@@ -64,17 +91,27 @@ void forward(int signal) {
 
 }  // namespace
 
-ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
+ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
+                                   const std::string& preload) {
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> variables;
+  for (char** entry = environ; *entry; ++entry) variables.emplace_back(*entry);
+  variables = with_preload(std::move(variables), preload);
+  std::vector<char*> environment;
+  for (auto& variable : variables) environment.push_back(variable.data());
+  environment.push_back(nullptr);
 
   // Handlers first: a signal between fork and exec is then noted, not the launcher's end
   // (the child's copies are reset by exec; until child_pid is set nothing is passed on).
   if (const std::string path = io::stop_request_path(); path.size() < sizeof stop_request_path)
     std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
+  received = 0;
+  for (int signal = 0; signal < NSIG; ++signal) direct_at[signal] = relayed_at[signal] = kNever;
   struct sigaction action {};
-  action.sa_handler = forward;
+  action.sa_sigaction = forward;
+  action.sa_flags = SA_SIGINFO;
   ::sigemptyset(&action.sa_mask);
   for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
     ::sigaction(signal, &action, nullptr);
@@ -97,7 +134,7 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv) {
         ::close(none);
       }
     }
-    ::execvp(args[0], args.data());
+    ::execvpe(args[0], args.data(), environment.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }

@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "pipetrain/io/exit_status.h"
 #include "pipetrain/io/rank_record.h"
 #include "pipetrain/launch/job_ending.h"
+#include "pipetrain/launch/signal_filter.h"
 
 namespace pipetrain::launch {
 namespace fs = std::filesystem;
@@ -40,11 +42,17 @@ class TemporaryFolder {
 int run_job(const LaunchOptions& options) {
   const TemporaryFolder records;
   if (!records.path().empty()) ::setenv("PIPETRAIN_RANK_RECORDS", records.path().c_str(), 1);
-  const ChildEnding ending = run_forwarding_signals(mpirun_command(options));
+  const ChildEnding ending =
+      run_forwarding_signals(mpirun_command(options), signal_filter_library());
   if (ending.signal_received == 0 && !records.path().empty()) {
     const std::string line =
         describe_ending(io::read_rank_records(records.path()), options.ranks, ending.status);
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  // What a stop signal kept: the job's own line says so when it saved (exit 75).
+  if (ending.signal_received != 0 && ending.status != io::kSavedOnSignalExitCode) {
+    std::fprintf(stderr, "pipetrain: launch: the job stopped on %s without saving its last step\n",
+                 signal_name(ending.signal_received).c_str());
   }
   // A SIGTERM passed on as SIGUSR2 that ended the ranks reads as the SIGTERM it was.
   // Ranks that did not save ended on the SIGUSR2 the signal was passed on as.

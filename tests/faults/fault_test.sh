@@ -120,6 +120,11 @@ signal_job() { # name, signal, target, train arguments...
   done
   pid=$launcher
   [ "$target" = group ] && pid=-$launcher # the whole group, as a terminal's Ctrl-C
+  if [ "$target" = all ]; then # every process of the job, mpirun's included, as pkill does
+    pkill "-$signal" -f -- "train --config $work/at-end.json .*$name"
+    wait "$launcher"
+    return
+  fi
   if [ "$target" = rank ]; then
     for pid in $(pgrep -f "train --config $work/at-end.json"); do
       grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$pid/environ" 2>/dev/null && break
@@ -146,14 +151,14 @@ check "SIGSEGV: one line names the rank ($(errors crashed.out))" \
 signal_job stopped TERM launcher
 rc=$?
 check "SIGTERM: exit 143 (got $rc)" test "$rc" -eq 143
-check "SIGTERM: one line says why ($(errors stopped.out))" \
-  test "$(errors stopped.out)" = "pipetrain: launch: passing SIGTERM to the job "
+check "SIGTERM: one line says why, one what was kept ($(errors stopped.out))" \
+  test "$(errors stopped.out)" = "pipetrain: launch: passing SIGTERM to the job pipetrain: launch: the job stopped on SIGTERM without saving its last step "
 # Ctrl-C without a save folder stops the job: exit 130, one line.
 signal_job interrupted INT launcher
 rc=$?
 check "SIGINT: exit 130 (got $rc)" test "$rc" -eq 130
-check "SIGINT: one line says why ($(errors interrupted.out))" \
-  test "$(errors interrupted.out)" = "pipetrain: launch: passing SIGINT to the job (SIGINT again stops it at once) "
+check "SIGINT: one line says why, one what was kept ($(errors interrupted.out))" \
+  test "$(errors interrupted.out)" = "pipetrain: launch: passing SIGINT to the job (SIGINT again stops it at once) pipetrain: launch: the job stopped on SIGINT without saving its last step "
 # Ctrl-C with a save folder keeps the work, as SIGTERM does: the step ends, is saved, exit 75.
 # Sent to the launcher's process group, as a terminal sends it.
 signal_job interrupted-saving INT group --save "$work/interrupted"
@@ -202,6 +207,17 @@ total=$((${saved#step_} + 3))
 last() { grep -oE "^step $total/$total loss [0-9.]+" "$1"; }
 check "preempted: the resumed run ends as the unstopped one ($(last resumed-preempted.out) vs $(last unstopped.out))" \
   test -n "$(last unstopped.out)" -a "$(last unstopped.out)" = "$(last resumed-preempted.out)"
+
+# A signal to every process of the job (launcher, mpirun, ranks: a batch system's "signal
+# the job", pkill, a control-group kill) keeps the work as one to the launcher does.
+for signal in TERM INT; do
+  signal_job "everyone-$signal" "$signal" all --save "$work/everyone-$signal"
+  rc=$?
+  saved=$(cat "$work/everyone-$signal/latest" 2>/dev/null)
+  check "SIG$signal to every process: exit 75 (got $rc)" test "$rc" -eq 75
+  check "SIG$signal to every process: saved, the line names the signal ($(errors "everyone-$signal.out"))" \
+    grep -qE "^pipetrain: stopped on SIG$signal after step ${saved#step_}: saved $work/everyone-$signal/$saved" "everyone-$signal.out"
+done
 
 # An allocation that fails says what it was for and how big, on one line, exit 1.
 sed 's|"d_model": 32|"d_model": 65536|' "$config" >huge.json

@@ -16,10 +16,11 @@ void install_stop_handlers();
 // While it lives, `signal` (SIGTERM or SIGUSR1) no longer ends the rank: it is noted, for
 // the caller to stop at a point of its choosing (the trainer: at the end of a step, after
 // saving a checkpoint). A second one (more than 2 s later: one request may arrive twice)
-// ends the rank at once. Signal 0: nothing is deferred. Under `pipetrain launch`, SIGTERM
-// means the launcher's SIGUSR2, and under plain mpirun only SIGUSR1 can be deferred: a
-// SIGTERM itself is then mpirun ending the job (after Ctrl-C, or after a rank failed) and
-// still ends the rank. Under srun (or any other starter) a SIGTERM is deferred.
+// ends the rank at once. Signal 0: nothing is deferred. Under mpirun (with or without
+// `pipetrain launch`), deferring SIGTERM defers the launcher's SIGUSR2 and a SIGTERM, SIGINT
+// or SIGHUP from anyone but the rank's parent (a signal to every process of the job); a
+// SIGTERM from the parent is mpirun ending the job (after a second Ctrl-C, or after a rank
+// failed) and still ends the rank. Under srun (or any other starter) a SIGTERM is deferred.
 class DeferredStop {
  public:
   explicit DeferredStop(int signal);

@@ -26,12 +26,16 @@ struct ChildEnding {
 };
 
 // Runs `argv` (mpirun) as a child process in a process group of its own that dies with this
-// one, passing SIGUSR1 and SIGUSR2 on to it, and SIGTERM, and a first SIGINT or SIGHUP, as
+// one, with `preload` (when not empty) loaded into it first (see launch/signal_filter.h),
+// passing SIGUSR1 and SIGUSR2 on to it, and SIGTERM, and a first SIGINT or SIGHUP, as
 // SIGUSR2: mpirun answers those three by killing the job (its ranks get SIGTERM, then SIGKILL
 // a second later), but passes SIGUSR1 and SIGUSR2 to every rank, whose handlers read SIGUSR2
 // as SIGTERM (a rank saving on SIGTERM gets to finish its step and save). A second SIGINT or
-// SIGHUP is passed on as itself and ends the job at once. Prints one line when it passes
+// SIGHUP is passed on as itself and ends the job at once. A stop signal the child passes
+// back (the preloaded filter does) counts as one with the same signal sent here within 2 s:
+// a signal to every process of the job is one request. Prints one line when it passes
 // SIGINT, SIGTERM or SIGHUP on. Throws if the child cannot start.
-ChildEnding run_forwarding_signals(const std::vector<std::string>& argv);
+ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
+                                   const std::string& preload = {});
 
 }  // namespace pipetrain::launch

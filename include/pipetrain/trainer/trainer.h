@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/io/exit_status.h"
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
 
 // The exit status of a job that `save_on_signal` stopped after saving a checkpoint:
 // EX_TEMPFAIL of sysexits.h, "try again later" (resume with --load).
-constexpr int kSavedOnSignalExitCode = 75;
+using io::kSavedOnSignalExitCode;
 
 // `pipetrain train`, run on every rank (inside run_rank): builds the job from the config (a
 // file's JSON with the command line's overrides), trains for train_iters steps with
