@@ -372,8 +372,51 @@ Decoder read_decoder(const nlohmann::json& stage, const std::string& field,
                                    "ByteFallback, Fuse, Strip, Metaspace)");
 }
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+// Unicode's White_Space characters (what the library's lstrip and rstrip take, Rust's
+// char::is_whitespace).
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// Whether bytes [begin, end) of `text` are one white space character.
+bool white_space_at(const std::string& text, size_t begin, size_t end) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const size_t length = end - begin;
+  char32_t c = 0;
+  if (length == 1) {
+    c = byte(begin);
+  } else if (length == 2) {
+    c = ((byte(begin) & 0x1Fu) << 6) | (byte(begin + 1) & 0x3Fu);
+  } else if (length == 3) {
+    c = ((byte(begin) & 0x0Fu) << 12) | ((byte(begin + 1) & 0x3Fu) << 6) |
+        (byte(begin + 2) & 0x3Fu);
+  } else {
+    return false;  // four bytes: no white space there
+  }
+  return is_white_space(c);
+}
+
+// Where the white space characters just before `end` begin, not before `floor`.
+size_t white_space_before(const std::string& text, size_t end, size_t floor) {
+  while (end > floor) {
+    size_t begin = end - 1;
+    while (begin > floor && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+    if (next_character(text, begin) != end || !white_space_at(text, begin, end)) break;
+    end = begin;
+  }
+  return end;
+}
+
+// Where the white space characters from `begin` on end.
+size_t white_space_after(const std::string& text, size_t begin) {
+  while (begin < text.size()) {
+    const size_t end = next_character(text, begin);
+    if (!white_space_at(text, begin, end)) break;
+    begin = end;
+  }
+  return begin;
 }
 
 class HfTokenizer : public Tokenizer {
@@ -487,8 +530,13 @@ class HfTokenizer : public Tokenizer {
       if (content.empty()) continue;  // as the library skips it
       if (reader.flag(token, field, "single_word", false))
         reader.fail(field + ".single_word", "true is not supported");
+      // The same content again keeps the id it got first.
       const auto in_vocabulary = model_.id_of(content);
-      const int64_t id = in_vocabulary ? *in_vocabulary : next_added_id_++;
+      const auto known = added_ids_.find(content);
+      const int64_t id = known != added_ids_.end() ? known->second
+                         : in_vocabulary           ? *in_vocabulary
+                                                   : next_added_id_++;
+      added_ids_.emplace(content, id);
       const bool lstrip = reader.flag(token, field, "lstrip", false);
       const bool rstrip = reader.flag(token, field, "rstrip", false);
       if (reader.flag(token, field, "normalized", false)) {
@@ -517,8 +565,8 @@ class HfTokenizer : public Tokenizer {
         continue;
       }
       size_t begin = at, end = at + added->content.size();
-      while (added->lstrip && begin > done && is_space(text[begin - 1])) --begin;
-      while (added->rstrip && end < text.size() && is_space(text[end])) ++end;
+      if (added->lstrip) begin = white_space_before(text, begin, done);
+      if (added->rstrip) end = white_space_after(text, end);
       if (begin > done) rest(done, begin);
       token(added->id);
       at = done = end;
@@ -534,6 +582,7 @@ class HfTokenizer : public Tokenizer {
   AddedTokens as_written_;
   AddedTokens normalized_;
   std::unordered_map<int64_t, std::string> added_by_id_;
+  std::unordered_map<std::string, int64_t> added_ids_;  // each added content's id
   int64_t next_added_id_ = 0;
 };
 

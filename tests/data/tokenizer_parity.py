@@ -37,6 +37,7 @@ TEXTS = [
     "numbers 1234567 3.14159 and contractions: don't, I'll, we've, SHE'S, 'Re",
     "<|endoftext|>between<|endoftext|> and </s> <s>text<unk>",
     "fill  <mask>  in, <mask>\n<mask>x",
+    "no-break\u00a0<mask>\u3000ideographic,\u2028<mask>\u0085 zzq zzq",
     GPL[1000:2500],
     "abc xabcx bcab abcd", "HELLO World, hello world; Hello, wor", "tok123 tok19999x tok5tok50",
 ]
@@ -120,6 +121,17 @@ def many_added():
     return tokenizer
 
 
+def duplicate_added():
+    """A file listing one added token twice (as edited files do): the first id counts."""
+    spec = json.loads(byte_level().to_str())
+    first = len(spec["model"]["vocab"]) + len(spec["added_tokens"])
+    for i in range(2):
+        spec["added_tokens"].append({"id": first + i, "content": "zzq", "single_word": False,
+                                     "lstrip": False, "rstrip": False, "normalized": False,
+                                     "special": False})
+    return Tokenizer.from_str(json.dumps(spec))
+
+
 def run(*args):
     # bytes, not text mode: "\r\n" must come back as written
     return subprocess.run([pipetrain, "tokenize", *args], check=True,
@@ -131,7 +143,7 @@ for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PAT
                         ("llama2", sentencepiece_conversion()), ("metaspace", metaspace()),
                         ("empty-matches", empty_matches()), ("added-tokens", added_tokens()),
                         ("normalized-after-conversion", normalized_after_conversion()),
-                        ("many-added", many_added())]:
+                        ("many-added", many_added()), ("duplicate-added", duplicate_added())]:
     path = f"{work}/{name}.json"
     tokenizer.save(path)
     started = time.monotonic()
