@@ -5,14 +5,12 @@
 namespace pipetrain::engine {
 
 ExpertSplitMasters::ExpertSplitMasters(std::shared_ptr<ShardedMasters> dense,
-                                       std::shared_ptr<ReplicatedMasters> experts,
+                                       std::shared_ptr<MasterWeights> experts,
                                        const std::vector<bool>& is_expert)
     : dense_(std::move(dense)), experts_(std::move(experts)) {
   std::size_t dense_count = 0, expert_count = 0;
   for (const bool expert : is_expert)
     places_.push_back({expert, expert ? expert_count++ : dense_count++});
-  if (expert_count != experts_->tensors().size())
-    throw std::invalid_argument("one expert master per expert parameter");
   tensors_ = dense_->tensors();
   tensors_.insert(tensors_.end(), experts_->tensors().begin(), experts_->tensors().end());
 }
@@ -29,6 +27,16 @@ void ExpertSplitMasters::apply_weight_decay(const optim::WeightDecay& decay, dou
 
 at::Tensor ExpertSplitMasters::squared_grad_norm() const {
   return dense_->squared_grad_norm() + experts_->squared_grad_norm();
+}
+
+void ExpertSplitMasters::begin_step() {
+  dense_->begin_step();
+  experts_->begin_step();
+}
+
+void ExpertSplitMasters::after_backward_pass() {
+  dense_->after_backward_pass();
+  experts_->after_backward_pass();
 }
 
 void ExpertSplitMasters::copy_to_model() {

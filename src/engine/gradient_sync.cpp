@@ -66,12 +66,16 @@ void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
 void GradientSync::reduce_experts() {
   // A rank's experts took tokens from every replica of its expert-parallel group, so their
   // gradients sum that group's replicas: summed over the ranks holding the same experts
-  // and divided by every replica, they are the average over the replicas.
+  // and divided by every replica, they are the average over the replicas. Left to the
+  // optimizer, the sum is its average over those ranks: the rest of the division is here.
   const auto& holders = grid_->expert_data_comm();
+  const bool summed_here = !expert_sums_elsewhere_ && holders->size() > 1;
+  const int divisor =
+      expert_sums_elsewhere_ ? grid_->replica_count() / holders->size() : grid_->replica_count();
   for (const auto& parameter : experts_) {
     at::Tensor grad = gradient_of(parameter);
-    grad.div_(grid_->replica_count());
-    if (holders->size() > 1) holders->all_reduce(grad, comm::ReduceOp::kSum);
+    grad.div_(divisor);
+    if (summed_here) holders->all_reduce(grad, comm::ReduceOp::kSum);
   }
 }
 

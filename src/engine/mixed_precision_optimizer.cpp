@@ -105,7 +105,7 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     module::PipelineModule& module, const std::vector<at::Tensor>& norm_parameters,
     const std::vector<bool>& late, const std::vector<at::Tensor>& expert_parameters,
     std::shared_ptr<comm::Communicator> data, const TrainingConfig& config) {
-  // Experts split over ranks keep whole masters (ExpertSplitMasters); the rest is sharded.
+  // Experts split over ranks apart from the rest (ExpertSplitMasters), see the header.
   const std::vector<at::Tensor> parameters = module.parameters();
   const std::vector<int> layers = parameter_layers(module);
   Partition dense, experts;
@@ -119,17 +119,32 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     part.layers.push_back(layers[i]);
     is_expert.push_back(expert);
   }
-  sharded_masters_ = std::make_shared<ShardedMasters>(
-      dense.parameters, norm_parameters, dense.decayed, dense.late, dense.layers, grid_,
-      std::move(data), config.zero, to_scalar_type(config.precision.communication_dtype));
+  const at::ScalarType wire = to_scalar_type(config.precision.communication_dtype);
+  sharded_masters_ =
+      std::make_shared<ShardedMasters>(dense.parameters, norm_parameters, dense.decayed, dense.late,
+                                       dense.layers, grid_, std::move(data), config.zero, wire);
   if (experts.parameters.empty()) return sharded_masters_;
   std::vector<at::Tensor> expert_norm;
   for (const auto& p : norm_parameters) {
     if (contains(experts.parameters, p)) expert_norm.push_back(p);
   }
-  auto replicated = std::make_shared<ReplicatedMasters>(experts.parameters, expert_norm,
-                                                        experts.decayed, grid_, experts.parameters);
-  return std::make_shared<ExpertSplitMasters>(sharded_masters_, std::move(replicated), is_expert);
+  std::shared_ptr<MasterWeights> expert_masters;
+  const auto& holders = grid_->expert_data_comm();
+  if (holders->size() > 1) {
+    // ZeRO 1 over the ranks holding the same experts, whatever the stage: the experts'
+    // weights stay whole, their masters and optimizer state are sharded.
+    ZeroConfig experts_zero = config.zero;
+    experts_zero.stage = 1;
+    expert_masters = std::make_shared<ShardedMasters>(experts.parameters, expert_norm,
+                                                      experts.decayed, experts.late, experts.layers,
+                                                      grid_, holders, experts_zero, wire);
+    experts_sharded_ = true;
+  } else {
+    expert_masters = std::make_shared<ReplicatedMasters>(
+        experts.parameters, expert_norm, experts.decayed, grid_, experts.parameters);
+  }
+  return std::make_shared<ExpertSplitMasters>(sharded_masters_, std::move(expert_masters),
+                                              is_expert);
 }
 
 std::shared_ptr<ShardedParameters> MixedPrecisionOptimizer::sharded_parameters() const {

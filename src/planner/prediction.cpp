@@ -221,10 +221,14 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   const bool mixed = w.half_precision();
   const double shard = l.zero > 0 ? 1.0 / (l.data * l.context) : 1.0;  // over the replicas
   const double p = stage.parameters;
-  // ZeRO shards what every replica holds; experts split over ranks stay whole (as stage 0).
+  // ZeRO shards what every replica holds over the replicas, and the experts split over
+  // ranks over the ranks holding the same experts (ZeRO 1 for them: weights and gradients
+  // whole).
   const double experts = l.experts > 1 ? stage.expert_parameters : 0.0;
   const double dense = p - experts;
-  const double held = dense * shard + experts;  // this rank's masters and optimizer state
+  const double expert_shard =
+      l.zero > 0 ? static_cast<double>(l.experts) / (l.data * l.context) : 1.0;
+  const double held = dense * shard + experts * expert_shard;  // masters and optimizer state
   StageMemory m;
   m.weights = p * w.element_bytes();
   m.gradients = p * w.element_bytes();
@@ -262,8 +266,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   if (optimizer_state_bytes(w.training.optimizer.type) > 4) {
     m.step_workspace +=
         2 * 4 *
-        (l.zero > 0 ? std::max(dense * shard, experts > 0 ? stage.largest_tensor : 0.0)
-                    : stage.largest_tensor);
+        (l.zero > 0 ? std::max(dense * shard, experts * expert_shard) : stage.largest_tensor);
   }
   m.live_micro_batches = live;
   return m;
@@ -399,21 +402,25 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     // ZeRO 2 and 3 reduce-scatter after every backward pass (in the passes' costs); 3
     // gathers each layer when it runs, not after the step.
     // Expert parallelism: the experts' gradients all-reduced over the d / e ranks holding
-    // them (under ZeRO too: they are not sharded); the rest as without experts.
+    // them; under ZeRO reduce-scattered over them, the updated pieces gathered (ZeRO 1).
+    // The rest as without experts.
     const double whole = l.experts > 1 ? stage.expert_parameters : 0.0;
     const double dense = stage.parameters - whole;
     const int holders = replicas / l.experts;
+    const Link& holders_link = c.link(holders, l.tensor * l.experts);
     const double experts =
-        l.experts > 1 ? c.link(holders, l.tensor * l.experts).all_reduce(whole * wire, holders)
-                      : 0.0;
+        l.experts == 1 ? 0.0
+        : l.zero == 0  ? holders_link.all_reduce(whole * wire, holders)
+                       : 0.5 * holders_link.all_reduce(whole * wire, holders) +
+                            0.5 * holders_link.all_reduce(whole * w.element_bytes(), holders);
     const double scatter = l.zero == 1 ? 0.5 * data_link.all_reduce(dense * wire, replicas) : 0.0;
     const double gather = l.zero == 1 || l.zero == 2
                               ? 0.5 * data_link.all_reduce(dense * w.element_bytes(), replicas)
                               : 0.0;
     const double reduce =
         (l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) : scatter + gather) + experts;
-    const double step =
-        (dense * (l.zero > 0 ? 1.0 / replicas : 1.0) + whole) * traffic / c.memory_bandwidth;
+    const double updated = l.zero > 0 ? (dense + whole * l.experts) / replicas : dense + whole;
+    const double step = updated * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {
       slowest = reduce + step;
       p.data_parallel_seconds = reduce;

@@ -6,25 +6,24 @@
 #include <vector>
 
 #include "pipetrain/engine/master_weights.h"
-#include "pipetrain/engine/replicated_masters.h"
 #include "pipetrain/engine/sharded_masters.h"
 
 namespace pipetrain::engine {
 
 // ZeRO beside expert parallelism: the parameters every data-parallel rank holds are
 // sharded over the data-parallel group (ShardedMasters, any stage); the experts split over
-// the expert-parallel group keep a whole master and optimizer state on each rank that
-// holds them (ReplicatedMasters), as at stage 0: their gradients are summed over the
-// expert-data group by GradientSync. So the dense part's memory shrinks with the data size
-// and the experts' with the expert size.
+// the expert-parallel group are sharded over the ranks holding the same experts (the
+// expert-data group: a ShardedMasters at ZeRO 1, their weights whole) or, when one rank
+// holds them, kept whole (ReplicatedMasters). So the dense part's state shrinks with the
+// data size, and the experts' with the expert size times the expert-data size: with the
+// data size too.
 // Positions (whole_state, gathered_state, restore) are those of all the parameters the
 // two parts were built over, in the order given here.
 class ExpertSplitMasters : public MasterWeights {
  public:
   // `dense` and `experts`: the two parts; `is_expert`: per parameter, in the module's
   // order, the part it went to (each part holds its own in that order).
-  ExpertSplitMasters(std::shared_ptr<ShardedMasters> dense,
-                     std::shared_ptr<ReplicatedMasters> experts,
+  ExpertSplitMasters(std::shared_ptr<ShardedMasters> dense, std::shared_ptr<MasterWeights> experts,
                      const std::vector<bool>& is_expert);
 
   const std::vector<at::Tensor>& tensors() const override { return tensors_; }
@@ -33,8 +32,8 @@ class ExpertSplitMasters : public MasterWeights {
   at::Tensor squared_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
-  void begin_step() override { dense_->begin_step(); }
-  void after_backward_pass() override { dense_->after_backward_pass(); }
+  void begin_step() override;
+  void after_backward_pass() override;
   int64_t master_bytes() const override;
   std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
   ParameterState gathered_state(torch::optim::Optimizer& optimizer,
@@ -50,7 +49,7 @@ class ExpertSplitMasters : public MasterWeights {
   };
 
   std::shared_ptr<ShardedMasters> dense_;
-  std::shared_ptr<ReplicatedMasters> experts_;
+  std::shared_ptr<MasterWeights> experts_;
   std::vector<Place> places_;
   std::vector<at::Tensor> tensors_;  // the dense part's, then the experts'
 };

@@ -51,6 +51,10 @@ class MixedPrecisionOptimizer {
   // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
   // GradientSync to start them during backward; step() reduces those it did not); else null.
   std::shared_ptr<BucketReduction> bucket_reduction() const { return sharded_masters_; }
+  // Under ZeRO with experts split over ranks and several ranks holding each: the experts'
+  // gradients are reduce-scattered over those ranks here, after GradientSync has scaled
+  // them (GradientSync::leave_expert_sums_to_optimizer).
+  bool experts_sharded() const { return experts_sharded_; }
   // Under ZeRO stage 3, where the model's parameters live (else null).
   std::shared_ptr<ShardedParameters> sharded_parameters() const;
 
@@ -91,7 +95,9 @@ class MixedPrecisionOptimizer {
 
  private:
   // Under ZeRO: the masters, the dense part sharded over `data` (sharded_masters_) and
-  // experts split over ranks whole beside it.
+  // experts split over ranks beside it: sharded over the ranks holding the same experts
+  // (ZeRO 1 at any stage; their gradients then reduce-scattered here) when there are
+  // several, else whole.
   std::shared_ptr<MasterWeights> sharded_masters(module::PipelineModule& module,
                                                  const std::vector<at::Tensor>& norm_parameters,
                                                  const std::vector<bool>& late,
@@ -112,6 +118,7 @@ class MixedPrecisionOptimizer {
   std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
   std::shared_ptr<MasterWeights> masters_;
   std::shared_ptr<ShardedMasters> sharded_masters_;  // under ZeRO: the sharded part
+  bool experts_sharded_ = false;                     // see experts_sharded()
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;
   optim::LossScaler loss_scaler_;
