@@ -20,6 +20,9 @@ check "the prefix holds the package, the headers, the libraries and the command"
   -f "$prefix/include/pipetrain/engine/pipeline_engine.h" -a \
   -f "$prefix/include/pipetrain/version.h" -a -f "$prefix/lib/libpipetrain_engine.a" -a \
   -x "$prefix/bin/pipetrain"
+# The launcher finds the library it loads into mpirun in the prefix's library folder.
+check "the prefix holds the launcher's mpirun library" \
+  test -f "$prefix/lib/libpipetrain-mpirun-signals.so"
 
 # Only the prefix and torch's own CMake folder: nothing of the source or build tree.
 configure() {
