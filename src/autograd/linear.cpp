@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "pipetrain/autograd/gradient_arrival.h"
 #include "pipetrain/autograd/weight_grad_store.h"
+#include "pipetrain/autograd/weight_gradient.h"
 
 namespace pipetrain::autograd {
 namespace {
@@ -12,25 +12,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void accumulate_grad(at::Tensor& weight, const at::Tensor& grad) {
-  const at::NoGradGuard no_grad;
-  at::Tensor& slot = weight.mutable_grad();
-  if (slot.defined()) {
-    slot.add_(grad);
-  } else {
-    slot = grad;
-  }
-  announce_gradient_arrival(weight);  // as autograd's accumulation would
-}
-
-// The weight gradient gᵀ x of flattened `g` and `flat_x`: deferred into the store of a
-// DeferWeightGrads scope (for a leaf, whose .grad is where autograd would put it), else
-// returned for autograd to accumulate.
-at::Tensor weight_gradient(const at::Tensor& g, const at::Tensor& flat_x, at::Tensor weight) {
-  WeightGradStore* store = deferring_store();
-  if (!store || !weight.is_leaf()) return g.t().mm(flat_x);
-  store->defer([g, flat_x, weight]() mutable { accumulate_grad(weight, g.t().mm(flat_x)); });
-  return {};
+// The weight gradient gᵀ x of flattened `g` and `flat_x`, now or deferred.
+at::Tensor product_gradient(const at::Tensor& g, const at::Tensor& flat_x,
+                            const at::Tensor& weight) {
+  return weight_gradient([g, flat_x] { return g.t().mm(flat_x); }, weight);
 }
 
 class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
@@ -51,7 +36,7 @@ class SplittableLinear : public torch::autograd::Function<SplittableLinear> {
     at::Tensor weight_grad;
     if (ctx->needs_input_grad(0)) input_grad = at::matmul(grads[0], weight);
     if (ctx->needs_input_grad(1))
-      weight_grad = weight_gradient(g, x.reshape({-1, x.size(-1)}), weight);
+      weight_grad = product_gradient(g, x.reshape({-1, x.size(-1)}), weight);
     return {input_grad, weight_grad};
   }
 };
@@ -83,8 +68,8 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
     if (ctx->needs_input_grad(0)) input_grad = sliced.scatter(at::matmul(grads[0], weight));
     if (ctx->needs_input_grad(1)) {
       const at::Tensor whole = sliced.gather(x);  // collective: now, in every rank's order
-      weight_grad = weight_gradient(grads[0].reshape({-1, grads[0].size(-1)}),
-                                    whole.reshape({-1, whole.size(-1)}), weight);
+      weight_grad = product_gradient(grads[0].reshape({-1, grads[0].size(-1)}),
+                                     whole.reshape({-1, whole.size(-1)}), weight);
     }
     return {input_grad, weight_grad, at::Tensor()};
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "pipetrain/autograd/grouped_linear.h"
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/auxiliary_loss.h"
@@ -136,17 +137,11 @@ at::Tensor MoeFeedForwardImpl::experts_output(const at::Tensor& x, const Routing
 
 at::Tensor MoeFeedForwardImpl::compute_experts(const at::Tensor& rows,
                                                const std::vector<int64_t>& counts) const {
-  std::vector<at::Tensor> outputs;
-  int64_t first = 0;
-  for (std::size_t e = 0; e < counts.size(); ++e) {  // every expert, so each has a gradient
-    const auto i = static_cast<int64_t>(e);
-    const at::Tensor mine = rows.narrow(0, first, counts[e]);
-    const at::Tensor hidden =
-        at::silu(at::linear(mine, gate_proj[i])) * at::linear(mine, up_proj[i]);
-    outputs.push_back(at::linear(hidden, down_proj[i]));
-    first += counts[e];
-  }
-  return at::cat(outputs);
+  // Every expert, so each has a gradient; their weight gradients deferred together when
+  // backward is split (BackwardWeight).
+  const at::Tensor hidden = at::silu(autograd::grouped_linear(rows, gate_proj, counts)) *
+                            autograd::grouped_linear(rows, up_proj, counts);
+  return autograd::grouped_linear(hidden, down_proj, counts);
 }
 
 at::Tensor MoeFeedForwardImpl::exchange_and_compute(const at::Tensor& grouped,
