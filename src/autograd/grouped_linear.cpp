@@ -3,9 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <atomic>
 #include <stdexcept>
 
-#include "pipetrain/autograd/weight_grad_store.h"
 #include "pipetrain/autograd/weight_gradient.h"
 
 namespace pipetrain::autograd {
@@ -14,18 +14,76 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Each group's rows times its weight, transposed or not (`weights[e]` is [out, in]).
+// Whether ATen's grouped GEMM takes rows of `in` and `out` elements of x's dtype on x's
+// device: its kernels need rows of a multiple of 16 bytes; on the CPU any floating type, on
+// a GPU bfloat16 (the one it has there; this path has not run on a GPU). A GPU that refuses
+// it (before Hopper) is remembered, and the loop runs from then on.
+std::atomic<bool> gpu_refused{false};
+
+bool grouped_mm_takes(const at::Tensor& x, int64_t in, int64_t out) {
+  const int64_t bytes = static_cast<int64_t>(x.element_size());
+  if ((in * bytes) % 16 != 0 || (out * bytes) % 16 != 0) return false;
+  if (x.is_cpu()) return at::isFloatingType(x.scalar_type());
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && !gpu_refused;
+}
+
+// Where each group's rows end (int32, on x's device), as the grouped GEMM takes them.
+at::Tensor group_ends(const std::vector<int64_t>& counts, const at::Tensor& x) {
+  return at::tensor(counts, at::kLong).cumsum(0).to(x.device(), at::kInt);
+}
+
+// `grouped` (one grouped GEMM) where ATen takes it, else `loop`.
+template <typename Grouped, typename Loop>
+at::Tensor grouped_or_loop(const at::Tensor& x, int64_t in, int64_t out, const Grouped& grouped,
+                           const Loop& loop) {
+  if (grouped_mm_takes(x, in, out)) {
+    try {
+      return grouped();
+    } catch (const c10::Error&) {
+      if (x.is_cpu()) throw;
+      gpu_refused = true;
+    }
+  }
+  return loop();
+}
+
+// Each group's rows times its weight, transposed or not (`weights[e]` is [out, in]): the
+// forward (x [n, in] to [n, out]) or the rows' gradient (g [n, out] to [n, in]).
 at::Tensor per_group(const at::Tensor& x, const at::Tensor& weights,
                      const std::vector<int64_t>& counts, bool transposed) {
-  std::vector<at::Tensor> outputs;
-  int64_t first = 0;
-  for (std::size_t e = 0; e < counts.size(); ++e) {
-    const at::Tensor rows = x.narrow(0, first, counts[e]);
-    const at::Tensor w = weights.select(0, static_cast<int64_t>(e));
-    outputs.push_back(transposed ? at::matmul(rows, w) : at::linear(rows, w));
-    first += counts[e];
-  }
-  return at::cat(outputs);
+  return grouped_or_loop(
+      x, weights.size(2), weights.size(1),
+      [&] {
+        const at::Tensor w = transposed ? weights : weights.transpose(1, 2);
+        return at::_grouped_mm(x, w, group_ends(counts, x));
+      },
+      [&] {
+        std::vector<at::Tensor> outputs;
+        int64_t first = 0;
+        for (std::size_t e = 0; e < counts.size(); ++e) {
+          const at::Tensor rows = x.narrow(0, first, counts[e]);
+          const at::Tensor w = weights.select(0, static_cast<int64_t>(e));
+          outputs.push_back(transposed ? at::matmul(rows, w) : at::linear(rows, w));
+          first += counts[e];
+        }
+        return at::cat(outputs);
+      });
+}
+
+// Each group's weight gradient gᵀ x over its rows, stacked: [groups, out, in].
+at::Tensor stacked_weight_gradient(const at::Tensor& g, const at::Tensor& x,
+                                   const std::vector<int64_t>& counts) {
+  return grouped_or_loop(
+      x, x.size(1), g.size(1), [&] { return at::_grouped_mm(g.t(), x, group_ends(counts, x)); },
+      [&] {
+        std::vector<at::Tensor> stacked;
+        int64_t first = 0;
+        for (const int64_t count : counts) {
+          stacked.push_back(g.narrow(0, first, count).t().mm(x.narrow(0, first, count)));
+          first += count;
+        }
+        return at::stack(stacked);
+      });
 }
 
 class SplittableGroupedLinear : public torch::autograd::Function<SplittableGroupedLinear> {
@@ -48,16 +106,7 @@ class SplittableGroupedLinear : public torch::autograd::Function<SplittableGroup
     if (ctx->needs_input_grad(0)) input_grad = per_group(g, weights, counts, /*transposed=*/true);
     if (ctx->needs_input_grad(1)) {
       weight_grad = weight_gradient(
-          [g, x, counts] {
-            std::vector<at::Tensor> stacked;
-            int64_t first = 0;
-            for (const int64_t count : counts) {
-              stacked.push_back(g.narrow(0, first, count).t().mm(x.narrow(0, first, count)));
-              first += count;
-            }
-            return at::stack(stacked);
-          },
-          weights);
+          [g, x, counts] { return stacked_weight_gradient(g, x, counts); }, weights);
     }
     return {input_grad, weight_grad, at::Tensor()};
   }
@@ -70,8 +119,7 @@ at::Tensor grouped_linear(const at::Tensor& x, const at::Tensor& weights,
   if (weights.dim() != 3 || static_cast<int64_t>(counts.size()) != weights.size(0))
     throw std::invalid_argument(
         "grouped_linear takes [groups, out, in] weights and one count each");
-  if (!recording_splittable() || !at::GradMode::is_enabled())
-    return per_group(x, weights, counts, /*transposed=*/false);
+  if (!at::GradMode::is_enabled()) return per_group(x, weights, counts, /*transposed=*/false);
   return SplittableGroupedLinear::apply(x, weights, counts);
 }
 
