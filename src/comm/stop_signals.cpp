@@ -7,9 +7,11 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #include "pipetrain/io/atomic_file.h"
+#include "pipetrain/io/mapped_file.h"
 #include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
@@ -32,7 +34,22 @@ void stop_now(int signal) {
   std::raise(signal);
 }
 
-void crash(int signal) {
+void say(const char* text) {  // async-signal-safe
+  if (::write(STDERR_FILENO, text, std::strlen(text)) < 0) return;
+}
+
+void crash(int signal, siginfo_t* info, void*) {
+  // A mapped data file that shrank under the job: its pages past the new end fault. Said,
+  // and the rank ends as one that failed with a line of its own.
+  const char* file = signal == SIGBUS && info ? io::mapped_file_at(info->si_addr) : nullptr;
+  if (file) {
+    say("pipetrain: ");
+    say(file);
+    say(" changed while the job read it (it shrank: SIGBUS); files a job reads must not change"
+        " until it ends\n");
+    io::record_exit(1);
+    ::_exit(1);
+  }
   io::record_signal(signal);
   std::signal(signal, SIG_DFL);
   std::raise(signal);
@@ -82,7 +99,12 @@ void install_stop_handlers() {
   action.sa_flags = SA_SIGINFO;
   ::sigemptyset(&action.sa_mask);
   for (const int signal : kStopSignals) ::sigaction(signal, &action, nullptr);
-  for (const int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(signal, crash);
+  struct sigaction crashing {};
+  crashing.sa_sigaction = crash;
+  crashing.sa_flags = SA_SIGINFO;
+  ::sigemptyset(&crashing.sa_mask);
+  for (const int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+    ::sigaction(signal, &crashing, nullptr);
 }
 
 DeferredStop::DeferredStop(int signal) : signal_(signal) {

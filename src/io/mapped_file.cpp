@@ -5,9 +5,58 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::io {
+namespace {
+
+// The live mappings, for mapped_file_at() in a signal handler: a slot is claimed, filled,
+// then published by its `begin`; withdrawn by clearing `begin` first.
+struct Mapping {
+  std::atomic<bool> claimed{false};
+  std::atomic<const char*> begin{nullptr};
+  std::size_t size = 0;
+  char path[256] = {};
+};
+Mapping mappings[64];
+
+void publish(const void* pages, std::size_t size, const std::filesystem::path& path) {
+  for (Mapping& m : mappings) {
+    bool free = false;
+    if (!m.claimed.compare_exchange_strong(free, true)) continue;
+    const std::string name = path.string();
+    const std::size_t length = std::min(name.size(), sizeof m.path - 1);
+    std::memcpy(m.path, name.data(), length);
+    m.path[length] = '\0';
+    m.size = size;
+    m.begin.store(static_cast<const char*>(pages), std::memory_order_release);
+    return;
+  }
+}
+
+void withdraw(const void* pages) {
+  for (Mapping& m : mappings) {
+    if (m.begin.load(std::memory_order_acquire) != pages) continue;
+    m.begin.store(nullptr, std::memory_order_release);
+    m.claimed.store(false, std::memory_order_release);
+    return;
+  }
+}
+
+}  // namespace
+
+const char* mapped_file_at(const void* address) noexcept {
+  const char* at = static_cast<const char*>(address);
+  for (const Mapping& m : mappings) {
+    const char* begin = m.begin.load(std::memory_order_acquire);
+    if (begin && at >= begin && at < begin + m.size) return m.path;
+  }
+  return nullptr;
+}
 
 MappedFile::MappedFile(const std::filesystem::path& path, Access access, Pages pages)
     : path_(path) {
@@ -31,12 +80,15 @@ MappedFile::MappedFile(const std::filesystem::path& path, Access access, Pages p
     }
     pages_ = mapped;
     ::madvise(pages_, size_, access == Access::kRandom ? MADV_RANDOM : MADV_SEQUENTIAL);
+    publish(pages_, size_, path_);
   }
   ::close(fd);  // the mapping stays
 }
 
 MappedFile::~MappedFile() {
-  if (pages_) ::munmap(pages_, size_);
+  if (!pages_) return;
+  withdraw(pages_);
+  ::munmap(pages_, size_);
 }
 
 }  // namespace pipetrain::io

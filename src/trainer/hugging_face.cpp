@@ -163,8 +163,9 @@ void check_empty_output(const fs::path& out) {
 // failed command leaves nothing a retry would refuse.
 class NewOutput {
  public:
+  // Made at once (before any work, so that one that cannot be made is said first).
   explicit NewOutput(fs::path out) : out_(std::move(out)), existed_(fs::exists(out_)) {
-    fs::create_directories(out_);
+    make_folder("--out", out_.string());
   }
   NewOutput(const NewOutput&) = delete;
   NewOutput& operator=(const NewOutput&) = delete;
@@ -194,6 +195,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   if (comm::MpiCommunicator::world()->size() != 1)
     throw io::InputError("import runs as one process, not under a launch of several ranks");
   check_empty_output(out);
+  NewOutput written(out);
   const fs::path config_json = folder / "config.json";
   const models::ModelConfig model =
       models::model_config_from_hf(read_json(config_json), config_json);
@@ -231,7 +233,6 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   check_all_used(weights, tied(model), folder);
   // The tokenizer first, so that `latest` names a checkpoint whose tokenizer is there; both
   // or neither: a failed save takes the copies and the save's partial files with it.
-  NewOutput written(out);
   copy_tokenizer(folder, out);
   checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
                               &masters);
@@ -252,6 +253,7 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
   const nlohmann::json hf_config = models::hf_config_of(model);
   // An earlier export's shards or index would outlive this one and be read instead.
   check_empty_output(out);
+  NewOutput written(out);
 
   std::map<std::string, at::Tensor> tensors;
   for (auto& [name, tensor] : checkpoint::read_model_tensors(checkpoint, tag))
@@ -264,7 +266,6 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
     at::Tensor tensor = t.expert >= 0 ? found->second.select(0, t.expert) : found->second;
     hf.emplace_back(t.hf_name, t.transposed ? tensor.t() : tensor);
   }
-  NewOutput written(out);
   io::AtomicFileWriter weights(fs::path(out) / kWeights);
   checkpoint::write_safetensors(weights, hf, {{"format", "pt"}});
   weights.commit();

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <utility>
 
 #include "pipetrain/io/errors.h"
 
@@ -52,10 +53,18 @@ void check_output_folder(const std::string& key, const std::string& path) {
   check_folder(key, path.empty() ? std::string(".") : path, path);
 }
 
+void make_folder(const std::string& key, const std::string& path) {
+  std::error_code error;
+  fs::create_directories(path, error);
+  if (error) throw io::InputError(key + " " + path + ": cannot be made (" + error.message() + ")");
+}
+
 void make_output_folders(const TrainerConfig& config) {
-  for (const std::string* file : {&config.trace, &config.log.metrics, &config.log.csv}) {
+  const std::pair<const char*, const std::string*> files[] = {
+      {"trace", &config.trace}, {"log.metrics", &config.log.metrics}, {"log.csv", &config.log.csv}};
+  for (const auto& [key, file] : files) {
     const fs::path folder = fs::path(*file).parent_path();
-    if (!file->empty() && !folder.empty()) fs::create_directories(folder);
+    if (!file->empty() && !folder.empty()) make_folder(key, folder.string());
   }
 }
 

@@ -251,7 +251,7 @@ void announce(const Job& job) {
       devices.c_str());
   make_output_folders(job.config.trainer);
   if (!save.empty()) {
-    fs::create_directories(save);
+    make_folder("save", save);
     io::write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");
   }
 }

@@ -250,6 +250,11 @@ expect_bad "cli: simulate unknown kind" "unknown schedule kind 'pipedream'" simu
 mkdir -p "$work/a-folder"
 expect_bad "cli: export onto a folder" "--out: $work/a-folder is a folder; name the file to write" \
   export --checkpoint "$work/good" --out "$work/a-folder"
+# Places the write checks pass (root may write anywhere) that still refuse a folder.
+expect_bad "cli: export --format hf into a folder that cannot be made" "--out /proc/pipetrain-x: cannot be" \
+  export --checkpoint "$work/good" --format hf --out /proc/pipetrain-x
+expect_bad "cli: train --save into a folder that cannot be made" "/proc/pipetrain-x" \
+  launch -n 2 -- "$pipetrain" train --config "$work/tiny.json" --save /proc/pipetrain-x
 cores=$(getconf _NPROCESSORS_ONLN)
 expect_bad "cli: calibrate with more ranks than cores" "calibrate runs one rank per core: this machine has $cores cores, the job $((cores + 1)) rank(s)" \
   launch -n $((cores + 1)) -- "$pipetrain" calibrate --out cluster.json

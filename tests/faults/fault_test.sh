@@ -219,6 +219,25 @@ for signal in TERM INT; do
     grep -qE "^pipetrain: stopped on SIG$signal after step ${saved#step_}: saved $work/everyone-$signal/$saved" "everyone-$signal.out"
 done
 
+# A data file that shrinks under a running job (its mapped pages past the new end fault):
+# one line names the file, exit 1, no rank left.
+mkdir -p "$work/shrinking"
+cp /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 "$work/shrinking/"
+sed "s|/usr/share/common-licenses|$work/shrinking|" "$work/at-end.json" >"$work/shrinking.json"
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$work/shrinking.json" \
+  --train-iters 100000 --eval-interval 0 >shrinking.out 2>&1 &
+launcher=$!
+for _ in $(seq 150); do
+  grep -q "^step " shrinking.out && break
+  sleep 0.2
+done
+truncate -s 100 "$work/shrinking/GPL-3" "$work/shrinking/Apache-2.0"
+wait "$launcher"
+rc=$?
+check "a data file shrunk under the job: exit 1 (got $rc)" test "$rc" -eq 1
+check "a data file shrunk under the job: one line names it ($(errors shrinking.out))" \
+  test "$(grep -c '^pipetrain:' shrinking.out)" -eq 1 -a -n "$(grep -E "^pipetrain: $work/shrinking/(GPL-3|Apache-2.0) changed while the job read it" shrinking.out)"
+
 # An allocation that fails says what it was for and how big, on one line, exit 1.
 sed 's|"d_model": 32|"d_model": 65536|' "$config" >huge.json
 (ulimit -v 4000000 && "$pipetrain" launch -n 1 -- "$pipetrain" train --config huge.json --pipe 1 >huge.out 2>&1)

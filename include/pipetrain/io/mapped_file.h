@@ -33,4 +33,9 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+// The path of the live MappedFile whose pages hold `address` (the first 255 bytes of it),
+// else nullptr: what a SIGBUS handler names when a mapped file shrank under the job (its
+// pages past the new end fault). At most 64 mappings are known. Async-signal-safe.
+const char* mapped_file_at(const void* address) noexcept;
+
 }  // namespace pipetrain::io

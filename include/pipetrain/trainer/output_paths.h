@@ -18,6 +18,12 @@ void check_output_paths(const TrainerConfig& config);
 void check_output_folder(const std::string& key, const std::string& path);
 
 // After every input check (rank 0): the folders of the trace and log files, where missing.
+// InputError naming the key when one cannot be made (a check passed for a place that still
+// refuses it, e.g. under /proc).
 void make_output_folders(const TrainerConfig& config);
+
+// Makes `path` and the folders above it, where missing; InputError naming `key` and why
+// when it cannot.
+void make_folder(const std::string& key, const std::string& path);
 
 }  // namespace pipetrain::trainer
