@@ -3,8 +3,13 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
 #include <stdexcept>
+#include <string>
 
 #include "pipetrain/autograd/weight_gradient.h"
 
@@ -14,17 +19,25 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Whether ATen's grouped GEMM takes rows of `in` and `out` elements of x's dtype on x's
-// device: its kernels need rows of a multiple of 16 bytes; on the CPU any floating type, on
-// a GPU bfloat16 (the one it has there; this path has not run on a GPU). A GPU that refuses
-// it (before Hopper) is remembered, and the loop runs from then on.
+// Whether ATen's grouped GEMM takes these operands (the rows and the weights or the
+// gradient), with rows of `in` and `out` elements in groups of `counts` rows: its kernels
+// need rows of a multiple of 16 bytes. On the CPU in any floating type. On a GPU (this path
+// has not run on one) in bfloat16 only, with every operand 16-byte aligned and every group
+// a multiple of 16 rows (the offsets its CUDA kernels are known to need; no padding is
+// added yet), and not after a GPU refused it once (before Hopper), said in one line.
 std::atomic<bool> gpu_refused{false};
 
-bool grouped_mm_takes(const at::Tensor& x, int64_t in, int64_t out) {
+bool grouped_mm_takes(std::initializer_list<at::Tensor> operands, int64_t in, int64_t out,
+                      const std::vector<int64_t>& counts) {
+  const at::Tensor& x = *operands.begin();
   const int64_t bytes = static_cast<int64_t>(x.element_size());
   if ((in * bytes) % 16 != 0 || (out * bytes) % 16 != 0) return false;
   if (x.is_cpu()) return at::isFloatingType(x.scalar_type());
-  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && !gpu_refused;
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || gpu_refused) return false;
+  for (const at::Tensor& operand : operands) {
+    if (reinterpret_cast<std::uintptr_t>(operand.data_ptr()) % 16 != 0) return false;
+  }
+  return std::all_of(counts.begin(), counts.end(), [](int64_t n) { return n % 16 == 0; });
 }
 
 // Where each group's rows end (int32, on x's device), as the grouped GEMM takes them.
@@ -32,16 +45,23 @@ at::Tensor group_ends(const std::vector<int64_t>& counts, const at::Tensor& x) {
   return at::tensor(counts, at::kLong).cumsum(0).to(x.device(), at::kInt);
 }
 
-// `grouped` (one grouped GEMM) where ATen takes it, else `loop`.
+// `grouped` (one grouped GEMM) where ATen takes it (see grouped_mm_takes), else `loop`.
 template <typename Grouped, typename Loop>
-at::Tensor grouped_or_loop(const at::Tensor& x, int64_t in, int64_t out, const Grouped& grouped,
+at::Tensor grouped_or_loop(std::initializer_list<at::Tensor> operands, int64_t in, int64_t out,
+                           const std::vector<int64_t>& counts, const Grouped& grouped,
                            const Loop& loop) {
-  if (grouped_mm_takes(x, in, out)) {
+  if (grouped_mm_takes(operands, in, out, counts)) {
     try {
       return grouped();
-    } catch (const c10::Error&) {
-      if (x.is_cpu()) throw;
-      gpu_refused = true;
+    } catch (const c10::Error& e) {
+      if (operands.begin()->is_cpu()) throw;
+      if (!gpu_refused.exchange(true)) {
+        const std::string why = e.what_without_backtrace();
+        std::fprintf(stderr,
+                     "pipetrain: the experts run as a loop of products: this GPU refuses ATen's "
+                     "grouped GEMM (%s)\n",
+                     why.substr(0, why.find('\n')).c_str());
+      }
     }
   }
   return loop();
@@ -52,7 +72,7 @@ at::Tensor grouped_or_loop(const at::Tensor& x, int64_t in, int64_t out, const G
 at::Tensor per_group(const at::Tensor& x, const at::Tensor& weights,
                      const std::vector<int64_t>& counts, bool transposed) {
   return grouped_or_loop(
-      x, weights.size(2), weights.size(1),
+      {x, weights}, weights.size(2), weights.size(1), counts,
       [&] {
         const at::Tensor w = transposed ? weights : weights.transpose(1, 2);
         return at::_grouped_mm(x, w, group_ends(counts, x));
@@ -74,7 +94,8 @@ at::Tensor per_group(const at::Tensor& x, const at::Tensor& weights,
 at::Tensor stacked_weight_gradient(const at::Tensor& g, const at::Tensor& x,
                                    const std::vector<int64_t>& counts) {
   return grouped_or_loop(
-      x, x.size(1), g.size(1), [&] { return at::_grouped_mm(g.t(), x, group_ends(counts, x)); },
+      {x, g}, x.size(1), g.size(1), counts,
+      [&] { return at::_grouped_mm(g.t(), x, group_ends(counts, x)); },
       [&] {
         std::vector<at::Tensor> stacked;
         int64_t first = 0;

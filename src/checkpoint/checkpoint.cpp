@@ -523,8 +523,9 @@ WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& shard
         weights ? weights->at(position) : engine.gathered_optimizer_state(position);
     const std::string full_name = std::to_string(index) + "." + name;
     if (!keeps) {
-      // Experts sharded over the ranks holding them come whole to the first of those only;
-      // so it is for every rank of an expert group, or for none.
+      // Experts sharded over the ranks holding them come whole to the first of those (and,
+      // in fp32, every holder has the whole master): a rank without it skips, and so does
+      // every rank of its expert group (all are first holders, or none is).
       if (!sharded.split_over_experts(full_name) || !whole.master.defined()) continue;
       sharded.whole(full_name, whole.master, parameter.sizes());  // this rank's experts sent
       for (const auto& [key, tensor] : whole.optimizer_state)

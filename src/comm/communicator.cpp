@@ -15,6 +15,21 @@ bool settled(Work& work) {
   }
 }
 
+void Communicator::all_to_all(const std::vector<at::Tensor>& outgoing,
+                              std::vector<at::Tensor>& incoming, int tag) {
+  if (static_cast<int>(outgoing.size()) != size() || static_cast<int>(incoming.size()) != size())
+    throw std::invalid_argument("all_to_all needs one tensor to and from each rank");
+  std::vector<WorkPtr> works;
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank() && incoming[r].numel() > 0) works.push_back(recv(incoming[r], r, tag));
+  }
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank() && outgoing[r].numel() > 0) works.push_back(send(outgoing[r], r, tag));
+  }
+  incoming[rank()].copy_(outgoing[rank()]);
+  for (const auto& work : works) work->wait();
+}
+
 void check_reducible(const at::Tensor& input, ReduceOp op, int ranks) {
   if (input.dim() != 1 || input.numel() % ranks != 0) {
     throw std::invalid_argument("reduce_scatter needs a 1-D tensor of a multiple of " +

@@ -365,6 +365,39 @@ class NcclCommunicator final : public Communicator {
     return work(issue, what, block, output);
   }
 
+  // Every send and receive in one NCCL group, as NCCL needs for exchanges that would
+  // otherwise wait on each other. Stream-ordered, as all_reduce().
+  void all_to_all(const std::vector<at::Tensor>& outgoing, std::vector<at::Tensor>& incoming,
+                  int tag) override {
+    if (static_cast<int>(outgoing.size()) != size() || static_cast<int>(incoming.size()) != size())
+      throw std::invalid_argument("all_to_all needs one tensor to and from each rank");
+    const std::lock_guard lock(issue_);
+    std::vector<at::Tensor> sent(size());
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      if (outgoing[r].numel() > 0) sent[r] = prepare(outgoing[r]);
+      if (incoming[r].numel() == 0) continue;
+      if (!incoming[r].is_contiguous())
+        throw std::invalid_argument("NCCL receives into contiguous tensors");
+      prepare(incoming[r]);
+    }
+    Issue issue = watch("NCCL all_to_all over " + ranks() + " (tag " + std::to_string(tag) + ")");
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size(); ++r) {
+      if (sent[r].defined())
+        check_nccl(
+            ncclSend(sent[r].data_ptr(), byte_count(sent[r]), ncclUint8, r, handle_->comm, stream_),
+            "ncclSend");
+      if (r != rank() && incoming[r].numel() > 0)
+        check_nccl(ncclRecv(incoming[r].data_ptr(), byte_count(incoming[r]), ncclUint8, r,
+                            handle_->comm, stream_),
+                   "ncclRecv");
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    ordered(issue);
+    incoming[rank()].copy_(outgoing[rank()]);
+  }
+
   // Blocks the host: a barrier is for the host.
   void barrier() override {
     at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(at::kCUDA, device_));

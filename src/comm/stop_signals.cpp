@@ -39,14 +39,16 @@ void say(const char* text) {  // async-signal-safe
 }
 
 void crash(int signal, siginfo_t* info, void*) {
-  // A mapped data file that shrank under the job: its pages past the new end fault. Said,
-  // and the rank ends as one that failed with a line of its own.
-  const char* file = signal == SIGBUS && info ? io::mapped_file_at(info->si_addr) : nullptr;
-  if (file) {
+  // A mapped data file that shrank under the job: its pages past the new end fault (a
+  // fault the kernel raised: si_code > 0, so si_addr is an address). Said, and the rank
+  // ends as one that failed with a line of its own.
+  const bool fault = signal == SIGBUS && info != nullptr && info->si_code > 0;
+  if (const char* file = fault ? io::mapped_file_at(info->si_addr) : nullptr) {
+    io::remove_unfinished_file();
     say("pipetrain: ");
     say(file);
-    say(" changed while the job read it (it shrank: SIGBUS); files a job reads must not change"
-        " until it ends\n");
+    say(" changed while the job read it (it shrank, or its storage failed: SIGBUS); files a"
+        " job reads must not change until it ends\n");
     io::record_exit(1);
     ::_exit(1);
   }

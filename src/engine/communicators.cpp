@@ -26,6 +26,10 @@ Communicators::Communicators(std::shared_ptr<topology::Grid> grid, device::Devic
   device_ = device::place_rank(device, *grid_->world_comm());
   model_ = wrapped(device::communicator_for(grid_->model_comm(), device_), TensorGroup::kModel);
   data_ = wrapped(device::communicator_for(grid_->replica_comm(), device_), TensorGroup::kData);
+  if (grid_->expert_parallel_size() > 1) {
+    experts_ =
+        wrapped(device::communicator_for(grid_->expert_comm(), device_), TensorGroup::kExperts);
+  }
 }
 
 std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm::Communicator> made,
@@ -36,13 +40,20 @@ std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm:
 Communicators::~Communicators() {
   pipe_links_.clear();
   tied_.clear();
+  experts_.reset();
   data_.reset();
   model_.reset();
 }
 
+expert_parallel::Group Communicators::experts_group() const {
+  if (!experts_) return {};
+  return {experts_, grid_->expert_comm()};
+}
+
 bool Communicators::uses_nccl() const {
-  bool nccl =
-      data_transport() == comm::Transport::kNccl || model_->transport() == comm::Transport::kNccl;
+  bool nccl = data_transport() == comm::Transport::kNccl ||
+              model_->transport() == comm::Transport::kNccl ||
+              (experts_ && experts_->transport() == comm::Transport::kNccl);
   for (const auto& [key, group] : tied_)
     nccl = nccl || group->transport() == comm::Transport::kNccl;
   for (const auto& [stage, link] : pipe_links_)
@@ -113,6 +124,7 @@ std::string Communicators::describe() const {
       "pipe " + pipe_transports() + ", data-parallel " + transport_text(data_transport());
   if (!tied_.empty()) text += ", tied " + transport_text(tied_.begin()->second->transport());
   if (model_->size() > 1) text += ", tensor-parallel " + transport_text(model_->transport());
+  if (experts_) text += ", expert-parallel " + transport_text(experts_->transport());
   return text;
 }
 

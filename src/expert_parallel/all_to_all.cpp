@@ -22,10 +22,11 @@ int64_t total(const std::vector<int64_t>& rows) {
   return std::accumulate(rows.begin(), rows.end(), int64_t{0});
 }
 
-// The exchange itself: every receive and send started, then every one waited for.
+// The exchange itself, over `communicator` (the group's).
 at::Tensor exchange(const at::Tensor& x, const std::vector<int64_t>& send_rows,
-                    const std::vector<int64_t>& recv_rows, const Group& group, int tag) {
-  const int size = group.size();
+                    const std::vector<int64_t>& recv_rows, comm::Communicator& communicator,
+                    int tag) {
+  const int size = communicator.size();
   if (static_cast<int>(send_rows.size()) != size || static_cast<int>(recv_rows.size()) != size)
     throw std::invalid_argument("all_to_all needs one row count per rank of the group");
   if (total(send_rows) != x.size(0))
@@ -42,22 +43,14 @@ at::Tensor exchange(const at::Tensor& x, const std::vector<int64_t>& send_rows,
     sent += send_rows[r];
     received += recv_rows[r];
   }
-  std::vector<comm::WorkPtr> works;
-  for (int r = 0; r < size; ++r) {
-    if (r == group.rank() || recv_rows[r] == 0) continue;
-    works.push_back(group.comm->recv(incoming[r], r, tag));
-  }
-  for (int r = 0; r < size; ++r) {
-    if (r == group.rank() || send_rows[r] == 0) continue;
-    works.push_back(group.comm->send(outgoing[r], r, tag));
-    if (tag == kRowsTag)
-      rows_bytes_sent += outgoing[r].numel() * static_cast<int64_t>(outgoing[r].element_size());
-  }
-  const int me = group.rank();
+  const int me = communicator.rank();
   if (send_rows[me] != recv_rows[me])
     throw std::invalid_argument("all_to_all: a rank's rows to itself must be received as sent");
-  incoming[me].copy_(outgoing[me]);
-  for (const auto& work : works) work->wait();
+  for (int r = 0; r < size; ++r) {
+    if (tag == kRowsTag && r != me)
+      rows_bytes_sent += outgoing[r].numel() * static_cast<int64_t>(outgoing[r].element_size());
+  }
+  communicator.all_to_all(outgoing, incoming, tag);
   return output;
 }
 
@@ -71,7 +64,7 @@ class AllToAll : public torch::autograd::Function<AllToAll> {
     ctx->saved_data["recv"] = recv_rows;
     ctx->saved_data["comm"] =
         c10::IValue::make_capsule(c10::make_intrusive<CommunicatorHolder>(comm));
-    return exchange(x, send_rows, recv_rows, Group{comm}, kRowsTag);
+    return exchange(x, send_rows, recv_rows, *comm, kRowsTag);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -80,8 +73,8 @@ class AllToAll : public torch::autograd::Function<AllToAll> {
     const auto send = ctx->saved_data["send"].toIntVector();
     const auto recv = ctx->saved_data["recv"].toIntVector();
     // The gradients of the rows received go back to their senders.
-    return {exchange(grads[0], recv, send, Group{holder->comm}, kRowsTag), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {exchange(grads[0], recv, send, *holder->comm, kRowsTag), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 
  private:
@@ -106,7 +99,7 @@ int64_t bytes_sent() {
 at::Tensor exchange_counts(const at::Tensor& counts, const Group& group) {
   if (!group.parallel()) return counts;
   const std::vector<int64_t> one(group.size(), 1);
-  return exchange(counts, one, one, group, kCountsTag);
+  return exchange(counts, one, one, group.control ? *group.control : *group.comm, kCountsTag);
 }
 
 }  // namespace pipetrain::expert_parallel

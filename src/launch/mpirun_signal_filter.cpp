@@ -105,8 +105,9 @@ __attribute__((constructor)) void install_filter() {
 extern "C" int sigaction(int signal, const struct sigaction* action,
                          struct sigaction* old) noexcept {
   if (launcher == 0 || !filtered(signal)) return real()(signal, action, old);
-  if (old) *old = wanted[signal];
+  const struct sigaction before = wanted[signal];  // `action` and `old` may be one struct
   if (action) wanted[signal] = *action;
+  if (old) *old = before;
   return 0;
 }
 

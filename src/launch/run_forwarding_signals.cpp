@@ -112,7 +112,7 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
   struct sigaction action {};
   action.sa_sigaction = forward;
   action.sa_flags = SA_SIGINFO;
-  ::sigemptyset(&action.sa_mask);
+  ::sigfillset(&action.sa_mask);  // one handler at a time: they share the state above
   for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
     ::sigaction(signal, &action, nullptr);
   const pid_t parent = ::getpid();

@@ -249,9 +249,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
-  const expert_parallel::Group experts{job.config.trainer.expert_parallel > 1
-                                           ? job.grid->expert_comm()
-                                           : std::shared_ptr<comm::MpiCommunicator>()};
+  const expert_parallel::Group experts = job.comms->experts_group();
   job.model = models::make_builtin_model(
       job.config.model, model_group, context_parallel::Group{job.grid->context_comm()}, experts);
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);

@@ -43,8 +43,9 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "`--expert-model-parallel-size`): groups of E consecutive data-parallel ranks "
                  "split each MoE layer's experts, tokens sent to their experts' ranks and back "
                  "(all-to-all); model.type mixtral, E dividing `model.experts` and the "
-                 "data-parallel size; under ZeRO the experts keep whole optimizer state on the "
-                 "ranks holding them. Training, evaluation and `logits --expert-parallel`: "
+                 "data-parallel size; under ZeRO the experts' masters and optimizer state are "
+                 "sharded over the ranks holding them. Training, evaluation and `logits "
+                 "--expert-parallel`: "
                  "checkpoints hold every expert",
                  config::at_least(1))
         .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))

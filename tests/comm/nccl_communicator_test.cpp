@@ -115,6 +115,31 @@ TEST(NcclCommunicator, SendsAndReceivesAroundTheRing) {
   EXPECT_TRUE(at::equal(in.cpu(), values(at::kFloat, previous, true)));
 }
 
+// One NCCL group of sends and receives: rank r sends rank q (r + 1) x (q + 1) rows of
+// r * 100 + q, none to the rank after it (an empty exchange is skipped); the same as MPI's
+// exchange, which is what was sent.
+TEST(NcclCommunicator, AllToAllGivesMpisResult) {
+  NCCL_OR_SKIP();
+  const int rank = s->world->rank(), size = s->world->size();
+  auto rows = [&](int from, int to) { return to == (from + 1) % size ? 0 : (from + 1) * (to + 1); };
+  auto exchange = [&](Communicator& comm, at::Device device) {
+    std::vector<at::Tensor> outgoing, incoming;
+    for (int q = 0; q < size; ++q) {
+      outgoing.push_back(at::full({rows(rank, q), 3}, rank * 100 + q, at::kFloat).to(device));
+      incoming.push_back(
+          at::empty({rows(q, rank), 3}, at::TensorOptions(at::kFloat).device(device)));
+    }
+    comm.all_to_all(outgoing, incoming, 7);
+    return at::cat(incoming).cpu();
+  };
+  const at::Tensor over_nccl = exchange(*s->nccl, s->device);
+  const at::Tensor over_mpi = exchange(*s->world, at::kCPU);
+  std::vector<at::Tensor> expected;
+  for (int q = 0; q < size; ++q) expected.push_back(at::full({rows(q, rank), 3}, q * 100 + rank));
+  EXPECT_TRUE(at::equal(over_mpi, at::cat(expected)));
+  EXPECT_TRUE(at::equal(over_nccl, over_mpi));
+}
+
 TEST(NcclCommunicator, AnOpStartedOnABareThreadThatNeverSetADevice) {
   NCCL_OR_SKIP();
   at::Tensor t = at::ones({1000}, at::TensorOptions(at::kFloat).device(s->device));

@@ -68,6 +68,12 @@ class Communicator {
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output,
                                        ReduceOp op) = 0;
   virtual void barrier() = 0;
+  // One exchange with every rank: outgoing[r] goes to rank r and incoming[r] (allocated by
+  // the caller, contiguous, of what rank r sends) comes from it; this rank's own is
+  // copied, empty tensors are skipped. Blocks until done (stream-ordered on a GPU). This
+  // default starts every receive and send, then waits for each (MPI); NCCL groups them.
+  virtual void all_to_all(const std::vector<at::Tensor>& outgoing,
+                          std::vector<at::Tensor>& incoming, int tag);
 
   Seconds timeout() const { return timeout_; }
   void set_timeout(Seconds timeout) { timeout_ = timeout; }

@@ -12,6 +12,7 @@
 #include "pipetrain/comm/transport_choice.h"
 #include "pipetrain/device/device_choice.h"
 #include "pipetrain/device/transport.h"
+#include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/tensor_parallel/group.h"
 #include "pipetrain/topology/grid.h"
@@ -19,7 +20,7 @@
 namespace pipetrain::engine {
 
 // Which group a tensor communicator serves.
-enum class TensorGroup { kModel, kData, kTied, kPipePair };
+enum class TensorGroup { kModel, kData, kExperts, kTied, kPipePair };
 
 // For tests that hold the code to NCCL's rules on the CPU: what every tensor communicator
 // Communicators makes passes through (a recording or checking wrapper), and whether each
@@ -38,10 +39,10 @@ struct CommunicatorTesting {
 //      deadline: NCCL communicators made from them copy it;
 //   2. this rank is placed on its device (device::place_rank);
 //   3. the model (tensor-parallel) group's tensor communicator;
-//   4. the data-parallel group's;
+//   4. the data-parallel group's, then the expert-parallel group's (where experts are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
 //   6. connect_pipe: the links to the neighbouring stages.
-// Steps 3, 4 and 5 take NCCL where every rank of the group has a GPU of its own, else the
+// Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its own, else the
 // MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours, and
 // only for plans whose transfers agree in order per pair and stay between neighbours
 // (PipelineEngine decides). Who may start a
@@ -75,6 +76,10 @@ class Communicators {
   // Gradient buckets among data-parallel replicas (all-reduce; ZeRO's reduce-scatter and
   // all-gather of the shards).
   const std::shared_ptr<comm::Communicator>& data() const { return data_; }
+  // The rows an MoE layer sends its experts and back (all-to-all) among the expert-parallel
+  // group; the row counts stay on the grid's MPI communicator. Null without expert
+  // parallelism.
+  expert_parallel::Group experts_group() const;
 
   // Step 5, once, after step 4: for each tied key `module` owns on two stages or more, a
   // communicator among those stages that share this rank's data and model coordinates.
@@ -115,6 +120,7 @@ class Communicators {
   at::Device device_;
   std::shared_ptr<comm::Communicator> model_;
   std::shared_ptr<comm::Communicator> data_;
+  std::shared_ptr<comm::Communicator> experts_;  // null without expert parallelism
   std::map<std::string, std::shared_ptr<comm::Communicator>> tied_;
   std::map<int, device::NeighbourLink> pipe_links_;
   Made made_ = Made::kGroups;

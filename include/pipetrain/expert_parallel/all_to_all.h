@@ -10,16 +10,16 @@
 // Expert parallelism (Megatron's expert-model-parallel group): the experts of each MoE
 // layer are split over a group of ranks carved from the data-parallel ranks, and each rank
 // sends every token's hidden state to the rank holding the expert that computes it, and the
-// results back (all-to-all). The exchanges are sends and receives all started before any
-// is waited for, which MPI's nonblocking calls allow; NCCL would need them grouped (the job
-// gives the group the grid's MPI communicator).
+// results back (all-to-all: Communicator::all_to_all, every send and receive started before
+// any is waited for over MPI, one NCCL group over NCCL).
 namespace pipetrain::expert_parallel {
 
 // The ranks that split each MoE layer's experts between them, in rank order: rank r holds
 // experts [r x E / size, (r + 1) x E / size). Without a communicator, one rank holding every
 // expert.
 struct Group {
-  std::shared_ptr<comm::Communicator> comm;
+  std::shared_ptr<comm::Communicator> comm;     // the rows (NCCL between GPUs, else MPI)
+  std::shared_ptr<comm::Communicator> control;  // the host's row counts (MPI); null: comm
 
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
