@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "pipetrain/checkpoint/checkpoint.h"
@@ -13,6 +14,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/io/folder_lock.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/models/hugging_face.h"
 #include "pipetrain/tensor_parallel/initialization.h"
@@ -160,12 +162,15 @@ void check_empty_output(const fs::path& out) {
 
 // The output folder of an import or export, empty or missing when the command starts: left
 // as it was found (emptied, or removed when this command made it) unless kept, so that a
-// failed command leaves nothing a retry would refuse.
+// failed command leaves nothing a retry would refuse. Claimed while the command runs
+// (io::FolderLock): a second command writing there is refused before it touches anything,
+// and so cannot clean up the first one's files. The claim's file goes once kept.
 class NewOutput {
  public:
   // Made at once (before any work, so that one that cannot be made is said first).
   explicit NewOutput(fs::path out) : out_(std::move(out)), existed_(fs::exists(out_)) {
     make_folder("--out", out_.string());
+    claim_ = std::make_unique<io::FolderLock>(out_);  // throws, cleaning nothing, when held
   }
   NewOutput(const NewOutput&) = delete;
   NewOutput& operator=(const NewOutput&) = delete;
@@ -180,12 +185,17 @@ class NewOutput {
          entry.increment(error))
       fs::remove_all(entry->path(), error);
   }
-  void keep() { kept_ = true; }
+  void keep() {
+    kept_ = true;
+    std::error_code error;
+    fs::remove(out_ / ".pipetrain.lock", error);
+  }
 
  private:
   fs::path out_;
   bool existed_;
   bool kept_ = false;
+  std::unique_ptr<io::FolderLock> claim_;
 };
 
 }  // namespace
