@@ -2,10 +2,13 @@
 
 #include <ATen/ops/tensor.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -34,6 +37,19 @@ void stop_now(int signal) {
   std::raise(signal);
 }
 
+// RECORDS/fault-said under `pipetrain launch`: ranks reading the same file fault together,
+// and the first to make this file says why for the job (made before any signal).
+char fault_said_path[4096] = {};
+
+// Whether this rank says the job's data fault: the first to claim it, or every rank where
+// there is nothing to claim it in (plain mpirun, or another host). Async-signal-safe.
+bool first_to_say() {
+  if (!fault_said_path[0]) return true;
+  const int fd = ::open(fault_said_path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0 || errno != EEXIST;
+}
+
 void say(const char* text) {  // async-signal-safe
   if (::write(STDERR_FILENO, text, std::strlen(text)) < 0) return;
 }
@@ -45,10 +61,12 @@ void crash(int signal, siginfo_t* info, void*) {
   const bool fault = signal == SIGBUS && info != nullptr && info->si_code > 0;
   if (const char* file = fault ? io::mapped_file_at(info->si_addr) : nullptr) {
     io::remove_unfinished_file();
-    say("pipetrain: ");
-    say(file);
-    say(" changed while the job read it (it shrank, or its storage failed: SIGBUS); files a"
-        " job reads must not change until it ends\n");
+    if (first_to_say()) {
+      say("pipetrain: ");
+      say(file);
+      say(" changed while the job read it (it shrank, or its storage failed: SIGBUS); files a"
+          " job reads must not change until it ends\n");
+    }
     io::record_exit(1);
     ::_exit(1);
   }
@@ -96,6 +114,8 @@ constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 }  // namespace
 
 void install_stop_handlers() {
+  if (const char* records = std::getenv("PIPETRAIN_RANK_RECORDS"))
+    std::snprintf(fault_said_path, sizeof fault_said_path, "%s/fault-said", records);
   struct sigaction action {};
   action.sa_sigaction = stop_or_defer;
   action.sa_flags = SA_SIGINFO;
