@@ -263,10 +263,15 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   // (mixed precision), and the two temporaries LibTorch's Adam forms on the CPU of the
   // tensor it updates (the largest parameter, or with ZeRO the flat shard).
   if (mixed) m.step_workspace += 4 * held;
+  // The experts step one flat piece where several ranks hold each (sharded), else tensor by
+  // tensor (the largest counts).
+  const bool experts_sharded = l.zero > 0 && l.experts > 1 && l.data * l.context > l.experts;
+  const double expert_step = experts_sharded ? experts * expert_shard
+                             : experts > 0   ? stage.largest_tensor
+                                             : 0.0;
   if (optimizer_state_bytes(w.training.optimizer.type) > 4) {
     m.step_workspace +=
-        2 * 4 *
-        (l.zero > 0 ? std::max(dense * shard, experts * expert_shard) : stage.largest_tensor);
+        2 * 4 * (l.zero > 0 ? std::max(dense * shard, expert_step) : stage.largest_tensor);
   }
   m.live_micro_batches = live;
   return m;
