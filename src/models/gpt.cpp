@@ -112,8 +112,10 @@ struct GptBlockImpl : torch::nn::Module {
     // [batch, seq, 3 * local width]: the whole sequence under sequence parallelism too.
     const at::Tensor local_qkv = qkv(norm(attention_norm, x));
     const int64_t batch = local_qkv.size(0), seq = local_qkv.size(1), width = local_qkv.size(2) / 3;
-    const auto split =
-        local_qkv.view({batch, seq, 3, local_heads, width / local_heads}).permute({2, 0, 3, 1, 4});
+    const std::vector<at::Tensor> split =
+        local_qkv.view({batch, seq, 3, local_heads, width / local_heads})
+            .permute({2, 0, 3, 1, 4})
+            .unbind(0);
     const at::Tensor attended = attend(split[0], split[1], split[2], documents);
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));

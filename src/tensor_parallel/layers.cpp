@@ -62,6 +62,8 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_fe
 }
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
+  // Alone, the bias joins the product (one addmm, as torch::nn::Linear).
+  if (!group.parallel()) return autograd::linear(x, weight, bias);
   const at::Tensor y = leave_parallel_region(autograd::linear(x, weight), group);
   return bias.defined() ? y + sequence_shared(bias, group) : y;
 }

@@ -106,8 +106,9 @@ at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group) {
 }
 
 at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group) {
-  if (!splits_sequence(group)) return at::dropout(x, p, training);
+  // No call at all where nothing is dropped (at::dropout would return x, but costs a call).
   if (!training || p == 0 || x.numel() == 0) return x;
+  if (!splits_sequence(group)) return at::dropout(x, p, training);
   require_sequence_dim(x);
   // As at::dropout draws on the CPU for the whole: a mask of the input's type, scaled.
   std::vector<int64_t> whole = x.sizes().vec();
