@@ -1,13 +1,16 @@
 // The engine on a GPU, side by side in one run (scripts/device-check runs it):
-//   pipetrain launch -n 2 -- build/bench/gpu_bench
+//   pipetrain launch -n 4 -- build/bench/gpu_bench [a|b|c]
 // (a) engine overhead: GPT d 1024, 8 layers, context 1024, bf16, micro-batch 8, 8 micro-
 //     batches, one stage, against a plain LibTorch loop doing the same work in this binary
 //     (bf16 model, fp32 masters, ATen's fused AdamW, the same micro-batches from pinned
 //     memory); rank 0 alone, repetitions interleaved, medians;
-// (b) throughput: GPT d 2048, 8 layers, context 2048, bf16, micro-batch 8, one stage:
-//     model TFLOP/s by Megatron's formula (bench/gpu_eager.py runs PyTorch eager alike);
-// (c) pipe 2 on the one GPU (both ranks share it, MPI with host staging between them):
-//     the (a) model's step time against pipe 1, and each rank's peak GPU memory.
+// (b) throughput: GPT d 2048, 8 layers, context 2048 and GPT d 4096, 4 layers, context 2048,
+//     bf16, 4 micro-batches of 8, one stage: model TFLOP/s by Megatron's formula of the
+//     engine and the plain loop, interleaved (bench/gpu_eager.py runs PyTorch eager alike);
+// (c) pipe 2 and pipe 4 on the one GPU (the ranks share it; the transport between them as
+//     the job picks it: MPI, or NCCL with PIPETRAIN_EMULATED_HOSTS=1) against pipe 1, the
+//     (a) model: step times interleaved, and each rank's peak GPU memory.
+// Lines start with "(a)", "(b)", "(c)"; scripts/device-check reads the "(b) ... TFLOP/s" ones.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -40,8 +43,9 @@ struct Shape {
 
 const Shape kOverheadShape{
     {.vocab_size = 50304, .context = 1024, .d_model = 1024, .heads = 16, .layers = 8}, 8, 8};
-const Shape kThroughputShape{
-    {.vocab_size = 50304, .context = 2048, .d_model = 2048, .heads = 16, .layers = 8}, 8, 4};
+const Shape kThroughputShapes[] = {
+    {{.vocab_size = 50304, .context = 2048, .d_model = 2048, .heads = 16, .layers = 8}, 8, 4},
+    {{.vocab_size = 50304, .context = 2048, .d_model = 4096, .heads = 32, .layers = 4}, 8, 4}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -156,19 +160,6 @@ double seconds_of(const std::function<void()>& step) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Median seconds per step of `e` over kRepetitions steps after two warm-up steps;
-// `before_each` runs ahead of each timed step (e.g. a barrier).
-double median_step_seconds(
-    Engine& e, const std::function<void()>& before_each = [] {}) {
-  for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
-  std::vector<double> seconds;
-  for (int r = 0; r < kRepetitions; ++r) {
-    before_each();
-    seconds.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
-  }
-  return median(seconds);
-}
-
 // "GPT d 1024, 8 layers, context 1024, bf16, 8 micro-batches of 8, 1 stage", for the figures.
 std::string describe(const Shape& s) {
   char text[160];
@@ -214,57 +205,104 @@ void overhead(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alon
 
 void throughput(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>& alone) {
   const auto data = random_tokens(s);
-  Engine e = make_engine(s, alone, data);
-  const double step = median_step_seconds(e);
+  device::reset_gpu_peak_memory(0);
+  std::vector<double> plain_s, engine_s;
+  double engine_peak = 0;
+  {
+    Engine e = make_engine(s, alone, data);
+    for (int i = 0; i < 2; ++i) e.engine->train_batch(e.data.get());
+    engine_peak = static_cast<double>(device::gpu_memory(0)->peak_allocated) / kGiB;
+    // Whether a gap to PyTorch eager is the engine's or the model's: the plain loop on the
+    // same shape, interleaved with the engine (both held at once).
+    PlainLoop plain(s, data);
+    plain.step();
+    for (int r = 0; r < kRepetitions; ++r) {
+      auto time_plain = [&] { plain_s.push_back(seconds_of([&] { plain.step(); })); };
+      auto time_engine = [&] {
+        engine_s.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
+      };
+      if (r % 2 == 0) {
+        time_engine();
+        time_plain();
+      } else {
+        time_plain();
+        time_engine();
+      }
+    }
+  }
   const double flops = model_flops(s);
   std::printf(
-      "(b) %s: %.4f s per step, %.1f model TFLOP/s (Megatron's formula, %.1f TFLOP per step); "
-      "peak memory %.1f GiB\n",
-      describe(s).c_str(), step, flops / step / 1e12, flops / 1e12,
-      static_cast<double>(device::gpu_memory(0)->peak_allocated) / kGiB);
-  // Whether a gap to PyTorch eager is the engine's or the model's: the plain loop on the
-  // same shape, interleaved with the engine.
-  PlainLoop plain(s, data);
-  plain.step();
-  std::vector<double> plain_s, engine_s;
-  for (int r = 0; r < 3; ++r) {
-    plain_s.push_back(seconds_of([&] { plain.step(); }));
-    engine_s.push_back(seconds_of([&] { e.engine->train_batch(e.data.get()); }));
-  }
-  std::printf(
-      "    same shape, interleaved: plain LibTorch loop %.4f s, engine %.4f s per step (%.1f / "
-      "%.1f TFLOP/s)\n",
-      median(plain_s), median(engine_s), flops / median(plain_s) / 1e12,
-      flops / median(engine_s) / 1e12);
+      "(b) %s: engine %.4f s per step, %.1f model TFLOP/s; plain loop %.4f s, %.1f TFLOP/s; "
+      "engine / plain = %.3f (%d interleaved repetitions, medians; Megatron's formula, %.1f "
+      "TFLOP per step); engine's peak memory %.1f GiB\n",
+      describe(s).c_str(), median(engine_s), flops / median(engine_s) / 1e12, median(plain_s),
+      flops / median(plain_s) / 1e12, median(engine_s) / median(plain_s), kRepetitions,
+      flops / 1e12, engine_peak);
 }
 
-// Pipe 1 (rank 0 alone) against pipe 2 (both ranks on the one GPU), the (a) model.
-void shared_gpu_pipe(const Shape& s) {
+// The communicator of pipe `stages` over the world's first ranks (null on the others).
+std::shared_ptr<comm::MpiCommunicator> first_ranks(
+    const std::shared_ptr<comm::MpiCommunicator>& world, int stages) {
+  const bool in = world->rank() < stages;
+  auto comm = world->split(in ? 0 : 1, world->rank());
+  return in ? comm : nullptr;
+}
+
+// One step of `e` where this rank takes part (`e.engine` set), every rank between barriers;
+// rank 0's seconds.
+double timed_step(Engine& e, const std::shared_ptr<comm::MpiCommunicator>& world) {
+  world->barrier();
+  const double seconds = seconds_of([&] {
+    if (e.engine) e.engine->train_batch(e.data.get());
+  });
+  world->barrier();
+  return seconds;
+}
+
+// Pipe 1, 2 and 4 on the one GPU (the world's first 1, 2, 4 ranks), the (a) model: each
+// rank's peak memory with one pipe at a time, then the step times with all three held,
+// interleaved.
+void shared_gpu_pipes(const Shape& s) {
   auto world = comm::MpiCommunicator::world();
   const auto data = random_tokens(s);
-  double one_stage = 0;
-  int64_t one_stage_peak = 0;
-  auto alone = world->split(world->rank() == 0 ? 0 : 1, world->rank());
-  if (world->rank() == 0) {
-    device::reset_gpu_peak_memory(0);
-    Engine e = make_engine(s, alone, data);
-    one_stage = median_step_seconds(e);
-    one_stage_peak = device::gpu_memory(0)->peak_allocated;
+  const std::vector<int> pipes{1, 2, 4};
+  std::vector<std::shared_ptr<comm::MpiCommunicator>> comms;
+  for (int p : pipes) comms.push_back(first_ranks(world, p));
+  const int gpu = 0;              // the one GPU every rank shares
+  std::vector<at::Tensor> peaks;  // per pipe: every rank's peak GiB
+  for (std::size_t i = 0; i < pipes.size(); ++i) {
+    device::reset_gpu_peak_memory(gpu);
+    const int64_t before = device::gpu_memory(gpu)->allocated;
+    {
+      Engine e = comms[i] ? make_engine(s, comms[i], data) : Engine{};
+      for (int k = 0; k < 2; ++k) timed_step(e, world);
+    }
+    const int64_t peak = comms[i] ? device::gpu_memory(gpu)->peak_allocated - before : 0;
+    peaks.push_back(world->all_gather(at::tensor({peak})));
   }
-  world->barrier();
-  Engine e = make_engine(s, world, data);
-  const int gpu = e.engine->device().index();
-  device::reset_gpu_peak_memory(gpu);
-  const double two_stages = median_step_seconds(e, [&] { world->barrier(); });
-  const at::Tensor peaks = world->all_gather(at::tensor({device::gpu_memory(gpu)->peak_allocated}));
+  std::vector<Engine> engines;
+  for (std::size_t i = 0; i < pipes.size(); ++i)
+    engines.push_back(comms[i] ? make_engine(s, comms[i], data) : Engine{});
+  std::vector<std::vector<double>> seconds(pipes.size());
+  for (auto& e : engines) timed_step(e, world);  // warm-up with all held
+  for (int r = 0; r < kRepetitions; ++r) {
+    for (std::size_t k = 0; k < pipes.size(); ++k) {
+      const std::size_t i = (k + r) % pipes.size();  // a rotating order
+      seconds[i].push_back(timed_step(engines[i], world));
+    }
+  }
   if (world->rank() != 0) return;
-  std::printf(
-      "(c) the (a) model on the one GPU: pipe 1 %.4f s per step (peak %.1f GiB); pipe 2 (2 "
-      "ranks, %s between them) %.4f s per step = %.2fx pipe 1's time; peak per rank %.1f / %.1f "
-      "GiB\n",
-      one_stage, static_cast<double>(one_stage_peak) / kGiB, e.engine->pipe_transports().c_str(),
-      two_stages, two_stages / one_stage, static_cast<double>(peaks[0][0].item<int64_t>()) / kGiB,
-      static_cast<double>(peaks[1][0].item<int64_t>()) / kGiB);
+  const double one = median(seconds[0]);
+  std::printf("(c) the (a) model on the one GPU, %d interleaved repetitions, medians:\n",
+              kRepetitions);
+  for (std::size_t i = 0; i < pipes.size(); ++i) {
+    std::printf("    pipe %d (%s): %.4f s per step = %.2fx pipe 1's time; peak GiB per rank",
+                pipes[i], engines[i].engine->pipe_transports().c_str(), median(seconds[i]),
+                median(seconds[i]) / one);
+    for (int rank = 0; rank < pipes[i]; ++rank)
+      std::printf(" %.1f", static_cast<double>(peaks[i][rank][0].item<int64_t>()) / kGiB);
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -272,17 +310,19 @@ void shared_gpu_pipe(const Shape& s) {
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
     auto world = comm::MpiCommunicator::world();
-    if (world->size() != 2 || device::visible_gpus() == 0) {
-      std::fprintf(stderr, "gpu_bench needs 2 ranks and a GPU\n");
+    if (world->size() != 4 || device::visible_gpus() == 0) {
+      if (world->rank() == 0) std::fprintf(stderr, "gpu_bench needs 4 ranks and a GPU\n");
       return 2;
     }
     const std::string only = argc > 1 ? argv[1] : "";
     const auto alone = world->split(world->rank(), 0);  // (a) and (b): rank 0 by itself
     if (world->rank() == 0 && (only.empty() || only == "a")) overhead(kOverheadShape, alone);
     world->barrier();
-    if (world->rank() == 0 && (only.empty() || only == "b")) throughput(kThroughputShape, alone);
+    if (world->rank() == 0 && (only.empty() || only == "b")) {
+      for (const Shape& shape : kThroughputShapes) throughput(shape, alone);
+    }
     world->barrier();
-    if (only.empty() || only == "c") shared_gpu_pipe(kOverheadShape);
+    if (only.empty() || only == "c") shared_gpu_pipes(kOverheadShape);
     return 0;
   });
 }

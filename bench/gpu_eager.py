@@ -7,6 +7,9 @@ fused AdamW, the loss in fp32 scaled by 1/M over M micro-batches copied from pin
 Model TFLOP/s by Megatron's formula, as gpu_bench prints them.
 
     python3 bench/gpu_eager.py [--d-model 2048 --layers 8 --context 2048 ...]
+
+The line it prints starts with "(b)" and names the shape as bench/gpu_bench does
+("GPT d 2048, 8 layers, context 2048"); scripts/device-check pairs them by that name.
 """
 import argparse
 import statistics
@@ -100,7 +103,9 @@ def main():
     b, s, l, h, v = samples, a.context, a.layers, a.d_model, a.vocab
     flops = 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
     t = statistics.median(seconds)
-    print(f"(b) PyTorch {torch.__version__} eager, same GPT and step: {t:.4f} s per step, "
+    print(f"(b) GPT d {a.d_model}, {a.layers} layers, context {a.context}, bf16, "
+          f"{a.micro_batches} micro-batches of {a.micro_batch}: "
+          f"PyTorch {torch.__version__} eager {t:.4f} s per step, "
           f"{flops / t / 1e12:.1f} model TFLOP/s; peak memory "
           f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
 

@@ -171,7 +171,7 @@ void MixedPrecisionOptimizer::step(int64_t step) {
     optimizer_->step();
     masters_->copy_to_model();
   }
-  optimizer_->zero_grad();
+  optim::drop_gradients(*optimizer_);
   masters_->clear_model_gradients();
 }
 

@@ -62,4 +62,10 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+void drop_gradients(torch::optim::Optimizer& optimizer) {
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& parameter : group.params()) parameter.mutable_grad() = at::Tensor();
+  }
+}
+
 }  // namespace pipetrain::optim

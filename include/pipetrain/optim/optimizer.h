@@ -33,4 +33,8 @@ void apply_weight_decay(const WeightDecay& decay, at::Tensor& parameter, double 
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
+// Drops the gradients of `optimizer`'s parameters (as zero_grad() does, without its
+// detach_ call per parameter: nothing else holds them).
+void drop_gradients(torch::optim::Optimizer& optimizer);
+
 }  // namespace pipetrain::optim
