@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "pipetrain/autograd/released_outputs.h"
 #include "pipetrain/comm/job_failure.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/auxiliary_loss.h"
@@ -410,10 +411,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       optimizer_->after_backward_pass();
       return gradients_->after_backward();
     case OpKind::kSendActivation:
-      // Handed over, the outputs are shared with the receiving chunk's inputs; a forward
-      // may return its inputs, so they are not refilled in place either.
-      if (peer.stage == grid_->stage_id()) buffer->inputs_handed = true;
-      return link_->send(buffer->outputs, peer.stage, {Flow::kActivation, receiving_chunk});
+      return send_activation(*buffer, peer, receiving_chunk);
     case OpKind::kRecvActivation: {
       // A hand-over shares its sender's storage: never refill it in place.
       const bool handed = peer.stage == grid_->stage_id();
@@ -508,7 +506,7 @@ void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_g
                                " gradients for " + std::to_string(outputs.size()) +
                                " outputs that need one");
     }
-    torch::autograd::backward(outputs, buffer.output_grads);
+    autograd::backward_from(outputs, buffer.output_grads);  // their values may be released
   }
   buffer.outputs.clear();
   buffer.output_grads.clear();
@@ -519,6 +517,19 @@ void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_g
 void PipelineEngine::backward_weight(PipeBuffer& buffer) {
   buffer.weight_grads.run();
   --live_;
+}
+
+void PipelineEngine::send_activation(PipeBuffer& buffer, schedule::Peer peer, int peer_chunk) {
+  if (peer.stage == grid_->stage_id()) {
+    // Handed over, the outputs are shared with the receiving chunk's inputs; a forward
+    // may return its inputs, so they are not refilled in place either.
+    buffer.inputs_handed = true;
+    return link_->send(buffer.outputs, peer.stage, {Flow::kActivation, peer_chunk});
+  }
+  link_->send(buffer.outputs, peer.stage, {Flow::kActivation, peer_chunk});
+  // Sent, the outputs' values are the receiver's: backward needs only their graph (the
+  // send in flight holds the storage until it completes).
+  for (auto& t : buffer.outputs) autograd::release_values(t);
 }
 
 void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {

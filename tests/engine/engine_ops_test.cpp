@@ -18,35 +18,35 @@
 namespace pipetrain::testing {
 namespace {
 
-constexpr int64_t kMicroBatch = 2;
-const models::GptConfig kGpt{
+constexpr int64_t kOpsMicroBatch = 2;
+const models::GptConfig kOpsGpt{
     .vocab_size = 64, .context = 16, .d_model = 32, .heads = 2, .layers = 2};
-const optim::OptimizerConfig kAdamW{"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
+const optim::OptimizerConfig kOpsAdamW{"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
 
 std::shared_ptr<data::TensorDataset> tokens(int micro_batches) {
-  const int64_t samples = kMicroBatch * micro_batches;
+  const int64_t samples = kOpsMicroBatch * micro_batches;
   return std::make_shared<data::TensorDataset>(
-      module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)},
-      module::Activation{at::randint(kGpt.vocab_size, {samples, kGpt.context}, at::kLong)});
+      module::Activation{at::randint(kOpsGpt.vocab_size, {samples, kOpsGpt.context}, at::kLong)},
+      module::Activation{at::randint(kOpsGpt.vocab_size, {samples, kOpsGpt.context}, at::kLong)});
 }
 
 data::RepeatingLoader loader(std::shared_ptr<data::TensorDataset> data) {
   return data::RepeatingLoader(
-      std::make_unique<data::DataLoader>(std::move(data), kMicroBatch, 1, 0));
+      std::make_unique<data::DataLoader>(std::move(data), kOpsMicroBatch, 1, 0));
 }
 
 // The operators of the engine's second step (the first builds optimizer state).
 std::vector<RecordedOp> engine_step(std::shared_ptr<data::TensorDataset> data, int micro_batches) {
   engine::TrainingConfig config;
-  config.train_micro_batch_size_per_gpu = kMicroBatch;
+  config.train_micro_batch_size_per_gpu = kOpsMicroBatch;
   config.gradient_accumulation_steps = micro_batches;
   config.steps_per_print = 1 << 30;
   config.precision.dtype = engine::Precision::kBf16;
-  config.optimizer = kAdamW;
+  config.optimizer = kOpsAdamW;
   auto alone = comm::MpiCommunicator::world()->split(comm::MpiCommunicator::world()->rank(), 0);
   auto grid = std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(1, 1), alone);
   auto module = std::make_shared<module::PipelineModule>(
-      models::gpt_layers(kGpt), models::gpt_loss(), module::PipelineModuleOptions{});
+      models::gpt_layers(kOpsGpt), models::gpt_loss(), module::PipelineModuleOptions{});
   engine::PipelineEngine e(module, grid, config);
   e.set_progress_report(false);
   data::RepeatingLoader batches = loader(std::move(data));
@@ -56,14 +56,14 @@ std::vector<RecordedOp> engine_step(std::shared_ptr<data::TensorDataset> data, i
 
 // The same step as a plain loop; its second step's operators.
 std::vector<RecordedOp> plain_step(std::shared_ptr<data::TensorDataset> data, int micro_batches) {
-  module::PipelineModule model(models::gpt_layers(kGpt), models::gpt_loss(), {});
+  module::PipelineModule model(models::gpt_layers(kOpsGpt), models::gpt_loss(), {});
   model.to(at::kBFloat16);
   std::vector<at::Tensor> params, masters;
   for (const auto& p : model.parameters()) {
     params.push_back(p);
     masters.push_back(p.detach().to(at::kFloat).clone().requires_grad_(true));
   }
-  auto optimizer = optim::make_optimizer(kAdamW, masters, true);
+  auto optimizer = optim::make_optimizer(kOpsAdamW, masters, true);
   data::RepeatingLoader batches = loader(std::move(data));
   auto step = [&] {
     at::Tensor loss_sum = at::zeros({}, at::kDouble);

@@ -262,6 +262,7 @@ class PipelineEngine {
   void forward(PipeBuffer& buffer, int chunk, Run& run);
   void backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads);
   void backward_weight(PipeBuffer& buffer);
+  void send_activation(PipeBuffer& buffer, schedule::Peer peer, int peer_chunk);
   void send_grad(PipeBuffer& buffer, int peer, int peer_chunk);
   void optimizer_step();
   double mean_loss(double loss_sum);
