@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generation speed with the KV cache against without (the whole window run for every
 # token), side by side and interleaved:
-#   bench/generate_bench.sh build/src/pipetrain [REPETITIONS]
+#   bench/generate_bench.sh build/src/pipetrain [REPETITIONS] [flight]
+# (flight: the prompts-in-flight case alone)
 # The model is the default job's GPT (examples/default.json: d 96, 4 blocks, bytes) with
 # its context raised to 320 so that 256 new tokens after a 16-byte prompt fit without the
 # window sliding, trained 40 steps (speed does not depend on the weights). Each repetition
@@ -10,13 +11,14 @@
 # per second (`seconds` of --format jsonl: the generation alone, not the start-up); then
 # the median of each and the ratios.
 # Also the default job's own context of 64, where the window slides after 64 tokens and
-# every later step starts afresh with or without a cache. Last, 8 prompts of 64 new tokens
+# every later step starts afresh with or without a cache. Last, 8 prompts of 256 new tokens
 # at pipe 2 (context 320, with the cache): all in flight against one after another
 # (--one-at-a-time), the wall time of the generation (the sum of the prompts' seconds one
 # at a time, the batch's in flight).
 set -euo pipefail
 pipetrain=$(realpath "$1")
 repetitions=${2:-3}
+only=${3:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -34,7 +36,7 @@ PY
   PIPETRAIN_THREADS=1 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$2.json" >/dev/null
 }
 make_model 320 long
-make_model 64 short
+[ "$only" = flight ] || make_model 64 short
 prompt="The licence says"  # 16 bytes
 for i in 1 2 3 4 5 6 7 8; do echo "$prompt"; done >same-eight.txt
 rate() { # CHECKPOINT RANKS [--no-kv-cache]: tokens per second of 256 new tokens
@@ -46,8 +48,10 @@ rate() { # CHECKPOINT RANKS [--no-kv-cache]: tokens per second of 256 new tokens
     python3 -c 'import json, sys; r = [json.loads(l) for l in sys.stdin]; print("%.1f" % (sum(len(x["tokens"]) for x in r) / sum(x["seconds"] for x in r)))'
 }
 declare -A runs
+cases=(long:1 long:2 short:2)
+[ "$only" = flight ] && cases=()
 for ((i = 1; i <= repetitions; i++)); do
-  for case in long:1 long:2 short:2; do
+  for case in "${cases[@]}"; do
     checkpoint=${case%:*} ranks=${case#*:}
     cached=$(rate "$checkpoint" "$ranks")
     whole=$(rate "$checkpoint" "$ranks" --no-kv-cache)
@@ -57,9 +61,9 @@ for ((i = 1; i <= repetitions; i++)); do
   done
 done
 for i in 1 2 3 4 5 6 7 8; do echo "Prompt number $i of eight:"; done >eight.txt
-batch() { # [--one-at-a-time]: seconds for 8 prompts of 64 new tokens at pipe 2
+batch() { # [--one-at-a-time]: seconds for 8 prompts of 256 new tokens at pipe 2
   PIPETRAIN_THREADS=1 "$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint long \
-    --prompts eight.txt --tokens 64 --temperature 0 --format jsonl "$@" |
+    --prompts eight.txt --tokens 256 --temperature 0 --format jsonl "$@" |
     python3 -c 'import json, sys; s = [json.loads(l)["seconds"] for l in sys.stdin]; print("%.4f" % (max(s) if len(sys.argv) == 1 else sum(s)))' "$@"
 }
 for ((i = 1; i <= repetitions; i++)); do
@@ -70,7 +74,7 @@ for ((i = 1; i <= repetitions; i++)); do
   runs[apart]+="$apart "
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-for case in long:1 long:2 short:2; do
+for case in "${cases[@]}"; do
   cached=$(echo "${runs[$case:cache]}" | median)
   whole=$(echo "${runs[$case:whole]}" | median)
   ratio=$(echo "$cached / $whole" | bc -l)
