@@ -7,7 +7,10 @@
 namespace pipetrain::autograd {
 
 bool release_values(at::Tensor& output) {
-  if (!output.defined() || !output.grad_fn() || output.is_view()) return false;
+  // Held elsewhere too (a node of this stage saved it as its input, or a layer returned it
+  // twice), its values may be read again: a saved input keeps the tensor itself, not a copy.
+  if (!output.defined() || !output.grad_fn() || output.is_view() || output.use_count() > 1)
+    return false;
   output.set_data(at::empty({0}, output.options()));
   return true;
 }

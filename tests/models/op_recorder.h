@@ -16,7 +16,8 @@ struct RecordedOp {
 };
 
 // The outermost ATen operators (those an operator calls itself are left out) and the
-// autograd nodes that `work` runs on this thread, in order.
+// autograd nodes that `work` runs on this thread, in order. For CPU work: a backward on a
+// GPU runs its nodes on autograd's device thread, which this does not record.
 std::vector<RecordedOp> record_ops(const std::function<void()>& work);
 
 }  // namespace pipetrain::testing
