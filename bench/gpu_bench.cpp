@@ -9,7 +9,8 @@
 //     engine and the plain loop, interleaved (bench/gpu_eager.py runs PyTorch eager alike);
 // (c) pipe 2 and pipe 4 on the one GPU (the ranks share it; the transport between them as
 //     the job picks it: MPI, or NCCL with PIPETRAIN_EMULATED_HOSTS=1) against pipe 1, the
-//     (a) model: step times interleaved, and each rank's peak GPU memory.
+//     (a) model: step times interleaved, and each rank's peak GPU memory; and two pipe-1
+//     jobs at once, which shows what sharing the GPU between processes costs by itself.
 // Lines start with "(a)", "(b)", "(c)"; scripts/device-check reads the "(b) ... TFLOP/s" ones.
 #include <ATen/ATen.h>
 
@@ -261,7 +262,7 @@ double timed_step(Engine& e, const std::shared_ptr<comm::MpiCommunicator>& world
 
 // Pipe 1, 2 and 4 on the one GPU (the world's first 1, 2, 4 ranks), the (a) model: each
 // rank's peak memory with one pipe at a time, then the step times with all three held,
-// interleaved.
+// interleaved, and beside them two pipe-1 jobs at once.
 void shared_gpu_pipes(const Shape& s) {
   auto world = comm::MpiCommunicator::world();
   const auto data = random_tokens(s);
@@ -283,11 +284,15 @@ void shared_gpu_pipes(const Shape& s) {
   std::vector<Engine> engines;
   for (std::size_t i = 0; i < pipes.size(); ++i)
     engines.push_back(comms[i] ? make_engine(s, comms[i], data) : Engine{});
-  std::vector<std::vector<double>> seconds(pipes.size());
+  // Last, two pipe-1 jobs at once on ranks 0 and 1, nothing passing between them: what
+  // sharing the GPU between two processes costs by itself.
+  const auto solo = world->split(world->rank(), 0);
+  engines.push_back(world->rank() < 2 ? make_engine(s, solo, data) : Engine{});
+  std::vector<std::vector<double>> seconds(engines.size());
   for (auto& e : engines) timed_step(e, world);  // warm-up with all held
   for (int r = 0; r < kRepetitions; ++r) {
-    for (std::size_t k = 0; k < pipes.size(); ++k) {
-      const std::size_t i = (k + r) % pipes.size();  // a rotating order
+    for (std::size_t k = 0; k < engines.size(); ++k) {
+      const std::size_t i = (k + r) % engines.size();  // a rotating order
       seconds[i].push_back(timed_step(engines[i], world));
     }
   }
@@ -303,6 +308,11 @@ void shared_gpu_pipes(const Shape& s) {
       std::printf(" %.1f", static_cast<double>(peaks[i][rank][0].item<int64_t>()) / kGiB);
     std::printf("\n");
   }
+  const double pair = median(seconds.back());
+  std::printf(
+      "    two pipe-1 jobs at once (ranks 0 and 1, nothing between them): %.4f s per step = "
+      "%.2fx pipe 1's time (2x: the GPU shared fairly)\n",
+      pair, pair / one);
 }
 
 }  // namespace
