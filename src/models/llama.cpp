@@ -5,6 +5,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -64,6 +65,30 @@ Rotation rotation(const at::Tensor& positions, int64_t head_dim, double theta,
   angles = at::cat({angles, angles}, -1);
   if (angles.dim() == 3) angles = angles.unsqueeze(1);  // over the heads
   return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+// What decides the rotation of a window (no packed documents): every block of a stage
+// rotates the same positions.
+struct WindowRotation {
+  int64_t first, length;         // positions [first, first + length) of the window, or
+  int64_t ring_rank, ring_size;  // this rank's under context parallelism (size > 1)
+  int64_t head_dim;
+  double theta;
+  at::ScalarType type;
+  at::Device device;
+  bool inference;  // made under InferenceMode: not for a graph autograd records
+  bool operator==(const WindowRotation&) const = default;
+};
+
+// The rotation of `positions` as `key` names them, computed once for a stage's blocks (as
+// transformers' LlamaModel computes it once per forward), not once per block: the last one
+// is kept on this thread (a stage's blocks run on its thread) while the key holds.
+const Rotation& window_rotation(const WindowRotation& key, const at::Tensor& positions,
+                                const at::Tensor& like) {
+  thread_local std::optional<std::pair<WindowRotation, Rotation>> last;
+  if (!last || !(last->first == key))
+    last.emplace(key, rotation(positions, key.head_dim, key.theta, like));
+  return last->second;
 }
 
 at::Tensor rotate(const at::Tensor& x, const Rotation& r) {
@@ -162,7 +187,18 @@ struct LlamaBlockImpl : torch::nn::Module {
       rotary = document_positions(documents);
       if (ring) rotary = rotary.index_select(1, where.to(rotary.device()));
     }
-    const Rotation r = rotation(rotary, head_dim, rope_theta, q);
+    const Rotation r = documents.defined()
+                           ? rotation(rotary, head_dim, rope_theta, q)
+                           : window_rotation({.first = first,
+                                              .length = seq,
+                                              .ring_rank = ring ? context.rank() : 0,
+                                              .ring_size = ring ? context.size() : 1,
+                                              .head_dim = head_dim,
+                                              .theta = rope_theta,
+                                              .type = q.scalar_type(),
+                                              .device = q.device(),
+                                              .inference = c10::InferenceMode::is_enabled()},
+                                             rotary, q);
     const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
     at::Tensor attended;
     if (cache) {
