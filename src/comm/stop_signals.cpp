@@ -136,7 +136,11 @@ DeferredStop::DeferredStop(int signal) : signal_(signal) {
 }
 
 DeferredStop::~DeferredStop() {
-  deferred_signal = 0;
+  // A rank that took a stop request is on its way out (saved, exit 75): a late copy of the
+  // same request (a signal sent to every process of the job reaches the rank directly and
+  // again through mpirun) must not end it by that signal now. A second request still
+  // does, after kRepeatSeconds, as during the step.
+  if (!received) deferred_signal = 0;
 }
 
 bool DeferredStop::requested(Communicator& world) const {

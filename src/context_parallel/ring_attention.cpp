@@ -38,15 +38,17 @@ at::Tensor pass_around(const at::Tensor& x, const Group& group, int ahead, int t
   return incoming;
 }
 
-// One block's attention with its log-sum-exp, in plain differentiable operations:
-// out [b, h, sq, d] (zero where a query sees none of the block's keys) and lse [b, h, sq]
-// (-inf there).
+// One block's attention with its log-sum-exp, in plain operations: out [b, h, sq, d] (zero
+// where a query sees none of the block's keys) and lse [b, h, sq] (-inf there). `dropped`,
+// where defined, scales the weights after their softmax (attention dropout): the block's
+// weights are normalised over its own keys here, and merge() rescales them to the whole
+// row's, to which the scale applies alike.
 struct Partial {
   at::Tensor out;
   at::Tensor lse;
 };
 Partial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const at::Tensor& visible, double scale) {
+                        const at::Tensor& visible, const at::Tensor& dropped, double scale) {
   const double inf = std::numeric_limits<double>::infinity();
   const at::Tensor scores =
       (at::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(visible.logical_not(), -inf);
@@ -56,7 +58,9 @@ Partial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const at::Tensor sum = weights.sum(-1, /*keepdim=*/true);
   const at::Tensor sees = sum > 0;
   const at::Tensor safe_sum = at::where(sees, sum, at::ones_like(sum));
-  const at::Tensor out = at::matmul(weights / safe_sum, v);
+  at::Tensor normalised = weights / safe_sum;
+  if (dropped.defined()) normalised = normalised * dropped;
+  const at::Tensor out = at::matmul(normalised, v);
   const at::Tensor lse = at::where(sees, maximum + safe_sum.log(), at::full_like(sum, -inf));
   return {out, lse.squeeze(-1)};
 }
@@ -89,6 +93,11 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       (options.documents->dim() != 2 || options.documents->size(0) != q.size(0) ||
        options.documents->size(1) != q.size(2)))
     throw std::invalid_argument("ring attention: documents must be [batch, local seq]");
+  if (options.dropout_scale &&
+      (options.dropout_scale->dim() != 4 || options.dropout_scale->size(0) != q.size(0) ||
+       options.dropout_scale->size(1) != q.size(1) || options.dropout_scale->size(2) != q.size(2)))
+    throw std::invalid_argument(
+        "ring attention: the dropout scale must be [batch, heads, local seq, whole seq]");
 }
 
 // A rectangle of one block's attention: queries [q0, q1) of this rank against keys
@@ -109,13 +118,12 @@ std::optional<int64_t> range_start(const at::Tensor& positions, int64_t from, in
 
 // Whether ATen's CPU flash-attention kernel (which returns the log-sum-exp, and whose
 // backward takes it) can compute every rectangle: CPU tensors of a type it takes, no
-// documents, distinct positions (two halves of consecutive ones then either coincide or
-// lie apart, so every rectangle is all visible, causal or empty), and each half of every
-// rank's positions consecutive (as local_positions cuts).
-bool fused_kernel_fits(const at::Tensor& q, const at::Tensor& all_positions, bool documents) {
+// documents and no dropout (`masked`), distinct positions (two halves of consecutive ones then
+// either coincide or lie apart, so every rectangle is all visible, causal or empty), and each half
+// of every rank's positions consecutive (as local_positions cuts).
+bool fused_kernel_fits(const at::Tensor& q, const at::Tensor& all_positions, bool masked) {
   const auto type = q.scalar_type();
-  if (!q.is_cpu() || documents ||
-      (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
+  if (!q.is_cpu() || masked || (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
     return false;
   const int64_t seq = all_positions.size(1);
   if (seq % 2 != 0) return false;
@@ -137,6 +145,7 @@ struct Ring : torch::CustomClassHolder {
   int64_t repeats = 1;                      // query heads per key/value head
   at::Tensor q_positions, q_documents;      // this rank's
   at::Tensor all_positions, all_documents;  // every rank's, stacked in rank order
+  at::Tensor dropout_scale;                 // [b, h, sq, whole seq], or undefined
   // Per step of the ring, the rectangles of the block held then that the queries see (none:
   // skip the block). Worked out once, for forward and backward.
   std::vector<std::vector<Piece>> steps;
@@ -148,6 +157,12 @@ struct Ring : torch::CustomClassHolder {
     const int from = owner(step);
     return visibility(q_positions, all_positions[from], q_documents,
                       all_documents.defined() ? all_documents[from] : at::Tensor(), causal);
+  }
+
+  // The dropout scale of the block held at `step` ([b, h, sq, sk]), or undefined.
+  at::Tensor dropped(int step) const {
+    if (!dropout_scale.defined()) return {};
+    return dropout_scale.index_select(3, all_positions[owner(step)]);
   }
 
   // Fused (fused_kernel_fits): each half of the queries against each half of the keys.
@@ -215,8 +230,9 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       for (const Piece& piece : ring->steps[step]) {
         Partial partial;
         if (piece.kind == Piece::kMasked) {
-          partial = block_attention(rows(q, piece), columns(block_k, piece),
-                                    columns(block_v, piece), ring->mask(step), ring->scale);
+          partial =
+              block_attention(rows(q, piece), columns(block_k, piece), columns(block_v, piece),
+                              ring->mask(step), ring->dropped(step), ring->scale);
         } else {
           std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
               rows(q, piece).contiguous(), columns(block_k, piece).contiguous(),
@@ -263,7 +279,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         if (piece.kind == Piece::kMasked) {
           std::tie(dq, dk, dv) = masked_backward(
               rows(d_out, piece), rows(q, piece), columns(block_k, piece), columns(block_v, piece),
-              rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step), ring->scale);
+              rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step),
+              ring->dropped(step), ring->scale);
         } else {
           std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               rows(d_out, piece).contiguous(), rows(q, piece).contiguous(),
@@ -297,20 +314,29 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 
   // The gradients of one rectangle under a mask, from the whole output and log-sum-exp:
-  // P = exp(S - lse) where visible, dS = P (dP - rowsum(dO O)).
+  // P = exp(S - lse) where visible, dS = P (dP - rowsum(dO O)). Under dropout scale D the
+  // output is (P D) V: dV = (P D)ᵀ dO, dP = (dO Vᵀ) D, and rowsum(dO O) is still the
+  // softmax's correction.
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> masked_backward(
       const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask, double scale) {
+      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask,
+      const at::Tensor& dropped, double scale) {
     // In the log-sum-exp's type (float for bf16 and fp16), as the fused kernel computes.
     const auto wide = lse.scalar_type();
     const at::Tensor dO = d_out.to(wide), Q = q.to(wide), K = k.to(wide), V = v.to(wide);
     const at::Tensor delta = (dO * out.to(wide)).sum(-1, /*keepdim=*/true);
     const at::Tensor scores = at::matmul(Q, K.transpose(-2, -1)) * scale;
     const at::Tensor p = (scores - lse).exp().masked_fill(mask.logical_not(), 0);
-    const at::Tensor d_p = at::matmul(dO, V.transpose(-2, -1));
+    at::Tensor d_p = at::matmul(dO, V.transpose(-2, -1));
+    at::Tensor used = p;  // the weights that multiplied V
+    if (dropped.defined()) {
+      const at::Tensor d = dropped.to(wide);
+      d_p = d_p * d;
+      used = p * d;
+    }
     const at::Tensor d_scores = p * (d_p - delta) * scale;
     return {at::matmul(d_scores, K), at::matmul(d_scores.transpose(-2, -1), Q),
-            at::matmul(p.transpose(-2, -1), dO)};
+            at::matmul(used.transpose(-2, -1), dO)};
   }
 };
 
@@ -359,7 +385,14 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   } else if (options.documents) {
     ring->all_documents = ring->q_documents.unsqueeze(0);
   }
-  ring->plan(fused_kernel_fits(q, ring->all_positions, options.documents.has_value()));
+  if (options.dropout_scale) {
+    if (options.dropout_scale->size(3) != q.size(2) * group.size())
+      throw std::invalid_argument(
+          "ring attention: the dropout scale must cover every position of the whole sequence");
+    ring->dropout_scale = options.dropout_scale->to(q.device());
+  }
+  ring->plan(fused_kernel_fits(q, ring->all_positions,
+                               options.documents.has_value() || options.dropout_scale.has_value()));
   return RingAttention::apply(q, k, v,
                               c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(ring));
 }

@@ -68,8 +68,8 @@ struct GptEmbeddingImpl : torch::nn::Module {
     const at::Tensor placed =
         at::embedding(tensor_parallel::sequence_shared(positions->weight, group),
                       where.narrow(-1, here.first, here.length));
-    return tensor_parallel::sequence_dropout(tokens(mine) + placed, dropout_p, is_training(),
-                                             group);
+    return tensor_parallel::sequence_dropout(tokens(mine) + placed, dropout_p, is_training(), group,
+                                             context);
   }
 
   Group group;
@@ -132,26 +132,30 @@ struct GptBlockImpl : torch::nn::Module {
   }
 
   at::Tensor dropout(const at::Tensor& x) const {
-    return tensor_parallel::sequence_dropout(x, dropout_p, is_training(), group);
+    return tensor_parallel::sequence_dropout(x, dropout_p, is_training(), group, context);
+  }
+
+  bool drops_attention() const { return is_training() && dropout_p > 0; }
+
+  // Which attention weights dropout keeps, 1 or 0 ([batch, local heads, seq, seq] in q's
+  // type): drawn for every head of the whole model and sliced to this rank's heads, so all
+  // ranks of the group draw alike (the dropout of their replicated activations stays in
+  // step) and training does not depend on the model-parallel size.
+  at::Tensor attention_kept(int64_t batch, int64_t seq, const at::Tensor& q) const {
+    return at::empty({batch, heads, seq, seq}, q.options().dtype(at::kFloat))
+        .bernoulli_(1 - dropout_p)
+        .narrow(1, group.rank() * local_heads, local_heads)
+        .to(q.scalar_type());
   }
 
   // Causal attention over this rank's heads ([batch, local heads, seq, head dim] each).
   // With dropout in training the weights are computed here instead of by the fused
-  // kernel: the dropout mask is drawn for every head of the whole model and sliced to this
-  // rank's heads, so all ranks of the group draw alike (the dropout of their replicated
-  // activations stays in step) and training does not depend on the model-parallel size.
+  // kernel, under the mask attention_kept() draws.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& documents) const {
     if (KvCache* cache = active_kv_cache()) return cached_attention(*cache, this, q, k, v);
-    if (context_parallel::splits(context)) {  // model.dropout is 0 here (checked)
-      const at::Tensor where = context_parallel::local_positions(q.size(2) * context.size(),
-                                                                 context.rank(), context.size());
-      context_parallel::RingAttentionOptions options;
-      if (documents.defined())
-        options.documents = context_parallel::take_local(documents, 1, context);
-      return context_parallel::ring_attention(q, k, v, where, context, options);
-    }
-    if (!is_training() || dropout_p == 0) {
+    if (context_parallel::splits(context)) return ring_attend(q, k, v, documents);
+    if (!drops_attention()) {
       if (!documents.defined())
         return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
       return at::scaled_dot_product_attention(q, k, v, document_mask(documents), 0.0);
@@ -163,11 +167,26 @@ struct GptBlockImpl : torch::nn::Module {
     const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
     const at::Tensor weights = at::softmax(
         scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
-    const at::Tensor keep = at::empty({batch, heads, seq, seq}, q.options().dtype(at::kFloat))
-                                .bernoulli_(1 - dropout_p)
-                                .narrow(1, group.rank() * local_heads, local_heads)
-                                .to(q.scalar_type());
-    return at::matmul(weights * keep / (1 - dropout_p), v);
+    return at::matmul(weights * attention_kept(batch, seq, q) / (1 - dropout_p), v);
+  }
+
+  // Attention of this rank's chunks of the sequence over the context group's (ring
+  // attention). Under dropout the whole sequence's mask is drawn, as one rank would draw
+  // it, and this rank's queries' rows of it kept.
+  at::Tensor ring_attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& documents) const {
+    const int64_t whole = q.size(2) * context.size();
+    const at::Tensor where =
+        context_parallel::local_positions(whole, context.rank(), context.size());
+    context_parallel::RingAttentionOptions options;
+    if (documents.defined())
+      options.documents = context_parallel::take_local(documents, 1, context);
+    if (drops_attention()) {
+      options.dropout_scale =
+          context_parallel::take_local(attention_kept(q.size(0), whole, q), 2, context)
+              .div_(1 - dropout_p);
+    }
+    return context_parallel::ring_attention(q, k, v, where, context, options);
   }
 
   Group group;
@@ -218,11 +237,6 @@ void check(const GptConfig& c, const Group& group, const ContextGroup& context) 
   require_divisible(c.heads, "heads", group.size(), "the model-parallel size");
   require_divisible(c.vocab_size, "vocab_size", group.size(), "the model-parallel size");
   require_sequence_split(c.context, group, context);
-  if (context.parallel() && c.dropout > 0) {
-    throw io::InputError(
-        "model.dropout must be 0 under context_parallel: ring attention draws no attention "
-        "dropout yet");
-  }
 }
 
 }  // namespace

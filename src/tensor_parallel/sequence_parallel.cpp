@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/context_parallel/whole_sequences.h"
@@ -105,16 +106,20 @@ at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group) {
   return splits_sequence(group) ? copy_to_group(parameter, group) : parameter;
 }
 
-at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group) {
+at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group,
+                            const context_parallel::Group& context) {
   // No call at all where nothing is dropped (at::dropout would return x, but costs a call).
   if (!training || p == 0 || x.numel() == 0) return x;
-  if (!splits_sequence(group)) return at::dropout(x, p, training);
+  const bool shared = splits_sequence(group), cut = context_parallel::splits(context);
+  if (!shared && !cut) return at::dropout(x, p, training);
   require_sequence_dim(x);
   // As at::dropout draws on the CPU for the whole: a mask of the input's type, scaled.
   std::vector<int64_t> whole = x.sizes().vec();
-  whole[1] *= group.size();
+  whole[1] *= (shared ? group.size() : 1) * (cut ? context.size() : 1);
   at::Tensor noise = at::empty(whole, x.options()).bernoulli_(1 - p);
   noise.div_(1 - p);
+  noise = context_parallel::take_local(noise, 1, context);  // a copy where it cuts
+  if (!shared) return x * noise;
   // A copy of the slice: a view would keep the whole mask alive until backward.
   return x * noise.narrow(1, group.rank() * x.size(1), x.size(1)).clone();
 }

@@ -173,8 +173,9 @@ void build_data(Job& job) {
 }
 
 // Dropout draws from the default generator: a stream per stage and replica, fixed by the
-// seed and shared by a tensor-parallel group, whose replicated activations must stay equal
-// (and by a context-parallel group, whose GPT has no dropout and LLaMA none at all).
+// seed and shared by a tensor-parallel group, whose replicated activations must stay equal,
+// and by a context-parallel group, whose ranks draw the whole sequence's masks and keep
+// their own positions' (the LLaMA has no dropout).
 // Negative indices are never layers', so these streams differ from every layer's seed.
 void seed_dropout(const Job& job) {
   const int replica =

@@ -35,8 +35,8 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                  "context-parallel group size (`--context-parallel`; Megatron's "
                  "`--context-parallel-size`): each sequence cut into 2 × C chunks, rank i "
                  "holding chunks i and 2C - 1 - i, attention passing keys and values around the "
-                 "group (ring attention); GPT and LLaMA, `model.context` divisible by 2 × C, "
-                 "GPT dropout 0. Training and evaluation only: nothing on disk depends on it",
+                 "group (ring attention); GPT and LLaMA, `model.context` divisible by 2 × C. "
+                 "Training and evaluation only: nothing on disk depends on it",
                  config::at_least(1))
         .integer("expert_parallel", PIPETRAIN_FIELD(expert_parallel),
                  "expert-parallel group size (`--expert-parallel`; Megatron's "

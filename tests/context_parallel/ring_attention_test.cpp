@@ -8,6 +8,9 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/context_parallel/ring_attention.h"
 
+#include <cmath>
+#include <limits>
+
 namespace pipetrain::context_parallel {
 namespace {
 
@@ -28,20 +31,33 @@ struct Problem {
   int64_t batch = 2, heads = 2, kv_heads = 2, seq_per_rank = 4, head_dim = 4;
   bool causal = true;
   at::Tensor documents;  // [batch, whole seq], or undefined
+  double dropout = 0;    // attention dropout's probability (plain path)
   // Double: the plain path; float and bf16: ATen's CPU flash kernel on the chunks'
   // rectangles (bf16 against the whole computed in float from the same values).
   at::ScalarType dtype = at::kDouble;
 };
 
-// Attention over the whole sequence: SDPA with the mask the problem asks for.
+// Attention over the whole sequence: SDPA with the mask the problem asks for; under
+// dropout, softmax(scores) * dropped @ v written out.
 at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const Problem& p) {
+                           const Problem& p, const at::Tensor& dropped) {
   const int64_t whole = q.size(2);
   std::optional<at::Tensor> mask;
   if (p.documents.defined()) {
     at::Tensor visible = (p.documents.unsqueeze(2) == p.documents.unsqueeze(1)).unsqueeze(1);
     if (p.causal) visible = visible & at::ones({whole, whole}, at::kBool).tril();
     mask = visible;
+  }
+  if (dropped.defined()) {
+    const int64_t repeats = q.size(1) / k.size(1);
+    const at::Tensor keys = k.repeat_interleave(repeats, 1),
+                     values = v.repeat_interleave(repeats, 1);
+    at::Tensor visible = mask ? *mask : at::ones({whole, whole}, at::kBool);
+    if (p.causal && !mask) visible = visible.tril();
+    const at::Tensor scores = at::matmul(q, keys.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+    const at::Tensor weights = at::softmax(
+        scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
+    return at::matmul(weights * dropped, values);
   }
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, p.causal && !p.documents.defined(),
                                           {},
@@ -56,6 +72,10 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor k = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
   const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
   const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
+  at::Tensor dropped;  // 0 or 1 / (1 - p) per weight of the whole sequence
+  if (p.dropout > 0)
+    dropped = at::empty({p.batch, p.heads, whole, whole}, p.dtype).bernoulli_(1 - p.dropout) /
+              (1 - p.dropout);
 
   const bool bf16 = p.dtype == at::kBFloat16;
   const auto reference = bf16 ? at::kFloat : p.dtype;
@@ -63,7 +83,7 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor q_whole = q.to(reference).clone().requires_grad_(true);
   const at::Tensor k_whole = k.to(reference).clone().requires_grad_(true);
   const at::Tensor v_whole = v.to(reference).clone().requires_grad_(true);
-  const at::Tensor expected = whole_attention(q_whole, k_whole, v_whole, p);
+  const at::Tensor expected = whole_attention(q_whole, k_whole, v_whole, p, dropped);
   (expected * upstream.to(reference)).sum().backward();
 
   const at::Tensor q_mine = take_local(q, 2, group).requires_grad_(true);
@@ -72,6 +92,7 @@ void expect_ring_equals_whole(const Problem& p) {
   RingAttentionOptions options;
   options.causal = p.causal;
   if (p.documents.defined()) options.documents = take_local(p.documents, 1, group);
+  if (dropped.defined()) options.dropout_scale = take_local(dropped, 2, group);
   const at::Tensor positions = local_positions(whole, group.rank(), group.size());
   const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
   (out * take_local(upstream, 2, group)).sum().backward();
@@ -148,6 +169,26 @@ TEST(RingAttention, DocumentsOfOneChunkLeaveWholeBlocksEmpty) {
   p.seq_per_rank = 2 * chunk;
   p.documents = (at::arange(whole, at::kLong) / chunk).unsqueeze(0).expand({2, whole}).contiguous();
   expect_ring_equals_whole(p);
+}
+
+TEST(RingAttention, AttentionDropoutEqualsTheWholeSequencesDroppedWeights) {
+  for (const bool causal : {true, false}) {
+    for (const int64_t heads : {2, 4}) {  // 4: grouped-query
+      Problem p;
+      p.causal = causal;
+      p.heads = heads;
+      p.dropout = 0.3;
+      SCOPED_TRACE("causal " + std::to_string(causal) + ", heads " + std::to_string(heads));
+      expect_ring_equals_whole(p);
+    }
+  }
+  Problem packed;  // with documents, in float
+  packed.dtype = at::kFloat;
+  packed.dropout = 0.2;
+  packed.seq_per_rank = 8;
+  at::manual_seed(6);
+  packed.documents = (at::rand({2, 8 * world_group().size()}) < 0.2).to(at::kLong).cumsum(1);
+  expect_ring_equals_whole(packed);
 }
 
 TEST(RingAttention, AloneItIsScaledDotProductAttention) {

@@ -167,6 +167,22 @@ print(sorted(split), [(s, full.get(s), split.get(s)) for s in steps] if not ok e
 raise SystemExit(not ok)
 PY
 
+# 3c'''. Context parallelism with the GPT's dropout: its ranks draw the whole sequence's
+#        masks and keep their own positions', so pipe 2 x data 2 x context 2 trains as the
+#        logged pipe 2 x data 2 run (dropout 0.1) within 1e-5.
+"$pipetrain" launch -n 8 -- "$pipetrain" train --eval-interval 0 --train-iters 4 --context-parallel 2 \
+  --config "$(variant c_dropout 's|"sample"|"log": {"metrics": "c_dropout.jsonl"}, "sample"|')" >c_dropout.out 2>&1
+check "context parallel with dropout: steps 1-4 equal the logged run's within 1e-5" \
+  "$python" - <<'PY'
+import json
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(name))}
+whole, split = losses("logs/m.jsonl"), losses("c_dropout.jsonl")
+ok = sorted(split) == [1, 2, 3, 4] and all(abs(split[s] - whole[s]) <= 1e-5 * abs(whole[s]) for s in split)
+print("" if ok else [(s, whole.get(s), split.get(s)) for s in range(1, 5)])
+raise SystemExit(not ok)
+PY
+
 # 3c''. Packed documents (newlines end them): pipe 2 alone, and pipe 1 x context 2 x model 2
 #       with sequence parallelism, train to the same losses, unlike the unpacked run.
 pack='s|"paths": \["/usr/share/common-licenses"\]|"paths": ["/usr/share/common-licenses"], "pack": true, "document_end": 10|'

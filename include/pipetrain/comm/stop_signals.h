@@ -24,7 +24,7 @@ void install_stop_handlers();
 class DeferredStop {
  public:
   explicit DeferredStop(int signal);
-  ~DeferredStop();  // the signal ends the rank at once again
+  ~DeferredStop();  // the signal ends the rank at once again, unless one was received
   DeferredStop(const DeferredStop&) = delete;
   DeferredStop& operator=(const DeferredStop&) = delete;
 

@@ -16,7 +16,7 @@
 // and sends each block's key and value gradients with it back to its owner (the
 // memory-efficient formulation of ring and flash attention), so attention's memory per rank
 // grows with the local slice, not with the square of the sequence. Blocks are computed with
-// plain operators (no fused kernel).
+// ATen's CPU flash kernel where it fits (see ring_attention.cpp), else in plain operators.
 namespace pipetrain::context_parallel {
 
 // The ranks that split one sequence between them. Without a communicator, one rank holding
@@ -52,6 +52,11 @@ struct RingAttentionOptions {
   std::optional<at::Tensor> documents;
   // 1 / sqrt(head dim) unless set.
   std::optional<double> scale;
+  // Attention dropout: [batch, heads, local seq, whole seq] in q's type, what each of this
+  // rank's queries' weights over every position of the sequence are multiplied by after the
+  // softmax (0 where dropped, 1 / (1 - p) where kept), as dropout of the whole sequence's
+  // weights draws it. Blocks are then computed in plain operators.
+  std::optional<at::Tensor> dropout_scale;
 };
 
 // Attention of this rank's queries over the whole sequence's keys and values.

@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/tensor_parallel/group.h"
 
 // Megatron-LM's sequence parallelism (Korthikanti et al., arXiv 2205.05198): outside the
@@ -39,10 +40,12 @@ at::Tensor leave_parallel_region(const at::Tensor& x, const Group& group);
 at::Tensor sequence_shared(const at::Tensor& parameter, const Group& group);
 
 // Dropout of this rank's slice of the sequence as dropout of the whole would draw it: the
-// mask is drawn for the whole sequence ([batch, size * seq, ...]) and sliced, so the
-// generators of the group stay in step and training does not depend on the group's size.
-// Without sequence parallelism, at::dropout.
-at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group);
+// mask is drawn for the whole sequence ([batch, whole seq, ...]) and this rank's positions
+// taken from it (its context-parallel chunks, then its sequence-parallel share of those),
+// so the generators of both groups stay in step and training depends on neither size.
+// Where neither group splits the sequence, at::dropout.
+at::Tensor sequence_dropout(const at::Tensor& x, double p, bool training, const Group& group,
+                            const context_parallel::Group& context = {});
 
 // The positions [first, first + length) of the whole sequence this rank's slice holds:
 // its share under sequence parallelism, else all of them.
