@@ -116,7 +116,12 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   const at::Tensor shifted = flat - maximum.unsqueeze(-1);
 
   const LocalIds local = local_ids(targets, group.rank() * rows, rows, shifted.scalar_type());
-  const at::Tensor picked = shifted.gather(-1, local.index.unsqueeze(-1)).squeeze(-1);
+  // Each token's own logit, picked from the flat logits by index_select, whose backward keeps
+  // only their shape (gather's would keep every logit until backward: a second
+  // [tokens, vocab / size] beside the exponentials).
+  const at::Tensor flat_index =
+      at::arange(shifted.size(0), local.index.options()) * rows + local.index;
+  const at::Tensor picked = shifted.reshape({-1}).index_select(0, flat_index);
   const at::Tensor target_logit = reduce_from_group(picked * local.here, group);
   const at::Tensor sum_exp = reduce_from_group(shifted.exp().sum(-1), group);
   return (sum_exp.log() - target_logit).mean();

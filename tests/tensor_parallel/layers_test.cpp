@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "model_group.h"
+#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 
@@ -89,6 +90,23 @@ TEST(TensorParallelLayers, VocabParallelEmbeddingAndCrossEntropyMatchThePlainOne
   EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-6);
   expect_close(embedding->weight.grad(), take_shard(table.grad(), {0, 1}, group.rank(), 2),
                "table gradient shard (lookup and head)");
+}
+
+TEST(TensorParallelLayers, VocabParallelCrossEntropyKeepsOneTensorOfTheLogitsSize) {
+  // What the loss keeps for backward: the exponentials of this rank's logits (their size),
+  // a few per-token values, never the logits themselves a second time.
+  device::count_cpu_memory();  // once per process: counts what is allocated from now on
+  const Group group = testing::model_group_of_two();
+  at::manual_seed(4);
+  const at::Tensor logits = at::randn({8, 256, 512}).requires_grad_(true);  // 4 MiB a rank
+  const at::Tensor labels = at::randint(1024, {8, 256}, at::kLong);
+  const int64_t before = device::cpu_memory()->allocated;
+  at::Tensor loss = vocab_parallel_cross_entropy(logits, labels, group);
+  const int64_t kept = device::cpu_memory()->allocated - before;
+  const int64_t size = logits.numel() * logits.element_size();
+  EXPECT_GE(kept, size);
+  EXPECT_LT(kept, size + size / 4) << "kept " << kept << " bytes for logits of " << size;
+  loss.backward();
 }
 
 TEST(TensorParallelLayers, VocabParallelCrossEntropyRefusesALabelOutsideTheVocabulary) {
