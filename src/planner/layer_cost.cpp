@@ -163,8 +163,10 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
   add_attention(block, s, d);
   add_linear(block, s, d, d);
   block.saved = static_cast<double>(4 * s * d);
-  // q, k, v and their rotated copies, the attention output and its merged copy.
-  block.split_saved = static_cast<double>(s * (4 * d + 4 * kv));
+  // The rotated q and k, v and the attention output, as the fused kernel keeps them (the
+  // rotation multiplies q and k by constant tables, which keep neither; the merged heads are
+  // a view of the output). Measured: bench/sequence_parallel_memory.
+  block.split_saved = static_cast<double>(s * (2 * d + 2 * kv));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
   block.workspace = static_cast<double>(s * d);                     // the stream's
   if (moe) {
