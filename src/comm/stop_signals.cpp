@@ -23,6 +23,7 @@ namespace {
 volatile sig_atomic_t deferred_signal = 0;  // the signal DeferredStop holds back; 0: none
 volatile sig_atomic_t received = 0;         // it arrived
 volatile sig_atomic_t received_at = 0;      // when (CLOCK_MONOTONIC seconds)
+volatile sig_atomic_t taken = 0;            // the job agreed to stop (on any rank's request)
 // Under mpirun (with or without `pipetrain launch`) a SIGTERM from the rank's parent (mpirun,
 // or Open MPI's daemon on another host) is the job ending (after a second Ctrl-C, or a
 // failed rank): it stops the rank at once. A stop signal from anyone else is a request to
@@ -131,6 +132,7 @@ void install_stop_handlers() {
 
 DeferredStop::DeferredStop(int signal) : signal_(signal) {
   received = 0;
+  taken = 0;
   under_mpirun = io::started_by_launcher() || std::getenv("OMPI_COMM_WORLD_RANK") ? 1 : 0;
   deferred_signal = signal;
 }
@@ -139,15 +141,18 @@ DeferredStop::~DeferredStop() {
   // A rank that took a stop request is on its way out (saved, exit 75): a late copy of the
   // same request (a signal sent to every process of the job reaches the rank directly and
   // again through mpirun) must not end it by that signal now. A second request still
-  // does, after kRepeatSeconds, as during the step.
-  if (!received) deferred_signal = 0;
+  // does, after kRepeatSeconds, as during the step. So for a rank that stops because
+  // another rank got the request first: its own copy may still be on its way.
+  if (!received && !taken) deferred_signal = 0;
 }
 
 bool DeferredStop::requested(Communicator& world) const {
   if (signal_ == 0) return false;
   at::Tensor any = at::tensor({static_cast<int>(received)}, at::kInt);
   world.all_reduce(any, ReduceOp::kMax);
-  return any.item<int>() != 0;
+  if (any.item<int>() == 0) return false;
+  taken = 1;
+  return true;
 }
 
 }  // namespace pipetrain::comm

@@ -39,16 +39,16 @@ at::Tensor pass_around(const at::Tensor& x, const Group& group, int ahead, int t
 }
 
 // One block's attention with its log-sum-exp, in plain operations: out [b, h, sq, d] (zero
-// where a query sees none of the block's keys) and lse [b, h, sq] (-inf there). `dropped`,
-// where defined, scales the weights after their softmax (attention dropout): the block's
-// weights are normalised over its own keys here, and merge() rescales them to the whole
-// row's, to which the scale applies alike.
+// where a query sees none of the block's keys) and lse [b, h, sq] (-inf there). `kept`,
+// where defined, is attention dropout's mask (1 or 0), applied after the softmax with
+// kept weights divided by 1 - p: the block's weights are normalised over its own keys
+// here, and merge() rescales them to the whole row's, to which dropout applies alike.
 struct Partial {
   at::Tensor out;
   at::Tensor lse;
 };
 Partial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const at::Tensor& visible, const at::Tensor& dropped, double scale) {
+                        const at::Tensor& visible, const at::Tensor& kept, double p, double scale) {
   const double inf = std::numeric_limits<double>::infinity();
   const at::Tensor scores =
       (at::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(visible.logical_not(), -inf);
@@ -59,7 +59,7 @@ Partial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const at::Tensor sees = sum > 0;
   const at::Tensor safe_sum = at::where(sees, sum, at::ones_like(sum));
   at::Tensor normalised = weights / safe_sum;
-  if (dropped.defined()) normalised = normalised * dropped;
+  if (kept.defined()) normalised = normalised * kept / (1 - p);
   const at::Tensor out = at::matmul(normalised, v);
   const at::Tensor lse = at::where(sees, maximum + safe_sum.log(), at::full_like(sum, -inf));
   return {out, lse.squeeze(-1)};
@@ -93,11 +93,13 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       (options.documents->dim() != 2 || options.documents->size(0) != q.size(0) ||
        options.documents->size(1) != q.size(2)))
     throw std::invalid_argument("ring attention: documents must be [batch, local seq]");
-  if (options.dropout_scale &&
-      (options.dropout_scale->dim() != 4 || options.dropout_scale->size(0) != q.size(0) ||
-       options.dropout_scale->size(1) != q.size(1) || options.dropout_scale->size(2) != q.size(2)))
+  if (options.dropout_kept &&
+      (options.dropout_kept->dim() != 4 || options.dropout_kept->size(0) != q.size(0) ||
+       options.dropout_kept->size(1) != q.size(1) || options.dropout_kept->size(2) != q.size(2)))
     throw std::invalid_argument(
-        "ring attention: the dropout scale must be [batch, heads, local seq, whole seq]");
+        "ring attention: the dropout mask must be [batch, heads, local seq, whole seq]");
+  if (options.dropout_kept && (options.dropout_p < 0 || options.dropout_p >= 1))
+    throw std::invalid_argument("ring attention: the dropout probability must be in [0, 1)");
 }
 
 // A rectangle of one block's attention: queries [q0, q1) of this rank against keys
@@ -145,7 +147,8 @@ struct Ring : torch::CustomClassHolder {
   int64_t repeats = 1;                      // query heads per key/value head
   at::Tensor q_positions, q_documents;      // this rank's
   at::Tensor all_positions, all_documents;  // every rank's, stacked in rank order
-  at::Tensor dropout_scale;                 // [b, h, sq, whole seq], or undefined
+  at::Tensor dropout_kept;                  // [b, h, sq, whole seq] in q's type, or undefined
+  double dropout_p = 0;
   // Per step of the ring, the rectangles of the block held then that the queries see (none:
   // skip the block). Worked out once, for forward and backward.
   std::vector<std::vector<Piece>> steps;
@@ -159,10 +162,10 @@ struct Ring : torch::CustomClassHolder {
                       all_documents.defined() ? all_documents[from] : at::Tensor(), causal);
   }
 
-  // The dropout scale of the block held at `step` ([b, h, sq, sk]), or undefined.
-  at::Tensor dropped(int step) const {
-    if (!dropout_scale.defined()) return {};
-    return dropout_scale.index_select(3, all_positions[owner(step)]);
+  // The dropout mask of the block held at `step` ([b, h, sq, sk]), or undefined.
+  at::Tensor kept(int step) const {
+    if (!dropout_kept.defined()) return {};
+    return dropout_kept.index_select(3, all_positions[owner(step)]);
   }
 
   // Fused (fused_kernel_fits): each half of the queries against each half of the keys.
@@ -207,10 +210,10 @@ at::Tensor columns(const at::Tensor& x, const Piece& p) {
 }
 
 // Ring attention as one autograd node that keeps only q, k, v, the output and its
-// log-sum-exp (never a block's scores): backward passes the keys and values around the
-// ring again, recomputes each block's probabilities from the saved log-sum-exp, and sends
-// each block's key and value gradients along with it back to its owner (the
-// memory-efficient formulation of ring and flash attention).
+// log-sum-exp (and attention dropout's mask rows, where given; never a block's scores): backward
+// passes the keys and values around the ring again, recomputes each block's probabilities from the
+// saved log-sum-exp, and sends each block's key and value gradients along with it back to its owner
+// (the memory-efficient formulation of ring and flash attention).
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v,
@@ -232,7 +235,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         if (piece.kind == Piece::kMasked) {
           partial =
               block_attention(rows(q, piece), columns(block_k, piece), columns(block_v, piece),
-                              ring->mask(step), ring->dropped(step), ring->scale);
+                              ring->mask(step), ring->kept(step), ring->dropout_p, ring->scale);
         } else {
           std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
               rows(q, piece).contiguous(), columns(block_k, piece).contiguous(),
@@ -279,8 +282,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         if (piece.kind == Piece::kMasked) {
           std::tie(dq, dk, dv) = masked_backward(
               rows(d_out, piece), rows(q, piece), columns(block_k, piece), columns(block_v, piece),
-              rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step),
-              ring->dropped(step), ring->scale);
+              rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step), ring->kept(step),
+              ring->dropout_p, ring->scale);
         } else {
           std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
               rows(d_out, piece).contiguous(), rows(q, piece).contiguous(),
@@ -314,13 +317,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 
   // The gradients of one rectangle under a mask, from the whole output and log-sum-exp:
-  // P = exp(S - lse) where visible, dS = P (dP - rowsum(dO O)). Under dropout scale D the
-  // output is (P D) V: dV = (P D)ᵀ dO, dP = (dO Vᵀ) D, and rowsum(dO O) is still the
-  // softmax's correction.
+  // P = exp(S - lse) where visible, dS = P (dP - rowsum(dO O)). Under dropout, with D the
+  // mask over 1 - p, the output is (P D) V: dV = (P D)ᵀ dO, dP = (dO Vᵀ) D, and rowsum(dO O) is
+  // still the softmax's correction.
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> masked_backward(
       const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask,
-      const at::Tensor& dropped, double scale) {
+      const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask, const at::Tensor& kept,
+      double p_drop, double scale) {
     // In the log-sum-exp's type (float for bf16 and fp16), as the fused kernel computes.
     const auto wide = lse.scalar_type();
     const at::Tensor dO = d_out.to(wide), Q = q.to(wide), K = k.to(wide), V = v.to(wide);
@@ -329,8 +332,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const at::Tensor p = (scores - lse).exp().masked_fill(mask.logical_not(), 0);
     at::Tensor d_p = at::matmul(dO, V.transpose(-2, -1));
     at::Tensor used = p;  // the weights that multiplied V
-    if (dropped.defined()) {
-      const at::Tensor d = dropped.to(wide);
+    if (kept.defined()) {
+      const at::Tensor d = kept.to(wide) / (1 - p_drop);
       d_p = d_p * d;
       used = p * d;
     }
@@ -385,14 +388,15 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   } else if (options.documents) {
     ring->all_documents = ring->q_documents.unsqueeze(0);
   }
-  if (options.dropout_scale) {
-    if (options.dropout_scale->size(3) != q.size(2) * group.size())
+  if (options.dropout_kept) {
+    if (options.dropout_kept->size(3) != q.size(2) * group.size())
       throw std::invalid_argument(
-          "ring attention: the dropout scale must cover every position of the whole sequence");
-    ring->dropout_scale = options.dropout_scale->to(q.device());
+          "ring attention: the dropout mask must cover every position of the whole sequence");
+    ring->dropout_kept = options.dropout_kept->to(q.device(), q.scalar_type());
+    ring->dropout_p = options.dropout_p;
   }
   ring->plan(fused_kernel_fits(q, ring->all_positions,
-                               options.documents.has_value() || options.dropout_scale.has_value()));
+                               options.documents.has_value() || options.dropout_kept.has_value()));
   return RingAttention::apply(q, k, v,
                               c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(ring));
 }

@@ -141,11 +141,13 @@ struct GptBlockImpl : torch::nn::Module {
   // type): drawn for every head of the whole model and sliced to this rank's heads, so all
   // ranks of the group draw alike (the dropout of their replicated activations stays in
   // step) and training does not depend on the model-parallel size.
+  // A copy where the group splits the heads: a view would keep every head's mask alive
+  // until backward.
   at::Tensor attention_kept(int64_t batch, int64_t seq, const at::Tensor& q) const {
     return at::empty({batch, heads, seq, seq}, q.options().dtype(at::kFloat))
         .bernoulli_(1 - dropout_p)
         .narrow(1, group.rank() * local_heads, local_heads)
-        .to(q.scalar_type());
+        .to(q.scalar_type(), /*non_blocking=*/false, /*copy=*/group.parallel());
   }
 
   // Causal attention over this rank's heads ([batch, local heads, seq, head dim] each).
@@ -182,9 +184,9 @@ struct GptBlockImpl : torch::nn::Module {
     if (documents.defined())
       options.documents = context_parallel::take_local(documents, 1, context);
     if (drops_attention()) {
-      options.dropout_scale =
-          context_parallel::take_local(attention_kept(q.size(0), whole, q), 2, context)
-              .div_(1 - dropout_p);
+      options.dropout_kept =
+          context_parallel::take_local(attention_kept(q.size(0), whole, q), 2, context);
+      options.dropout_p = dropout_p;
     }
     return context_parallel::ring_attention(q, k, v, where, context, options);
   }

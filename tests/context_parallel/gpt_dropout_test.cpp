@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 

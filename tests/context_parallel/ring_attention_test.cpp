@@ -38,9 +38,9 @@ struct Problem {
 };
 
 // Attention over the whole sequence: SDPA with the mask the problem asks for; under
-// dropout, softmax(scores) * dropped @ v written out.
+// dropout, softmax(scores) * kept / (1 - p) @ v written out.
 at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const Problem& p, const at::Tensor& dropped) {
+                           const Problem& p, const at::Tensor& kept) {
   const int64_t whole = q.size(2);
   std::optional<at::Tensor> mask;
   if (p.documents.defined()) {
@@ -48,7 +48,7 @@ at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     if (p.causal) visible = visible & at::ones({whole, whole}, at::kBool).tril();
     mask = visible;
   }
-  if (dropped.defined()) {
+  if (kept.defined()) {
     const int64_t repeats = q.size(1) / k.size(1);
     const at::Tensor keys = k.repeat_interleave(repeats, 1),
                      values = v.repeat_interleave(repeats, 1);
@@ -57,7 +57,7 @@ at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     const at::Tensor scores = at::matmul(q, keys.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
     const at::Tensor weights = at::softmax(
         scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
-    return at::matmul(weights * dropped, values);
+    return at::matmul(weights * kept / (1 - p.dropout), values);
   }
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, p.causal && !p.documents.defined(),
                                           {},
@@ -72,10 +72,9 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor k = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
   const at::Tensor v = at::randn({p.batch, p.kv_heads, whole, p.head_dim}, p.dtype);
   const at::Tensor upstream = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
-  at::Tensor dropped;  // 0 or 1 / (1 - p) per weight of the whole sequence
+  at::Tensor kept;  // 1 or 0 per weight of the whole sequence
   if (p.dropout > 0)
-    dropped = at::empty({p.batch, p.heads, whole, whole}, p.dtype).bernoulli_(1 - p.dropout) /
-              (1 - p.dropout);
+    kept = at::empty({p.batch, p.heads, whole, whole}, p.dtype).bernoulli_(1 - p.dropout);
 
   const bool bf16 = p.dtype == at::kBFloat16;
   const auto reference = bf16 ? at::kFloat : p.dtype;
@@ -83,7 +82,8 @@ void expect_ring_equals_whole(const Problem& p) {
   const at::Tensor q_whole = q.to(reference).clone().requires_grad_(true);
   const at::Tensor k_whole = k.to(reference).clone().requires_grad_(true);
   const at::Tensor v_whole = v.to(reference).clone().requires_grad_(true);
-  const at::Tensor expected = whole_attention(q_whole, k_whole, v_whole, p, dropped);
+  const at::Tensor expected =
+      whole_attention(q_whole, k_whole, v_whole, p, kept.defined() ? kept.to(reference) : kept);
   (expected * upstream.to(reference)).sum().backward();
 
   const at::Tensor q_mine = take_local(q, 2, group).requires_grad_(true);
@@ -92,7 +92,10 @@ void expect_ring_equals_whole(const Problem& p) {
   RingAttentionOptions options;
   options.causal = p.causal;
   if (p.documents.defined()) options.documents = take_local(p.documents, 1, group);
-  if (dropped.defined()) options.dropout_scale = take_local(dropped, 2, group);
+  if (kept.defined()) {
+    options.dropout_kept = take_local(kept, 2, group);
+    options.dropout_p = p.dropout;
+  }
   const at::Tensor positions = local_positions(whole, group.rank(), group.size());
   const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
   (out * take_local(upstream, 2, group)).sum().backward();
@@ -189,6 +192,12 @@ TEST(RingAttention, AttentionDropoutEqualsTheWholeSequencesDroppedWeights) {
   at::manual_seed(6);
   packed.documents = (at::rand({2, 8 * world_group().size()}) < 0.2).to(at::kLong).cumsum(1);
   expect_ring_equals_whole(packed);
+  Problem bf16;  // in bf16, within bf16 of the whole in float
+  bf16.dtype = at::kBFloat16;
+  bf16.dropout = 0.1;
+  bf16.heads = 4;
+  bf16.seq_per_rank = 16;
+  expect_ring_equals_whole(bf16);
 }
 
 TEST(RingAttention, AloneItIsScaledDotProductAttention) {

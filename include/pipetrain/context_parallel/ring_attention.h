@@ -15,7 +15,8 @@
 // passes the keys and values around the ring again, recomputes each block's probabilities,
 // and sends each block's key and value gradients with it back to its owner (the
 // memory-efficient formulation of ring and flash attention), so attention's memory per rank
-// grows with the local slice, not with the square of the sequence. Blocks are computed with
+// grows with the local slice, not with the square of the sequence (except under attention
+// dropout, whose mask rows it keeps: see RingAttentionOptions). Blocks are computed with
 // ATen's CPU flash kernel where it fits (see ring_attention.cpp), else in plain operators.
 namespace pipetrain::context_parallel {
 
@@ -52,11 +53,12 @@ struct RingAttentionOptions {
   std::optional<at::Tensor> documents;
   // 1 / sqrt(head dim) unless set.
   std::optional<double> scale;
-  // Attention dropout: [batch, heads, local seq, whole seq] in q's type, what each of this
-  // rank's queries' weights over every position of the sequence are multiplied by after the
-  // softmax (0 where dropped, 1 / (1 - p) where kept), as dropout of the whole sequence's
-  // weights draws it. Blocks are then computed in plain operators.
-  std::optional<at::Tensor> dropout_scale;
+  // Attention dropout: which weights of this rank's queries over every position of the
+  // sequence are kept, 1 or 0 ([batch, heads, local seq, whole seq]), as dropout of the
+  // whole sequence's weights draws them; kept weights are divided by 1 - dropout_p after the
+  // softmax. Blocks are then computed in plain operators, and the node keeps this mask too.
+  std::optional<at::Tensor> dropout_kept;
+  double dropout_p = 0;
 };
 
 // Attention of this rank's queries over the whole sequence's keys and values.
