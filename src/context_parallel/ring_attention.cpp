@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "pipetrain/context_parallel/fused_attention.h"
 #include "pipetrain/context_parallel/whole_sequences.h"
 
 namespace pipetrain::context_parallel {
@@ -43,12 +44,9 @@ at::Tensor pass_around(const at::Tensor& x, const Group& group, int ahead, int t
 // where defined, is attention dropout's mask (1 or 0), applied after the softmax with
 // kept weights divided by 1 - p: the block's weights are normalised over its own keys
 // here, and merge() rescales them to the whole row's, to which dropout applies alike.
-struct Partial {
-  at::Tensor out;
-  at::Tensor lse;
-};
-Partial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const at::Tensor& visible, const at::Tensor& kept, double p, double scale) {
+AttentionPartial block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& visible, const at::Tensor& kept, double p,
+                                 double scale) {
   const double inf = std::numeric_limits<double>::infinity();
   const at::Tensor scores =
       (at::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(visible.logical_not(), -inf);
@@ -118,25 +116,24 @@ std::optional<int64_t> range_start(const at::Tensor& positions, int64_t from, in
   return first;
 }
 
-// Whether ATen's CPU flash-attention kernel (which returns the log-sum-exp, and whose
-// backward takes it) can compute every rectangle: CPU tensors of a type it takes, no
-// documents and no dropout (`masked`), distinct positions (two halves of consecutive ones then
-// either coincide or lie apart, so every rectangle is all visible, causal or empty), and each half
-// of every rank's positions consecutive (as local_positions cuts).
-bool fused_kernel_fits(const at::Tensor& q, const at::Tensor& all_positions, bool masked) {
-  const auto type = q.scalar_type();
-  if (!q.is_cpu() || masked || (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf))
-    return false;
+// The fused kernel (fused_attention.h) that computes every rectangle, if one can: a type and
+// shape one takes, no documents and no dropout (`masked`), distinct positions (two halves of
+// consecutive ones then either coincide or lie apart, so every rectangle is all visible,
+// causal or empty), and each half of every rank's positions consecutive (as local_positions
+// cuts). Asked before the forward, with gradients on, as the backward will need them.
+FusedKernel fused_kernel_for(const at::Tensor& q, const at::Tensor& all_positions, bool masked) {
   const int64_t seq = all_positions.size(1);
-  if (seq % 2 != 0) return false;
+  if (masked || seq % 2 != 0) return FusedKernel::kNone;
+  const FusedKernel kernel = choose_fused_kernel(q, seq / 2);
+  if (kernel == FusedKernel::kNone) return kernel;
   const at::Tensor every = all_positions.flatten().cpu();
-  if (std::get<0>(at::_unique(every)).numel() != every.numel()) return false;
+  if (std::get<0>(at::_unique(every)).numel() != every.numel()) return FusedKernel::kNone;
   for (int64_t r = 0; r < all_positions.size(0); ++r) {
     for (int64_t a = 0; a < 2; ++a) {
-      if (!range_start(all_positions[r], a * (seq / 2), seq / 2)) return false;
+      if (!range_start(all_positions[r], a * (seq / 2), seq / 2)) return FusedKernel::kNone;
     }
   }
-  return true;
+  return kernel;
 }
 
 // What one ring attention call keeps between its forward and its backward.
@@ -149,6 +146,8 @@ struct Ring : torch::CustomClassHolder {
   at::Tensor all_positions, all_documents;  // every rank's, stacked in rank order
   at::Tensor dropout_kept;                  // [b, h, sq, whole seq] in q's type, or undefined
   double dropout_p = 0;
+  FusedKernel kernel = FusedKernel::kNone;  // for every rectangle, or plain operators
+  FusedRandomState random;                  // the first fused forward's, for the backward
   // Per step of the ring, the rectangles of the block held then that the queries see (none:
   // skip the block). Worked out once, for forward and backward.
   std::vector<std::vector<Piece>> steps;
@@ -168,9 +167,10 @@ struct Ring : torch::CustomClassHolder {
     return dropout_kept.index_select(3, all_positions[owner(step)]);
   }
 
-  // Fused (fused_kernel_fits): each half of the queries against each half of the keys.
+  // Fused (fused_kernel_for): each half of the queries against each half of the keys.
   // Otherwise one rectangle under the whole mask.
-  void plan(bool fused) {
+  void plan() {
+    const bool fused = kernel != FusedKernel::kNone;
     const int64_t seq = q_positions.size(0);
     for (int step = 0; step < group.size(); ++step) {
       std::vector<Piece>& pieces = steps.emplace_back();
@@ -231,17 +231,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       if (step > 0) kv = pass_around(kv, ring->group, 1, kForwardTag);
       const at::Tensor block_k = ring->widened(kv[0]), block_v = ring->widened(kv[1]);
       for (const Piece& piece : ring->steps[step]) {
-        Partial partial;
-        if (piece.kind == Piece::kMasked) {
-          partial =
-              block_attention(rows(q, piece), columns(block_k, piece), columns(block_v, piece),
-                              ring->mask(step), ring->kept(step), ring->dropout_p, ring->scale);
-        } else {
-          std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
-              rows(q, piece).contiguous(), columns(block_k, piece).contiguous(),
-              columns(block_v, piece).contiguous(), 0.0, piece.kind == Piece::kCausal, {},
-              ring->scale);
-        }
+        const AttentionPartial partial =
+            piece.kind == Piece::kMasked
+                ? block_attention(rows(q, piece), columns(block_k, piece), columns(block_v, piece),
+                                  ring->mask(step), ring->kept(step), ring->dropout_p, ring->scale)
+                : fused_forward(ring->kernel, rows(q, piece), columns(block_k, piece),
+                                columns(block_v, piece), piece.kind == Piece::kCausal, ring->scale,
+                                ring->random.seed.defined() ? nullptr : &ring->random);
         merge(rows(out, piece), rows(lse.unsqueeze(-1), piece).squeeze(-1), partial);
       }
     }
@@ -285,12 +281,10 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
               rows(out, piece), rows(lse.unsqueeze(-1), piece), ring->mask(step), ring->kept(step),
               ring->dropout_p, ring->scale);
         } else {
-          std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-              rows(d_out, piece).contiguous(), rows(q, piece).contiguous(),
-              columns(block_k, piece).contiguous(), columns(block_v, piece).contiguous(),
-              rows(out, piece).contiguous(),
-              rows(lse.unsqueeze(-1), piece).squeeze(-1).contiguous(), 0.0,
-              piece.kind == Piece::kCausal, {}, ring->scale);
+          std::tie(dq, dk, dv) = fused_backward(
+              ring->kernel, rows(d_out, piece), rows(q, piece), columns(block_k, piece),
+              columns(block_v, piece), rows(out, piece), rows(lse.unsqueeze(-1), piece).squeeze(-1),
+              piece.kind == Piece::kCausal, ring->scale, ring->random);
         }
         rows(d_q, piece).add_(dq);
         columns(d_k, piece).add_(dk);
@@ -306,7 +300,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 
   // Folds a rectangle's partial result into the running output and log-sum-exp (in place).
-  static void merge(at::Tensor out, at::Tensor lse, const Partial& partial) {
+  static void merge(at::Tensor out, at::Tensor lse, const AttentionPartial& partial) {
     const at::Tensor part_lse = partial.lse.to(lse.scalar_type());
     const at::Tensor merged = at::logaddexp(lse, part_lse);
     // Rows that have seen nothing yet have -inf both sides: their weights are 0, not NaN.
@@ -395,8 +389,9 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
     ring->dropout_kept = options.dropout_kept->to(q.device(), q.scalar_type());
     ring->dropout_p = options.dropout_p;
   }
-  ring->plan(fused_kernel_fits(q, ring->all_positions,
-                               options.documents.has_value() || options.dropout_kept.has_value()));
+  ring->kernel = fused_kernel_for(
+      q, ring->all_positions, options.documents.has_value() || options.dropout_kept.has_value());
+  ring->plan();
   return RingAttention::apply(q, k, v,
                               c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(ring));
 }

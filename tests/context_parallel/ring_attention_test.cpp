@@ -1,15 +1,22 @@
 // Ring attention over the world as one context group (2 and 4 ranks) against attention over
 // the whole sequence in one process: each rank's outputs and its slices' gradients of q, k
 // and v, causal and not, grouped-query, and packed documents (some blocks left empty).
+// With PIPETRAIN_TEST_DEVICE=cuda (ctest's ring_attention_cuda_2_ranks, label gpu) each
+// rank's slices and the ring live on the GPU (the ranks share it; the ring's messages go
+// through the host), against the whole computed on the CPU.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/context_parallel/fused_attention.h"
 #include "pipetrain/context_parallel/ring_attention.h"
+#include "pipetrain/device/cuda.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 namespace pipetrain::context_parallel {
 namespace {
@@ -19,10 +26,26 @@ Group world_group() {
   return Group{world};
 }
 
+bool on_gpu() {
+  const char* device = std::getenv("PIPETRAIN_TEST_DEVICE");
+  return device && std::string(device) == "cuda";
+}
+
+// Where the ring runs: the GPU under PIPETRAIN_TEST_DEVICE=cuda, else the CPU.
+at::Device ring_device() {
+  return on_gpu() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+}
+
+// The fused kernel the ring should take for rectangles of `dtype` (16 dims per head).
+FusedKernel expected_kernel(at::ScalarType dtype) {
+  if (!on_gpu()) return FusedKernel::kCpuFlash;
+  return dtype == at::kFloat ? FusedKernel::kCudaEfficient : FusedKernel::kCudaFlash;
+}
+
 void expect_near(const at::Tensor& got, const at::Tensor& expected, const std::string& what,
                  double tolerance = 1e-5) {
   ASSERT_EQ(got.sizes(), expected.sizes()) << what;
-  const at::Tensor a = got.to(at::kDouble), b = expected.to(at::kDouble);
+  const at::Tensor a = got.cpu().to(at::kDouble), b = expected.cpu().to(at::kDouble);
   EXPECT_TRUE(at::allclose(a, b, tolerance, tolerance))
       << what << " differs by " << (a - b).abs().max().item<double>();
 }
@@ -32,7 +55,7 @@ struct Problem {
   bool causal = true;
   at::Tensor documents;  // [batch, whole seq], or undefined
   double dropout = 0;    // attention dropout's probability (plain path)
-  // Double: the plain path; float and bf16: ATen's CPU flash kernel on the chunks'
+  // Double: the plain path; float and bf16: ATen's fused kernels on the chunks'
   // rectangles (bf16 against the whole computed in float from the same values).
   at::ScalarType dtype = at::kDouble;
 };
@@ -65,6 +88,7 @@ at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 void expect_ring_equals_whole(const Problem& p) {
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
   const Group group = world_group();
   const int64_t whole = p.seq_per_rank * group.size();
   at::manual_seed(17);  // the same whole tensors on every rank
@@ -86,19 +110,21 @@ void expect_ring_equals_whole(const Problem& p) {
       whole_attention(q_whole, k_whole, v_whole, p, kept.defined() ? kept.to(reference) : kept);
   (expected * upstream.to(reference)).sum().backward();
 
-  const at::Tensor q_mine = take_local(q, 2, group).requires_grad_(true);
-  const at::Tensor k_mine = take_local(k, 2, group).requires_grad_(true);
-  const at::Tensor v_mine = take_local(v, 2, group).requires_grad_(true);
+  const at::Device device = ring_device();
+  const at::Tensor q_mine = take_local(q, 2, group).to(device).requires_grad_(true);
+  const at::Tensor k_mine = take_local(k, 2, group).to(device).requires_grad_(true);
+  const at::Tensor v_mine = take_local(v, 2, group).to(device).requires_grad_(true);
   RingAttentionOptions options;
   options.causal = p.causal;
-  if (p.documents.defined()) options.documents = take_local(p.documents, 1, group);
+  if (p.documents.defined()) options.documents = take_local(p.documents, 1, group).to(device);
   if (kept.defined()) {
-    options.dropout_kept = take_local(kept, 2, group);
+    options.dropout_kept = take_local(kept, 2, group).to(device);
     options.dropout_p = p.dropout;
   }
-  const at::Tensor positions = local_positions(whole, group.rank(), group.size());
+  const at::Tensor positions = local_positions(whole, group.rank(), group.size()).to(device);
   const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
-  (out * take_local(upstream, 2, group)).sum().backward();
+  EXPECT_EQ(out.device(), device);
+  (out * take_local(upstream, 2, group).to(device)).sum().backward();
 
   expect_near(out, take_local(expected, 2, group), "output", tolerance);
   expect_near(q_mine.grad(), take_local(q_whole.grad(), 2, group), "q gradient", tolerance);
@@ -130,7 +156,18 @@ TEST(RingAttention, GroupedQueryEqualsWholeSequenceAttention) {
   expect_ring_equals_whole(p);
 }
 
+// Which fused kernel a rectangle of 8 queries of `dtype` takes, as the ring asks it (with
+// gradients).
+FusedKernel kernel_taken(at::ScalarType dtype) {
+  const at::Tensor q =
+      at::zeros({2, 4, 16, 16}, at::TensorOptions(ring_device()).dtype(dtype)).requires_grad_(true);
+  return choose_fused_kernel(q, 8);
+}
+
 TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  EXPECT_STREQ(to_string(kernel_taken(at::kFloat)), to_string(expected_kernel(at::kFloat)));
+  EXPECT_EQ(choose_fused_kernel(at::zeros({1, 1, 4, 4}, at::kDouble), 2), FusedKernel::kNone);
   for (const bool causal : {true, false}) {
     for (const int64_t heads : {2, 4}) {  // 4: grouped-query
       Problem p;
@@ -138,6 +175,7 @@ TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
       p.causal = causal;
       p.heads = heads;
       p.seq_per_rank = 8;
+      p.head_dim = 16;
       SCOPED_TRACE("causal " + std::to_string(causal) + ", heads " + std::to_string(heads));
       expect_ring_equals_whole(p);
     }
@@ -145,10 +183,13 @@ TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
 }
 
 TEST(RingAttention, InBf16TheFusedKernelStaysWithinBf16OfTheWholeInFloat) {
+  if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
+  EXPECT_STREQ(to_string(kernel_taken(at::kBFloat16)), to_string(expected_kernel(at::kBFloat16)));
   Problem p;
   p.dtype = at::kBFloat16;
   p.heads = 4;
   p.seq_per_rank = 16;
+  p.head_dim = 16;
   expect_ring_equals_whole(p);
 }
 

@@ -17,7 +17,8 @@
 // memory-efficient formulation of ring and flash attention), so attention's memory per rank
 // grows with the local slice, not with the square of the sequence (except under attention
 // dropout, whose mask rows it keeps: see RingAttentionOptions). Blocks are computed with
-// ATen's CPU flash kernel where it fits (see ring_attention.cpp), else in plain operators.
+// ATen's fused kernels where one fits (fused_attention.h: CPU flash, CUDA flash or
+// memory-efficient), else in plain operators.
 namespace pipetrain::context_parallel {
 
 // The ranks that split one sequence between them. Without a communicator, one rank holding

@@ -1,0 +1,101 @@
+#include "pipetrain/context_parallel/fused_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/SDPBackend.h>
+
+#include <array>
+#include <stdexcept>
+
+namespace pipetrain::context_parallel {
+
+const char* to_string(FusedKernel kernel) {
+  switch (kernel) {
+    case FusedKernel::kNone:
+      return "plain operators";
+    case FusedKernel::kCpuFlash:
+      return "CPU flash";
+    case FusedKernel::kCudaFlash:
+      return "CUDA flash";
+    case FusedKernel::kCudaEfficient:
+      return "CUDA memory-efficient";
+  }
+  return "?";
+}
+
+FusedKernel choose_fused_kernel(const at::Tensor& q, int64_t rows) {
+  const auto type = q.scalar_type();
+  if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) return FusedKernel::kNone;
+  if (q.is_cpu()) return FusedKernel::kCpuFlash;
+  if (!q.is_cuda()) return FusedKernel::kNone;
+  // ATen's own choice for a square causal rectangle of these shapes (its checks of type,
+  // head dim, alignment, GPU generation and the user's enabled backends), asked with
+  // gradients as the ring will need them.
+  const at::Tensor rectangle = q.narrow(2, 0, rows);
+  const auto choice = static_cast<at::SDPBackend>(
+      at::_fused_sdp_choice(rectangle, rectangle, rectangle, {}, 0.0, /*is_causal=*/true));
+  if (choice == at::SDPBackend::flash_attention) return FusedKernel::kCudaFlash;
+  if (choice == at::SDPBackend::efficient_attention) return FusedKernel::kCudaEfficient;
+  return FusedKernel::kNone;
+}
+
+AttentionPartial fused_forward(FusedKernel kernel, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, bool causal, double scale,
+                               FusedRandomState* random) {
+  AttentionPartial partial;
+  switch (kernel) {
+    case FusedKernel::kCpuFlash:
+      std::tie(partial.out, partial.lse) = at::_scaled_dot_product_flash_attention_for_cpu(
+          q.contiguous(), k.contiguous(), v.contiguous(), 0.0, causal, {}, scale);
+      return partial;
+    case FusedKernel::kCudaFlash: {
+      const auto result =
+          at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, scale);
+      partial.out = std::get<0>(result);
+      partial.lse = std::get<1>(result);
+      if (random) *random = {std::get<6>(result), std::get<7>(result)};
+      return partial;
+    }
+    case FusedKernel::kCudaEfficient: {
+      const auto result = at::_scaled_dot_product_efficient_attention(
+          q, k, v, {}, /*compute_log_sumexp=*/true, 0.0, causal, scale);
+      partial.out = std::get<0>(result);
+      // Its log-sum-exp is padded to a multiple of 32 queries.
+      partial.lse = std::get<1>(result).narrow(2, 0, q.size(2));
+      if (random) *random = {std::get<2>(result), std::get<3>(result)};
+      return partial;
+    }
+    case FusedKernel::kNone:
+      break;
+  }
+  throw std::logic_error("fused attention: no fused kernel chosen");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_backward(
+    FusedKernel kernel, const at::Tensor& d_out, const at::Tensor& q, const at::Tensor& k,
+    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal, double scale,
+    const FusedRandomState& random) {
+  switch (kernel) {
+    case FusedKernel::kCpuFlash:
+      return at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          d_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
+          lse.contiguous(), 0.0, causal, {}, scale);
+    case FusedKernel::kCudaFlash:
+      return at::_scaled_dot_product_flash_attention_backward(
+          d_out.contiguous(), q, k, v, out, lse.contiguous(), /*cum_seq_q=*/{}, /*cum_seq_k=*/{},
+          q.size(2), k.size(2), 0.0, causal, random.seed, random.offset, scale);
+    case FusedKernel::kCudaEfficient: {
+      // As its forward returns it: padded to a multiple of 32 queries.
+      const int64_t rows = q.size(2), padded = (rows + 31) / 32 * 32;
+      const at::Tensor lse_padded = at::constant_pad_nd(lse, {0, padded - rows}, 0).contiguous();
+      const auto grads = at::_scaled_dot_product_efficient_attention_backward(
+          d_out.contiguous(), q, k, v, /*attn_bias=*/{}, out, lse_padded, random.seed,
+          random.offset, 0.0, std::array<bool, 4>{true, true, true, false}, causal, scale);
+      return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+    }
+    case FusedKernel::kNone:
+      break;
+  }
+  throw std::logic_error("fused attention: no fused kernel chosen");
+}
+
+}  // namespace pipetrain::context_parallel
