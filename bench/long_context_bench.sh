@@ -3,12 +3,20 @@
 # sequence parallelism against plain tensor parallelism, and context parallelism 2 and 4
 # against one rank, beside what `pipetrain plan` predicts for each layout on
 # clusters/this-machine.json. Layouts run interleaved, REPEATS times each (default 3).
-# Usage: bench/long_context_bench.sh PATH/TO/pipetrain [REPEATS] [CONTEXT]
+# MODEL gpt-dropout: the GPT of the same width (4 heads) with dropout 0.1, whose attention
+# weights are computed unfused and whose context ranks each draw the whole sequence's mask.
+# Usage: bench/long_context_bench.sh PATH/TO/pipetrain [REPEATS] [CONTEXT] [MODEL]
 set -euo pipefail
 pipetrain=$(realpath "$1")
 cluster=$(cd "$(dirname "$0")/.." && pwd)/clusters/this-machine.json
 repeats=${2:-3}
 context=${3:-4096}
+model_kind=${4:-llama}
+model='"type": "llama", "vocab_size": 256, "context": '$context', "d_model": 128, "heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 256, "layers": 2'
+[ "$model_kind" = gpt-dropout ] &&
+  model='"type": "gpt", "vocab_size": 256, "context": '$context', "d_model": 128, "heads": 4,
+            "layers": 2, "dropout": 0.1'
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -17,8 +25,7 @@ cat >config.json <<JSON
   "train_micro_batch_size_per_gpu": 1,
   "gradient_accumulation_steps": 1,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-  "model": {"type": "llama", "vocab_size": 256, "context": $context, "d_model": 128, "heads": 4,
-            "num_key_value_heads": 2, "intermediate_size": 256, "layers": 2},
+  "model": {$model},
   "data": {"type": "text", "paths": ["/usr/share/common-licenses"]},
   "train_iters": 6, "eval_interval": 0, "eval_iters": 1, "steps_per_print": 1,
   "memory_breakdown": true,
@@ -64,7 +71,7 @@ print(f"{sys.argv[1]}|{transient / 2**20:.1f}|{step_s[len(step_s) // 2]:.3f}|{pe
 PY
   done
 done
-python3 - results.txt predicted.txt "$context" <<'PY'
+python3 - results.txt predicted.txt "$context" "$model_kind" <<'PY'
 import statistics, sys
 runs, predicted = {}, {}
 for line in open(sys.argv[1]):
@@ -73,7 +80,8 @@ for line in open(sys.argv[1]):
 for line in open(sys.argv[2]):
     name, activations, total = line.strip().split("|")
     predicted[name] = (float(activations), float(total))
-print(f"LLaMA d 128, 2 layers, context {sys.argv[3]}, micro-batch 1, fp32, CPU; medians of {len(next(iter(runs.values())))}")
+model = "GPT d 128 with dropout 0.1" if sys.argv[4] == "gpt-dropout" else "LLaMA d 128"
+print(f"{model}, 2 layers, context {sys.argv[3]}, micro-batch 1, fp32, CPU; medians of {len(next(iter(runs.values())))}")
 print("| layout | step transient peak per rank (MiB) | predicted activations | error | peak per rank (MiB) | predicted peak | error | step (s) |")
 print("|---|---|---|---|---|---|---|---|")
 for name, values in runs.items():

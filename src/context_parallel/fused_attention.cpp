@@ -4,6 +4,7 @@
 #include <ATen/SDPBackend.h>
 
 #include <array>
+#include <limits>
 #include <stdexcept>
 
 namespace pipetrain::context_parallel {
@@ -22,17 +23,33 @@ const char* to_string(FusedKernel kernel) {
   return "?";
 }
 
+namespace {
+
+// ATen's choice for a square causal rectangle of these shapes (its checks of type, head dim,
+// alignment, GPU generation and the user's enabled backends), asked with gradients as the
+// ring will need them, and without cuDNN's attention: ATen prefers it on recent GPUs, and
+// its backward takes other arguments, so flash is taken wherever it fits.
+at::SDPBackend cuda_choice(const at::Tensor& rectangle) {
+  auto& context = at::globalContext();
+  const bool cudnn = context.userEnabledCuDNNSDP();
+  context.setSDPUseCuDNN(false);
+  int64_t choice = static_cast<int64_t>(at::SDPBackend::error);
+  try {
+    choice = at::_fused_sdp_choice(rectangle, rectangle, rectangle, {}, 0.0, /*is_causal=*/true);
+  } catch (const c10::Error&) {  // every enabled backend refused these shapes
+  }
+  context.setSDPUseCuDNN(cudnn);
+  return static_cast<at::SDPBackend>(choice);
+}
+
+}  // namespace
+
 FusedKernel choose_fused_kernel(const at::Tensor& q, int64_t rows) {
   const auto type = q.scalar_type();
   if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) return FusedKernel::kNone;
   if (q.is_cpu()) return FusedKernel::kCpuFlash;
   if (!q.is_cuda()) return FusedKernel::kNone;
-  // ATen's own choice for a square causal rectangle of these shapes (its checks of type,
-  // head dim, alignment, GPU generation and the user's enabled backends), asked with
-  // gradients as the ring will need them.
-  const at::Tensor rectangle = q.narrow(2, 0, rows);
-  const auto choice = static_cast<at::SDPBackend>(
-      at::_fused_sdp_choice(rectangle, rectangle, rectangle, {}, 0.0, /*is_causal=*/true));
+  const at::SDPBackend choice = cuda_choice(q.narrow(2, 0, rows));
   if (choice == at::SDPBackend::flash_attention) return FusedKernel::kCudaFlash;
   if (choice == at::SDPBackend::efficient_attention) return FusedKernel::kCudaEfficient;
   return FusedKernel::kNone;
@@ -84,11 +101,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_backward(
           d_out.contiguous(), q, k, v, out, lse.contiguous(), /*cum_seq_q=*/{}, /*cum_seq_k=*/{},
           q.size(2), k.size(2), 0.0, causal, random.seed, random.offset, scale);
     case FusedKernel::kCudaEfficient: {
-      // As its forward returns it: padded to a multiple of 32 queries.
+      // As its forward returns them: the log-sum-exp padded to a multiple of 32 queries (with
+      // +inf, as the kernel pads it), the output laid out [b, s, h, d] in memory (its fp16 and
+      // bf16 backward reads the output by that layout, whatever the strides say).
       const int64_t rows = q.size(2), padded = (rows + 31) / 32 * 32;
-      const at::Tensor lse_padded = at::constant_pad_nd(lse, {0, padded - rows}, 0).contiguous();
+      const at::Tensor lse_padded =
+          at::constant_pad_nd(lse, {0, padded - rows}, std::numeric_limits<double>::infinity())
+              .contiguous();
+      const at::Tensor out_laid = out.transpose(1, 2).contiguous().transpose(1, 2);
       const auto grads = at::_scaled_dot_product_efficient_attention_backward(
-          d_out.contiguous(), q, k, v, /*attn_bias=*/{}, out, lse_padded, random.seed,
+          d_out.contiguous(), q, k, v, /*attn_bias=*/{}, out_laid, lse_padded, random.seed,
           random.offset, 0.0, std::array<bool, 4>{true, true, true, false}, causal, scale);
       return {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
     }

@@ -48,17 +48,18 @@ AttentionPartial block_attention(const at::Tensor& q, const at::Tensor& k, const
                                  const at::Tensor& visible, const at::Tensor& kept, double p,
                                  double scale) {
   const double inf = std::numeric_limits<double>::infinity();
-  const at::Tensor scores =
-      (at::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(visible.logical_not(), -inf);
-  at::Tensor maximum = std::get<0>(scores.detach().max(-1, /*keepdim=*/true));
-  maximum = maximum.masked_fill(maximum.isinf(), 0);  // rows that see nothing
-  const at::Tensor weights = (scores - maximum).exp();
+  // One [b, h, sq, sk] tensor, worked on in place (no autograd records this).
+  at::Tensor weights = at::matmul(q, k.transpose(-2, -1));
+  weights.mul_(scale).masked_fill_(visible.logical_not(), -inf);
+  at::Tensor maximum = std::get<0>(weights.max(-1, /*keepdim=*/true));
+  maximum.masked_fill_(maximum.isinf(), 0);  // rows that see nothing
+  weights.sub_(maximum).exp_();
   const at::Tensor sum = weights.sum(-1, /*keepdim=*/true);
   const at::Tensor sees = sum > 0;
   const at::Tensor safe_sum = at::where(sees, sum, at::ones_like(sum));
-  at::Tensor normalised = weights / safe_sum;
-  if (kept.defined()) normalised = normalised * kept / (1 - p);
-  const at::Tensor out = at::matmul(normalised, v);
+  weights.div_(safe_sum);
+  if (kept.defined()) weights.mul_(kept).div_(1 - p);
+  const at::Tensor out = at::matmul(weights, v);
   const at::Tensor lse = at::where(sees, maximum + safe_sum.log(), at::full_like(sum, -inf));
   return {out, lse.squeeze(-1)};
 }
@@ -322,16 +323,18 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const auto wide = lse.scalar_type();
     const at::Tensor dO = d_out.to(wide), Q = q.to(wide), K = k.to(wide), V = v.to(wide);
     const at::Tensor delta = (dO * out.to(wide)).sum(-1, /*keepdim=*/true);
-    const at::Tensor scores = at::matmul(Q, K.transpose(-2, -1)) * scale;
-    const at::Tensor p = (scores - lse).exp().masked_fill(mask.logical_not(), 0);
+    // [b, h, sq, sk] tensors worked on in place where they can be (no autograd records
+    // this): the weights, their gradient and, under dropout, the dropped weights.
+    at::Tensor p = at::matmul(Q, K.transpose(-2, -1));
+    p.mul_(scale).sub_(lse).exp_().masked_fill_(mask.logical_not(), 0);
     at::Tensor d_p = at::matmul(dO, V.transpose(-2, -1));
     at::Tensor used = p;  // the weights that multiplied V
     if (kept.defined()) {
-      const at::Tensor d = kept.to(wide) / (1 - p_drop);
-      d_p = d_p * d;
-      used = p * d;
+      const at::Tensor d = kept.to(wide);
+      d_p.mul_(d).div_(1 - p_drop);
+      used = (p * d).div_(1 - p_drop);
     }
-    const at::Tensor d_scores = p * (d_p - delta) * scale;
+    const at::Tensor d_scores = d_p.sub_(delta).mul_(p).mul_(scale);
     return {at::matmul(d_scores, K), at::matmul(d_scores.transpose(-2, -1), Q),
             at::matmul(used.transpose(-2, -1), dO)};
   }

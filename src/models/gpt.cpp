@@ -166,9 +166,11 @@ struct GptBlockImpl : torch::nn::Module {
     const at::Tensor visible = documents.defined()
                                    ? document_mask(documents)
                                    : at::ones({seq, seq}, q.options().dtype(at::kBool)).tril();
-    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+    // The scores are gone once the weights exist: one [batch, heads, seq, seq] temporary.
     const at::Tensor weights = at::softmax(
-        scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
+        (at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1))))
+            .masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()),
+        -1);
     return at::matmul(weights * attention_kept(batch, seq, q) / (1 - dropout_p), v);
   }
 

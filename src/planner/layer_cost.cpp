@@ -100,6 +100,16 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.saved_fp32 = static_cast<double>(4 * s + c.heads * s);  // norm statistics, logsumexp
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
+    // Its backward holds one tensor of the weights' size beyond those it frees as it goes
+    // (measured: bench/long_context_bench.sh with gpt-dropout). Ring attention keeps the
+    // mask's rows only, recomputing each block's weights in backward (four block-sized
+    // tensors at a time: weights, their gradient, the dropped weights, the mask's block);
+    // each context rank draws the whole mask in float first.
+    const auto square = static_cast<double>(c.heads * s * s);
+    block.unfused_workspace = square;
+    block.ring_saved_less = 2 * square;
+    block.ring_workspace = 4 * square;
+    block.drawn_whole = square;
   }
   block.workspace = static_cast<double>(5 * s * d);      // the MLP's gradients and the stream's
   block.ring_elements = static_cast<double>(2 * s * d);  // keys and values
@@ -202,10 +212,11 @@ double LayerCost::parameters_per_rank(int t, int e) const {
          static_cast<double>(split_parameters) / t + static_cast<double>(expert_parameters) / e;
 }
 
-double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel) const {
+double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel, bool ring) const {
   const int split_bytes = float32_loss ? 4 : element_bytes;
   const double replicated = sequence_parallel ? 1.0 / t : 1.0;
-  return (saved * element_bytes + saved_fp32 * 4) * replicated + split_saved / t * split_bytes;
+  const double split = split_saved - (ring ? ring_saved_less : 0.0);
+  return (saved * element_bytes + saved_fp32 * 4) * replicated + split / t * split_bytes;
 }
 
 double LayerCost::traffic_bytes(int t, int element_bytes, bool sequence_parallel) const {
@@ -217,8 +228,9 @@ double LayerCost::loss_bytes(int t) const {
   return float32_loss ? split_saved / t * 4 : 0.0;
 }
 
-double LayerCost::workspace_bytes(int t, int element_bytes, double batch) const {
-  return batch * workspace / t * (float32_loss ? 4 : element_bytes) +
+double LayerCost::workspace_bytes(int t, int element_bytes, double batch, int context) const {
+  const double attention = context > 1 ? ring_workspace / context : unfused_workspace;
+  return batch * (workspace + attention) / t * (float32_loss ? 4 : element_bytes) +
          (dense_gradient ? parameters_per_rank(t) * element_bytes : 0.0);
 }
 

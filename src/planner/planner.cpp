@@ -35,14 +35,11 @@ bool splits(const models::ModelConfig& m, int t) {
 
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
 // rank's part splitting over t under sequence parallelism, as the built-in models require.
-// Not the GPT with dropout: each of its context ranks draws the whole sequence's attention
-// mask for a moment ([batch, heads, seq, seq]), which the memory model does not count.
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
   // A mixture of experts routes whole sequences on each rank.
   if (m.type == "mixtral" && (c > 1 || (sequence_parallel && t > 1))) return false;
   const int64_t context = models::llama_family(m) ? m.llama.context : m.gpt.context;
-  if (c > 1 && (context % (2 * int64_t{c}) != 0 || (m.type == "gpt" && m.gpt.dropout > 0)))
-    return false;
+  if (c > 1 && context % (2 * int64_t{c}) != 0) return false;
   return !sequence_parallel || (context / c) % t == 0;
 }
 

@@ -78,6 +78,7 @@ class StageCosting {
     const double share = 1.0 / l_.context;
     const bool sp = l_.sequence_parallel;
     const double sliced = sp ? 1.0 / l_.tensor : 1.0;  // the stream between stages
+    const bool cut = l_.context > 1;                   // sequences cut: ring attention
     for (int i = span.begin; i < span.end; ++i) {
       const LayerCost& layer = w_.layers[i];
       const double b = static_cast<double>(l_.micro_batch) * share;
@@ -105,13 +106,17 @@ class StageCosting {
                 LayerCost::flops_per_rank(layer.backward_weight_flops,
                                           layer.replicated_backward_weight_flops, t) /
                 flops;
-      saved += share * layer.saved_bytes(l_.tensor, bytes_, sp);
+      saved += share * layer.saved_bytes(l_.tensor, bytes_, sp, cut);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved = std::max(
           stage.largest_layer_saved,
-          share * (layer.saved_bytes(l_.tensor, bytes_, sp) - layer.loss_bytes(l_.tensor)));
-      stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b));
+          share * (layer.saved_bytes(l_.tensor, bytes_, sp, cut) - layer.loss_bytes(l_.tensor)));
+      stage.workspace =
+          std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b, l_.context));
+      if (cut) {  // what each rank draws whole (for every sample of its micro-batch)
+        stage.workspace = std::max(stage.workspace, l_.micro_batch * layer.drawn_whole * 4);
+      }
       stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
         const double parameters = layer.parameters_per_rank(l_.tensor, l_.experts);

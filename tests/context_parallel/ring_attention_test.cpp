@@ -191,6 +191,13 @@ TEST(RingAttention, InBf16TheFusedKernelStaysWithinBf16OfTheWholeInFloat) {
   p.seq_per_rank = 16;
   p.head_dim = 16;
   expect_ring_equals_whole(p);
+  if (on_gpu()) {  // bf16 on the memory-efficient kernel too, with flash turned off
+    auto& context = at::globalContext();
+    context.setSDPUseFlash(false);
+    EXPECT_STREQ(to_string(kernel_taken(at::kBFloat16)), to_string(FusedKernel::kCudaEfficient));
+    expect_ring_equals_whole(p);
+    context.setSDPUseFlash(true);
+  }
 }
 
 TEST(RingAttention, PackedDocumentsEqualWholeSequenceAttentionWithTheirMask) {

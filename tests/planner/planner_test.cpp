@@ -261,6 +261,41 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   EXPECT_EQ(contexts, (std::set<int>{1, 2, 4}));  // all three were assessed
 }
 
+// The GPT with attention dropout computes its weights in plain operators. At context 1 a
+// block keeps the weights, the mask and the dropped weights ([heads, s, s] each) and its
+// backward one more of their size; under ring attention it keeps the mask's rows and its
+// blocks' temporaries, while each rank draws the whole mask in float for a moment. Context
+// parallelism is offered for it (measured: bench/long_context_bench.sh with gpt-dropout).
+TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
+  models::ModelConfig config = gpt(256, 64, 32, 4, 2);
+  config.gpt.dropout = 0.1;
+  const Workload w(config, engine::TrainingConfig{});
+  const LayerCost& block = w.layers[1];
+  const double square = 4.0 * 64 * 64;
+  EXPECT_DOUBLE_EQ(block.saved_bytes(1, 4) - block.saved_bytes(1, 4, false, /*ring=*/true),
+                   2 * square * 4);
+  EXPECT_DOUBLE_EQ(block.workspace_bytes(1, 4, 1) - block.workspace_bytes(1, 4, 1, 2),
+                   (square - 4 * square / 2) * 4);
+  // Context 2 against context 1 (data 2): each rank's blocks keep a quarter of the
+  // sequence-square part plus half the rest; at context 4 the mask each rank draws whole
+  // ([4, 64, 64] floats per sample) is the largest transient.
+  const Layout two{.micro_batch = 1, .micro_batches = 1, .context = 2};
+  const Layout four{.micro_batch = 1, .micro_batches = 1, .context = 4};
+  EXPECT_LT(predict(w, ideal(2), two).stages.at(0).activations,
+            predict(w, ideal(2), Layout{.data = 2, .micro_batch = 1, .micro_batches = 1})
+                    .stages.at(0)
+                    .activations /
+                2);
+  EXPECT_GE(predict(w, ideal(4), four).stages.at(0).activations, square * 4);
+  LayoutLimits limits;
+  limits.tensor = 1;
+  limits.pipe = 1;
+  std::set<int> contexts;
+  for (const auto& candidate : plan_layouts(w, ideal(4), 4, limits))
+    contexts.insert(candidate.layout.context);
+  EXPECT_TRUE(contexts.count(2) && contexts.count(4));
+}
+
 models::ModelConfig mixtral(int64_t experts, int64_t top_k) {
   models::ModelConfig config = llama(16, 2);
   config.type = "mixtral";

@@ -8,7 +8,7 @@
 // its backward from the whole row's output and log-sum-exp (how ring attention computes a
 // block without keeping its scores): the CPU flash kernel, and on CUDA the flash kernel
 // (fp16, bf16) or the memory-efficient one (fp32 too), whichever ATen's own choice for
-// scaled_dot_product_attention would take.
+// scaled_dot_product_attention would take, cuDNN's attention left out.
 namespace pipetrain::context_parallel {
 
 enum class FusedKernel { kNone, kCpuFlash, kCudaFlash, kCudaEfficient };

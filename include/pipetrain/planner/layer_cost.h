@@ -36,6 +36,16 @@ struct LayerCost {
   double saved = 0;
   double split_saved = 0;  // the part tensor parallelism divides (per-head, per-feature)
   double saved_fp32 = 0;   // kept in float32 whatever the compute type (norm statistics, ...)
+  // Attention computed in plain operators (the GPT's attention dropout), per sample, split
+  // by t. Without context parallelism: the temporaries of its backward beyond `workspace`
+  // (sequence-square gradients). Under it (ring attention): how much less of split_saved it
+  // keeps (the mask's rows of this rank's queries instead of the whole weights), its
+  // temporaries at c = 1 (a block of c ranks' takes 1/c² of them), and the elements each
+  // rank draws whole, in float32 and for every head, for a moment in forward (the mask).
+  double unfused_workspace = 0;
+  double ring_saved_less = 0;
+  double ring_workspace = 0;
+  double drawn_whole = 0;
   // Activation gradients in flight during its backward, per sample, in elements of the
   // compute type (split by t); with `dense_gradient`, its weight gradient is also built
   // whole before it is added to the parameter's (an embedding's table).
@@ -79,13 +89,16 @@ struct LayerCost {
   double parameters_per_rank(int t, int e = 1) const;
   // Bytes of saved activations per sample on one rank of a group of size t; with
   // `sequence_parallel` the replicated part is split over the t ranks too.
-  double saved_bytes(int t, int element_bytes, bool sequence_parallel = false) const;
+  // `ring`: under context parallelism (ring_saved_less applies).
+  double saved_bytes(int t, int element_bytes, bool sequence_parallel = false,
+                     bool ring = false) const;
   // The part of saved_bytes the loss keeps outside the layer (checkpointing keeps it too).
   double loss_bytes(int t) const;
   // Bytes its forward's memory-bound operations move per sample on one rank of t.
   double traffic_bytes(int t, int element_bytes, bool sequence_parallel = false) const;
-  // Bytes its backward needs beyond the saved activations, for `batch` samples.
-  double workspace_bytes(int t, int element_bytes, double batch) const;
+  // Bytes its backward needs beyond the saved activations, for `batch` samples (of the
+  // sequences a context-parallel rank holds 1/context of).
+  double workspace_bytes(int t, int element_bytes, double batch, int context = 1) const;
 };
 
 // The layers of a built-in model, in the order make_builtin_model builds them. Throws
