@@ -4,6 +4,7 @@
 #include <ATen/SDPBackend.h>
 
 #include <array>
+#include <atomic>
 #include <limits>
 #include <stdexcept>
 
@@ -24,6 +25,8 @@ const char* to_string(FusedKernel kernel) {
 }
 
 namespace {
+
+std::array<std::atomic<int64_t>, 4> forward_calls{};  // by FusedKernel
 
 // ATen's choice for a square causal rectangle of these shapes (its checks of type, head dim,
 // alignment, GPU generation and the user's enabled backends), asked with gradients as the
@@ -55,9 +58,14 @@ FusedKernel choose_fused_kernel(const at::Tensor& q, int64_t rows) {
   return FusedKernel::kNone;
 }
 
+int64_t fused_forward_calls(FusedKernel kernel) {
+  return forward_calls.at(static_cast<size_t>(kernel)).load();
+}
+
 AttentionPartial fused_forward(FusedKernel kernel, const at::Tensor& q, const at::Tensor& k,
                                const at::Tensor& v, bool causal, double scale,
                                FusedRandomState* random) {
+  ++forward_calls.at(static_cast<size_t>(kernel));
   AttentionPartial partial;
   switch (kernel) {
     case FusedKernel::kCpuFlash:

@@ -16,7 +16,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace pipetrain::context_parallel {
 namespace {
@@ -58,7 +60,19 @@ struct Problem {
   // Double: the plain path; float and bf16: ATen's fused kernels on the chunks'
   // rectangles (bf16 against the whole computed in float from the same values).
   at::ScalarType dtype = at::kDouble;
+  // The fused kernel every rectangle should take (a float or bf16 problem without
+  // documents or dropout); unset: plain operators, no fused kernel at all.
+  std::optional<FusedKernel> fused;
 };
+
+// Rectangles computed by each fused kernel so far.
+std::vector<int64_t> fused_calls() {
+  std::vector<int64_t> calls;
+  for (const auto kernel :
+       {FusedKernel::kCpuFlash, FusedKernel::kCudaFlash, FusedKernel::kCudaEfficient})
+    calls.push_back(fused_forward_calls(kernel));
+  return calls;
+}
 
 // Attention over the whole sequence: SDPA with the mask the problem asks for; under
 // dropout, softmax(scores) * kept / (1 - p) @ v written out.
@@ -122,8 +136,16 @@ void expect_ring_equals_whole(const Problem& p) {
     options.dropout_p = p.dropout;
   }
   const at::Tensor positions = local_positions(whole, group.rank(), group.size()).to(device);
+  const std::vector<int64_t> before = fused_calls();
   const at::Tensor out = ring_attention(q_mine, k_mine, v_mine, positions, group, options);
   EXPECT_EQ(out.device(), device);
+  const std::vector<int64_t> after = fused_calls();
+  for (size_t i = 0; i < before.size(); ++i) {
+    const bool taken = p.fused && static_cast<size_t>(*p.fused) == i + 1;
+    EXPECT_EQ(after[i] > before[i], taken)
+        << "fused kernel " << to_string(static_cast<FusedKernel>(i + 1))
+        << (taken ? " was not taken" : " was taken");
+  }
   (out * take_local(upstream, 2, group).to(device)).sum().backward();
 
   expect_near(out, take_local(expected, 2, group), "output", tolerance);
@@ -176,6 +198,7 @@ TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
       p.heads = heads;
       p.seq_per_rank = 8;
       p.head_dim = 16;
+      p.fused = expected_kernel(at::kFloat);
       SCOPED_TRACE("causal " + std::to_string(causal) + ", heads " + std::to_string(heads));
       expect_ring_equals_whole(p);
     }
@@ -190,11 +213,13 @@ TEST(RingAttention, InBf16TheFusedKernelStaysWithinBf16OfTheWholeInFloat) {
   p.heads = 4;
   p.seq_per_rank = 16;
   p.head_dim = 16;
+  p.fused = expected_kernel(at::kBFloat16);
   expect_ring_equals_whole(p);
   if (on_gpu()) {  // bf16 on the memory-efficient kernel too, with flash turned off
     auto& context = at::globalContext();
     context.setSDPUseFlash(false);
     EXPECT_STREQ(to_string(kernel_taken(at::kBFloat16)), to_string(FusedKernel::kCudaEfficient));
+    p.fused = FusedKernel::kCudaEfficient;
     expect_ring_equals_whole(p);
     context.setSDPUseFlash(true);
   }

@@ -32,6 +32,9 @@ struct FusedRandomState {
   at::Tensor seed, offset;
 };
 
+// How many rectangles `kernel` has computed forward in this process (all threads).
+int64_t fused_forward_calls(FusedKernel kernel);
+
 // Attention of q over k and v (as many heads; causal: the square rectangle's lower
 // triangle, top-left aligned), with `scale`.
 AttentionPartial fused_forward(FusedKernel kernel, const at::Tensor& q, const at::Tensor& k,
