@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 
 namespace pipetrain::context_parallel {
@@ -28,21 +29,38 @@ namespace {
 
 std::array<std::atomic<int64_t>, 4> forward_calls{};  // by FusedKernel
 
+// Switches ATen's cuDNN attention off for its scope, then back as it was. One scope at a
+// time in the process: two overlapping ones would restore each other's setting.
+class WithoutCuDnnAttention {
+ public:
+  WithoutCuDnnAttention() : lock_(mutex()), enabled_(at::globalContext().userEnabledCuDNNSDP()) {
+    at::globalContext().setSDPUseCuDNN(false);
+  }
+  ~WithoutCuDnnAttention() { at::globalContext().setSDPUseCuDNN(enabled_); }
+  WithoutCuDnnAttention(const WithoutCuDnnAttention&) = delete;
+  WithoutCuDnnAttention& operator=(const WithoutCuDnnAttention&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  std::lock_guard<std::mutex> lock_;
+  bool enabled_;
+};
+
 // ATen's choice for a square causal rectangle of these shapes (its checks of type, head dim,
 // alignment, GPU generation and the user's enabled backends), asked with gradients as the
 // ring will need them, and without cuDNN's attention: ATen prefers it on recent GPUs, and
 // its backward takes other arguments, so flash is taken wherever it fits.
 at::SDPBackend cuda_choice(const at::Tensor& rectangle) {
-  auto& context = at::globalContext();
-  const bool cudnn = context.userEnabledCuDNNSDP();
-  context.setSDPUseCuDNN(false);
-  int64_t choice = static_cast<int64_t>(at::SDPBackend::error);
+  const WithoutCuDnnAttention without_cudnn;
   try {
-    choice = at::_fused_sdp_choice(rectangle, rectangle, rectangle, {}, 0.0, /*is_causal=*/true);
+    return static_cast<at::SDPBackend>(
+        at::_fused_sdp_choice(rectangle, rectangle, rectangle, {}, 0.0, /*is_causal=*/true));
   } catch (const c10::Error&) {  // every enabled backend refused these shapes
+    return at::SDPBackend::error;
   }
-  context.setSDPUseCuDNN(cudnn);
-  return static_cast<at::SDPBackend>(choice);
 }
 
 }  // namespace

@@ -179,11 +179,14 @@ TEST(RingAttention, GroupedQueryEqualsWholeSequenceAttention) {
 }
 
 // Which fused kernel a rectangle of 8 queries of `dtype` takes, as the ring asks it (with
-// gradients).
+// gradients); the question leaves ATen's cuDNN attention setting as it found it.
 FusedKernel kernel_taken(at::ScalarType dtype) {
   const at::Tensor q =
       at::zeros({2, 4, 16, 16}, at::TensorOptions(ring_device()).dtype(dtype)).requires_grad_(true);
-  return choose_fused_kernel(q, 8);
+  const bool cudnn = at::globalContext().userEnabledCuDNNSDP();
+  const FusedKernel kernel = choose_fused_kernel(q, 8);
+  EXPECT_EQ(at::globalContext().userEnabledCuDNNSDP(), cudnn);
+  return kernel;
 }
 
 TEST(RingAttention, InFloatTheFusedKernelEqualsWholeSequenceAttention) {
