@@ -279,17 +279,23 @@ module::Activation PipelineEngine::infer(const module::Activation& inputs) {
 
 std::vector<module::Activation> PipelineEngine::infer_each(
     const std::vector<module::Activation>& inputs, const std::function<void(int)>& before_forward) {
-  // The micro-batches in order, to whichever stage loads them.
-  class InOrder : public MicroBatchSource {
+  return infer_streamed(
+      static_cast<int>(inputs.size()),
+      {.input = [&inputs](int k) { return inputs.at(k); }, .before_forward = before_forward});
+}
+
+std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
+                                                               const StreamHooks& hooks) {
+  // The micro-batches in order, to whichever stage loads them, each asked for when loaded.
+  class Streamed : public MicroBatchSource {
    public:
-    explicit InOrder(const std::vector<module::Activation>& inputs) : inputs_(inputs) {}
-    MicroBatch next() override { return {inputs_.at(next_++), {}}; }  // throws past the end
+    explicit Streamed(const std::function<module::Activation(int)>& input) : input_(input) {}
+    MicroBatch next() override { return {input_(next_++), {}}; }
 
    private:
-    const std::vector<module::Activation>& inputs_;
-    std::size_t next_ = 0;
-  } in_order(inputs);
-  const int count = static_cast<int>(inputs.size());
+    const std::function<module::Activation(int)>& input_;
+    int next_ = 0;
+  } streamed(hooks.input);
   if (count == 0) return {};
   auto program = infer_each_programs_.find(count);
   if (program == infer_each_programs_.end()) {
@@ -302,10 +308,11 @@ std::vector<module::Activation> PipelineEngine::infer_each(
     program = infer_each_programs_.emplace(count, std::move(made)).first;
   }
   std::vector<module::Activation> outputs;
-  Run run{.data = &in_order,
+  Run run{.data = &streamed,
           .outputs = &outputs,
           .last_position_only = true,
-          .before_forward = before_forward};
+          .before_forward = hooks.before_forward,
+          .after_output = hooks.output};
   {
     const Evaluating evaluating(*module_);
     execute(program->second, run);
@@ -399,6 +406,8 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       if (run.before_forward) run.before_forward(in.micro_batch);
       forward(*buffer, in.chunk, run);
       if (gathering_) gathering_->end_pass();
+      if (run.after_output && run.outputs && is_last_virtual_stage(in.chunk))
+        run.after_output(in.micro_batch, run.outputs->back());
       return;
     case OpKind::kBackwardPass:
     case OpKind::kBackwardInput:

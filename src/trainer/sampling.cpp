@@ -33,24 +33,163 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
 }
 
 // One prompt's generation: its tokens, its cache, its own generator (seeded alike, so a
-// prompt draws what it would alone).
+// prompt draws what it would alone), and where it stands in the current stretch.
 struct Sequence {
   std::vector<int64_t> tokens;
   int64_t left = 0;           // new tokens still to draw
   std::vector<int64_t> stop;  // its own and the options' stop tokens
   models::KvCache cache;
   at::Generator generator;
+  std::vector<int64_t> drawn;  // this stretch's tokens, one per round, not yet in `tokens`
+  int round = -1;              // of the stretch, whose feed is chosen
+  int64_t first = 0;           // that feed: the positions [first, its length)
+  int64_t fed = 0;             // positions fed in that round, not yet counted as cached
 };
 
-// What `sequence` feeds next: the tokens its cache lacks while the sequence fits the
-// context, else the whole (sliding) window afresh.
-at::Tensor next_feed(Sequence& sequence, const SamplingOptions& options, int64_t context) {
-  const auto size = static_cast<int64_t>(sequence.tokens.size());
+// Generated tokens travel from the last stage to the first on their own tag.
+constexpr int kTokenTag = 1 << 20;
+// Rounds per stretch at most: a prompt that draws a stop token runs on to its stretch's
+// end (its tokens after the stop are dropped), so stretches stay short.
+constexpr int64_t kMaxRounds = 16;
+
+// Moves `sequence` to round `round` of the stretch (every rank, in round order, once per
+// round): the last round's feed is cached now, and this round feeds the positions the cache
+// lacks while the sequence fits the context, else the whole (sliding) window afresh.
+void begin_round(Sequence& sequence, int round, const SamplingOptions& options, int64_t context) {
+  if (sequence.round == round) return;
+  if (options.kv_cache) sequence.cache.advance(sequence.fed);
+  const auto size = static_cast<int64_t>(sequence.tokens.size()) + round;
   if (!options.kv_cache || size > context) sequence.cache.clear();
-  const int64_t first = size > context ? size - context : sequence.cache.length();
-  return at::tensor(std::vector<int64_t>(sequence.tokens.begin() + first, sequence.tokens.end()),
-                    at::kLong)
-      .unsqueeze(0);
+  sequence.first = size > context ? size - context : sequence.cache.length();
+  sequence.fed = size - sequence.first;
+  sequence.round = round;
+}
+
+// The tokens `sequence` feeds in its current round (begin_round), [1, positions].
+at::Tensor feed_of(const Sequence& sequence) {
+  std::vector<int64_t> feed;
+  const auto held = static_cast<int64_t>(sequence.tokens.size());
+  for (int64_t i = sequence.first; i < sequence.first + sequence.fed; ++i)
+    feed.push_back(i < held ? sequence.tokens[i] : sequence.drawn.at(i - held));
+  return at::tensor(feed, at::kLong).unsqueeze(0);
+}
+
+// The prompts of one stretch: `rounds` tokens for each of `active`, streamed through the
+// pipe as rounds x prompts micro-batches (micro-batch j is round j / P of prompt j % P).
+// The last stage draws each prompt's token as its forward ends and sends it to the first
+// stage, which feeds it P micro-batches later: with P >= 2 the first stage never waits
+// for the pipe to drain between rounds. (One round when P < 2 on a pipe, where the first
+// stage would wait for its own send, or when the pipe's transport is NCCL, which carries
+// device tensors only.)
+class Stretch {
+ public:
+  Stretch(engine::PipelineEngine& engine, std::vector<Sequence*> active, int rounds,
+          const SamplingOptions& options, int64_t context)
+      : engine_(engine),
+        grid_(engine.grid()),
+        active_(std::move(active)),
+        rounds_(rounds),
+        options_(options),
+        context_(context) {
+    for (Sequence* sequence : active_) sequence->drawn.assign(rounds_, 0);
+  }
+
+  void run() {
+    const int count = static_cast<int>(active_.size()) * rounds_;
+    {
+      models::UsingKvCache using_cache(nullptr);
+      engine_.infer_streamed(
+          count, {.input = [this](int j) { return module::Activation{input(j)}; },
+                  .before_forward =
+                      [&](int j) {
+                        Sequence& sequence = at(j);
+                        begin_round(sequence, round_of(j), options_, context_);
+                        using_cache.activate(options_.kv_cache ? &sequence.cache : nullptr);
+                      },
+                  .output = [this](int j, const module::Activation& out) { draw_at(j, out); }});
+    }
+    for (auto& send : sends_) send.first->wait();
+    finish();
+  }
+
+ private:
+  Sequence& at(int j) { return *active_.at(j % active_.size()); }
+  int round_of(int j) const { return j / static_cast<int>(active_.size()); }
+  bool sends_tokens() const {
+    return rounds_ > 1 && grid_.pipe_comm()->size() > 1 && grid_.sample_comm()->rank() == 0;
+  }
+
+  // The first stage's feed of micro-batch j, its last round's token received if drawn there.
+  at::Tensor input(int j) {
+    Sequence& sequence = at(j);
+    const int round = round_of(j);
+    if (round > 0 && !engine_.holds_output()) {
+      at::Tensor token = at::empty({1}, at::kLong);
+      grid_.pipe_comm()->recv(token, engine_.output_stage(), kTokenTag)->wait();
+      sequence.drawn.at(round - 1) = token.item<int64_t>();
+    }
+    begin_round(sequence, round, options_, context_);
+    return feed_of(sequence);
+  }
+
+  // The last stage's token of micro-batch j from its last position's logits (whole again
+  // from the tensor-parallel vocabulary slices), sent to the first stage if it feeds one.
+  void draw_at(int j, const module::Activation& out) {
+    Sequence& sequence = at(j);
+    const int round = round_of(j);
+    const at::Tensor logits = tensor_parallel::gather_from_group(
+        out.at(0)[0][-1], tensor_parallel::Group{grid_.model_comm()});
+    const int64_t token =
+        draw(logits.to(at::kDouble), options_, sequence.generator).item<int64_t>();
+    sequence.drawn.at(round) = token;
+    if (round + 1 < rounds_ && sends_tokens()) {
+      at::Tensor sent = at::full({1}, token, at::kLong);
+      sends_.emplace_back(grid_.pipe_comm()->send(sent, 0, kTokenTag), sent);
+    }
+  }
+
+  // Every rank takes the stretch's tokens from the last stage; each prompt keeps them up to
+  // its first stop token.
+  void finish() {
+    at::Tensor tokens = at::zeros({static_cast<int64_t>(active_.size()), rounds_}, at::kLong);
+    if (engine_.holds_output()) {
+      for (std::size_t k = 0; k < active_.size(); ++k)
+        tokens[static_cast<int64_t>(k)] = at::tensor(active_[k]->drawn, at::kLong);
+    }
+    grid_.pipe_comm()->broadcast(tokens, engine_.output_stage());
+    for (std::size_t k = 0; k < active_.size(); ++k) {
+      Sequence& sequence = *active_[k];
+      if (options_.kv_cache) sequence.cache.advance(sequence.fed);
+      sequence.fed = 0;
+      sequence.round = -1;
+      for (int r = 0; r < rounds_ && sequence.left > 0; ++r) {
+        const int64_t token = tokens[static_cast<int64_t>(k)][r].item<int64_t>();
+        sequence.tokens.push_back(token);
+        const auto& stop = sequence.stop;
+        const bool stops = std::find(stop.begin(), stop.end(), token) != stop.end();
+        sequence.left = stops ? 0 : sequence.left - 1;
+      }
+      sequence.drawn.clear();
+    }
+  }
+
+  engine::PipelineEngine& engine_;
+  const topology::Grid& grid_;
+  std::vector<Sequence*> active_;
+  int rounds_;
+  const SamplingOptions& options_;
+  int64_t context_;
+  std::vector<std::pair<comm::WorkPtr, at::Tensor>> sends_;  // each with the tensor it sends
+};
+
+// The rounds of the next stretch of `active`: what each still draws, at most kMaxRounds;
+// one where streaming cannot run (see Stretch).
+int rounds_for(const engine::PipelineEngine& engine, const std::vector<Sequence*>& active) {
+  const auto& pipe = *engine.grid().pipe_comm();
+  if (pipe.size() > 1 && (active.size() < 2 || pipe.transport() != comm::Transport::kMpi)) return 1;
+  int64_t rounds = kMaxRounds;
+  for (const Sequence* sequence : active) rounds = std::min(rounds, sequence->left);
+  return static_cast<int>(rounds);
 }
 
 }  // namespace
@@ -69,7 +208,6 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
                                                    const std::vector<PromptRequest>& prompts,
                                                    const SamplingOptions& options,
                                                    int64_t context) {
-  const topology::Grid& grid = engine.grid();
   // Nothing cached may hold a graph, and no tensor made here is one autograd will see: no
   // version counters or autograd metadata on the many small tensors of a decode step.
   const c10::InferenceMode inference;
@@ -91,32 +229,8 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
         active.push_back(&sequence);
     }
     if (active.empty()) break;
-    std::vector<module::Activation> feeds;
-    for (Sequence* sequence : active) feeds.push_back({next_feed(*sequence, options, context)});
-    std::vector<module::Activation> outputs;
-    {
-      models::UsingKvCache using_cache(nullptr);
-      outputs = engine.infer_each(feeds, [&](int k) {
-        using_cache.activate(options.kv_cache ? &active.at(k)->cache : nullptr);
-      });
-    }
-    at::Tensor next = at::zeros({static_cast<int64_t>(active.size())}, at::kLong);
-    for (std::size_t k = 0; k < active.size(); ++k) {
-      if (options.kv_cache) active[k]->cache.advance(feeds[k][0].size(1));
-      if (!engine.holds_output()) continue;
-      // The last position's logits, whole again from the tensor-parallel vocabulary slices.
-      const at::Tensor logits = tensor_parallel::gather_from_group(
-          outputs.at(k).at(0)[0][-1], tensor_parallel::Group{grid.model_comm()});  // last position
-      next[k] = draw(logits.to(at::kDouble), options, active[k]->generator).item<int64_t>();
-    }
-    grid.pipe_comm()->broadcast(next, engine.output_stage());
-    for (std::size_t k = 0; k < active.size(); ++k) {
-      const int64_t token = next[k].item<int64_t>();
-      active[k]->tokens.push_back(token);
-      const auto& stop = active[k]->stop;
-      const bool stops = std::find(stop.begin(), stop.end(), token) != stop.end();
-      active[k]->left = stops ? 0 : active[k]->left - 1;
-    }
+    const int rounds = rounds_for(engine, active);
+    Stretch(engine, std::move(active), rounds, options, context).run();
   }
   std::vector<std::vector<int64_t>> texts;
   for (auto& sequence : sequences) texts.push_back(std::move(sequence.tokens));

@@ -103,6 +103,20 @@ class PipelineEngine {
   // micro-batch order, nothing elsewhere. Collective as infer().
   std::vector<module::Activation> infer_each(const std::vector<module::Activation>& inputs,
                                              const std::function<void(int)>& before_forward = {});
+  // What a streamed inference asks of its caller, by micro-batch k.
+  struct StreamHooks {
+    // The first stage's input of k (its model-parallel rank 0's), asked just before k's
+    // forward pass, so that it may depend on the outputs of earlier micro-batches.
+    std::function<module::Activation(int k)> input;
+    // On every rank, before each forward pass of k (as infer_each's before_forward).
+    std::function<void(int k)> before_forward;
+    // On the last stage, after k's forward pass: its outputs at the last position.
+    std::function<void(int k, const module::Activation& output)> output;
+  };
+  // infer_each over `count` micro-batches whose inputs come from `hooks.input` as the first
+  // stage reaches them (generation feeds a prompt's next token as soon as it is drawn).
+  // Returns what infer_each returns. Collective as infer().
+  std::vector<module::Activation> infer_streamed(int count, const StreamHooks& hooks);
 
   // Records every instruction of the next train_batch (collective: the batch then starts
   // with a barrier so all ranks share a time origin); take_records() hands them over.
@@ -227,7 +241,8 @@ class PipelineEngine {
     at::Tensor loss_sum{};
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
     bool last_position_only = false;            // outputs kept: only the last of dimension 1
-    std::function<void(int)> before_forward{};  // infer_each's, by micro-batch
+    std::function<void(int)> before_forward{};  // infer_streamed's, by micro-batch
+    std::function<void(int, const module::Activation&)> after_output{};  // by micro-batch
   };
 
   // The instruction being executed, described for errors and expired deadlines.
