@@ -44,17 +44,19 @@ struct GptEmbeddingImpl : torch::nn::Module {
 
   // ids [batch, seq]; documents: packed documents' ids [batch, seq], or undefined.
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& documents) {
-    // With a KV cache the new tokens follow the cached positions.
-    const int64_t first = active_kv_cache() ? active_kv_cache()->length() : 0;
-    if (first + ids.size(1) > positions->weight.size(0)) {
+    // With a KV cache the new tokens follow the cached positions (each row's its own).
+    const KvRows& cached = active_kv_rows();
+    const int64_t last = cached.empty() ? ids.size(1) - 1 : cached.last_position(ids.size(1));
+    if (last >= positions->weight.size(0)) {
       throw std::invalid_argument("a GPT of context " + std::to_string(positions->weight.size(0)) +
-                                  " got position " + std::to_string(first + ids.size(1) - 1));
+                                  " got position " + std::to_string(last));
     }
-    if (documents.defined() && active_kv_cache())
+    if (documents.defined() && !cached.empty())
       throw std::logic_error("packed documents are for training: a KV cache is active");
     // Each token's position: in the window, or in its document when packed ([batch, seq]).
     at::Tensor where = documents.defined() ? document_positions(documents)
-                                           : at::arange(first, first + ids.size(1), ids.options());
+                       : cached.empty()    ? at::arange(ids.size(1), ids.options())
+                                           : cached.positions(ids.size(1)).to(ids.device());
     at::Tensor mine = ids;  // this rank's tokens
     if (context_parallel::splits(context)) {
       const at::Tensor local =
@@ -155,7 +157,8 @@ struct GptBlockImpl : torch::nn::Module {
   // kernel, under the mask attention_kept() draws.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& documents) const {
-    if (KvCache* cache = active_kv_cache()) return cached_attention(*cache, this, q, k, v);
+    if (const KvRows& cached = active_kv_rows(); !cached.empty())
+      return cached_attention(cached, this, q, k, v);
     if (context_parallel::splits(context)) return ring_attend(q, k, v, documents);
     if (!drops_attention()) {
       if (!documents.defined())

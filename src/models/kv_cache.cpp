@@ -5,14 +5,16 @@
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace pipetrain::models {
 namespace {
 
-KvCache*& current() {
-  static thread_local KvCache* cache = nullptr;
-  return cache;
+KvRows& current() {
+  static thread_local KvRows rows;
+  return rows;
 }
 
 }  // namespace
@@ -45,18 +47,39 @@ void KvCache::clear() {
   length_ = 0;
 }
 
-KvCache* active_kv_cache() {
+KvRows::KvRows(std::vector<KvCache*> rows) : rows_(std::move(rows)) {
+  for (const KvCache* row : rows_) {
+    if (!row) throw std::invalid_argument("a KV cache row is null");
+  }
+}
+
+at::Tensor KvRows::positions(int64_t count) const {
+  if (rows_.size() == 1) return at::arange(rows_[0]->length(), rows_[0]->length() + count);
+  std::vector<int64_t> firsts;
+  for (const KvCache* row : rows_) firsts.push_back(row->length());
+  return at::tensor(firsts, at::kLong).unsqueeze(1) + at::arange(count).unsqueeze(0);
+}
+
+int64_t KvRows::last_position(int64_t count) const {
+  int64_t last = -1;
+  for (const KvCache* row : rows_) last = std::max(last, row->length() + count - 1);
+  return last;
+}
+
+const KvRows& active_kv_rows() {
   return current();
 }
 
-UsingKvCache::UsingKvCache(KvCache* cache) : previous_(std::exchange(current(), cache)) {}
+UsingKvCache::UsingKvCache(KvRows rows) : previous_(std::exchange(current(), std::move(rows))) {}
 
-void UsingKvCache::activate(KvCache* cache) {
-  current() = cache;
+UsingKvCache::UsingKvCache(KvCache* cache) : UsingKvCache(cache ? KvRows({cache}) : KvRows()) {}
+
+void UsingKvCache::activate(KvRows rows) {
+  current() = std::move(rows);
 }
 
 UsingKvCache::~UsingKvCache() {
-  current() = previous_;
+  current() = std::move(previous_);
 }
 
 at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor& q,
@@ -76,6 +99,21 @@ at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor&
   }
   return at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false, {},
                                           grouped_query);
+}
+
+at::Tensor cached_attention(const KvRows& rows, const void* layer, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v, bool grouped_query) {
+  if (rows.size() != q.size(0)) {
+    throw std::invalid_argument("attention over " + std::to_string(q.size(0)) + " rows with " +
+                                std::to_string(rows.size()) + " KV caches");
+  }
+  if (rows.size() == 1) return cached_attention(rows[0], layer, q, k, v, grouped_query);
+  std::vector<at::Tensor> each;
+  for (int64_t r = 0; r < rows.size(); ++r) {
+    each.push_back(cached_attention(rows[r], layer, q.narrow(0, r, 1), k.narrow(0, r, 1),
+                                    v.narrow(0, r, 1), grouped_query));
+  }
+  return at::cat(each, 0);
 }
 
 }  // namespace pipetrain::models

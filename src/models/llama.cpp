@@ -172,22 +172,25 @@ struct LlamaBlockImpl : torch::nn::Module {
     };
     const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
     const int64_t batch = q.size(0), seq = q.size(2);
-    KvCache* cache = active_kv_cache();  // the new positions follow the cached ones
-    if (cache && documents.defined())
+    const KvRows& cached = active_kv_rows();  // the new positions follow the cached ones
+    if (!cached.empty() && documents.defined())
       throw std::logic_error("packed documents are for training: a KV cache is active");
     const bool ring = context_parallel::splits(context);
     // The window positions of this rank's tokens, which order the causal mask.
-    const int64_t first = cache ? cache->length() : 0;
+    const int64_t first = cached.size() == 1 ? cached[0].length() : 0;
     const at::Tensor where = ring ? context_parallel::local_positions(
                                         seq * context.size(), context.rank(), context.size())
                                   : at::arange(first, first + seq, at::kLong);
-    // Rotary angles: of the window positions, or of each token's position in its document.
+    // Rotary angles: of the window positions, of each token's position in its document, or
+    // of each row's positions after its own cached ones ([batch, seq] both).
     at::Tensor rotary = where;
     if (documents.defined()) {
       rotary = document_positions(documents);
       if (ring) rotary = rotary.index_select(1, where.to(rotary.device()));
+    } else if (cached.size() > 1) {
+      rotary = cached.positions(seq).to(q.device());
     }
-    const Rotation r = documents.defined()
+    const Rotation r = rotary.dim() == 2
                            ? rotation(rotary, head_dim, rope_theta, q)
                            : window_rotation({.first = first,
                                               .length = seq,
@@ -201,8 +204,8 @@ struct LlamaBlockImpl : torch::nn::Module {
                                              rotary, q);
     const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
     at::Tensor attended;
-    if (cache) {
-      attended = cached_attention(*cache, this, rq, rk, v, /*grouped_query=*/true);
+    if (!cached.empty()) {
+      attended = cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true);
     } else if (ring) {
       context_parallel::RingAttentionOptions options;
       if (documents.defined())

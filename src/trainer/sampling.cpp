@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/models/kv_cache.h"
@@ -74,37 +76,62 @@ at::Tensor feed_of(const Sequence& sequence) {
   return at::tensor(feed, at::kLong).unsqueeze(0);
 }
 
-// The prompts of one stretch: `rounds` tokens for each of `active`, streamed through the
-// pipe as rounds x prompts micro-batches (micro-batch j is round j / P of prompt j % P).
-// The last stage draws each prompt's token as its forward ends and sends it to the first
-// stage, which feeds it P micro-batches later: with P >= 2 the first stage never waits
-// for the pipe to drain between rounds. (One round when P < 2 on a pipe, where the first
-// stage would wait for its own send, or when the pipe's transport is NCCL, which carries
-// device tensors only.)
+// How many positions `sequence` will feed in each of the next `rounds` rounds, as
+// begin_round will choose them.
+std::vector<int64_t> feed_lengths(const Sequence& sequence, int64_t rounds,
+                                  const SamplingOptions& options, int64_t context) {
+  std::vector<int64_t> lengths;
+  int64_t cached = sequence.cache.length(), fed = 0;
+  for (int64_t round = 0; round < rounds; ++round) {
+    if (options.kv_cache) cached += fed;
+    const auto size = static_cast<int64_t>(sequence.tokens.size()) + round;
+    if (!options.kv_cache || size > context) cached = 0;
+    fed = size - (size > context ? size - context : cached);
+    lengths.push_back(fed);
+  }
+  return lengths;
+}
+
+// The prompts that share one micro-batch, a row each.
+using Rows = std::vector<Sequence*>;
+
+// The prompts of one stretch: `rounds` tokens for each, streamed through the pipe as rounds
+// x G micro-batches, the prompts in G groups of rows (micro-batch j is round j / G of group
+// j % G). The last stage draws each row's token as its forward ends and sends the group's
+// to the first stage, which feeds them G micro-batches later: with G >= 2 the first stage
+// never waits for the pipe to drain between rounds. (One round when G < 2 on a pipe, where
+// the first stage would wait for its own send, or when the pipe's transport is NCCL, which
+// carries device tensors only.)
 class Stretch {
  public:
-  Stretch(engine::PipelineEngine& engine, std::vector<Sequence*> active, int rounds,
+  Stretch(engine::PipelineEngine& engine, std::vector<Rows> groups, int rounds,
           const SamplingOptions& options, int64_t context)
       : engine_(engine),
         grid_(engine.grid()),
-        active_(std::move(active)),
+        groups_(std::move(groups)),
         rounds_(rounds),
         options_(options),
         context_(context) {
-    for (Sequence* sequence : active_) sequence->drawn.assign(rounds_, 0);
+    for (const Rows& rows : groups_) {
+      for (Sequence* sequence : rows) sequence->drawn.assign(rounds_, 0);
+    }
   }
 
   void run() {
-    const int count = static_cast<int>(active_.size()) * rounds_;
+    const int count = static_cast<int>(groups_.size()) * rounds_;
     {
-      models::UsingKvCache using_cache(nullptr);
+      models::UsingKvCache using_cache(models::KvRows{});
       engine_.infer_streamed(
           count, {.input = [this](int j) { return module::Activation{input(j)}; },
                   .before_forward =
                       [&](int j) {
-                        Sequence& sequence = at(j);
-                        begin_round(sequence, round_of(j), options_, context_);
-                        using_cache.activate(options_.kv_cache ? &sequence.cache : nullptr);
+                        std::vector<models::KvCache*> caches;
+                        for (Sequence* sequence : rows_of(j)) {
+                          begin_round(*sequence, round_of(j), options_, context_);
+                          caches.push_back(&sequence->cache);
+                        }
+                        using_cache.activate(options_.kv_cache ? models::KvRows(caches)
+                                                               : models::KvRows());
                       },
                   .output = [this](int j, const module::Activation& out) { draw_at(j, out); }});
     }
@@ -113,52 +140,64 @@ class Stretch {
   }
 
  private:
-  Sequence& at(int j) { return *active_.at(j % active_.size()); }
-  int round_of(int j) const { return j / static_cast<int>(active_.size()); }
+  const Rows& rows_of(int j) const { return groups_.at(j % groups_.size()); }
+  int round_of(int j) const { return j / static_cast<int>(groups_.size()); }
   bool sends_tokens() const {
     return rounds_ > 1 && grid_.pipe_comm()->size() > 1 && grid_.sample_comm()->rank() == 0;
   }
 
-  // The first stage's feed of micro-batch j, its last round's token received if drawn there.
+  // The first stage's feed of micro-batch j ([rows, positions]), its rows' last round's
+  // tokens received if drawn there.
   at::Tensor input(int j) {
-    Sequence& sequence = at(j);
+    const Rows& rows = rows_of(j);
     const int round = round_of(j);
     if (round > 0 && !engine_.holds_output()) {
-      at::Tensor token = at::empty({1}, at::kLong);
-      grid_.pipe_comm()->recv(token, engine_.output_stage(), kTokenTag)->wait();
-      sequence.drawn.at(round - 1) = token.item<int64_t>();
+      at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
+      grid_.pipe_comm()->recv(tokens, engine_.output_stage(), kTokenTag)->wait();
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        rows[r]->drawn.at(round - 1) = tokens[static_cast<int64_t>(r)].item<int64_t>();
     }
-    begin_round(sequence, round, options_, context_);
-    return feed_of(sequence);
+    std::vector<at::Tensor> feeds;
+    for (Sequence* sequence : rows) {
+      begin_round(*sequence, round, options_, context_);
+      feeds.push_back(feed_of(*sequence));
+    }
+    return at::cat(feeds, 0);  // the rows feed as many positions (see plan_stretch)
   }
 
-  // The last stage's token of micro-batch j from its last position's logits (whole again
-  // from the tensor-parallel vocabulary slices), sent to the first stage if it feeds one.
+  // The last stage's tokens of micro-batch j, a row each, from its last position's logits
+  // (whole again from the tensor-parallel vocabulary slices), sent to the first stage if
+  // it feeds them again.
   void draw_at(int j, const module::Activation& out) {
-    Sequence& sequence = at(j);
+    const Rows& rows = rows_of(j);
     const int round = round_of(j);
     const at::Tensor logits = tensor_parallel::gather_from_group(
-        out.at(0)[0][-1], tensor_parallel::Group{grid_.model_comm()});
-    const int64_t token =
-        draw(logits.to(at::kDouble), options_, sequence.generator).item<int64_t>();
-    sequence.drawn.at(round) = token;
-    if (round + 1 < rounds_ && sends_tokens()) {
-      at::Tensor sent = at::full({1}, token, at::kLong);
-      sends_.emplace_back(grid_.pipe_comm()->send(sent, 0, kTokenTag), sent);
+        out.at(0).select(1, -1), tensor_parallel::Group{grid_.model_comm()});  // [rows, vocab]
+    at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto row = static_cast<int64_t>(r);
+      const int64_t token =
+          draw(logits[row].to(at::kDouble), options_, rows[r]->generator).item<int64_t>();
+      rows[r]->drawn.at(round) = token;
+      tokens[row] = token;
     }
+    if (round + 1 < rounds_ && sends_tokens())
+      sends_.emplace_back(grid_.pipe_comm()->send(tokens, 0, kTokenTag), tokens);
   }
 
   // Every rank takes the stretch's tokens from the last stage; each prompt keeps them up to
   // its first stop token.
   void finish() {
-    at::Tensor tokens = at::zeros({static_cast<int64_t>(active_.size()), rounds_}, at::kLong);
+    Rows all;
+    for (const Rows& rows : groups_) all.insert(all.end(), rows.begin(), rows.end());
+    at::Tensor tokens = at::zeros({static_cast<int64_t>(all.size()), rounds_}, at::kLong);
     if (engine_.holds_output()) {
-      for (std::size_t k = 0; k < active_.size(); ++k)
-        tokens[static_cast<int64_t>(k)] = at::tensor(active_[k]->drawn, at::kLong);
+      for (std::size_t k = 0; k < all.size(); ++k)
+        tokens[static_cast<int64_t>(k)] = at::tensor(all[k]->drawn, at::kLong);
     }
     grid_.pipe_comm()->broadcast(tokens, engine_.output_stage());
-    for (std::size_t k = 0; k < active_.size(); ++k) {
-      Sequence& sequence = *active_[k];
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      Sequence& sequence = *all[k];
       if (options_.kv_cache) sequence.cache.advance(sequence.fed);
       sequence.fed = 0;
       sequence.round = -1;
@@ -175,21 +214,48 @@ class Stretch {
 
   engine::PipelineEngine& engine_;
   const topology::Grid& grid_;
-  std::vector<Sequence*> active_;
+  std::vector<Rows> groups_;
   int rounds_;
   const SamplingOptions& options_;
   int64_t context_;
   std::vector<std::pair<comm::WorkPtr, at::Tensor>> sends_;  // each with the tensor it sends
 };
 
-// The rounds of the next stretch of `active`: what each still draws, at most kMaxRounds;
-// one where streaming cannot run (see Stretch).
-int rounds_for(const engine::PipelineEngine& engine, const std::vector<Sequence*>& active) {
-  const auto& pipe = *engine.grid().pipe_comm();
-  if (pipe.size() > 1 && (active.size() < 2 || pipe.transport() != comm::Transport::kMpi)) return 1;
+// The next stretch of `active`: its rounds (what each prompt still draws, at most
+// kMaxRounds) and its groups of rows. With the cache, the prompts that feed as many
+// positions share micro-batches (decode steps of one position, whole windows past the
+// context), split into as many groups as the pipe has stages (fewer if fewer prompts), and
+// the stretch ends before any prompt's feed changes length (after a prefill, where its
+// window starts to slide); without, each prompt is a micro-batch of its own. One round
+// where streaming cannot run (see Stretch).
+std::pair<int, std::vector<Rows>> plan_stretch(const engine::PipelineEngine& engine,
+                                               const Rows& active, const SamplingOptions& options,
+                                               int64_t context) {
   int64_t rounds = kMaxRounds;
   for (const Sequence* sequence : active) rounds = std::min(rounds, sequence->left);
-  return static_cast<int>(rounds);
+  std::map<int64_t, Rows> by_length;  // the rows of each feed length, in prompt order
+  for (Sequence* sequence : active) {
+    if (!options.kv_cache) {  // a group each
+      by_length[static_cast<int64_t>(by_length.size())].push_back(sequence);
+      continue;
+    }
+    const std::vector<int64_t> lengths = feed_lengths(*sequence, rounds, options, context);
+    const auto same = std::find_if(lengths.begin(), lengths.end(),
+                                   [&](int64_t length) { return length != lengths.front(); });
+    rounds = std::min<int64_t>(rounds, same - lengths.begin());
+    by_length[lengths.front()].push_back(sequence);
+  }
+  const auto& pipe = *engine.grid().pipe_comm();
+  std::vector<Rows> groups;
+  for (const auto& [length, rows] : by_length) {
+    const auto count = static_cast<int64_t>(rows.size());
+    const int64_t parts = std::min<int64_t>(count, pipe.size());
+    for (int64_t g = 0; g < parts; ++g)  // near-equal parts, in prompt order
+      groups.emplace_back(rows.begin() + g * count / parts, rows.begin() + (g + 1) * count / parts);
+  }
+  if (pipe.size() > 1 && (groups.size() < 2 || pipe.transport() != comm::Transport::kMpi))
+    rounds = 1;
+  return {static_cast<int>(rounds), std::move(groups)};
 }
 
 }  // namespace
@@ -229,8 +295,8 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
         active.push_back(&sequence);
     }
     if (active.empty()) break;
-    const int rounds = rounds_for(engine, active);
-    Stretch(engine, std::move(active), rounds, options, context).run();
+    auto [rounds, groups] = plan_stretch(engine, active, options, context);
+    Stretch(engine, std::move(groups), rounds, options, context).run();
   }
   std::vector<std::vector<int64_t>> texts;
   for (auto& sequence : sequences) texts.push_back(std::move(sequence.tokens));

@@ -182,12 +182,14 @@ TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
   std::tie(keys, values) = cache.extend(layer, k.narrow(2, 0, 1), v.narrow(2, 0, 1));
   EXPECT_EQ(keys.size(2), 4);
   EXPECT_EQ(cache.length(), 3);  // advanced after the pass through every layer
-  EXPECT_EQ(models::active_kv_cache(), nullptr);
+  EXPECT_TRUE(models::active_kv_rows().empty());
   {
     const models::UsingKvCache using_cache(&cache);
-    EXPECT_EQ(models::active_kv_cache(), &cache);
+    ASSERT_EQ(models::active_kv_rows().size(), 1);
+    EXPECT_EQ(&models::active_kv_rows()[0], &cache);
+    EXPECT_TRUE(models::active_kv_rows().positions(2).equal(at::arange(3, 5)));
   }
-  EXPECT_EQ(models::active_kv_cache(), nullptr);
+  EXPECT_TRUE(models::active_kv_rows().empty());
   cache.clear();
   EXPECT_EQ(cache.length(), 0);
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 namespace pipetrain::models {
 
@@ -35,28 +36,53 @@ class KvCache {
   int64_t length_ = 0;
 };
 
-// The cache the attention layers use on this thread while a UsingKvCache is in scope, else
-// null (training, evaluation, generation without a cache).
-KvCache* active_kv_cache();
+// The caches of a micro-batch's rows, one per row (each row a sequence of its own, with
+// its own cached length), in row order: generation runs several prompts' decode steps as
+// one micro-batch.
+class KvRows {
+ public:
+  KvRows() = default;
+  explicit KvRows(std::vector<KvCache*> rows);
+  bool empty() const { return rows_.empty(); }
+  int64_t size() const { return static_cast<int64_t>(rows_.size()); }
+  KvCache& operator[](int64_t row) const { return *rows_.at(static_cast<size_t>(row)); }
+  // The positions of `count` new tokens after each row's cached ones: int64 [count] for
+  // one row, [rows, count] for several.
+  at::Tensor positions(int64_t count) const;
+  // The last such position over the rows.
+  int64_t last_position(int64_t count) const;
 
-// Makes `cache` (null: none) the active one for the scope; the outer one comes back after.
-// activate() switches within the scope (one cache per micro-batch in flight).
+ private:
+  std::vector<KvCache*> rows_;
+};
+
+// The caches the attention layers use on this thread while a UsingKvCache is in scope (one
+// per row of the activations), else none (training, evaluation, generation without a cache).
+const KvRows& active_kv_rows();
+
+// Makes `rows` (empty: none) the active caches for the scope; the outer ones come back
+// after. activate() switches within the scope (one set per micro-batch in flight).
 class UsingKvCache {
  public:
-  explicit UsingKvCache(KvCache* cache);
-  void activate(KvCache* cache);
+  explicit UsingKvCache(KvRows rows);
+  explicit UsingKvCache(KvCache* cache);  // one row's, or none for null
+  void activate(KvRows rows);
   ~UsingKvCache();
   UsingKvCache(const UsingKvCache&) = delete;
   UsingKvCache& operator=(const UsingKvCache&) = delete;
 
  private:
-  KvCache* previous_;
+  KvRows previous_;
 };
 
 // Causal attention of `q` (the new positions) over the cache's keys and values followed by
 // `k` and `v`, the new positions starting at cache.length(): scaled_dot_product_attention
 // as without a cache for a prefill, and with the mask the offset asks for otherwise.
 at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v, bool grouped_query = false);
+// The same for each row of [rows, heads, new positions, head dim] over its own cache, the
+// rows' results joined again.
+at::Tensor cached_attention(const KvRows& rows, const void* layer, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, bool grouped_query = false);
 
 }  // namespace pipetrain::models
