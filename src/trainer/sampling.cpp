@@ -48,8 +48,11 @@ struct Sequence {
   int64_t fed = 0;             // positions fed in that round, not yet counted as cached
 };
 
-// Generated tokens travel from the last stage to the first on their own tag.
-constexpr int kTokenTag = 1 << 20;
+// Generated tokens travel from the last stage to the first on their own tag (under the
+// 32767 every MPI takes, past the engine's activation and gradient tags).
+constexpr int kTokenTag = 30000;
+// Micro-batches per stretch at most (rounds x groups), well inside the schedules' bounds.
+constexpr int64_t kMostStretchMicroBatches = 4096;
 // Rounds per stretch at most: a prompt that draws a stop token runs on to its stretch's
 // end (its tokens after the stop are dropped), so stretches stay short.
 constexpr int64_t kMaxRounds = 16;
@@ -98,10 +101,11 @@ using Rows = std::vector<Sequence*>;
 // The prompts of one stretch: `rounds` tokens for each, streamed through the pipe as rounds
 // x G micro-batches, the prompts in G groups of rows (micro-batch j is round j / G of group
 // j % G). The last stage draws each row's token as its forward ends and sends the group's
-// to the first stage, which feeds them G micro-batches later: with G >= 2 the first stage
-// never waits for the pipe to drain between rounds. (One round when G < 2 on a pipe, where
-// the first stage would wait for its own send, or when the pipe's transport is NCCL, which
-// carries device tensors only.)
+// to the first stage, which feeds them G micro-batches later: with G at least the number of
+// stages the first stage never waits for the pipe to drain between rounds. (One round when
+// G is smaller on a pipe: the inference schedule's first stage loads micro-batch j before
+// it sends j - 1, and with more than two stages or chunks the token of j - G would wait
+// for that send.)
 class Stretch {
  public:
   Stretch(engine::PipelineEngine& engine, std::vector<Rows> groups, int rounds,
@@ -142,8 +146,9 @@ class Stretch {
  private:
   const Rows& rows_of(int j) const { return groups_.at(j % groups_.size()); }
   int round_of(int j) const { return j / static_cast<int>(groups_.size()); }
+  // Whether this rank draws tokens that a first-stage rank other than itself feeds.
   bool sends_tokens() const {
-    return rounds_ > 1 && grid_.pipe_comm()->size() > 1 && grid_.sample_comm()->rank() == 0;
+    return rounds_ > 1 && engine_.output_stage() != 0 && grid_.sample_comm()->rank() == 0;
   }
 
   // The first stage's feed of micro-batch j ([rows, positions]), its rows' last round's
@@ -245,16 +250,17 @@ std::pair<int, std::vector<Rows>> plan_stretch(const engine::PipelineEngine& eng
     rounds = std::min<int64_t>(rounds, same - lengths.begin());
     by_length[lengths.front()].push_back(sequence);
   }
-  const auto& pipe = *engine.grid().pipe_comm();
+  const int64_t stages = engine.grid().pipe_comm()->size();
   std::vector<Rows> groups;
   for (const auto& [length, rows] : by_length) {
     const auto count = static_cast<int64_t>(rows.size());
-    const int64_t parts = std::min<int64_t>(count, pipe.size());
+    const int64_t parts = std::min<int64_t>(count, stages);
     for (int64_t g = 0; g < parts; ++g)  // near-equal parts, in prompt order
       groups.emplace_back(rows.begin() + g * count / parts, rows.begin() + (g + 1) * count / parts);
   }
-  if (pipe.size() > 1 && (groups.size() < 2 || pipe.transport() != comm::Transport::kMpi))
-    rounds = 1;
+  const auto count = static_cast<int64_t>(groups.size());
+  if (stages > 1 && count < std::max<int64_t>(2, stages)) rounds = 1;
+  rounds = std::clamp<int64_t>(kMostStretchMicroBatches / count, 1, rounds);
   return {static_cast<int>(rounds), std::move(groups)};
 }
 

@@ -95,11 +95,12 @@ TEST(KvCache, GivesTheTokensOfTheWholeWindowRunForEveryToken) {
   }
 }
 
-// Prompts in flight (one micro-batch each, moving down the pipe together) draw what each
-// draws alone, with the cache and without.
+// Prompts in flight (batched into a micro-batch per stage with the cache, one each
+// without; streamed, the tokens sent from the last stage to the first) draw what each
+// draws alone, with the cache and without, at pipe 1, 2 and 4.
 TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
   auto world = comm::MpiCommunicator::world();
-  for (const Shape& s : {Shape{1, 4, 1}, Shape{2, 2, 1}, Shape{2, 1, 2}}) {
+  for (const Shape& s : {Shape{1, 4, 1}, Shape{2, 2, 1}, Shape{2, 1, 2}, Shape{4, 1, 1}}) {
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
     for (const std::string kind : {"gpt", "llama"}) {
@@ -127,6 +128,12 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
           EXPECT_TRUE(fresh == 16 || (fresh >= 1 && fresh < 16 && together[p].back() == 5)) << p;
         }
       }
+      // Fewer groups than stages (two prompts at pipe 4) run a round at a time.
+      const SamplingOptions greedy{.temperature = 0, .top_k = 0, .seed = 1, .kv_cache = true};
+      const std::vector<std::vector<int64_t>> two(prompts.begin() + 2, prompts.begin() + 4);
+      const auto together = sample_in_flight(*engine, two, 8, greedy, kContext);
+      for (std::size_t p = 0; p < two.size(); ++p)
+        EXPECT_EQ(together[p], sample_tokens(*engine, two[p], 8, greedy, kContext)) << p;
     }
   }
 }
