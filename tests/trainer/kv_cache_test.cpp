@@ -26,7 +26,8 @@ struct Shape {
 };
 
 std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, const Shape& s,
-                                                     std::shared_ptr<topology::Grid> grid) {
+                                                     std::shared_ptr<topology::Grid> grid,
+                                                     int chunks = 1) {
   auto comms =
       std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(0));
   const tensor_parallel::Group group = comms->model_group();
@@ -50,12 +51,18 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
     c.layers = 3;
     layers = models::llama_layers(c, group);
   }
-  auto module = std::make_shared<module::PipelineModule>(
-      layers, models::gpt_loss(group),
-      module::PipelineModuleOptions{.stages = s.pipe, .stage_id = grid->stage_id(), .seed = 11});
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = 1;
-  config.gradient_accumulation_steps = 1;
+  config.gradient_accumulation_steps = chunks > 1 ? s.pipe : 1;
+  if (chunks > 1) config.pipeline.schedule = schedule::Kind::kInterleaved;
+  config.pipeline.chunks = chunks;
+  auto module = std::make_shared<module::PipelineModule>(
+      layers, models::gpt_loss(group),
+      module::PipelineModuleOptions{.stages = s.pipe,
+                                    .stage_id = grid->stage_id(),
+                                    .chunks = chunks,
+                                    .placement = config.pipeline.placement(),
+                                    .seed = 11});
   return std::make_unique<engine::PipelineEngine>(module, comms, config);
 }
 
@@ -135,6 +142,27 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
       for (std::size_t p = 0; p < two.size(); ++p)
         EXPECT_EQ(together[p], sample_tokens(*engine, two[p], 8, greedy, kContext)) << p;
     }
+  }
+}
+
+// Streamed over two model chunks per stage (the inference schedule's interleaved order):
+// in flight as alone, for as many prompts as stages and more.
+TEST(KvCache, PromptsInFlightOverTwoChunksPerStageGiveEachPromptsTokensAlone) {
+  const Shape s{2, 2, 1};
+  auto engine = random_model("gpt", s,
+                             std::make_shared<topology::Grid>(
+                                 topology::pipe_model_data_parallel_topology(s.pipe, s.data, 1),
+                                 comm::MpiCommunicator::world()),
+                             /*chunks=*/2);
+  const SamplingOptions options{.temperature = 0, .top_k = 0, .seed = 1, .kv_cache = true};
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t length : {2, 3, 5, 4}) {
+    prompts.emplace_back();
+    for (int64_t i = 0; i < length; ++i) prompts.back().push_back((3 * i + length) % 64);
+    SCOPED_TRACE(std::to_string(prompts.size()) + " prompts");
+    const auto together = sample_in_flight(*engine, prompts, 10, options, kContext);
+    for (std::size_t p = 0; p < prompts.size(); ++p)
+      EXPECT_EQ(together[p], sample_tokens(*engine, prompts[p], 10, options, kContext)) << p;
   }
 }
 

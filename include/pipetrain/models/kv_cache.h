@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -45,7 +46,8 @@ class KvRows {
   explicit KvRows(std::vector<KvCache*> rows);
   bool empty() const { return rows_.empty(); }
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
-  KvCache& operator[](int64_t row) const { return *rows_.at(static_cast<size_t>(row)); }
+  // A view of the rows' caches: const, yet each cache may grow.
+  KvCache& operator[](int64_t row) const { return *rows_.at(static_cast<std::size_t>(row)); }
   // The positions of `count` new tokens after each row's cached ones: int64 [count] for
   // one row, [rows, count] for several.
   at::Tensor positions(int64_t count) const;

@@ -20,8 +20,9 @@ struct SamplingOptions {
   std::vector<int64_t> stop;
   // Keys and values of earlier positions kept per stage (models::KvCache): the prompt runs
   // once, then one token per step. Without, every step runs the whole window again. Only
-  // for models whose attention reads models::active_kv_cache() (the built-in GPT and
-  // LLaMA): another model would attend over the new tokens alone.
+  // for models whose attention reads models::active_kv_rows() (the built-in GPT and
+  // LLaMA), each row of the activations over its own cache: another model would attend
+  // over the new tokens alone.
   bool kv_cache = false;
   // Prompts in flight at once in sample_in_flight (the rest wait their turn): each holds
   // its cache and its micro-batch's outputs.
@@ -37,11 +38,14 @@ struct SamplingOptions {
 std::vector<int64_t> sample_tokens(engine::PipelineEngine& engine, std::vector<int64_t> prompt,
                                    int64_t count, const SamplingOptions& options, int64_t context);
 
-// sample_tokens for several prompts at once, in flight: every step feeds each prompt's new
-// tokens as one micro-batch of the inference schedule (engine.infer_each), so stage s
-// works on prompt k while stage s + 1 works on prompt k - 1; each prompt keeps its own KV
-// cache and its own generator seeded with `options.seed`, so it draws the tokens it would
-// alone. Returns each prompt's whole sequence, in order. Collective over the pipe.
+// sample_tokens for several prompts at once, in flight. With the cache, prompts that feed as
+// many positions share micro-batches (a row each, over its own cache), in as many groups as
+// the pipe has stages, so stage s works on one group while stage s + 1 works on the one
+// before; without, each prompt is a micro-batch of its own. Up to 16 rounds run as one
+// streamed inference (engine.infer_streamed): the last stage sends each drawn token to the
+// first, which feeds it a round later. Each prompt keeps its own generator seeded with
+// `options.seed`, so it draws the tokens it would alone (up to the rounding of batched
+// matrix shapes). Returns each prompt's whole sequence, in order. Collective over the pipe.
 std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
                                                    const std::vector<std::vector<int64_t>>& prompts,
                                                    int64_t count, const SamplingOptions& options,
