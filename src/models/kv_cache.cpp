@@ -53,11 +53,15 @@ KvRows::KvRows(std::vector<KvCache*> rows) : rows_(std::move(rows)) {
   }
 }
 
+std::vector<int64_t> KvRows::lengths() const {
+  std::vector<int64_t> lengths;
+  for (const KvCache* row : rows_) lengths.push_back(row->length());
+  return lengths;
+}
+
 at::Tensor KvRows::positions(int64_t count) const {
   if (rows_.size() == 1) return at::arange(rows_[0]->length(), rows_[0]->length() + count);
-  std::vector<int64_t> firsts;
-  for (const KvCache* row : rows_) firsts.push_back(row->length());
-  return at::tensor(firsts, at::kLong).unsqueeze(1) + at::arange(count).unsqueeze(0);
+  return at::tensor(lengths(), at::kLong).unsqueeze(1) + at::arange(count).unsqueeze(0);
 }
 
 int64_t KvRows::last_position(int64_t count) const {

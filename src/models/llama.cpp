@@ -5,9 +5,11 @@
 #include <torch/nn/pimpl.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "layer_rules.h"
 #include "pipetrain/models/kv_cache.h"
@@ -70,8 +72,12 @@ Rotation rotation(const at::Tensor& positions, int64_t head_dim, double theta,
 // What decides the rotation of a window (no packed documents): every block of a stage
 // rotates the same positions.
 struct WindowRotation {
-  int64_t first, length;         // positions [first, first + length) of the window, or
-  int64_t ring_rank, ring_size;  // this rank's under context parallelism (size > 1)
+  // Positions [first, first + length) of the window (one first), or of each row after its
+  // own cached positions (a first per row), or this rank's under context parallelism
+  // (ring size > 1).
+  std::vector<int64_t> firsts;
+  int64_t length;
+  int64_t ring_rank, ring_size;
   int64_t head_dim;
   double theta;
   at::ScalarType type;
@@ -80,14 +86,16 @@ struct WindowRotation {
   bool operator==(const WindowRotation&) const = default;
 };
 
-// The rotation of `positions` as `key` names them, computed once for a stage's blocks (as
-// transformers' LlamaModel computes it once per forward), not once per block: the last one
-// is kept on this thread (a stage's blocks run on its thread) while the key holds.
-const Rotation& window_rotation(const WindowRotation& key, const at::Tensor& positions,
+// The rotation of the positions `key` names (made by `positions` when needed), computed
+// once for a stage's blocks (as transformers' LlamaModel computes it once per forward), not
+// once per block: the last one is kept on this thread (a stage's blocks run on its thread)
+// while the key holds.
+const Rotation& window_rotation(const WindowRotation& key,
+                                const std::function<at::Tensor()>& positions,
                                 const at::Tensor& like) {
   thread_local std::optional<std::pair<WindowRotation, Rotation>> last;
   if (!last || !(last->first == key))
-    last.emplace(key, rotation(positions, key.head_dim, key.theta, like));
+    last.emplace(key, rotation(positions(), key.head_dim, key.theta, like));
   return last->second;
 }
 
@@ -181,27 +189,28 @@ struct LlamaBlockImpl : torch::nn::Module {
     const at::Tensor where = ring ? context_parallel::local_positions(
                                         seq * context.size(), context.rank(), context.size())
                                   : at::arange(first, first + seq, at::kLong);
-    // Rotary angles: of the window positions, of each token's position in its document, or
-    // of each row's positions after its own cached ones ([batch, seq] both).
-    at::Tensor rotary = where;
+    // Rotary angles: of the window positions, of each row's positions after its own cached
+    // ones ([batch, seq]), or of each token's position in its document ([batch, seq]).
+    const bool rows = cached.size() > 1;
+    auto window = [&] { return rows ? cached.positions(seq).to(q.device()) : where; };
+    at::Tensor rotary;
     if (documents.defined()) {
       rotary = document_positions(documents);
       if (ring) rotary = rotary.index_select(1, where.to(rotary.device()));
-    } else if (cached.size() > 1) {
-      rotary = cached.positions(seq).to(q.device());
     }
-    const Rotation r = rotary.dim() == 2
-                           ? rotation(rotary, head_dim, rope_theta, q)
-                           : window_rotation({.first = first,
-                                              .length = seq,
-                                              .ring_rank = ring ? context.rank() : 0,
-                                              .ring_size = ring ? context.size() : 1,
-                                              .head_dim = head_dim,
-                                              .theta = rope_theta,
-                                              .type = q.scalar_type(),
-                                              .device = q.device(),
-                                              .inference = c10::InferenceMode::is_enabled()},
-                                             rotary, q);
+    const Rotation r =
+        documents.defined()
+            ? rotation(rotary, head_dim, rope_theta, q)
+            : window_rotation({.firsts = rows ? cached.lengths() : std::vector<int64_t>{first},
+                               .length = seq,
+                               .ring_rank = ring ? context.rank() : 0,
+                               .ring_size = ring ? context.size() : 1,
+                               .head_dim = head_dim,
+                               .theta = rope_theta,
+                               .type = q.scalar_type(),
+                               .device = q.device(),
+                               .inference = c10::InferenceMode::is_enabled()},
+                              window, q);
     const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
     at::Tensor attended;
     if (!cached.empty()) {

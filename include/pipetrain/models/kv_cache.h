@@ -48,6 +48,8 @@ class KvRows {
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
   // A view of the rows' caches: const, yet each cache may grow.
   KvCache& operator[](int64_t row) const { return *rows_.at(static_cast<std::size_t>(row)); }
+  // Each row's cached positions, in row order.
+  std::vector<int64_t> lengths() const;
   // The positions of `count` new tokens after each row's cached ones: int64 [count] for
   // one row, [rows, count] for several.
   at::Tensor positions(int64_t count) const;
