@@ -258,9 +258,9 @@ std::pair<int, std::vector<Rows>> plan_stretch(const engine::PipelineEngine& eng
     for (int64_t g = 0; g < parts; ++g)  // near-equal parts, in prompt order
       groups.emplace_back(rows.begin() + g * count / parts, rows.begin() + (g + 1) * count / parts);
   }
-  const auto count = static_cast<int64_t>(groups.size());
-  if (stages > 1 && count < std::max<int64_t>(2, stages)) rounds = 1;
-  rounds = std::clamp<int64_t>(kMostStretchMicroBatches / count, 1, rounds);
+  const auto per_round = static_cast<int64_t>(groups.size());  // micro-batches
+  if (stages > 1 && per_round < std::max<int64_t>(2, stages)) rounds = 1;
+  rounds = std::clamp<int64_t>(kMostStretchMicroBatches / per_round, 1, rounds);
   return {static_cast<int>(rounds), std::move(groups)};
 }
 
