@@ -57,16 +57,29 @@ constexpr int64_t kMostStretchMicroBatches = 4096;
 // end (its tokens after the stop are dropped), so stretches stay short.
 constexpr int64_t kMaxRounds = 16;
 
+// Where a round of a sequence of `size` tokens starts feeding, with `cached` positions in
+// its cache: after them while the sequence fits the context, else the whole (sliding)
+// window afresh (and always afresh without the cache).
+struct RoundFeed {
+  int64_t first;
+  bool afresh;  // the cache starts over
+};
+RoundFeed round_feed(int64_t size, int64_t cached, const SamplingOptions& options,
+                     int64_t context) {
+  const bool afresh = !options.kv_cache || size > context;
+  return {afresh ? std::max<int64_t>(0, size - context) : cached, afresh};
+}
+
 // Moves `sequence` to round `round` of the stretch (every rank, in round order, once per
-// round): the last round's feed is cached now, and this round feeds the positions the cache
-// lacks while the sequence fits the context, else the whole (sliding) window afresh.
+// round): the last round's feed is cached now, and this round's is chosen (round_feed).
 void begin_round(Sequence& sequence, int round, const SamplingOptions& options, int64_t context) {
   if (sequence.round == round) return;
   if (options.kv_cache) sequence.cache.advance(sequence.fed);
   const auto size = static_cast<int64_t>(sequence.tokens.size()) + round;
-  if (!options.kv_cache || size > context) sequence.cache.clear();
-  sequence.first = size > context ? size - context : sequence.cache.length();
-  sequence.fed = size - sequence.first;
+  const RoundFeed feed = round_feed(size, sequence.cache.length(), options, context);
+  if (feed.afresh) sequence.cache.clear();
+  sequence.first = feed.first;
+  sequence.fed = size - feed.first;
   sequence.round = round;
 }
 
@@ -84,13 +97,13 @@ at::Tensor feed_of(const Sequence& sequence) {
 std::vector<int64_t> feed_lengths(const Sequence& sequence, int64_t rounds,
                                   const SamplingOptions& options, int64_t context) {
   std::vector<int64_t> lengths;
-  int64_t cached = sequence.cache.length(), fed = 0;
+  int64_t cached = sequence.cache.length();
   for (int64_t round = 0; round < rounds; ++round) {
-    if (options.kv_cache) cached += fed;
     const auto size = static_cast<int64_t>(sequence.tokens.size()) + round;
-    if (!options.kv_cache || size > context) cached = 0;
-    fed = size - (size > context ? size - context : cached);
-    lengths.push_back(fed);
+    const RoundFeed feed = round_feed(size, cached, options, context);
+    lengths.push_back(size - feed.first);
+    // As begin_round leaves the cache: cleared if afresh, then the feed counted as cached.
+    if (options.kv_cache) cached = (feed.afresh ? 0 : cached) + lengths.back();
   }
   return lengths;
 }
@@ -159,8 +172,8 @@ class Stretch {
     if (round > 0 && !engine_.holds_output()) {
       at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
       grid_.pipe_comm()->recv(tokens, engine_.output_stage(), kTokenTag)->wait();
-      for (std::size_t r = 0; r < rows.size(); ++r)
-        rows[r]->drawn.at(round - 1) = tokens[static_cast<int64_t>(r)].item<int64_t>();
+      const int64_t* received = tokens.data_ptr<int64_t>();
+      for (std::size_t r = 0; r < rows.size(); ++r) rows[r]->drawn.at(round - 1) = received[r];
     }
     std::vector<at::Tensor> feeds;
     for (Sequence* sequence : rows) {
@@ -179,12 +192,11 @@ class Stretch {
     const at::Tensor logits = tensor_parallel::gather_from_group(
         out.at(0).select(1, -1), tensor_parallel::Group{grid_.model_comm()});  // [rows, vocab]
     at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
+    int64_t* drawn = tokens.data_ptr<int64_t>();
     for (std::size_t r = 0; r < rows.size(); ++r) {
-      const auto row = static_cast<int64_t>(r);
-      const int64_t token =
-          draw(logits[row].to(at::kDouble), options_, rows[r]->generator).item<int64_t>();
-      rows[r]->drawn.at(round) = token;
-      tokens[row] = token;
+      drawn[r] = draw(logits[static_cast<int64_t>(r)].to(at::kDouble), options_, rows[r]->generator)
+                     .item<int64_t>();
+      rows[r]->drawn.at(round) = drawn[r];
     }
     if (round + 1 < rounds_ && sends_tokens())
       sends_.emplace_back(grid_.pipe_comm()->send(tokens, 0, kTokenTag), tokens);
@@ -196,9 +208,10 @@ class Stretch {
     Rows all;
     for (const Rows& rows : groups_) all.insert(all.end(), rows.begin(), rows.end());
     at::Tensor tokens = at::zeros({static_cast<int64_t>(all.size()), rounds_}, at::kLong);
+    auto table = tokens.accessor<int64_t, 2>();  // [prompt, round]
     if (engine_.holds_output()) {
       for (std::size_t k = 0; k < all.size(); ++k)
-        tokens[static_cast<int64_t>(k)] = at::tensor(all[k]->drawn, at::kLong);
+        std::copy(all[k]->drawn.begin(), all[k]->drawn.end(), &table[k][0]);
     }
     grid_.pipe_comm()->broadcast(tokens, engine_.output_stage());
     for (std::size_t k = 0; k < all.size(); ++k) {
@@ -207,7 +220,7 @@ class Stretch {
       sequence.fed = 0;
       sequence.round = -1;
       for (int r = 0; r < rounds_ && sequence.left > 0; ++r) {
-        const int64_t token = tokens[static_cast<int64_t>(k)][r].item<int64_t>();
+        const int64_t token = table[k][r];
         sequence.tokens.push_back(token);
         const auto& stop = sequence.stop;
         const bool stops = std::find(stop.begin(), stop.end(), token) != stop.end();

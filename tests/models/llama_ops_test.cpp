@@ -18,14 +18,19 @@ int64_t cosines(const std::vector<RecordedOp>& ops) {
                        [](const RecordedOp& op) { return op.name == "aten::cos"; });
 }
 
+// Three grouped-query blocks.
+models::LlamaConfig tiny_llama() {
+  return {.vocab_size = 64,
+          .context = 16,
+          .d_model = 32,
+          .heads = 4,
+          .num_key_value_heads = 2,
+          .intermediate_size = 48,
+          .layers = 3};
+}
+
 TEST(LlamaOps, RotaryAnglesOncePerForwardForEveryBlock) {
-  const models::LlamaConfig config{.vocab_size = 64,
-                                   .context = 16,
-                                   .d_model = 32,
-                                   .heads = 4,
-                                   .num_key_value_heads = 2,
-                                   .intermediate_size = 48,
-                                   .layers = 3};
+  const models::LlamaConfig config = tiny_llama();
   module::PipelineModule model(models::llama_layers(config), models::gpt_loss(), {});
   const at::Tensor ids = at::randint(config.vocab_size, {2, 12}, at::kLong);
   module::Activation first, second;
@@ -51,13 +56,7 @@ TEST(LlamaOps, RotaryAnglesOncePerForwardForEveryBlock) {
 // Generation's rows (each over its own KV cache) share one rotation per decode step too,
 // each row rotated at its own positions: the rows' logits are each row's alone.
 TEST(LlamaOps, RotaryAnglesOncePerDecodeStepForRowsAtTheirOwnPositions) {
-  const models::LlamaConfig config{.vocab_size = 64,
-                                   .context = 16,
-                                   .d_model = 32,
-                                   .heads = 4,
-                                   .num_key_value_heads = 2,
-                                   .intermediate_size = 48,
-                                   .layers = 3};
+  const models::LlamaConfig config = tiny_llama();
   module::PipelineModule model(models::llama_layers(config), models::gpt_loss(), {});
   const c10::InferenceMode inference;
   // Two prompts of 3 and 6 tokens, prefilled alone, then one decode step each, alone and
