@@ -185,7 +185,7 @@ void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     auto grid = grid_over(world, 2);
     engine::TrainingConfig config = config_for(4, 2);
-    config.precision.dtype = bf16 ? engine::Precision::kBf16 : engine::Precision::kFp32;
+    config.precision.dtype = bf16 ? optim::Precision::kBf16 : optim::Precision::kFp32;
     auto module = std::make_shared<module::PipelineModule>(
         models::gpt_layers(gpt), models::gpt_loss(),
         module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});

@@ -75,7 +75,7 @@ engine::TrainingConfig bf16_config(const Shape& s, int stages) {
   config.gradient_accumulation_steps = s.micro_batches;
   config.steps_per_print = 1 << 30;
   config.pipeline.stages = stages;
-  config.precision.dtype = engine::Precision::kBf16;
+  config.precision.dtype = optim::Precision::kBf16;
   config.optimizer = {"AdamW", {{"lr", kLearningRate}, {"weight_decay", 0.0}}};
   config.device = device::DeviceKind::kCuda;
   return config;

@@ -44,7 +44,7 @@ struct Setting {
 };
 
 engine::TrainingConfig config_for(const Setting& setting, int stages, int micro_batches,
-                                  engine::Precision precision) {
+                                  optim::Precision precision) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = 2;
   config.gradient_accumulation_steps = micro_batches;
@@ -106,7 +106,7 @@ void state_bytes(const std::shared_ptr<comm::MpiCommunicator>& world) {
         "    precision  data  stage 0          stage 1                stage 2                "
         "stage 3                1/data\n");
   }
-  for (auto precision : {engine::Precision::kFp32, engine::Precision::kBf16}) {
+  for (auto precision : {optim::Precision::kFp32, optim::Precision::kBf16}) {
     for (int data : {1, 2, 4}) {
       auto group = world->split(world->rank() < data ? 0 : 1, world->rank());
       std::vector<double> rest, optimizer;
@@ -122,7 +122,7 @@ void state_bytes(const std::shared_ptr<comm::MpiCommunicator>& world) {
       }
       if (world->rank() != 0) continue;
       std::printf("    %-9s  %4d  %6.1f / %6.1f",
-                  precision == engine::Precision::kFp32 ? "fp32" : "bf16", data, rest[0],
+                  precision == optim::Precision::kFp32 ? "fp32" : "bf16", data, rest[0],
                   optimizer[0]);
       for (int stage = 1; stage <= 3; ++stage) {
         if (data == 1) {
@@ -143,7 +143,7 @@ planner::Prediction predicted(const Setting& setting, const std::string& cluster
   if (cluster.shared_cores == 0) cluster.shared_cores = 2;
   models::ModelConfig model;
   model.gpt = kGpt;
-  const planner::Workload workload(model, config_for(setting, 2, 4, engine::Precision::kFp32));
+  const planner::Workload workload(model, config_for(setting, 2, 4, optim::Precision::kFp32));
   return planner::predict(
       workload, cluster,
       planner::Layout{
@@ -156,7 +156,7 @@ void step_time(const std::shared_ptr<comm::MpiCommunicator>& world, int repetiti
   const int n = static_cast<int>(settings.size());
   std::vector<Run> runs;
   for (const Setting& s : settings)
-    runs.push_back(make_run(world, 2, config_for(s, 2, 4, engine::Precision::kFp32)));
+    runs.push_back(make_run(world, 2, config_for(s, 2, 4, optim::Precision::kFp32)));
   std::vector<std::vector<double>> seconds(n);
   std::vector<int64_t> peak(n, 0);  // the most held during a step, this rank
   for (int rep = 0; rep < repetitions; ++rep) {

@@ -20,7 +20,7 @@
 
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/engine/communicators.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     config.pipeline.stages = pipe;
     // The job's communicators, made once: the model's layers take the tensor-parallel group
     // from them, the engine the rest.
-    auto comms = std::make_shared<engine::Communicators>(grid, config.device, comm::Seconds(0));
+    auto comms = std::make_shared<groups::Communicators>(grid, config.device, comm::Seconds(0));
     auto module = std::make_shared<module::PipelineModule>(
         model(comms->model_group()),
         [](const module::Activation& out, const module::Activation& y) {

@@ -392,7 +392,7 @@ at::Tensor tensor_named(const comm::NamedTensors& tensors, const std::string& na
 // ZeRO steps a stage's parameters as one tensor with one step count; a checkpoint saved
 // without ZeRO where some tensors went without gradients (and so took fewer steps) cannot
 // be joined into one.
-void check_one_step_count(const std::vector<engine::ParameterState>& masters,
+void check_one_step_count(const std::vector<optim::ParameterState>& masters,
                           const fs::path& folder) {
   std::optional<int64_t> steps;
   for (const auto& whole : masters) {
@@ -412,7 +412,7 @@ void check_one_step_count(const std::vector<engine::ParameterState>& masters,
 
 // What load_checkpoint will install, gathered and checked before anything changes.
 struct PendingLoad {
-  std::vector<engine::ParameterState> masters;  // in the module's parameter order
+  std::vector<optim::ParameterState> masters;  // in the module's parameter order
   // Tensors in another weight decay group than when saved: the first, and how many.
   std::string regrouped;
   int regrouped_count = 0;
@@ -476,7 +476,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
                              ", the model expects Float " + c10::str(at::IntArrayRef(expected)));
       }
       note_regrouping(layer, name, full_name, engine.weight_decayed().at(position), pending);
-      engine::ParameterState& whole = pending.masters[position];
+      optim::ParameterState& whole = pending.masters[position];
       whole.master = sharded.shard(full_name, value, parameter.sizes());
       for (const auto& [key, tensor] : optimizer_saved) {
         if (key.rfind(name + "/", 0) != 0) continue;
@@ -495,7 +495,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       }
     }
   }
-  if (engine::shards_optimizer(engine.config().zero)) check_one_step_count(pending.masters, folder);
+  if (data_parallel::shards_optimizer(engine.config().zero)) check_one_step_count(pending.masters, folder);
   if (manifest.at("topology") == topology_of(engine.grid())) {
     const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
@@ -516,10 +516,10 @@ struct WholeLayer {
 // stand in for the engine's state; only a rank that `keeps` gets the tensors back.
 WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& sharded, int index,
                        const std::vector<StageParameter>& parameters,
-                       const std::vector<engine::ParameterState>* weights, bool keeps) {
+                       const std::vector<optim::ParameterState>* weights, bool keeps) {
   WholeLayer layer;
   for (const auto& [name, parameter, position] : parameters) {
-    const engine::ParameterState whole =
+    const optim::ParameterState whole =
         weights ? weights->at(position) : engine.gathered_optimizer_state(position);
     const std::string full_name = std::to_string(index) + "." + name;
     if (!keeps) {
@@ -616,7 +616,7 @@ void set_layer_written_hook(std::function<void(int global_rank)> hook) {
 void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
                      const std::string& tag, const nlohmann::json& client_state,
                      const engine::MicroBatchSource* data,
-                     const std::vector<engine::ParameterState>* weights) {
+                     const std::vector<optim::ParameterState>* weights) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
     throw io::InputError("checkpoint tag '" + tag +
                          "' must be a plain, non-empty name other than 'latest'");
@@ -639,7 +639,7 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   nlohmann::json files = nlohmann::json::object();
   nlohmann::json layers = nlohmann::json::object();
   const bool writes = grid.replica_id() == 0;
-  if (writes || (engine::shards_optimizer(engine.config().zero) && !weights) ||
+  if (writes || (data_parallel::shards_optimizer(engine.config().zero) && !weights) ||
       grid.expert_parallel_size() > 1) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {

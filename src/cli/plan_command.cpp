@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "shape_options.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
@@ -273,7 +274,7 @@ int run_plan(const PlanOptions& o) {
   std::printf(
       "plan: %s, %.4g parameters, on %s: %lld devices (%lld x %lld), %.0f GiB each; "
       "global batch %lld\n",
-      job.model.type.c_str(), parameters, cluster.name.c_str(),
+      models::name_of(job.model.type).c_str(), parameters, cluster.name.c_str(),
       static_cast<long long>(cluster.devices()), static_cast<long long>(cluster.nodes),
       static_cast<long long>(cluster.devices_per_node), cluster.memory_bytes / kGiB,
       static_cast<long long>(o.global_batch));
@@ -319,7 +320,7 @@ Command add_plan_command(CLI::App& app) {
   command->add_option("--micro-batch,-b", limits.micro_batch, "Fix the micro-batch size");
   command->add_option("--max-micro-batch", limits.max_micro_batch, "Largest micro-batch tried")
       ->capture_default_str();
-  command->add_option("--schedule", options->schedule, "Fix the schedule (1f1b, gpipe, ...)");
+  command->add_option("--schedule", options->schedule, "Fix the schedule: " + schedule_names());
   command->add_option("--chunks", limits.chunks, "Fix the model chunks per stage");
   command->add_option("--zero", limits.zero, "Fix the ZeRO stage (0 to 3)")
       ->check(CLI::Range(0, 3));

@@ -16,6 +16,28 @@ struct ShapeOptions {
   std::string file;  // --kind file: the CSV of compute orders
 };
 
+// pipeline.schedule's spellings, from the schedule registry.
+inline std::string schedule_names() {
+  std::string names;
+  for (const auto& kind : schedule::schedule_kinds()) {
+    for (const auto name : kind.config_names) names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names;
+}
+
+// The chunks per stage each chunked schedule takes, from the schedule registry.
+inline std::string chunk_counts() {
+  std::string counts;
+  for (const auto& kind : schedule::schedule_kinds()) {
+    if (!kind.uses_chunks || kind.config_names.empty() || kind.kind == schedule::Kind::kFile)
+      continue;
+    const int least = kind.min_config_chunks > 0 ? kind.min_config_chunks : kind.min_chunks;
+    counts += std::string(counts.empty() ? "" : ", ") + std::string(kind.config_names.front()) +
+              " " + std::to_string(least) + (kind.max_chunks == least ? "" : " or more");
+  }
+  return counts + "; 1 otherwise";
+}
+
 inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
   std::string kinds;
   for (const auto& kind : schedule::schedule_kinds()) {
@@ -31,8 +53,7 @@ inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
       "F.json as `schedule --format json` writes it");
   command
       .add_option("--chunks,-v", options.shape.chunks,
-                  "Model chunks per stage (interleaved, interleaved-zb, looped-bfs; zbv and "
-                  "dualpipev take 2)")
+                  "Model chunks per stage: " + chunk_counts())
       ->capture_default_str();
 }
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "shape_options.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/trainer/job_config.h"
@@ -47,11 +48,9 @@ Command add_train_command(CLI::App& app) {
       "Save into a folder holding another run's checkpoints, starting over (overwrite)");
   command->add_option("--trace", o.trace, "Write a Chrome/Perfetto trace of one step here");
   command->add_option("--schedule", o.schedule,
-                      "Training schedule: 1f1b (DeepSpeed's train), gpipe, interleaved, zb-h1, "
-                      "zb-h2, interleaved-zb, looped-bfs, zbv or dualpipev (pipeline.schedule)");
+                      "Training schedule (pipeline.schedule): " + schedule_names());
   command->add_option("--chunks", o.chunks,
-                      "Model chunks per stage: interleaved, interleaved-zb and looped-bfs take "
-                      "several, zbv and dualpipev 2 (pipeline.chunks)");
+                      "Model chunks per stage (pipeline.chunks): " + chunk_counts());
   command->add_option("--device", o.device, "Where ranks compute: auto, cpu or cuda (device)");
   return {command, [options] {
             return comm::run_rank(0, nullptr, [&] {

@@ -22,32 +22,6 @@ using schedule::Instruction;
 using schedule::OpKind;
 using Clock = std::chrono::steady_clock;
 
-// Eval mode without autograd for a scope; training mode again when it ends, thrown or not.
-class Evaluating {
- public:
-  explicit Evaluating(module::PipelineModule& module) : module_(module) { module_.train(false); }
-  ~Evaluating() { module_.train(true); }
-  Evaluating(const Evaluating&) = delete;
-  Evaluating& operator=(const Evaluating&) = delete;
-
- private:
-  module::PipelineModule& module_;
-  at::NoGradGuard no_grad_;
-};
-
-// The first step that holds some chunk's last BackwardPass or BackwardInput (-1: none).
-int last_backwards_step(const std::vector<schedule::Step>& steps) {
-  std::map<int, int> last;  // per chunk, its step
-  for (int t = 0; t < static_cast<int>(steps.size()); ++t) {
-    for (const Instruction& in : steps[t]) {
-      if (in.kind == OpKind::kBackwardPass || in.kind == OpKind::kBackwardInput) last[in.chunk] = t;
-    }
-  }
-  int first = -1;
-  for (const auto& [chunk, t] : last) first = first < 0 ? t : std::min(first, t);
-  return first;
-}
-
 TrainingConfig resolved(TrainingConfig config, int64_t data_parallel_size) {
   resolve_batch(config, data_parallel_size);
   return config;
@@ -66,63 +40,15 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
   return text;
 }
 
-// Built and validated once per shape: every stage's plan must be valid with buffered
-// sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
-// their receive, else they are deferred (neighbours that send to each other at once).
-PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_batches) const {
-  const schedule::PipelinePlan plan = plan_of(kind, micro_batches);
-  if (const auto violation = schedule::validate(plan)) {
-    throw std::logic_error("the " + std::string(schedule::name(kind)) +
-                           " schedule is invalid: " + violation->to_string());
-  }
-  const int stage = grid_->stage_id();
-  Program program;
-  program.steps = plan.stage_steps[stage];
-  program.buffers = plan.num_pipe_buffers[stage];
-  program.splits_backward = plan.splits_backward;
-  if (schedule::validate(plan, schedule::SendMode::kSynchronous))
-    program.sends = SendCompletion::kDeferred;
-  program.last_backwards_step = last_backwards_step(program.steps);
-  program.orders_agree = !schedule::first_order_mismatch(plan);
-  return program;
-}
-
-schedule::PipelinePlan PipelineEngine::plan_of(schedule::Kind kind, int micro_batches) const {
-  const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
-  schedule::PipelinePlan plan;
-  if (kind == schedule::Kind::kFile) {
-    const schedule::FileSchedule& file = *config_.pipeline.file;
-    if (file.shape.micro_batches != micro_batches) {
-      throw io::InputError(file.path + " schedules " + std::to_string(file.shape.micro_batches) +
-                           " micro-batches, but a batch has " + std::to_string(micro_batches) +
-                           " (gradient_accumulation_steps)");
-    }
-    plan = schedule::plan_schedule_file(file, static_cast<int>(config_.pipeline.max_live));
-  } else {
-    plan = schedule::plan_pipeline(kind, shape);
-  }
-  const int max_live = static_cast<int>(config_.pipeline.max_live);
-  for (int s = 0; max_live > 0 && s < shape.stages; ++s) {
-    const int live = schedule::peak_live(plan, s);
-    if (live > max_live) {
-      throw io::InputError("pipeline.schedule \"" + std::string(schedule::name(kind)) +
-                           "\" keeps up to " + std::to_string(live) +
-                           " micro-batches live on stage " + std::to_string(s) +
-                           ", more than pipeline.max_live " + std::to_string(max_live));
-    }
-  }
-  return plan;
-}
-
 PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                std::shared_ptr<topology::Grid> grid, TrainingConfig config)
     : PipelineEngine(std::move(module),
-                     std::make_shared<Communicators>(std::move(grid), config.device,
+                     std::make_shared<groups::Communicators>(std::move(grid), config.device,
                                                      comm::Seconds(config.comm_timeout)),
                      config) {}
 
 PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
-                               std::shared_ptr<Communicators> comms, TrainingConfig config)
+                               std::shared_ptr<groups::Communicators> comms, TrainingConfig config)
     : module_(std::move(module)),
       comms_(std::move(comms)),
       grid_(comms_->grid()),
@@ -147,15 +73,15 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                (shape_.chunks == 2 && shape_.placement == schedule::Placement::kV);
   comms_->connect_pipe(neighbours_only && train_program_.orders_agree &&
                        eval_program_.orders_agree && infer_program_.orders_agree);
-  gradients_ = std::make_unique<GradientSync>(
+  gradients_ = std::make_unique<data_parallel::GradientSync>(
       *module_, *comms_,
-      GradientSync::DataParallel{.averages = !shards_optimizer(config_.zero),
+      data_parallel::GradientSync::DataParallel{.averages = !data_parallel::shards_optimizer(config_.zero),
                                  .bucket_elements = config_.ddp_bucket_size,
-                                 .wire = to_scalar_type(config_.precision.communication_dtype),
+                                 .wire = optim::to_scalar_type(config_.precision.communication_dtype),
                                  // ZeRO 2 and 3 reduce after every pass instead.
                                  .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
-  optimizer_ = std::make_unique<MixedPrecisionOptimizer>(
-      *module_, grid_, config_, gradients_->norm_parameters(), comms_->data(), gradients_->late(),
+  optimizer_ = std::make_unique<optim::MixedPrecisionOptimizer>(
+      *module_, grid_, config_.step(), gradients_->norm_parameters(), comms_->data(), gradients_->late(),
       gradients_->expert_parameters());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
   if (optimizer_->experts_sharded()) gradients_->leave_expert_sums_to_optimizer();
@@ -171,7 +97,7 @@ PipelineEngine::~PipelineEngine() {
   if (gathering_) module_->set_layer_hooks(nullptr);  // ZeRO 3's, which this engine owns
 }
 
-void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters) {
+void PipelineEngine::gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters) {
   std::vector<std::pair<int, int>> chunks;
   std::map<int, std::vector<int>> buckets_of;
   for (int chunk = 0; chunk < shape_.chunks; ++chunk) {
@@ -188,9 +114,9 @@ void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters
   const bool backward_may_gather =
       !device_.is_cuda() || (comms_->data()->starts_from_any_thread() &&
                              comms_->data()->transport() != comm::Transport::kMpi);
-  gathering_ = std::make_shared<LayerGathering>(
+  gathering_ = std::make_shared<data_parallel::LayerGathering>(
       std::move(parameters), std::move(chunks), std::move(buckets_of),
-      LayerGathering::Options{
+      data_parallel::LayerGathering::Options{
           .prefetch = static_cast<int>(config_.zero.prefetch),
           .reshard_after_forward = config_.zero.reshard_after_forward && backward_may_gather});
   module_->set_layer_hooks(gathering_);
@@ -199,36 +125,6 @@ void PipelineEngine::gather_layers(std::shared_ptr<ShardedParameters> parameters
 void PipelineEngine::set_hooks(Hooks hooks) {
   before_instruction_ = std::move(hooks.before);
   link_->set_outgoing_filter(std::move(hooks.outgoing));
-}
-
-void PipelineEngine::check_stage() const {
-  const auto& options = module_->options();
-  if (options.stages != grid_->pipe_parallel_size() || options.stage_id != grid_->stage_id()) {
-    throw io::InputError("the module is built for stage " + std::to_string(options.stage_id) +
-                         " of " + std::to_string(options.stages) + ", but this rank is stage " +
-                         std::to_string(grid_->stage_id()) + " of " +
-                         std::to_string(grid_->pipe_parallel_size()));
-  }
-  if (options.chunks > 1 && options.stages < 2) {
-    throw io::InputError(
-        "model chunks need at least 2 pipeline stages (the first and the last "
-        "chunk would share a rank and its data), got " +
-        std::to_string(options.chunks) + " chunks on 1 stage");
-  }
-  const schedule::Placement placement =
-      options.chunks == 1 ? options.placement : config_.pipeline.placement();
-  if (options.placement != placement) {
-    throw io::InputError(std::string("the module places its chunks ") +
-                         (options.placement == schedule::Placement::kV ? "in a V" : "in a loop") +
-                         ", but pipeline.schedule \"" +
-                         std::string(schedule::name(config_.pipeline.schedule)) +
-                         "\" runs them the other way");
-  }
-  if (options.chunks != config_.pipeline.chunks) {
-    throw io::InputError("the module is built with " + std::to_string(options.chunks) +
-                         " chunks per stage, but pipeline.chunks is " +
-                         std::to_string(config_.pipeline.chunks));
-  }
 }
 
 double PipelineEngine::train_batch(MicroBatchSource* data) {
@@ -244,80 +140,6 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
                          std::chrono::duration<double>(Clock::now() - start).count(), timers_);
   }
   return loss;
-}
-
-PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bool return_outputs) {
-  EvalResult result;
-  Run run{.data = data, .outputs = return_outputs ? &result.outputs : nullptr};
-  double loss_sum = 0;
-  {
-    const Evaluating evaluating(*module_);
-    loss_sum = execute(eval_program_, run);
-  }
-  result.loss = mean_loss(loss_sum);
-  return result;
-}
-
-module::Activation PipelineEngine::infer(const module::Activation& inputs) {
-  // One micro-batch through the inference schedule; the first stage feeds `inputs`.
-  class Once : public MicroBatchSource {
-   public:
-    explicit Once(const module::Activation& inputs) : inputs_(inputs) {}
-    MicroBatch next() override { return {inputs_, {}}; }
-
-   private:
-    module::Activation inputs_;
-  } once(inputs);
-  std::vector<module::Activation> outputs;
-  Run run{.data = &once, .outputs = &outputs};
-  {
-    const Evaluating evaluating(*module_);
-    execute(infer_program_, run);
-  }
-  return outputs.empty() ? module::Activation{} : outputs.front();
-}
-
-std::vector<module::Activation> PipelineEngine::infer_each(
-    const std::vector<module::Activation>& inputs, const std::function<void(int)>& before_forward) {
-  return infer_streamed(
-      static_cast<int>(inputs.size()),
-      {.input = [&inputs](int k) { return inputs.at(k); }, .before_forward = before_forward});
-}
-
-std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
-                                                               const StreamHooks& hooks) {
-  // The micro-batches in order, to whichever stage loads them, each asked for when loaded.
-  class Streamed : public MicroBatchSource {
-   public:
-    explicit Streamed(const std::function<module::Activation(int)>& input) : input_(input) {}
-    MicroBatch next() override { return {input_(next_++), {}}; }
-
-   private:
-    const std::function<module::Activation(int)>& input_;
-    int next_ = 0;
-  } streamed(hooks.input);
-  if (count == 0) return {};
-  auto program = infer_each_programs_.find(count);
-  if (program == infer_each_programs_.end()) {
-    Program made = this->program(schedule::Kind::kInference, count);
-    // The pipe's NCCL links were allowed for the constructor's plans only.
-    if (!made.orders_agree && comms_->uses_nccl()) {
-      throw std::logic_error("the inference plan for " + std::to_string(count) +
-                             " micro-batches does not keep each pair's transfers in order");
-    }
-    program = infer_each_programs_.emplace(count, std::move(made)).first;
-  }
-  std::vector<module::Activation> outputs;
-  Run run{.data = &streamed,
-          .outputs = &outputs,
-          .last_position_only = true,
-          .before_forward = hooks.before_forward,
-          .after_output = hooks.output};
-  {
-    const Evaluating evaluating(*module_);
-    execute(program->second, run);
-  }
-  return outputs;
 }
 
 double PipelineEngine::execute(const Program& program, Run& run) {

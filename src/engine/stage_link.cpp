@@ -20,7 +20,7 @@ int64_t byte_size(const comm::TensorList& tensors) {
 
 }  // namespace
 
-StageLink::StageLink(const Communicators& comms, bool partitioned)
+StageLink::StageLink(const groups::Communicators& comms, bool partitioned)
     : grid_(comms.grid()),
       model_(comms.model_group().comm),
       partitioned_(partitioned),

@@ -3,7 +3,7 @@
 #include <cctype>
 
 #include "pipetrain/config/unknown_keys.h"
-#include "pipetrain/engine/weight_decay.h"
+#include "pipetrain/optim/weight_decay.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
 
@@ -26,8 +26,13 @@ void check_chunks(const TrainingConfig& c) {
   const std::string chunks = std::to_string(p.chunks);
   if (!kind.uses_chunks) {
     if (p.chunks == 1) return;
+    std::string chunked;
+    for (const auto& other : schedule::schedule_kinds()) {
+      if (other.uses_chunks && other.kind != schedule::Kind::kFile && !other.config_names.empty())
+        chunked += (chunked.empty() ? "" : ", ") + std::string(other.config_names.front());
+    }
     throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
-                         "interleaved, interleaved-zb, looped-bfs, zbv, dualpipev), not " + named);
+                         chunked + "), not " + named);
   }
   if (p.chunks > 1 && p.stages < 2) {
     throw io::InputError(named + " over " + chunks +
@@ -35,7 +40,7 @@ void check_chunks(const TrainingConfig& c) {
                          std::to_string(p.stages));
   }
   if (p.schedule == schedule::Kind::kFile) return;  // the file's (check_schedule_file)
-  const int least = p.schedule == schedule::Kind::kInterleaved ? 2 : kind.min_chunks;
+  const int least = kind.min_config_chunks > 0 ? kind.min_config_chunks : kind.min_chunks;
   if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
     throw io::InputError(named + " needs pipeline.chunks " +
                          (kind.max_chunks == least ? "of " : "of at least ") +
@@ -62,9 +67,9 @@ void check_schedule_file(const TrainingConfig& c) {
   schedule::plan_schedule_file(*p.file, static_cast<int>(p.max_live));  // refused if bad
 }
 
-const config::Names<Precision>& precisions() {
-  static const config::Names<Precision> names{
-      {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+const config::Names<optim::Precision>& precisions() {
+  static const config::Names<optim::Precision> names{
+      {"fp32", optim::Precision::kFp32}, {"bf16", optim::Precision::kBf16}, {"fp16", optim::Precision::kFp16}};
   return names;
 }
 
@@ -156,7 +161,7 @@ void bind_optimizer(config::KeyTable<TrainingConfig>& t) {
              "parameter's name, e.g. `GptBlock.qkv.bias`); `[]` decays every parameter")
       // Checked when read, not when the engine builds the optimizer: before any work.
       .check([](const TrainingConfig& c) {
-        WeightDecayRule{c.weight_decay_exempt};  // throws for a pattern that is no regex
+        optim::WeightDecayRule{c.weight_decay_exempt};  // throws for a pattern that is no regex
         optim::read_optimizer_settings(c.optimizer);
         optim::make_lr_schedule(c.scheduler, optim::base_learning_rate(c.optimizer));
       })
@@ -193,22 +198,13 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
       .integer("pipeline.activation_checkpoint_interval",
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", config::at_least(0))
-      .custom(
-          "pipeline.schedule",
-          "one of `1f1b` `train` `gpipe` `interleaved` `zb-h1` `zb-h2` `interleaved-zb` "
-          "`looped-bfs` `zbv` `dualpipev` `file`",
-          "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
-          "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "
-          "(weight gradients deferred into the bubbles), PyTorch's interleaved zero bubble and "
-          "looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two chunks "
-          "per stage in a V: `pipeline.chunks` 2), or `file` (`pipeline.schedule_file`)",
-          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.schedule =
-                config::read_choice(key, v, pipeline_schedules(), config::Quoting::kQuoted);
-          },
-          [](const TrainingConfig& c) {
-            return config::name_of(pipeline_schedules(), c.pipeline.schedule);
-          })
+      .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule), pipeline_schedules(),
+              "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
+              "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "
+              "(weight gradients deferred into the bubbles), PyTorch's interleaved zero bubble "
+              "and looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two "
+              "chunks per stage in a V: `pipeline.chunks` 2), or `file` "
+              "(`pipeline.schedule_file`)")
       .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
                "model chunks per stage: at least 2 for `interleaved`, 1 or more for "
                "`interleaved-zb` and `looped-bfs` (layers split into stages × chunks parts, stage "
@@ -249,12 +245,12 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
 
 // bf16.enabled and fp16.enabled both set the model's precision.
 void bind_precision(config::KeyTable<TrainingConfig>& t) {
-  auto enabled = [&t](const char* name, Precision precision, const char* help) {
+  auto enabled = [&t](const char* name, optim::Precision precision, const char* help) {
     t.custom(
         name, "bool", help,
         [precision](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
           if (!config::read_bool(key, v)) return;
-          if (c.precision.dtype != Precision::kFp32)
+          if (c.precision.dtype != optim::Precision::kFp32)
             throw io::InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
           c.precision.dtype = precision;
         },
@@ -262,8 +258,8 @@ void bind_precision(config::KeyTable<TrainingConfig>& t) {
           return nlohmann::json(c.precision.dtype == precision);
         });
   };
-  enabled("bf16.enabled", Precision::kBf16, "model and transfers in bfloat16, fp32 masters");
-  enabled("fp16.enabled", Precision::kFp16,
+  enabled("bf16.enabled", optim::Precision::kBf16, "model and transfers in bfloat16, fp32 masters");
+  enabled("fp16.enabled", optim::Precision::kFp16,
           "model and transfers in float16, fp32 masters, loss scaling");
   t.number("fp16.loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.loss_scale),
            "0: dynamic; > 0: this static scale", config::at_least(0))
@@ -287,7 +283,7 @@ void bind_precision(config::KeyTable<TrainingConfig>& t) {
               throw io::InputError("communication_data_type must be \"fp32\" or the model's \"" +
                                    model + "\", got \"" + text + "\"");
             }
-            c.precision.communication_dtype = text == "fp32" ? Precision::kFp32 : c.precision.dtype;
+            c.precision.communication_dtype = text == "fp32" ? optim::Precision::kFp32 : c.precision.dtype;
           },
           [](const TrainingConfig& c) {
             return nlohmann::json(config::name_of(precisions(), c.precision.communication_dtype));
@@ -333,18 +329,13 @@ void bind_zero(config::KeyTable<TrainingConfig>& t) {
 }  // namespace
 
 const config::Names<schedule::Kind>& pipeline_schedules() {
-  static const config::Names<schedule::Kind> names{
-      {"1f1b", schedule::Kind::k1F1B},
-      {"train", schedule::Kind::k1F1B},
-      {"gpipe", schedule::Kind::kGpipe},
-      {"interleaved", schedule::Kind::kInterleaved},
-      {"zb-h1", schedule::Kind::kZbH1},
-      {"zb-h2", schedule::Kind::kZbH2},
-      {"interleaved-zb", schedule::Kind::kInterleavedZb},
-      {"looped-bfs", schedule::Kind::kLoopedBfs},
-      {"zbv", schedule::Kind::kZbv},
-      {"dualpipev", schedule::Kind::kDualPipeV},
-      {"file", schedule::Kind::kFile}};
+  static const config::Names<schedule::Kind> names = [] {
+    config::Names<schedule::Kind> made;
+    for (const auto& kind : schedule::schedule_kinds()) {
+      for (const auto name : kind.config_names) made.push_back({std::string(name), kind.kind});
+    }
+    return made;
+  }();
   return names;
 }
 

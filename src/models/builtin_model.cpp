@@ -29,19 +29,19 @@ std::string builtin_types_reading(bool tokens) {
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
                                 const context_parallel::Group& context,
                                 const expert_parallel::Group& experts) {
-  if (experts.parallel() && config.type != "mixtral") {
+  if (experts.parallel() && config.type != Family::kMixtral) {
     throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
-                         " splits experts: it needs model.type \"mixtral\", not \"" + config.type +
+                         " splits experts: it needs model.type \"mixtral\", not \"" + name_of(config.type) +
                          "\"");
   }
-  if (config.type == "gpt") {
+  if (config.type == Family::kGpt) {
     const GptConfig& g = config.gpt;
     return language_model(gpt_layers(g, group, context), group, context, g.vocab_size, g.context);
   }
   if (llama_family(config)) {
     const LlamaConfig& l = config.llama;
     std::optional<MoeConfig> moe;
-    if (config.type == "mixtral") moe = config.moe;
+    if (config.type == Family::kMixtral) moe = config.moe;
     return language_model(llama_layers(l, group, context, moe, experts), group, context,
                           l.vocab_size, l.context);
   }
@@ -49,13 +49,13 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
     throw io::InputError("context_parallel " + std::to_string(context.size()) +
                          " splits sequences for attention: it needs model.type \"gpt\" or "
                          "\"llama\", not \"" +
-                         config.type + "\"");
+                         name_of(config.type) + "\"");
   }
   if (group.parallel()) {
     throw io::InputError("model_parallel " + std::to_string(group.size()) +
                          " needs a model with tensor-parallel layers (model.type \"gpt\" or "
                          "\"llama\"), not \"" +
-                         config.type + "\"");
+                         name_of(config.type) + "\"");
   }
   const MlpConfig m = config.mlp;
   return {mlp_layers(m), mlp_loss(m),

@@ -217,7 +217,7 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
 }
 
 io::InputError no_transformers_format(const ModelConfig& config) {
-  return io::InputError("model.type \"" + config.type +
+  return io::InputError("model.type \"" + name_of(config.type) +
                         "\" has no transformers format (only \"gpt\", \"llama\" and "
                         "\"mixtral\")");
 }
@@ -239,13 +239,13 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
   const std::string architecture = architecture_of(hf, fields);
   ModelConfig config;
   if (architecture == "GPT2LMHeadModel") {
-    config.type = "gpt";
+    config.type = Family::kGpt;
     config.gpt = gpt2_from_hf(fields);
   } else if (architecture == "LlamaForCausalLM") {
-    config.type = "llama";
+    config.type = Family::kLlama;
     config.llama = llama_from_hf(fields);
   } else if (architecture == "MixtralForCausalLM") {
-    config.type = "mixtral";
+    config.type = Family::kMixtral;
     config.llama = llama_from_hf(fields);
     config.moe = mixtral_from_hf(fields);
   } else {
@@ -265,7 +265,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
 namespace {
 
 nlohmann::json hf_model_config_of(const ModelConfig& config) {
-  if (config.type == "gpt") {
+  if (config.type == Family::kGpt) {
     const GptConfig& g = config.gpt;
     return {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
@@ -285,10 +285,10 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
   }
   if (llama_family(config)) {
     const LlamaConfig& l = config.llama;
-    const bool mixtral = config.type == "mixtral";
+    const bool mixtral = config.type == Family::kMixtral;
     nlohmann::json hf = {
         {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-        {"model_type", config.type},
+        {"model_type", name_of(config.type)},
         {"vocab_size", l.vocab_size},
         {"max_position_embeddings", l.context},
         {"hidden_size", l.d_model},
@@ -331,9 +331,9 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
 }
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
-  if (config.type == "gpt") return gpt2_tensors(config.gpt);
-  if (config.type == "llama") return llama_tensors(config.llama, nullptr);
-  if (config.type == "mixtral") {
+  if (config.type == Family::kGpt) return gpt2_tensors(config.gpt);
+  if (config.type == Family::kLlama) return llama_tensors(config.llama, nullptr);
+  if (config.type == Family::kMixtral) {
     check_mixtral_format(config.moe);
     return llama_tensors(config.llama, &config.moe);
   }

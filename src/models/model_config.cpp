@@ -9,12 +9,49 @@ const config::Range kLayers = config::within(1, 16384);
 
 }  // namespace
 
+const config::Names<Family>& family_names() {
+  static const config::Names<Family> names{{"gpt", Family::kGpt},
+                                           {"llama", Family::kLlama},
+                                           {"mixtral", Family::kMixtral},
+                                           {"mlp", Family::kMlp}};
+  return names;
+}
+
+const std::string& name_of(Family family) {
+  return config::name_of(family_names(), family);
+}
+
+Capabilities capabilities(const ModelConfig& config) {
+  switch (config.type) {
+    case Family::kGpt:
+    case Family::kLlama:
+      return {.language_model = true,
+              .tensor_parallel = true,
+              .context_parallel = true,
+              .sequence_parallel = true};
+    case Family::kMixtral:  // the router's statistics need a sequence's tokens together
+      return {.language_model = true, .tensor_parallel = true, .routed_experts = config.moe.experts};
+    case Family::kMlp:
+      return {};
+  }
+  return {};
+}
+
+int64_t context_of(const ModelConfig& config) {
+  if (llama_family(config)) return config.llama.context;
+  return config.type == Family::kGpt ? config.gpt.context : 0;
+}
+
+bool ties_embeddings(const ModelConfig& config) {
+  if (llama_family(config)) return config.llama.tie_embeddings;
+  return config.type == Family::kGpt && config.gpt.tie_embeddings;
+}
+
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    t.choice("model.type", PIPETRAIN_FIELD(type), config::spellings({"gpt", "llama", "mixtral", "mlp"}),
-             "the built-in model");
-    t.when([](const ModelConfig& c) { return c.type == "gpt"; }, "model.type gpt")
+    t.choice("model.type", PIPETRAIN_FIELD(type), family_names(), "the built-in model");
+    t.when([](const ModelConfig& c) { return c.type == Family::kGpt; }, "model.type gpt")
         .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")
         .integer("model.d_model", PIPETRAIN_FIELD(gpt.d_model), "width, divisible by `heads`")
@@ -41,7 +78,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "added to the RMSNorm's mean square")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when([](const ModelConfig& c) { return c.type == "mixtral"; }, "model.type mixtral")
+    t.when([](const ModelConfig& c) { return c.type == Family::kMixtral; }, "model.type mixtral")
         .integer("model.experts", PIPETRAIN_FIELD(moe.experts),
                  "experts in each MoE layer (num_local_experts)", config::at_least(1))
         .integer("model.experts_per_token", PIPETRAIN_FIELD(moe.experts_per_token),
@@ -62,12 +99,12 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .number("model.capacity_factor", PIPETRAIN_FIELD(moe.capacity_factor),
                 "0: dropless; else an expert takes at most capacity_factor x its even share of "
                 "a sequence's tokens, the rest dropped");
-    t.when([](const ModelConfig& c) { return c.type != "mlp"; }, "model.type gpt, llama or mixtral")
+    t.when([](const ModelConfig& c) { return c.type != Family::kMlp; }, "model.type gpt, llama or mixtral")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),
                  "the end-of-sequence token (transformers' name); -1: none", config::at_least(-1));
-    t.when([](const ModelConfig& c) { return c.type == "mlp"; }, "model.type mlp")
+    t.when([](const ModelConfig& c) { return c.type == Family::kMlp; }, "model.type mlp")
         .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
         .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")
         .integer("model.outputs", PIPETRAIN_FIELD(mlp.outputs), "outputs (or classes)")

@@ -62,6 +62,10 @@ double warmup_gamma(int64_t step, int64_t warmup_steps, bool log_warmup) {
 
 }  // namespace
 
+int state_elements_per_parameter(const OptimizerConfig& config) {
+  return config.type == "SGD" ? 1 : 2;
+}
+
 double base_learning_rate(const OptimizerConfig& config) {
   return config::ConfigSection(config.params, "optimizer.params").get_double("lr", 1e-3);
 }

@@ -235,10 +235,17 @@ double LayerCost::workspace_bytes(int t, int element_bytes, double batch, int co
 }
 
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
-  if (config.type == "gpt") return gpt_costs(config.gpt);
-  if (config.type == "llama") return llama_costs(config.llama);
-  if (config.type == "mixtral") return llama_costs(config.llama, &config.moe);
-  throw io::InputError("plan: model.type \"" + config.type +
+  switch (config.type) {
+    case models::Family::kGpt:
+      return gpt_costs(config.gpt);
+    case models::Family::kLlama:
+      return llama_costs(config.llama);
+    case models::Family::kMixtral:
+      return llama_costs(config.llama, &config.moe);
+    case models::Family::kMlp:
+      break;
+  }
+  throw io::InputError("plan: model.type \"" + models::name_of(config.type) +
                        "\" cannot be costed; the planner knows \"gpt\", \"llama\" and "
                        "\"mixtral\"");
 }

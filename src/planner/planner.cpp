@@ -36,8 +36,9 @@ bool splits(const models::ModelConfig& m, int t) {
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
 // rank's part splitting over t under sequence parallelism, as the built-in models require.
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
-  // A mixture of experts routes whole sequences on each rank.
-  if (m.type == "mixtral" && (c > 1 || (sequence_parallel && t > 1))) return false;
+  const models::Capabilities can = models::capabilities(m);
+  if ((c > 1 && !can.context_parallel) || (sequence_parallel && t > 1 && !can.sequence_parallel))
+    return false;
   const int64_t context = models::llama_family(m) ? m.llama.context : m.gpt.context;
   if (c > 1 && context % (2 * int64_t{c}) != 0) return false;
   return !sequence_parallel || (context / c) % t == 0;
@@ -48,27 +49,37 @@ bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
 std::vector<int> expert_sizes(const models::ModelConfig& m, int data, const LayoutLimits& limits) {
   std::vector<int> sizes;
   for (int e : divisors(data)) {
-    const bool possible = e == 1 || (m.type == "mixtral" && m.moe.experts % e == 0);
+    const int64_t experts = models::capabilities(m).routed_experts;
+    const bool possible = e == 1 || (experts > 0 && experts % e == 0);
     if (possible && allowed(limits.experts, e)) sizes.push_back(e);
   }
   return sizes;
 }
 
-// Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`.
+// Schedules and chunk counts a pipeline of `pipe` stages can run over `micro_batches`: the
+// planned kinds whose shape rules take them, one chunk per stage first, then 2 and 4 looped
+// chunks, then the V kinds' two (each chunk holding a layer at least).
 std::vector<std::pair<schedule::Kind, int>> schedules(int pipe, int64_t micro_batches, int layers) {
   if (pipe == 1) return {{schedule::Kind::k1F1B, 1}};
-  using schedule::Kind;
-  std::vector<std::pair<Kind, int>> found{
-      {Kind::k1F1B, 1}, {Kind::kGpipe, 1}, {Kind::kZbH1, 1}, {Kind::kZbH2, 1}};
-  for (int chunks : {2, 4}) {
-    if (pipe * chunks > layers) continue;
-    if (micro_batches % pipe == 0) found.push_back({Kind::kInterleaved, chunks});
-    const int rounds = std::max<int64_t>(1, micro_batches / pipe);
-    if (micro_batches % rounds == 0) found.push_back({Kind::kInterleavedZb, chunks});
+  const int m = static_cast<int>(std::min<int64_t>(micro_batches, 1 << 30));
+  std::vector<std::pair<schedule::Kind, int>> found;
+  auto offer = [&](const schedule::ScheduleKind& kind, int chunks) {
+    if (chunks > 1 && pipe * chunks > layers) return;
+    if (schedule::fits(kind.kind, {m, pipe, chunks, kind.placement}))
+      found.push_back({kind.kind, chunks});
+  };
+  const auto& kinds = schedule::schedule_kinds();
+  for (const auto& kind : kinds) {
+    if (kind.planned && !kind.uses_chunks) offer(kind, 1);
   }
-  if (2 * pipe <= layers) {
-    found.push_back({Kind::kZbv, 2});
-    if (micro_batches >= 2 * pipe) found.push_back({Kind::kDualPipeV, 2});
+  for (int chunks : {2, 4}) {
+    for (const auto& kind : kinds) {
+      if (kind.planned && kind.uses_chunks && kind.placement == schedule::Placement::kLoop)
+        offer(kind, chunks);
+    }
+  }
+  for (const auto& kind : kinds) {
+    if (kind.planned && kind.placement == schedule::Placement::kV) offer(kind, kind.min_chunks);
   }
   return found;
 }

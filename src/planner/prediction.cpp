@@ -5,24 +5,24 @@
 #include <set>
 
 #include "pipetrain/module/partition.h"
+#include "pipetrain/optim/optimizer_settings.h"
 #include "pipetrain/schedule/simulator.h"
 
 namespace pipetrain::planner {
 namespace {
 
-using engine::Precision;
 
-// Bytes of optimizer state per parameter: Adam's two moments, SGD's momentum (assumed on).
-// The config spells the type one way (training_keys normalises its letter case).
-double optimizer_state_bytes(const std::string& type) {
-  return type == "SGD" ? 4 : 8;
+
+// Bytes of optimizer state per parameter, in fp32.
+double optimizer_state_bytes(const optim::OptimizerConfig& optimizer) {
+  return 4.0 * optim::state_elements_per_parameter(optimizer);
 }
 
 // Bytes the optimizer step streams per parameter: reads of the parameter, its gradient and
 // the state, writes of the parameter and the state; with a bf16/fp16 model also the fp32
 // master and its gradient, and the copy back.
-double optimizer_traffic_bytes(const std::string& type, bool mixed) {
-  const double state = optimizer_state_bytes(type);
+double optimizer_traffic_bytes(const optim::OptimizerConfig& optimizer, bool mixed) {
+  const double state = optimizer_state_bytes(optimizer);
   return 4 + 4 + 4 + 2 * state + (mixed ? 12 : 0);
 }
 
@@ -167,7 +167,7 @@ class StageCosting {
 
   double reduce_scatter_seconds(double parameters) const {
     const int replicas = l_.data * l_.context;
-    const double wire = w_.training.precision.communication_dtype == Precision::kFp32 ? 4 : bytes_;
+    const double wire = w_.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : bytes_;
     return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * wire, replicas);
   }
 
@@ -257,10 +257,10 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   }
   // The fp32 masters (their gradients are made at the step, after the activations' peak).
   m.masters = mixed ? 4 * held : 0;
-  m.optimizer = optimizer_state_bytes(w.training.optimizer.type) * held;
+  m.optimizer = optimizer_state_bytes(w.training.optimizer) * held;
   if (l.data * l.context > 1 && l.zero == 0) {
     const int wire =
-        w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
+        w.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : w.element_bytes();
     m.buffers = p * wire;  // every bucket's flat copy, kept between steps (AveragedBuckets)
   }
   m.activations = activation_bytes(stage, l, live);
@@ -274,7 +274,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   const double expert_step = experts_sharded ? experts * expert_shard
                              : experts > 0   ? stage.largest_tensor
                                              : 0.0;
-  if (optimizer_state_bytes(w.training.optimizer.type) > 4) {
+  if (optimizer_state_bytes(w.training.optimizer) > 4) {
     m.step_workspace +=
         2 * 4 * (l.zero > 0 ? std::max(dense * shard, expert_step) : stage.largest_tensor);
   }
@@ -402,11 +402,11 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
                   const Cluster& c, const Layout& l) {
   const bool mixed = w.half_precision();
   const double wire =
-      w.training.precision.communication_dtype == Precision::kFp32 ? 4 : w.element_bytes();
+      w.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : w.element_bytes();
   // The replicas of a stage's parameters: its data x context ranks (t apart).
   const int replicas = l.data * l.context;
   const Link& data_link = c.link(replicas, l.tensor);
-  const double traffic = optimizer_traffic_bytes(w.training.optimizer.type, mixed);
+  const double traffic = optimizer_traffic_bytes(w.training.optimizer, mixed);
   double slowest = 0;
   for (const auto& stage : stages) {
     // ZeRO 2 and 3 reduce-scatter after every backward pass (in the passes' costs); 3
@@ -459,7 +459,7 @@ const module::Partition& Workload::partition(int virtual_stages) const {
 }
 
 bool Workload::half_precision() const {
-  return training.precision.dtype != Precision::kFp32;
+  return training.precision.dtype != optim::Precision::kFp32;
 }
 
 int Workload::element_bytes() const {

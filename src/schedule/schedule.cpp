@@ -13,42 +13,167 @@
 namespace pipetrain::schedule {
 namespace {
 
+// With a partial last group of micro-batches Megatron's interleaved order can wait in a
+// cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
+void interleaved_rule(const PipeShape& shape) {
+  if (shape.chunks > 1 && shape.micro_batches % shape.stages != 0) {
+    throw io::InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
+                         std::to_string(shape.micro_batches) + " micro-batches for " +
+                         std::to_string(shape.stages) + " stages");
+  }
+}
+
+// PyTorch's condition: rounds of up to P micro-batches, all of one size.
+void interleaved_zero_bubble_rule(const PipeShape& shape) {
+  const int rounds = std::max(1, shape.micro_batches / shape.stages);
+  if (shape.micro_batches % rounds != 0) {
+    throw io::InputError("schedule 'interleaved-zb' needs micro-batches divisible by its " +
+                         std::to_string(rounds) + " rounds (micro-batches / stages), got " +
+                         std::to_string(shape.micro_batches));
+  }
+}
+
+void dualpipev_rule(const PipeShape& shape) {
+  if (shape.micro_batches < 2 * shape.stages) {
+    throw io::InputError(
+        "schedule 'dualpipev' needs at least 2 x stages = " + std::to_string(2 * shape.stages) +
+        " micro-batches, got " + std::to_string(shape.micro_batches));
+  }
+}
+
+template <typename Written>
+std::unique_ptr<Schedule> written(const PipeShape& shape, int stage_id) {
+  return std::make_unique<Written>(shape, stage_id);
+}
+
+// The registry: one row per kind.
 const std::vector<ScheduleKind> kKinds = {
-    {Kind::k1F1B, "train", "DeepSpeed's synchronous 1F1B (TrainSchedule)", true, false, false},
-    {Kind::kInference, "inference",
-     "DeepSpeed's forward-only pipeline (InferenceSchedule); over --chunks > 1 model chunks, "
-     "forwards in Megatron's interleaved order",
-     false, true, false, Placement::kLoop, 1, 0},
-    {Kind::kDataParallel, "data-parallel", "no pipeline: forward and backward per micro-batch",
-     true, false, false},
-    {Kind::kGpipe, "gpipe", "GPipe: all forwards, then all backwards", true, false, false},
-    {Kind::kInterleaved, "interleaved",
-     "Megatron's interleaved 1F1B over --chunks model chunks per stage", true, true, false,
-     Placement::kLoop, 1, 0},
-    {Kind::kZbH1, "zb-h1", "zero-bubble ZB-H1: weight gradients deferred into the bubbles", true,
-     false, true},
-    {Kind::kZbH2, "zb-h2", "zero-bubble ZB-H2: 2P-1 warm-up forwards, no bubble when F = B-W = W",
-     true, false, true},
-    {Kind::kInterleavedZb, "interleaved-zb",
-     "PyTorch's ScheduleInterleavedZeroBubble (ZB1P) over --chunks looped chunks", true, true, true,
-     Placement::kLoop, 1, 0},
-    {Kind::kLoopedBfs, "looped-bfs",
-     "PyTorch's ScheduleLoopedBFS: breadth first over --chunks looped chunks", true, true, false,
-     Placement::kLoop, 1, 0},
-    {Kind::kZbv, "zbv", "PyTorch's ScheduleZBVZeroBubble: two chunks per stage in a V", true, true,
-     true, Placement::kV, 2, 2},
-    {Kind::kDualPipeV, "dualpipev",
-     "DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV): two chunks in a V, m >= 2P", true, true,
-     true, Placement::kV, 2, 2},
-    {Kind::kFile, "file",
-     "compute orders from a CSV file in PyTorch's layout (--file): lowered, validated, "
-     "simulated",
-     true, true, false, Placement::kLoop, 1, 0},
+    {.kind = Kind::k1F1B,
+     .name = "train",
+     .summary = "DeepSpeed's synchronous 1F1B (TrainSchedule)",
+     .trains = true,
+     .uses_chunks = false,
+     .splits_backward = false,
+     .config_names = {"1f1b", "train"},
+     .planned = true,
+     .steps = written<TrainSchedule>},
+    {.kind = Kind::kInference,
+     .name = "inference",
+     .summary = "DeepSpeed's forward-only pipeline (InferenceSchedule); over --chunks > 1 model "
+                "chunks, forwards in Megatron's interleaved order",
+     .trains = false,
+     .uses_chunks = true,
+     .splits_backward = false,
+     .max_chunks = 0,
+     .order = forward_order,
+     .steps = written<InferenceSchedule>},
+    {.kind = Kind::kDataParallel,
+     .name = "data-parallel",
+     .summary = "no pipeline: forward and backward per micro-batch",
+     .trains = true,
+     .uses_chunks = false,
+     .splits_backward = false,
+     .steps = written<DataParallelSchedule>},
+    {.kind = Kind::kGpipe,
+     .name = "gpipe",
+     .summary = "GPipe: all forwards, then all backwards",
+     .trains = true,
+     .uses_chunks = false,
+     .splits_backward = false,
+     .config_names = {"gpipe"},
+     .planned = true,
+     .order = gpipe_order},
+    {.kind = Kind::kInterleaved,
+     .name = "interleaved",
+     .summary = "Megatron's interleaved 1F1B over --chunks model chunks per stage",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = false,
+     .max_chunks = 0,
+     .config_names = {"interleaved"},
+     .min_config_chunks = 2,
+     .planned = true,
+     .order = interleaved_1f1b_order,
+     .shape_rule = interleaved_rule},
+    {.kind = Kind::kZbH1,
+     .name = "zb-h1",
+     .summary = "zero-bubble ZB-H1: weight gradients deferred into the bubbles",
+     .trains = true,
+     .uses_chunks = false,
+     .splits_backward = true,
+     .config_names = {"zb-h1"},
+     .planned = true,
+     .order = zb_h1_order},
+    {.kind = Kind::kZbH2,
+     .name = "zb-h2",
+     .summary = "zero-bubble ZB-H2: 2P-1 warm-up forwards, no bubble when F = B-W = W",
+     .trains = true,
+     .uses_chunks = false,
+     .splits_backward = true,
+     .config_names = {"zb-h2"},
+     .planned = true,
+     .order = zb_h2_order},
+    {.kind = Kind::kInterleavedZb,
+     .name = "interleaved-zb",
+     .summary = "PyTorch's ScheduleInterleavedZeroBubble (ZB1P) over --chunks looped chunks",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = true,
+     .max_chunks = 0,
+     .config_names = {"interleaved-zb"},
+     .planned = true,
+     .order = interleaved_zero_bubble_order,
+     .shape_rule = interleaved_zero_bubble_rule},
+    {.kind = Kind::kLoopedBfs,
+     .name = "looped-bfs",
+     .summary = "PyTorch's ScheduleLoopedBFS: breadth first over --chunks looped chunks",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = false,
+     .max_chunks = 0,
+     .config_names = {"looped-bfs"},
+     .order = looped_bfs_order},
+    {.kind = Kind::kZbv,
+     .name = "zbv",
+     .summary = "PyTorch's ScheduleZBVZeroBubble: two chunks per stage in a V",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = true,
+     .placement = Placement::kV,
+     .min_chunks = 2,
+     .max_chunks = 2,
+     .config_names = {"zbv"},
+     .planned = true,
+     .order = zbv_order},
+    {.kind = Kind::kDualPipeV,
+     .name = "dualpipev",
+     .summary = "DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV): two chunks in a V, m >= 2P",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = true,
+     .placement = Placement::kV,
+     .min_chunks = 2,
+     .max_chunks = 2,
+     .config_names = {"dualpipev"},
+     .planned = true,
+     .order = dualpipev_order,
+     .shape_rule = dualpipev_rule},
+    {.kind = Kind::kFile,
+     .name = "file",
+     .summary = "compute orders from a CSV file in PyTorch's layout (--file): lowered, "
+                "validated, simulated",
+     .trains = true,
+     .uses_chunks = true,
+     .splits_backward = false,
+     .max_chunks = 0,
+     .config_names = {"file"}},
 };
 
 std::string chunk_words(int n) {
   return std::to_string(n) + (n == 1 ? " chunk" : " chunks");
 }
+
+}  // namespace
 
 void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
   if (shape.micro_batches < 1) {
@@ -76,73 +201,17 @@ void check_shape(const ScheduleKind& kind, const PipeShape& shape) {
                          (kind.placement == Placement::kV ? "in a V" : "in a loop") +
                          ", not as the shape says");
   }
-  // With a partial last group of micro-batches Megatron's interleaved order can wait in a
-  // cycle (e.g. m=7, p=5); like Megatron before group sizes were configurable, refuse it.
-  if (kind.kind == Kind::kInterleaved && shape.chunks > 1 &&
-      shape.micro_batches % shape.stages != 0) {
-    throw io::InputError("the interleaved schedule needs micro-batches divisible by stages, got " +
-                         std::to_string(shape.micro_batches) + " micro-batches for " +
-                         std::to_string(shape.stages) + " stages");
-  }
-  // PyTorch's condition: rounds of up to P micro-batches, all of one size.
-  if (kind.kind == Kind::kInterleavedZb) {
-    const int rounds = std::max(1, shape.micro_batches / shape.stages);
-    if (shape.micro_batches % rounds != 0) {
-      throw io::InputError("schedule 'interleaved-zb' needs micro-batches divisible by its " +
-                           std::to_string(rounds) + " rounds (micro-batches / stages), got " +
-                           std::to_string(shape.micro_batches));
-    }
-  }
-  if (kind.kind == Kind::kDualPipeV && shape.micro_batches < 2 * shape.stages) {
-    throw io::InputError(
-        "schedule 'dualpipev' needs at least 2 x stages = " + std::to_string(2 * shape.stages) +
-        " micro-batches, got " + std::to_string(shape.micro_batches));
-  }
+  if (kind.shape_rule) kind.shape_rule(shape);
 }
 
-// Null for the kinds written step by step (DeepSpeed's).
-std::vector<ComputeOrder> (*order_function(Kind kind, const PipeShape& shape))(const PipeShape&) {
-  switch (kind) {
-    case Kind::kInference:
-      return shape.chunks > 1 ? forward_order : nullptr;
-    case Kind::kGpipe:
-      return gpipe_order;
-    case Kind::kInterleaved:
-      return interleaved_1f1b_order;
-    case Kind::kZbH1:
-      return zb_h1_order;
-    case Kind::kZbH2:
-      return zb_h2_order;
-    case Kind::kInterleavedZb:
-      return interleaved_zero_bubble_order;
-    case Kind::kLoopedBfs:
-      return looped_bfs_order;
-    case Kind::kZbv:
-      return zbv_order;
-    case Kind::kDualPipeV:
-      return dualpipev_order;
-    case Kind::k1F1B:
-    case Kind::kDataParallel:
-    case Kind::kFile:
-      return nullptr;
-  }
-  return nullptr;
-}
-
-std::unique_ptr<Schedule> make_deepspeed_schedule(Kind kind, const PipeShape& shape, int stage_id) {
-  switch (kind) {
-    case Kind::k1F1B:
-      return std::make_unique<TrainSchedule>(shape, stage_id);
-    case Kind::kInference:
-      return std::make_unique<InferenceSchedule>(shape, stage_id);
-    case Kind::kDataParallel:
-      return std::make_unique<DataParallelSchedule>(shape, stage_id);
-    default:
-      throw std::logic_error("schedule '" + std::string(name(kind)) + "' has no step-by-step form");
+bool fits(Kind kind, const PipeShape& shape) {
+  try {
+    check_shape(schedule_kind(kind), shape);
+    return true;
+  } catch (const io::InputError&) {
+    return false;
   }
 }
-
-}  // namespace
 
 void check_work_bounds(const PipeShape& shape) {
   // Well past any pipeline trained, far short of what would exhaust memory: a plan holds a
@@ -218,6 +287,11 @@ std::string_view name(Kind kind) {
   return schedule_kind(kind).name;
 }
 
+std::string_view config_name(Kind kind) {
+  const ScheduleKind& info = schedule_kind(kind);
+  return info.config_names.empty() ? info.name : info.config_names.front();
+}
+
 const ScheduleKind& schedule_kind(std::string_view name) {
   for (const auto& kind : kKinds) {
     if (kind.name == name) return kind;
@@ -239,14 +313,14 @@ PipelinePlan plan_pipeline(Kind kind, const PipeShape& shape) {
   const ScheduleKind& info = schedule_kind(kind);
   check_shape(info, shape);
   PipelinePlan plan{kind, shape, info.trains, info.splits_backward, {}, {}};
-  if (auto order = order_function(kind, shape)) {
-    LockstepPlan built = build_lockstep(shape, order(shape));
+  if (info.order && !(info.steps && shape.chunks == 1)) {
+    LockstepPlan built = build_lockstep(shape, info.order(shape));
     plan.num_pipe_buffers = std::move(built.num_pipe_buffers);
     plan.stage_steps = std::move(built.stage_steps);
     return plan;
   }
   for (int s = 0; s < shape.stages; ++s) {
-    const auto schedule = make_deepspeed_schedule(kind, shape, s);
+    const auto schedule = info.steps(shape, s);
     plan.num_pipe_buffers.push_back(schedule->num_pipe_buffers());
     plan.stage_steps.push_back(schedule->steps());
   }

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/engine/fault_injection.h"
+#include "pipetrain/trainer/fault_injection.h"
 
 namespace pipetrain::trainer {
 

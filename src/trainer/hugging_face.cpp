@@ -123,7 +123,7 @@ void check_all_used(const std::map<std::string, at::Tensor>& left, bool tied,
 }
 
 bool tied(const models::ModelConfig& m) {
-  return m.type == "gpt" ? m.gpt.tie_embeddings : m.llama.tie_embeddings;
+  return models::ties_embeddings(m);
 }
 
 // The tokenizer files transformers keeps beside a model, carried through a checkpoint.
@@ -233,7 +233,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   }();
   std::map<std::string, std::vector<models::HfTensor>> by_name;  // several: each expert's
   for (const auto& t : models::hf_tensors(model)) by_name[t.name].push_back(t);
-  std::vector<engine::ParameterState> masters;
+  std::vector<optim::ParameterState> masters;
   for (const auto& [name, parameter] : job.module->named_parameters()) {
     const auto found = by_name.find("layers." + name);
     if (found == by_name.end())
@@ -248,7 +248,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
                               &masters);
   written.keep();
   std::printf("imported %s (%s, %zu tensors%s) into %s/step_0\n", folder.c_str(),
-              model.type.c_str(), masters.size(),
+              models::name_of(model.type).c_str(), masters.size(),
               tokenizer.empty() ? "" : (", " + tokenizer).c_str(), out.c_str());
   return 0;
 }

@@ -31,45 +31,8 @@ constexpr int64_t kByteVocabulary = 256;
 
 std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
   auto world = comm::MpiCommunicator::world();
-  const int64_t pipe = config.engine.pipeline.stages;
-  const int64_t model_parallel = config.trainer.model_parallel;
-  const int64_t context_parallel = config.trainer.context_parallel;
-  const int64_t per_replica = pipe * context_parallel * model_parallel;
-  const std::string times_others =
-      (context_parallel > 1 ? " x context_parallel " + std::to_string(context_parallel) : "") +
-      (model_parallel > 1 ? " x model_parallel " + std::to_string(model_parallel) : "");
-  if (world->size() % per_replica != 0) {
-    const std::string hint = world->size() == 1
-                                 ? " (one process: start the job with pipetrain launch -n " +
-                                       std::to_string(per_replica) + " -- ...)"
-                                 : "";
-    throw io::InputError("pipeline.stages " + std::to_string(pipe) + times_others +
-                         " does not divide the job's " + std::to_string(world->size()) + " ranks" +
-                         hint);
-  }
-  const int64_t data = world->size() / per_replica;
-  const int64_t asked = config.trainer.data_parallel;
-  if (asked && asked != data) {
-    throw io::InputError("data-parallel size " + std::to_string(asked) + " with " +
-                         std::to_string(pipe) + " stages" + times_others + " needs " +
-                         std::to_string(asked * per_replica) + " ranks, the job has " +
-                         std::to_string(world->size()));
-  }
-  const auto size = [](int64_t n) { return static_cast<int>(n); };
-  const int experts = size(config.trainer.expert_parallel);
-  // Without tensor or context parallelism the topology has no model or context axis, so
-  // ranks describe themselves as (pipe, data) only.
-  if (context_parallel > 1) {
-    return std::make_shared<topology::Grid>(
-        topology::pipe_data_context_model_topology(size(pipe), size(data), size(context_parallel),
-                                                   size(model_parallel)),
-        world, experts);
-  }
-  return std::make_shared<topology::Grid>(
-      model_parallel > 1 ? topology::pipe_model_data_parallel_topology(size(pipe), size(data),
-                                                                       size(model_parallel))
-                         : topology::pipe_data_parallel_topology(size(pipe), size(data)),
-      world, experts);
+  return std::make_shared<topology::Grid>(topology::resolve_layout(config.layout(), world->size()),
+                                          world);
 }
 
 std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
@@ -246,7 +209,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   check_output_paths(job.config.trainer);
   if (job.config.trainer.memory_breakdown) device::count_cpu_memory();  // before any tensor
   job.grid = build_grid(job.config);
-  job.comms = std::make_shared<engine::Communicators>(
+  job.comms = std::make_shared<groups::Communicators>(
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;

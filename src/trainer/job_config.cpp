@@ -20,6 +20,17 @@ const config::KeyTable<JobConfig>& job_keys() {
   return table;
 }
 
+topology::ParallelLayout JobConfig::layout() const {
+  const auto size = [](int64_t n) { return static_cast<int>(n); };
+  return {.pipe = size(engine.pipeline.stages),
+          .data = size(trainer.data_parallel),
+          .tensor = size(trainer.model_parallel),
+          .context = size(trainer.context_parallel),
+          .expert = size(trainer.expert_parallel),
+          .sequence_parallel = trainer.sequence_parallel,
+          .chunks = size(engine.pipeline.chunks)};
+}
+
 namespace {
 
 // DeepSpeed sections a DeepSpeed config may hold that pipetrain does not read, with what to

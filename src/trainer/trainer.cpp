@@ -80,7 +80,7 @@ class RunLog {
         leader_(job.grid->global_rank() == 0),
         on_gpus_(any_rank_on_gpu(*job.engine)),
         reports_memory_(on_gpus_ || job.config.trainer.memory_breakdown),
-        experts_(job.config.model.type == "mixtral" ? job.config.model.moe.experts : 0),
+        experts_(models::capabilities(job.config.model).routed_experts),
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
@@ -108,7 +108,7 @@ class RunLog {
     std::optional<ExpertStatistics> experts;
     if (experts_ > 0) experts = gather_expert_statistics(engine, experts_, s.all_to_all_bytes);
     if (!leader_) return;
-    const bool fp16 = job_.config.engine.precision.dtype == engine::Precision::kFp16;
+    const bool fp16 = job_.config.engine.precision.dtype == optim::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
     progress_.update(s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
@@ -244,7 +244,7 @@ void announce(const Job& job) {
           : "",
       grid.model_parallel_size(),
       job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
-      job.config.model.type.c_str(), job.module->num_layers(), schedule.c_str(),
+      models::name_of(job.config.model.type).c_str(), job.module->num_layers(), schedule.c_str(),
       static_cast<long long>(e.train_batch_size),
       static_cast<long long>(e.train_micro_batch_size_per_gpu),
       static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
@@ -318,7 +318,7 @@ int train(const nlohmann::json& config_file) {
   if (!t.load.empty() && job.grid->global_rank() == 0) {
     if (model_taken)
       std::printf("model: the checkpoint's (%s, %d layers), the config has no model section\n",
-                  job.config.model.type.c_str(), job.module->num_layers());
+                  models::name_of(job.config.model.type).c_str(), job.module->num_layers());
     std::printf("resumed from %s at step %lld\n", t.load.c_str(),
                 static_cast<long long>(engine.global_steps()));
   }

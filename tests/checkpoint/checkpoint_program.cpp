@@ -36,7 +36,7 @@ uint32_t digest(engine::PipelineEngine& engine) {
   const auto whole = engine.whole_optimizer_state();
   std::size_t position = 0;
   for (const auto& named : engine.module().named_parameters()) {
-    const engine::ParameterState& state = whole.at(position++);
+    const optim::ParameterState& state = whole.at(position++);
     comm::NamedTensors tensors = {{named.first, state.master}};
     for (const auto& entry : state.optimizer_state) tensors.push_back(entry);
     bytes += checkpoint::encode_safetensors(tensors);

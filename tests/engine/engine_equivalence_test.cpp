@@ -77,7 +77,7 @@ void expect_reference_weights(PipelineEngine& engine, const Reference& reference
                               double tolerance) {
   const auto named = engine.module().named_parameters();
   const auto masters = engine.layer_gathering() ? engine.whole_optimizer_state()
-                                                : std::vector<engine::ParameterState>{};
+                                                : std::vector<optim::ParameterState>{};
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto& [name, parameter] = named[i];
     EXPECT_EQ(parameter.device(), engine.device());
@@ -112,7 +112,7 @@ PipelineEngine::EvalResult train_and_compare(PipelineEngine& engine, data::DataL
 // a backward pass, and none is reduced twice. Not where ranks share a GPU: there MPI copies
 // through the host, which autograd's CUDA thread must not, so buckets start between passes.
 void expect_buckets_started_in_backward(const PipelineEngine& engine) {
-  const GradientBuckets* buckets = engine.gradient_buckets();
+  const data_parallel::GradientBuckets* buckets = engine.gradient_buckets();
   ASSERT_NE(buckets, nullptr);
   EXPECT_EQ(buckets->reduced_again(), 0);
   if (on_gpu() && engine.data_transport() == comm::Transport::kMpi) return;
@@ -227,7 +227,7 @@ void expect_gathered_state_is_whole_on_the_first_replica(PipelineEngine& engine,
                                                          const topology::Grid& grid, bool zero) {
   const auto whole = engine.whole_optimizer_state();
   for (std::size_t i = 0; i < whole.size(); ++i) {
-    const engine::ParameterState gathered = engine.gathered_optimizer_state(i);
+    const optim::ParameterState gathered = engine.gathered_optimizer_state(i);
     if (grid.data_parallel_id() != 0 && zero) {
       for (const auto& [key, value] : gathered.optimizer_state)
         EXPECT_FALSE(optim::is_per_element(key)) << key << " of parameter " << i;
@@ -325,7 +325,7 @@ struct Bf16Gap {
 std::map<std::string, at::Tensor> masters(PipelineEngine& engine, bool zero) {
   std::map<std::string, at::Tensor> found;
   const auto named = engine.module().named_parameters();
-  const auto whole = zero ? engine.whole_optimizer_state() : std::vector<ParameterState>{};
+  const auto whole = zero ? engine.whole_optimizer_state() : std::vector<optim::ParameterState>{};
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto& [name, parameter] = named[i];
     found[name] = (zero ? whole[i].master : engine.master_of(parameter)).cpu().clone();
@@ -387,7 +387,7 @@ TEST(Bf16, EveryGridShapeUpdatesAsTheFp32Reference) {
         const auto samples = dataset(c, data);
         const Reference reference = reference_run(c, data, samples);
         TrainingConfig config = training_config(c, pipe);
-        config.precision.dtype = Precision::kBf16;
+        config.precision.dtype = optim::Precision::kBf16;
         config.zero.stage = zero;
         config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
         auto module = stage_module(c, *grid, config);

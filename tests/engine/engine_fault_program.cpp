@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
         return group == engine::TensorGroup::kData ? std::make_shared<ClaimsNccl>(made) : made;
       };
     }
-    auto comms = std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu,
+    auto comms = std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu,
                                                          comm::Seconds(0), testing);
     engine::PipelineEngine engine(module, comms, config);
     // 12 samples: one step takes 8, the second runs out at its third micro-batch.

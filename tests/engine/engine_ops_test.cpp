@@ -41,7 +41,7 @@ std::vector<RecordedOp> engine_step(std::shared_ptr<data::TensorDataset> data, i
   config.train_micro_batch_size_per_gpu = kOpsMicroBatch;
   config.gradient_accumulation_steps = micro_batches;
   config.steps_per_print = 1 << 30;
-  config.precision.dtype = engine::Precision::kBf16;
+  config.precision.dtype = optim::Precision::kBf16;
   config.optimizer = kOpsAdamW;
   auto alone = comm::MpiCommunicator::world()->split(comm::MpiCommunicator::world()->rank(), 0);
   auto grid = std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(1, 1), alone);

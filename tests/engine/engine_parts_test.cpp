@@ -13,10 +13,10 @@
 #include "../comm/forwarding_communicator.h"
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/autograd/weight_grad_store.h"
-#include "pipetrain/engine/averaged_buckets.h"
-#include "pipetrain/engine/gradient_buckets.h"
-#include "pipetrain/engine/gradient_sync.h"
-#include "pipetrain/engine/mixed_precision_optimizer.h"
+#include "pipetrain/data_parallel/averaged_buckets.h"
+#include "pipetrain/data_parallel/gradient_buckets.h"
+#include "pipetrain/data_parallel/gradient_sync.h"
+#include "pipetrain/optim/mixed_precision_optimizer.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/models/gpt.h"
 
@@ -39,13 +39,13 @@ std::shared_ptr<module::PipelineModule> tied_gpt(const topology::Grid& grid) {
 }
 
 // The job's communicators on the CPU (MPI throughout).
-std::shared_ptr<Communicators> cpu_communicators(std::shared_ptr<topology::Grid> grid) {
-  return std::make_shared<Communicators>(std::move(grid), device::DeviceKind::kCpu,
+std::shared_ptr<groups::Communicators> cpu_communicators(std::shared_ptr<topology::Grid> grid) {
+  return std::make_shared<groups::Communicators>(std::move(grid), device::DeviceKind::kCpu,
                                          comm::Seconds(0));
 }
 
 // ... with the tied groups of `module` connected.
-std::shared_ptr<Communicators> tied_communicators(std::shared_ptr<topology::Grid> grid,
+std::shared_ptr<groups::Communicators> tied_communicators(std::shared_ptr<topology::Grid> grid,
                                                   const module::PipelineModule& module) {
   auto comms = cpu_communicators(std::move(grid));
   comms->connect_tied(module);
@@ -103,11 +103,11 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   EXPECT_EQ(link.bytes(), 24 * 4 / 2);
 }
 
-TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
+TEST(data_parallel::GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
-  GradientSync sync(*module, *comms, {.bucket_elements = 50 /* several */});
+  data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 50 /* several */});
   // Replica r's gradients are r + 1 on stage 0 and 10 (r + 1) on stage 1.
   const double own = (grid->data_parallel_id() + 1) * (grid->is_first_stage() ? 1 : 10);
   fill_grads(*module, own);
@@ -124,14 +124,14 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
 }
 
 // Gradient buckets that average `parameters` (none late) over `data`.
-GradientBuckets averaging(const std::vector<at::Tensor>& parameters,
+data_parallel::GradientBuckets averaging(const std::vector<at::Tensor>& parameters,
                           std::shared_ptr<comm::Communicator> data,
                           std::shared_ptr<comm::Communicator> agree, int64_t bucket_elements,
                           bool overlap) {
   const std::vector<bool> late(parameters.size(), false);
-  auto reduction = std::make_shared<AveragedBuckets>(
-      parameters, backward_order_buckets(parameters, late, bucket_elements), data, at::kFloat);
-  return GradientBuckets(parameters, late, reduction, data, std::move(agree), overlap);
+  auto reduction = std::make_shared<data_parallel::AveragedBuckets>(
+      parameters, data_parallel::backward_order_buckets(parameters, late, bucket_elements), data, at::kFloat);
+  return data_parallel::GradientBuckets(parameters, late, reduction, data, std::move(agree), overlap);
 }
 
 // Four parameters of 3 elements, in buckets of at most 7 (so [p3, p2], [p1, p0]); the
@@ -170,11 +170,11 @@ struct BucketedLoss {
   }
 
   std::vector<at::Tensor> parameters;
-  GradientBuckets buckets;
+  data_parallel::GradientBuckets buckets;
   int replica;
 };
 
-TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
+TEST(data_parallel::GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   EXPECT_EQ(model.buckets.buckets(), 2);
@@ -207,7 +207,7 @@ class OneThread final : public testing::ForwardingCommunicator {
   std::thread::id starter_ = std::this_thread::get_id();
 };
 
-TEST(GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
+TEST(data_parallel::GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
   // As autograd's CUDA thread with a communicator for one thread: the arrivals there only
   // mark buckets ready; start_ready() on the engine's thread starts them.
   const auto grid = pipe_data_grid();
@@ -222,7 +222,7 @@ TEST(GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
   }
 }
 
-TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
+TEST(data_parallel::GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
@@ -242,18 +242,18 @@ TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   model.expect_averaged(*grid, 2);
 }
 
-TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
+TEST(data_parallel::GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 3; ++step) {
     // From the second step on, another set of buckets over the same parameters holds the
     // hooks: these no longer hear of arrivals, so they must not start anything early.
     const std::vector<bool> none(model.parameters.size(), false);
-    std::optional<GradientBuckets> other;
+    std::optional<data_parallel::GradientBuckets> other;
     if (step > 0) {
       other.emplace(model.parameters, none,
-                    std::make_shared<AveragedBuckets>(
-                        model.parameters, backward_order_buckets(model.parameters, none, 7),
+                    std::make_shared<data_parallel::AveragedBuckets>(
+                        model.parameters, data_parallel::backward_order_buckets(model.parameters, none, 7),
                         grid->data_comm(), at::kFloat),
                     grid->data_comm(), grid->data_comm(), /*overlap=*/true);
     }
@@ -263,7 +263,7 @@ TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
   }
 }
 
-TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
+TEST(data_parallel::GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {  // one accumulation in the window
@@ -286,7 +286,7 @@ TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   }
 }
 
-TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
+TEST(data_parallel::GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/false);
   for (int step = 0; step < 2; ++step) {
@@ -296,13 +296,13 @@ TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
   }
 }
 
-TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
+TEST(data_parallel::GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   // A split backward leaves a linear weight's gradient for BackwardWeight: its arrival
   // counts then, so its bucket waits for it.
   const auto grid = pipe_data_grid();
   const at::Tensor weight = at::ones({2, 3}).requires_grad_();
   const double replica = grid->data_parallel_id() + 1;
-  GradientBuckets buckets = averaging({weight}, grid->data_comm(), grid->data_comm(), 100,
+  data_parallel::GradientBuckets buckets = averaging({weight}, grid->data_comm(), grid->data_comm(), 100,
                                       /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
     autograd::WeightGradStore store;
@@ -324,11 +324,11 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   }
 }
 
-TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
+TEST(data_parallel::GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
-  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
+  data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   const at::Tensor tied = module->tied_parameters("embed").at(0);
   const auto& counted = sync.norm_parameters();
   const bool has_tied = std::any_of(counted.begin(), counted.end(),
@@ -337,7 +337,7 @@ TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   EXPECT_EQ(counted.size() + (grid->is_first_stage() ? 0 : 1), module->parameters().size());
 }
 
-TrainingConfig sgd(double lr, double clipping, Precision dtype) {
+TrainingConfig sgd(double lr, double clipping, optim::Precision dtype) {
   TrainingConfig config;
   config.optimizer = {.type = "SGD", .params = {{"lr", lr}}};
   config.gradient_clipping = clipping;
@@ -345,10 +345,10 @@ TrainingConfig sgd(double lr, double clipping, Precision dtype) {
   return config;
 }
 
-TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
+TEST(optim::MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, Precision::kBf16),
+  optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, optim::Precision::kBf16),
                                     module->parameters());
   const at::Tensor p = module->parameters().front();
   EXPECT_EQ(p.scalar_type(), at::kBFloat16);
@@ -364,7 +364,7 @@ TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
 }
 
 // The global norm when every counted gradient element on this stage is `own`.
-double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, double own) {
+double norm_when_filled(const topology::Grid& grid, const data_parallel::GradientSync& sync, double own) {
   int64_t own_elements = 0;
   for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
   at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
@@ -372,12 +372,12 @@ double norm_when_filled(const topology::Grid& grid, const GradientSync& sync, do
   return std::sqrt(squares.item<double>());
 }
 
-TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
+TEST(optim::MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
-  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
-  MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, Precision::kFp32),
+  data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 1000});
+  optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, optim::Precision::kFp32),
                                     sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
   const double own = grid->is_first_stage() ? 1 : 2;
@@ -391,12 +391,12 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   EXPECT_TRUE(at::allclose(p, before - own / (norm + 1e-6)));
 }
 
-TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
+TEST(optim::MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
-  GradientSync sync(*module, *comms, {.bucket_elements = 1000});
-  MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, Precision::kFp32),
+  data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 1000});
+  optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, optim::Precision::kFp32),
                                     sync.norm_parameters());
   fill_grads(*module, 3.0);
   optimizer.step(0);
@@ -408,13 +408,13 @@ TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   EXPECT_NEAR(optimizer.last_grad_norm(), norm, 1e-7 * norm);
 }
 
-TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
+TEST(optim::MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  TrainingConfig config = sgd(1.0, 0, Precision::kFp16);
+  TrainingConfig config = sgd(1.0, 0, optim::Precision::kFp16);
   config.precision.loss_scaler.initial_scale_power = 4;
   config.precision.loss_scaler.hysteresis = 1;
-  MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());
+  optim::MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());
   EXPECT_DOUBLE_EQ(optimizer.loss_scale(), 16);
   const at::Tensor p = module->parameters().front();
   const at::Tensor before = optimizer.master_of(p).detach().clone();

@@ -4,13 +4,13 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/engine/flat_shards.h"
+#include "pipetrain/data_parallel/flat_shards.h"
 
 namespace pipetrain::engine {
 namespace {
 
-TEST(FlatShards, PadsToEqualShards) {
-  const FlatShards layout({6, 1, 3}, 4);  // 10 elements
+TEST(data_parallel::FlatShards, PadsToEqualShards) {
+  const data_parallel::FlatShards layout({6, 1, 3}, 4);  // 10 elements
   EXPECT_EQ(layout.shard_size(), 3);
   EXPECT_EQ(layout.padded_size(), 12);
   EXPECT_EQ(layout.offset(0), 0);
@@ -18,8 +18,8 @@ TEST(FlatShards, PadsToEqualShards) {
   EXPECT_EQ(layout.offset(2), 7);
 }
 
-TEST(FlatShards, ReadsRangesAcrossTensorsAndPadding) {
-  const FlatShards layout({6, 1, 3}, 4);
+TEST(data_parallel::FlatShards, ReadsRangesAcrossTensorsAndPadding) {
+  const data_parallel::FlatShards layout({6, 1, 3}, 4);
   const std::vector<at::Tensor> tensors = {at::arange(6, at::kFloat).view({2, 3}),
                                            at::full({1}, 6.0f),
                                            at::arange(7, 10, at::kFloat).view({3, 1}).t()};
@@ -36,9 +36,9 @@ TEST(FlatShards, ReadsRangesAcrossTensorsAndPadding) {
   EXPECT_TRUE(at::equal(middle, at::tensor({5.0f, 6.0f})));
 }
 
-TEST(FlatShards, CutsEachBucketIntoOnePiecePerRank) {
+TEST(data_parallel::FlatShards, CutsEachBucketIntoOnePiecePerRank) {
   // Bucket 0: tensors 2 and 1 (4 elements, no padding); bucket 1: tensor 0 (6, padded to 8).
-  const FlatShards layout({6, 1, 3}, {{2, 1}, {0}}, 4);
+  const data_parallel::FlatShards layout({6, 1, 3}, {{2, 1}, {0}}, 4);
   EXPECT_EQ(layout.buckets(), 2);
   EXPECT_EQ(layout.padded_size(), 12);
   EXPECT_EQ(layout.shard_size(), 3);
@@ -48,7 +48,7 @@ TEST(FlatShards, CutsEachBucketIntoOnePiecePerRank) {
   EXPECT_EQ(layout.bucket_of(0), 1);
   EXPECT_EQ(layout.bucket_begin(1), 4);
   EXPECT_EQ(layout.bucket_size(1), 8);
-  const FlatShards::Piece piece = layout.piece(3, 1);
+  const data_parallel::FlatShards::Piece piece = layout.piece(3, 1);
   EXPECT_EQ(piece.flat_begin, 10);
   EXPECT_EQ(piece.shard_begin, 1);
   EXPECT_EQ(piece.size, 2);
@@ -72,24 +72,24 @@ TEST(FlatShards, CutsEachBucketIntoOnePiecePerRank) {
   EXPECT_TRUE(at::equal(layout.join(at::stack(shards)), whole));
 }
 
-TEST(FlatShards, RefusesATensorInNoBucketOrTwo) {
-  EXPECT_THROW(FlatShards({3, 4}, {{0}}, 2), std::invalid_argument);
-  EXPECT_THROW(FlatShards({3, 4}, {{0, 1}, {1}}, 2), std::invalid_argument);
+TEST(data_parallel::FlatShards, RefusesATensorInNoBucketOrTwo) {
+  EXPECT_THROW(data_parallel::FlatShards({3, 4}, {{0}}, 2), std::invalid_argument);
+  EXPECT_THROW(data_parallel::FlatShards({3, 4}, {{0, 1}, {1}}, 2), std::invalid_argument);
 }
 
-TEST(FlatShards, ConvertsToTheOutputsType) {
-  const FlatShards layout({3}, 2);
+TEST(data_parallel::FlatShards, ConvertsToTheOutputsType) {
+  const data_parallel::FlatShards layout({3}, 2);
   at::Tensor out = at::empty({4}, at::kDouble);
   layout.read({at::tensor({1.5f, 2.5f, 3.5f}).to(at::kBFloat16)}, 0, out);
   EXPECT_TRUE(at::equal(out, at::tensor({1.5, 2.5, 3.5, 0.0}, at::kDouble)));
 }
 
-TEST(FlatShards, RefusesRangesOutsideTheLayout) {
-  const FlatShards layout({3}, 2);
+TEST(data_parallel::FlatShards, RefusesRangesOutsideTheLayout) {
+  const data_parallel::FlatShards layout({3}, 2);
   at::Tensor out = at::empty({2});
   EXPECT_THROW(layout.read({at::zeros({3})}, 3, out), std::invalid_argument);
   EXPECT_THROW(layout.read({}, 0, out), std::invalid_argument);
-  EXPECT_THROW(FlatShards({3}, 0), std::invalid_argument);
+  EXPECT_THROW(data_parallel::FlatShards({3}, 0), std::invalid_argument);
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ class Rendezvous final : public ForwardingCommunicator {
 // Hashes a group's collectives in issue order and counts threads inside an issuing call.
 class Recording final : public ForwardingCommunicator {
  public:
-  Recording(std::shared_ptr<comm::Communicator> inner, TensorGroup group, bool any_thread)
+  Recording(std::shared_ptr<comm::Communicator> inner, groups::TensorGroup group, bool any_thread)
       : ForwardingCommunicator(std::move(inner)), group_(group), any_thread_(any_thread) {}
 
   void all_reduce(at::Tensor& t, comm::ReduceOp op) override {
@@ -154,7 +154,7 @@ class Recording final : public ForwardingCommunicator {
   }
   int64_t ops() const { return ops_.load(); }
   int overlaps() const { return overlaps_.load(); }
-  TensorGroup group() const { return group_; }
+  groups::TensorGroup group() const { return group_; }
 
  private:
   // One issuing call: recorded, and counted while inside.
@@ -174,7 +174,7 @@ class Recording final : public ForwardingCommunicator {
     Recording& r_;
   };
 
-  TensorGroup group_;
+  groups::TensorGroup group_;
   bool any_thread_;
   std::mutex mutex_;
   std::atomic<uint64_t> hash_{14695981039346656037ull};
@@ -191,7 +191,7 @@ TEST(NcclRules, TheRecorderCatchesTwoThreadsInsideOneCommunicator) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  Recording recording(std::make_shared<Slow>(comm::MpiCommunicator::world()), TensorGroup::kData,
+  Recording recording(std::make_shared<Slow>(comm::MpiCommunicator::world()), groups::TensorGroup::kData,
                       true);
   at::Tensor a = at::zeros({4}), b = at::zeros({4});
   std::thread other([&] { recording.all_reduce(a, comm::ReduceOp::kSum); });
@@ -209,10 +209,10 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
       std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
   std::vector<std::shared_ptr<Recording>> recordings;
   std::vector<std::shared_ptr<Rendezvous>> links;
-  CommunicatorTesting testing{
+  groups::CommunicatorTesting testing{
       .wrap =
-          [&](std::shared_ptr<comm::Communicator> made, TensorGroup group) {
-            if (group == TensorGroup::kPipePair) {
+          [&](std::shared_ptr<comm::Communicator> made, groups::TensorGroup group) {
+            if (group == groups::TensorGroup::kPipePair) {
               links.push_back(std::make_shared<Rendezvous>(made));
               return std::shared_ptr<comm::Communicator>(links.back());
             }
@@ -221,7 +221,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
           },
       .pair_links = true};
   auto comms =
-      std::make_shared<Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(60), testing);
+      std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(60), testing);
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
@@ -264,7 +264,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   for (const auto& recording : recordings) collectives += recording->ops();
   if (data > 1) EXPECT_GT(collectives, 0);
   for (const auto& link : links) EXPECT_GT(link->sends + link->receives, 0);
-  const GradientBuckets* buckets = engine.gradient_buckets();
+  const data_parallel::GradientBuckets* buckets = engine.gradient_buckets();
   if (data > 1 && buckets) EXPECT_GT(buckets->started_in_backward(), 0);
 }
 

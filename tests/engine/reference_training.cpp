@@ -33,7 +33,7 @@ std::string name(const Case& c) {
 models::ModelConfig model_config(const std::string& model) {
   models::ModelConfig config;
   if (model == "mlp") {
-    config.type = "mlp";
+    config.type = models::Family::kMlp;
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
   } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0) {
     config.type = model.rfind("llama", 0) == 0 ? "llama" : "mixtral";
@@ -71,7 +71,7 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
   const models::ModelConfig config = model_config(c.model);
   const int64_t samples = int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data_parallel;
   at::manual_seed(42);
-  if (config.type == "mlp") {
+  if (config.type == models::Family::kMlp) {
     return std::make_shared<data::TensorDataset>(
         module::Activation{at::randn({samples, config.mlp.inputs})},
         module::Activation{at::randn({samples, config.mlp.outputs})});

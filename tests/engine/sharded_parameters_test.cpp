@@ -7,7 +7,7 @@
 
 #include <stdexcept>
 
-#include "pipetrain/engine/sharded_parameters.h"
+#include "pipetrain/data_parallel/sharded_parameters.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -61,13 +61,13 @@ class TwoRanks final : public comm::Communicator {
   void barrier() override {}
 };
 
-TEST(ShardedParameters, GathersReleasesAndForgetsAnAbandonedGather) {
+TEST(data_parallel::ShardedParameters, GathersReleasesAndForgetsAnAbandonedGather) {
   // Two parameters of 3 and 4 elements in one bucket of 8 (7 padded): rank 0 holds [0, 4).
   at::Tensor a = at::arange(3, at::kFloat).reshape({3}).requires_grad_(true);
   at::Tensor b = at::arange(3, 7, at::kFloat).reshape({2, 2}).requires_grad_(true);
-  const FlatShards layout({3, 4}, 2);
+  const data_parallel::FlatShards layout({3, 4}, 2);
   auto comm = std::make_shared<TwoRanks>();
-  ShardedParameters sharded({a, b}, {0, 0}, layout, comm);
+  data_parallel::ShardedParameters sharded({a, b}, {0, 0}, layout, comm);
   EXPECT_EQ(sharded.buckets(), 1);
   EXPECT_EQ(sharded.buckets_of(0), std::vector<int>{0});
   EXPECT_TRUE(sharded.buckets_of(1).empty());

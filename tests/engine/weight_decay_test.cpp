@@ -1,30 +1,30 @@
-#include "pipetrain/engine/weight_decay.h"
+#include "pipetrain/optim/weight_decay.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "pipetrain/engine/replicated_masters.h"
+#include "pipetrain/optim/replicated_masters.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::engine {
 namespace {
 
-TEST(WeightDecayRule, AutoExemptsBiasesNormsAndWhatTheModelLists) {
-  const WeightDecayRule rule({"auto"});
+TEST(optim::WeightDecayRule, AutoExemptsBiasesNormsAndWhatTheModelLists) {
+  const optim::WeightDecayRule rule({"auto"});
   EXPECT_TRUE(rule.decays("GptBlock", "qkv.weight", 2, false));
   EXPECT_FALSE(rule.decays("GptBlock", "qkv.bias", 1, false));
   EXPECT_FALSE(rule.decays("LayerNorm", "weight", 1, false));
   EXPECT_FALSE(rule.decays("GptEmbedding", "tokens.weight", 2, /*model_exempt=*/true));
 }
 
-TEST(WeightDecayRule, PatternsSearchTypeDotName) {
-  const WeightDecayRule rule({"bias$", "^GptEmbedding\\."});
+TEST(optim::WeightDecayRule, PatternsSearchTypeDotName) {
+  const optim::WeightDecayRule rule({"bias$", "^GptEmbedding\\."});
   EXPECT_FALSE(rule.decays("GptBlock", "qkv.bias", 1, false));
   EXPECT_FALSE(rule.decays("GptEmbedding", "positions.weight", 2, true));
   EXPECT_TRUE(rule.decays("LayerNorm", "weight", 1, false));  // only the patterns count
-  EXPECT_TRUE(WeightDecayRule({}).decays("GptBlock", "qkv.bias", 1, true));
-  EXPECT_THROW(WeightDecayRule({"(unclosed"}), io::InputError);
-  EXPECT_THROW(WeightDecayRule({std::string(300, 'a')}), io::InputError);
+  EXPECT_TRUE(optim::WeightDecayRule({}).decays("GptBlock", "qkv.bias", 1, true));
+  EXPECT_THROW(optim::WeightDecayRule({"(unclosed"}), io::InputError);
+  EXPECT_THROW(optim::WeightDecayRule({std::string(300, 'a')}), io::InputError);
 }
 
 // Decay alone (a zero gradient): exempt parameters keep their values, decayed ones shrink by
@@ -32,7 +32,7 @@ TEST(WeightDecayRule, PatternsSearchTypeDotName) {
 TEST(WeightDecay, MovesOnlyTheDecayedParameters) {
   const at::Tensor matrix = torch::full({2, 3}, 2.0), bias = torch::full({3}, 2.0);
   for (const at::Tensor& p : {matrix, bias}) p.mutable_grad() = torch::zeros_like(p);
-  ReplicatedMasters masters({matrix, bias}, {matrix, bias}, {true, false}, nullptr);
+  optim::ReplicatedMasters masters({matrix, bias}, {matrix, bias}, {true, false}, nullptr);
   masters.apply_weight_decay({.rate = 0.1, .decoupled = true}, /*lr=*/0.5);
   EXPECT_TRUE(matrix.equal(torch::full({2, 3}, 2.0 * (1 - 0.05))));
   EXPECT_TRUE(bias.equal(torch::full({3}, 2.0)));

@@ -85,7 +85,7 @@ Measured train(const std::shared_ptr<topology::Grid>& grid, const Setting& setti
                             grid->data_parallel_id());
     for (int step = 0; step < 3; ++step) engine.train_batch(&loader);
     measured.at_rest = device::cpu_memory()->allocated - before;
-    if (const LayerGathering* gathering = engine.layer_gathering()) {
+    if (const data_parallel::LayerGathering* gathering = engine.layer_gathering()) {
       EXPECT_EQ(gathering->parameters().gathered_count(), 0) << "gathered between steps";
       measured.peak_gathered = gathering->parameters().peak_gathered();
       measured.buckets = gathering->parameters().buckets();

@@ -26,3 +26,17 @@ if "$check" "$planted" 2>/dev/null; then
   exit 1
 fi
 echo "layering: the check passes on the tree and fails on planted includes"
+
+# Names are compared only where they are parsed: the tree passes, a planted comparison fails.
+names=$source_dir/scripts/check-names
+"$names" "$source_dir"
+cp "$source_dir/src/checkpoint/safetensors.cpp" "$planted/src/checkpoint/safetensors.cpp"
+echo 'inline bool planted(const std::string& t) { return t == "mixtral"; }' \
+  >>"$planted/src/trainer/trainer.cpp"
+if output=$("$names" "$planted" 2>&1); then
+  echo "FAIL: a model name compared in the trainer passed the name check" >&2
+  exit 1
+fi
+grep -q "src/trainer/trainer.cpp:[0-9]*: compares a model family name" <<<"$output" ||
+  { echo "FAIL: the name check did not name the planted comparison: $output" >&2; exit 1; }
+echo "names: the check passes on the tree and fails on a planted comparison"

@@ -24,7 +24,7 @@ std::vector<ModelConfig> configs() {
     gpt.gpt.tie_embeddings = tied;
     all.push_back(gpt);
     ModelConfig llama;
-    llama.type = "llama";
+    llama.type = models::Family::kLlama;
     llama.llama = {.vocab_size = 50,
                    .context = 9,
                    .d_model = 16,
@@ -35,12 +35,12 @@ std::vector<ModelConfig> configs() {
                    .tie_embeddings = tied};
     all.push_back(llama);
     ModelConfig mixtral = llama;
-    mixtral.type = "mixtral";
+    mixtral.type = models::Family::kMixtral;
     mixtral.moe = {.experts = 3, .experts_per_token = 2};
     all.push_back(mixtral);
   }
   ModelConfig mlp;
-  mlp.type = "mlp";
+  mlp.type = models::Family::kMlp;
   all.push_back(mlp);
   return all;
 }
@@ -78,7 +78,7 @@ TEST(BuiltinModels, ParameterCountsEqualTheBuiltModules) {
 // The planner costs the layers the models build: same order, types, ties and counts.
 TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == "mlp") continue;
+    if (config.type == models::Family::kMlp) continue;
     const BuiltinModel model = make_builtin_model(config);
     const auto costs = planner::layer_costs(config);
     ASSERT_EQ(costs.size(), model.layers.size()) << config.type;
@@ -93,7 +93,7 @@ TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
 
 TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == "mlp") {
+    if (config.type == models::Family::kMlp) {
       EXPECT_THROW(hf_tensors(config), io::InputError);
       continue;
     }
@@ -107,7 +107,7 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
       if (t.expert >= 0) EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
     }
     EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << config.type;
-    if (config.type == "mixtral") {  // each stacked tensor in one part per expert
+    if (config.type == models::Family::kMixtral) {  // each stacked tensor in one part per expert
       EXPECT_EQ(parts.size(), mapped.size() + 3 * config.llama.layers * (config.moe.experts - 1));
     }
   }
@@ -116,7 +116,7 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
 // A Mixtral transformers cannot compute has no transformers format.
 TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
   ModelConfig config;
-  config.type = "mixtral";
+  config.type = models::Family::kMixtral;
   config.moe.score = RouterScore::kSigmoid;
   EXPECT_THROW(hf_config_of(config), io::InputError);
   EXPECT_THROW(hf_tensors(config), io::InputError);
@@ -129,7 +129,7 @@ TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
 
 TEST(BuiltinModels, TransformersConfigRoundTrips) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == "mlp") continue;
+    if (config.type == models::Family::kMlp) continue;
     const ModelConfig back = model_config_from_hf(hf_config_of(config), "config.json");
     EXPECT_EQ(model_keys().write(back), model_keys().write(config)) << config.type;
   }

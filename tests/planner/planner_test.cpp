@@ -16,7 +16,7 @@ namespace {
 
 models::ModelConfig gpt(int64_t vocab, int64_t context, int64_t d, int64_t heads, int64_t layers) {
   models::ModelConfig config;
-  config.type = "gpt";
+  config.type = models::Family::kGpt;
   config.gpt = {
       .vocab_size = vocab, .context = context, .d_model = d, .heads = heads, .layers = layers};
   return config;
@@ -66,7 +66,7 @@ TEST(LayerCost, WholeModelMatchesMegatronFormula) {
 // A small grouped-query LLaMA: vocabulary 128, d 32, 4 heads (2 key/value), MLP width 64.
 models::ModelConfig llama(int64_t context, int64_t layers) {
   models::ModelConfig config;
-  config.type = "llama";
+  config.type = models::Family::kLlama;
   config.llama = {.vocab_size = 128,
                   .context = context,
                   .d_model = 32,
@@ -86,7 +86,7 @@ TEST(LayerCost, LlamaCountsGroupedQueryAttentionAndSwiGlu) {
   EXPECT_DOUBLE_EQ(block.forward_flops,
                    2 * 8 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64) + 4 * 8 * 8 * 32);
   EXPECT_EQ(layers.back().parameters, 128 * 32);  // untied head
-  config.type = "mlp";
+  config.type = models::Family::kMlp;
   EXPECT_THROW(layer_costs(config), io::InputError);
 }
 
@@ -158,7 +158,7 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   EXPECT_DOUBLE_EQ(
       m.total(), m.weights + m.gradients + m.optimizer + std::max(m.activations, m.step_workspace));
 
-  training.precision.dtype = engine::Precision::kBf16;
+  training.precision.dtype = optim::Precision::kBf16;
   const Workload bf16(gpt(256, 16, 32, 4, 2), training);
   const Layout zero{.data = 2, .micro_batch = 1, .micro_batches = 1, .zero = 1};
   const StageMemory z = predict(bf16, ideal(2), zero).stages.at(0);
@@ -298,7 +298,7 @@ TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
 
 models::ModelConfig mixtral(int64_t experts, int64_t top_k) {
   models::ModelConfig config = llama(16, 2);
-  config.type = "mixtral";
+  config.type = models::Family::kMixtral;
   config.moe.experts = experts;
   config.moe.experts_per_token = top_k;
   return config;

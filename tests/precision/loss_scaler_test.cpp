@@ -61,7 +61,7 @@ TEST(PrecisionConfig, Bf16AndFp16ExcludeEachOther) {
                io::InputError);
   const auto fp16 = engine::parse_training_config(nlohmann::json::parse(
       R"({"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 3}})"));
-  EXPECT_EQ(fp16.precision.dtype, engine::Precision::kFp16);
+  EXPECT_EQ(fp16.precision.dtype, optim::Precision::kFp16);
   EXPECT_EQ(fp16.precision.loss_scaler.initial_scale_power, 12);
   EXPECT_THROW(engine::parse_training_config(
                    nlohmann::json::parse(R"({"fp16": {"enabled": true, "loss_scale": -1}})")),

@@ -53,7 +53,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
   config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
   // The model's layers take the job's model group (NCCL where its ranks hold GPUs of their own).
-  auto comms = std::make_shared<engine::Communicators>(grid, config.device, comm::Seconds(0));
+  auto comms = std::make_shared<groups::Communicators>(grid, config.device, comm::Seconds(0));
   Group group = comms->model_group();
   group.sequence_parallel = sequence_parallel;
   // Expert parallelism where the grid has it: experts split over its expert group.
@@ -83,7 +83,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
   const auto layouts = module->shard_layouts();
   // Under ZeRO stage 3 the parameters hold no values between steps: the fp32 masters do.
   const auto masters = engine.layer_gathering() ? engine.whole_optimizer_state()
-                                                : std::vector<engine::ParameterState>{};
+                                                : std::vector<optim::ParameterState>{};
   const auto named = module->named_parameters();
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto& [name, tensor] = named[i];

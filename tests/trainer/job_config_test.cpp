@@ -101,7 +101,7 @@ TEST(JobConfig, DeepSpeedsOtherSpellingsAreReadAsDeepSpeedReadsThem) {
   std::vector<std::string> unknown;
   const JobConfig config = parse_job_config(file, &unknown);
   EXPECT_TRUE(unknown.empty());
-  EXPECT_EQ(config.engine.precision.dtype, engine::Precision::kBf16);
+  EXPECT_EQ(config.engine.precision.dtype, optim::Precision::kBf16);
   EXPECT_EQ(config.trainer.log.tensorboard, "tb/run1");
 
   file["bf16"] = {{"enabled", true}};

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/engine/communicators.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/kv_cache.h"
@@ -29,7 +29,7 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
                                                      std::shared_ptr<topology::Grid> grid,
                                                      int chunks = 1) {
   auto comms =
-      std::make_shared<engine::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(0));
+      std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(0));
   const tensor_parallel::Group group = comms->model_group();
   std::vector<module::LayerSpec> layers;
   if (kind == "gpt") {

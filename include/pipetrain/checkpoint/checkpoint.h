@@ -34,7 +34,7 @@ void set_layer_written_hook(std::function<void(int global_rank)> hook);
 void save_checkpoint(engine::PipelineEngine& engine, const std::filesystem::path& directory,
                      const std::string& tag, const nlohmann::json& client_state = nullptr,
                      const engine::MicroBatchSource* data = nullptr,
-                     const std::vector<engine::ParameterState>* weights = nullptr);
+                     const std::vector<optim::ParameterState>* weights = nullptr);
 
 // Collective. Verifies every file this job needs (checksums, tensor names, shapes and
 // dtypes against the model) on every rank before changing anything; on any problem every

@@ -12,12 +12,12 @@
 
 #include "pipetrain/autograd/weight_grad_store.h"
 #include "pipetrain/comm/transport_choice.h"
-#include "pipetrain/engine/communicators.h"
-#include "pipetrain/engine/gradient_sync.h"
-#include "pipetrain/engine/layer_gathering.h"
+#include "pipetrain/groups/communicators.h"
+#include "pipetrain/data_parallel/gradient_sync.h"
+#include "pipetrain/data_parallel/layer_gathering.h"
 #include "pipetrain/engine/micro_batch_feed.h"
 #include "pipetrain/engine/micro_batch_source.h"
-#include "pipetrain/engine/mixed_precision_optimizer.h"
+#include "pipetrain/optim/mixed_precision_optimizer.h"
 #include "pipetrain/engine/progress_report.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/engine/timers.h"
@@ -40,11 +40,11 @@ struct InstructionRecord {
 // DeepSpeed's PipelineEngine: runs a stage's schedule instruction by instruction over its
 // part of the model, so that a batch of M micro-batches makes the same update as one step
 // over the whole batch on one process. Any schedule the schedule layer plans for training
-// runs: DeepSpeed's 1F1B, GPipe, interleaved 1F1B over the module's chunks, ZB-H1 with
-// its split backward. The engine is the interpreter; its parts beside
-// it do the rest: the MicroBatchFeed reads micro-batches, the StageLink moves activations
-// and gradients between stages, GradientSync reduces gradients among tied stages and
-// data-parallel replicas, the MixedPrecisionOptimizer steps.
+// runs (every training row of schedule::schedule_kinds(), split backward and V placement
+// included). The engine is the interpreter; the parts it drives do the rest: the
+// MicroBatchFeed reads micro-batches, the StageLink moves activations and gradients
+// between stages, data_parallel::GradientSync reduces gradients among tied stages and
+// data-parallel replicas, optim::MixedPrecisionOptimizer steps.
 class PipelineEngine {
  public:
   // Collective over the grid's world. The module must be built for this rank's stage of
@@ -55,7 +55,7 @@ class PipelineEngine {
   // tensor-parallel layers use comms->model_group()); the engine connects their tied groups
   // and pipe links (Communicators::connect_tied, connect_pipe).
   PipelineEngine(std::shared_ptr<module::PipelineModule> module,
-                 std::shared_ptr<Communicators> comms, TrainingConfig config);
+                 std::shared_ptr<groups::Communicators> comms, TrainingConfig config);
   // As above, with communicators made for `grid` by config.device and config.comm_timeout.
   PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                  std::shared_ptr<topology::Grid> grid, TrainingConfig config);
@@ -144,13 +144,13 @@ class PipelineEngine {
   // Checkpoints: each parameter's fp32 master and optimizer state, whole, in the module's
   // parameter order; restoring them also sets the model's weights. Collective over the
   // data-parallel group under ZeRO (every replica calls them).
-  std::vector<ParameterState> whole_optimizer_state() { return optimizer_->whole_state(); }
+  std::vector<optim::ParameterState> whole_optimizer_state() { return optimizer_->whole_state(); }
   // One parameter's, whole on data-parallel rank 0 (see MasterWeights::gathered_state):
   // under ZeRO every replica calls it, for the same positions in the same order.
-  ParameterState gathered_optimizer_state(std::size_t position) {
+  optim::ParameterState gathered_optimizer_state(std::size_t position) {
     return optimizer_->gathered_state(position);
   }
-  void restore_optimizer_state(const std::vector<ParameterState>& whole) {
+  void restore_optimizer_state(const std::vector<optim::ParameterState>& whole) {
     optimizer_->restore(whole);
   }
   // ZeRO stage 3: when each layer's parameters are gathered, and how many are (else null).
@@ -159,7 +159,7 @@ class PipelineEngine {
   // are removed with the engine, its parameters stay without values). On a GPU whose data
   // group is on MPI, layers stay gathered through the step (reshard_after_forward off):
   // backward runs on autograd's thread, which must not start MPI work.
-  const LayerGathering* layer_gathering() const { return gathering_.get(); }
+  const data_parallel::LayerGathering* layer_gathering() const { return gathering_.get(); }
   // Bytes of optimizer state and separate fp32 masters on this rank (ZeRO divides them).
   int64_t optimizer_state_bytes() { return optimizer_->state_bytes(); }
   double loss_scale() const { return optimizer_->loss_scale(); }
@@ -171,11 +171,11 @@ class PipelineEngine {
   // Where this rank computes, and how its activations and its data-parallel gradients
   // travel (NCCL between GPUs of their own, else MPI; see Communicators).
   at::Device device() const { return device_; }
-  const Communicators& communicators() const { return *comms_; }
+  const groups::Communicators& communicators() const { return *comms_; }
   std::string pipe_transports() const { return comms_->pipe_transports(); }
   comm::Transport data_transport() const { return comms_->data_transport(); }
   // The data-parallel gradient buckets (null at data-parallel size 1).
-  const GradientBuckets* gradient_buckets() const { return gradients_->buckets(); }
+  const data_parallel::GradientBuckets* gradient_buckets() const { return gradients_->buckets(); }
 
   module::PipelineModule& module() { return *module_; }
   const module::PipelineModule& module() const { return *module_; }
@@ -282,16 +282,16 @@ class PipelineEngine {
   void optimizer_step();
   double mean_loss(double loss_sum);
   // ZeRO stage 3: the module's layers gathered just in time from `parameters`.
-  void gather_layers(std::shared_ptr<ShardedParameters> parameters);
+  void gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters);
 
   std::shared_ptr<module::PipelineModule> module_;
-  std::shared_ptr<Communicators> comms_;
+  std::shared_ptr<groups::Communicators> comms_;
   std::shared_ptr<topology::Grid> grid_;
   TrainingConfig config_;
   at::Device device_;
-  std::unique_ptr<GradientSync> gradients_;
-  std::unique_ptr<MixedPrecisionOptimizer> optimizer_;
-  std::shared_ptr<LayerGathering> gathering_;  // ZeRO stage 3 only
+  std::unique_ptr<data_parallel::GradientSync> gradients_;
+  std::unique_ptr<optim::MixedPrecisionOptimizer> optimizer_;
+  std::shared_ptr<data_parallel::LayerGathering> gathering_;  // ZeRO stage 3 only
   std::unique_ptr<MicroBatchFeed> feed_;
   decltype(Hooks::before) before_instruction_;  // set_hooks'; empty unless a test sets it
   std::unique_ptr<StageLink> link_;

@@ -11,7 +11,7 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/engine/communicators.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/transfer_progress.h"
 #include "pipetrain/topology/grid.h"
 
@@ -49,7 +49,7 @@ class StageLink {
   // neighbouring stage by that link's transport, headers over the pipe's MPI communicator.
   // `partitioned` takes effect only with a model-parallel group of more than one rank.
   // Received tensors are placed on the communicators' device.
-  StageLink(const Communicators& comms, bool partitioned);
+  StageLink(const groups::Communicators& comms, bool partitioned);
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 

@@ -9,16 +9,14 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/device/device_choice.h"
 #include "pipetrain/module/partition_method.h"
-#include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/optimizer_config.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/schedule_file.h"
 
 namespace pipetrain::engine {
 
-// The config's spellings of the training schedules the engine executes
-// (pipeline.schedule): DeepSpeed's TrainSchedule (1F1B, "1f1b" or "train"), GPipe,
-// Megatron's interleaved 1F1B over model chunks and zero-bubble ZB-H1.
+// pipeline.schedule's spellings of the training schedules: every config name of the
+// schedule registry's rows (schedule::schedule_kinds()).
 const config::Names<schedule::Kind>& pipeline_schedules();
 
 struct PipelineConfig {
@@ -46,38 +44,6 @@ struct PipelineConfig {
   }
 };
 
-// The model's floating-point type (and so that of what travels between stages).
-enum class Precision { kFp32, kBf16, kFp16 };
-
-// Mixed precision: the model in bf16 or fp16, fp32 master weights and optimizer state;
-// fp16 adds loss scaling.
-struct PrecisionConfig {
-  Precision dtype = Precision::kFp32;  // bf16.enabled or fp16.enabled
-  // The data-parallel gradient all-reduce: fp32 or the model's type.
-  Precision communication_dtype = Precision::kFp32;
-  optim::LossScalerConfig loss_scaler;  // fp16 only
-};
-
-// DeepSpeed's ZeRO: the optimizer's state split over the data-parallel ranks.
-struct ZeroConfig {
-  // 0: every replica holds all of it; 1: fp32 masters and optimizer state sharded,
-  // gradients reduce-scattered; 2: also the full gradients dropped once reduced; 3: also
-  // the parameters sharded, each layer's gathered just before it runs (ShardedParameters).
-  int64_t stage = 0;
-  int64_t reduce_bucket_size = 500'000'000;     // elements per reduce-scatter (DeepSpeed's)
-  int64_t allgather_bucket_size = 500'000'000;  // elements per all-gather of the shards
-  // Stage 3: layers gathered ahead of the one computing, in forward and in backward.
-  int64_t prefetch = 1;
-  // Stage 3: a layer's parameters freed after its forward (gathered again for backward);
-  // false: kept from their first gather to the end of the step.
-  bool reshard_after_forward = true;
-};
-
-// Whether ZeRO shards the optimizer (stages 1 to 3), which then reduces the gradients.
-inline bool shards_optimizer(const ZeroConfig& zero) {
-  return zero.stage > 0;
-}
-
 struct TrainingConfig {
   // Batch arithmetic: train_batch_size = micro batch * accumulation steps * data-parallel size.
   int64_t train_batch_size = 0;
@@ -100,11 +66,16 @@ struct TrainingConfig {
   std::vector<std::string> weight_decay_exempt{"auto"};
   optim::SchedulerConfig scheduler;
   PipelineConfig pipeline;
-  PrecisionConfig precision;
-  ZeroConfig zero;
+  optim::PrecisionConfig precision;
+  data_parallel::ZeroConfig zero;
   // Keys no table here knows: a program with keys of its own refuses the rest
   // (config::refuse_unknown_keys against training_keys().names()).
   std::vector<std::string> unknown_keys;
+
+  // What the optimizer step reads of it.
+  optim::StepConfig step() const {
+    return {optimizer, scheduler, precision, zero, gradient_clipping, weight_decay_exempt};
+  }
 };
 
 // The DeepSpeed-style keys the engine reads, each bound once (see KeyTable).

@@ -14,10 +14,17 @@
 // The built-in models' config, without torch (what a command that only reads configs needs).
 namespace pipetrain::models {
 
+// The built-in model families (model.type); their names are parsed here and nowhere else.
+enum class Family { kGpt, kLlama, kMixtral, kMlp };
+
+// model.type's spellings, and a family's.
+const config::Names<Family>& family_names();
+const std::string& name_of(Family family);
+
 // The `model` section of a config: {"type": "gpt" | "llama" | "mixtral" | "mlp", sizes...}.
 // A Mixtral is a LLaMA (its sizes in `llama`) whose MLPs are mixtures of experts (`moe`).
 struct ModelConfig {
-  std::string type = "gpt";
+  Family type = Family::kGpt;
   GptConfig gpt{};
   LlamaConfig llama{};
   MoeConfig moe{};
@@ -30,8 +37,24 @@ struct ModelConfig {
 
 // Whether model.type names a LLaMA-family decoder ("llama" or "mixtral").
 inline bool llama_family(const ModelConfig& config) {
-  return config.type == "llama" || config.type == "mixtral";
+  return config.type == Family::kLlama || config.type == Family::kMixtral;
 }
+
+// What a model can do: what code outside models/ asks instead of comparing names.
+struct Capabilities {
+  bool language_model = false;    // tokens in, logits out: generation, transformers folders
+  bool tensor_parallel = false;   // heads, MLPs and vocabulary split over model_parallel
+  bool context_parallel = false;  // sequences split over context_parallel (ring attention)
+  // Megatron's sequence parallelism over model_parallel (besides tensor parallelism).
+  bool sequence_parallel = false;
+  int64_t routed_experts = 0;  // experts of each MoE layer, split over expert_parallel; 0: dense
+};
+Capabilities capabilities(const ModelConfig& config);
+
+// The longest sequence of a language model (0 for the MLP).
+int64_t context_of(const ModelConfig& config);
+// Whether the LM head uses the token embedding.
+bool ties_embeddings(const ModelConfig& config);
 
 // The `model` section's keys, each bound once; the sizes of each model hold when
 // model.type names it.

@@ -3,6 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
+
+#include "pipetrain/data_parallel/zero_config.h"
+#include "pipetrain/optim/precision.h"
 
 namespace pipetrain::optim {
 
@@ -17,6 +21,17 @@ struct OptimizerConfig {
 struct SchedulerConfig {
   std::string type;  // empty (constant), WarmupLR, WarmupDecayLR or WarmupCosineLR
   nlohmann::json params = nlohmann::json::object();
+};
+
+// What the optimizer step reads of a job's config (engine::TrainingConfig::step()).
+struct StepConfig {
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  PrecisionConfig precision;
+  data_parallel::ZeroConfig zero;
+  double gradient_clipping = 0.0;  // max global norm; 0: off
+  // Parameters weight decay leaves alone (see WeightDecayRule).
+  std::vector<std::string> weight_decay_exempt{"auto"};
 };
 
 }  // namespace pipetrain::optim

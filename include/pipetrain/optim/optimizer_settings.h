@@ -24,6 +24,10 @@ OptimizerSettings read_optimizer_settings(const OptimizerConfig& config);
 
 double base_learning_rate(const OptimizerConfig& config);
 
+// Elements of optimizer state per parameter: Adam's two moments, SGD's momentum (counted
+// as on), for the planner's memory and traffic.
+int state_elements_per_parameter(const OptimizerConfig& config);
+
 // The learning rate of optimizer step `step` (0-based), DeepSpeed's schedules:
 //   WarmupLR        warmup_min_lr -> warmup_max_lr over warmup_num_steps (log or linear)
 //   WarmupDecayLR   the same, then linearly to 0 at total_num_steps

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,9 +105,14 @@ class Schedule {
   int stage_id_;
 };
 
+struct ComputeOrder;
+
+// A schedule kind's row in the registry (schedule_kinds()): its names, what it needs of
+// a shape, and how its plan is made. Adding a schedule is a row here plus its order
+// function; the config's parser, the planner, the CLI's help and the docs read the rows.
 struct ScheduleKind {
   Kind kind;
-  std::string_view name;
+  std::string_view name;  // in plans, traces and `pipetrain schedule`
   std::string_view summary;
   bool trains;           // ends with backward passes and an optimizer step
   bool uses_chunks;      // honours PipeShape::chunks
@@ -114,6 +120,20 @@ struct ScheduleKind {
   Placement placement = Placement::kLoop;  // of the chunks, when there are several
   int min_chunks = 1;                      // and at most this many (0: no bound)
   int max_chunks = 1;
+  // pipeline.schedule's spellings (the first is written back); empty: not a training
+  // schedule a config names.
+  std::vector<std::string_view> config_names = {};
+  // The fewest chunks a config may give it (0: min_chunks); interleaved 1F1B over one
+  // chunk is 1F1B, which a config names as such.
+  int min_config_chunks = 0;
+  // Whether `pipetrain plan` weighs it.
+  bool planned = false;
+  // Its compute orders, lowered by the lockstep builder; null for kinds written step by step.
+  std::vector<ComputeOrder> (*order)(const PipeShape&) = nullptr;
+  // Its step-by-step form (DeepSpeed's), used where `order` is null or the shape has one chunk.
+  std::unique_ptr<Schedule> (*steps)(const PipeShape&, int stage_id) = nullptr;
+  // What it needs of a shape beyond the chunk counts: InputError naming the rule; or null.
+  void (*shape_rule)(const PipeShape&) = nullptr;
 };
 
 const std::vector<ScheduleKind>& schedule_kinds();
@@ -121,6 +141,13 @@ const ScheduleKind& schedule_kind(Kind kind);
 // The kind a user named; throws InputError listing the known names if there is none.
 const ScheduleKind& schedule_kind(std::string_view name);
 std::string_view name(Kind kind);
+// pipeline.schedule's spelling of a kind (its first config name, else its name).
+std::string_view config_name(Kind kind);
+
+// Throws InputError if `kind` cannot run `shape` (micro-batches, stages, chunks, placement
+// and the kind's own rule); fits() says the same without throwing.
+void check_shape(const ScheduleKind& kind, const PipeShape& shape);
+bool fits(Kind kind, const PipeShape& shape);
 
 // Every stage's schedule for one batch: what the validator and the simulator consume.
 struct PipelinePlan {

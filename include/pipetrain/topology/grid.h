@@ -1,8 +1,10 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/topology/parallel_layout.h"
 #include "pipetrain/topology/process_topology.h"
 
 namespace pipetrain::topology {
@@ -27,6 +29,9 @@ class Grid {
   // `expert_parallel` does not divide the data-parallel size.
   Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> world,
        int expert_parallel = 1);
+  // The grid of a resolved layout (resolve_layout) over its make_topology().
+  Grid(const ParallelLayout& layout, std::shared_ptr<comm::MpiCommunicator> world)
+      : Grid(make_topology(layout), std::move(world), layout.expert) {}
 
   const ProcessTopology& topology() const { return topology_; }
   int global_rank() const { return world_->rank(); }

@@ -22,7 +22,7 @@ struct Job {
   nlohmann::json effective;  // every key with its value, batch sizes resolved
   models::BuiltinModel model;
   std::shared_ptr<topology::Grid> grid;
-  std::shared_ptr<engine::Communicators> comms;  // every communicator, made once
+  std::shared_ptr<groups::Communicators> comms;  // every communicator, made once
   std::shared_ptr<module::PipelineModule> module;
   std::unique_ptr<engine::PipelineEngine> engine;
   std::unique_ptr<engine::MicroBatchSource> train_data;

@@ -10,6 +10,7 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/topology/parallel_layout.h"
 #include "pipetrain/trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
@@ -20,6 +21,10 @@ struct JobConfig {
   engine::TrainingConfig engine;
   models::ModelConfig model;
   TrainerConfig trainer;
+
+  // The parallel axes the keys ask for (data 0: what the job's ranks leave; see
+  // topology::resolve_layout).
+  topology::ParallelLayout layout() const;
 };
 
 // Every key of a job, each bound once by its owner (the engine, the model, the trainer).

@@ -1,0 +1,129 @@
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "pipetrain/comm/communicator.h"
+#include "pipetrain/comm/deadline.h"
+#include "pipetrain/comm/transport_choice.h"
+#include "pipetrain/device/device_choice.h"
+#include "pipetrain/device/transport.h"
+#include "pipetrain/expert_parallel/all_to_all.h"
+#include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/tensor_parallel/group.h"
+#include "pipetrain/topology/grid.h"
+
+namespace pipetrain::groups {
+
+// Which group a tensor communicator serves.
+enum class TensorGroup { kModel, kData, kExperts, kTied, kPipePair };
+
+// For tests that hold the code to NCCL's rules on the CPU: what every tensor communicator
+// Communicators makes passes through (a recording or checking wrapper), and whether each
+// pair of neighbouring stages gets a communicator of its own for payloads, as NCCL links
+// have, even where it is MPI.
+struct CommunicatorTesting {
+  std::function<std::shared_ptr<comm::Communicator>(std::shared_ptr<comm::Communicator>,
+                                                    TensorGroup)>
+      wrap;
+  bool pair_links = false;
+};
+
+// Every communicator of a job, and which transport each group's tensors take. Each one is
+// made here and nowhere else, in this order on every rank (each making is collective):
+//   1. the grid's MPI communicators, one per axis (made with the Grid), get the job's
+//      deadline: NCCL communicators made from them copy it;
+//   2. this rank is placed on its device (device::place_rank);
+//   3. the model (tensor-parallel) group's tensor communicator;
+//   4. the data-parallel group's, then the expert-parallel group's (where experts are split);
+//   5. connect_tied: one group per tied key among the stages owning it;
+//   6. connect_pipe: the links to the neighbouring stages.
+// Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its own, else the
+// MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours, and
+// only for plans whose transfers agree in order per pair and stay between neighbours
+// (PipelineEngine decides). Who may start a
+// collective follows the transport: data-parallel buckets start on autograd's device
+// thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the
+// engine's thread starts them, between instructions).
+//
+// What stays on MPI, always: the grid's axes (control()) carry the step's host scalars
+// (loss, gradient-norm sums, the fp16 overflow flag), barriers, transfer headers, the
+// model group's micro-batch broadcast, partitioned-transfer all-gathers, the logits
+// gathers of `logits`/`generate`, and tensor-parallel checkpoint gathers (ZeRO's gathers
+// take data()).
+class Communicators {
+ public:
+  // Steps 1 to 4. `timeout` zero leaves the grid's deadlines as they are.
+  Communicators(std::shared_ptr<topology::Grid> grid, device::DeviceKind device,
+                comm::Seconds timeout, CommunicatorTesting testing = {});
+  // Releases the communicators in one order on every rank: pipe links, tied groups (by
+  // key), data, model (NCCL's teardown of a communicator may wait for its peers').
+  ~Communicators();
+  Communicators(const Communicators&) = delete;
+  Communicators& operator=(const Communicators&) = delete;
+
+  const std::shared_ptr<topology::Grid>& grid() const { return grid_; }
+  // The grid's MPI communicators: host-side scalars and everything listed above.
+  const topology::Grid& control() const { return *grid_; }
+  at::Device device() const { return device_; }
+
+  // The collectives inside the model's tensor-parallel layers.
+  tensor_parallel::Group model_group() const { return {model_}; }
+  // Gradient buckets among data-parallel replicas (all-reduce; ZeRO's reduce-scatter and
+  // all-gather of the shards).
+  const std::shared_ptr<comm::Communicator>& data() const { return data_; }
+  // The rows an MoE layer sends its experts and back (all-to-all) among the expert-parallel
+  // group; the row counts stay on the grid's MPI communicator. Null without expert
+  // parallelism.
+  expert_parallel::Group experts_group() const;
+
+  // Step 5, once, after step 4: for each tied key `module` owns on two stages or more, a
+  // communicator among those stages that share this rank's data and model coordinates.
+  // Every rank of the job takes part for every key.
+  void connect_tied(const module::PipelineModule& module);
+  // This rank's tied-layer groups by key (only the keys it owns).
+  const std::map<std::string, std::shared_ptr<comm::Communicator>>& tied() const { return tied_; }
+
+  // Step 6, once, after step 5 (where there is one): the links to this rank's neighbouring stages.
+  // Where `nccl_allowed`, by device::neighbour_links (NCCL between neighbours on GPUs of their
+  // own, one communicator per direction); else every payload over MPI. NCCL matches
+  // transfers between two ranks by their order alone: the caller allows it only where
+  // every pair's orders agree (schedule::first_order_mismatch) and every transfer is
+  // between neighbours.
+  void connect_pipe(bool nccl_allowed);
+  const std::map<int, device::NeighbourLink>& pipe_links() const { return pipe_links_; }
+
+  // For the job line: "pipe mpi, data-parallel nccl", with the pipe's per stage where its
+  // neighbours differ ("pipe nccl to stage 1, mpi to stage 3"), tied and tensor-parallel
+  // groups where the job has them.
+  std::string describe() const;
+  comm::Transport data_transport() const { return data_->transport(); }
+  // Whether any group of this rank's moves tensors over NCCL.
+  bool uses_nccl() const;
+  // How payloads travel between stages: "nccl" or "mpi" when alike (also without
+  // neighbours: "mpi"), else per stage, e.g. "nccl to stage 1, mpi to stage 3".
+  std::string pipe_transports() const;
+
+ private:
+  enum class Made { kGroups, kTied, kPipe };
+  void expect(bool in_order, const char* step);  // std::logic_error unless in order
+
+  std::shared_ptr<comm::Communicator> wrapped(std::shared_ptr<comm::Communicator> made,
+                                              TensorGroup group) const;
+
+  std::shared_ptr<topology::Grid> grid_;
+  CommunicatorTesting testing_;
+  at::Device device_;
+  std::shared_ptr<comm::Communicator> model_;
+  std::shared_ptr<comm::Communicator> data_;
+  std::shared_ptr<comm::Communicator> experts_;  // null without expert parallelism
+  std::map<std::string, std::shared_ptr<comm::Communicator>> tied_;
+  std::map<int, device::NeighbourLink> pipe_links_;
+  Made made_ = Made::kGroups;
+};
+
+}  // namespace pipetrain::groups

@@ -1,0 +1,131 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "pipetrain/comm/communicator.h"
+#include "pipetrain/data_parallel/bucket_reduction.h"
+#include "pipetrain/optim/master_weights.h"
+#include "pipetrain/optim/sharded_masters.h"
+#include "pipetrain/data_parallel/sharded_parameters.h"
+#include "pipetrain/optim/optimizer_config.h"
+#include "pipetrain/optim/precision.h"
+#include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/optim/loss_scaler.h"
+#include "pipetrain/optim/optimizer.h"
+#include "pipetrain/topology/grid.h"
+
+namespace pipetrain::optim {
+
+// The tensor type of a precision.
+at::ScalarType to_scalar_type(Precision precision);
+
+// The optimizer step of a pipeline stage in any precision: the model in fp32, bf16 or
+// fp16, fp32 master weights that the optimizer updates, the fp16 loss scaler (an overflow
+// on any rank skips the step on every rank), global-norm clipping, the learning-rate
+// schedule and weight decay on the parameters config.weight_decay_exempt leaves to it.
+class MixedPrecisionOptimizer {
+ public:
+  // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
+  // (the parameters themselves in fp32), all of them or, under ZeRO (config.zero.stage),
+  // this rank's shard over `data` (the data-parallel group, by default the grid's
+  // MPI one; collective then).
+  // `norm_parameters`: the module parameters this rank counts in the global gradient norm;
+  // `late`: per module parameter, whether its gradient changes after backward (both: see
+  // GradientSync; empty: none); `expert_parameters`: those split over the expert-parallel
+  // group (whole masters on the ranks holding them, also under ZeRO).
+  MixedPrecisionOptimizer(module::PipelineModule& module,
+                          std::shared_ptr<const topology::Grid> grid, const StepConfig& config,
+                          const std::vector<at::Tensor>& norm_parameters,
+                          std::shared_ptr<comm::Communicator> data = nullptr,
+                          const std::vector<bool>& late = {},
+                          const std::vector<at::Tensor>& expert_parameters = {});
+
+  // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
+  double loss_scale() const { return loss_scaler_.scale(); }
+  at::ScalarType dtype() const { return dtype_; }
+  // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
+  // GradientSync to start them during backward; step() reduces those it did not); else null.
+  std::shared_ptr<data_parallel::BucketReduction> bucket_reduction() const { return sharded_masters_; }
+  // Under ZeRO with experts split over ranks and several ranks holding each: the experts'
+  // gradients are reduce-scattered over those ranks here, after GradientSync has scaled
+  // them (GradientSync::leave_expert_sums_to_optimizer).
+  bool experts_sharded() const { return experts_sharded_; }
+  // Under ZeRO stage 3, where the model's parameters live (else null).
+  std::shared_ptr<data_parallel::ShardedParameters> sharded_parameters() const;
+
+  // Collective over the grid's world: moves the model's gradients onto the masters
+  // (unscaled; under ZeRO reduce-scattered), agrees on overflow, clips, sets the rate of
+  // step `step` (0-based), steps, copies the masters back into the model and clears every
+  // gradient.
+  void step(int64_t step);
+  // A training step begins; a backward or weight-gradient pass has ended (see MasterWeights).
+  void begin_step() { masters_->begin_step(); }
+  void after_backward_pass() { masters_->after_backward_pass(); }
+
+  // Of the last step that was not skipped: the global gradient norm before clipping (NaN
+  // when neither clipping nor set_grad_norm_wanted needed it: it costs a pass over every
+  // gradient and a reduction over the pipe), the rate.
+  double last_grad_norm() const { return last_grad_norm_; }
+  void set_grad_norm_wanted(bool on) { norm_wanted_ = on; }
+  double last_learning_rate() const { return last_learning_rate_; }
+
+  // Bytes this rank holds for the optimizer: its state (moments, momentum) and fp32
+  // masters kept beside the model's parameters. 0 before the first step creates state.
+  int64_t state_bytes();
+
+  // Checkpoints: every parameter's fp32 master and optimizer state, whole, in the
+  // module's parameter order; restore() installs such values and the model takes them.
+  // Under ZeRO both are collective over the data-parallel group.
+  std::vector<ParameterState> whole_state();
+  ParameterState gathered_state(std::size_t position);
+  void restore(const std::vector<ParameterState>& whole);
+
+  // Stage 0 only (throws under ZeRO, where no rank holds every master).
+  const at::Tensor& master_of(const at::Tensor& parameter) const;
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::LossScaler& loss_scaler() { return loss_scaler_; }
+  const optim::LossScaler& loss_scaler() const { return loss_scaler_; }
+  // Per parameter of the module (parameters() order), whether weight decay applies to it.
+  const std::vector<bool>& decayed() const { return decayed_; }
+
+ private:
+  // Under ZeRO: the masters, the dense part sharded over `data` (sharded_masters_) and
+  // experts split over ranks beside it: sharded over the ranks holding the same experts
+  // (ZeRO 1 at any stage; their gradients then reduce-scattered here) when there are
+  // several, else whole.
+  std::shared_ptr<MasterWeights> sharded_masters(module::PipelineModule& module,
+                                                 const std::vector<at::Tensor>& norm_parameters,
+                                                 const std::vector<bool>& late,
+                                                 const std::vector<at::Tensor>& expert_parameters,
+                                                 std::shared_ptr<comm::Communicator> data,
+                                                 const StepConfig& config);
+  // The global gradient norm over the whole model (each tensor counted once): collective.
+  double global_grad_norm() const;
+  // Whether any rank's gradients overflowed (fp16 only; the step's one wait).
+  bool any_overflow() const;
+  void clip(double norm);
+
+  std::shared_ptr<const topology::Grid> grid_;
+  at::ScalarType dtype_;
+  double clipping_;
+  bool sharded_;
+  optim::WeightDecay weight_decay_;
+  std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
+  std::shared_ptr<MasterWeights> masters_;
+  std::shared_ptr<ShardedMasters> sharded_masters_;  // under ZeRO: the sharded part
+  bool experts_sharded_ = false;                     // see experts_sharded()
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  optim::LrSchedule lr_schedule_;
+  optim::LossScaler loss_scaler_;
+  double last_grad_norm_ = 0;
+  bool norm_wanted_ = false;
+  double last_learning_rate_ = 0;
+};
+
+}  // namespace pipetrain::optim

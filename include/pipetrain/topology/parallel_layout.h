@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/topology/process_topology.h"
+
+namespace pipetrain::topology {
+
+// Every parallel axis of a job as one value: made once from the config and the command
+// line, checked once against the job's ranks (resolve_layout), and read by the grid, the
+// job line and the planner (whose planner::Layout is one with a batch split and schedule).
+struct ParallelLayout {
+  int pipe = 1;     // pipeline stages
+  int data = 1;     // data-parallel replicas
+  int tensor = 1;   // tensor-parallel (model_parallel) ranks
+  int context = 1;  // ranks splitting each sequence (ring attention)
+  int expert = 1;   // consecutive data-parallel ranks splitting each MoE layer's experts
+  bool sequence_parallel = false;  // Megatron's, over the tensor-parallel ranks
+  int chunks = 1;                  // model chunks (virtual stages) per pipeline stage
+
+  int64_t ranks() const { return int64_t{pipe} * data * tensor * context; }
+  // Ranks that compute one stage's samples together: its data, context and tensor ranks.
+  int64_t ranks_per_stage() const { return int64_t{tensor} * context * data; }
+};
+
+// The layout of a job of `world_size` ranks: `asked` with its data size (0: whatever the
+// other axes leave) resolved. InputError naming the axes and their keys when they do not
+// divide the ranks, when a data size given disagrees, or when expert does not divide data.
+ParallelLayout resolve_layout(ParallelLayout asked, int world_size);
+
+// The ranks' named axes for any layout: pipe and data, then context and model where they
+// are larger than 1 (model fastest, then context, as Megatron orders tp-cp-dp-pp);
+// coordinates agree with DeepSpeed's topologies for the same axes.
+ProcessTopology make_topology(const ParallelLayout& layout);
+
+}  // namespace pipetrain::topology

@@ -1,0 +1,436 @@
+#include "pipetrain/optim/sharded_masters.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include "pipetrain/optim/optimizer_state.h"
+
+namespace pipetrain::optim {
+namespace {
+
+std::vector<int64_t> element_counts(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> counts;
+  for (const auto& t : tensors) counts.push_back(t.numel());
+  return counts;
+}
+
+}  // namespace
+
+ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
+                               const std::vector<at::Tensor>& norm_parameters,
+                               const std::vector<bool>& decayed, const std::vector<bool>& late,
+                               const std::vector<int>& layers,
+                               std::shared_ptr<const topology::Grid> grid,
+                               std::shared_ptr<comm::Communicator> data, const data_parallel::ZeroConfig& zero,
+                               at::ScalarType wire)
+    : grid_(std::move(grid)),
+      data_(std::move(data)),
+      zero_(zero),
+      wire_(wire),
+      parameters_(parameters),
+      buckets_(zero.stage >= 2
+                   ? data_parallel::layer_buckets(
+                         layers, late.empty() ? std::vector<bool>(parameters_.size(), false) : late)
+                   : data_parallel::backward_order_buckets(
+                         parameters_,
+                         late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
+                         zero.reduce_bucket_size)),
+      layout_(element_counts(parameters), buckets_, data_->size()),
+      grads_(buckets_.size()),
+      complete_(buckets_.size(), false),
+      per_pass_(zero.stage >= 2),
+      accumulated_(buckets_.size()) {
+  for (const auto& bucket : buckets_)
+    late_bucket_.push_back(!late.empty() && !bucket.empty() && late[bucket.front()]);
+  const at::TensorOptions options =
+      parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
+  if (zero_.stage >= 3) {
+    flat_ = at::zeros({0}, options.requires_grad(false));
+    sharded_ = std::make_shared<data_parallel::ShardedParameters>(parameters_, layers, layout_, data_);
+  } else {
+    flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
+    seat_parameters();
+  }
+  aliased_ = fp32_model();
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const at::Tensor own = own_piece(k);
+    master_.push_back((aliased_ ? own.detach() : own.to(at::kFloat)).requires_grad_(true));
+  }
+  if (master_.empty())  // no parameters: one empty master, as the optimizer needs one
+    master_.push_back(at::zeros({0}, flat_.options().dtype(at::kFloat)).requires_grad_(true));
+  build_norm_mask(norm_parameters);
+  if (decayed.size() != parameters_.size())
+    throw std::invalid_argument("one weight-decay flag per parameter");
+  any_decayed_ = std::find(decayed.begin(), decayed.end(), true) != decayed.end();
+  decay_mask_ = shard_mask(decayed);
+  if (decay_mask_.defined()) decay_mask_ = decay_mask_.to(at::kBool);  // not converted per step
+}
+
+at::Tensor ShardedMasters::own_piece(int k) const {
+  if (sharded_) return sharded_->piece(k);
+  const data_parallel::FlatShards::Piece piece = layout_.piece(data_->rank(), k);
+  return flat_.narrow(0, piece.flat_begin, piece.size);
+}
+
+void ShardedMasters::seat_parameters() {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    at::Tensor& p = parameters_[i];
+    if (p.options().dtype() != flat_.options().dtype() || p.device() != flat_.device())
+      throw std::invalid_argument("ZeRO needs every parameter of a stage in one dtype and device");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (parameters_[j].is_same(p)) throw std::invalid_argument("a parameter listed twice");
+    }
+    flat_.narrow(0, layout_.offset(i), p.numel()).copy_(p.reshape({-1}));
+    p.set_(flat_.storage(), layout_.offset(i), p.sizes(), packed_strides(p.sizes()));
+  }
+}
+
+void ShardedMasters::build_norm_mask(const std::vector<at::Tensor>& norm_parameters) {
+  std::vector<bool> counted;
+  for (const auto& p : parameters_) {
+    counted.push_back(std::any_of(norm_parameters.begin(), norm_parameters.end(),
+                                  [&](const at::Tensor& n) { return n.is_same(p); }));
+  }
+  norm_mask_ = shard_mask(counted);
+}
+
+at::Tensor ShardedMasters::shard_mask(const std::vector<bool>& chosen) const {
+  if (std::find(chosen.begin(), chosen.end(), false) == chosen.end()) return {};
+  at::Tensor whole = at::zeros({layout_.padded_size()}, flat_.options().dtype(at::kFloat));
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (chosen[i]) whole.narrow(0, layout_.offset(i), parameters_[i].numel()).fill_(1);
+  }
+  return layout_.shard_of(whole, data_->rank()).clone();
+}
+
+void ShardedMasters::apply_weight_decay(const optim::WeightDecay& decay, double lr) {
+  if (!any_decayed_ || !master_.front().grad().defined()) return;
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const at::Tensor mask = decay_mask_.defined() ? piece_of(decay_mask_, k) : at::Tensor();
+    optim::apply_weight_decay(decay, master_[k], lr, mask);
+  }
+}
+
+int64_t ShardedMasters::per_rank(int64_t bucket, int64_t piece) const {
+  return std::clamp<int64_t>(bucket / layout_.shards(), 1, std::max<int64_t>(piece, 1));
+}
+
+namespace {
+
+// What start() returns for a bucket already reduced after each pass: nothing to wait for.
+class NothingToReduce final : public comm::Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+}  // namespace
+
+comm::WorkPtr ShardedMasters::start(int k) {
+  if (reduced_per_pass(k)) return std::make_unique<NothingToReduce>();
+  return start_reduce(k);
+}
+
+comm::WorkPtr ShardedMasters::start_reduce(int k) {
+  // The bucket's gradients (zeros where backward left none); the other parameters only
+  // stand in for their sizes, as read() touches nothing outside the bucket.
+  std::vector<at::Tensor> grads(parameters_.begin(), parameters_.end());
+  for (std::size_t i : buckets_[k]) {
+    const at::Tensor& p = parameters_[i];
+    grads[i] = p.grad().defined() ? p.grad() : at::zeros_like(p);
+  }
+  // Allocated per bucket and step, not kept: in all, as large as the gradients themselves.
+  at::Tensor bucket = at::empty({layout_.bucket_size(k)}, flat_.options().dtype(wire_));
+  layout_.read(grads, layout_.bucket_begin(k), bucket);
+  grads_[k] = at::empty({layout_.bucket_size(k) / layout_.shards()}, bucket.options());
+  return data_->reduce_scatter_async(bucket, grads_[k], comm::ReduceOp::kAverage);
+}
+
+void ShardedMasters::complete(int k) {
+  // The piece's master gradient (the wire may be 16-bit); none when reduced per pass.
+  if (!reduced_per_pass(k)) grads_[k] = grads_[k].to(at::kFloat);
+  complete_[k] = true;
+}
+
+void ShardedMasters::begin_step() {
+  // What a step that threw left behind: its passes' pieces and gradients.
+  std::fill(accumulated_.begin(), accumulated_.end(), at::Tensor());
+  if (!per_pass_) return;
+  std::fill(grads_.begin(), grads_.end(), at::Tensor());
+  std::fill(complete_.begin(), complete_.end(), false);
+  clear_model_gradients();
+}
+
+void ShardedMasters::after_backward_pass() {
+  if (!per_pass_) return;
+  // Every bucket that holds gradients started, then each waited for in turn.
+  std::vector<std::pair<int, comm::WorkPtr>> started;
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    if (late_bucket_[k]) continue;
+    // Every replica ran the same pass over the same graph: the same buckets hold gradients.
+    const auto& members = buckets_[k];
+    if (std::none_of(members.begin(), members.end(),
+                     [&](std::size_t i) { return parameters_[i].grad().defined(); }))
+      continue;
+    started.emplace_back(k, start_reduce(k));
+    // Copied into the bucket: the full gradients go before the collective runs.
+    for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
+  }
+  for (auto& [k, work] : started) {
+    work->wait();
+    const at::Tensor piece = std::exchange(grads_[k], at::Tensor()).to(at::kFloat);
+    accumulated_[k] = accumulated_[k].defined() ? accumulated_[k].add_(piece) : piece;
+  }
+}
+
+void ShardedMasters::abandon(int k) {
+  grads_[k] = at::Tensor();  // the work keeps what MPI may still write
+  complete_[k] = false;
+}
+
+at::Tensor ShardedMasters::piece_of(const at::Tensor& shard, int k) const {
+  const data_parallel::FlatShards::Piece piece = layout_.piece(data_->rank(), k);
+  return shard.narrow(0, piece.shard_begin, piece.size);
+}
+
+void ShardedMasters::reduce_all() {
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    if (complete_[k]) continue;
+    start(k)->wait();
+    complete(k);
+  }
+}
+
+void ShardedMasters::take_gradients(double unscale) {
+  reduce_all();  // all of them unless GradientBuckets reduced them during backward
+  std::fill(complete_.begin(), complete_.end(), false);
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    at::Tensor grad = std::exchange(grads_[k], at::Tensor());
+    if (at::Tensor passes = std::exchange(accumulated_[k], at::Tensor()); passes.defined())
+      grad = grad.defined() ? grad.add_(passes) : passes;
+    if (!grad.defined()) grad = at::zeros_like(master_[k]);  // no pass left a gradient
+    if (unscale != 1.0) grad.mul_(unscale);
+    master_[k].mutable_grad() = grad;
+  }
+  if (layout_.buckets() == 0) master_.front().mutable_grad() = at::zeros_like(master_.front());
+  if (zero_.stage >= 2) clear_model_gradients();
+}
+
+at::Tensor ShardedMasters::squared_grad_norm() const {
+  // This rank's shard of the stage's and model rank's part, masked so that tied and
+  // replicated tensors count once; summed in double on the device, read once, then over
+  // the data-parallel ranks.
+  at::Tensor on_device = at::zeros({1}, master_.front().options().dtype(at::kDouble));
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const at::Tensor& grad = master_[k].grad();
+    if (!grad.defined()) continue;
+    const at::Tensor counted = norm_mask_.defined() ? grad * piece_of(norm_mask_, k) : grad;
+    on_device += counted.to(at::kDouble).pow(2).sum();
+  }
+  at::Tensor squares = on_device.cpu();
+  grid_->replica_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  return squares;
+}
+
+void ShardedMasters::copy_to_model() {
+  at::NoGradGuard no_grad;
+  if (sharded_) {  // gathered when a layer next runs
+    sharded_->release_all();
+    for (int k = 0; k < layout_.buckets() && !aliased_; ++k) sharded_->piece(k).copy_(master_[k]);
+    return;
+  }
+  const int rank = data_->rank();
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    const data_parallel::FlatShards::Piece own = layout_.piece(rank, k);
+    if (!aliased_) flat_.narrow(0, own.flat_begin, own.size).copy_(master_[k]);
+    const int64_t step = per_rank(zero_.allgather_bucket_size, own.size);
+    if (step >= own.size) {  // the bucket's pieces lie in rank order: gathered in place
+      at::Tensor bucket = flat_.narrow(0, layout_.bucket_begin(k), layout_.bucket_size(k));
+      data_->all_gather_in_place(bucket);
+      continue;
+    }
+    for (int64_t begin = 0; begin < own.size; begin += step) {  // in rounds
+      const int64_t n = std::min(step, own.size - begin);
+      const at::Tensor gathered = data_->all_gather(flat_.narrow(0, own.flat_begin + begin, n));
+      for (int r = 0; r < layout_.shards(); ++r) {
+        if (r != rank)
+          flat_.narrow(0, layout_.piece(r, k).flat_begin + begin, n).copy_(gathered[r]);
+      }
+    }
+  }
+}
+
+void ShardedMasters::clear_model_gradients() {
+  for (auto& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
+}
+
+int64_t ShardedMasters::master_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& master : master_) bytes += static_cast<int64_t>(master.nbytes());
+  return aliased_ ? 0 : bytes;
+}
+
+std::vector<at::Tensor> ShardedMasters::per_parameter(const at::Tensor& flat) const {
+  std::vector<at::Tensor> tensors;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    tensors.push_back(
+        flat.narrow(0, layout_.offset(i), parameters_[i].numel()).view(parameters_[i].sizes()));
+  }
+  return tensors;
+}
+
+std::vector<ParameterState> ShardedMasters::whole_state(torch::optim::Optimizer& optimizer) const {
+  auto joined = [&](const std::vector<at::Tensor>& pieces) {
+    return layout_.join(data_->all_gather(at::cat(pieces)));
+  };
+  // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
+  const at::Tensor masters = fp32_model() && whole_flat() ? flat_ : joined(master_);
+  std::vector<ParameterState> whole;
+  for (const auto& master : per_parameter(masters)) whole.push_back({master, {}});
+  // Per-element state (moments, momentum) is joined like the masters; scalars (Adam's
+  // step count) are the same on every rank and copied to each parameter.
+  for (const auto& [key, pieces] : piece_state(optimizer)) {
+    if (!optim::is_per_element(key)) {
+      for (auto& state : whole) state.optimizer_state.emplace_back(key, pieces.front());
+      continue;
+    }
+    const auto parts = per_parameter(joined(pieces));
+    for (std::size_t i = 0; i < whole.size(); ++i)
+      whole[i].optimizer_state.emplace_back(key, parts[i]);
+  }
+  return whole;
+}
+
+std::vector<std::pair<std::string, std::vector<at::Tensor>>> ShardedMasters::piece_state(
+    torch::optim::Optimizer& optimizer) const {
+  std::vector<std::pair<std::string, std::vector<at::Tensor>>> state;
+  for (const auto& master : master_) {
+    const auto named = optim::optimizer_state(optimizer, master);
+    if (state.empty()) {
+      for (const auto& [key, value] : named) state.emplace_back(key, std::vector<at::Tensor>{});
+    }
+    for (std::size_t e = 0; e < named.size() && e < state.size(); ++e)
+      state[e].second.push_back(named[e].second);
+  }
+  return state;
+}
+
+ParameterState ShardedMasters::gathered_state(torch::optim::Optimizer& optimizer,
+                                              std::size_t position) const {
+  const at::Tensor& parameter = parameters_.at(position);
+  auto whole = [&](const std::vector<at::Tensor>& pieces) {
+    const at::Tensor joined = gathered(pieces, position);
+    return joined.defined() ? joined.view(parameter.sizes()) : joined;
+  };
+  // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
+  ParameterState state{
+      fp32_model() && whole_flat()
+          ? flat_.narrow(0, layout_.offset(position), parameter.numel()).view(parameter.sizes())
+          : whole(master_),
+      {}};
+  for (const auto& [key, pieces] : piece_state(optimizer)) {
+    if (!optim::is_per_element(key)) {  // a scalar such as Adam's step count, alike everywhere
+      state.optimizer_state.emplace_back(key, pieces.front());
+    } else if (const at::Tensor part = whole(pieces); part.defined()) {
+      state.optimizer_state.emplace_back(key, part);
+    }
+  }
+  return state;
+}
+
+at::Tensor ShardedMasters::gathered(const std::vector<at::Tensor>& pieces,
+                                    std::size_t position) const {
+  constexpr int kTag = 41;  // p2p on the data-parallel group only ever carries these parts
+  const int64_t begin = layout_.offset(position), count = parameters_[position].numel();
+  const int k = layout_.bucket_of(position);
+  struct Part {
+    int64_t first = 0;  // flat elements [first, last) of the parameter that rank holds
+    int64_t last = 0;
+    int64_t in_piece = 0;  // where `first` lies in that rank's piece
+  };
+  auto part_of = [&](int rank) {
+    const data_parallel::FlatShards::Piece piece = layout_.piece(rank, k);
+    const int64_t first = std::max(begin, piece.flat_begin);
+    const int64_t last = std::max(first, std::min(begin + count, piece.flat_begin + piece.size));
+    return Part{first, last, first - piece.flat_begin};
+  };
+  if (const int rank = data_->rank(); rank != 0) {
+    const Part part = part_of(rank);
+    if (part.last > part.first) {
+      data_->send(pieces[k].narrow(0, part.in_piece, part.last - part.first).contiguous(), 0, kTag)
+          ->wait();
+    }
+    return {};
+  }
+  const at::NoGradGuard no_grad;  // the shards are leaves the optimizer steps
+  at::Tensor joined = at::empty({count}, pieces[k].options());
+  std::vector<comm::WorkPtr> parts;
+  for (int rank = 0; rank < data_->size(); ++rank) {
+    const Part part = part_of(rank);
+    if (part.last <= part.first) continue;
+    at::Tensor target = joined.narrow(0, part.first - begin, part.last - part.first);
+    if (rank == 0) {
+      target.copy_(pieces[k].narrow(0, part.in_piece, part.last - part.first));
+    } else {
+      parts.push_back(data_->recv(target, rank, kTag));
+    }
+  }
+  for (auto& part : parts) part->wait();
+  return joined;
+}
+
+void ShardedMasters::restore(const std::vector<ParameterState>& whole,
+                             torch::optim::Optimizer& optimizer) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> masters;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    masters.push_back(whole.at(i).master);
+    if (!sharded_) parameters_[i].copy_(masters.back());
+  }
+  if (!aliased_ || sharded_) {
+    at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
+    layout_.read_shard(masters, data_->rank(), shard);
+    if (sharded_) sharded_->release_all();
+    for (int k = 0; k < layout_.buckets(); ++k) {
+      master_[k].detach().copy_(piece_of(shard, k));
+      if (sharded_ && !aliased_) sharded_->piece(k).copy_(piece_of(shard, k));
+    }
+  }
+  // The keys of the first parameter with state; a parameter without (never stepped)
+  // contributes zeros to per-element state.
+  const auto first = std::find_if(whole.begin(), whole.end(), [](const ParameterState& s) {
+    return !s.optimizer_state.empty();
+  });
+  comm::NamedTensors state;  // this rank's shard of each entry
+  if (first != whole.end()) {
+    for (const auto& [key, value] : first->optimizer_state) {
+      if (!optim::is_per_element(key)) {
+        state.emplace_back(key, value);
+        continue;
+      }
+      std::vector<at::Tensor> values;
+      for (std::size_t i = 0; i < parameters_.size(); ++i) {
+        at::Tensor v;
+        for (const auto& [k, t] : whole[i].optimizer_state) {
+          if (k == key) v = t;
+        }
+        values.push_back(v.defined() ? v : at::zeros(parameters_[i].sizes(), at::kFloat));
+      }
+      at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
+      layout_.read_shard(values, data_->rank(), shard);
+      state.emplace_back(key, shard);
+    }
+  }
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    comm::NamedTensors piece;
+    for (const auto& [key, value] : state)
+      piece.emplace_back(key, optim::is_per_element(key) ? piece_of(value, k).clone() : value);
+    optim::set_optimizer_state(optimizer, master_[k], piece);
+  }
+}
+
+}  // namespace pipetrain::optim
