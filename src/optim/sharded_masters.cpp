@@ -85,7 +85,7 @@ void ShardedMasters::seat_parameters() {
       if (parameters_[j].is_same(p)) throw std::invalid_argument("a parameter listed twice");
     }
     flat_.narrow(0, layout_.offset(i), p.numel()).copy_(p.reshape({-1}));
-    p.set_(flat_.storage(), layout_.offset(i), p.sizes(), packed_strides(p.sizes()));
+    p.set_(flat_.storage(), layout_.offset(i), p.sizes(), data_parallel::packed_strides(p.sizes()));
   }
 }
 

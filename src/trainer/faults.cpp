@@ -9,7 +9,7 @@
 namespace pipetrain::trainer {
 
 void inject_faults_from_environment(engine::PipelineEngine& engine) {
-  if (const auto plan = engine::fault_plan_from_environment()) engine::inject_faults(engine, *plan);
+  if (const auto plan = fault_plan_from_environment()) inject_faults(engine, *plan);
   const char* victim = std::getenv("PIPETRAIN_FAULT_KILL_IN_SAVE");
   if (victim && *victim) {
     const int rank = std::atoi(victim);

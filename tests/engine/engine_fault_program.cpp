@@ -50,10 +50,10 @@ int main(int argc, char** argv) {
     engine::TrainingConfig config;
     config.train_micro_batch_size_per_gpu = 2;
     config.gradient_accumulation_steps = 4;
-    engine::CommunicatorTesting testing;
+    groups::CommunicatorTesting testing;
     if (mode == "abandoned") {
-      testing.wrap = [](std::shared_ptr<comm::Communicator> made, engine::TensorGroup group) {
-        return group == engine::TensorGroup::kData ? std::make_shared<ClaimsNccl>(made) : made;
+      testing.wrap = [](std::shared_ptr<comm::Communicator> made, groups::TensorGroup group) {
+        return group == groups::TensorGroup::kData ? std::make_shared<ClaimsNccl>(made) : made;
       };
     }
     auto comms = std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu,

@@ -103,7 +103,7 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   EXPECT_EQ(link.bytes(), 24 * 4 / 2);
 }
 
-TEST(data_parallel::GradientSync, SumsTiedGradientsAndAveragesReplicas) {
+TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
@@ -174,7 +174,7 @@ struct BucketedLoss {
   int replica;
 };
 
-TEST(data_parallel::GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
+TEST(GradientBuckets, StartDuringTheLastBackwardOnceTheyKnowItsAccumulations) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   EXPECT_EQ(model.buckets.buckets(), 2);
@@ -207,7 +207,7 @@ class OneThread final : public testing::ForwardingCommunicator {
   std::thread::id starter_ = std::this_thread::get_id();
 };
 
-TEST(data_parallel::GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
+TEST(GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherMadeReady) {
   // As autograd's CUDA thread with a communicator for one thread: the arrivals there only
   // mark buckets ready; start_ready() on the engine's thread starts them.
   const auto grid = pipe_data_grid();
@@ -222,7 +222,7 @@ TEST(data_parallel::GradientBuckets, StartOnTheirOwnThreadWhatBackwardOnAnotherM
   }
 }
 
-TEST(data_parallel::GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
+TEST(GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
@@ -242,7 +242,7 @@ TEST(data_parallel::GradientBuckets, ForgetAStepThatEndedBeforeTheReduction) {
   model.expect_averaged(*grid, 2);
 }
 
-TEST(data_parallel::GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
+TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 3; ++step) {
@@ -263,7 +263,7 @@ TEST(data_parallel::GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks
   }
 }
 
-TEST(data_parallel::GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
+TEST(GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {  // one accumulation in the window
@@ -286,7 +286,7 @@ TEST(data_parallel::GradientBuckets, ReduceAgainWhatGrewAfterItStarted) {
   }
 }
 
-TEST(data_parallel::GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
+TEST(GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
   const auto grid = pipe_data_grid();
   BucketedLoss model(*grid, /*overlap=*/false);
   for (int step = 0; step < 2; ++step) {
@@ -296,7 +296,7 @@ TEST(data_parallel::GradientBuckets, WithoutOverlapReduceEverythingAtTheEnd) {
   }
 }
 
-TEST(data_parallel::GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
+TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   // A split backward leaves a linear weight's gradient for BackwardWeight: its arrival
   // counts then, so its bucket waits for it.
   const auto grid = pipe_data_grid();
@@ -324,7 +324,7 @@ TEST(data_parallel::GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   }
 }
 
-TEST(data_parallel::GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
+TEST(GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
@@ -337,15 +337,15 @@ TEST(data_parallel::GradientSync, CountsATiedTensorInTheNormOnItsFirstOwnerOnly)
   EXPECT_EQ(counted.size() + (grid->is_first_stage() ? 0 : 1), module->parameters().size());
 }
 
-TrainingConfig sgd(double lr, double clipping, optim::Precision dtype) {
-  TrainingConfig config;
+optim::StepConfig sgd(double lr, double clipping, optim::Precision dtype) {
+  optim::StepConfig config;
   config.optimizer = {.type = "SGD", .params = {{"lr", lr}}};
   config.gradient_clipping = clipping;
   config.precision.dtype = dtype;
   return config;
 }
 
-TEST(optim::MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
+TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, optim::Precision::kBf16),
@@ -372,7 +372,7 @@ double norm_when_filled(const topology::Grid& grid, const data_parallel::Gradien
   return std::sqrt(squares.item<double>());
 }
 
-TEST(optim::MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
+TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
@@ -391,7 +391,7 @@ TEST(optim::MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   EXPECT_TRUE(at::allclose(p, before - own / (norm + 1e-6)));
 }
 
-TEST(optim::MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
+TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   const auto comms = tied_communicators(grid, *module);
@@ -408,10 +408,10 @@ TEST(optim::MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) 
   EXPECT_NEAR(optimizer.last_grad_norm(), norm, 1e-7 * norm);
 }
 
-TEST(optim::MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
+TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRank) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
-  TrainingConfig config = sgd(1.0, 0, optim::Precision::kFp16);
+  optim::StepConfig config = sgd(1.0, 0, optim::Precision::kFp16);
   config.precision.loss_scaler.initial_scale_power = 4;
   config.precision.loss_scaler.hysteresis = 1;
   optim::MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());

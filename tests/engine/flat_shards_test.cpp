@@ -9,7 +9,7 @@
 namespace pipetrain::engine {
 namespace {
 
-TEST(data_parallel::FlatShards, PadsToEqualShards) {
+TEST(FlatShards, PadsToEqualShards) {
   const data_parallel::FlatShards layout({6, 1, 3}, 4);  // 10 elements
   EXPECT_EQ(layout.shard_size(), 3);
   EXPECT_EQ(layout.padded_size(), 12);
@@ -18,7 +18,7 @@ TEST(data_parallel::FlatShards, PadsToEqualShards) {
   EXPECT_EQ(layout.offset(2), 7);
 }
 
-TEST(data_parallel::FlatShards, ReadsRangesAcrossTensorsAndPadding) {
+TEST(FlatShards, ReadsRangesAcrossTensorsAndPadding) {
   const data_parallel::FlatShards layout({6, 1, 3}, 4);
   const std::vector<at::Tensor> tensors = {at::arange(6, at::kFloat).view({2, 3}),
                                            at::full({1}, 6.0f),
@@ -36,7 +36,7 @@ TEST(data_parallel::FlatShards, ReadsRangesAcrossTensorsAndPadding) {
   EXPECT_TRUE(at::equal(middle, at::tensor({5.0f, 6.0f})));
 }
 
-TEST(data_parallel::FlatShards, CutsEachBucketIntoOnePiecePerRank) {
+TEST(FlatShards, CutsEachBucketIntoOnePiecePerRank) {
   // Bucket 0: tensors 2 and 1 (4 elements, no padding); bucket 1: tensor 0 (6, padded to 8).
   const data_parallel::FlatShards layout({6, 1, 3}, {{2, 1}, {0}}, 4);
   EXPECT_EQ(layout.buckets(), 2);
@@ -72,19 +72,19 @@ TEST(data_parallel::FlatShards, CutsEachBucketIntoOnePiecePerRank) {
   EXPECT_TRUE(at::equal(layout.join(at::stack(shards)), whole));
 }
 
-TEST(data_parallel::FlatShards, RefusesATensorInNoBucketOrTwo) {
+TEST(FlatShards, RefusesATensorInNoBucketOrTwo) {
   EXPECT_THROW(data_parallel::FlatShards({3, 4}, {{0}}, 2), std::invalid_argument);
   EXPECT_THROW(data_parallel::FlatShards({3, 4}, {{0, 1}, {1}}, 2), std::invalid_argument);
 }
 
-TEST(data_parallel::FlatShards, ConvertsToTheOutputsType) {
+TEST(FlatShards, ConvertsToTheOutputsType) {
   const data_parallel::FlatShards layout({3}, 2);
   at::Tensor out = at::empty({4}, at::kDouble);
   layout.read({at::tensor({1.5f, 2.5f, 3.5f}).to(at::kBFloat16)}, 0, out);
   EXPECT_TRUE(at::equal(out, at::tensor({1.5, 2.5, 3.5, 0.0}, at::kDouble)));
 }
 
-TEST(data_parallel::FlatShards, RefusesRangesOutsideTheLayout) {
+TEST(FlatShards, RefusesRangesOutsideTheLayout) {
   const data_parallel::FlatShards layout({3}, 2);
   at::Tensor out = at::empty({2});
   EXPECT_THROW(layout.read({at::zeros({3})}, 3, out), std::invalid_argument);

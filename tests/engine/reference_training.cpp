@@ -36,7 +36,7 @@ models::ModelConfig model_config(const std::string& model) {
     config.type = models::Family::kMlp;
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
   } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0) {
-    config.type = model.rfind("llama", 0) == 0 ? "llama" : "mixtral";
+    config.type = model.rfind("llama", 0) == 0 ? models::Family::kLlama : models::Family::kMixtral;
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,

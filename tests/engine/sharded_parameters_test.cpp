@@ -61,7 +61,7 @@ class TwoRanks final : public comm::Communicator {
   void barrier() override {}
 };
 
-TEST(data_parallel::ShardedParameters, GathersReleasesAndForgetsAnAbandonedGather) {
+TEST(ShardedParameters, GathersReleasesAndForgetsAnAbandonedGather) {
   // Two parameters of 3 and 4 elements in one bucket of 8 (7 padded): rank 0 holds [0, 4).
   at::Tensor a = at::arange(3, at::kFloat).reshape({3}).requires_grad_(true);
   at::Tensor b = at::arange(3, 7, at::kFloat).reshape({2, 2}).requires_grad_(true);

@@ -9,7 +9,7 @@
 namespace pipetrain::engine {
 namespace {
 
-TEST(optim::WeightDecayRule, AutoExemptsBiasesNormsAndWhatTheModelLists) {
+TEST(WeightDecayRule, AutoExemptsBiasesNormsAndWhatTheModelLists) {
   const optim::WeightDecayRule rule({"auto"});
   EXPECT_TRUE(rule.decays("GptBlock", "qkv.weight", 2, false));
   EXPECT_FALSE(rule.decays("GptBlock", "qkv.bias", 1, false));
@@ -17,7 +17,7 @@ TEST(optim::WeightDecayRule, AutoExemptsBiasesNormsAndWhatTheModelLists) {
   EXPECT_FALSE(rule.decays("GptEmbedding", "tokens.weight", 2, /*model_exempt=*/true));
 }
 
-TEST(optim::WeightDecayRule, PatternsSearchTypeDotName) {
+TEST(WeightDecayRule, PatternsSearchTypeDotName) {
   const optim::WeightDecayRule rule({"bias$", "^GptEmbedding\\."});
   EXPECT_FALSE(rule.decays("GptBlock", "qkv.bias", 1, false));
   EXPECT_FALSE(rule.decays("GptEmbedding", "positions.weight", 2, true));

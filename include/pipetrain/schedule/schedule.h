@@ -105,7 +105,7 @@ class Schedule {
   int stage_id_;
 };
 
-struct ComputeOrder;
+struct ComputeOp;  // compute_order.h: a rank's passes are a std::vector of them
 
 // A schedule kind's row in the registry (schedule_kinds()): its names, what it needs of
 // a shape, and how its plan is made. Adding a schedule is a row here plus its order
@@ -129,7 +129,7 @@ struct ScheduleKind {
   // Whether `pipetrain plan` weighs it.
   bool planned = false;
   // Its compute orders, lowered by the lockstep builder; null for kinds written step by step.
-  std::vector<ComputeOrder> (*order)(const PipeShape&) = nullptr;
+  std::vector<std::vector<ComputeOp>> (*order)(const PipeShape&) = nullptr;
   // Its step-by-step form (DeepSpeed's), used where `order` is null or the shape has one chunk.
   std::unique_ptr<Schedule> (*steps)(const PipeShape&, int stage_id) = nullptr;
   // What it needs of a shape beyond the chunk counts: InputError naming the rule; or null.
