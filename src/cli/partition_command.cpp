@@ -53,7 +53,7 @@ Command add_partition_command(CLI::App& app) {
             int64_t total = 0;
             for (auto p : facts.parameters) total += p;
             std::printf("model %s: %zu layers, %lld parameters; partition '%s' over %d stage(s)",
-                        models::name_of(config.type).c_str(), model.layers.size(), static_cast<long long>(total),
+                        models::type_name(config).c_str(), model.layers.size(), static_cast<long long>(total),
                         method.name().c_str(), options->stages);
             if (options->chunks > 1) std::printf(" x %d chunks", options->chunks);
             std::printf("\n");

@@ -274,7 +274,7 @@ int run_plan(const PlanOptions& o) {
   std::printf(
       "plan: %s, %.4g parameters, on %s: %lld devices (%lld x %lld), %.0f GiB each; "
       "global batch %lld\n",
-      models::name_of(job.model.type).c_str(), parameters, cluster.name.c_str(),
+      models::type_name(job.model).c_str(), parameters, cluster.name.c_str(),
       static_cast<long long>(cluster.devices()), static_cast<long long>(cluster.nodes),
       static_cast<long long>(cluster.devices_per_node), cluster.memory_bytes / kGiB,
       static_cast<long long>(o.global_batch));

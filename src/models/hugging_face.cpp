@@ -217,7 +217,7 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
 }
 
 io::InputError no_transformers_format(const ModelConfig& config) {
-  return io::InputError("model.type \"" + name_of(config.type) +
+  return io::InputError("model.type \"" + type_name(config) +
                         "\" has no transformers format (only \"gpt\", \"llama\" and "
                         "\"mixtral\")");
 }
@@ -288,7 +288,7 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
     const bool mixtral = config.type == Family::kMixtral;
     nlohmann::json hf = {
         {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-        {"model_type", name_of(config.type)},
+        {"model_type", type_name(config)},
         {"vocab_size", l.vocab_size},
         {"max_position_embeddings", l.context},
         {"hidden_size", l.d_model},

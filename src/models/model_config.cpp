@@ -1,5 +1,11 @@
 #include "pipetrain/models/model_config.h"
 
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "pipetrain/config/json_value.h"
+
 namespace pipetrain::models {
 namespace {
 
@@ -7,7 +13,55 @@ namespace {
 // the layer count bounded (the planner balances stages in layers² steps).
 const config::Range kLayers = config::within(1, 16384);
 
+// The families programs registered, by name.
+struct Registered {
+  std::mutex mutex;
+  std::map<std::string, Capabilities, std::less<>> families;
+};
+Registered& registered() {
+  static Registered r;
+  return r;
+}
+
+const Capabilities* registered_capabilities(std::string_view name) {
+  Registered& r = registered();
+  const std::lock_guard lock(r.mutex);
+  const auto found = r.families.find(name);
+  return found == r.families.end() ? nullptr : &found->second;
+}
+
+// model.type: a built-in family, else a registered one; the built-in names' error else.
+void read_type(const std::string& key, const nlohmann::json& value, ModelConfig& config) {
+  if (value.is_string() && registered_capabilities(value.get<std::string>())) {
+    config.type = Family::kRegistered;
+    config.registered = value.get<std::string>();
+    return;
+  }
+  config::Names<Family> names = family_names();
+  {
+    Registered& r = registered();
+    const std::lock_guard lock(r.mutex);
+    for (const auto& [name, capabilities] : r.families) names.push_back({name, Family::kRegistered});
+  }
+  config.type = config::read_choice(key, value, names, config::Quoting::kQuoted);
+}
+
 }  // namespace
+
+void register_family_name(const std::string& name, const Capabilities& capabilities) {
+  for (const auto& [builtin, family] : family_names()) {
+    if (builtin == name)
+      throw std::logic_error("model family \"" + name + "\" is built in: register another name");
+  }
+  Registered& r = registered();
+  const std::lock_guard lock(r.mutex);
+  if (!r.families.emplace(name, capabilities).second)
+    throw std::logic_error("model family \"" + name + "\" is registered twice");
+}
+
+const std::string& type_name(const ModelConfig& config) {
+  return config.type == Family::kRegistered ? config.registered : name_of(config.type);
+}
 
 const config::Names<Family>& family_names() {
   static const config::Names<Family> names{{"gpt", Family::kGpt},
@@ -33,6 +87,10 @@ Capabilities capabilities(const ModelConfig& config) {
       return {.language_model = true, .tensor_parallel = true, .routed_experts = config.moe.experts};
     case Family::kMlp:
       return {};
+    case Family::kRegistered:
+      if (const Capabilities* registered = registered_capabilities(config.registered))
+        return *registered;
+      return {};
   }
   return {};
 }
@@ -50,7 +108,17 @@ bool ties_embeddings(const ModelConfig& config) {
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    t.choice("model.type", PIPETRAIN_FIELD(type), family_names(), "the built-in model");
+    std::string types = "one of";
+    for (const auto& [text, value] : family_names()) types += " `" + text + "`";
+    t.custom(
+        "model.type", types + ", or a family the program registered",
+        "the model: a built-in one, or one a program built on pipetrain registered "
+        "(`models::register_family`, [cpp-api.md](cpp-api.md#a-model-family-of-your-own))",
+        read_type, [](const ModelConfig& c) { return nlohmann::json(type_name(c)); });
+    t.when([](const ModelConfig& c) { return c.type == Family::kRegistered; },
+           "model.type a registered family")
+        .object("model.params", PIPETRAIN_FIELD(params),
+                "a registered family's settings, read by the family");
     t.when([](const ModelConfig& c) { return c.type == Family::kGpt; }, "model.type gpt")
         .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")

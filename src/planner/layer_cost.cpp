@@ -243,9 +243,10 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
     case models::Family::kMixtral:
       return llama_costs(config.llama, &config.moe);
     case models::Family::kMlp:
+    case models::Family::kRegistered:
       break;
   }
-  throw io::InputError("plan: model.type \"" + models::name_of(config.type) +
+  throw io::InputError("plan: model.type \"" + models::type_name(config) +
                        "\" cannot be costed; the planner knows \"gpt\", \"llama\" and "
                        "\"mixtral\"");
 }

@@ -248,7 +248,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
                               &masters);
   written.keep();
   std::printf("imported %s (%s, %zu tensors%s) into %s/step_0\n", folder.c_str(),
-              models::name_of(model.type).c_str(), masters.size(),
+              models::type_name(model).c_str(), masters.size(),
               tokenizer.empty() ? "" : (", " + tokenizer).c_str(), out.c_str());
   return 0;
 }

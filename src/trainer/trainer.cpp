@@ -244,7 +244,7 @@ void announce(const Job& job) {
           : "",
       grid.model_parallel_size(),
       job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
-      models::name_of(job.config.model.type).c_str(), job.module->num_layers(), schedule.c_str(),
+      models::type_name(job.config.model).c_str(), job.module->num_layers(), schedule.c_str(),
       static_cast<long long>(e.train_batch_size),
       static_cast<long long>(e.train_micro_batch_size_per_gpu),
       static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
@@ -318,7 +318,7 @@ int train(const nlohmann::json& config_file) {
   if (!t.load.empty() && job.grid->global_rank() == 0) {
     if (model_taken)
       std::printf("model: the checkpoint's (%s, %d layers), the config has no model section\n",
-                  models::name_of(job.config.model.type).c_str(), job.module->num_layers());
+                  models::type_name(job.config.model).c_str(), job.module->num_layers());
     std::printf("resumed from %s at step %lld\n", t.load.c_str(),
                 static_cast<long long>(engine.global_steps()));
   }

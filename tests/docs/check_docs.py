@@ -17,7 +17,10 @@ Checks, over README.md, docs/**/*.md and examples/**/*.md:
             YYYY-MM-DD-topic.md;
   paths     every repository path named in code spans (`src/...`, `tests/...`, ...) exists,
             outside docs/bench/ (dated pages name what existed then);
-  layers    the layer map in docs/dev/architecture.md lists the rows of scripts/check-layers.
+  layers    the layer map in docs/dev/architecture.md lists the rows of scripts/check-layers;
+  snippets  every cpp block of docs/user/cpp-api.md is an excerpt of an example the build
+            compiles (examples/*.cpp): its non-blank lines, in order, are consecutive
+            non-blank lines of one of them, so no snippet shows code that does not compile.
 Without PIPETRAIN the commands are found and counted but not run (ctest always gives it).
 Exits 1 listing every problem found.
 """
@@ -311,6 +314,30 @@ def check_layer_map(root, problems):
     return len(shown)
 
 
+def check_snippets(root, problems):
+    """Every cpp block of cpp-api.md lies whole in a compiled example; returns the count."""
+    page = root / "docs" / "user" / "cpp-api.md"
+    examples = {path: [line.rstrip() for line in path.read_text().splitlines() if line.strip()]
+                for path in sorted((root / "examples").glob("*.cpp"))}
+    blocks, block, fence = [], None, None
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        opened = FENCE.match(line)
+        if block is None and opened and opened.group(3) == "cpp":
+            block, fence = (number, []), opened.group(2)
+        elif block is not None and line.strip().startswith(fence):
+            blocks.append(block)
+            block = None
+        elif block is not None and line.strip():
+            block[1].append(line.rstrip())
+    for number, lines in blocks:
+        found = any(lines == text[i:i + len(lines)] for text in examples.values()
+                    for i in range(len(text) - len(lines) + 1))
+        if not found:
+            problems.append(f"docs/user/cpp-api.md:{number}: the cpp block is no excerpt of "
+                            "an example under examples/ (show compiled code)")
+    return len(blocks)
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
@@ -326,10 +353,11 @@ def main():
     paths = check_paths(root, files, problems)
     pages = check_index(root, problems)
     rows = check_layer_map(root, problems)
+    snippets = check_snippets(root, problems)
     ran = "checked" if binary is not None else "found (not run: no pipetrain given)"
     print(f"docs: {links} links in {len(files)} files, {commands} commands {ran}"
           f" ({skipped} skipped: shell expansions), {paths} paths, {pages} pages indexed,"
-          f" {rows} layer rows")
+          f" {rows} layer rows, {snippets} C++ snippets compiled in examples/")
     if problems:
         print(f"docs: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:

@@ -38,6 +38,33 @@ struct BuiltinModel {
   int64_t tokens_per_sample() const { return tokens() ? tokens()->context : 1; }
 };
 
+// The groups a model splits over: tensor (with Megatron's sequence parallelism), context
+// (ring attention) and experts.
+struct ModelGroups {
+  tensor_parallel::Group tensor;
+  context_parallel::Group context;
+  expert_parallel::Group experts;
+};
+
+// A model family a program brings. Registered before the command runs (cli::run), it is
+// named by model.type like a built-in one, with its settings under model.params, and
+// trains, evaluates, checkpoints, resumes and generates through the same trainer. The
+// groups it is given are only those its capabilities allow (others are refused first).
+struct RegisteredFamily {
+  std::string name;
+  Capabilities capabilities;
+  // This rank's model from model.params: InputError naming model.params.KEY for a bad one.
+  std::function<BuiltinModel(const nlohmann::json& params, const ModelGroups& groups)> build;
+};
+// logic_error for a name already taken (a built-in family's, or registered before).
+void register_family(RegisteredFamily family);
+
+// A language model over `vocab_size` tokens in windows of `context` from its layers: the
+// next-token cross-entropy (over a vocabulary split across `groups.tensor`, each rank's
+// slice of the sequence under `groups.context`), random token windows as its sample input.
+BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGroups& groups,
+                            int64_t vocab_size, int64_t context);
+
 // The model.type names of the built-in models that read tokens (or features), quoted and
 // joined for messages, e.g. "\"gpt\"".
 std::string builtin_types_reading(bool tokens);

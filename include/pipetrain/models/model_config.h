@@ -14,10 +14,12 @@
 // The built-in models' config, without torch (what a command that only reads configs needs).
 namespace pipetrain::models {
 
-// The built-in model families (model.type); their names are parsed here and nowhere else.
-enum class Family { kGpt, kLlama, kMixtral, kMlp };
+// The model families (model.type): the built-in ones, and kRegistered for one a program
+// registers (models::register_family, builtin_model.h) under a name of its own. Their
+// names are parsed here and nowhere else.
+enum class Family { kGpt, kLlama, kMixtral, kMlp, kRegistered };
 
-// model.type's spellings, and a family's.
+// model.type's spellings of the built-in families, and a built-in family's.
 const config::Names<Family>& family_names();
 const std::string& name_of(Family family);
 
@@ -25,6 +27,10 @@ const std::string& name_of(Family family);
 // A Mixtral is a LLaMA (its sizes in `llama`) whose MLPs are mixtures of experts (`moe`).
 struct ModelConfig {
   Family type = Family::kGpt;
+  // With kRegistered: the family's name (model.type) and its settings (model.params, kept
+  // whole for the family's own reader).
+  std::string registered;
+  nlohmann::json params = nlohmann::json::object();
   GptConfig gpt{};
   LlamaConfig llama{};
   MoeConfig moe{};
@@ -50,6 +56,13 @@ struct Capabilities {
   int64_t routed_experts = 0;  // experts of each MoE layer, split over expert_parallel; 0: dense
 };
 Capabilities capabilities(const ModelConfig& config);
+
+// model.type as the config spells it: a built-in family's name, or a registered one's.
+const std::string& type_name(const ModelConfig& config);
+
+// The torch-free half of registering a family (register_family does both halves): its
+// name, which model.type then accepts, and what it can do. logic_error for a name taken.
+void register_family_name(const std::string& name, const Capabilities& capabilities);
 
 // The longest sequence of a language model (0 for the MLP).
 int64_t context_of(const ModelConfig& config);
