@@ -33,7 +33,7 @@ double zb_h1_makespan() {
   // Every stage's instruction stream, as the engine will execute it.
   PipelinePlan plan = plan_pipeline(Kind::kZbH1, {.micro_batches = 8, .stages = 4});
   int passes = 0;
-  for (const Step& step : plan.stage_steps[1])  // stage 1's steps
+  for (const Step& step : plan.stage_steps[1])                         // stage 1's steps
     for (const Instruction& in : step) passes += is_compute(in.kind);  // in.buffer, in.chunk, ...
   // Validate, then simulate.
   if (auto violation = validate(plan)) throw std::runtime_error(violation->to_string());
@@ -63,10 +63,8 @@ std::shared_ptr<pipetrain::module::PipelineModule> stage_of(const pipetrain::top
   namespace module = pipetrain::module;
   std::vector<module::LayerSpec> layers = {
       module::module_layer<torch::nn::Linear>("Linear", [] { return torch::nn::Linear(16, 64); }),
-      module::function_layer("ReLU",
-                             [](const module::Activation& x) {
-                               return module::Activation{at::relu(x[0])};
-                             }),
+      module::function_layer(
+          "ReLU", [](const module::Activation& x) { return module::Activation{at::relu(x[0])}; }),
       module::module_layer<torch::nn::Linear>("Linear", [] { return torch::nn::Linear(64, 1); }),
   };
   auto stage = std::make_shared<module::PipelineModule>(

@@ -40,7 +40,8 @@ TORCH_MODULE(Embed);
 // x + MLP(norm([x, x one position back])): each position sees itself and the one before.
 struct ShiftBlockImpl : torch::nn::Module {
   explicit ShiftBlockImpl(int64_t width)
-      : norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({2 * width})))),
+      : norm(register_module("norm",
+                             torch::nn::LayerNorm(torch::nn::LayerNormOptions({2 * width})))),
         up(register_module("up", torch::nn::Linear(2 * width, 4 * width))),
         down(register_module("down", torch::nn::Linear(4 * width, width))) {}
   at::Tensor forward(const at::Tensor& x) {
@@ -65,7 +66,8 @@ TORCH_MODULE(Head);
 // model.params: {"vocab_size", "context", "width", "layers"}, each a positive integer.
 models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelGroups& groups) {
   const config::ConfigSection p(params, "model.params");
-  const std::vector<std::string> unknown = p.unknown_keys({"vocab_size", "context", "width", "layers"});
+  const std::vector<std::string> unknown =
+      p.unknown_keys({"vocab_size", "context", "width", "layers"});
   if (!unknown.empty()) throw io::InputError(unknown.front() + " is not a key of shift_lm");
   auto positive = [&p](const std::string& key, int64_t fallback) {
     const int64_t value = p.get_int(key, fallback);
@@ -77,9 +79,11 @@ models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelG
   const int64_t vocab = positive("vocab_size", 256), context = positive("context", 64);
   const int64_t width = positive("width", 64), layers = positive("layers", 4);
   std::vector<module::LayerSpec> specs;
-  specs.push_back(module::module_layer<Embed>("Embed", [=] { return Embed(vocab, context, width); }));
+  specs.push_back(
+      module::module_layer<Embed>("Embed", [=] { return Embed(vocab, context, width); }));
   for (int64_t i = 0; i < layers; ++i)
-    specs.push_back(module::module_layer<ShiftBlock>("ShiftBlock", [=] { return ShiftBlock(width); }));
+    specs.push_back(
+        module::module_layer<ShiftBlock>("ShiftBlock", [=] { return ShiftBlock(width); }));
   specs.push_back(module::module_layer<Head>("Head", [=] { return Head(width, vocab); }));
   return models::language_model(std::move(specs), groups, vocab, context);
 }

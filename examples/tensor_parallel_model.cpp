@@ -20,8 +20,8 @@
 
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/layers.h"
 

@@ -495,7 +495,8 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       }
     }
   }
-  if (data_parallel::shards_optimizer(engine.config().zero)) check_one_step_count(pending.masters, folder);
+  if (data_parallel::shards_optimizer(engine.config().zero))
+    check_one_step_count(pending.masters, folder);
   if (manifest.at("topology") == topology_of(engine.grid())) {
     const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));

@@ -53,8 +53,8 @@ Command add_partition_command(CLI::App& app) {
             int64_t total = 0;
             for (auto p : facts.parameters) total += p;
             std::printf("model %s: %zu layers, %lld parameters; partition '%s' over %d stage(s)",
-                        models::type_name(config).c_str(), model.layers.size(), static_cast<long long>(total),
-                        method.name().c_str(), options->stages);
+                        models::type_name(config).c_str(), model.layers.size(),
+                        static_cast<long long>(total), method.name().c_str(), options->stages);
             if (options->chunks > 1) std::printf(" x %d chunks", options->chunks);
             std::printf("\n");
             for (int v = 0; v < virtual_stages; ++v) {

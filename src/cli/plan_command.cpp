@@ -10,12 +10,12 @@
 #include <optional>
 
 #include "commands.h"
-#include "shape_options.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/planner/planner.h"
 #include "pipetrain/trainer/job_config.h"
+#include "shape_options.h"
 
 namespace pipetrain::cli {
 namespace {

@@ -20,7 +20,8 @@ struct ShapeOptions {
 inline std::string schedule_names() {
   std::string names;
   for (const auto& kind : schedule::schedule_kinds()) {
-    for (const auto name : kind.config_names) names += (names.empty() ? "" : ", ") + std::string(name);
+    for (const auto name : kind.config_names)
+      names += (names.empty() ? "" : ", ") + std::string(name);
   }
   return names;
 }
@@ -52,8 +53,7 @@ inline void add_shape_options(CLI::App& command, ShapeOptions& options) {
       "With --kind file: each rank's compute order, PyTorch pipelining's CSV layout, or "
       "F.json as `schedule --format json` writes it");
   command
-      .add_option("--chunks,-v", options.shape.chunks,
-                  "Model chunks per stage: " + chunk_counts())
+      .add_option("--chunks,-v", options.shape.chunks, "Model chunks per stage: " + chunk_counts())
       ->capture_default_str();
 }
 

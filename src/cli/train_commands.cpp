@@ -3,12 +3,12 @@
 #include <memory>
 
 #include "commands.h"
-#include "shape_options.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/trainer/job_config.h"
 #include "pipetrain/trainer/logits.h"
 #include "pipetrain/trainer/trainer.h"
+#include "shape_options.h"
 
 namespace pipetrain::cli {
 

@@ -44,7 +44,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                std::shared_ptr<topology::Grid> grid, TrainingConfig config)
     : PipelineEngine(std::move(module),
                      std::make_shared<groups::Communicators>(std::move(grid), config.device,
-                                                     comm::Seconds(config.comm_timeout)),
+                                                             comm::Seconds(config.comm_timeout)),
                      config) {}
 
 PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
@@ -75,14 +75,15 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                        eval_program_.orders_agree && infer_program_.orders_agree);
   gradients_ = std::make_unique<data_parallel::GradientSync>(
       *module_, *comms_,
-      data_parallel::GradientSync::DataParallel{.averages = !data_parallel::shards_optimizer(config_.zero),
-                                 .bucket_elements = config_.ddp_bucket_size,
-                                 .wire = optim::to_scalar_type(config_.precision.communication_dtype),
-                                 // ZeRO 2 and 3 reduce after every pass instead.
-                                 .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
+      data_parallel::GradientSync::DataParallel{
+          .averages = !data_parallel::shards_optimizer(config_.zero),
+          .bucket_elements = config_.ddp_bucket_size,
+          .wire = optim::to_scalar_type(config_.precision.communication_dtype),
+          // ZeRO 2 and 3 reduce after every pass instead.
+          .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
   optimizer_ = std::make_unique<optim::MixedPrecisionOptimizer>(
-      *module_, grid_, config_.step(), gradients_->norm_parameters(), comms_->data(), gradients_->late(),
-      gradients_->expert_parameters());
+      *module_, grid_, config_.step(), gradients_->norm_parameters(), comms_->data(),
+      gradients_->late(), gradients_->expert_parameters());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
   if (optimizer_->experts_sharded()) gradients_->leave_expert_sums_to_optimizer();
   if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));

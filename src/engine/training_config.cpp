@@ -3,9 +3,9 @@
 #include <cctype>
 
 #include "pipetrain/config/unknown_keys.h"
-#include "pipetrain/optim/weight_decay.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
+#include "pipetrain/optim/weight_decay.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -68,8 +68,9 @@ void check_schedule_file(const TrainingConfig& c) {
 }
 
 const config::Names<optim::Precision>& precisions() {
-  static const config::Names<optim::Precision> names{
-      {"fp32", optim::Precision::kFp32}, {"bf16", optim::Precision::kBf16}, {"fp16", optim::Precision::kFp16}};
+  static const config::Names<optim::Precision> names{{"fp32", optim::Precision::kFp32},
+                                                     {"bf16", optim::Precision::kBf16},
+                                                     {"fp16", optim::Precision::kFp16}};
   return names;
 }
 
@@ -283,7 +284,8 @@ void bind_precision(config::KeyTable<TrainingConfig>& t) {
               throw io::InputError("communication_data_type must be \"fp32\" or the model's \"" +
                                    model + "\", got \"" + text + "\"");
             }
-            c.precision.communication_dtype = text == "fp32" ? optim::Precision::kFp32 : c.precision.dtype;
+            c.precision.communication_dtype =
+                text == "fp32" ? optim::Precision::kFp32 : c.precision.dtype;
           },
           [](const TrainingConfig& c) {
             return nlohmann::json(config::name_of(precisions(), c.precision.communication_dtype));

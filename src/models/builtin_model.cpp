@@ -76,16 +76,16 @@ std::string builtin_types_reading(bool tokens) {
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
                                 const context_parallel::Group& context,
                                 const expert_parallel::Group& experts) {
-  if (config.type == Family::kRegistered) return registered_model(config, {group, context, experts});
+  if (config.type == Family::kRegistered)
+    return registered_model(config, {group, context, experts});
   if (experts.parallel() && config.type != Family::kMixtral) {
     throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
-                         " splits experts: it needs model.type \"mixtral\", not \"" + type_name(config) +
-                         "\"");
+                         " splits experts: it needs model.type \"mixtral\", not \"" +
+                         type_name(config) + "\"");
   }
   if (config.type == Family::kGpt) {
     const GptConfig& g = config.gpt;
-    return language_model(gpt_layers(g, group, context), {group, context}, g.vocab_size,
-                          g.context);
+    return language_model(gpt_layers(g, group, context), {group, context}, g.vocab_size, g.context);
   }
   if (llama_family(config)) {
     const LlamaConfig& l = config.llama;

@@ -41,7 +41,8 @@ void read_type(const std::string& key, const nlohmann::json& value, ModelConfig&
   {
     Registered& r = registered();
     const std::lock_guard lock(r.mutex);
-    for (const auto& [name, capabilities] : r.families) names.push_back({name, Family::kRegistered});
+    for (const auto& [name, capabilities] : r.families)
+      names.push_back({name, Family::kRegistered});
   }
   config.type = config::read_choice(key, value, names, config::Quoting::kQuoted);
 }
@@ -84,7 +85,8 @@ Capabilities capabilities(const ModelConfig& config) {
               .context_parallel = true,
               .sequence_parallel = true};
     case Family::kMixtral:  // the router's statistics need a sequence's tokens together
-      return {.language_model = true, .tensor_parallel = true, .routed_experts = config.moe.experts};
+      return {
+          .language_model = true, .tensor_parallel = true, .routed_experts = config.moe.experts};
     case Family::kMlp:
       return {};
     case Family::kRegistered:
@@ -110,11 +112,10 @@ const config::KeyTable<ModelConfig>& model_keys() {
     config::KeyTable<ModelConfig> t;
     std::string types = "one of";
     for (const auto& [text, value] : family_names()) types += " `" + text + "`";
-    t.custom(
-        "model.type", types + ", or a family the program registered",
-        "the model: a built-in one, or one a program built on pipetrain registered "
-        "(`models::register_family`, [cpp-api.md](cpp-api.md#a-model-family-of-your-own))",
-        read_type, [](const ModelConfig& c) { return nlohmann::json(type_name(c)); });
+    t.custom("model.type", types + ", or a family the program registered",
+             "the model: a built-in one, or one a program built on pipetrain registered "
+             "(`models::register_family`, [cpp-api.md](cpp-api.md#a-model-family-of-your-own))",
+             read_type, [](const ModelConfig& c) { return nlohmann::json(type_name(c)); });
     t.when([](const ModelConfig& c) { return c.type == Family::kRegistered; },
            "model.type a registered family")
         .object("model.params", PIPETRAIN_FIELD(params),
@@ -167,7 +168,8 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .number("model.capacity_factor", PIPETRAIN_FIELD(moe.capacity_factor),
                 "0: dropless; else an expert takes at most capacity_factor x its even share of "
                 "a sequence's tokens, the rest dropped");
-    t.when([](const ModelConfig& c) { return c.type != Family::kMlp; }, "model.type gpt, llama or mixtral")
+    t.when([](const ModelConfig& c) { return c.type != Family::kMlp; },
+           "model.type gpt, llama or mixtral")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),

@@ -131,6 +131,8 @@ Activation checkpointed(const LayerFunction& function, const Activation& inputs,
                                    at::TensorList(inputs), at::TensorList(parameters));
 }
 
-bool recomputing() { return recomputations > 0; }
+bool recomputing() {
+  return recomputations > 0;
+}
 
 }  // namespace pipetrain::module

@@ -42,8 +42,12 @@ at::Tensor with_auxiliary_loss(const at::Tensor& activation, const at::Tensor& l
 
 AuxiliaryLossScale::AuxiliaryLossScale(double scale) : previous_(current_scale.exchange(scale)) {}
 
-AuxiliaryLossScale::~AuxiliaryLossScale() { current_scale.store(previous_); }
+AuxiliaryLossScale::~AuxiliaryLossScale() {
+  current_scale.store(previous_);
+}
 
-double auxiliary_loss_scale() { return current_scale.load(); }
+double auxiliary_loss_scale() {
+  return current_scale.load();
+}
 
 }  // namespace pipetrain::module

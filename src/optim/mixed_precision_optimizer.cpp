@@ -8,10 +8,10 @@
 #include <stdexcept>
 
 #include "pipetrain/optim/expert_split_masters.h"
+#include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/optim/replicated_masters.h"
 #include "pipetrain/optim/sharded_masters.h"
 #include "pipetrain/optim/weight_decay.h"
-#include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::optim {
 namespace {
@@ -147,7 +147,8 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
                                               is_expert);
 }
 
-std::shared_ptr<data_parallel::ShardedParameters> MixedPrecisionOptimizer::sharded_parameters() const {
+std::shared_ptr<data_parallel::ShardedParameters> MixedPrecisionOptimizer::sharded_parameters()
+    const {
   return sharded_masters_ ? sharded_masters_->sharded_parameters() : nullptr;
 }
 

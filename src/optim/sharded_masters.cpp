@@ -24,8 +24,8 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
                                const std::vector<bool>& decayed, const std::vector<bool>& late,
                                const std::vector<int>& layers,
                                std::shared_ptr<const topology::Grid> grid,
-                               std::shared_ptr<comm::Communicator> data, const data_parallel::ZeroConfig& zero,
-                               at::ScalarType wire)
+                               std::shared_ptr<comm::Communicator> data,
+                               const data_parallel::ZeroConfig& zero, at::ScalarType wire)
     : grid_(std::move(grid)),
       data_(std::move(data)),
       zero_(zero),
@@ -49,7 +49,8 @@ ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   if (zero_.stage >= 3) {
     flat_ = at::zeros({0}, options.requires_grad(false));
-    sharded_ = std::make_shared<data_parallel::ShardedParameters>(parameters_, layers, layout_, data_);
+    sharded_ =
+        std::make_shared<data_parallel::ShardedParameters>(parameters_, layers, layout_, data_);
   } else {
     flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
     seat_parameters();

@@ -11,8 +11,6 @@
 namespace pipetrain::planner {
 namespace {
 
-
-
 // Bytes of optimizer state per parameter, in fp32.
 double optimizer_state_bytes(const optim::OptimizerConfig& optimizer) {
   return 4.0 * optim::state_elements_per_parameter(optimizer);
@@ -167,7 +165,8 @@ class StageCosting {
 
   double reduce_scatter_seconds(double parameters) const {
     const int replicas = l_.data * l_.context;
-    const double wire = w_.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : bytes_;
+    const double wire =
+        w_.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : bytes_;
     return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * wire, replicas);
   }
 

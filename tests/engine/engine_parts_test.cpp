@@ -16,9 +16,9 @@
 #include "pipetrain/data_parallel/averaged_buckets.h"
 #include "pipetrain/data_parallel/gradient_buckets.h"
 #include "pipetrain/data_parallel/gradient_sync.h"
-#include "pipetrain/optim/mixed_precision_optimizer.h"
 #include "pipetrain/engine/stage_link.h"
 #include "pipetrain/models/gpt.h"
+#include "pipetrain/optim/mixed_precision_optimizer.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -41,12 +41,12 @@ std::shared_ptr<module::PipelineModule> tied_gpt(const topology::Grid& grid) {
 // The job's communicators on the CPU (MPI throughout).
 std::shared_ptr<groups::Communicators> cpu_communicators(std::shared_ptr<topology::Grid> grid) {
   return std::make_shared<groups::Communicators>(std::move(grid), device::DeviceKind::kCpu,
-                                         comm::Seconds(0));
+                                                 comm::Seconds(0));
 }
 
 // ... with the tied groups of `module` connected.
 std::shared_ptr<groups::Communicators> tied_communicators(std::shared_ptr<topology::Grid> grid,
-                                                  const module::PipelineModule& module) {
+                                                          const module::PipelineModule& module) {
   auto comms = cpu_communicators(std::move(grid));
   comms->connect_tied(module);
   return comms;
@@ -125,13 +125,15 @@ TEST(GradientSync, SumsTiedGradientsAndAveragesReplicas) {
 
 // Gradient buckets that average `parameters` (none late) over `data`.
 data_parallel::GradientBuckets averaging(const std::vector<at::Tensor>& parameters,
-                          std::shared_ptr<comm::Communicator> data,
-                          std::shared_ptr<comm::Communicator> agree, int64_t bucket_elements,
-                          bool overlap) {
+                                         std::shared_ptr<comm::Communicator> data,
+                                         std::shared_ptr<comm::Communicator> agree,
+                                         int64_t bucket_elements, bool overlap) {
   const std::vector<bool> late(parameters.size(), false);
   auto reduction = std::make_shared<data_parallel::AveragedBuckets>(
-      parameters, data_parallel::backward_order_buckets(parameters, late, bucket_elements), data, at::kFloat);
-  return data_parallel::GradientBuckets(parameters, late, reduction, data, std::move(agree), overlap);
+      parameters, data_parallel::backward_order_buckets(parameters, late, bucket_elements), data,
+      at::kFloat);
+  return data_parallel::GradientBuckets(parameters, late, reduction, data, std::move(agree),
+                                        overlap);
 }
 
 // Four parameters of 3 elements, in buckets of at most 7 (so [p3, p2], [p1, p0]); the
@@ -251,11 +253,12 @@ TEST(GradientBuckets, ReduceAfterBackwardOnceOthersTookTheirHooks) {
     const std::vector<bool> none(model.parameters.size(), false);
     std::optional<data_parallel::GradientBuckets> other;
     if (step > 0) {
-      other.emplace(model.parameters, none,
-                    std::make_shared<data_parallel::AveragedBuckets>(
-                        model.parameters, data_parallel::backward_order_buckets(model.parameters, none, 7),
-                        grid->data_comm(), at::kFloat),
-                    grid->data_comm(), grid->data_comm(), /*overlap=*/true);
+      other.emplace(
+          model.parameters, none,
+          std::make_shared<data_parallel::AveragedBuckets>(
+              model.parameters, data_parallel::backward_order_buckets(model.parameters, none, 7),
+              grid->data_comm(), at::kFloat),
+          grid->data_comm(), grid->data_comm(), /*overlap=*/true);
     }
     model.step();
     EXPECT_EQ(model.buckets.started_in_backward(), 0) << "step " << step;
@@ -302,8 +305,9 @@ TEST(GradientBuckets, CountDeferredWeightGradientsWhenTheyLand) {
   const auto grid = pipe_data_grid();
   const at::Tensor weight = at::ones({2, 3}).requires_grad_();
   const double replica = grid->data_parallel_id() + 1;
-  data_parallel::GradientBuckets buckets = averaging({weight}, grid->data_comm(), grid->data_comm(), 100,
-                                      /*overlap=*/true);
+  data_parallel::GradientBuckets buckets =
+      averaging({weight}, grid->data_comm(), grid->data_comm(), 100,
+                /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {
     autograd::WeightGradStore store;
     buckets.open();
@@ -349,7 +353,7 @@ TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
   optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, optim::Precision::kBf16),
-                                    module->parameters());
+                                           module->parameters());
   const at::Tensor p = module->parameters().front();
   EXPECT_EQ(p.scalar_type(), at::kBFloat16);
   const at::Tensor master = optimizer.master_of(p);
@@ -364,7 +368,8 @@ TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
 }
 
 // The global norm when every counted gradient element on this stage is `own`.
-double norm_when_filled(const topology::Grid& grid, const data_parallel::GradientSync& sync, double own) {
+double norm_when_filled(const topology::Grid& grid, const data_parallel::GradientSync& sync,
+                        double own) {
   int64_t own_elements = 0;
   for (const auto& p : sync.norm_parameters()) own_elements += p.numel();
   at::Tensor squares = at::tensor({own * own * own_elements}, at::kDouble);
@@ -378,7 +383,7 @@ TEST(MixedPrecisionOptimizer, ClipsToTheGlobalNormOverStages) {
   const auto comms = tied_communicators(grid, *module);
   data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(1.0, 1.0, optim::Precision::kFp32),
-                                    sync.norm_parameters());
+                                           sync.norm_parameters());
   // Every counted gradient element is 1 on stage 0 and 2 on stage 1.
   const double own = grid->is_first_stage() ? 1 : 2;
   const double norm = norm_when_filled(*grid, sync, own);
@@ -397,7 +402,7 @@ TEST(MixedPrecisionOptimizer, ComputesTheNormOnlyWhenClippingOrAskedFor) {
   const auto comms = tied_communicators(grid, *module);
   data_parallel::GradientSync sync(*module, *comms, {.bucket_elements = 1000});
   optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.1, 0.0, optim::Precision::kFp32),
-                                    sync.norm_parameters());
+                                           sync.norm_parameters());
   fill_grads(*module, 3.0);
   optimizer.step(0);
   EXPECT_TRUE(std::isnan(optimizer.last_grad_norm()));

@@ -191,8 +191,8 @@ TEST(NcclRules, TheRecorderCatchesTwoThreadsInsideOneCommunicator) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  Recording recording(std::make_shared<Slow>(comm::MpiCommunicator::world()), groups::TensorGroup::kData,
-                      true);
+  Recording recording(std::make_shared<Slow>(comm::MpiCommunicator::world()),
+                      groups::TensorGroup::kData, true);
   at::Tensor a = at::zeros({4}), b = at::zeros({4});
   std::thread other([&] { recording.all_reduce(a, comm::ReduceOp::kSum); });
   recording.all_reduce(b, comm::ReduceOp::kSum);
@@ -220,8 +220,8 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
             return std::shared_ptr<comm::Communicator>(recordings.back());
           },
       .pair_links = true};
-  auto comms =
-      std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(60), testing);
+  auto comms = std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu,
+                                                       comm::Seconds(60), testing);
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);

@@ -41,7 +41,7 @@ engine::TrainingConfig training_config(const Case& c, int stages);
 struct Reference {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // each step's, before clipping (when the case clips)
-  double eval_loss = 0;  // on the batch after the last step, with the final weights
+  double eval_loss = 0;            // on the batch after the last step, with the final weights
   std::map<std::string, at::Tensor> initial_weights, weights;
 };
 

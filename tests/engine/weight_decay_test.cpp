@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "pipetrain/optim/replicated_masters.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/optim/replicated_masters.h"
 
 namespace pipetrain::engine {
 namespace {

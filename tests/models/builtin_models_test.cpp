@@ -86,7 +86,8 @@ TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
       const module::LayerSpec& spec = model.layers[i];
       EXPECT_EQ(costs[i].type, spec.type) << name_of(config.type) << " layer " << i;
       EXPECT_EQ(costs[i].tie_key, spec.tie_key) << name_of(config.type) << " layer " << i;
-      EXPECT_EQ(costs[i].parameters, spec.count_parameters()) << name_of(config.type) << " layer " << i;
+      EXPECT_EQ(costs[i].parameters, spec.count_parameters())
+          << name_of(config.type) << " layer " << i;
     }
   }
 }

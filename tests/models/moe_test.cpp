@@ -34,9 +34,9 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
 // The layer's output computed a token at a time, in plain tensor arithmetic.
 at::Tensor token_by_token(MoeFeedForwardImpl& m, const at::Tensor& x) {
   const MoeConfig& c = m.config;
-  const int64_t limit = static_cast<int64_t>(std::ceil(
-      c.capacity_factor * static_cast<double>(x.size(1) * c.experts_per_token) /
-      static_cast<double>(c.experts)));
+  const int64_t limit = static_cast<int64_t>(
+      std::ceil(c.capacity_factor * static_cast<double>(x.size(1) * c.experts_per_token) /
+                static_cast<double>(c.experts)));
   std::vector<at::Tensor> rows;
   for (int64_t b = 0; b < x.size(0); ++b) {
     std::vector<int64_t> taken(c.experts, 0);

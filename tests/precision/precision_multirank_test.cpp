@@ -35,8 +35,9 @@ TrainingRun make_run(const nlohmann::json& precision) {
                          {"steps_per_print", 1000}};
   if (!precision.is_null()) json.update(precision);
   TrainingConfig config = parse_training_config(json);
-  const auto model = models::make_builtin_model(
-      {.type = models::Family::kMlp, .mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4}});
+  const auto model =
+      models::make_builtin_model({.type = models::Family::kMlp,
+                                  .mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4}});
   run.module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = 2, .stage_id = run.grid->stage_id()});

@@ -91,9 +91,9 @@ Pass forward_and_backward(const models::ModelConfig& config, const Group& group)
   module.train(true);
   const int64_t context = model.tokens()->context;
   at::manual_seed(21);
-  const at::Tensor ids =
-      at::randint(config.type == models::Family::kGpt ? config.gpt.vocab_size : config.llama.vocab_size,
-                  {2, context}, at::kLong);
+  const at::Tensor ids = at::randint(
+      config.type == models::Family::kGpt ? config.gpt.vocab_size : config.llama.vocab_size,
+      {2, context}, at::kLong);
   const at::Tensor labels = ids.roll(-1, 1);
   at::manual_seed(99);  // dropout draws alike in both runs
   Pass pass;

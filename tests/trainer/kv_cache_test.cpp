@@ -9,8 +9,8 @@
 #include <algorithm>
 
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/llama.h"

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/data_parallel/gradient_buckets.h"
 #include "pipetrain/device/transport.h"
 #include "pipetrain/groups/communicators.h"
-#include "pipetrain/data_parallel/gradient_buckets.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"
 

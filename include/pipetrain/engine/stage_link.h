@@ -11,8 +11,8 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/groups/communicators.h"
 #include "pipetrain/engine/transfer_progress.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::engine {

@@ -42,9 +42,9 @@ struct CommunicatorTesting {
 //   4. the data-parallel group's, then the expert-parallel group's (where experts are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
 //   6. connect_pipe: the links to the neighbouring stages.
-// Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its own, else the
-// MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours, and
-// only for plans whose transfers agree in order per pair and stay between neighbours
+// Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its
+// own, else the MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours,
+// and only for plans whose transfers agree in order per pair and stay between neighbours
 // (PipelineEngine decides). Who may start a
 // collective follows the transport: data-parallel buckets start on autograd's device
 // thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the

@@ -10,14 +10,14 @@
 
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/data_parallel/bucket_reduction.h"
-#include "pipetrain/optim/master_weights.h"
-#include "pipetrain/optim/sharded_masters.h"
 #include "pipetrain/data_parallel/sharded_parameters.h"
-#include "pipetrain/optim/optimizer_config.h"
-#include "pipetrain/optim/precision.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
+#include "pipetrain/optim/master_weights.h"
 #include "pipetrain/optim/optimizer.h"
+#include "pipetrain/optim/optimizer_config.h"
+#include "pipetrain/optim/precision.h"
+#include "pipetrain/optim/sharded_masters.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::optim {
@@ -51,7 +51,9 @@ class MixedPrecisionOptimizer {
   at::ScalarType dtype() const { return dtype_; }
   // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
   // GradientSync to start them during backward; step() reduces those it did not); else null.
-  std::shared_ptr<data_parallel::BucketReduction> bucket_reduction() const { return sharded_masters_; }
+  std::shared_ptr<data_parallel::BucketReduction> bucket_reduction() const {
+    return sharded_masters_;
+  }
   // Under ZeRO with experts split over ranks and several ranks holding each: the experts'
   // gradients are reduce-scattered over those ranks here, after GradientSync has scaled
   // them (GradientSync::leave_expert_sums_to_optimizer).

@@ -8,9 +8,9 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/data_parallel/bucket_reduction.h"
 #include "pipetrain/data_parallel/flat_shards.h"
-#include "pipetrain/optim/master_weights.h"
 #include "pipetrain/data_parallel/sharded_parameters.h"
 #include "pipetrain/data_parallel/zero_config.h"
+#include "pipetrain/optim/master_weights.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::optim {
@@ -51,7 +51,9 @@ class ShardedMasters : public MasterWeights, public data_parallel::BucketReducti
                  at::ScalarType wire);
 
   // Stage 3: where the parameters live (null below stage 3).
-  const std::shared_ptr<data_parallel::ShardedParameters>& sharded_parameters() const { return sharded_; }
+  const std::shared_ptr<data_parallel::ShardedParameters>& sharded_parameters() const {
+    return sharded_;
+  }
 
   const std::vector<at::Tensor>& tensors() const override { return master_; }
   void take_gradients(double unscale) override;
