@@ -147,7 +147,7 @@ planner::Prediction predicted(const Setting& setting, const std::string& cluster
   return planner::predict(
       workload, cluster,
       planner::Layout{
-          .pipe = 2, .data = 2, .micro_batch = 2, .micro_batches = 4, .zero = setting.stage});
+          .parallel = {.pipe = 2, .data = 2}, .micro_batch = 2, .micro_batches = 4, .zero = setting.stage});
 }
 
 void step_time(const std::shared_ptr<comm::MpiCommunicator>& world, int repetitions,

@@ -52,12 +52,12 @@ void print_row(int rank, const planner::Candidate& c) {
     return std::string(text);
   };
   // t with "s" under sequence parallelism.
-  const std::string t = std::to_string(l.tensor) + (l.sequence_parallel ? "s" : "");
+  const std::string t = std::to_string(l.parallel.tensor) + (l.parallel.sequence_parallel ? "s" : "");
   // d with "eE" under expert parallelism: "4e2", four replicas in expert groups of two.
   const std::string d =
-      std::to_string(l.data) + (l.experts > 1 ? "e" + std::to_string(l.experts) : "");
+      std::to_string(l.parallel.data) + (l.parallel.expert > 1 ? "e" + std::to_string(l.parallel.expert) : "");
   std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
-              rank, t.c_str(), l.context, l.pipe, d.c_str(), static_cast<long long>(l.micro_batch),
+              rank, t.c_str(), l.parallel.context, l.parallel.pipe, d.c_str(), static_cast<long long>(l.micro_batch),
               static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
               l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
@@ -100,12 +100,12 @@ std::string why_slower(const planner::Candidate& winner, const planner::Candidat
 void print_losers(const std::vector<planner::Candidate>& all) {
   using Choice = std::pair<std::string, std::function<std::string(const planner::Layout&)>>;
   const std::vector<Choice> choices{
-      {"t", [](const planner::Layout& l) { return std::to_string(l.tensor); }},
+      {"t", [](const planner::Layout& l) { return std::to_string(l.parallel.tensor); }},
       {"sequence parallel",
-       [](const planner::Layout& l) { return l.sequence_parallel ? "on" : "off"; }},
-      {"c", [](const planner::Layout& l) { return std::to_string(l.context); }},
-      {"p", [](const planner::Layout& l) { return std::to_string(l.pipe); }},
-      {"e", [](const planner::Layout& l) { return std::to_string(l.experts); }},
+       [](const planner::Layout& l) { return l.parallel.sequence_parallel ? "on" : "off"; }},
+      {"c", [](const planner::Layout& l) { return std::to_string(l.parallel.context); }},
+      {"p", [](const planner::Layout& l) { return std::to_string(l.parallel.pipe); }},
+      {"e", [](const planner::Layout& l) { return std::to_string(l.parallel.expert); }},
       {"b", [](const planner::Layout& l) { return std::to_string(l.micro_batch); }},
       {"schedule", [](const planner::Layout& l) { return l.schedule_label(); }},
       {"zero", [](const planner::Layout& l) { return std::to_string(l.zero); }},
@@ -156,16 +156,16 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
                       {"live_micro_batches", s.live_micro_batches},
                       {"total", s.total()}});
   }
-  return {{"model_parallel", l.tensor},
-          {"sequence_parallel", l.sequence_parallel},
-          {"context_parallel", l.context},
-          {"pipe", l.pipe},
-          {"data", l.data},
-          {"expert_parallel", l.experts},
+  return {{"model_parallel", l.parallel.tensor},
+          {"sequence_parallel", l.parallel.sequence_parallel},
+          {"context_parallel", l.parallel.context},
+          {"pipe", l.parallel.pipe},
+          {"data", l.parallel.data},
+          {"expert_parallel", l.parallel.expert},
           {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches},
           {"schedule", config::name_of(engine::pipeline_schedules(), l.schedule)},
-          {"chunks", l.chunks},
+          {"chunks", l.parallel.chunks},
           {"zero", l.zero},
           {"checkpointing", l.checkpointing},
           {"step_seconds", p.step_seconds},
@@ -184,15 +184,15 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
 // The input config with the layout's keys set: ready for `pipetrain train`.
 nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   const auto& keys = trainer::job_keys();
-  keys.set(config, "pipeline.stages", l.pipe);
+  keys.set(config, "pipeline.stages", l.parallel.pipe);
   keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
-  keys.set(config, "pipeline.chunks", l.chunks);
+  keys.set(config, "pipeline.chunks", l.parallel.chunks);
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
-  keys.set(config, "model_parallel", l.tensor);
-  keys.set(config, "sequence_parallel", l.sequence_parallel);
-  keys.set(config, "context_parallel", l.context);
-  keys.set(config, "data_parallel", l.data);
-  keys.set(config, "expert_parallel", l.experts);
+  keys.set(config, "model_parallel", l.parallel.tensor);
+  keys.set(config, "sequence_parallel", l.parallel.sequence_parallel);
+  keys.set(config, "context_parallel", l.parallel.context);
+  keys.set(config, "data_parallel", l.parallel.data);
+  keys.set(config, "expert_parallel", l.parallel.expert);
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
   keys.set(config, "gradient_accumulation_steps", l.micro_batches);
@@ -243,8 +243,8 @@ int run_plan(const PlanOptions& o) {
     std::snprintf(text, sizeof text,
                   "no layout fits in %.3g GiB per device: the smallest, t %d c %d p %d d %d b "
                   "%lld, needs %.3g GiB on stage %d",
-                  cluster.memory_bytes / kGiB, least.layout.tensor, least.layout.context,
-                  least.layout.pipe, least.layout.data,
+                  cluster.memory_bytes / kGiB, least.layout.parallel.tensor, least.layout.parallel.context,
+                  least.layout.parallel.pipe, least.layout.parallel.data,
                   static_cast<long long>(least.layout.micro_batch),
                   least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
     throw io::InputError(text);

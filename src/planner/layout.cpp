@@ -4,7 +4,7 @@ namespace pipetrain::planner {
 
 std::string Layout::schedule_label() const {
   const std::string kind(schedule::config_name(schedule));
-  return chunks > 1 ? kind + " x" + std::to_string(chunks) : kind;
+  return parallel.chunks > 1 ? kind + " x" + std::to_string(parallel.chunks) : kind;
 }
 
 }  // namespace pipetrain::planner

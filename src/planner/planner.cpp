@@ -165,8 +165,18 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
                   if (!allowed(limits.zero, zero) || (zero > 0 && data == 1 && !limits.zero))
                     continue;
                   for (int experts : expert_sizes(w.model, data, limits)) {
-                    const Layout layout{t,      pipe, data,          b,       m,  schedule,
-                                        chunks, zero, checkpointing, context, sp, experts};
+                    const Layout layout{.parallel = {.pipe = pipe,
+                                                     .data = data,
+                                                     .tensor = t,
+                                                     .context = context,
+                                                     .expert = experts,
+                                                     .sequence_parallel = sp,
+                                                     .chunks = chunks},
+                                        .micro_batch = b,
+                                        .micro_batches = m,
+                                        .schedule = schedule,
+                                        .zero = zero,
+                                        .checkpointing = checkpointing};
                     found.push_back(assess(w, c, layout));
                   }
                 }

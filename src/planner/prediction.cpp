@@ -73,56 +73,56 @@ class StageCosting {
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
     double chunk_parameters = 0, layers_with_parameters = 0;
-    const double share = 1.0 / l_.context;
-    const bool sp = l_.sequence_parallel;
-    const double sliced = sp ? 1.0 / l_.tensor : 1.0;  // the stream between stages
-    const bool cut = l_.context > 1;                   // sequences cut: ring attention
+    const double share = 1.0 / l_.parallel.context;
+    const bool sp = l_.parallel.sequence_parallel;
+    const double sliced = sp ? 1.0 / l_.parallel.tensor : 1.0;  // the stream between stages
+    const bool cut = l_.parallel.context > 1;                   // sequences cut: ring attention
     for (int i = span.begin; i < span.end; ++i) {
       const LayerCost& layer = w_.layers[i];
       const double b = static_cast<double>(l_.micro_batch) * share;
       const double all_reduce = all_reduce_seconds(b * layer.all_reduced);
-      const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.tensor);
+      const double flops = c_.achieved_flops(w_.half_precision(), layer.width / l_.parallel.tensor);
       const double streaming =
-          b * layer.traffic_bytes(l_.tensor, bytes_, sp) / c_.activation_streaming();
-      const double ring = ring_pass_seconds(b * layer.ring_elements / l_.tensor * bytes_);
+          b * layer.traffic_bytes(l_.parallel.tensor, bytes_, sp) / c_.activation_streaming();
+      const double ring = ring_pass_seconds(b * layer.ring_elements / l_.parallel.tensor * bytes_);
       // Expert parallelism: the tokens' rows to their experts and back, in each pass.
       const double exchange = 2 * all_to_all_seconds(b * layer.dispatched * bytes_);
-      const int t = l_.tensor;
+      const int t = l_.parallel.tensor;
       forward +=
           b * LayerCost::flops_per_rank(layer.forward_flops, layer.replicated_forward_flops, t) /
               flops +
           streaming + c_.layer_overhead + layer.forward_all_reduces * all_reduce +
-          (l_.context - 1) * ring + exchange;
+          (l_.parallel.context - 1) * ring + exchange;
       input += b *
                    LayerCost::flops_per_rank(layer.backward_input_flops,
                                              layer.replicated_backward_input_flops, t) /
                    flops +
                2 * streaming + c_.layer_overhead + layer.backward_all_reduces * all_reduce +
-               (l_.context - 1) * (1 + 4.0 / bytes_) * ring +
-               (l_.context > 1 ? 4.0 / bytes_ * ring : 0.0) + exchange;
+               (l_.parallel.context - 1) * (1 + 4.0 / bytes_) * ring +
+               (l_.parallel.context > 1 ? 4.0 / bytes_ * ring : 0.0) + exchange;
       weight += b *
                 LayerCost::flops_per_rank(layer.backward_weight_flops,
                                           layer.replicated_backward_weight_flops, t) /
                 flops;
-      saved += share * layer.saved_bytes(l_.tensor, bytes_, sp, cut);
+      saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved = std::max(
           stage.largest_layer_saved,
-          share * (layer.saved_bytes(l_.tensor, bytes_, sp, cut) - layer.loss_bytes(l_.tensor)));
+          share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) - layer.loss_bytes(l_.parallel.tensor)));
       stage.workspace =
-          std::max(stage.workspace, layer.workspace_bytes(l_.tensor, bytes_, b, l_.context));
+          std::max(stage.workspace, layer.workspace_bytes(l_.parallel.tensor, bytes_, b, l_.parallel.context));
       if (cut) {  // what each rank draws whole (for every sample of its micro-batch)
         stage.workspace = std::max(stage.workspace, l_.micro_batch * layer.drawn_whole * 4);
       }
-      stage.loss_per_sample += share * layer.loss_bytes(l_.tensor);
+      stage.loss_per_sample += share * layer.loss_bytes(l_.parallel.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
-        const double parameters = layer.parameters_per_rank(l_.tensor, l_.experts);
-        const double experts = static_cast<double>(layer.expert_parameters) / l_.experts;
+        const double parameters = layer.parameters_per_rank(l_.parallel.tensor, l_.parallel.expert);
+        const double experts = static_cast<double>(layer.expert_parameters) / l_.parallel.expert;
         stage.parameters += parameters;
         stage.expert_parameters += experts;
         // What ZeRO shards: experts split over ranks stay whole.
-        const double sharded = parameters - (l_.experts > 1 ? experts : 0.0);
+        const double sharded = parameters - (l_.parallel.expert > 1 ? experts : 0.0);
         stage.largest_layer = std::max(stage.largest_layer, sharded);
         // ZeRO 3: the layer gathered before its forward and again before its backward
         // (kept after forward: once per step).
@@ -134,7 +134,7 @@ class StageCosting {
         if (sharded > 0) ++layers_with_parameters;
       }
       stage.largest_tensor =
-          std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.tensor);
+          std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
     // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends, a bucket
@@ -153,37 +153,37 @@ class StageCosting {
   }
 
   double all_reduce_seconds(double elements) const {
-    return c_.link(l_.tensor, 1).all_reduce(elements * bytes_, l_.tensor);
+    return c_.link(l_.parallel.tensor, 1).all_reduce(elements * bytes_, l_.parallel.tensor);
   }
 
   // ZeRO 3: all-gathering `parameters` elements over the replicas (half an all-reduce).
   double gather_seconds(double parameters) const {
     if (l_.zero < 3) return 0.0;
-    const int replicas = l_.data * l_.context;
-    return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * bytes_, replicas);
+    const int replicas = l_.parallel.data * l_.parallel.context;
+    return 0.5 * c_.link(replicas, l_.parallel.tensor).all_reduce(parameters * bytes_, replicas);
   }
 
   double reduce_scatter_seconds(double parameters) const {
-    const int replicas = l_.data * l_.context;
+    const int replicas = l_.parallel.data * l_.parallel.context;
     const double wire =
         w_.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : bytes_;
-    return 0.5 * c_.link(replicas, l_.tensor).all_reduce(parameters * wire, replicas);
+    return 0.5 * c_.link(replicas, l_.parallel.tensor).all_reduce(parameters * wire, replicas);
   }
 
   // An all-to-all over the expert group (its ranks t apart, consecutive data replicas) of
   // `bytes` per rank, spread evenly over the experts: (e - 1) / e of them leave the rank,
   // one message to each other rank.
   double all_to_all_seconds(double bytes) const {
-    if (l_.experts == 1) return 0.0;
-    const Link& link = c_.link(l_.experts, l_.tensor);
-    const double e = l_.experts;
+    if (l_.parallel.expert == 1) return 0.0;
+    const Link& link = c_.link(l_.parallel.expert, l_.parallel.tensor);
+    const double e = l_.parallel.expert;
     return (e - 1) * link.latency + bytes * (e - 1) / e / link.bandwidth;
   }
 
   // One pass of `bytes` to the next rank of the context group (its ranks t apart).
   double ring_pass_seconds(double bytes) const {
-    if (l_.context == 1) return 0.0;
-    const Link& link = c_.link(l_.context, l_.tensor);
+    if (l_.parallel.context == 1) return 0.0;
+    const Link& link = c_.link(l_.parallel.context, l_.parallel.tensor);
     return link.latency + bytes / link.bandwidth;
   }
 
@@ -195,12 +195,12 @@ class StageCosting {
 };
 
 std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Layout& l) {
-  const module::Partition& parts = w.partition(l.pipe * l.chunks);
+  const module::Partition& parts = w.partition(l.parallel.pipe * l.parallel.chunks);
   const StageCosting costing(w, c, l);
-  std::vector<StageWork> stages(l.pipe);
-  std::vector<std::set<std::string>> ties(l.pipe);
-  const schedule::PipeShape shape = schedule::shape_for(l.schedule, 1, l.pipe, l.chunks);
-  for (int v = 0; v < l.pipe * l.chunks; ++v) {
+  std::vector<StageWork> stages(l.parallel.pipe);
+  std::vector<std::set<std::string>> ties(l.parallel.pipe);
+  const schedule::PipeShape shape = schedule::shape_for(l.schedule, 1, l.parallel.pipe, l.parallel.chunks);
+  for (int v = 0; v < l.parallel.pipe * l.parallel.chunks; ++v) {
     const int stage = shape.stage_of(v);
     costing.add_chunk(stages[stage], {parts[v], parts[v + 1]}, ties[stage]);
   }
@@ -223,15 +223,15 @@ double activation_bytes(const StageWork& stage, const Layout& l, int live) {
 
 StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {
   const bool mixed = w.half_precision();
-  const double shard = l.zero > 0 ? 1.0 / (l.data * l.context) : 1.0;  // over the replicas
+  const double shard = l.zero > 0 ? 1.0 / (l.parallel.data * l.parallel.context) : 1.0;  // over the replicas
   const double p = stage.parameters;
   // ZeRO shards what every replica holds over the replicas, and the experts split over
   // ranks over the ranks holding the same experts (ZeRO 1 for them: weights and gradients
   // whole).
-  const double experts = l.experts > 1 ? stage.expert_parameters : 0.0;
+  const double experts = l.parallel.expert > 1 ? stage.expert_parameters : 0.0;
   const double dense = p - experts;
   const double expert_shard =
-      l.zero > 0 ? static_cast<double>(l.experts) / (l.data * l.context) : 1.0;
+      l.zero > 0 ? static_cast<double>(l.parallel.expert) / (l.parallel.data * l.parallel.context) : 1.0;
   const double held = dense * shard + experts * expert_shard;  // masters and optimizer state
   StageMemory m;
   m.weights = p * w.element_bytes();
@@ -257,7 +257,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   // The fp32 masters (their gradients are made at the step, after the activations' peak).
   m.masters = mixed ? 4 * held : 0;
   m.optimizer = optimizer_state_bytes(w.training.optimizer) * held;
-  if (l.data * l.context > 1 && l.zero == 0) {
+  if (l.parallel.data * l.parallel.context > 1 && l.zero == 0) {
     const int wire =
         w.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : w.element_bytes();
     m.buffers = p * wire;  // every bucket's flat copy, kept between steps (AveragedBuckets)
@@ -269,7 +269,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   if (mixed) m.step_workspace += 4 * held;
   // The experts step one flat piece where several ranks hold each (sharded), else tensor by
   // tensor (the largest counts).
-  const bool experts_sharded = l.zero > 0 && l.experts > 1 && l.data * l.context > l.experts;
+  const bool experts_sharded = l.zero > 0 && l.parallel.expert > 1 && l.parallel.data * l.parallel.context > l.parallel.expert;
   const double expert_step = experts_sharded ? experts * expert_shard
                              : experts > 0   ? stage.largest_tensor
                                              : 0.0;
@@ -292,12 +292,12 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
     costs.backward.push_back(stage.backward_input + stage.backward_weight);
     costs.weight.push_back(stage.backward_weight);
   }
-  const Link& pipe_link = c.link(l.pipe, static_cast<int>(l.ranks_per_stage()));
+  const Link& pipe_link = c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage()));
   costs.latency = pipe_link.latency;
   costs.bandwidth = pipe_link.bandwidth;
   // Stage boundaries carry a block's output: the residual stream (a rank's 1/c of it).
   costs.message_bytes =
-      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes() / l.context;
+      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes() / l.parallel.context;
   return costs;
 }
 
@@ -376,11 +376,11 @@ PipelineTimeline simulate_pipeline(const schedule::PipelinePlan& plan,
   const double cores = job_cores(c, l);
   if (cores <= 0 || static_cast<double>(l.devices()) <= cores) return result;
   const double ranks_per_stage = static_cast<double>(l.ranks_per_stage());
-  std::vector<double> slowdown(l.pipe, 1.0);
+  std::vector<double> slowdown(l.parallel.pipe, 1.0);
   for (int round = 0; round < 12; ++round) {
-    const Crowding met = crowding(result.timeline, l.pipe, ranks_per_stage, cores);
+    const Crowding met = crowding(result.timeline, l.parallel.pipe, ranks_per_stage, cores);
     schedule::CostModel slowed = costs;
-    for (int s = 0; s < l.pipe; ++s) {
+    for (int s = 0; s < l.parallel.pipe; ++s) {
       // Damped after the first round: the timeline moves with the slowdown.
       slowdown[s] = round == 0 ? met.slowdown[s] : 0.5 * (slowdown[s] + met.slowdown[s]);
       slowed.forward[s] *= slowdown[s];
@@ -403,8 +403,8 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   const double wire =
       w.training.precision.communication_dtype == optim::Precision::kFp32 ? 4 : w.element_bytes();
   // The replicas of a stage's parameters: its data x context ranks (t apart).
-  const int replicas = l.data * l.context;
-  const Link& data_link = c.link(replicas, l.tensor);
+  const int replicas = l.parallel.data * l.parallel.context;
+  const Link& data_link = c.link(replicas, l.parallel.tensor);
   const double traffic = optimizer_traffic_bytes(w.training.optimizer, mixed);
   double slowest = 0;
   for (const auto& stage : stages) {
@@ -413,12 +413,12 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     // Expert parallelism: the experts' gradients all-reduced over the d / e ranks holding
     // them; under ZeRO reduce-scattered over them, the updated pieces gathered (ZeRO 1).
     // The rest as without experts.
-    const double whole = l.experts > 1 ? stage.expert_parameters : 0.0;
+    const double whole = l.parallel.expert > 1 ? stage.expert_parameters : 0.0;
     const double dense = stage.parameters - whole;
-    const int holders = replicas / l.experts;
-    const Link& holders_link = c.link(holders, l.tensor * l.experts);
+    const int holders = replicas / l.parallel.expert;
+    const Link& holders_link = c.link(holders, l.parallel.tensor * l.parallel.expert);
     const double experts =
-        l.experts == 1 ? 0.0
+        l.parallel.expert == 1 ? 0.0
         : l.zero == 0  ? holders_link.all_reduce(whole * wire, holders)
                        : 0.5 * holders_link.all_reduce(whole * wire, holders) +
                             0.5 * holders_link.all_reduce(whole * w.element_bytes(), holders);
@@ -428,7 +428,7 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
                               : 0.0;
     const double reduce =
         (l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) : scatter + gather) + experts;
-    const double updated = l.zero > 0 ? (dense + whole * l.experts) / replicas : dense + whole;
+    const double updated = l.zero > 0 ? (dense + whole * l.parallel.expert) / replicas : dense + whole;
     const double step = updated * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {
       slowest = reduce + step;
@@ -437,10 +437,10 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     }
   }
   const LayerCost& embedding = w.layers.front();
-  if (!embedding.tie_key.empty() && l.pipe > 1) {
-    const Link& tied = c.link(l.pipe, static_cast<int>(l.ranks_per_stage()));
+  if (!embedding.tie_key.empty() && l.parallel.pipe > 1) {
+    const Link& tied = c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage()));
     p.tied_seconds =
-        tied.all_reduce(embedding.split_parameters / static_cast<double>(l.tensor) * wire, 2);
+        tied.all_reduce(embedding.split_parameters / static_cast<double>(l.parallel.tensor) * wire, 2);
   }
 }
 
@@ -486,7 +486,7 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   const std::vector<StageWork> stages = stage_work(w, shared, l);
   const auto plan = schedule::plan_pipeline(
       l.schedule,
-      schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches), l.pipe, l.chunks));
+      schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches), l.parallel.pipe, l.parallel.chunks));
   const PipelineTimeline pipeline =
       simulate_pipeline(plan, simulator_costs(stages, w, shared, l), shared, l);
   const schedule::Timeline& timeline = pipeline.timeline;
@@ -497,11 +497,11 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   Prediction p;
   p.pipeline_seconds = timeline.makespan;
   double busy = 0;
-  for (int s = 0; s < l.pipe; ++s) {
+  for (int s = 0; s < l.parallel.pipe; ++s) {
     busy += timeline.stages[s].busy;
     p.stages.push_back(stage_memory(w, l, stages[s], timeline.stages[s].peak_live_activations));
   }
-  p.bubble = timeline.makespan > 0 ? 1 - busy / (l.pipe * timeline.makespan) : 0;
+  p.bubble = timeline.makespan > 0 ? 1 - busy / (l.parallel.pipe * timeline.makespan) : 0;
   add_step_end(p, stages, w, c, l);
   // Every rank steps at once: shared cores slow the step's own work by ranks / cores.
   const double sharing = step_sharing(c, l);
@@ -519,9 +519,9 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   double dispatched = 0;
   for (const auto& layer : w.layers) dispatched += layer.dispatched;
   const double exchanges = 4 + (l.checkpointing ? 2 : 0);
-  p.all_to_all_bytes = l.experts > 1 ? dispatched * exchanges * w.element_bytes() *
-                                           static_cast<double>(l.global_batch()) * l.tensor *
-                                           (l.experts - 1) / l.experts
+  p.all_to_all_bytes = l.parallel.expert > 1 ? dispatched * exchanges * w.element_bytes() *
+                                           static_cast<double>(l.global_batch()) * l.parallel.tensor *
+                                           (l.parallel.expert - 1) / l.parallel.expert
                                      : 0.0;
   const double peak = w.half_precision() ? c.bf16_flops : c.fp32_flops;
   p.mfu = p.model_flops / (p.step_seconds * static_cast<double>(l.devices()) * peak);

@@ -97,10 +97,10 @@ TEST(Prediction, BubblesMatchClosedForms) {
   training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
   const Workload w(gpt(4, 256, 256, 4, 8), training);
   for (int m : {4, 8, 16}) {
-    Layout l{.pipe = 4, .micro_batch = 1, .micro_batches = m};
+    Layout l{.parallel = {.pipe = 4}, .micro_batch = 1, .micro_batches = m};
     EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (m + 3), 0.01) << m;
     l.schedule = schedule::Kind::kInterleaved;
-    l.chunks = 2;
+    l.parallel.chunks = 2;
     EXPECT_NEAR(predict(w, ideal(4), l).bubble, 3.0 / (2 * m + 3), 0.01) << m;
   }
 }
@@ -111,11 +111,7 @@ TEST(Prediction, VSchedulesPlaceChunksInAVAndCloseMoreBubble) {
   engine::TrainingConfig training;
   training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
   const Workload w(gpt(4, 256, 256, 4, 8), training);
-  const Layout interleaved{.pipe = 4,
-                           .micro_batch = 1,
-                           .micro_batches = 8,
-                           .schedule = schedule::Kind::kInterleaved,
-                           .chunks = 2};
+  const Layout interleaved{.parallel = {.pipe = 4, .chunks = 2}, .micro_batch = 1, .micro_batches = 8, .schedule = schedule::Kind::kInterleaved};
   Layout zbv = interleaved;
   zbv.schedule = schedule::Kind::kZbv;
   Layout dualpipev = interleaved;
@@ -160,7 +156,7 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
 
   training.precision.dtype = optim::Precision::kBf16;
   const Workload bf16(gpt(256, 16, 32, 4, 2), training);
-  const Layout zero{.data = 2, .micro_batch = 1, .micro_batches = 1, .zero = 1};
+  const Layout zero{.parallel = {.data = 2}, .micro_batch = 1, .micro_batches = 1, .zero = 1};
   const StageMemory z = predict(bf16, ideal(2), zero).stages.at(0);
   EXPECT_DOUBLE_EQ(z.weights, 2 * parameters);
   EXPECT_DOUBLE_EQ(z.masters, 4 * parameters / 2);    // fp32 masters, sharded
@@ -170,7 +166,7 @@ TEST(Prediction, StaticMemoryFollowsPrecisionAndZero) {
   // small the buckets.
   training.ddp_bucket_size = 1000;
   const Workload buckets(gpt(256, 16, 32, 4, 2), training);
-  const Layout replicas{.data = 2, .micro_batch = 1, .micro_batches = 1};
+  const Layout replicas{.parallel = {.data = 2}, .micro_batch = 1, .micro_batches = 1};
   EXPECT_DOUBLE_EQ(predict(buckets, ideal(2), replicas).stages.at(0).buffers, 4 * parameters);
 }
 
@@ -183,7 +179,7 @@ TEST(Prediction, ZeroStagesTwoAndThreeShardGradientsAndWeights) {
   const Workload w(gpt(256, 16, 32, 4, 4), training);
   auto at_stage = [&](const Workload& work, int zero) {
     return predict(work, cluster,
-                   Layout{.data = 4, .micro_batch = 1, .micro_batches = 4, .zero = zero});
+                   Layout{.parallel = {.data = 4}, .micro_batch = 1, .micro_batches = 4, .zero = zero});
   };
   const Prediction zero1 = at_stage(w, 1), zero2 = at_stage(w, 2), zero3 = at_stage(w, 3);
   double parameters = 0, largest = 0;
@@ -216,14 +212,14 @@ TEST(Prediction, ZeroStagesTwoAndThreeShardGradientsAndWeights) {
 TEST(Prediction, ContextAndSequenceParallelismSplitTheActivations) {
   const Workload w(gpt(256, 64, 32, 4, 2), engine::TrainingConfig{});
   const Layout whole{.micro_batch = 2, .micro_batches = 1};
-  const Layout halves{.micro_batch = 2, .micro_batches = 1, .context = 2};
+  const Layout halves{.parallel = {.context = 2}, .micro_batch = 2, .micro_batches = 1};
   const Prediction one = predict(w, ideal(2), whole), two = predict(w, ideal(2), halves);
   EXPECT_EQ(halves.devices(), 2);
   EXPECT_NEAR(two.stages.at(0).activations, one.stages.at(0).activations / 2, 1e-6);
   EXPECT_NEAR(two.step_seconds, one.step_seconds / 2, 1e-12);
   EXPECT_DOUBLE_EQ(two.stages.at(0).weights, one.stages.at(0).weights);  // replicated
 
-  const Layout tensor{.tensor = 2, .micro_batch = 2, .micro_batches = 1};
+  const Layout tensor{.parallel = {.tensor = 2}, .micro_batch = 2, .micro_batches = 1};
   Layout sequence = tensor;
   sequence.sequence_parallel = true;
   const double plain = predict(w, ideal(2), tensor).stages.at(0).activations;
@@ -242,7 +238,7 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   const Workload w(gpt(256, 1024, 32, 4, 2), engine::TrainingConfig{});
   Cluster c = ideal(4);
   const double one =
-      predict(w, c, Layout{.data = 4, .micro_batch = 4, .micro_batches = 1}).peak_bytes();
+      predict(w, c, Layout{.parallel = {.data = 4}, .micro_batch = 4, .micro_batches = 1}).peak_bytes();
   c.memory_bytes = 0.3 * one;
   LayoutLimits limits;
   limits.tensor = 1;
@@ -255,8 +251,8 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   ASSERT_TRUE(all.front().rejected.empty()) << all.front().rejected;
   std::set<int> contexts;
   for (const auto& candidate : all) {
-    contexts.insert(candidate.layout.context);
-    if (candidate.rejected.empty()) EXPECT_EQ(candidate.layout.context, 4);
+    contexts.insert(candidate.layout.parallel.context);
+    if (candidate.rejected.empty()) EXPECT_EQ(candidate.layout.parallel.context, 4);
   }
   EXPECT_EQ(contexts, (std::set<int>{1, 2, 4}));  // all three were assessed
 }
@@ -279,10 +275,10 @@ TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
   // Context 2 against context 1 (data 2): each rank's blocks keep a quarter of the
   // sequence-square part plus half the rest; at context 4 the mask each rank draws whole
   // ([4, 64, 64] floats per sample) is the largest transient.
-  const Layout two{.micro_batch = 1, .micro_batches = 1, .context = 2};
-  const Layout four{.micro_batch = 1, .micro_batches = 1, .context = 4};
+  const Layout two{.parallel = {.context = 2}, .micro_batch = 1, .micro_batches = 1};
+  const Layout four{.parallel = {.context = 4}, .micro_batch = 1, .micro_batches = 1};
   EXPECT_LT(predict(w, ideal(2), two).stages.at(0).activations,
-            predict(w, ideal(2), Layout{.data = 2, .micro_batch = 1, .micro_batches = 1})
+            predict(w, ideal(2), Layout{.parallel = {.data = 2}, .micro_batch = 1, .micro_batches = 1})
                     .stages.at(0)
                     .activations /
                 2);
@@ -292,7 +288,7 @@ TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
   limits.pipe = 1;
   std::set<int> contexts;
   for (const auto& candidate : plan_layouts(w, ideal(4), 4, limits))
-    contexts.insert(candidate.layout.context);
+    contexts.insert(candidate.layout.parallel.context);
   EXPECT_TRUE(contexts.count(2) && contexts.count(4));
 }
 
@@ -313,9 +309,9 @@ TEST(Prediction, ExpertParallelismSplitsTheExpertsAndPaysTheirAllToAll) {
                    static_cast<double>(block.parameters - block.expert_parameters / 2));
 
   // Free links: the same step time, each rank holding half the experts.
-  const Layout replicas{.data = 4, .micro_batch = 2, .micro_batches = 1};
+  const Layout replicas{.parallel = {.data = 4}, .micro_batch = 2, .micro_batches = 1};
   Layout split = replicas;
-  split.experts = 2;
+  split.parallel.expert = 2;
   const Prediction whole = predict(w, ideal(4), replicas), halves = predict(w, ideal(4), split);
   const double experts = 2.0 * block.expert_parameters;  // two blocks
   EXPECT_NEAR(whole.stages.at(0).weights - halves.stages.at(0).weights, experts / 2 * 4, 1e-6);
@@ -343,8 +339,8 @@ TEST(Prediction, ExpertParallelismSplitsTheExpertsAndPaysTheirAllToAll) {
 TEST(Prediction, ZeroShardsTheDenseOverTheReplicasAndExpertsOverTheirHolders) {
   const Workload w(mixtral(4, 2), engine::TrainingConfig{});
   const double experts = static_cast<double>(w.layers[1].expert_parameters);  // 2 blocks, halves
-  Layout split{.data = 4, .micro_batch = 2, .micro_batches = 1};
-  split.experts = 2;
+  Layout split{.parallel = {.data = 4}, .micro_batch = 2, .micro_batches = 1};
+  split.parallel.expert = 2;
   Layout zero = split;
   zero.zero = 1;
   const StageMemory a = predict(w, ideal(4), split).stages.at(0);
@@ -374,21 +370,21 @@ TEST(Planner, OffersExpertSizesForAMixtureOfExpertsOnly) {
   limits.checkpointing = false;
   std::set<int> offered, zero_beside_experts;
   for (const auto& c : plan_layouts(Workload(mixtral(4, 2), {}), ideal(8), 8, limits)) {
-    offered.insert(c.layout.experts);
-    if (c.layout.experts > 1) zero_beside_experts.insert(c.layout.zero);
+    offered.insert(c.layout.parallel.expert);
+    if (c.layout.parallel.expert > 1) zero_beside_experts.insert(c.layout.zero);
   }
   EXPECT_EQ(offered, (std::set<int>{1, 2, 4}));  // 8 is more than the experts
   EXPECT_EQ(zero_beside_experts, (std::set<int>{0, 1, 2, 3}));
   offered.clear();
   for (const auto& c : plan_layouts(Workload(gpt(256, 16, 32, 4, 2), {}), ideal(8), 8, limits))
-    offered.insert(c.layout.experts);
+    offered.insert(c.layout.parallel.expert);
   EXPECT_EQ(offered, (std::set<int>{1}));
 }
 
 TEST(Prediction, RanksSharingCoresComputeSlowerOnlyWhileCrowded) {
   const Workload w(gpt(4, 256, 256, 4, 8), engine::TrainingConfig{});
-  const Layout pipe{.pipe = 4, .micro_batch = 1, .micro_batches = 8};
-  const Layout data{.data = 4, .micro_batch = 1, .micro_batches = 8};
+  const Layout pipe{.parallel = {.pipe = 4}, .micro_batch = 1, .micro_batches = 8};
+  const Layout data{.parallel = {.data = 4}, .micro_batch = 1, .micro_batches = 8};
   Cluster shared = ideal(4);
   shared.shared_cores = 2;
   // Four replicas compute at once all the time: two cores give each half its speed.
@@ -427,7 +423,7 @@ TEST(Prediction, TheStepsOwnMemoryCountsWhenItOutweighsTheActivations) {
 
 TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
   const Workload w(gpt(256, 16, 32, 4, 6), engine::TrainingConfig{});
-  Layout l{.pipe = 2, .micro_batch = 1, .micro_batches = 8};
+  Layout l{.parallel = {.pipe = 2}, .micro_batch = 1, .micro_batches = 8};
   EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 2);
   l.schedule = schedule::Kind::kGpipe;
   EXPECT_EQ(predict(w, ideal(2), l).stages[0].live_micro_batches, 8);
@@ -451,7 +447,7 @@ TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   c.devices_per_node = 2;
   const Workload w(gpt(256, 16, 32, 4, 4), engine::TrainingConfig{});
   for (const auto& candidate : plan_layouts(w, c, 8)) {
-    EXPECT_LE(candidate.layout.tensor, 2);
+    EXPECT_LE(candidate.layout.parallel.tensor, 2);
     EXPECT_EQ(candidate.layout.devices(), 4);
     EXPECT_EQ(candidate.layout.global_batch(), 8);
   }
