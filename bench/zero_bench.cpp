@@ -144,10 +144,11 @@ planner::Prediction predicted(const Setting& setting, const std::string& cluster
   models::ModelConfig model;
   model.gpt = kGpt;
   const planner::Workload workload(model, config_for(setting, 2, 4, optim::Precision::kFp32));
-  return planner::predict(
-      workload, cluster,
-      planner::Layout{
-          .parallel = {.pipe = 2, .data = 2}, .micro_batch = 2, .micro_batches = 4, .zero = setting.stage});
+  return planner::predict(workload, cluster,
+                          planner::Layout{.parallel = {.pipe = 2, .data = 2},
+                                          .micro_batch = 2,
+                                          .micro_batches = 4,
+                                          .zero = setting.stage});
 }
 
 void step_time(const std::shared_ptr<comm::MpiCommunicator>& world, int repetitions,

@@ -52,14 +52,16 @@ void print_row(int rank, const planner::Candidate& c) {
     return std::string(text);
   };
   // t with "s" under sequence parallelism.
-  const std::string t = std::to_string(l.parallel.tensor) + (l.parallel.sequence_parallel ? "s" : "");
+  const std::string t =
+      std::to_string(l.parallel.tensor) + (l.parallel.sequence_parallel ? "s" : "");
   // d with "eE" under expert parallelism: "4e2", four replicas in expert groups of two.
-  const std::string d =
-      std::to_string(l.parallel.data) + (l.parallel.expert > 1 ? "e" + std::to_string(l.parallel.expert) : "");
+  const std::string d = std::to_string(l.parallel.data) +
+                        (l.parallel.expert > 1 ? "e" + std::to_string(l.parallel.expert) : "");
   std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
-              rank, t.c_str(), l.parallel.context, l.parallel.pipe, d.c_str(), static_cast<long long>(l.micro_batch),
-              static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
-              l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
+              rank, t.c_str(), l.parallel.context, l.parallel.pipe, d.c_str(),
+              static_cast<long long>(l.micro_batch), static_cast<long long>(l.micro_batches),
+              l.schedule_label().c_str(), l.zero, l.checkpointing ? "on" : "off",
+              shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
               shown(100 * p.bubble, "%.1f%%").c_str(),
               shown(100 * p.data_parallel_seconds / p.step_seconds, "%.1f%%").c_str(),
@@ -243,9 +245,9 @@ int run_plan(const PlanOptions& o) {
     std::snprintf(text, sizeof text,
                   "no layout fits in %.3g GiB per device: the smallest, t %d c %d p %d d %d b "
                   "%lld, needs %.3g GiB on stage %d",
-                  cluster.memory_bytes / kGiB, least.layout.parallel.tensor, least.layout.parallel.context,
-                  least.layout.parallel.pipe, least.layout.parallel.data,
-                  static_cast<long long>(least.layout.micro_batch),
+                  cluster.memory_bytes / kGiB, least.layout.parallel.tensor,
+                  least.layout.parallel.context, least.layout.parallel.pipe,
+                  least.layout.parallel.data, static_cast<long long>(least.layout.micro_batch),
                   least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
     throw io::InputError(text);
   }

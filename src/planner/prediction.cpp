@@ -107,11 +107,12 @@ class StageCosting {
       saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
-      stage.largest_layer_saved = std::max(
-          stage.largest_layer_saved,
-          share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) - layer.loss_bytes(l_.parallel.tensor)));
-      stage.workspace =
-          std::max(stage.workspace, layer.workspace_bytes(l_.parallel.tensor, bytes_, b, l_.parallel.context));
+      stage.largest_layer_saved =
+          std::max(stage.largest_layer_saved,
+                   share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) -
+                            layer.loss_bytes(l_.parallel.tensor)));
+      stage.workspace = std::max(stage.workspace, layer.workspace_bytes(l_.parallel.tensor, bytes_,
+                                                                        b, l_.parallel.context));
       if (cut) {  // what each rank draws whole (for every sample of its micro-batch)
         stage.workspace = std::max(stage.workspace, l_.micro_batch * layer.drawn_whole * 4);
       }
@@ -133,8 +134,8 @@ class StageCosting {
         chunk_parameters += sharded;
         if (sharded > 0) ++layers_with_parameters;
       }
-      stage.largest_tensor =
-          std::max(stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
+      stage.largest_tensor = std::max(
+          stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
     // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends, a bucket
@@ -199,7 +200,8 @@ std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Lay
   const StageCosting costing(w, c, l);
   std::vector<StageWork> stages(l.parallel.pipe);
   std::vector<std::set<std::string>> ties(l.parallel.pipe);
-  const schedule::PipeShape shape = schedule::shape_for(l.schedule, 1, l.parallel.pipe, l.parallel.chunks);
+  const schedule::PipeShape shape =
+      schedule::shape_for(l.schedule, 1, l.parallel.pipe, l.parallel.chunks);
   for (int v = 0; v < l.parallel.pipe * l.parallel.chunks; ++v) {
     const int stage = shape.stage_of(v);
     costing.add_chunk(stages[stage], {parts[v], parts[v + 1]}, ties[stage]);
@@ -223,7 +225,8 @@ double activation_bytes(const StageWork& stage, const Layout& l, int live) {
 
 StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& stage, int live) {
   const bool mixed = w.half_precision();
-  const double shard = l.zero > 0 ? 1.0 / (l.parallel.data * l.parallel.context) : 1.0;  // over the replicas
+  const double shard =
+      l.zero > 0 ? 1.0 / (l.parallel.data * l.parallel.context) : 1.0;  // over the replicas
   const double p = stage.parameters;
   // ZeRO shards what every replica holds over the replicas, and the experts split over
   // ranks over the ranks holding the same experts (ZeRO 1 for them: weights and gradients
@@ -231,7 +234,8 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   const double experts = l.parallel.expert > 1 ? stage.expert_parameters : 0.0;
   const double dense = p - experts;
   const double expert_shard =
-      l.zero > 0 ? static_cast<double>(l.parallel.expert) / (l.parallel.data * l.parallel.context) : 1.0;
+      l.zero > 0 ? static_cast<double>(l.parallel.expert) / (l.parallel.data * l.parallel.context)
+                 : 1.0;
   const double held = dense * shard + experts * expert_shard;  // masters and optimizer state
   StageMemory m;
   m.weights = p * w.element_bytes();
@@ -269,7 +273,8 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   if (mixed) m.step_workspace += 4 * held;
   // The experts step one flat piece where several ranks hold each (sharded), else tensor by
   // tensor (the largest counts).
-  const bool experts_sharded = l.zero > 0 && l.parallel.expert > 1 && l.parallel.data * l.parallel.context > l.parallel.expert;
+  const bool experts_sharded = l.zero > 0 && l.parallel.expert > 1 &&
+                               l.parallel.data * l.parallel.context > l.parallel.expert;
   const double expert_step = experts_sharded ? experts * expert_shard
                              : experts > 0   ? stage.largest_tensor
                                              : 0.0;
@@ -296,8 +301,8 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
   costs.latency = pipe_link.latency;
   costs.bandwidth = pipe_link.bandwidth;
   // Stage boundaries carry a block's output: the residual stream (a rank's 1/c of it).
-  costs.message_bytes =
-      static_cast<double>(l.micro_batch) * w.layers.front().output * w.element_bytes() / l.parallel.context;
+  costs.message_bytes = static_cast<double>(l.micro_batch) * w.layers.front().output *
+                        w.element_bytes() / l.parallel.context;
   return costs;
 }
 
@@ -419,8 +424,8 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     const Link& holders_link = c.link(holders, l.parallel.tensor * l.parallel.expert);
     const double experts =
         l.parallel.expert == 1 ? 0.0
-        : l.zero == 0  ? holders_link.all_reduce(whole * wire, holders)
-                       : 0.5 * holders_link.all_reduce(whole * wire, holders) +
+        : l.zero == 0          ? holders_link.all_reduce(whole * wire, holders)
+                               : 0.5 * holders_link.all_reduce(whole * wire, holders) +
                             0.5 * holders_link.all_reduce(whole * w.element_bytes(), holders);
     const double scatter = l.zero == 1 ? 0.5 * data_link.all_reduce(dense * wire, replicas) : 0.0;
     const double gather = l.zero == 1 || l.zero == 2
@@ -428,7 +433,8 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
                               : 0.0;
     const double reduce =
         (l.zero == 0 ? data_link.all_reduce(dense * wire, replicas) : scatter + gather) + experts;
-    const double updated = l.zero > 0 ? (dense + whole * l.parallel.expert) / replicas : dense + whole;
+    const double updated =
+        l.zero > 0 ? (dense + whole * l.parallel.expert) / replicas : dense + whole;
     const double step = updated * traffic / c.memory_bandwidth;
     if (reduce + step > slowest) {
       slowest = reduce + step;
@@ -439,8 +445,8 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   const LayerCost& embedding = w.layers.front();
   if (!embedding.tie_key.empty() && l.parallel.pipe > 1) {
     const Link& tied = c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage()));
-    p.tied_seconds =
-        tied.all_reduce(embedding.split_parameters / static_cast<double>(l.parallel.tensor) * wire, 2);
+    p.tied_seconds = tied.all_reduce(
+        embedding.split_parameters / static_cast<double>(l.parallel.tensor) * wire, 2);
   }
 }
 
@@ -485,8 +491,8 @@ std::vector<StageMemory> static_memory(const Workload& w, const Cluster& c, cons
 Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   const std::vector<StageWork> stages = stage_work(w, shared, l);
   const auto plan = schedule::plan_pipeline(
-      l.schedule,
-      schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches), l.parallel.pipe, l.parallel.chunks));
+      l.schedule, schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches),
+                                      l.parallel.pipe, l.parallel.chunks));
   const PipelineTimeline pipeline =
       simulate_pipeline(plan, simulator_costs(stages, w, shared, l), shared, l);
   const schedule::Timeline& timeline = pipeline.timeline;
@@ -519,10 +525,11 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   double dispatched = 0;
   for (const auto& layer : w.layers) dispatched += layer.dispatched;
   const double exchanges = 4 + (l.checkpointing ? 2 : 0);
-  p.all_to_all_bytes = l.parallel.expert > 1 ? dispatched * exchanges * w.element_bytes() *
-                                           static_cast<double>(l.global_batch()) * l.parallel.tensor *
-                                           (l.parallel.expert - 1) / l.parallel.expert
-                                     : 0.0;
+  p.all_to_all_bytes = l.parallel.expert > 1
+                           ? dispatched * exchanges * w.element_bytes() *
+                                 static_cast<double>(l.global_batch()) * l.parallel.tensor *
+                                 (l.parallel.expert - 1) / l.parallel.expert
+                           : 0.0;
   const double peak = w.half_precision() ? c.bf16_flops : c.fp32_flops;
   p.mfu = p.model_flops / (p.step_seconds * static_cast<double>(l.devices()) * peak);
   return p;

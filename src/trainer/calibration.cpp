@@ -233,7 +233,8 @@ void measure_engine_overheads(planner::Cluster& c) {
     Job job = build_job(config);
     const double measured = step_seconds(job, 9);
     const planner::Workload workload(job.config.model, job.config.engine);
-    const planner::Layout layout{.parallel = {.pipe = ranks}, .micro_batch = 1, .micro_batches = micro_batches};
+    const planner::Layout layout{
+        .parallel = {.pipe = ranks}, .micro_batch = 1, .micro_batches = micro_batches};
     planner::Cluster bare = c;
     bare.pass_overhead = bare.step_overhead = 0;
     const double base = planner::predict(workload, bare, layout).step_seconds;

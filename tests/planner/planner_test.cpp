@@ -111,7 +111,10 @@ TEST(Prediction, VSchedulesPlaceChunksInAVAndCloseMoreBubble) {
   engine::TrainingConfig training;
   training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
   const Workload w(gpt(4, 256, 256, 4, 8), training);
-  const Layout interleaved{.parallel = {.pipe = 4, .chunks = 2}, .micro_batch = 1, .micro_batches = 8, .schedule = schedule::Kind::kInterleaved};
+  const Layout interleaved{.parallel = {.pipe = 4, .chunks = 2},
+                           .micro_batch = 1,
+                           .micro_batches = 8,
+                           .schedule = schedule::Kind::kInterleaved};
   Layout zbv = interleaved;
   zbv.schedule = schedule::Kind::kZbv;
   Layout dualpipev = interleaved;
@@ -178,8 +181,9 @@ TEST(Prediction, ZeroStagesTwoAndThreeShardGradientsAndWeights) {
   Cluster cluster = ideal(4);
   const Workload w(gpt(256, 16, 32, 4, 4), training);
   auto at_stage = [&](const Workload& work, int zero) {
-    return predict(work, cluster,
-                   Layout{.parallel = {.data = 4}, .micro_batch = 1, .micro_batches = 4, .zero = zero});
+    return predict(
+        work, cluster,
+        Layout{.parallel = {.data = 4}, .micro_batch = 1, .micro_batches = 4, .zero = zero});
   };
   const Prediction zero1 = at_stage(w, 1), zero2 = at_stage(w, 2), zero3 = at_stage(w, 3);
   double parameters = 0, largest = 0;
@@ -221,7 +225,7 @@ TEST(Prediction, ContextAndSequenceParallelismSplitTheActivations) {
 
   const Layout tensor{.parallel = {.tensor = 2}, .micro_batch = 2, .micro_batches = 1};
   Layout sequence = tensor;
-  sequence.sequence_parallel = true;
+  sequence.parallel.sequence_parallel = true;
   const double plain = predict(w, ideal(2), tensor).stages.at(0).activations;
   const double split = predict(w, ideal(2), sequence).stages.at(0).activations;
   EXPECT_LT(split, plain);
@@ -238,7 +242,8 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   const Workload w(gpt(256, 1024, 32, 4, 2), engine::TrainingConfig{});
   Cluster c = ideal(4);
   const double one =
-      predict(w, c, Layout{.parallel = {.data = 4}, .micro_batch = 4, .micro_batches = 1}).peak_bytes();
+      predict(w, c, Layout{.parallel = {.data = 4}, .micro_batch = 4, .micro_batches = 1})
+          .peak_bytes();
   c.memory_bytes = 0.3 * one;
   LayoutLimits limits;
   limits.tensor = 1;
@@ -277,11 +282,12 @@ TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
   // ([4, 64, 64] floats per sample) is the largest transient.
   const Layout two{.parallel = {.context = 2}, .micro_batch = 1, .micro_batches = 1};
   const Layout four{.parallel = {.context = 4}, .micro_batch = 1, .micro_batches = 1};
-  EXPECT_LT(predict(w, ideal(2), two).stages.at(0).activations,
-            predict(w, ideal(2), Layout{.parallel = {.data = 2}, .micro_batch = 1, .micro_batches = 1})
-                    .stages.at(0)
-                    .activations /
-                2);
+  EXPECT_LT(
+      predict(w, ideal(2), two).stages.at(0).activations,
+      predict(w, ideal(2), Layout{.parallel = {.data = 2}, .micro_batch = 1, .micro_batches = 1})
+              .stages.at(0)
+              .activations /
+          2);
   EXPECT_GE(predict(w, ideal(4), four).stages.at(0).activations, square * 4);
   LayoutLimits limits;
   limits.tensor = 1;
