@@ -186,15 +186,9 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
 // The input config with the layout's keys set: ready for `pipetrain train`.
 nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   const auto& keys = trainer::job_keys();
-  keys.set(config, "pipeline.stages", l.parallel.pipe);
+  trainer::set_layout_keys(config, l.parallel);
   keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
-  keys.set(config, "pipeline.chunks", l.parallel.chunks);
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
-  keys.set(config, "model_parallel", l.parallel.tensor);
-  keys.set(config, "sequence_parallel", l.parallel.sequence_parallel);
-  keys.set(config, "context_parallel", l.parallel.context);
-  keys.set(config, "data_parallel", l.parallel.data);
-  keys.set(config, "expert_parallel", l.parallel.expert);
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
   keys.set(config, "gradient_accumulation_steps", l.micro_batches);

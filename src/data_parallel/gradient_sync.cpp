@@ -23,7 +23,9 @@ GradientSync::GradientSync(const module::PipelineModule& module, const groups::C
       grid_(comms.grid()),
       data_(comms.data()),
       tied_comms_(comms.tied()),
-      overlap_(data_parallel.overlap) {
+      overlap_(data_parallel.overlap),
+      expert_sums_elsewhere_(experts_reduce_scattered(!data_parallel.averages,
+                                                      grid_->expert_data_comm()->size())) {
   // A tied tensor counts in the norm on its first owner stage only.
   std::vector<at::Tensor> counted_elsewhere;
   for (const auto& [key, comm] : tied_comms_) {

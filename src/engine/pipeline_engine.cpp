@@ -85,7 +85,6 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
       *module_, grid_, config_.step(), gradients_->norm_parameters(), comms_->data(),
       gradients_->late(), gradients_->expert_parameters());
   if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
-  if (optimizer_->experts_sharded()) gradients_->leave_expert_sums_to_optimizer();
   if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));
   feed_ = std::make_unique<MicroBatchFeed>(
       grid_, optimizer_->dtype(), device_,

@@ -130,7 +130,7 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
   }
   std::shared_ptr<MasterWeights> expert_masters;
   const auto& holders = grid_->expert_data_comm();
-  if (holders->size() > 1) {
+  if (data_parallel::experts_reduce_scattered(/*sharded=*/true, holders->size())) {
     // ZeRO 1 over the ranks holding the same experts, whatever the stage: the experts'
     // weights stay whole, their masters and optimizer state are sharded.
     data_parallel::ZeroConfig experts_zero = config.zero;
@@ -138,7 +138,6 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     expert_masters = std::make_shared<ShardedMasters>(experts.parameters, expert_norm,
                                                       experts.decayed, experts.late, experts.layers,
                                                       grid_, holders, experts_zero, wire);
-    experts_sharded_ = true;
   } else {
     expert_masters = std::make_shared<ReplicatedMasters>(
         experts.parameters, expert_norm, experts.decayed, grid_, experts.parameters);

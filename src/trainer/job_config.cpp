@@ -31,6 +31,17 @@ topology::ParallelLayout JobConfig::layout() const {
           .chunks = size(engine.pipeline.chunks)};
 }
 
+void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout) {
+  const auto& keys = job_keys();
+  keys.set(config, "pipeline.stages", layout.pipe);
+  keys.set(config, "pipeline.chunks", layout.chunks);
+  keys.set(config, "model_parallel", layout.tensor);
+  keys.set(config, "sequence_parallel", layout.sequence_parallel);
+  keys.set(config, "context_parallel", layout.context);
+  keys.set(config, "data_parallel", layout.data);
+  keys.set(config, "expert_parallel", layout.expert);
+}
+
 namespace {
 
 // DeepSpeed sections a DeepSpeed config may hold that pipetrain does not read, with what to

@@ -36,10 +36,6 @@ class GradientSync {
                DataParallel data_parallel);
 
   void reduce_tied();
-  // Under ZeRO with several ranks holding the same experts: reduce_data_parallel() only
-  // scales the experts' gradients, for the optimizer to average them over those ranks
-  // (see MixedPrecisionOptimizer::experts_sharded).
-  void leave_expert_sums_to_optimizer() { expert_sums_elsewhere_ = true; }
   // Under ZeRO: the buckets are the optimizer's, reduce-scattered onto its shards.
   void reduce_with(std::shared_ptr<BucketReduction> reduction);
 
@@ -77,7 +73,10 @@ class GradientSync {
   std::vector<bool> averaged_late_;   // late_ of each
   std::vector<at::Tensor> experts_;   // split over the expert-parallel group
   bool overlap_ = false;
-  bool expert_sums_elsewhere_ = false;  // see leave_expert_sums_to_optimizer()
+  // Under ZeRO with several ranks holding the same experts (experts_reduce_scattered):
+  // reduce_data_parallel() only scales the experts' gradients, which the reduce-scatter
+  // onto the optimizer's expert shards then averages over those ranks.
+  bool expert_sums_elsewhere_ = false;
   std::unique_ptr<GradientBuckets> buckets_;
 };
 

@@ -24,4 +24,12 @@ inline bool shards_optimizer(const ZeroConfig& zero) {
   return zero.stage > 0;
 }
 
+// Whether the experts' gradients are reduce-scattered onto shards over the ranks holding
+// the same experts (`holders` of them) instead of all-reduced: under ZeRO (`sharded`) with
+// more than one holder. The one rule GradientSync divides the experts' gradients by and
+// the optimizer shards the experts' masters by (ZeRO 1 over the holders).
+inline bool experts_reduce_scattered(bool sharded, int holders) {
+  return sharded && holders > 1;
+}
+
 }  // namespace pipetrain::data_parallel

@@ -54,10 +54,6 @@ class MixedPrecisionOptimizer {
   std::shared_ptr<data_parallel::BucketReduction> bucket_reduction() const {
     return sharded_masters_;
   }
-  // Under ZeRO with experts split over ranks and several ranks holding each: the experts'
-  // gradients are reduce-scattered over those ranks here, after GradientSync has scaled
-  // them (GradientSync::leave_expert_sums_to_optimizer).
-  bool experts_sharded() const { return experts_sharded_; }
   // Under ZeRO stage 3, where the model's parameters live (else null).
   std::shared_ptr<data_parallel::ShardedParameters> sharded_parameters() const;
 
@@ -121,7 +117,6 @@ class MixedPrecisionOptimizer {
   std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
   std::shared_ptr<MasterWeights> masters_;
   std::shared_ptr<ShardedMasters> sharded_masters_;  // under ZeRO: the sharded part
-  bool experts_sharded_ = false;                     // see experts_sharded()
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   optim::LrSchedule lr_schedule_;
   optim::LossScaler loss_scaler_;

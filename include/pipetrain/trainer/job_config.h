@@ -27,6 +27,11 @@ struct JobConfig {
   topology::ParallelLayout layout() const;
 };
 
+// Sets the keys that hold `layout`'s axes in a config before it is read (the inverse of
+// JobConfig::layout()): pipeline.stages and .chunks, data_parallel, model_parallel,
+// context_parallel, expert_parallel, sequence_parallel.
+void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout);
+
 // Every key of a job, each bound once by its owner (the engine, the model, the trainer).
 const config::KeyTable<JobConfig>& job_keys();
 
