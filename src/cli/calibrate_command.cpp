@@ -9,7 +9,7 @@
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/trainer/calibration.h"
+#include "pipetrain/trainer/calibration/calibration.h"
 
 namespace pipetrain::cli {
 namespace {

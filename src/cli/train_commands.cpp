@@ -6,7 +6,7 @@
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/trainer/job_config.h"
-#include "pipetrain/trainer/logits.h"
+#include "pipetrain/trainer/generation/logits.h"
 #include "pipetrain/trainer/trainer.h"
 #include "shape_options.h"
 

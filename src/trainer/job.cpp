@@ -15,7 +15,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/module/layer_seed.h"
-#include "pipetrain/trainer/faults.h"
+#include "pipetrain/trainer/faults/faults.h"
 #include "pipetrain/trainer/output_paths.h"
 
 namespace pipetrain::trainer {

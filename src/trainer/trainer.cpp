@@ -30,7 +30,7 @@
 #include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/output_paths.h"
 #include "pipetrain/trainer/progress_line.h"
-#include "pipetrain/trainer/sampling.h"
+#include "pipetrain/trainer/generation/sampling.h"
 #include "pipetrain/trainer/trace.h"
 
 namespace pipetrain::trainer {

@@ -16,7 +16,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/trainer/faults.h"
+#include "pipetrain/trainer/faults/faults.h"
 
 using namespace pipetrain;
 

@@ -14,7 +14,7 @@
 #include "pipetrain/models/gpt.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/llama.h"
-#include "pipetrain/trainer/sampling.h"
+#include "pipetrain/trainer/generation/sampling.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/sampling.h"
+#include "pipetrain/trainer/generation/sampling.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>

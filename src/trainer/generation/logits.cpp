@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/logits.h"
+#include "pipetrain/trainer/generation/logits.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/fault_injection.h"
+#include "pipetrain/trainer/faults/fault_injection.h"
 #include "pipetrain/io/rank_record.h"
 
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/hugging_face.h"
+#include "pipetrain/trainer/transformers/hugging_face.h"
 
 #include <ATen/ATen.h>
 

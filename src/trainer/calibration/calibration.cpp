@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/calibration.h"
+#include "pipetrain/trainer/calibration/calibration.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>

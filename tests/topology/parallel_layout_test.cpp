@@ -1,0 +1,59 @@
+#include "pipetrain/topology/parallel_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/io/errors.h"
+
+namespace pipetrain::topology {
+namespace {
+
+std::string refusal(const ParallelLayout& asked, int world_size) {
+  try {
+    resolve_layout(asked, world_size);
+  } catch (const io::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParallelLayout, TheDataSizeIsWhatTheOtherAxesLeave) {
+  const ParallelLayout layout = resolve_layout({.pipe = 2, .tensor = 2, .context = 2}, 16);
+  EXPECT_EQ(layout.data, 2);
+  EXPECT_EQ(layout.ranks(), 16);
+  EXPECT_EQ(layout.ranks_per_stage(), 8);
+  EXPECT_EQ(resolve_layout({.pipe = 2, .data = 4, .expert = 2}, 8).data, 4);
+}
+
+TEST(ParallelLayout, RefusesLayoutsThatDoNotFitTheRanksNamingTheAxes) {
+  EXPECT_EQ(refusal({.pipe = 3}, 4), "pipeline.stages 3 does not divide the job's 4 ranks");
+  EXPECT_EQ(refusal({.pipe = 2, .tensor = 2, .context = 2}, 4),
+            "pipeline.stages 2 x context_parallel 2 x model_parallel 2 does not divide the "
+            "job's 4 ranks");
+  EXPECT_EQ(refusal({.pipe = 2}, 1),
+            "pipeline.stages 2 does not divide the job's 1 ranks (one process: start the job "
+            "with pipetrain launch -n 2 -- ...)");
+  EXPECT_EQ(refusal({.pipe = 2, .data = 3}, 4),
+            "data-parallel size 3 with 2 stages needs 6 ranks, the job has 4");
+  EXPECT_EQ(refusal({.pipe = 1, .expert = 3}, 4),
+            "expert_parallel 3 must divide the data-parallel size (4)");
+}
+
+TEST(ParallelLayout, OneTopologyForAnyCombinationOfAxes) {
+  const ProcessTopology plain = make_topology({.pipe = 2, .data = 3});
+  EXPECT_EQ(plain.axes(), (std::vector<std::string>{"pipe", "data"}));
+  const ProcessTopology tensor = make_topology({.pipe = 2, .data = 2, .tensor = 2});
+  EXPECT_EQ(tensor.axes(), (std::vector<std::string>{"pipe", "data", "model"}));
+  EXPECT_EQ(tensor.dims(), (std::vector<int>{2, 2, 2}));
+  // Context without tensor parallelism keeps a model axis of one: Megatron's tp-cp-dp-pp.
+  const ProcessTopology context = make_topology({.pipe = 1, .data = 2, .context = 2});
+  EXPECT_EQ(context.axes(), (std::vector<std::string>{"pipe", "data", "context", "model"}));
+  EXPECT_EQ(context.dims(), (std::vector<int>{1, 2, 2, 1}));
+  // The same coordinates as DeepSpeed's topology for the same axes.
+  EXPECT_EQ(tensor.coord(5), pipe_model_data_parallel_topology(2, 2, 2).coord(5));
+}
+
+}  // namespace
+}  // namespace pipetrain::topology
