@@ -5,8 +5,8 @@
 #include "commands.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
-#include "pipetrain/trainer/job_config.h"
 #include "pipetrain/trainer/generation/logits.h"
+#include "pipetrain/trainer/job_config.h"
 #include "pipetrain/trainer/trainer.h"
 #include "shape_options.h"
 

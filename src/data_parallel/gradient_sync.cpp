@@ -1,6 +1,7 @@
 #include "pipetrain/data_parallel/gradient_sync.h"
 
 #include "pipetrain/data_parallel/averaged_buckets.h"
+#include "pipetrain/data_parallel/zero_config.h"
 
 #include <ATen/ATen.h>
 
@@ -24,8 +25,8 @@ GradientSync::GradientSync(const module::PipelineModule& module, const groups::C
       data_(comms.data()),
       tied_comms_(comms.tied()),
       overlap_(data_parallel.overlap),
-      expert_sums_elsewhere_(experts_reduce_scattered(!data_parallel.averages,
-                                                      grid_->expert_data_comm()->size())) {
+      expert_sums_elsewhere_(
+          experts_reduce_scattered(!data_parallel.averages, grid_->expert_data_comm()->size())) {
   // A tied tensor counts in the norm on its first owner stage only.
   std::vector<at::Tensor> counted_elsewhere;
   for (const auto& [key, comm] : tied_comms_) {

@@ -25,12 +25,12 @@
 #include "pipetrain/tensorboard/tensorboard_writer.h"
 #include "pipetrain/trainer/device_report.h"
 #include "pipetrain/trainer/expert_statistics.h"
+#include "pipetrain/trainer/generation/sampling.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
 #include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/output_paths.h"
 #include "pipetrain/trainer/progress_line.h"
-#include "pipetrain/trainer/generation/sampling.h"
 #include "pipetrain/trainer/trace.h"
 
 namespace pipetrain::trainer {

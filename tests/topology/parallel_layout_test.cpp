@@ -20,7 +20,9 @@ std::string refusal(const ParallelLayout& asked, int world_size) {
 }
 
 TEST(ParallelLayout, TheDataSizeIsWhatTheOtherAxesLeave) {
-  const ParallelLayout layout = resolve_layout({.pipe = 2, .tensor = 2, .context = 2}, 16);
+  // Asked with data 0, as JobConfig::layout() gives it when data_parallel is not set.
+  const ParallelLayout layout =
+      resolve_layout({.pipe = 2, .data = 0, .tensor = 2, .context = 2}, 16);
   EXPECT_EQ(layout.data, 2);
   EXPECT_EQ(layout.ranks(), 16);
   EXPECT_EQ(layout.ranks_per_stage(), 8);
@@ -28,16 +30,17 @@ TEST(ParallelLayout, TheDataSizeIsWhatTheOtherAxesLeave) {
 }
 
 TEST(ParallelLayout, RefusesLayoutsThatDoNotFitTheRanksNamingTheAxes) {
-  EXPECT_EQ(refusal({.pipe = 3}, 4), "pipeline.stages 3 does not divide the job's 4 ranks");
-  EXPECT_EQ(refusal({.pipe = 2, .tensor = 2, .context = 2}, 4),
+  EXPECT_EQ(refusal({.pipe = 3, .data = 0}, 4),
+            "pipeline.stages 3 does not divide the job's 4 ranks");
+  EXPECT_EQ(refusal({.pipe = 2, .data = 0, .tensor = 2, .context = 2}, 4),
             "pipeline.stages 2 x context_parallel 2 x model_parallel 2 does not divide the "
             "job's 4 ranks");
-  EXPECT_EQ(refusal({.pipe = 2}, 1),
+  EXPECT_EQ(refusal({.pipe = 2, .data = 0}, 1),
             "pipeline.stages 2 does not divide the job's 1 ranks (one process: start the job "
             "with pipetrain launch -n 2 -- ...)");
   EXPECT_EQ(refusal({.pipe = 2, .data = 3}, 4),
             "data-parallel size 3 with 2 stages needs 6 ranks, the job has 4");
-  EXPECT_EQ(refusal({.pipe = 1, .expert = 3}, 4),
+  EXPECT_EQ(refusal({.pipe = 1, .data = 0, .expert = 3}, 4),
             "expert_parallel 3 must divide the data-parallel size (4)");
 }
 

@@ -12,7 +12,7 @@ namespace pipetrain::topology {
 // job line and the planner (whose planner::Layout is one with a batch split and schedule).
 struct ParallelLayout {
   int pipe = 1;     // pipeline stages
-  int data = 1;     // data-parallel replicas
+  int data = 1;     // data-parallel replicas (0 in a layout asked for: what the rest leave)
   int tensor = 1;   // tensor-parallel (model_parallel) ranks
   int context = 1;  // ranks splitting each sequence (ring attention)
   int expert = 1;   // consecutive data-parallel ranks splitting each MoE layer's experts
