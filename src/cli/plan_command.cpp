@@ -58,10 +58,10 @@ void print_row(int rank, const planner::Candidate& c) {
   const std::string d = std::to_string(l.parallel.data) +
                         (l.parallel.expert > 1 ? "e" + std::to_string(l.parallel.expert) : "");
   std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
-              rank, t.c_str(), l.parallel.context, l.parallel.pipe, d.c_str(),
-              static_cast<long long>(l.micro_batch), static_cast<long long>(l.micro_batches),
-              l.schedule_label().c_str(), l.zero, l.checkpointing ? "on" : "off",
-              shown(p.step_seconds, "%.4g").c_str(),
+              rank, t.c_str(), static_cast<int>(l.parallel.context),
+              static_cast<int>(l.parallel.pipe), d.c_str(), static_cast<long long>(l.micro_batch),
+              static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
+              l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
               shown(100 * p.bubble, "%.1f%%").c_str(),
               shown(100 * p.data_parallel_seconds / p.step_seconds, "%.1f%%").c_str(),
@@ -239,9 +239,11 @@ int run_plan(const PlanOptions& o) {
     std::snprintf(text, sizeof text,
                   "no layout fits in %.3g GiB per device: the smallest, t %d c %d p %d d %d b "
                   "%lld, needs %.3g GiB on stage %d",
-                  cluster.memory_bytes / kGiB, least.layout.parallel.tensor,
-                  least.layout.parallel.context, least.layout.parallel.pipe,
-                  least.layout.parallel.data, static_cast<long long>(least.layout.micro_batch),
+                  cluster.memory_bytes / kGiB, static_cast<int>(least.layout.parallel.tensor),
+                  static_cast<int>(least.layout.parallel.context),
+                  static_cast<int>(least.layout.parallel.pipe),
+                  static_cast<int>(least.layout.parallel.data),
+                  static_cast<long long>(least.layout.micro_batch),
                   least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
     throw io::InputError(text);
   }

@@ -168,7 +168,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .number("model.capacity_factor", PIPETRAIN_FIELD(moe.capacity_factor),
                 "0: dropless; else an expert takes at most capacity_factor x its even share of "
                 "a sequence's tokens, the rest dropped");
-    t.when([](const ModelConfig& c) { return c.type != Family::kMlp; },
+    t.when([](const ModelConfig& c) { return llama_family(c) || c.type == Family::kGpt; },
            "model.type gpt, llama or mixtral")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))

@@ -5,7 +5,7 @@
 namespace pipetrain::topology {
 
 ParallelLayout resolve_layout(ParallelLayout asked, int world_size) {
-  const int64_t per_replica = int64_t{asked.pipe} * asked.context * asked.tensor;
+  const int64_t per_replica = asked.pipe * asked.context * asked.tensor;
   const std::string times_others =
       (asked.context > 1 ? " x context_parallel " + std::to_string(asked.context) : "") +
       (asked.tensor > 1 ? " x model_parallel " + std::to_string(asked.tensor) : "");
@@ -18,7 +18,7 @@ ParallelLayout resolve_layout(ParallelLayout asked, int world_size) {
                          " does not divide the job's " + std::to_string(world_size) + " ranks" +
                          hint);
   }
-  const int data = static_cast<int>(world_size / per_replica);
+  const int64_t data = world_size / per_replica;
   if (asked.data && asked.data != data) {
     throw io::InputError("data-parallel size " + std::to_string(asked.data) + " with " +
                          std::to_string(asked.pipe) + " stages" + times_others + " needs " +
@@ -34,14 +34,14 @@ ParallelLayout resolve_layout(ParallelLayout asked, int world_size) {
 }
 
 ProcessTopology make_topology(const ParallelLayout& layout) {
-  if (layout.context > 1) {
-    return ProcessTopology({"pipe", "data", "context", "model"},
-                           {layout.pipe, layout.data, layout.context, layout.tensor});
+  // Resolved, every size divides the ranks, which an int counts.
+  const int pipe = static_cast<int>(layout.pipe), data = static_cast<int>(layout.data);
+  const int tensor = static_cast<int>(layout.tensor), context = static_cast<int>(layout.context);
+  if (context > 1) {
+    return ProcessTopology({"pipe", "data", "context", "model"}, {pipe, data, context, tensor});
   }
-  if (layout.tensor > 1) {
-    return ProcessTopology({"pipe", "data", "model"}, {layout.pipe, layout.data, layout.tensor});
-  }
-  return ProcessTopology({"pipe", "data"}, {layout.pipe, layout.data});
+  if (tensor > 1) return ProcessTopology({"pipe", "data", "model"}, {pipe, data, tensor});
+  return ProcessTopology({"pipe", "data"}, {pipe, data});
 }
 
 }  // namespace pipetrain::topology

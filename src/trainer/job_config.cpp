@@ -21,14 +21,13 @@ const config::KeyTable<JobConfig>& job_keys() {
 }
 
 topology::ParallelLayout JobConfig::layout() const {
-  const auto size = [](int64_t n) { return static_cast<int>(n); };
-  return {.pipe = size(engine.pipeline.stages),
-          .data = size(trainer.data_parallel),
-          .tensor = size(trainer.model_parallel),
-          .context = size(trainer.context_parallel),
-          .expert = size(trainer.expert_parallel),
+  return {.pipe = engine.pipeline.stages,
+          .data = trainer.data_parallel,
+          .tensor = trainer.model_parallel,
+          .context = trainer.context_parallel,
+          .expert = trainer.expert_parallel,
           .sequence_parallel = trainer.sequence_parallel,
-          .chunks = size(engine.pipeline.chunks)};
+          .chunks = engine.pipeline.chunks};
 }
 
 void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout) {

@@ -31,7 +31,7 @@ class Grid {
        int expert_parallel = 1);
   // The grid of a resolved layout (resolve_layout) over its make_topology().
   Grid(const ParallelLayout& layout, std::shared_ptr<comm::MpiCommunicator> world)
-      : Grid(make_topology(layout), std::move(world), layout.expert) {}
+      : Grid(make_topology(layout), std::move(world), static_cast<int>(layout.expert)) {}
 
   const ProcessTopology& topology() const { return topology_; }
   int global_rank() const { return world_->rank(); }

@@ -11,17 +11,19 @@ namespace pipetrain::topology {
 // line, checked once against the job's ranks (resolve_layout), and read by the grid, the
 // job line and the planner (whose planner::Layout is one with a batch split and schedule).
 struct ParallelLayout {
-  int pipe = 1;     // pipeline stages
-  int data = 1;     // data-parallel replicas (0 in a layout asked for: what the rest leave)
-  int tensor = 1;   // tensor-parallel (model_parallel) ranks
-  int context = 1;  // ranks splitting each sequence (ring attention)
-  int expert = 1;   // consecutive data-parallel ranks splitting each MoE layer's experts
+  // Sizes as the config holds them (64-bit, checked against the ranks before any is
+  // narrowed); a resolved layout's fit in an int.
+  int64_t pipe = 1;     // pipeline stages
+  int64_t data = 1;     // data-parallel replicas (0 in a layout asked for: what the rest leave)
+  int64_t tensor = 1;   // tensor-parallel (model_parallel) ranks
+  int64_t context = 1;  // ranks splitting each sequence (ring attention)
+  int64_t expert = 1;   // consecutive data-parallel ranks splitting each MoE layer's experts
   bool sequence_parallel = false;  // Megatron's, over the tensor-parallel ranks
-  int chunks = 1;                  // model chunks (virtual stages) per pipeline stage
+  int64_t chunks = 1;              // model chunks (virtual stages) per pipeline stage
 
-  int64_t ranks() const { return int64_t{pipe} * data * tensor * context; }
+  int64_t ranks() const { return pipe * data * tensor * context; }
   // Ranks that compute one stage's samples together: its data, context and tensor ranks.
-  int64_t ranks_per_stage() const { return int64_t{tensor} * context * data; }
+  int64_t ranks_per_stage() const { return tensor * context * data; }
 };
 
 // The layout of a job of `world_size` ranks: `asked` with its data size (0: whatever the
