@@ -44,6 +44,14 @@ TEST(ParallelLayout, RefusesLayoutsThatDoNotFitTheRanksNamingTheAxes) {
             "expert_parallel 3 must divide the data-parallel size (4)");
 }
 
+TEST(ParallelLayout, ChecksSizesPastAnIntBeforeNarrowingThem) {
+  const int64_t huge = (int64_t{1} << 32) + 2;  // 2 once cut to 32 bits
+  EXPECT_EQ(refusal({.pipe = 1, .data = huge}, 2),
+            "data-parallel size 4294967298 with 1 stages needs 4294967298 ranks, the job has 2");
+  EXPECT_EQ(refusal({.pipe = huge, .data = 0}, 2),
+            "pipeline.stages 4294967298 does not divide the job's 2 ranks");
+}
+
 TEST(ParallelLayout, OneTopologyForAnyCombinationOfAxes) {
   const ProcessTopology plain = make_topology({.pipe = 2, .data = 3});
   EXPECT_EQ(plain.axes(), (std::vector<std::string>{"pipe", "data"}));
