@@ -91,8 +91,7 @@ models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelG
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A language model that splits over no group: pipe and data parallelism only.
-  pipetrain::models::register_family(
-      {.name = "shift_lm", .capabilities = {.language_model = true}, .build = shift_lm});
+  // It splits over no group (no tensor, context or expert parallelism): pipe and data only.
+  pipetrain::models::register_family({.name = "shift_lm", .capabilities = {}, .build = shift_lm});
   return pipetrain::cli::run(argc, argv);
 }

@@ -80,13 +80,9 @@ Capabilities capabilities(const ModelConfig& config) {
   switch (config.type) {
     case Family::kGpt:
     case Family::kLlama:
-      return {.language_model = true,
-              .tensor_parallel = true,
-              .context_parallel = true,
-              .sequence_parallel = true};
+      return {.tensor_parallel = true, .context_parallel = true, .sequence_parallel = true};
     case Family::kMixtral:  // the router's statistics need a sequence's tokens together
-      return {
-          .language_model = true, .tensor_parallel = true, .routed_experts = config.moe.experts};
+      return {.tensor_parallel = true, .routed_experts = config.moe.experts};
     case Family::kMlp:
       return {};
     case Family::kRegistered:

@@ -48,7 +48,6 @@ inline bool llama_family(const ModelConfig& config) {
 
 // What a model can do: what code outside models/ asks instead of comparing names.
 struct Capabilities {
-  bool language_model = false;    // tokens in, logits out: generation, transformers folders
   bool tensor_parallel = false;   // heads, MLPs and vocabulary split over model_parallel
   bool context_parallel = false;  // sequences split over context_parallel (ring attention)
   // Megatron's sequence parallelism over model_parallel (besides tensor parallelism).
