@@ -30,9 +30,8 @@ inline std::string schedule_names() {
 inline std::string chunk_counts() {
   std::string counts;
   for (const auto& kind : schedule::schedule_kinds()) {
-    if (!kind.uses_chunks || kind.config_names.empty() || kind.kind == schedule::Kind::kFile)
-      continue;
-    const int least = kind.min_config_chunks > 0 ? kind.min_config_chunks : kind.min_chunks;
+    if (!kind.chunked_in_config()) continue;
+    const int least = kind.least_config_chunks();
     counts += std::string(counts.empty() ? "" : ", ") + std::string(kind.config_names.front()) +
               " " + std::to_string(least) + (kind.max_chunks == least ? "" : " or more");
   }

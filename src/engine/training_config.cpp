@@ -28,7 +28,7 @@ void check_chunks(const TrainingConfig& c) {
     if (p.chunks == 1) return;
     std::string chunked;
     for (const auto& other : schedule::schedule_kinds()) {
-      if (other.uses_chunks && other.kind != schedule::Kind::kFile && !other.config_names.empty())
+      if (other.chunked_in_config())
         chunked += (chunked.empty() ? "" : ", ") + std::string(other.config_names.front());
     }
     throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
@@ -40,7 +40,7 @@ void check_chunks(const TrainingConfig& c) {
                          std::to_string(p.stages));
   }
   if (p.schedule == schedule::Kind::kFile) return;  // the file's (check_schedule_file)
-  const int least = kind.min_config_chunks > 0 ? kind.min_config_chunks : kind.min_chunks;
+  const int least = kind.least_config_chunks();
   if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
     throw io::InputError(named + " needs pipeline.chunks " +
                          (kind.max_chunks == least ? "of " : "of at least ") +

@@ -93,11 +93,6 @@ Capabilities capabilities(const ModelConfig& config) {
   return {};
 }
 
-int64_t context_of(const ModelConfig& config) {
-  if (llama_family(config)) return config.llama.context;
-  return config.type == Family::kGpt ? config.gpt.context : 0;
-}
-
 bool ties_embeddings(const ModelConfig& config) {
   if (llama_family(config)) return config.llama.tie_embeddings;
   return config.type == Family::kGpt && config.gpt.tie_embeddings;

@@ -63,8 +63,6 @@ const std::string& type_name(const ModelConfig& config);
 // name, which model.type then accepts, and what it can do. logic_error for a name taken.
 void register_family_name(const std::string& name, const Capabilities& capabilities);
 
-// The longest sequence of a language model (0 for the MLP).
-int64_t context_of(const ModelConfig& config);
 // Whether the LM head uses the token embedding.
 bool ties_embeddings(const ModelConfig& config);
 

@@ -134,6 +134,13 @@ struct ScheduleKind {
   std::unique_ptr<Schedule> (*steps)(const PipeShape&, int stage_id) = nullptr;
   // What it needs of a shape beyond the chunk counts: InputError naming the rule; or null.
   void (*shape_rule)(const PipeShape&) = nullptr;
+
+  // Whether a config gives it pipeline.chunks (a named kind over model chunks, not a file).
+  bool chunked_in_config() const {
+    return uses_chunks && !config_names.empty() && kind != Kind::kFile;
+  }
+  // The fewest chunks a config may give it.
+  int least_config_chunks() const { return min_config_chunks > 0 ? min_config_chunks : min_chunks; }
 };
 
 const std::vector<ScheduleKind>& schedule_kinds();
