@@ -70,7 +70,9 @@ BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGr
 }
 
 std::string builtin_types_reading(bool tokens) {
-  return tokens ? "\"gpt\", \"llama\" or \"mixtral\"" : "\"mlp\"";
+  return tokens ? "\"gpt\" or a LLaMA family (\"llama\", \"mixtral\", \"qwen2\", \"qwen3\", "
+                  "\"mistral\")"
+                : "\"mlp\"";
 }
 
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group,
@@ -88,7 +90,7 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
     return language_model(gpt_layers(g, group, context), {group, context}, g.vocab_size, g.context);
   }
   if (llama_family(config)) {
-    const LlamaConfig& l = config.llama;
+    const LlamaConfig l = decoder_config(config);
     std::optional<MoeConfig> moe;
     if (config.type == Family::kMixtral) moe = config.moe;
     return language_model(llama_layers(l, group, context, moe, experts), {group, context},

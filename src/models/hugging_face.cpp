@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "pipetrain/config/json_value.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::models {
@@ -58,17 +59,50 @@ class HfFields {
   std::string source_;
 };
 
-std::string architecture_of(const nlohmann::json& hf, const HfFields& fields) {
+// The transformers classes pipetrain imports and exports, and their model_type.
+struct Architecture {
+  const char* name;
+  const char* model_type;
+  Family family;
+};
+constexpr Architecture kArchitectures[] = {
+    {"GPT2LMHeadModel", "gpt2", Family::kGpt},
+    {"LlamaForCausalLM", "llama", Family::kLlama},
+    {"MixtralForCausalLM", "mixtral", Family::kMixtral},
+    {"Qwen2ForCausalLM", "qwen2", Family::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", Family::kQwen3},
+    {"MistralForCausalLM", "mistral", Family::kMistral},
+};
+
+std::string architecture_list() {
+  std::string list;
+  for (const Architecture& a : kArchitectures) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  return list;
+}
+
+const Architecture* architecture_of_family(Family family) {
+  for (const Architecture& a : kArchitectures) {
+    if (a.family == family) return &a;
+  }
+  return nullptr;
+}
+
+const Architecture& architecture_of(const nlohmann::json& hf, const HfFields& fields) {
   if (hf.contains("architectures") && hf["architectures"].is_array() &&
       !hf["architectures"].empty() && hf["architectures"][0].is_string()) {
-    return hf["architectures"][0].get<std::string>();
+    const std::string name = hf["architectures"][0].get<std::string>();
+    for (const Architecture& a : kArchitectures) {
+      if (name == a.name) return a;
+    }
+    fields.refuse("architectures",
+                  "\"" + name + "\" is not one pipetrain imports (" + architecture_list() + ")");
   }
   const std::string type = fields.text("model_type", "");
-  if (type == "gpt2") return "GPT2LMHeadModel";
-  if (type == "llama") return "LlamaForCausalLM";
-  if (type == "mixtral") return "MixtralForCausalLM";
-  fields.refuse("architectures",
-                "is missing (and model_type is not \"gpt2\", \"llama\" or \"mixtral\")");
+  for (const Architecture& a : kArchitectures) {
+    if (type == a.model_type) return a;
+  }
+  fields.refuse("architectures", "is missing (and model_type \"" + type +
+                                     "\" is not one pipetrain imports)");
 }
 
 GptConfig gpt2_from_hf(const HfFields& f) {
@@ -101,35 +135,135 @@ GptConfig gpt2_from_hf(const HfFields& f) {
   return g;
 }
 
-// transformers 4 writes rope_theta (and rope_scaling for variants), 5 writes
-// rope_parameters {rope_type, rope_theta}; only the plain rotation is computed.
-double rope_theta_of(const HfFields& f) {
-  if (f.present("rope_scaling")) f.refuse("rope_scaling", "is not supported (plain rotary)");
-  if (!f.present("rope_parameters")) return f.number("rope_theta", 10000.0);
-  const HfFields rope(f.get("rope_parameters"), f.source() + ": rope_parameters");
-  if (rope.text("rope_type", "default") != "default")
-    rope.refuse("rope_type", "must be \"default\" (plain rotary)");
-  return rope.number("rope_theta", f.number("rope_theta", 10000.0));
+// transformers 4 writes rope_theta and rope_scaling {type or rope_type, factor, ...}, 5
+// writes rope_parameters {rope_type, rope_theta, factor, ...}.
+void read_rope(const HfFields& f, LlamaConfig& l) {
+  l.rope_theta = f.number("rope_theta", 10000.0);
+  if (f.present("partial_rotary_factor") && f.number("partial_rotary_factor", 1.0) != 1.0)
+    f.refuse("partial_rotary_factor", "must be 1 (every dimension of a head rotates)");
+  const char* section = f.present("rope_parameters") ? "rope_parameters"
+                        : f.present("rope_scaling")  ? "rope_scaling"
+                                                     : nullptr;
+  if (!section) return;
+  const HfFields rope(f.get(section), f.source() + ": " + section);
+  l.rope_theta = rope.number("rope_theta", l.rope_theta);
+  const std::string type = rope.text("rope_type", rope.text("type", "default"));
+  bool known = false;
+  for (const auto& [name, value] : rope_type_names()) {
+    if (name == type) {
+      l.rope_scaling.type = value;
+      known = true;
+    }
+  }
+  if (!known)
+    rope.refuse("rope_type", "\"" + type +
+                                 "\" is not one pipetrain computes (default, linear, dynamic, "
+                                 "llama3, yarn)");
+  if (rope.present("partial_rotary_factor") && rope.number("partial_rotary_factor", 1.0) != 1.0)
+    rope.refuse("partial_rotary_factor", "must be 1 (every dimension of a head rotates)");
+  RopeScaling& r = l.rope_scaling;
+  if (r.type == RopeType::kDefault) return;
+  r.original_max_position_embeddings = rope.integer("original_max_position_embeddings", 0);
+  if (r.type == RopeType::kYarn && !rope.present("factor") && r.original_max_position_embeddings > 0)
+    r.factor = static_cast<double>(l.positions()) / r.original_max_position_embeddings;
+  else
+    r.factor = rope.number("factor", 1.0);
+  if (r.type == RopeType::kLlama3) {
+    r.low_freq_factor = rope.number("low_freq_factor", r.low_freq_factor);
+    r.high_freq_factor = rope.number("high_freq_factor", r.high_freq_factor);
+  }
+  if (r.type == RopeType::kYarn) {
+    r.beta_fast = rope.number("beta_fast", r.beta_fast);
+    r.beta_slow = rope.number("beta_slow", r.beta_slow);
+    r.attention_factor = rope.number("attention_factor", 0.0);
+    r.truncate = rope.flag("truncate", true);
+    for (const char* key : {"mscale", "mscale_all_dim"}) {
+      if (rope.present(key)) rope.refuse(key, "is not supported (DeepSeek's YaRN scaling)");
+    }
+  }
 }
 
+// Qwen's windows: layer_types ("full_attention" / "sliding_attention"), or
+// use_sliding_window with the blocks from max_window_layers on sliding.
+void read_qwen_windows(const HfFields& f, const nlohmann::json& hf, LlamaConfig& l) {
+  if (!f.present("layer_types")) {
+    if (!f.flag("use_sliding_window", false)) return;
+    l.sliding_window = f.integer("sliding_window");
+    l.max_window_layers = std::min(f.integer("max_window_layers", 0), l.layers);
+    return;
+  }
+  const nlohmann::json& types = hf["layer_types"];
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != l.layers)
+    f.refuse("layer_types", "must list num_hidden_layers layer types");
+  int64_t first_sliding = l.layers;
+  for (int64_t i = 0; i < l.layers; ++i) {
+    const nlohmann::json& type = types[static_cast<size_t>(i)];
+    const bool sliding = type == "sliding_attention";
+    if (!sliding && type != "full_attention")
+      f.refuse("layer_types", "lists " + type.dump() +
+                                  ": each must be \"full_attention\" or \"sliding_attention\"");
+    if (sliding && first_sliding == l.layers) first_sliding = i;
+    if (!sliding && first_sliding < l.layers)
+      f.refuse("layer_types",
+               "must list the full-attention blocks first, then the sliding ones "
+               "(Qwen's max_window_layers rule)");
+  }
+  if (first_sliding == l.layers) return;
+  l.sliding_window = f.integer("sliding_window");
+  l.max_window_layers = first_sliding;
+}
+
+// The decoder's fields every LLaMA family shares.
 LlamaConfig llama_from_hf(const HfFields& f) {
   LlamaConfig l;
   l.vocab_size = f.integer("vocab_size");
   l.context = f.integer("max_position_embeddings");
+  l.max_position_embeddings = l.context;
   l.d_model = f.integer("hidden_size");
   l.heads = f.integer("num_attention_heads");
   l.num_key_value_heads = f.integer("num_key_value_heads", l.heads);
   l.intermediate_size = f.integer("intermediate_size");
   l.layers = f.integer("num_hidden_layers");
-  l.rope_theta = rope_theta_of(f);
+  read_rope(f, l);
   l.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   l.tie_embeddings = f.flag("tie_word_embeddings", false);
   if (f.text("hidden_act", "silu") != "silu")
     f.refuse("hidden_act", "must be \"silu\" (the SwiGLU MLP)");
-  if (f.flag("attention_bias", false)) f.refuse("attention_bias", "is not supported (no biases)");
   if (f.flag("mlp_bias", false)) f.refuse("mlp_bias", "is not supported (no biases)");
-  if (f.present("head_dim") && f.integer("head_dim") * l.heads != l.d_model)
-    f.refuse("head_dim", "must be hidden_size / num_attention_heads");
+  if (f.present("head_dim")) {
+    const int64_t head_dim = f.integer("head_dim");
+    if (head_dim < 1) f.refuse("head_dim", "must be at least 1");
+    if (head_dim * l.heads != l.d_model) l.head_dim = head_dim;
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (f.present(key)) f.refuse(key, "is not supported (no soft-capping)");
+  }
+  return l;
+}
+
+// Each family's own fields on top of the shared decoder.
+LlamaConfig family_decoder_from_hf(Family family, const HfFields& f, const nlohmann::json& hf) {
+  LlamaConfig l = llama_from_hf(f);
+  switch (family) {
+    case Family::kQwen2:
+      read_qwen_windows(f, hf, l);
+      break;
+    case Family::kQwen3:
+      if (f.flag("attention_bias", false))
+        f.refuse("attention_bias", "is not supported (Qwen3's projections have none)");
+      read_qwen_windows(f, hf, l);
+      break;
+    case Family::kMistral:
+    case Family::kMixtral:
+      l.sliding_window = f.present("sliding_window") ? f.integer("sliding_window") : 0;
+      if (f.flag("attention_bias", false)) f.refuse("attention_bias", "is not supported");
+      break;
+    default:
+      if (f.flag("attention_bias", false))
+        f.refuse("attention_bias", "is not supported (no biases)");
+      break;
+  }
+  if (l.sliding_window < 0) f.refuse("sliding_window", "must be at least 1");
   return l;
 }
 
@@ -141,7 +275,6 @@ MoeConfig mixtral_from_hf(const HfFields& f) {
   m.router_aux_loss_coef = f.number("router_aux_loss_coef", 0.001);
   if (f.number("router_jitter_noise", 0.0) != 0)
     f.refuse("router_jitter_noise", "must be 0 (the router's inputs are not jittered)");
-  if (f.present("sliding_window")) f.refuse("sliding_window", "is not supported (full attention)");
   return m;
 }
 
@@ -195,6 +328,10 @@ void add_mixtral_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i) {
 
 std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) {
   std::vector<HfTensor> t;
+  const std::pair<const char*, const char*> biases[] = {
+      {"self_attn.q_proj", "q_proj"}, {"self_attn.k_proj", "k_proj"}, {"self_attn.v_proj", "v_proj"}};
+  const std::pair<const char*, const char*> head_norms[] = {{"self_attn.q_norm", "q_norm"},
+                                                            {"self_attn.k_norm", "k_norm"}};
   add(t, "model.embed_tokens.weight", 0, "tokens.weight");
   const std::pair<const char*, const char*> weights[] = {
       {"input_layernorm", "attention_norm"}, {"self_attn.q_proj", "q_proj"},
@@ -208,6 +345,16 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
       add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
           std::string(ours) + ".weight");
     }
+    for (const auto& [hf, ours] : biases) {
+      if (l.qkv_bias)
+        add(t, "model.layers." + std::to_string(i) + "." + hf + ".bias", i + 1,
+            std::string(ours) + ".bias");
+    }
+    for (const auto& [hf, ours] : head_norms) {
+      if (l.qk_norm)
+        add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
+            std::string(ours) + ".weight");
+    }
     if (moe) add_mixtral_experts(t, *moe, i);
   }
   const int final_norm = static_cast<int>(l.layers) + 1;
@@ -218,8 +365,7 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
 
 io::InputError no_transformers_format(const ModelConfig& config) {
   return io::InputError("model.type \"" + type_name(config) +
-                        "\" has no transformers format (only \"gpt\", \"llama\" and "
-                        "\"mixtral\")");
+                        "\" has no transformers format (only \"gpt\" and the LLaMA families)");
 }
 
 // A Mixtral transformers computes: softmax scores, no shared experts.
@@ -236,22 +382,13 @@ void check_mixtral_format(const MoeConfig& m) {
 
 ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
   const HfFields fields(hf, source);
-  const std::string architecture = architecture_of(hf, fields);
   ModelConfig config;
-  if (architecture == "GPT2LMHeadModel") {
-    config.type = Family::kGpt;
+  config.type = architecture_of(hf, fields).family;
+  if (config.type == Family::kGpt) {
     config.gpt = gpt2_from_hf(fields);
-  } else if (architecture == "LlamaForCausalLM") {
-    config.type = Family::kLlama;
-    config.llama = llama_from_hf(fields);
-  } else if (architecture == "MixtralForCausalLM") {
-    config.type = Family::kMixtral;
-    config.llama = llama_from_hf(fields);
-    config.moe = mixtral_from_hf(fields);
   } else {
-    fields.refuse("architectures", "\"" + architecture +
-                                       "\" is not one pipetrain imports (GPT2LMHeadModel, "
-                                       "LlamaForCausalLM, MixtralForCausalLM)");
+    config.llama = family_decoder_from_hf(config.type, fields, hf);
+    if (config.type == Family::kMixtral) config.moe = mixtral_from_hf(fields);
   }
   // Special tokens, where config.json names one of each (a list or null names none here).
   auto token = [&](const char* name) {
@@ -263,6 +400,91 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
 }
 
 namespace {
+
+nlohmann::json rope_parameters_of(const LlamaConfig& l) {
+  const RopeScaling& r = l.rope_scaling;
+  nlohmann::json rope = {{"rope_type", config::name_of(rope_type_names(), r.type)},
+                         {"rope_theta", l.rope_theta}};
+  if (r.type == RopeType::kDefault) return rope;
+  rope["factor"] = r.factor;
+  if (r.original_max_position_embeddings > 0)
+    rope["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if (r.type == RopeType::kLlama3) {
+    rope["low_freq_factor"] = r.low_freq_factor;
+    rope["high_freq_factor"] = r.high_freq_factor;
+  }
+  if (r.type == RopeType::kYarn) {
+    rope["beta_fast"] = r.beta_fast;
+    rope["beta_slow"] = r.beta_slow;
+    rope["truncate"] = r.truncate;
+    if (r.attention_factor > 0) rope["attention_factor"] = r.attention_factor;
+  }
+  return rope;
+}
+
+// The windows as a family's config.json says them, or refused where it cannot.
+void write_windows(Family family, const LlamaConfig& l, nlohmann::json& hf) {
+  const bool windows = l.sliding_window > 0 && l.max_window_layers < l.layers;
+  switch (family) {
+    case Family::kQwen2:
+    case Family::kQwen3: {
+      hf["use_sliding_window"] = windows;
+      hf["sliding_window"] = windows ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
+      hf["max_window_layers"] = windows ? l.max_window_layers : l.layers;
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t i = 0; i < l.layers; ++i)
+        types.push_back(windows && l.slides(i) ? "sliding_attention" : "full_attention");
+      hf["layer_types"] = types;
+      return;
+    }
+    case Family::kMistral:
+    case Family::kMixtral:
+      if (windows && l.max_window_layers > 0)
+        throw io::InputError("model.max_window_layers has no transformers format for model.type \"" +
+                             name_of(family) + "\" (its windows are in every block)");
+      hf["sliding_window"] = windows ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
+      return;
+    default:
+      if (windows)
+        throw io::InputError(
+            "model.sliding_window has no transformers format for model.type \"llama\" (export "
+            "as \"mistral\" or \"qwen2\")");
+  }
+}
+
+nlohmann::json llama_hf_config(const ModelConfig& config) {
+  const LlamaConfig l = decoder_config(config);
+  const Architecture& architecture = *architecture_of_family(config.type);
+  nlohmann::json hf = {{"architectures", {architecture.name}},
+                       {"model_type", architecture.model_type},
+                       {"vocab_size", l.vocab_size},
+                       {"max_position_embeddings", l.positions()},
+                       {"hidden_size", l.d_model},
+                       {"num_attention_heads", l.heads},
+                       {"num_key_value_heads", l.num_key_value_heads},
+                       {"head_dim", l.head_width()},
+                       {"intermediate_size", l.intermediate_size},
+                       {"num_hidden_layers", l.layers},
+                       {"rope_theta", l.rope_theta},  // transformers 4; 5 reads rope_parameters
+                       {"rope_parameters", rope_parameters_of(l)},
+                       {"rms_norm_eps", l.rms_norm_eps},
+                       {"hidden_act", "silu"},
+                       {"tie_word_embeddings", l.tie_embeddings},
+                       {"torch_dtype", "float32"}};
+  if (config.type == Family::kLlama || config.type == Family::kQwen3) {
+    hf["attention_bias"] = false;
+    hf["mlp_bias"] = false;
+  }
+  write_windows(config.type, l, hf);
+  if (config.type != Family::kMixtral) return hf;
+  check_mixtral_format(config.moe);
+  hf["num_local_experts"] = config.moe.experts;
+  hf["num_experts_per_tok"] = config.moe.experts_per_token;
+  hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;
+  hf["router_jitter_noise"] = 0.0;
+  hf["output_router_logits"] = false;
+  return hf;
+}
 
 nlohmann::json hf_model_config_of(const ModelConfig& config) {
   if (config.type == Family::kGpt) {
@@ -283,38 +505,7 @@ nlohmann::json hf_model_config_of(const ModelConfig& config) {
             {"tie_word_embeddings", g.tie_embeddings},
             {"torch_dtype", "float32"}};
   }
-  if (llama_family(config)) {
-    const LlamaConfig& l = config.llama;
-    const bool mixtral = config.type == Family::kMixtral;
-    nlohmann::json hf = {
-        {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-        {"model_type", type_name(config)},
-        {"vocab_size", l.vocab_size},
-        {"max_position_embeddings", l.context},
-        {"hidden_size", l.d_model},
-        {"num_attention_heads", l.heads},
-        {"num_key_value_heads", l.num_key_value_heads},
-        {"head_dim", l.d_model / l.heads},
-        {"intermediate_size", l.intermediate_size},
-        {"num_hidden_layers", l.layers},
-        {"rope_theta", l.rope_theta},  // transformers 4; 5 reads rope_parameters
-        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", l.rope_theta}}},
-        {"rms_norm_eps", l.rms_norm_eps},
-        {"hidden_act", "silu"},
-        {"attention_bias", false},
-        {"mlp_bias", false},
-        {"tie_word_embeddings", l.tie_embeddings},
-        {"torch_dtype", "float32"}};
-    if (!mixtral) return hf;
-    check_mixtral_format(config.moe);
-    hf["num_local_experts"] = config.moe.experts;
-    hf["num_experts_per_tok"] = config.moe.experts_per_token;
-    hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;
-    hf["router_jitter_noise"] = 0.0;
-    hf["sliding_window"] = nullptr;
-    hf["output_router_logits"] = false;
-    return hf;
-  }
+  if (llama_family(config)) return llama_hf_config(config);
   throw no_transformers_format(config);
 }
 
@@ -332,11 +523,11 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
   if (config.type == Family::kGpt) return gpt2_tensors(config.gpt);
-  if (config.type == Family::kLlama) return llama_tensors(config.llama, nullptr);
   if (config.type == Family::kMixtral) {
     check_mixtral_format(config.moe);
-    return llama_tensors(config.llama, &config.moe);
+    return llama_tensors(decoder_config(config), &config.moe);
   }
+  if (llama_family(config)) return llama_tensors(decoder_config(config), nullptr);
   throw no_transformers_format(config);
 }
 

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "layer_rules.h"
+#include "rotary.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/moe.h"
 #include "pipetrain/models/packed_documents.h"
+#include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
 
@@ -23,51 +25,49 @@ namespace {
 
 constexpr tensor_parallel::LinearOptions kLlamaLinear{.bias = false, .init_std = kInitStd};
 
+// A q, k or v projection's options: with biases in Qwen2.
+constexpr tensor_parallel::LinearOptions projection(bool bias) {
+  return {.bias = bias, .init_std = kInitStd};
+}
+
 using tensor_parallel::ColumnParallelLinear;
 using tensor_parallel::Group;
 using tensor_parallel::RowParallelLinear;
 using tensor_parallel::VocabParallelEmbedding;
 using ContextGroup = context_parallel::Group;
 
+// What a norm's input holds of the group's work, which decides how its weight's gradient
+// is summed over the tensor-parallel group.
+enum class NormOver {
+  kStream,  // the residual stream: replicated, or this rank's slice of the sequence
+  kHeads,   // this rank's attention heads (q/k norms): every rank's part of the gradient
+};
+
 // Root-mean-square normalisation with a learned scale, computed in float32 whatever the
 // activations' type (as transformers' LlamaRMSNorm); under sequence parallelism on this
 // rank's slice of the sequence.
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(int64_t dim, double eps_, Group group_)
+  RmsNormImpl(int64_t dim, double eps_, Group group_, NormOver over_ = NormOver::kStream)
       : eps(eps_),
         group(std::move(group_)),
+        over(over_),
         weight(register_parameter("weight", at::ones({dim}))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor wide = x.to(at::kFloat);
     const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    return tensor_parallel::sequence_shared(weight, group) * normed.to(x.scalar_type());
+    const at::Tensor scale = over == NormOver::kHeads
+                                 ? tensor_parallel::copy_to_group(weight, group)
+                                 : tensor_parallel::sequence_shared(weight, group);
+    return scale * normed.to(x.scalar_type());
   }
 
   double eps;
   Group group;
+  NormOver over;
   at::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);
-
-// Rotary position embeddings of `positions` (int64 [seq], or [batch, seq] for packed
-// documents), [seq, head_dim] each (or [batch, 1, seq, head_dim]), in `like`'s
-// type and device: the angle of position p in pair i is p * theta^(-2i / head_dim), the two halves
-// of a head rotated together (transformers' rotate_half layout).
-struct Rotation {
-  at::Tensor cos;
-  at::Tensor sin;
-};
-Rotation rotation(const at::Tensor& positions, int64_t head_dim, double theta,
-                  const at::Tensor& like) {
-  const auto f32 = like.options().dtype(at::kFloat);
-  const at::Tensor pairs = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat);
-  const at::Tensor inverse_frequency = at::reciprocal(at::pow(theta, pairs / head_dim));
-  at::Tensor angles = positions.to(f32).unsqueeze(-1) * inverse_frequency;
-  angles = at::cat({angles, angles}, -1);
-  if (angles.dim() == 3) angles = angles.unsqueeze(1);  // over the heads
-  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
-}
 
 // What decides the rotation of a window (no packed documents): every block of a stage
 // rotates the same positions.
@@ -78,8 +78,7 @@ struct WindowRotation {
   std::vector<int64_t> firsts;
   int64_t length;
   int64_t ring_rank, ring_size;
-  int64_t head_dim;
-  double theta;
+  Rope rope;
   at::ScalarType type;
   at::Device device;
   bool inference;  // made under InferenceMode: not for a graph autograd records
@@ -95,13 +94,8 @@ const Rotation& window_rotation(const WindowRotation& key,
                                 const at::Tensor& like) {
   thread_local std::optional<std::pair<WindowRotation, Rotation>> last;
   if (!last || !(last->first == key))
-    last.emplace(key, rotation(positions(), key.head_dim, key.theta, like));
+    last.emplace(key, rotation(positions(), key.rope, like));
   return last->second;
-}
-
-at::Tensor rotate(const at::Tensor& x, const Rotation& r) {
-  const auto halves = x.chunk(2, -1);
-  return x * r.cos + at::cat({-halves[1], halves[0]}, -1) * r.sin;
 }
 
 // Token embeddings split by vocabulary over the tensor-parallel group; under context
@@ -129,25 +123,31 @@ TORCH_MODULE(LlamaEmbedding);
 // sequence under sequence parallelism). With `moe`, the MLP is a mixture of experts of
 // intermediate_size each (Mixtral).
 struct LlamaBlockImpl : torch::nn::Module {
-  LlamaBlockImpl(const LlamaConfig& c, const std::optional<MoeConfig>& moe_config,
+  // `layer`: the block's index among the decoder's blocks (which decides its window).
+  LlamaBlockImpl(const LlamaConfig& c, int64_t layer, const std::optional<MoeConfig>& moe_config,
                  const Group& group, const ContextGroup& context_,
                  const expert_parallel::Group& experts)
       : context(context_),
-        head_dim(c.d_model / c.heads),
-        rope_theta(c.rope_theta),
+        head_dim(c.head_width()),
+        rope(rope_of(c)),
+        window(c.slides(layer) ? c.sliding_window : 0),
         attention_norm(
             register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
-        q_proj(register_module(
-            "q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group, kLlamaLinear))),
+        q_proj(register_module("q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group,
+                                                              projection(c.qkv_bias)))),
         k_proj(register_module(
             "k_proj", ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group,
-                                           kLlamaLinear))),
+                                           projection(c.qkv_bias)))),
         v_proj(register_module(
             "v_proj", ColumnParallelLinear(c.d_model, c.num_key_value_heads * head_dim, group,
-                                           kLlamaLinear))),
+                                           projection(c.qkv_bias)))),
         o_proj(register_module(
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
         mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))) {
+    if (c.qk_norm) {
+      q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
+      k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
+    }
     if (moe_config) {
       moe = register_module("moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config,
                                                   group, kInitStd, experts));
@@ -175,10 +175,14 @@ struct LlamaBlockImpl : torch::nn::Module {
   // packed); returns [batch, seq, width] (the whole sequence: under sequence parallelism
   // the projections gather it).
   at::Tensor attend(const at::Tensor& x, const at::Tensor& documents) {
-    auto heads_of = [&](const at::Tensor& projected) {  // [batch, heads, seq, head_dim]
-      return projected.view({projected.size(0), projected.size(1), -1, head_dim}).transpose(1, 2);
+    auto heads_of = [&](const at::Tensor& projected, RmsNorm& norm) {  // [batch, heads, seq, hd]
+      at::Tensor heads = projected.view({projected.size(0), projected.size(1), -1, head_dim});
+      if (norm) heads = norm(heads);  // Qwen3: each head normalised before rotation
+      return heads.transpose(1, 2);
     };
-    const at::Tensor q = heads_of(q_proj(x)), k = heads_of(k_proj(x)), v = heads_of(v_proj(x));
+    RmsNorm none{nullptr};
+    const at::Tensor q = heads_of(q_proj(x), q_norm), k = heads_of(k_proj(x), k_norm),
+                     v = heads_of(v_proj(x), none);
     const int64_t batch = q.size(0), seq = q.size(2);
     const KvRows& cached = active_kv_rows();  // the new positions follow the cached ones
     if (!cached.empty() && documents.defined())
@@ -192,7 +196,7 @@ struct LlamaBlockImpl : torch::nn::Module {
     // Rotary angles: of the window positions, of each row's positions after its own cached
     // ones ([batch, seq]), or of each token's position in its document ([batch, seq]).
     const bool rows = cached.size() > 1;
-    auto window = [&] { return rows ? cached.positions(seq).to(q.device()) : where; };
+    auto window_positions = [&] { return rows ? cached.positions(seq).to(q.device()) : where; };
     at::Tensor rotary;
     if (documents.defined()) {
       rotary = document_positions(documents);
@@ -200,30 +204,30 @@ struct LlamaBlockImpl : torch::nn::Module {
     }
     const Rotation r =
         documents.defined()
-            ? rotation(rotary, head_dim, rope_theta, q)
+            ? rotation(rotary, rope, q)
             : window_rotation({.firsts = rows ? cached.lengths() : std::vector<int64_t>{first},
                                .length = seq,
                                .ring_rank = ring ? context.rank() : 0,
                                .ring_size = ring ? context.size() : 1,
-                               .head_dim = head_dim,
-                               .theta = rope_theta,
+                               .rope = rope,
                                .type = q.scalar_type(),
                                .device = q.device(),
                                .inference = c10::InferenceMode::is_enabled()},
-                              window, q);
+                              window_positions, q);
     const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
     at::Tensor attended;
     if (!cached.empty()) {
-      attended = cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true);
+      attended = cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true, window);
     } else if (ring) {
       context_parallel::RingAttentionOptions options;
       if (documents.defined())
         options.documents = context_parallel::take_local(documents, 1, context);
       attended = context_parallel::ring_attention(rq, rk, v, where, context, options);
-    } else if (documents.defined()) {
-      attended = at::scaled_dot_product_attention(rq, rk, v, document_mask(documents), 0.0,
-                                                  /*is_causal=*/false, /*scale=*/{},
-                                                  /*enable_gqa=*/true);
+    } else if (documents.defined() || (window > 0 && seq > window)) {
+      at::Tensor mask = causal_window_mask(0, seq, 0, seq, window, q.device());
+      if (documents.defined()) mask = mask & document_mask(documents);
+      attended = at::scaled_dot_product_attention(rq, rk, v, mask, 0.0, /*is_causal=*/false,
+                                                  /*scale=*/{}, /*enable_gqa=*/true);
     } else {
       attended = at::scaled_dot_product_attention(rq, rk, v, /*attn_mask=*/{}, 0.0,
                                                   /*is_causal=*/true, /*scale=*/{},
@@ -234,9 +238,11 @@ struct LlamaBlockImpl : torch::nn::Module {
 
   ContextGroup context;
   int64_t head_dim;
-  double rope_theta;
+  Rope rope;
+  int64_t window;  // sliding window, or 0
   RmsNorm attention_norm;
   ColumnParallelLinear q_proj, k_proj, v_proj;
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3's
   RowParallelLinear o_proj;
   RmsNorm mlp_norm;
   ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};  // a dense block's MLP
@@ -278,6 +284,47 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
         "supported with it");
 }
 
+// The rotation's settings, and the context they allow: up to max_position_embeddings
+// (past it with `dynamic`, which grows the base with the sequence).
+void check_rotation(const LlamaConfig& c) {
+  if (!(c.rope_theta > 0)) throw io::InputError("model.rope_theta must be positive");
+  const RopeScaling& r = c.rope_scaling;
+  auto positive = [](double value, const char* key) {
+    if (!(value > 0) || !std::isfinite(value))
+      throw io::InputError(std::string("model.rope_scaling.") + key + " must be positive");
+  };
+  if (r.type != RopeType::kDefault) {
+    positive(r.factor, "factor");
+    if (r.factor < 1) throw io::InputError("model.rope_scaling.factor must be at least 1");
+  }
+  if (r.type == RopeType::kLlama3 || r.type == RopeType::kYarn) {
+    if (r.original_max_position_embeddings < 1)
+      throw io::InputError(
+          "model.rope_scaling.original_max_position_embeddings must be set (at least 1) for "
+          "this rope_type");
+  }
+  if (r.type == RopeType::kLlama3) {
+    positive(r.low_freq_factor, "low_freq_factor");
+    if (!(r.high_freq_factor > r.low_freq_factor) || !std::isfinite(r.high_freq_factor))
+      throw io::InputError(
+          "model.rope_scaling.high_freq_factor must be above low_freq_factor");
+  }
+  if (r.type == RopeType::kYarn) {
+    if (!(c.rope_theta > 1)) throw io::InputError("model.rope_theta must be above 1 for yarn");
+    positive(r.beta_fast, "beta_fast");
+    positive(r.beta_slow, "beta_slow");
+    if (!(r.attention_factor >= 0) || !std::isfinite(r.attention_factor))
+      throw io::InputError("model.rope_scaling.attention_factor must be at least 0");
+  }
+  if (r.type == RopeType::kDynamic && c.head_width() <= 2)
+    throw io::InputError("model.rope_scaling.rope_type dynamic needs heads wider than 2");
+  if (r.type != RopeType::kDynamic && c.context > c.positions())
+    throw io::InputError("model.context " + std::to_string(c.context) +
+                         " is past model.max_position_embeddings " +
+                         std::to_string(c.positions()) +
+                         " (the rotation's trained length; rope_type dynamic grows past it)");
+}
+
 void check(const LlamaConfig& c, const Group& group, const ContextGroup& context) {
   require_size(c.vocab_size, "vocab_size", kMaxTokens);
   require_size(c.context, "context", kMaxTokens);
@@ -286,11 +333,20 @@ void check(const LlamaConfig& c, const Group& group, const ContextGroup& context
   require_size(c.num_key_value_heads, "num_key_value_heads", kMaxWidth);
   require_size(c.intermediate_size, "intermediate_size", kMaxWidth);
   require_size(c.layers, "layers", kMaxWidth);
-  require_divisible(c.d_model, "d_model", c.heads, "model.heads");
-  require_divisible(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
+  if (c.head_dim > 0) {
+    require_size(c.head_dim, "head_dim", kMaxWidth);
+    require_divisible(c.head_dim, "head_dim", 2, "2 for rotary embeddings");
+  } else {
+    require_divisible(c.d_model, "d_model", c.heads, "model.heads");
+    require_divisible(c.d_model / c.heads, "d_model / heads", 2, "2 for rotary embeddings");
+  }
   require_divisible(c.heads, "heads", c.num_key_value_heads, "model.num_key_value_heads");
-  if (!(c.rope_theta > 0)) throw io::InputError("model.rope_theta must be positive");
   if (!(c.rms_norm_eps > 0)) throw io::InputError("model.rms_norm_eps must be positive");
+  check_rotation(c);
+  if (c.sliding_window > 0 && context_parallel::splits(context))
+    throw io::InputError("model.sliding_window: ring attention over context_parallel " +
+                         std::to_string(context.size()) +
+                         " attends to every earlier position; leave context_parallel out");
   const std::string tp = "the model-parallel size";
   require_divisible(c.heads, "heads", group.size(), tp);
   require_divisible(c.num_key_value_heads, "num_key_value_heads", group.size(), tp);
@@ -319,11 +375,12 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   if (!moe && experts.parallel())
     throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
                          " splits experts: it needs model.type \"mixtral\"");
-  const int64_t d = c.d_model, kv_width = c.num_key_value_heads * (d / c.heads);
+  const int64_t d = c.d_model, hd = c.head_width(), q_width = c.heads * hd,
+                kv_width = c.num_key_value_heads * hd;
   {
     const double w = static_cast<double>(d), mlps = moe ? moe->experts + moe->shared_experts : 1;
     require_countable(2.0 * c.vocab_size * w +
-                      c.layers * (w * (2 * w + 2.0 * kv_width) +
+                      c.layers * (w * (2.0 * q_width + 2.0 * kv_width) +
                                   3 * w * static_cast<double>(c.intermediate_size) * mlps +
                                   (moe ? w * moe->experts : 0)));
   }
@@ -342,11 +399,15 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   const int64_t mlp_parameters = moe ? moe->experts * (d + 3 * d * c.intermediate_size) +
                                            3 * d * moe->shared_experts * c.intermediate_size
                                      : 3 * d * c.intermediate_size;
-  const int64_t block_parameters = 2 * d + 2 * d * d + 2 * d * kv_width + mlp_parameters;
+  const int64_t block_parameters = 2 * d + 2 * d * q_width + 2 * d * kv_width +
+                                   (c.qkv_bias ? q_width + 2 * kv_width : 0) +
+                                   (c.qk_norm ? 2 * hd : 0) + mlp_parameters;
   for (int64_t i = 0; i < c.layers; ++i) {
     specs.push_back(document_layer<LlamaBlock>(
         moe ? "MixtralBlock" : "LlamaBlock",
-        [c, moe, group, context, experts] { return LlamaBlock(c, moe, group, context, experts); },
+        [c, i, moe, group, context, experts] {
+          return LlamaBlock(c, i, moe, group, context, experts);
+        },
         [=] { return block_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(

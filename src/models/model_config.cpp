@@ -68,7 +68,19 @@ const config::Names<Family>& family_names() {
   static const config::Names<Family> names{{"gpt", Family::kGpt},
                                            {"llama", Family::kLlama},
                                            {"mixtral", Family::kMixtral},
+                                           {"qwen2", Family::kQwen2},
+                                           {"qwen3", Family::kQwen3},
+                                           {"mistral", Family::kMistral},
                                            {"mlp", Family::kMlp}};
+  return names;
+}
+
+const config::Names<RopeType>& rope_type_names() {
+  static const config::Names<RopeType> names{{"default", RopeType::kDefault},
+                                             {"linear", RopeType::kLinear},
+                                             {"dynamic", RopeType::kDynamic},
+                                             {"llama3", RopeType::kLlama3},
+                                             {"yarn", RopeType::kYarn}};
   return names;
 }
 
@@ -80,6 +92,9 @@ Capabilities capabilities(const ModelConfig& config) {
   switch (config.type) {
     case Family::kGpt:
     case Family::kLlama:
+    case Family::kQwen2:
+    case Family::kQwen3:
+    case Family::kMistral:
       return {.tensor_parallel = true, .context_parallel = true, .sequence_parallel = true};
     case Family::kMixtral:  // the router's statistics need a sequence's tokens together
       return {.tensor_parallel = true, .routed_experts = config.moe.experts};
@@ -91,6 +106,13 @@ Capabilities capabilities(const ModelConfig& config) {
       return {};
   }
   return {};
+}
+
+LlamaConfig decoder_config(const ModelConfig& config) {
+  LlamaConfig decoder = config.llama;
+  decoder.qkv_bias = config.type == Family::kQwen2;
+  decoder.qk_norm = config.type == Family::kQwen3;
+  return decoder;
 }
 
 bool ties_embeddings(const ModelConfig& config) {
@@ -123,19 +145,53 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "the MLP's GELU: exact, or the tanh approximation (GPT-2)")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when(llama_family, "model.type llama or mixtral")
+    t.when(llama_family, "model.type llama, mixtral, qwen2, qwen3 or mistral")
         .integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
-        .integer("model.context", PIPETRAIN_FIELD(llama.context), "longest sequence")
+        .integer("model.context", PIPETRAIN_FIELD(llama.context),
+                 "the sequence trained on, at most `max_position_embeddings`")
+        .integer("model.max_position_embeddings", PIPETRAIN_FIELD(llama.max_position_embeddings),
+                 "the longest sequence the rotation was trained for; 0: `context`",
+                 config::at_least(0))
         .integer("model.d_model", PIPETRAIN_FIELD(llama.d_model), "width, divisible by `heads`")
         .integer("model.heads", PIPETRAIN_FIELD(llama.heads), "query heads")
         .integer("model.num_key_value_heads", PIPETRAIN_FIELD(llama.num_key_value_heads),
                  "key/value heads, dividing `heads` (grouped-query attention)")
+        .integer("model.head_dim", PIPETRAIN_FIELD(llama.head_dim),
+                 "each head's width (even); 0: `d_model / heads`", config::at_least(0))
         .integer("model.intermediate_size", PIPETRAIN_FIELD(llama.intermediate_size),
                  "the SwiGLU MLP's width")
         .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks", kLayers)
         .number("model.rope_theta", PIPETRAIN_FIELD(llama.rope_theta), "rotary embeddings' base")
+        .choice("model.rope_scaling.rope_type", PIPETRAIN_FIELD(llama.rope_scaling.type),
+                rope_type_names(),
+                "the rotation's frequencies, as transformers' rope_type computes them")
+        .number("model.rope_scaling.factor", PIPETRAIN_FIELD(llama.rope_scaling.factor),
+                "linear, dynamic, llama3, yarn: the context's growth over the pretraining one")
+        .number("model.rope_scaling.low_freq_factor",
+                PIPETRAIN_FIELD(llama.rope_scaling.low_freq_factor), "llama3")
+        .number("model.rope_scaling.high_freq_factor",
+                PIPETRAIN_FIELD(llama.rope_scaling.high_freq_factor), "llama3")
+        .integer("model.rope_scaling.original_max_position_embeddings",
+                 PIPETRAIN_FIELD(llama.rope_scaling.original_max_position_embeddings),
+                 "llama3, yarn: the pretraining context", config::at_least(0))
+        .number("model.rope_scaling.beta_fast", PIPETRAIN_FIELD(llama.rope_scaling.beta_fast),
+                "yarn")
+        .number("model.rope_scaling.beta_slow", PIPETRAIN_FIELD(llama.rope_scaling.beta_slow),
+                "yarn")
+        .number("model.rope_scaling.attention_factor",
+                PIPETRAIN_FIELD(llama.rope_scaling.attention_factor),
+                "yarn: cos and sin scaled by it; 0: 0.1 ln(factor) + 1")
+        .flag("model.rope_scaling.truncate", PIPETRAIN_FIELD(llama.rope_scaling.truncate),
+              "yarn: the ramp's bounds rounded outwards")
         .number("model.rms_norm_eps", PIPETRAIN_FIELD(llama.rms_norm_eps),
                 "added to the RMSNorm's mean square")
+        .integer("model.sliding_window", PIPETRAIN_FIELD(llama.sliding_window),
+                 "each position attends to this many last positions (itself included); 0: all",
+                 config::at_least(0))
+        .integer("model.max_window_layers", PIPETRAIN_FIELD(llama.max_window_layers),
+                 "blocks before this one attend to all positions, the rest within "
+                 "`sliding_window` (Qwen's rule; Mistral: 0)",
+                 config::at_least(0))
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
     t.when([](const ModelConfig& c) { return c.type == Family::kMixtral; }, "model.type mixtral")
@@ -160,7 +216,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "0: dropless; else an expert takes at most capacity_factor x its even share of "
                 "a sequence's tokens, the rest dropped");
     t.when([](const ModelConfig& c) { return llama_family(c) || c.type == Family::kGpt; },
-           "model.type gpt, llama or mixtral")
+           "model.type gpt or a LLaMA family")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),

@@ -160,23 +160,27 @@ void add_experts(LayerCost& block, const models::MoeConfig& m, double s, double 
 std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
                                    const models::MoeConfig* moe = nullptr) {
   const int64_t d = c.d_model, s = c.context, ffn = c.intermediate_size;
-  const int64_t kv = d / c.heads * c.num_key_value_heads;  // key (and value) width
+  const int64_t hd = c.head_width(), q = c.heads * hd;  // the query width (d unless head_dim)
+  const int64_t kv = hd * c.num_key_value_heads;        // key (and value) width
   std::vector<LayerCost> layers{
       embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
   LayerCost block;
   block.type = moe ? "MixtralBlock" : "LlamaBlock";
-  const int64_t attention = 2 * d * d + 2 * d * kv;
-  block.parameters = 2 * d + attention + 3 * d * ffn;
-  block.split_parameters = block.parameters - 2 * d;
-  block.largest_tensor = std::max(d * d, d * ffn);  // q/o, or gate/up/down
-  add_linear(block, s, d, d + 2 * kv);
-  add_attention(block, s, d);
-  add_linear(block, s, d, d);
+  const int64_t biases = c.qkv_bias ? q + 2 * kv : 0, head_norms = c.qk_norm ? 2 * hd : 0;
+  const int64_t attention = 2 * d * q + 2 * d * kv + biases;
+  block.parameters = 2 * d + head_norms + attention + 3 * d * ffn;
+  block.split_parameters = block.parameters - 2 * d - head_norms;
+  block.largest_tensor = std::max(d * q, d * ffn);  // q/o, or gate/up/down
+  add_linear(block, s, d, q + 2 * kv);
+  // A sliding window is a mask over the whole square: the kernels compute all of it.
+  add_attention(block, s, q);
+  add_linear(block, s, q, d);
   block.saved = static_cast<double>(4 * s * d);
   // The rotated q and k, v and the attention output, as the fused kernel keeps them (the
   // rotation multiplies q and k by constant tables, which keep neither; the merged heads are
-  // a view of the output). Measured: bench/sequence_parallel_memory.
-  block.split_saved = static_cast<double>(s * (2 * d + 2 * kv));
+  // a view of the output). Measured: bench/sequence_parallel_memory. Q/k norms keep their
+  // inputs too.
+  block.split_saved = static_cast<double>(s * (2 * q + 2 * kv) + (c.qk_norm ? s * (q + kv) : 0));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
   block.workspace = static_cast<double>(s * d);                     // the stream's
   if (moe) {
@@ -239,7 +243,10 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
     case models::Family::kGpt:
       return gpt_costs(config.gpt);
     case models::Family::kLlama:
-      return llama_costs(config.llama);
+    case models::Family::kQwen2:
+    case models::Family::kQwen3:
+    case models::Family::kMistral:
+      return llama_costs(models::decoder_config(config));
     case models::Family::kMixtral:
       return llama_costs(config.llama, &config.moe);
     case models::Family::kMlp:
@@ -247,8 +254,8 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
       break;
   }
   throw io::InputError("plan: model.type \"" + models::type_name(config) +
-                       "\" cannot be costed; the planner knows \"gpt\", \"llama\" and "
-                       "\"mixtral\"");
+                       "\" cannot be costed; the planner knows \"gpt\" and the LLaMA "
+                       "families");
 }
 
 }  // namespace pipetrain::planner

@@ -280,15 +280,24 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
     return config;
   }
   // Both: the keys the file gives must be the checkpoint's (dropout aside, which a
-  // fine-tune may change); the rest come from the checkpoint.
-  nlohmann::json merged = saved;
+  // fine-tune may change, and a rotary model's context: it has no learned positions, and
+  // trains at any length up to the one its rotation was trained for, model.context's own
+  // check); the rest come from the checkpoint.
+  nlohmann::json checkpoint_model = saved;
+  const models::ModelConfig saved_model = models::parse_model_config({{"model", saved}});
+  const bool rotary = models::llama_family(saved_model);
+  if (rotary && saved_model.llama.max_position_embeddings == 0 && checkpoint_model.is_object())
+    checkpoint_model["max_position_embeddings"] = saved_model.llama.context;  // older checkpoints
+  nlohmann::json merged = checkpoint_model;
   if (config["model"].is_object()) merged.merge_patch(config["model"]);
   const auto& keys = models::model_keys();
   const nlohmann::json mine = keys.write(models::parse_model_config({{"model", merged}}));
-  const nlohmann::json theirs = keys.write(models::parse_model_config({{"model", saved}}));
+  const nlohmann::json theirs =
+      keys.write(models::parse_model_config({{"model", checkpoint_model}}));
   for (const auto& change : nlohmann::json::diff(theirs, mine)) {
     const std::string path = change["path"].get<std::string>();  // e.g. /model/d_model
     if (path == "/model/dropout") continue;
+    if (rotary && path == "/model/context") continue;
     std::string key = path.substr(1);
     std::replace(key.begin(), key.end(), '/', '.');
     const nlohmann::json::json_pointer pointer(path);

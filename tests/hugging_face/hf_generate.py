@@ -1,9 +1,10 @@
 """Greedy generation of transformers' own models against pipetrain's import of them.
 
-Usage: hf_generate.py PIPETRAIN WORKDIR ARCH   (ARCH: gpt2, llama)
+Usage: hf_generate.py PIPETRAIN WORKDIR ARCH   (ARCH: one of families.ARCHES)
 
-Creates a tiny random GPT-2 or grouped-query LLaMA with transformers (a vocabulary of 260,
-so the prompt's bytes are its token ids), imports it with `pipetrain import`, and compares
+Creates a tiny random model with transformers (families.py: a vocabulary of 260, so the
+prompt's bytes are its token ids; sliding windows of 8, far shorter than the 80 positions),
+imports it with `pipetrain import`, and compares
 the 64 new token ids of `transformers`' greedy `generate` with `pipetrain generate
 --temperature 0 --format jsonl` at pipe 1 and pipe 2, with the KV cache and without.
 Exits non-zero on a mismatch.
@@ -15,35 +16,17 @@ import sys
 import torch
 import transformers
 
+from families import tiny_model  # beside this file
 from hf_roundtrip import run  # the same command runner
 
 PROMPT = "The licence says"
 NEW = 64
 
 
-def tiny_model(arch):
-    torch.manual_seed(11)
-    if arch == "gpt2":
-        config = transformers.GPT2Config(
-            vocab_size=260, n_positions=96, n_embd=32, n_layer=3, n_head=4,
-            activation_function="gelu_new", bos_token_id=None, eos_token_id=None)
-        model = transformers.GPT2LMHeadModel(config)
-    else:
-        config = transformers.LlamaConfig(
-            vocab_size=260, hidden_size=32, intermediate_size=88, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
-            rope_theta=500.0, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None,
-            pad_token_id=None)
-        model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():  # every parameter random (norms start at 1, biases at 0)
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    return model.eval()
-
-
 def main():
     pipetrain, work, arch = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
-    model = tiny_model(arch)
+    # Seed 11, weights ~ N(0, 0.3), no special tokens (so generation never stops early).
+    model = tiny_model(arch, positions=96, seed=11, std=0.3, special_tokens=False).eval()
     folder = work / f"{arch}-generate-hf"
     model.save_pretrained(folder, safe_serialization=True)
     prompt = list(PROMPT.encode())

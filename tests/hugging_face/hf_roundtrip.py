@@ -1,13 +1,12 @@
 """Logits of transformers' own models against pipetrain's import of them, and back.
 
-Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH
-       (ARCH: gpt2, gpt2-untied, llama, llama-tied, mixtral)
+Usage: hf_roundtrip.py PIPETRAIN WORKDIR ARCH   (ARCH: one of families.ARCHES)
 
-Creates a tiny random model with transformers, saves it (safetensors; the LLaMA in two
+Creates a tiny random model with transformers (families.py), saves it (safetensors; the LLaMA in two
 and the Mixtral in several shards), imports it with `pipetrain import`, computes
 `pipetrain logits` at pipe 1, pipe 2 and model 2 (the Mixtral also with its experts split
 over 2 ranks, at pipe 1 and 2) and compares them with transformers' logits (fp32, 1e-5
-relative to the largest logit); then exports the checkpoint with `pipetrain export --format hf`, loads the folder
+relative to the largest logit) on 20 tokens, past every sliding window; then exports the checkpoint with `pipetrain export --format hf`, loads the folder
 with AutoModelForCausalLM.from_pretrained and compares again. Exits non-zero on a mismatch.
 """
 import pathlib
@@ -18,37 +17,9 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+from families import tiny_model  # beside this file
+
 TOLERANCE = 1e-5
-
-
-def randomized(model):
-    """Every parameter random: transformers starts norms at 1 and biases at 0, which would
-    let a mix-up of norm weights or of same-shaped biases pass unseen."""
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.2)
-    return model
-
-
-def tiny_model(arch):
-    torch.manual_seed(7)
-    if arch.startswith("gpt2"):
-        config = transformers.GPT2Config(
-            vocab_size=260, n_positions=24, n_embd=32, n_layer=3, n_head=4,
-            activation_function="gelu_new", tie_word_embeddings=(arch == "gpt2"),
-            bos_token_id=None, eos_token_id=None)
-        return randomized(transformers.GPT2LMHeadModel(config))
-    if arch == "mixtral":
-        config = transformers.MixtralConfig(
-            vocab_size=260, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
-            num_local_experts=4, num_experts_per_tok=2, rope_theta=500.0, rms_norm_eps=1e-5)
-        return randomized(transformers.MixtralForCausalLM(config))
-    config = transformers.LlamaConfig(
-        vocab_size=260, hidden_size=32, intermediate_size=88, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=24,
-        rope_theta=500.0, rms_norm_eps=1e-5, tie_word_embeddings=(arch == "llama-tied"))
-    return randomized(transformers.LlamaForCausalLM(config))
 
 
 def reference_logits(model, tokens):

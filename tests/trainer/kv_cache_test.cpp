@@ -211,11 +211,11 @@ TEST(KvCache, HoldsEachLayersKeysAndValuesAndCountsPositions) {
   models::KvCache cache;
   const void* layer = &cache;
   const at::Tensor k = at::ones({1, 2, 3, 4}), v = at::zeros({1, 2, 3, 4});
-  auto [keys, values] = cache.extend(layer, k, v);
-  EXPECT_EQ(keys.size(2), 3);
+  EXPECT_EQ(cache.extend(layer, k, v).keys.size(2), 3);
   cache.advance(3);
-  std::tie(keys, values) = cache.extend(layer, k.narrow(2, 0, 1), v.narrow(2, 0, 1));
-  EXPECT_EQ(keys.size(2), 4);
+  const models::KvCache::Extended more = cache.extend(layer, k.narrow(2, 0, 1), v.narrow(2, 0, 1));
+  EXPECT_EQ(more.keys.size(2), 4);
+  EXPECT_EQ(more.first, 0);
   EXPECT_EQ(cache.length(), 3);  // advanced after the pass through every layer
   EXPECT_TRUE(models::active_kv_rows().empty());
   {
@@ -240,7 +240,9 @@ TEST(KvCache, KeepsEveryPositionFedAcrossRegrowths) {
   int64_t fed = 0;
   at::Tensor first_keys;
   for (const int64_t step : {5, 1, 1, 20, 1, 40, 1, 31}) {
-    const auto [keys, values] = cache.extend(layer, k.narrow(2, fed, step), v.narrow(2, fed, step));
+    const auto [keys, values, first] =
+        cache.extend(layer, k.narrow(2, fed, step), v.narrow(2, fed, step));
+    EXPECT_EQ(first, 0);
     fed += step;
     cache.advance(step);
     EXPECT_TRUE(at::equal(keys, k.narrow(2, 0, fed))) << fed;
@@ -249,6 +251,43 @@ TEST(KvCache, KeepsEveryPositionFedAcrossRegrowths) {
   }
   EXPECT_EQ(fed, 100);
   EXPECT_TRUE(at::equal(first_keys, k.narrow(2, 0, 5)));
+}
+
+// With a sliding window a layer keeps only what a later position can see: the keys it
+// returns are exactly positions [first, fed), first never past fed - window + 1 before the
+// new ones, and the room stays bounded by the window, not the positions fed.
+TEST(KvCache, KeepsOnlyTheSlidingWindow) {
+  at::manual_seed(4);
+  models::KvCache cache;
+  const void* layer = &cache;
+  constexpr int64_t kWindow = 8;
+  const at::Tensor k = at::randn({1, 2, 200, 4}), v = at::randn({1, 2, 200, 4});
+  int64_t fed = 0;
+  for (const int64_t step : {5, 1, 1, 20, 1, 1, 1, 40, 1, 1, 31, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    const auto [keys, values, first] =
+        cache.extend(layer, k.narrow(2, fed, step), v.narrow(2, fed, step), kWindow);
+    EXPECT_LE(first, std::max<int64_t>(0, fed - (kWindow - 1))) << fed;
+    fed += step;
+    cache.advance(step);
+    EXPECT_TRUE(at::equal(keys, k.narrow(2, first, fed - first))) << fed;
+    EXPECT_TRUE(at::equal(values, v.narrow(2, first, fed - first))) << fed;
+    EXPECT_LE(keys.size(2), 2 * (kWindow + 40)) << fed;
+  }
+  EXPECT_GT(fed, 100);
+}
+
+// The mask of new positions over kept ones: causal, and within the window.
+TEST(KvCache, WindowMaskSeesTheLastWindowPositions) {
+  const at::Tensor mask = models::causal_window_mask(10, 3, 7, 6, 3, at::kCPU);
+  // queries 10, 11, 12 over keys 7..12: each sees itself and the two before.
+  const at::Tensor want = at::tensor({0, 1, 1, 1, 0, 0,  //
+                                      0, 0, 1, 1, 1, 0,  //
+                                      0, 0, 0, 1, 1, 1},
+                                     at::kBool)
+                              .view({3, 6});
+  EXPECT_TRUE(at::equal(mask, want)) << mask;
+  EXPECT_TRUE(at::equal(models::causal_window_mask(0, 4, 0, 4, 0, at::kCPU),
+                        at::ones({4, 4}, at::kBool).tril()));
 }
 
 // Attention of new positions over cached ones: what the whole sequence's causal attention

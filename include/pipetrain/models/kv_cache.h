@@ -19,18 +19,26 @@ class KvCache {
   // Positions cached so far: the position of the first token of the next forward pass.
   int64_t length() const { return length_; }
   // For the attention layer `layer` (its address): the cached keys and values followed by
-  // `k` and `v` ([batch, heads, new positions, head dim]), which are kept for the next pass.
-  std::pair<at::Tensor, at::Tensor> extend(const void* layer, const at::Tensor& k,
-                                           const at::Tensor& v);
+  // `k` and `v` ([batch, heads, new positions, head dim]), which are kept for the next pass,
+  // and the position of the first one returned. With a sliding `window` (> 0) the layer
+  // keeps only the positions a later one can see: at most about twice the window.
+  struct Extended {
+    at::Tensor keys, values;
+    int64_t first = 0;
+  };
+  Extended extend(const void* layer, const at::Tensor& k, const at::Tensor& v,
+                  int64_t window = 0);
   // After a forward pass of `positions` new positions through every layer of this rank.
   void advance(int64_t positions) { length_ += positions; }
   void clear();
 
  private:
-  // A layer's keys and values, [batch, heads, room, head dim], the first `length`
-  // positions cached (room grows by doubling).
+  // A layer's keys and values, [batch, heads, room, head dim]: positions [first, length)
+  // cached (room grows by doubling; with a window the positions out of it are dropped
+  // when it fills).
   struct Layer {
     at::Tensor keys, values;
+    int64_t first = 0;
     int64_t length = 0;
   };
   std::map<const void*, Layer> layers_;
@@ -81,12 +89,21 @@ class UsingKvCache {
 
 // Causal attention of `q` (the new positions) over the cache's keys and values followed by
 // `k` and `v`, the new positions starting at cache.length(): scaled_dot_product_attention
-// as without a cache for a prefill, and with the mask the offset asks for otherwise.
+// as without a cache for a prefill, and with the mask the offset asks for otherwise. With
+// a sliding `window` (> 0) each position sees the last `window` positions, itself included.
 at::Tensor cached_attention(KvCache& cache, const void* layer, const at::Tensor& q,
-                            const at::Tensor& k, const at::Tensor& v, bool grouped_query = false);
+                            const at::Tensor& k, const at::Tensor& v, bool grouped_query = false,
+                            int64_t window = 0);
 // The same for each row of [rows, heads, new positions, head dim] over its own cache, the
 // rows' results joined again.
 at::Tensor cached_attention(const KvRows& rows, const void* layer, const at::Tensor& q,
-                            const at::Tensor& k, const at::Tensor& v, bool grouped_query = false);
+                            const at::Tensor& k, const at::Tensor& v, bool grouped_query = false,
+                            int64_t window = 0);
+
+// The mask of `queries` positions starting at `first_query` over `keys` positions starting
+// at `first_key`: causal, and within the last `window` positions (0: all); bool
+// [queries, keys] on `device`.
+at::Tensor causal_window_mask(int64_t first_query, int64_t queries, int64_t first_key,
+                              int64_t keys, int64_t window, const at::Device& device);
 
 }  // namespace pipetrain::models

@@ -17,13 +17,17 @@ namespace pipetrain::models {
 // The model families (model.type): the built-in ones, and kRegistered for one a program
 // registers (models::register_family, builtin_model.h) under a name of its own. Their
 // names are parsed here and nowhere else.
-enum class Family { kGpt, kLlama, kMixtral, kMlp, kRegistered };
+enum class Family { kGpt, kLlama, kMixtral, kQwen2, kQwen3, kMistral, kMlp, kRegistered };
 
 // model.type's spellings of the built-in families, and a built-in family's.
 const config::Names<Family>& family_names();
 const std::string& name_of(Family family);
 
-// The `model` section of a config: {"type": "gpt" | "llama" | "mixtral" | "mlp", sizes...}.
+// rope_type's spellings (model.rope_scaling.rope_type, and transformers' config.json).
+const config::Names<RopeType>& rope_type_names();
+
+// The `model` section of a config: {"type": "gpt" | "llama" | "mixtral" | "qwen2" | "qwen3" |
+// "mistral" | "mlp", sizes...}.
 // A Mixtral is a LLaMA (its sizes in `llama`) whose MLPs are mixtures of experts (`moe`).
 struct ModelConfig {
   Family type = Family::kGpt;
@@ -41,10 +45,24 @@ struct ModelConfig {
   int64_t eos_token_id = -1;
 };
 
-// Whether model.type names a LLaMA-family decoder ("llama" or "mixtral").
+// Whether model.type names a LLaMA-family decoder ("llama", "mixtral", "qwen2", "qwen3" or
+// "mistral").
 inline bool llama_family(const ModelConfig& config) {
-  return config.type == Family::kLlama || config.type == Family::kMixtral;
+  switch (config.type) {
+    case Family::kLlama:
+    case Family::kMixtral:
+    case Family::kQwen2:
+    case Family::kQwen3:
+    case Family::kMistral:
+      return true;
+    default:
+      return false;
+  }
 }
+
+// A LLaMA-family model's decoder as its family builds it: `config.llama` with what the
+// family fixes (Qwen2's q/k/v biases, Qwen3's q/k norms).
+LlamaConfig decoder_config(const ModelConfig& config);
 
 // What a model can do: what code outside models/ asks instead of comparing names.
 struct Capabilities {

@@ -9,6 +9,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/model_config.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/trainer/job.h"
 
@@ -34,10 +35,17 @@ void check_tokens(const std::vector<int64_t>& tokens, const models::TokenInput& 
 int write_logits(const LogitsOptions& options) {
   io::check_output_directory(options.out, "--out");
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, /*micro_batch=*/1,
-                                           {.model_parallel = options.model_parallel,
-                                            .expert_parallel = options.expert_parallel}),
-                      options.checkpoint, DataUse::kNone);
+  nlohmann::json config =
+      config_of_checkpoint(options.checkpoint, ranks, /*micro_batch=*/1,
+                           {.model_parallel = options.model_parallel,
+                            .expert_parallel = options.expert_parallel});
+  // A rotary model has no learned positions: it runs the tokens at their own length, as
+  // far as its rotation allows (model.context's check).
+  const auto tokens = static_cast<int64_t>(options.tokens.size());
+  const models::ModelConfig model = models::parse_model_config(config);
+  if (models::llama_family(model) && tokens > model.llama.context)
+    job_keys().set(config, "model.context", tokens);
+  Job job = build_job(config, options.checkpoint, DataUse::kNone);
   const models::TokenInput* input = job.model.tokens();
   if (!input)
     throw io::InputError("logits needs a language model checkpoint (model.type " +
