@@ -76,7 +76,8 @@ constexpr Architecture kArchitectures[] = {
 
 std::string architecture_list() {
   std::string list;
-  for (const Architecture& a : kArchitectures) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  for (const Architecture& a : kArchitectures)
+    list += (list.empty() ? "" : ", ") + std::string(a.name);
   return list;
 }
 
@@ -101,8 +102,8 @@ const Architecture& architecture_of(const nlohmann::json& hf, const HfFields& fi
   for (const Architecture& a : kArchitectures) {
     if (type == a.model_type) return a;
   }
-  fields.refuse("architectures", "is missing (and model_type \"" + type +
-                                     "\" is not one pipetrain imports)");
+  fields.refuse("architectures",
+                "is missing (and model_type \"" + type + "\" is not one pipetrain imports)");
 }
 
 GptConfig gpt2_from_hf(const HfFields& f) {
@@ -164,7 +165,8 @@ void read_rope(const HfFields& f, LlamaConfig& l) {
   RopeScaling& r = l.rope_scaling;
   if (r.type == RopeType::kDefault) return;
   r.original_max_position_embeddings = rope.integer("original_max_position_embeddings", 0);
-  if (r.type == RopeType::kYarn && !rope.present("factor") && r.original_max_position_embeddings > 0)
+  if (r.type == RopeType::kYarn && !rope.present("factor") &&
+      r.original_max_position_embeddings > 0)
     r.factor = static_cast<double>(l.positions()) / r.original_max_position_embeddings;
   else
     r.factor = rope.number("factor", 1.0);
@@ -328,8 +330,9 @@ void add_mixtral_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i) {
 
 std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) {
   std::vector<HfTensor> t;
-  const std::pair<const char*, const char*> biases[] = {
-      {"self_attn.q_proj", "q_proj"}, {"self_attn.k_proj", "k_proj"}, {"self_attn.v_proj", "v_proj"}};
+  const std::pair<const char*, const char*> biases[] = {{"self_attn.q_proj", "q_proj"},
+                                                        {"self_attn.k_proj", "k_proj"},
+                                                        {"self_attn.v_proj", "v_proj"}};
   const std::pair<const char*, const char*> head_norms[] = {{"self_attn.q_norm", "q_norm"},
                                                             {"self_attn.k_norm", "k_norm"}};
   add(t, "model.embed_tokens.weight", 0, "tokens.weight");
@@ -440,8 +443,9 @@ void write_windows(Family family, const LlamaConfig& l, nlohmann::json& hf) {
     case Family::kMistral:
     case Family::kMixtral:
       if (windows && l.max_window_layers > 0)
-        throw io::InputError("model.max_window_layers has no transformers format for model.type \"" +
-                             name_of(family) + "\" (its windows are in every block)");
+        throw io::InputError(
+            "model.max_window_layers has no transformers format for model.type \"" +
+            name_of(family) + "\" (its windows are in every block)");
       hf["sliding_window"] = windows ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
       return;
     default:

@@ -91,8 +91,8 @@ UsingKvCache::~UsingKvCache() {
   current() = std::move(previous_);
 }
 
-at::Tensor causal_window_mask(int64_t first_query, int64_t queries, int64_t first_key,
-                              int64_t keys, int64_t window, const at::Device& device) {
+at::Tensor causal_window_mask(int64_t first_query, int64_t queries, int64_t first_key, int64_t keys,
+                              int64_t window, const at::Device& device) {
   const auto on = at::TensorOptions().dtype(at::kLong).device(device);
   const at::Tensor query = at::arange(first_query, first_query + queries, on).unsqueeze(1);
   const at::Tensor key = at::arange(first_key, first_key + keys, on).unsqueeze(0);

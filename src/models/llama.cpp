@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "layer_rules.h"
-#include "rotary.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/moe.h"
 #include "pipetrain/models/packed_documents.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
+#include "rotary.h"
 
 namespace pipetrain::models {
 namespace {
@@ -93,8 +93,7 @@ const Rotation& window_rotation(const WindowRotation& key,
                                 const std::function<at::Tensor()>& positions,
                                 const at::Tensor& like) {
   thread_local std::optional<std::pair<WindowRotation, Rotation>> last;
-  if (!last || !(last->first == key))
-    last.emplace(key, rotation(positions(), key.rope, like));
+  if (!last || !(last->first == key)) last.emplace(key, rotation(positions(), key.rope, like));
   return last->second;
 }
 
@@ -145,8 +144,10 @@ struct LlamaBlockImpl : torch::nn::Module {
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
         mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))) {
     if (c.qk_norm) {
-      q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
-      k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
+      q_norm =
+          register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
+      k_norm =
+          register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
     }
     if (moe_config) {
       moe = register_module("moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config,
@@ -306,8 +307,7 @@ void check_rotation(const LlamaConfig& c) {
   if (r.type == RopeType::kLlama3) {
     positive(r.low_freq_factor, "low_freq_factor");
     if (!(r.high_freq_factor > r.low_freq_factor) || !std::isfinite(r.high_freq_factor))
-      throw io::InputError(
-          "model.rope_scaling.high_freq_factor must be above low_freq_factor");
+      throw io::InputError("model.rope_scaling.high_freq_factor must be above low_freq_factor");
   }
   if (r.type == RopeType::kYarn) {
     if (!(c.rope_theta > 1)) throw io::InputError("model.rope_theta must be above 1 for yarn");
@@ -320,8 +320,7 @@ void check_rotation(const LlamaConfig& c) {
     throw io::InputError("model.rope_scaling.rope_type dynamic needs heads wider than 2");
   if (r.type != RopeType::kDynamic && c.context > c.positions())
     throw io::InputError("model.context " + std::to_string(c.context) +
-                         " is past model.max_position_embeddings " +
-                         std::to_string(c.positions()) +
+                         " is past model.max_position_embeddings " + std::to_string(c.positions()) +
                          " (the rotation's trained length; rope_type dynamic grows past it)");
 }
 

@@ -55,8 +55,7 @@ at::Tensor yarn_frequencies(const Rope& r) {
   const int64_t dim = r.head_dim;
   const double original = static_cast<double>(s.original_max_position_embeddings);
   auto correction_dim = [&](double rotations) {
-    return dim * std::log(original / (rotations * 2 * std::numbers::pi)) /
-           (2 * std::log(r.theta));
+    return dim * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(r.theta));
   };
   double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
   if (s.truncate) {

@@ -209,6 +209,8 @@ void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks 
   const std::string deep = chunks > 1 ? "-deep" : "";
   cases.push_back({"llama" + deep, 2, 0, 0.0});
   cases.push_back({"llama-tied" + deep, 4, 1, 0.05});
+  cases.push_back({"qwen2-tied" + deep, 2, 0, 0.05});
+  cases.push_back({"qwen3" + deep, 4, 1, 0.0});
   for (const auto& [pipe, data] : shapes) {
     auto grid =
         std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
@@ -265,6 +267,7 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
   const std::string deep = chunks > 1 ? "-deep" : "";
   const std::vector<Case> cases = {{"gpt" + deep, 2, 0, 0.05},
                                    {"gpt-untied" + deep, 4, 2, 0.0},
+                                   {"qwen2-tied" + deep, 2, 0, 0.05},
                                    {"mlp", 2, 0, 0.05, 0.01},
                                    {"mlp", 4, 1, 0.0, 0.1}};
   for (const auto& [pipe, data] : shapes) {
@@ -426,7 +429,8 @@ void expect_new_schedule_matches_one_process(schedule::Kind schedule, int chunks
                       untied = deep ? "gpt-untied-deep" : "gpt-untied";
     std::vector<Case> cases = {{gpt, smallest, 0, 0.0},
                                {untied, 8, 2, 0.05},
-                               {deep ? "llama-tied-deep" : "llama-tied", 4, 1, 0.05}};
+                               {deep ? "llama-tied-deep" : "llama-tied", 4, 1, 0.05},
+                               {deep ? "qwen3-deep" : "qwen3", 4, 0, 0.0}};
     if (smallest != 4) cases.push_back({gpt, 4, 1, 0.0});
     if (pipe * chunks <= 4) cases.push_back({"mlp", 8, 0, 0.05});  // 5 layers
     auto grid =

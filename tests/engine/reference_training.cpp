@@ -35,8 +35,13 @@ models::ModelConfig model_config(const std::string& model) {
   if (model == "mlp") {
     config.type = models::Family::kMlp;
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
-  } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0) {
-    config.type = model.rfind("llama", 0) == 0 ? models::Family::kLlama : models::Family::kMixtral;
+  } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0 ||
+             model.rfind("qwen", 0) == 0 || model.rfind("mistral", 0) == 0) {
+    config.type = model.rfind("llama", 0) == 0     ? models::Family::kLlama
+                  : model.rfind("qwen2", 0) == 0   ? models::Family::kQwen2
+                  : model.rfind("qwen3", 0) == 0   ? models::Family::kQwen3
+                  : model.rfind("mistral", 0) == 0 ? models::Family::kMistral
+                                                   : models::Family::kMixtral;
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,
@@ -46,6 +51,22 @@ models::ModelConfig model_config(const std::string& model) {
                     .layers = model.find("-deep") != std::string::npos ? 6 : 2,
                     .tie_embeddings = model.find("tied") != std::string::npos &&
                                       model.find("untied") == std::string::npos};
+    // Each family's own parts, with windows shorter than the context and a scaled rotation:
+    // Qwen2's q/k/v biases and windows past its first block (YaRN), Qwen3's q/k norms and
+    // wider heads (LLaMA 3.1's rotation), Mistral's windows everywhere (linear scaling).
+    if (config.type == models::Family::kQwen2) {
+      config.llama.sliding_window = 4;
+      config.llama.max_window_layers = 1;
+      config.llama.rope_scaling = {
+          .type = models::RopeType::kYarn, .factor = 2.0, .original_max_position_embeddings = 4};
+    } else if (config.type == models::Family::kQwen3) {
+      config.llama.head_dim = 4;
+      config.llama.rope_scaling = {
+          .type = models::RopeType::kLlama3, .factor = 4.0, .original_max_position_embeddings = 4};
+    } else if (config.type == models::Family::kMistral) {
+      config.llama.sliding_window = 3;
+      config.llama.rope_scaling = {.type = models::RopeType::kLinear, .factor = 2.0};
+    }
     // Auxiliary losses weighty enough to move the router visibly.
     config.moe = {.experts = 4, .experts_per_token = 2};
     config.moe.router_aux_loss_coef = 0.1;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# transformers interop: tiny GPT-2, LLaMA and Mixtral models made by transformers are imported,
-# give transformers' logits at pipe 1, pipe 2 and model 2, and come back out loadable
-# (hf_roundtrip.py); damaged model folders and bad arguments end with exit 2 and one line
-# naming the file and field or tensor, writing nothing.
+# transformers interop: tiny GPT-2, LLaMA (plain and with each rope scaling), Qwen2, Qwen3,
+# Mistral and Mixtral models made by transformers (families.py) are imported, give
+# transformers' logits at pipe 1, pipe 2 and model 2, and come back out loadable
+# (hf_roundtrip.py); generate greedily as transformers does (hf_generate.py); train at pipe 2
+# x data 2 as in one process (hf_train_step.py); damaged model folders and bad arguments end
+# with exit 2 and one line naming the file and field or tensor, writing nothing.
 # Usage: hf_test.sh PATH/TO/pipetrain PYTHON (with torch and transformers)
 set -u
 # shellcheck source=tests/lib.sh
@@ -14,15 +16,20 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
-for arch in gpt2 gpt2-untied llama llama-tied mixtral; do
+for arch in gpt2 gpt2-untied llama llama-tied llama3 llama-linear llama-yarn llama-dynamic \
+  qwen2 qwen3 mistral mixtral; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
-for arch in gpt2 llama; do
+for arch in gpt2 llama llama3 qwen2 qwen3 mistral; do
   check "$arch: greedy generation equals transformers' (64 tokens, pipe 1 and 2, cache or not)" \
     "$python" "$here/hf_generate.py" "$pipetrain" "$work" "$arch"
 done
-check "one step from the imported LLaMA at pipe 2 x data 2 equals one process" \
-  "$python" "$here/hf_train_step.py" "$pipetrain" "$work"
+for arch in llama qwen2 qwen3 mistral; do
+  check "two steps from the imported $arch at pipe 2 x data 2 equal one process" \
+    "$python" "$here/hf_train_step.py" "$pipetrain" "$work" "$arch"
+done
+check "the imported LLaMA 3.1-style model fine-tunes at context 16 (imported at 24)" \
+  "$python" "$here/hf_train_step.py" "$pipetrain" "$work" llama3 16
 
 # scripts/prepare-data: a tokenizer.json made here, three licence texts as documents; the
 # tokens read back equal the tokenizer's, and a LLaMA trains on them at pipe 2 x data 2.
@@ -133,8 +140,17 @@ PY
 
 expect_bad "unknown architecture" "architectures \"BertForMaskedLM\" is not one pipetrain imports" \
   import --hf "$(damaged llama-hf bert 'c["architectures"] = ["BertForMaskedLM"]')" --out ckpt
-expect_bad "rope scaling" "rope_scaling is not supported" \
-  import --hf "$(damaged llama-hf scaled 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}')" \
+expect_bad "rope type not built" "rope_type \"longrope\" is not one pipetrain computes" \
+  import --hf "$(damaged llama-hf longrope 'c["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e4}')" \
+  --out ckpt
+expect_bad "soft-capping" "attn_logit_softcapping is not supported" \
+  import --hf "$(damaged qwen3-hf capped 'c["attn_logit_softcapping"] = 50.0')" --out ckpt
+expect_bad "Qwen3 attention bias" "attention_bias is not supported" \
+  import --hf "$(damaged qwen3-hf biased 'c["attention_bias"] = True')" --out ckpt
+expect_bad "Mistral activation" "hidden_act must be \"silu\"" \
+  import --hf "$(damaged mistral-hf gelu 'c["hidden_act"] = "gelu"')" --out ckpt
+expect_bad "windows out of Qwen's order" "must list the full-attention blocks first" \
+  import --hf "$(damaged qwen2-hf unordered 'c["layer_types"] = ["sliding_attention", "full_attention", "full_attention"]')" \
   --out ckpt
 expect_bad "shape" "has shape [88, 32], the model config.json describes needs [96, 32]" \
   import --hf "$(damaged llama-hf wider 'c["intermediate_size"] = 96')" --out ckpt

@@ -32,12 +32,37 @@ std::vector<ModelConfig> configs() {
                    .num_key_value_heads = 2,
                    .intermediate_size = 24,
                    .layers = 3,
-                   .tie_embeddings = tied};
+                   .tie_embeddings = tied,
+                   .max_position_embeddings = 9};
     all.push_back(llama);
     ModelConfig mixtral = llama;
     mixtral.type = models::Family::kMixtral;
     mixtral.moe = {.experts = 3, .experts_per_token = 2};
+    mixtral.llama.sliding_window = 4;
     all.push_back(mixtral);
+    // Each family's own parts: Qwen2's biases and windows past block 1 (YaRN), Qwen3's q/k
+    // norms and wider heads (LLaMA 3.1's rotation), Mistral's windows (linear scaling).
+    ModelConfig qwen2 = llama;
+    qwen2.type = models::Family::kQwen2;
+    qwen2.llama.sliding_window = 4;
+    qwen2.llama.max_window_layers = 1;
+    qwen2.llama.rope_scaling = {
+        .type = RopeType::kYarn, .factor = 3.0, .original_max_position_embeddings = 3};
+    all.push_back(qwen2);
+    ModelConfig qwen3 = llama;
+    qwen3.type = models::Family::kQwen3;
+    qwen3.llama.head_dim = 8;
+    qwen3.llama.rope_scaling = {.type = RopeType::kLlama3,
+                                .factor = 8.0,
+                                .low_freq_factor = 1.0,
+                                .high_freq_factor = 4.0,
+                                .original_max_position_embeddings = 4};
+    all.push_back(qwen3);
+    ModelConfig mistral = llama;
+    mistral.type = models::Family::kMistral;
+    mistral.llama.sliding_window = 4;
+    mistral.llama.rope_scaling = {.type = RopeType::kLinear, .factor = 2.0};
+    all.push_back(mistral);
   }
   ModelConfig mlp;
   mlp.type = models::Family::kMlp;
@@ -125,6 +150,21 @@ TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
   config.moe.shared_experts = 1;
   EXPECT_THROW(hf_config_of(config), io::InputError);
   config.moe.shared_experts = 0;
+  EXPECT_NO_THROW(hf_config_of(config));
+}
+
+// What transformers cannot say is refused on export, not written wrong: windows in a LLaMA,
+// and Mistral windows that start past the first block.
+TEST(BuiltinModels, WindowsTransformersCannotSayAreNotExported) {
+  ModelConfig config = configs()[1];  // a LLaMA
+  ASSERT_EQ(config.type, Family::kLlama);
+  config.llama.sliding_window = 4;
+  EXPECT_THROW(hf_config_of(config), io::InputError);
+  config.type = Family::kMistral;
+  EXPECT_NO_THROW(hf_config_of(config));
+  config.llama.max_window_layers = 1;
+  EXPECT_THROW(hf_config_of(config), io::InputError);
+  config.type = Family::kQwen2;
   EXPECT_NO_THROW(hf_config_of(config));
 }
 

@@ -131,14 +131,13 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(pipe, data, model), world);
     const std::vector<Case> cases =
-        model == 2 ? std::vector<Case>{{"gpt", 1, 0, 0.0},
-                                       {"gpt", 4, 0, 0.05},
-                                       {"gpt-untied", 2, 1, 0.0},
-                                       {"gpt", 2, 2, 0.05},
-                                       {"llama", 2, 0, 0.05},
-                                       {"llama-tied", 4, 1, 0.0},
-                                       {"mixtral-capacity-shared", 2, 1, 0.05}}
-                   : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
+        model == 2
+            ? std::vector<Case>{{"gpt", 1, 0, 0.0},         {"gpt", 4, 0, 0.05},
+                                {"gpt-untied", 2, 1, 0.0},  {"gpt", 2, 2, 0.05},
+                                {"llama", 2, 0, 0.05},      {"llama-tied", 4, 1, 0.0},
+                                {"qwen2-tied", 2, 0, 0.05}, {"qwen3", 4, 1, 0.0},
+                                {"mistral", 2, 0, 0.0},     {"mixtral-capacity-shared", 2, 1, 0.05}}
+            : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
                    " x model " + std::to_string(model) + ": " + name(c));
@@ -253,6 +252,8 @@ TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
       {{2, 1, 2}, {"llama-tied-deep", 4, 0, 0.0}, schedule::Kind::kZbv, 2},
       {{1, 1, 4}, {"gpt-heads4-ctx8", 2, 1, 0.05}},
       {{2, 2, 2}, {"llama-tied", 2, 0, 0.05}},
+      {{1, 1, 2}, {"qwen3", 2, 1, 0.0}},
+      {{2, 1, 2}, {"qwen2-tied", 4, 0, 0.05}},
       // Packed documents.
       {{1, 1, 2}, {"gpt-packed", 2, 0, 0.05}},
       {{2, 1, 2}, {"llama-packed", 4, 0, 0.0}},
@@ -298,6 +299,8 @@ TEST(ContextParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
       {2, 1, 2, 1, {"llama-tied-ctx8", 4, 0, 0.05}},
       {1, 2, 2, 1, {"gpt-ctx8", 2, 0, 0.05}, false, 1},
       {1, 2, 2, 1, {"llama-tied-ctx8", 2, 1, 0.05}, false, 3},
+      {1, 1, 2, 1, {"qwen3-ctx8", 2, 0, 0.05}},
+      {1, 1, 2, 2, {"qwen3-ctx8", 2, 1, 0.0}, true},
       {1, 1, 2, 2, {"gpt-ctx8", 2, 0, 0.0}, true, 3},
       {1, 1, 2, 2, {"llama-ctx8", 2, 0, 0.05}, true},
       {2, 2, 2, 1, {"llama-ctx8", 2, 0, 0.05}},

@@ -26,8 +26,7 @@ class KvCache {
     at::Tensor keys, values;
     int64_t first = 0;
   };
-  Extended extend(const void* layer, const at::Tensor& k, const at::Tensor& v,
-                  int64_t window = 0);
+  Extended extend(const void* layer, const at::Tensor& k, const at::Tensor& v, int64_t window = 0);
   // After a forward pass of `positions` new positions through every layer of this rank.
   void advance(int64_t positions) { length_ += positions; }
   void clear();
@@ -103,7 +102,7 @@ at::Tensor cached_attention(const KvRows& rows, const void* layer, const at::Ten
 // The mask of `queries` positions starting at `first_query` over `keys` positions starting
 // at `first_key`: causal, and within the last `window` positions (0: all); bool
 // [queries, keys] on `device`.
-at::Tensor causal_window_mask(int64_t first_query, int64_t queries, int64_t first_key,
-                              int64_t keys, int64_t window, const at::Device& device);
+at::Tensor causal_window_mask(int64_t first_query, int64_t queries, int64_t first_key, int64_t keys,
+                              int64_t window, const at::Device& device);
 
 }  // namespace pipetrain::models

@@ -17,11 +17,11 @@ enum class RopeType {
 // reads its own.
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;                        // linear, dynamic, llama3, yarn
-  double low_freq_factor = 1.0;               // llama3
-  double high_freq_factor = 4.0;              // llama3
+  double factor = 1.0;                           // linear, dynamic, llama3, yarn
+  double low_freq_factor = 1.0;                  // llama3
+  double high_freq_factor = 4.0;                 // llama3
   int64_t original_max_position_embeddings = 0;  // llama3, yarn: the pretraining context
-  double beta_fast = 32.0;                    // yarn: the ramp's bounds, in rotations
+  double beta_fast = 32.0;                       // yarn: the ramp's bounds, in rotations
   double beta_slow = 1.0;
   double attention_factor = 0.0;  // yarn: cos and sin scaled by it; 0: 0.1 ln(factor) + 1
   bool truncate = true;           // yarn: the ramp's bounds rounded outwards
@@ -56,7 +56,9 @@ struct LlamaConfig {
   bool qk_norm = false;   // RMSNorm over each query and key head before rotation (Qwen3)
 
   int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / heads; }
-  int64_t positions() const { return max_position_embeddings > 0 ? max_position_embeddings : context; }
+  int64_t positions() const {
+    return max_position_embeddings > 0 ? max_position_embeddings : context;
+  }
   // Whether block `layer` (0-based) attends within the sliding window.
   bool slides(int64_t layer) const { return sliding_window > 0 && layer >= max_window_layers; }
 };
