@@ -1,5 +1,7 @@
 // The engine on a GPU, side by side in one run (scripts/device-check runs it):
-//   pipetrain launch -n 4 -- build/bench/gpu_bench [a|b|c]
+//   pipetrain launch -n 4 -- build/bench/gpu_bench [a|b|c] [N]
+// (N: for b, only the Nth shape, 0 or 1; for c, pipes up to N only: scripts/device-check's
+// short tiers)
 // (a) engine overhead: GPT d 1024, 8 layers, context 1024, bf16, micro-batch 8, 8 micro-
 //     batches, one stage, against a plain LibTorch loop doing the same work in this binary
 //     (bf16 model, fp32 masters, ATen's fused AdamW, the same micro-batches from pinned
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -263,10 +266,13 @@ double timed_step(Engine& e, const std::shared_ptr<comm::MpiCommunicator>& world
 // Pipe 1, 2 and 4 on the one GPU (the world's first 1, 2, 4 ranks), the (a) model: each
 // rank's peak memory with one pipe at a time, then the step times with all three held,
 // interleaved, and beside them two pipe-1 jobs at once.
-void shared_gpu_pipes(const Shape& s) {
+void shared_gpu_pipes(const Shape& s, int largest_pipe) {
   auto world = comm::MpiCommunicator::world();
   const auto data = random_tokens(s);
-  const std::vector<int> pipes{1, 2, 4};
+  std::vector<int> pipes;
+  for (int p : {1, 2, 4}) {
+    if (p <= largest_pipe) pipes.push_back(p);
+  }
   std::vector<std::shared_ptr<comm::MpiCommunicator>> comms;
   for (int p : pipes) comms.push_back(first_ranks(world, p));
   const int gpu = 0;              // the one GPU every rank shares
@@ -325,14 +331,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string only = argc > 1 ? argv[1] : "";
+    const int n = argc > 2 ? std::atoi(argv[2]) : -1;   // -1: every shape, every pipe
     const auto alone = world->split(world->rank(), 0);  // (a) and (b): rank 0 by itself
     if (world->rank() == 0 && (only.empty() || only == "a")) overhead(kOverheadShape, alone);
     world->barrier();
     if (world->rank() == 0 && (only.empty() || only == "b")) {
-      for (const Shape& shape : kThroughputShapes) throughput(shape, alone);
+      for (int i = 0; i < 2; ++i) {
+        if (n < 0 || n == i) throughput(kThroughputShapes[i], alone);
+      }
     }
     world->barrier();
-    if (only.empty() || only == "c") shared_gpu_pipes(kOverheadShape);
+    if (only.empty() || only == "c") shared_gpu_pipes(kOverheadShape, n < 0 ? 4 : n);
     return 0;
   });
 }

@@ -66,4 +66,13 @@ else()
   target_link_options(pipetrain_torch INTERFACE "-Wl,-rpath,${PIPETRAIN_TORCH_ROOT}/lib")
 endif()
 
+# libtorch_cpu exports a copy of std::filesystem. With libstdc++ listed after torch (the
+# linker's default order), libstdc++'s own references bind to that copy, which crashes where
+# the system's libstdc++ is older than torch's (torch 2.11 on Debian 12: `pipetrain launch`
+# ended with rc 139 after every job). Listed first, libstdc++ is searched first and its
+# definitions win for every object (tests/launch/libstdcxx_test.sh; scripts/device-check's
+# tier 0 names the clash and preloads libstdc++ for binaries built before this).
+target_link_options(pipetrain_torch INTERFACE
+                    "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+
 message(STATUS "pipetrain: LibTorch at ${PIPETRAIN_TORCH_ROOT}, CUDA build: ${PIPETRAIN_WITH_CUDA}")

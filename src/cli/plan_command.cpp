@@ -35,9 +35,9 @@ struct PlanOptions {
 };
 
 void print_header() {
-  std::printf("%3s %4s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s\n", "#", "t",
-              "c", "p", "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s", "bubble",
-              "dp %", "MFU", "peak GiB (st)");
+  std::printf("%3s %4s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s  %s\n", "#",
+              "t", "c", "p", "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s",
+              "bubble", "dp %", "MFU", "peak GiB (st)", "transports");
 }
 
 void print_row(int rank, const planner::Candidate& c) {
@@ -66,6 +66,8 @@ void print_row(int rank, const planner::Candidate& c) {
               shown(100 * p.bubble, "%.1f%%").c_str(),
               shown(100 * p.data_parallel_seconds / p.step_seconds, "%.1f%%").c_str(),
               shown(100 * p.mfu, "%.1f%%").c_str(), p.peak_bytes() / kGiB, p.peak_stage());
+  std::printf("  %s", p.transports.describe(l).c_str());
+  if (p.transports.host_staged(l)) std::printf(" (through host memory)");
   if (!c.rejected.empty()) std::printf("  %s", c.rejected.c_str());
   std::printf("\n");
 }
@@ -143,6 +145,20 @@ void print_losers(const std::vector<planner::Candidate>& all) {
 }
 
 // A candidate for `--format json`: the layout, the prediction, each stage's memory.
+// Each group of more than one rank and its transport.
+nlohmann::json transports_json(const planner::Layout& l, const planner::Transports& t) {
+  nlohmann::json groups = nlohmann::json::object();
+  auto add = [&](const char* group, int64_t size, planner::Transport transport) {
+    if (size > 1) groups[group] = planner::transport_name(transport);
+  };
+  add("pipe", l.parallel.pipe, t.pipe);
+  add("data", l.parallel.data, t.data);
+  add("tensor", l.parallel.tensor, t.tensor);
+  add("context", l.parallel.context, t.context);
+  add("expert", l.parallel.expert, t.experts);
+  return groups;
+}
+
 nlohmann::json candidate_json(const planner::Candidate& c) {
   const auto& l = c.layout;
   const auto& p = c.prediction;
@@ -179,6 +195,8 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
           {"mfu", p.mfu},
           {"model_flops", p.model_flops},
           {"all_to_all_bytes", p.all_to_all_bytes},
+          {"transports", transports_json(l, p.transports)},
+          {"host_staged", p.transports.host_staged(l)},
           {"stages", stages},
           {"rejected", c.rejected}};
 }
@@ -281,6 +299,13 @@ int run_plan(const PlanOptions& o) {
   print_header();
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
     print_row(i + 1, all[i]);
+  std::printf(
+      "MFU assumes: matrix products at %.1f%% of the %s peak (the cluster's efficiency), the "
+      "data-parallel reduction after the schedule (no overlap), transfers %s\n",
+      100 * cluster.efficiency, workload.half_precision() ? "bf16" : "fp32",
+      cluster.gpu ? "over NCCL where the engine uses it, else through host memory "
+                    "(host_staging)"
+                  : "over MPI");
   print_losers(all);
   if (!o.out.empty()) std::printf("wrote %s (layout 1)\n", o.out.c_str());
   return 0;

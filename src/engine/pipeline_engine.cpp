@@ -68,10 +68,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   // NCCL may carry the pipe's payloads where every pair's transfers agree in order (NCCL
   // matches them by order alone, each direction on a communicator and stream of its own,
   // so sends that wait for their receive and deferred sends both run) and every transfer
-  // is between neighbouring stages (one chunk, or two stages: no ring link is needed).
-  const bool neighbours_only = shape_.chunks == 1 || shape_.stages == 2 ||
-                               (shape_.chunks == 2 && shape_.placement == schedule::Placement::kV);
-  comms_->connect_pipe(neighbours_only && train_program_.orders_agree &&
+  // is between neighbouring stages (the planner asks the same: schedule::pipe_fits_nccl).
+  comms_->connect_pipe(schedule::neighbours_only(shape_) && train_program_.orders_agree &&
                        eval_program_.orders_agree && infer_program_.orders_agree);
   gradients_ = std::make_unique<data_parallel::GradientSync>(
       *module_, *comms_,

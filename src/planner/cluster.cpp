@@ -90,6 +90,15 @@ const config::KeyTable<Cluster>& cluster_keys() {
            "GB/s each way per device between nodes (required)");
     scaled(t, "inter_node.latency_us", PIPETRAIN_FIELD(inter_node.latency), 1e-6,
            "µs per message between nodes", config::at_least(0));
+    t.choice("device", PIPETRAIN_FIELD(gpu), config::Names<bool>{{"gpu", true}, {"cpu", false}},
+             "what a device is: a GPU (NCCL where the engine uses it, host memory elsewhere) or "
+             "a CPU core (MPI)");
+    scaled(t, "host_staging.bandwidth_gbs", PIPETRAIN_FIELD(host_staging.bandwidth), 1e9,
+           "GB/s each way of a GPU transfer MPI carries through host memory (copy out, across, "
+           "in)",
+           config::at_least(0.001));
+    scaled(t, "host_staging.latency_us", PIPETRAIN_FIELD(host_staging.latency), 1e-6,
+           "µs per message through host memory", config::at_least(0));
     t.check([](const Cluster& c) {
       for (const auto& [value, key] : {std::pair{c.memory_bytes, "memory_gib"},
                                        {c.fp32_flops, "peak_tflops.fp32"},

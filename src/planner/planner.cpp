@@ -10,6 +10,8 @@
 namespace pipetrain::planner {
 namespace {
 
+constexpr double kTies = 1.01;  // step times within 1% of the best rank by peak memory
+
 using schedule::Kind;
 
 std::vector<int> divisors(int64_t n) {
@@ -200,6 +202,17 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
     if (a.rejected.empty()) return a.prediction.step_seconds < b.prediction.step_seconds;
     return a.prediction.peak_bytes() < b.prediction.peak_bytes();
   });
+  // Within 1% of the fastest, time is noise the prediction cannot settle: the lower peak
+  // (more room, fewer out-of-memory surprises) ranks first.
+  const auto close = std::find_if(found.begin(), found.end(), [&](const Candidate& c) {
+    return !c.rejected.empty() ||
+           c.prediction.step_seconds > kTies * found.front().prediction.step_seconds;
+  });
+  if (found.front().rejected.empty()) {
+    std::stable_sort(found.begin(), close, [](const Candidate& a, const Candidate& b) {
+      return a.prediction.peak_bytes() < b.prediction.peak_bytes();
+    });
+  }
   return found;
 }
 

@@ -184,7 +184,8 @@ class StageCosting {
   // One pass of `bytes` to the next rank of the context group (its ranks t apart).
   double ring_pass_seconds(double bytes) const {
     if (l_.parallel.context == 1) return 0.0;
-    const Link& link = c_.link(l_.parallel.context, l_.parallel.tensor);
+    const Link& link =
+        link_of(c_, context_transport(c_), c_.link(l_.parallel.context, l_.parallel.tensor));
     return link.latency + bytes / link.bandwidth;
   }
 
@@ -287,7 +288,8 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
 }
 
 schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const Workload& w,
-                                    const Cluster& c, const Layout& l) {
+                                    const Transports& transports, const Cluster& c,
+                                    const Layout& l) {
   schedule::CostModel costs;
   costs.forward.clear();
   costs.backward.clear();
@@ -297,7 +299,8 @@ schedule::CostModel simulator_costs(const std::vector<StageWork>& stages, const 
     costs.backward.push_back(stage.backward_input + stage.backward_weight);
     costs.weight.push_back(stage.backward_weight);
   }
-  const Link& pipe_link = c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage()));
+  const Link& pipe_link =
+      link_of(c, transports.pipe, c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage())));
   costs.latency = pipe_link.latency;
   costs.bandwidth = pipe_link.bandwidth;
   // Stage boundaries carry a block's output: the residual stream (a rank's 1/c of it).
@@ -493,14 +496,16 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   const auto plan = schedule::plan_pipeline(
       l.schedule, schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches),
                                       l.parallel.pipe, l.parallel.chunks));
+  const Transports transports = transports_of(shared, l);
   const PipelineTimeline pipeline =
-      simulate_pipeline(plan, simulator_costs(stages, w, shared, l), shared, l);
+      simulate_pipeline(plan, simulator_costs(stages, w, transports, shared, l), shared, l);
   const schedule::Timeline& timeline = pipeline.timeline;
   Cluster c = shared;  // the step's collectives wait as the pipeline's messages did
   c.intra_node.latency += pipeline.message_wait;
   c.inter_node.latency += pipeline.message_wait;
 
   Prediction p;
+  p.transports = transports;
   p.pipeline_seconds = timeline.makespan;
   double busy = 0;
   for (int s = 0; s < l.parallel.pipe; ++s) {

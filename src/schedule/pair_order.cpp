@@ -1,5 +1,6 @@
 #include "pipetrain/schedule/pair_order.h"
 
+#include <exception>
 #include <map>
 #include <string>
 #include <utility>
@@ -198,6 +199,24 @@ std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan) {
                       "each other on every stage");
       }
     }
+  }
+}
+
+bool neighbours_only(const PipeShape& shape) {
+  return shape.chunks == 1 || shape.stages == 2 ||
+         (shape.chunks == 2 && shape.placement == Placement::kV);
+}
+
+bool pipe_fits_nccl(Kind kind, const PipeShape& shape) {
+  if (kind == Kind::kFile || !neighbours_only(shape)) return false;
+  try {
+    PipeShape one = shape;
+    one.micro_batches = 1;
+    return !first_order_mismatch(plan_pipeline(kind, shape)) &&
+           !first_order_mismatch(plan_pipeline(Kind::kInference, shape)) &&
+           !first_order_mismatch(plan_pipeline(Kind::kInference, one));
+  } catch (const std::exception&) {
+    return false;  // a shape the schedule cannot run has no pipe at all
   }
 }
 

@@ -24,6 +24,56 @@ run keys --cluster
 sed -n '/^<!-- cluster keys: generated/,/^<!-- end of cluster keys -->/p' "$source_dir/docs/user/planner.md" | sed '1d;$d' >"$work/readme-keys"
 check "docs/user/planner.md's cluster key table is the output of 'pipetrain keys --cluster'" diff "$work/out" "$work/readme-keys"
 
+# A 7B LLaMA on 4 x 8 H100: every pick names each group's transport, a pipe NCCL cannot carry
+# is marked as going through host memory (and costed on host_staging), the MFU line says
+# what it assumes, and the picks rank by time, the lower peak first within 1%.
+run plan --config "$source_dir/examples/llama-7b.json" --cluster "$source_dir/clusters/dgx-h100.json" \
+  --nodes 4 --global-batch 512 --top 12 --format json
+check "plan of the 7B on 4 x 8 H100 exits 0 (got $rc: $(head -c 300 "$work/err"))" test "$rc" -eq 0
+report=$(python3 - "$work/out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+problems = []
+for i, r in enumerate(rows):
+    groups = {"pipe": r["pipe"], "data": r["data"], "tensor": r["model_parallel"],
+              "context": r["context_parallel"], "expert": r["expert_parallel"]}
+    named = r["transports"]
+    for group, size in groups.items():
+        if size > 1 and named.get(group) not in ("nccl", "host"):
+            problems.append(f"pick {i + 1}: {group} {size} has no transport ({named})")
+    staged = named.get("pipe") == "host" or named.get("context") == "host"
+    if staged != r["host_staged"]:
+        problems.append(f"pick {i + 1}: host_staged {r['host_staged']} for {named}")
+fastest = min(r["step_seconds"] for r in rows)
+close = []
+for r in rows:  # the leading picks within 1% of the fastest
+    if r["step_seconds"] > 1.01 * fastest:
+        break
+    close.append(r)
+if any(r["step_seconds"] <= 1.01 * fastest for r in rows[len(close):]):
+    problems.append("a pick within 1% of the fastest comes after a slower one")
+peaks = [max(s["total"] for s in r["stages"]) for r in close]
+if peaks != sorted(peaks):
+    problems.append(f"within 1% of the best, peaks not ascending: {peaks}")
+staged = sum(r["host_staged"] for r in rows)
+print("; ".join(problems) if problems else f"ok: {len(rows)} picks, {staged} through host memory")
+PY
+)
+check "each 7B pick names its transports, ranked by time then peak ($report)" grep -q "^ok" <<<"$report"
+run plan --config "$source_dir/examples/llama-7b.json" --cluster "$source_dir/clusters/dgx-h100.json" \
+  --nodes 4 --global-batch 512 --top 5
+check "the table marks host-staged pipes and shows transports" grep -q "pipe nccl\|pipe host" "$work/out"
+check "the MFU line says what it assumes" grep -q "^MFU assumes: matrix products at 80.3% of the bf16 peak" "$work/out"
+cp "$work/out" "$work/plan-7b.txt"
+# Interleaving over more than 2 stages needs a ring link NCCL does not have: marked.
+run plan --config "$source_dir/examples/llama-7b.json" --cluster "$source_dir/clusters/dgx-h100.json" \
+  --nodes 4 --global-batch 512 --top 20 --schedule interleaved --format json
+check "interleaved picks over more than 2 stages go through host memory" python3 - "$work/out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+sys.exit(0 if rows and all(r["pipe"] <= 2 or r["transports"]["pipe"] == "host" for r in rows) else 1)
+PY
+
 # The best layouts of 2 devices, why the others lost, and a config that trains as planned.
 run plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --out "$work/ready.json"
 check "plan exits 0 (got $rc: $(cat "$work/err"))" test "$rc" -eq 0

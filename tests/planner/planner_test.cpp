@@ -10,6 +10,8 @@
 
 #include "pipetrain/io/errors.h"
 #include "pipetrain/planner/planner.h"
+#include "pipetrain/planner/transports.h"
+#include "pipetrain/schedule/pair_order.h"
 
 namespace pipetrain::planner {
 namespace {
@@ -29,7 +31,7 @@ Cluster ideal(int64_t devices) {
   c.memory_bytes = 1e12;
   c.fp32_flops = c.bf16_flops = 1e9;
   c.memory_bandwidth = 1e30;
-  c.intra_node = c.inter_node = {1e30, 0};
+  c.intra_node = c.inter_node = c.host_staging = {1e30, 0};
   return c;
 }
 
@@ -457,6 +459,100 @@ TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
     EXPECT_EQ(candidate.layout.devices(), 4);
     EXPECT_EQ(candidate.layout.global_batch(), 8);
   }
+}
+
+// On GPUs each group's transport is the engine's: NCCL for data, tensor and experts; the
+// pipe only where every transfer is between neighbours in one order per pair (1F1B, and the
+// V schedules' two chunks, not interleaving over 4 stages); the context ring through host
+// memory. On CPUs MPI everywhere.
+TEST(Transports, FollowTheEnginesRules) {
+  Cluster gpus = ideal(8);
+  Layout l{.parallel = {.pipe = 4, .tensor = 2}, .micro_batch = 1, .micro_batches = 8};
+  Transports t = transports_of(gpus, l);
+  EXPECT_EQ(t.pipe, Transport::kNccl);
+  EXPECT_EQ(t.tensor, Transport::kNccl);
+  EXPECT_EQ(t.data, Transport::kNccl);
+  EXPECT_FALSE(t.host_staged(l));
+  EXPECT_EQ(t.describe(l), "pipe nccl, tensor nccl");
+  l.schedule = schedule::Kind::kInterleaved;
+  l.parallel.chunks = 2;
+  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kHostStaged);  // a ring link 3 -> 0
+  l.parallel.pipe = 2;
+  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kNccl);  // two stages: neighbours only
+  l.parallel.context = 2;
+  t = transports_of(gpus, l);
+  EXPECT_EQ(t.context, Transport::kHostStaged);
+  EXPECT_TRUE(t.host_staged(l));
+  EXPECT_EQ(t.describe(l), "pipe nccl, tensor nccl, context host");
+  // Every schedule the planner offers gets a transport, NCCL only where the engine's
+  // rules hold for the same plans.
+  for (const schedule::Kind kind :
+       {schedule::Kind::kZbv, schedule::Kind::kDualPipeV, schedule::Kind::kZbH2,
+        schedule::Kind::kInterleavedZb, schedule::Kind::k1F1B, schedule::Kind::kZbH1}) {
+    const bool v = kind == schedule::Kind::kZbv || kind == schedule::Kind::kDualPipeV;
+    const bool chunked = v || kind == schedule::Kind::kInterleavedZb;
+    const Layout k{.parallel = {.pipe = 4, .chunks = chunked ? 2 : 1},
+                   .micro_batch = 1,
+                   .micro_batches = 8,
+                   .schedule = kind};
+    const auto shape = schedule::shape_for(kind, 8, 4, chunked ? 2 : 1);
+    EXPECT_EQ(transports_of(gpus, k).pipe == Transport::kNccl,
+              schedule::pipe_fits_nccl(kind, shape))
+        << schedule::name(kind);
+    if (!chunked || v) {
+      EXPECT_TRUE(schedule::neighbours_only(shape)) << schedule::name(kind);
+    }
+  }
+  Cluster cpus = gpus;
+  cpus.gpu = false;
+  t = transports_of(cpus, l);
+  EXPECT_EQ(t.pipe, Transport::kMpi);
+  EXPECT_EQ(t.context, Transport::kMpi);
+  EXPECT_EQ(t.tensor, Transport::kMpi);
+}
+
+// A pipe through host memory is costed on the host_staging link: slower staging slows
+// only the layouts whose pipe goes that way.
+TEST(Prediction, AHostStagedPipePaysTheHostLink) {
+  engine::TrainingConfig training;
+  training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
+  const Workload w(gpt(256, 256, 256, 4, 8), training);
+  Cluster c = ideal(4);
+  c.intra_node = c.inter_node = {1e12, 1e-6};
+  Cluster slow_host = c;
+  slow_host.host_staging = {1e4, 1e-3};
+  const Layout nccl{.parallel = {.pipe = 4}, .micro_batch = 1, .micro_batches = 8};
+  Layout host = nccl;
+  host.schedule = schedule::Kind::kInterleaved;
+  host.parallel.chunks = 2;
+  EXPECT_DOUBLE_EQ(predict(w, c, nccl).step_seconds, predict(w, slow_host, nccl).step_seconds);
+  EXPECT_GT(predict(w, slow_host, host).step_seconds, 1.5 * predict(w, c, host).step_seconds);
+  EXPECT_TRUE(predict(w, c, host).transports.host_staged(host));
+}
+
+// Among the layouts within 1% of the fastest, the lower peak ranks first; past 1%, time.
+TEST(Planner, RanksByTimeThenPeakWithinOnePercent) {
+  const Workload w(gpt(256, 64, 64, 4, 8), engine::TrainingConfig{});
+  Cluster c = ideal(4);
+  c.intra_node = c.inter_node = c.host_staging = {1e10, 1e-5};
+  const auto all = plan_layouts(w, c, 16);
+  ASSERT_GT(all.size(), 2u);
+  double fastest = all.front().prediction.step_seconds;
+  for (const auto& candidate : all) {
+    if (candidate.rejected.empty()) fastest = std::min(fastest, candidate.prediction.step_seconds);
+  }
+  std::size_t close = 0;  // the leading layouts within 1% of the fastest
+  while (close < all.size() && all[close].rejected.empty() &&
+         all[close].prediction.step_seconds <= 1.01 * fastest)
+    ++close;
+  ASSERT_GE(close, 2u) << "the test needs layouts that tie";
+  for (std::size_t i = 1; i < close; ++i)
+    EXPECT_LE(all[i - 1].prediction.peak_bytes(), all[i].prediction.peak_bytes()) << i;
+  for (std::size_t i = close; i < all.size(); ++i) {  // none within 1% comes later
+    EXPECT_TRUE(!all[i].rejected.empty() || all[i].prediction.step_seconds > 1.01 * fastest) << i;
+  }
+  for (std::size_t i = close + 1; i < all.size() && all[i].rejected.empty(); ++i)
+    EXPECT_LE(all[i - 1].prediction.step_seconds, all[i].prediction.step_seconds) << i;
 }
 
 TEST(Planner, MarksLayoutsThatDoNotFit) {

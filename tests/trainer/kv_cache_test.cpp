@@ -283,8 +283,9 @@ TEST(KvCache, WindowMaskSeesTheLastWindowPositions) {
   const at::Tensor want = at::tensor({0, 1, 1, 1, 0, 0,  //
                                       0, 0, 1, 1, 1, 0,  //
                                       0, 0, 0, 1, 1, 1},
-                                     at::kBool)
-                              .view({3, 6});
+                                     at::kLong)
+                              .view({3, 6})
+                              .to(at::kBool);
   EXPECT_TRUE(at::equal(mask, want)) << mask;
   EXPECT_TRUE(at::equal(models::causal_window_mask(0, 4, 0, 4, 0, at::kCPU),
                         at::ones({4, 4}, at::kBool).tril()));

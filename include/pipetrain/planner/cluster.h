@@ -48,6 +48,12 @@ struct Cluster {
   double shared_core_latency = 0;
   Link intra_node;  // between devices of one node
   Link inter_node;  // between nodes, per device
+  // The devices: GPUs (NCCL carries what the engine lets it, the rest goes through host
+  // memory over MPI), or CPU cores (MPI everywhere).
+  bool gpu = true;
+  // A GPU's transfer that MPI carries through host memory: device to host, host to host,
+  // host to device (what a pipe NCCL cannot carry, and the context ring, pay on a GPU).
+  Link host_staging{10e9, 40e-6};
 
   int64_t devices() const { return nodes * devices_per_node; }
   // Matrix FLOP/s one device reaches in the compute type (bf16 also for fp16) on products

@@ -11,6 +11,7 @@
 #include "pipetrain/planner/cluster.h"
 #include "pipetrain/planner/layer_cost.h"
 #include "pipetrain/planner/layout.h"
+#include "pipetrain/planner/transports.h"
 
 namespace pipetrain::planner {
 
@@ -64,6 +65,9 @@ struct Prediction {
   // Bytes every rank together sends to others by expert parallelism's all-to-alls in a step
   // (tokens spread evenly over the experts): the figure a run's metrics.jsonl measures.
   double all_to_all_bytes = 0;
+  // Over which transport each group runs; transfers through host memory are costed on the
+  // cluster's host_staging link.
+  Transports transports;
   std::vector<StageMemory> stages;
 
   double peak_bytes() const;  // the fullest stage's

@@ -24,6 +24,16 @@ std::optional<Violation> first_order_mismatch(const PipelinePlan& plan);
 // other at once fails the second; it needs its sends and receives grouped instead.
 bool runs_matched_by_order(const PipelinePlan& plan);
 
+// Whether every transfer of a pipe of `shape` is between neighbouring stages: one chunk, two
+// stages, or two chunks placed in a V (no ring link from the last stage to the first).
+bool neighbours_only(const PipeShape& shape);
+
+// Whether the engine carries a pipe of `kind` on `shape` over NCCL (a communicator per
+// direction between neighbours, matched by order): neighbours_only, and every pair's orders
+// agree in the training plan and in the evaluation and inference plans. The planner costs
+// the others' pipes through host memory on a GPU.
+bool pipe_fits_nccl(Kind kind, const PipeShape& shape);
+
 // A run of consecutive transfers within one step, posted together and waited for together
 // (NCCL's ncclGroupStart/End, Megatron's batch_isend_irecv): the unit a grouped executor
 // issues. Instructions of other kinds each form a group of their own.

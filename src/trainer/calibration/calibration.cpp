@@ -256,6 +256,7 @@ planner::Cluster calibrate_machine() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   c.calibrated_on = host;
+  c.gpu = false;  // the CPU it measured
   c.sources = {"pipetrain calibrate with " + std::to_string(world->size()) + " rank(s)"};
   c.devices_per_node = std::max(1u, std::thread::hardware_concurrency());
   c.memory_bytes = physical_memory() / static_cast<double>(c.devices_per_node);
