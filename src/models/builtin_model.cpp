@@ -80,7 +80,7 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
                                 const expert_parallel::Group& experts) {
   if (config.type == Family::kRegistered)
     return registered_model(config, {group, context, experts});
-  if (experts.parallel() && config.type != Family::kMixtral) {
+  if (experts.parallel() && !routes_experts(config)) {
     throw io::InputError("expert_parallel " + std::to_string(experts.size()) +
                          " splits experts: it needs model.type \"mixtral\", not \"" +
                          type_name(config) + "\"");
@@ -92,7 +92,7 @@ BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel
   if (llama_family(config)) {
     const LlamaConfig l = decoder_config(config);
     std::optional<MoeConfig> moe;
-    if (config.type == Family::kMixtral) moe = config.moe;
+    if (routes_experts(config)) moe = config.moe;
     return language_model(llama_layers(l, group, context, moe, experts), {group, context},
                           l.vocab_size, l.context);
   }

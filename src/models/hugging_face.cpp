@@ -72,6 +72,7 @@ constexpr Architecture kArchitectures[] = {
     {"Qwen2ForCausalLM", "qwen2", Family::kQwen2},
     {"Qwen3ForCausalLM", "qwen3", Family::kQwen3},
     {"MistralForCausalLM", "mistral", Family::kMistral},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", Family::kQwen3Moe},
 };
 
 std::string architecture_list() {
@@ -251,6 +252,7 @@ LlamaConfig family_decoder_from_hf(Family family, const HfFields& f, const nlohm
       read_qwen_windows(f, hf, l);
       break;
     case Family::kQwen3:
+    case Family::kQwen3Moe:
       if (f.flag("attention_bias", false))
         f.refuse("attention_bias", "is not supported (Qwen3's projections have none)");
       read_qwen_windows(f, hf, l);
@@ -313,14 +315,42 @@ std::vector<HfTensor> gpt2_tensors(const GptConfig& g) {
   return t;
 }
 
-// transformers' MixtralSparseMoeBlock: the router is `gate`, expert j's gate, down and up
-// projections are w1, w2 and w3.
-void add_mixtral_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i) {
-  const std::string moe = "model.layers." + std::to_string(i) + ".block_sparse_moe.";
+// Qwen3-MoE's settings: its experts, router and which blocks route; the dense sizes are a
+// LLaMA's (its q/k norms Qwen3's).
+MoeConfig qwen3_moe_from_hf(const HfFields& f, const nlohmann::json& hf) {
+  MoeConfig m;
+  m.experts = f.integer("num_experts");
+  m.experts_per_token = f.integer("num_experts_per_tok");
+  m.norm_topk_prob = f.flag("norm_topk_prob", false);
+  m.moe_intermediate_size = f.integer("moe_intermediate_size");
+  m.decoder_sparse_step = f.integer("decoder_sparse_step", 1);
+  if (m.decoder_sparse_step < 1) f.refuse("decoder_sparse_step", "must be at least 1");
+  m.router_aux_loss_coef = f.number("router_aux_loss_coef", 0.001);
+  if (f.present("mlp_only_layers")) {
+    const nlohmann::json& layers = hf["mlp_only_layers"];
+    if (!layers.is_array()) f.refuse("mlp_only_layers", "must be a list of block numbers");
+    for (const auto& layer : layers) {
+      if (!layer.is_number_integer() || layer.get<int64_t>() < 0)
+        f.refuse("mlp_only_layers", "must be a list of block numbers");
+      m.mlp_only_layers.push_back(layer.get<int64_t>());
+    }
+  }
+  return m;
+}
+
+// The experts of a routing block: transformers' MixtralSparseMoeBlock (`block_sparse_moe`,
+// router `gate`, expert j's gate, down and up projections w1, w2 and w3) or
+// Qwen3MoeSparseMoeBlock (`mlp`, router `gate`, experts.j.gate_proj, down_proj, up_proj).
+void add_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i, bool mixtral) {
+  const std::string moe =
+      "model.layers." + std::to_string(i) + (mixtral ? ".block_sparse_moe." : ".mlp.");
   add(t, moe + "gate.weight", i + 1, "moe.router");
-  const std::pair<const char*, const char*> weights[] = {
+  const std::pair<const char*, const char*> mixtral_weights[] = {
       {"w1", "moe.gate_proj"}, {"w2", "moe.down_proj"}, {"w3", "moe.up_proj"}};
-  for (const auto& [hf, ours] : weights) {
+  const std::pair<const char*, const char*> qwen_weights[] = {{"gate_proj", "moe.gate_proj"},
+                                                              {"down_proj", "moe.down_proj"},
+                                                              {"up_proj", "moe.up_proj"}};
+  for (const auto& [hf, ours] : mixtral ? mixtral_weights : qwen_weights) {
     for (int64_t e = 0; e < m.experts; ++e) {
       t.push_back({moe + "experts." + std::to_string(e) + "." + hf + ".weight",
                    "layers." + std::to_string(i + 1) + "." + ours, false, e});
@@ -328,7 +358,8 @@ void add_mixtral_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i) {
   }
 }
 
-std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) {
+std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe,
+                                    bool mixtral = false) {
   std::vector<HfTensor> t;
   const std::pair<const char*, const char*> biases[] = {{"self_attn.q_proj", "q_proj"},
                                                         {"self_attn.k_proj", "k_proj"},
@@ -343,8 +374,9 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
       {"mlp.gate_proj", "gate_proj"},        {"mlp.up_proj", "up_proj"},
       {"mlp.down_proj", "down_proj"}};
   for (int i = 0; i < l.layers; ++i) {
+    const bool routed = moe && moe->routes(i);
     for (const auto& [hf, ours] : weights) {
-      if (moe && std::string(hf).rfind("mlp.", 0) == 0) continue;
+      if (routed && std::string(hf).rfind("mlp.", 0) == 0) continue;
       add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
           std::string(ours) + ".weight");
     }
@@ -358,7 +390,7 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe) 
         add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
             std::string(ours) + ".weight");
     }
-    if (moe) add_mixtral_experts(t, *moe, i);
+    if (routed) add_experts(t, *moe, i, mixtral);
   }
   const int final_norm = static_cast<int>(l.layers) + 1;
   add(t, "model.norm.weight", final_norm, "weight");
@@ -381,6 +413,15 @@ void check_mixtral_format(const MoeConfig& m) {
     throw io::InputError("model.shared_experts has no transformers format (Mixtral has none)");
 }
 
+// A Mixtral's experts in every block, as wide as the dense MLP, their scores renormalised.
+void check_mixtral_only_format(const MoeConfig& m) {
+  if (!m.norm_topk_prob || m.moe_intermediate_size > 0 || m.decoder_sparse_step != 1 ||
+      !m.mlp_only_layers.empty())
+    throw io::InputError(
+        "model.norm_topk_prob, moe_intermediate_size, decoder_sparse_step and "
+        "mlp_only_layers have no Mixtral format (export as \"qwen3_moe\")");
+}
+
 }  // namespace
 
 ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
@@ -392,6 +433,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
   } else {
     config.llama = family_decoder_from_hf(config.type, fields, hf);
     if (config.type == Family::kMixtral) config.moe = mixtral_from_hf(fields);
+    if (config.type == Family::kQwen3Moe) config.moe = qwen3_moe_from_hf(fields, hf);
   }
   // Special tokens, where config.json names one of each (a list or null names none here).
   auto token = [&](const char* name) {
@@ -430,7 +472,8 @@ void write_windows(Family family, const LlamaConfig& l, nlohmann::json& hf) {
   const bool windows = l.sliding_window > 0 && l.max_window_layers < l.layers;
   switch (family) {
     case Family::kQwen2:
-    case Family::kQwen3: {
+    case Family::kQwen3:
+    case Family::kQwen3Moe: {
       hf["use_sliding_window"] = windows;
       hf["sliding_window"] = windows ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
       hf["max_window_layers"] = windows ? l.max_window_layers : l.layers;
@@ -475,13 +518,27 @@ nlohmann::json llama_hf_config(const ModelConfig& config) {
                        {"hidden_act", "silu"},
                        {"tie_word_embeddings", l.tie_embeddings},
                        {"torch_dtype", "float32"}};
-  if (config.type == Family::kLlama || config.type == Family::kQwen3) {
+  if (config.type == Family::kLlama || config.type == Family::kQwen3 ||
+      config.type == Family::kQwen3Moe) {
     hf["attention_bias"] = false;
     hf["mlp_bias"] = false;
   }
   write_windows(config.type, l, hf);
-  if (config.type != Family::kMixtral) return hf;
+  if (!routes_experts(config)) return hf;
   check_mixtral_format(config.moe);
+  if (config.type == Family::kQwen3Moe) {
+    hf["num_experts"] = config.moe.experts;
+    hf["num_experts_per_tok"] = config.moe.experts_per_token;
+    hf["norm_topk_prob"] = config.moe.norm_topk_prob;
+    hf["moe_intermediate_size"] =
+        config.moe.moe_intermediate_size > 0 ? config.moe.moe_intermediate_size : l.intermediate_size;
+    hf["decoder_sparse_step"] = config.moe.decoder_sparse_step;
+    hf["mlp_only_layers"] = config.moe.mlp_only_layers;
+    hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;
+    hf["output_router_logits"] = false;
+    return hf;
+  }
+  check_mixtral_only_format(config.moe);
   hf["num_local_experts"] = config.moe.experts;
   hf["num_experts_per_tok"] = config.moe.experts_per_token;
   hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;
@@ -527,9 +584,10 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& config) {
   if (config.type == Family::kGpt) return gpt2_tensors(config.gpt);
-  if (config.type == Family::kMixtral) {
+  if (routes_experts(config)) {
     check_mixtral_format(config.moe);
-    return llama_tensors(decoder_config(config), &config.moe);
+    if (config.type == Family::kMixtral) check_mixtral_only_format(config.moe);
+    return llama_tensors(decoder_config(config), &config.moe, config.type == Family::kMixtral);
   }
   if (llama_family(config)) return llama_tensors(decoder_config(config), nullptr);
   throw no_transformers_format(config);

@@ -25,6 +25,11 @@ namespace {
 
 constexpr tensor_parallel::LinearOptions kLlamaLinear{.bias = false, .init_std = kInitStd};
 
+// Each routed expert's MLP width: moe_intermediate_size, or the decoder's (Mixtral).
+int64_t expert_width(const LlamaConfig& c, const MoeConfig& m) {
+  return m.moe_intermediate_size > 0 ? m.moe_intermediate_size : c.intermediate_size;
+}
+
 // A q, k or v projection's options: with biases in Qwen2.
 constexpr tensor_parallel::LinearOptions projection(bool bias) {
   return {.bias = bias, .init_std = kInitStd};
@@ -150,8 +155,8 @@ struct LlamaBlockImpl : torch::nn::Module {
           register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
     }
     if (moe_config) {
-      moe = register_module("moe", MoeFeedForward(c.d_model, c.intermediate_size, *moe_config,
-                                                  group, kInitStd, experts));
+      moe = register_module("moe", MoeFeedForward(c.d_model, expert_width(c, *moe_config),
+                                                  *moe_config, group, kInitStd, experts));
       return;
     }
     gate_proj = register_module(
@@ -254,6 +259,7 @@ TORCH_MODULE(LlamaBlock);
 
 void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
            const expert_parallel::Group& experts) {
+  if (m.moe_intermediate_size > 0) require_size(m.moe_intermediate_size, "moe_intermediate_size", kMaxWidth);
   require_size(m.experts, "experts", kMaxExperts);
   require_size(m.experts_per_token, "experts_per_token", kMaxExperts);
   if (m.experts_per_token > m.experts) {
@@ -378,9 +384,10 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
                 kv_width = c.num_key_value_heads * hd;
   {
     const double w = static_cast<double>(d), mlps = moe ? moe->experts + moe->shared_experts : 1;
+    const double width = static_cast<double>(
+        moe ? std::max(c.intermediate_size, expert_width(c, *moe)) : c.intermediate_size);
     require_countable(2.0 * c.vocab_size * w +
-                      c.layers * (w * (2.0 * q_width + 2.0 * kv_width) +
-                                  3 * w * static_cast<double>(c.intermediate_size) * mlps +
+                      c.layers * (w * (2.0 * q_width + 2.0 * kv_width) + 3 * w * width * mlps +
                                   (moe ? w * moe->experts : 0)));
   }
   std::vector<module::LayerSpec> specs;
@@ -395,19 +402,23 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
   }
   specs.push_back(embedding);
 
-  const int64_t mlp_parameters = moe ? moe->experts * (d + 3 * d * c.intermediate_size) +
-                                           3 * d * moe->shared_experts * c.intermediate_size
-                                     : 3 * d * c.intermediate_size;
-  const int64_t block_parameters = 2 * d + 2 * d * q_width + 2 * d * kv_width +
-                                   (c.qkv_bias ? q_width + 2 * kv_width : 0) +
-                                   (c.qk_norm ? 2 * hd : 0) + mlp_parameters;
+  const int64_t attention_parameters = 2 * d + 2 * d * q_width + 2 * d * kv_width +
+                                       (c.qkv_bias ? q_width + 2 * kv_width : 0) +
+                                       (c.qk_norm ? 2 * hd : 0);
   for (int64_t i = 0; i < c.layers; ++i) {
+    // Every block routes in a Mixtral; in a Qwen3-MoE those its sparse step and
+    // mlp_only_layers say, the others with a dense MLP.
+    const std::optional<MoeConfig> routed = moe && moe->routes(i) ? moe : std::nullopt;
+    const int64_t ffn = routed ? expert_width(c, *routed) : c.intermediate_size;
+    const int64_t mlp_parameters =
+        routed ? routed->experts * (d + 3 * d * ffn) + 3 * d * routed->shared_experts * ffn
+               : 3 * d * ffn;
     specs.push_back(document_layer<LlamaBlock>(
-        moe ? "MixtralBlock" : "LlamaBlock",
-        [c, i, moe, group, context, experts] {
-          return LlamaBlock(c, i, moe, group, context, experts);
+        routed ? "MixtralBlock" : "LlamaBlock",
+        [c, i, routed, group, context, experts] {
+          return LlamaBlock(c, i, routed, group, context, experts);
         },
-        [=] { return block_parameters; }));
+        [=] { return attention_parameters + mlp_parameters; }));
   }
   specs.push_back(module::module_layer<RmsNorm>(
       "RMSNorm", [c, group] { return RmsNorm(c.d_model, c.rms_norm_eps, group); },

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "pipetrain/config/json_value.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::models {
 namespace {
@@ -68,7 +69,7 @@ const config::Names<Family>& family_names() {
   static const config::Names<Family> names{
       {"gpt", Family::kGpt},     {"llama", Family::kLlama}, {"mixtral", Family::kMixtral},
       {"qwen2", Family::kQwen2}, {"qwen3", Family::kQwen3}, {"mistral", Family::kMistral},
-      {"mlp", Family::kMlp}};
+      {"qwen3_moe", Family::kQwen3Moe}, {"mlp", Family::kMlp}};
   return names;
 }
 
@@ -94,6 +95,7 @@ Capabilities capabilities(const ModelConfig& config) {
     case Family::kMistral:
       return {.tensor_parallel = true, .context_parallel = true, .sequence_parallel = true};
     case Family::kMixtral:  // the router's statistics need a sequence's tokens together
+    case Family::kQwen3Moe:
       return {.tensor_parallel = true, .routed_experts = config.moe.experts};
     case Family::kMlp:
       return {};
@@ -108,7 +110,7 @@ Capabilities capabilities(const ModelConfig& config) {
 LlamaConfig decoder_config(const ModelConfig& config) {
   LlamaConfig decoder = config.llama;
   decoder.qkv_bias = config.type == Family::kQwen2;
-  decoder.qk_norm = config.type == Family::kQwen3;
+  decoder.qk_norm = config.type == Family::kQwen3 || config.type == Family::kQwen3Moe;
   return decoder;
 }
 
@@ -191,7 +193,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                  config::at_least(0))
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when([](const ModelConfig& c) { return c.type == Family::kMixtral; }, "model.type mixtral")
+    t.when(routes_experts, "model.type mixtral or qwen3_moe")
         .integer("model.experts", PIPETRAIN_FIELD(moe.experts),
                  "experts in each MoE layer (num_local_experts)", config::at_least(1))
         .integer("model.experts_per_token", PIPETRAIN_FIELD(moe.experts_per_token),
@@ -211,7 +213,27 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "weight of the router z-loss")
         .number("model.capacity_factor", PIPETRAIN_FIELD(moe.capacity_factor),
                 "0: dropless; else an expert takes at most capacity_factor x its even share of "
-                "a sequence's tokens, the rest dropped");
+                "a sequence's tokens, the rest dropped")
+        .flag("model.norm_topk_prob", PIPETRAIN_FIELD(moe.norm_topk_prob),
+              "the chosen experts' scores renormalised to sum to 1 (Qwen3-MoE: false)")
+        .integer("model.moe_intermediate_size", PIPETRAIN_FIELD(moe.moe_intermediate_size),
+                 "each expert's MLP width; 0: `intermediate_size`", config::at_least(0))
+        .integer("model.decoder_sparse_step", PIPETRAIN_FIELD(moe.decoder_sparse_step),
+                 "block i routes where i + 1 is a multiple of it (and i is not in "
+                 "`mlp_only_layers`); the rest have a dense MLP of `intermediate_size`",
+                 config::at_least(1))
+        .custom(
+            "model.mlp_only_layers", "list of int", "blocks (0-based) with a dense MLP",
+            [](const std::string& key, const nlohmann::json& v, ModelConfig& c) {
+              if (!v.is_array()) throw io::InputError(key + " must be a list of block numbers");
+              c.moe.mlp_only_layers.clear();
+              for (const auto& layer : v) {
+                if (!layer.is_number_integer() || layer.get<int64_t>() < 0)
+                  throw io::InputError(key + " must be a list of block numbers (0 or more)");
+                c.moe.mlp_only_layers.push_back(layer.get<int64_t>());
+              }
+            },
+            [](const ModelConfig& c) { return nlohmann::json(c.moe.mlp_only_layers); });
     t.when([](const ModelConfig& c) { return llama_family(c) || c.type == Family::kGpt; },
            "model.type gpt or a LLaMA family")
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),

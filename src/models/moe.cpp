@@ -104,7 +104,7 @@ Routing MoeFeedForwardImpl::route(const at::Tensor& x, int64_t seq) const {
   r.scores = config.score == RouterScore::kSoftmax ? at::softmax(wide, -1) : at::sigmoid(wide);
   auto [top, chosen] = r.scores.topk(config.experts_per_token, -1);
   r.chosen = chosen;
-  r.weights = top / top.sum(-1, /*keepdim=*/true);
+  r.weights = config.norm_topk_prob ? top / top.sum(-1, /*keepdim=*/true) : top;
   r.kept = config.capacity_factor > 0
                ? within_capacity(chosen, seq, config.experts, capacity(config, seq))
                : at::ones_like(chosen, at::kBool);

@@ -157,13 +157,13 @@ void add_experts(LayerCost& block, const models::MoeConfig& m, double s, double 
   block.dispatched = chosen * d;
 }
 
-std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
-                                   const models::MoeConfig* moe = nullptr) {
-  const int64_t d = c.d_model, s = c.context, ffn = c.intermediate_size;
+// A LLaMA-family decoder block: its MLP dense, or with `moe` routed to experts.
+LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe) {
+  const int64_t d = c.d_model, s = c.context;
+  const int64_t ffn = moe && moe->moe_intermediate_size > 0 ? moe->moe_intermediate_size
+                                                            : c.intermediate_size;
   const int64_t hd = c.head_width(), q = c.heads * hd;  // the query width (d unless head_dim)
   const int64_t kv = hd * c.num_key_value_heads;        // key (and value) width
-  std::vector<LayerCost> layers{
-      embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
   LayerCost block;
   block.type = moe ? "MixtralBlock" : "LlamaBlock";
   const int64_t biases = c.qkv_bias ? q + 2 * kv : 0, head_norms = c.qk_norm ? 2 * hd : 0;
@@ -185,7 +185,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
   block.workspace = static_cast<double>(s * d);                     // the stream's
   if (moe) {
     const int64_t shared = 3 * d * moe->shared_experts * ffn;
-    block.parameters = 2 * d + attention + moe->experts * (d + 3 * d * ffn) + shared;
+    block.parameters = 2 * d + head_norms + attention + moe->experts * (d + 3 * d * ffn) + shared;
     block.split_parameters = attention + shared;
     block.expert_parameters = moe->experts * 3 * d * ffn;
     block.largest_tensor = std::max(d * d, moe->experts * d * ffn);  // every expert's gate
@@ -203,7 +203,18 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
   block.all_reduced = block.output;
   block.forward_all_reduces = 2;
   block.backward_all_reduces = 2;
-  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(block);
+  return block;
+}
+
+std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
+                                   const models::MoeConfig* moe = nullptr) {
+  const int64_t d = c.d_model, s = c.context;
+  std::vector<LayerCost> layers{
+      embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
+  const LayerCost dense = llama_block(c, nullptr);
+  const LayerCost routed = moe ? llama_block(c, moe) : dense;
+  for (int64_t i = 0; i < c.layers; ++i)
+    layers.push_back(moe && moe->routes(i) ? routed : dense);
   layers.push_back(norm("RMSNorm", d, d, s));
   layers.push_back(head("LlamaHead", c.vocab_size, d, s, c.tie_embeddings, layers[0].parameters));
   return layers;
@@ -248,7 +259,8 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
     case models::Family::kMistral:
       return llama_costs(models::decoder_config(config));
     case models::Family::kMixtral:
-      return llama_costs(config.llama, &config.moe);
+    case models::Family::kQwen3Moe:
+      return llama_costs(models::decoder_config(config), &config.moe);
     case models::Family::kMlp:
     case models::Family::kRegistered:
       break;

@@ -1,5 +1,7 @@
 #include "pipetrain/trainer/trainer.h"
 
+#include "resume.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/data/tokenizer.h"
 #include "pipetrain/expert_parallel/all_to_all.h"
@@ -305,8 +308,12 @@ void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
 }  // namespace
 
 int train(const nlohmann::json& config_file) {
+  nlohmann::json config = config_file;
+  const std::string resume = resolve_resume(config);
+  const std::string batch =
+      keep_global_batch(config, comm::MpiCommunicator::world()->size());
   bool model_taken = false;
-  Job job = build_job(with_model_of_checkpoint(config_file, &model_taken));
+  Job job = build_job(with_model_of_checkpoint(config, &model_taken));
   engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
   const std::unique_ptr<data::Tokenizer> tokenizer = sample_tokenizer(job);
@@ -315,6 +322,12 @@ int train(const nlohmann::json& config_file) {
     checkpoint::load_checkpoint(engine, t.load, "latest", job.train_data.get());
   }
   const auto claim = claim_save_folder(job);  // after every input check: nothing written before
+  if (job.grid->global_rank() == 0) {
+    if (!resume.empty()) std::printf("%s\n", resume.c_str());
+    if (!batch.empty())
+      std::printf("%s (gradient_accumulation_steps %lld)\n", batch.c_str(),
+                  static_cast<long long>(job.config.engine.gradient_accumulation_steps));
+  }
   if (!t.load.empty() && job.grid->global_rank() == 0) {
     if (model_taken)
       std::printf("model: the checkpoint's (%s, %d layers), the config has no model section\n",

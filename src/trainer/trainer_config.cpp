@@ -58,8 +58,8 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .text("save", PIPETRAIN_FIELD(save), "checkpoint folder; empty: no checkpoints")
         .text("load", PIPETRAIN_FIELD(load), "resume from this folder's latest checkpoint")
         .flag("overwrite", PIPETRAIN_FIELD(overwrite),
-              "let a run without `load` save into a folder that holds another run's "
-              "checkpoints (`--overwrite`); off: exit 2 before any work")
+              "start over in a `save` folder that holds checkpoints (`--overwrite`); off: the "
+              "same command again resumes from its newest checkpoint")
         .choice("save_on_signal", PIPETRAIN_FIELD(save_on_signal), stop_signals(),
                 "with `save`: this signal (as a scheduler sends before preempting a job, e.g. "
                 "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "

@@ -463,7 +463,8 @@ TEST(Experts, EveryScheduleMatchesOneProcess) {
     SCOPED_TRACE(std::string(schedule::name(schedule)));
     const std::string deep = chunks > 1 ? "-deep" : "";
     for (const Case& c :
-         {Case{"mixtral" + deep, 4, 1, 0.05}, Case{"mixtral-capacity-shared" + deep, 4, 0, 0.0}}) {
+         {Case{"mixtral" + deep, 4, 1, 0.05}, Case{"mixtral-capacity-shared" + deep, 4, 0, 0.0},
+          Case{"qwen3moe" + deep, 4, 0, 0.05}}) {
       if (runs(schedule, c.micro_batches, pipe, chunks))
         expect_case_matches_one_process(c, grid, schedule, chunks);
     }

@@ -37,9 +37,10 @@ models::ModelConfig model_config(const std::string& model) {
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
   } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0 ||
              model.rfind("qwen", 0) == 0 || model.rfind("mistral", 0) == 0) {
-    config.type = model.rfind("llama", 0) == 0     ? models::Family::kLlama
-                  : model.rfind("qwen2", 0) == 0   ? models::Family::kQwen2
-                  : model.rfind("qwen3", 0) == 0   ? models::Family::kQwen3
+    config.type = model.rfind("llama", 0) == 0      ? models::Family::kLlama
+                  : model.rfind("qwen2", 0) == 0    ? models::Family::kQwen2
+                  : model.rfind("qwen3moe", 0) == 0 ? models::Family::kQwen3Moe
+                  : model.rfind("qwen3", 0) == 0    ? models::Family::kQwen3
                   : model.rfind("mistral", 0) == 0 ? models::Family::kMistral
                                                    : models::Family::kMixtral;
     config.llama = {.vocab_size = 20,
@@ -72,6 +73,14 @@ models::ModelConfig model_config(const std::string& model) {
     config.moe.router_aux_loss_coef = 0.1;
     config.moe.router_z_loss_coef = 0.01;
     if (model.find("-capacity") != std::string::npos) config.moe.capacity_factor = 1.0;
+    // Qwen3-MoE: q/k norms, experts narrower than the dense MLP, scores not renormalised,
+    // block 1 dense.
+    if (config.type == models::Family::kQwen3Moe) {
+      config.llama.head_dim = 4;
+      config.moe.norm_topk_prob = false;
+      config.moe.moe_intermediate_size = 6;
+      config.moe.mlp_only_layers = {1};
+    }
     if (model.find("-shared") != std::string::npos) {
       config.moe.score = models::RouterScore::kSigmoid;
       config.moe.shared_experts = 1;

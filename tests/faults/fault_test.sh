@@ -208,6 +208,43 @@ last() { grep -oE "^step $total/$total loss [0-9.]+" "$1"; }
 check "preempted: the resumed run ends as the unstopped one ($(last resumed-preempted.out) vs $(last unstopped.out))" \
   test -n "$(last unstopped.out)" -a "$(last unstopped.out)" = "$(last resumed-preempted.out)"
 
+# Requeued: one command, run to a first SIGTERM (exit 75, saved), run again to a second,
+# then run to its end, ends as the unstopped run (the same 400 steps) and says each time
+# where it starts.
+requeue() { # output; SIGTERM once a step line shows unless "--to-the-end"
+  setsid "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters 400 \
+    --eval-interval 0 --save "$work/requeued" >"$1" 2>&1 &
+  local launcher=$!
+  if [ "${2:-}" != --to-the-end ]; then
+    for _ in $(seq 300); do
+      grep -q "^step " "$1" && break
+      sleep 0.1
+    done
+    kill -TERM -- "$launcher"
+  fi
+  wait "$launcher"
+}
+requeue requeue-1.out
+rc=$?
+first=$(cat "$work/requeued/latest" 2>/dev/null)
+check "requeue: the first run starts fresh and stops with exit 75 (got $rc; $first)" \
+  test "$rc" -eq 75 -a -n "$first" -a "$(grep -c '^starting fresh: no checkpoint' requeue-1.out)" -eq 1
+requeue requeue-2.out
+rc=$?
+second=$(cat "$work/requeued/latest" 2>/dev/null)
+check "requeue: the same command resumes from $first and stops again with exit 75 (got $rc; $second)" \
+  test "$rc" -eq 75 -a "${second#step_}" -gt "${first#step_}" -a \
+  "$(grep -c "^resuming from the newest checkpoint in $work/requeued ($first)" requeue-2.out)" -eq 1
+requeue requeue-3.out --to-the-end
+rc=$?
+check "requeue: the third run resumes from $second and ends (exit $rc)" \
+  test "$rc" -eq 0 -a "$(grep -c "^resuming from the newest checkpoint in $work/requeued ($second)" requeue-3.out)" -eq 1
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters 400 \
+  --eval-interval 0 >requeue-unstopped.out 2>&1
+final() { grep -oE "^step 400/400 loss [0-9.]+" "$1"; }
+check "requeue: twice stopped, it ends as the unstopped run ($(final requeue-3.out) vs $(final requeue-unstopped.out))" \
+  test -n "$(final requeue-unstopped.out)" -a "$(final requeue-unstopped.out)" = "$(final requeue-3.out)"
+
 # A signal to every process of the job (launcher, mpirun, ranks: a batch system's "signal
 # the job", pkill, a control-group kill) keeps the work as one to the launcher does.
 for signal in TERM INT; do

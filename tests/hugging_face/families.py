@@ -41,6 +41,12 @@ DECODERS = {
                 {"sliding_window": 8}),
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 40}),
+    # Qwen3-MoE: Qwen3's attention, 4 experts of width 24 (top 2, scores not renormalised),
+    # block 1 dense.
+    "qwen3-moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                  {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                   "moe_intermediate_size": 24, "norm_topk_prob": False,
+                   "mlp_only_layers": [1], "decoder_sparse_step": 1}),
 }
 ARCHES = ["gpt2", "gpt2-untied", *DECODERS]
 

@@ -57,7 +57,7 @@ def main():
     ids = ",".join(map(str, tokens))
     # (ranks, model, expert): the Mixtral's experts also split over 2 ranks, at pipe 1 and 2.
     layouts = [(1, 1, 1), (2, 1, 1), (2, 2, 1)]
-    if arch == "mixtral":
+    if arch in ("mixtral", "qwen3-moe"):
         layouts += [(2, 1, 2), (4, 1, 2)]
     for ranks, parallel, experts in layouts:
         out = work / f"{arch}-logits-{ranks}-{parallel}-{experts}.safetensors"

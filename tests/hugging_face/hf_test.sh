@@ -17,14 +17,14 @@ trap 'rm -rf "$work"' EXIT
 export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
 for arch in gpt2 gpt2-untied llama llama-tied llama3 llama-linear llama-yarn llama-dynamic \
-  qwen2 qwen3 mistral mixtral; do
+  qwen2 qwen3 mistral mixtral qwen3-moe; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
-for arch in gpt2 llama llama3 qwen2 qwen3 mistral; do
+for arch in gpt2 llama llama3 qwen2 qwen3 mistral qwen3-moe; do
   check "$arch: greedy generation equals transformers' (64 tokens, pipe 1 and 2, cache or not)" \
     "$python" "$here/hf_generate.py" "$pipetrain" "$work" "$arch"
 done
-for arch in llama qwen2 qwen3 mistral; do
+for arch in llama qwen2 qwen3 mistral qwen3-moe; do
   check "two steps from the imported $arch at pipe 2 x data 2 equal one process" \
     "$python" "$here/hf_train_step.py" "$pipetrain" "$work" "$arch"
 done

@@ -58,6 +58,13 @@ std::vector<ModelConfig> configs() {
                                 .high_freq_factor = 4.0,
                                 .original_max_position_embeddings = 4};
     all.push_back(qwen3);
+    ModelConfig qwen3_moe = qwen3;
+    qwen3_moe.type = models::Family::kQwen3Moe;
+    qwen3_moe.moe = {.experts = 3, .experts_per_token = 2};
+    qwen3_moe.moe.norm_topk_prob = false;
+    qwen3_moe.moe.moe_intermediate_size = 12;
+    qwen3_moe.moe.mlp_only_layers = {1};
+    all.push_back(qwen3_moe);
     ModelConfig mistral = llama;
     mistral.type = models::Family::kMistral;
     mistral.llama.sliding_window = 4;
@@ -133,8 +140,10 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
       if (t.expert >= 0) EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
     }
     EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << name_of(config.type);
-    if (config.type == models::Family::kMixtral) {  // each stacked tensor in one part per expert
-      EXPECT_EQ(parts.size(), mapped.size() + 3 * config.llama.layers * (config.moe.experts - 1));
+    if (models::routes_experts(config)) {  // each stacked tensor in one part per expert
+      int64_t routed = 0;
+      for (int64_t i = 0; i < config.llama.layers; ++i) routed += config.moe.routes(i);
+      EXPECT_EQ(parts.size(), mapped.size() + 3 * routed * (config.moe.experts - 1));
     }
   }
 }

@@ -136,7 +136,8 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
                                 {"gpt-untied", 2, 1, 0.0},  {"gpt", 2, 2, 0.05},
                                 {"llama", 2, 0, 0.05},      {"llama-tied", 4, 1, 0.0},
                                 {"qwen2-tied", 2, 0, 0.05}, {"qwen3", 4, 1, 0.0},
-                                {"mistral", 2, 0, 0.0},     {"mixtral-capacity-shared", 2, 1, 0.05}}
+                                {"mistral", 2, 0, 0.0},     {"mixtral-capacity-shared", 2, 1, 0.05},
+                                {"qwen3moe", 2, 0, 0.0}}
             : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +

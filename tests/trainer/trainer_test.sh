@@ -248,17 +248,37 @@ check "eval: the training's eval_iters by default ($(cat eval_default.out))" \
 check "eval: the same validation loss as training's last ($trained_last vs $(awk '/^validation loss /{ print $3 }' eval_default.out))" \
   test -n "$trained_last" -a "$trained_last" = "$(awk '/^validation loss /{ print $3 }' eval_default.out)"
 
-# Saving into a folder that holds another run's checkpoints without resuming from it: exit 2,
-# one line, nothing written; --overwrite starts over there.
-latest_before=$(cat full/ckpt/latest)
-train 2 again.out --pipe 2 --train-iters 1 --save full/ckpt
+# The same command again resumes from the newest checkpoint in its save folder (a requeued
+# job): it says so in one line and goes on from there; a first run says it starts fresh, also
+# with --load naming the empty save folder; --overwrite starts over there.
+cp -r full/ckpt requeued
+latest_before=$(cat requeued/latest)
+train 2 again.out --pipe 2 --train-iters 14 --save requeued
 rc=$?
-check "save over another run: exit 2 (got $rc), one line ($(grep '^pipetrain:' again.out | head -1))" \
-  test "$rc" -eq 2 -a "$(grep -cE "^pipetrain: (rank 0 \(pipe=0 data=0\): )?save full/ckpt holds another run's checkpoints \(latest $latest_before\): resume it with --load full/ckpt, or start over with --overwrite$" again.out)" -ge 1
-check "save over another run: latest untouched" test "$(cat full/ckpt/latest)" = "$latest_before"
+check "the same save folder again: resumes (exit $rc; $(grep -m1 '^resuming' again.out))" \
+  grep -qx "resuming from the newest checkpoint in requeued ($latest_before)" again.out
+check "... from its step (12) to 14" test "$rc" -eq 0 -a "$(cat requeued/latest)" = step_14
+train 2 fresh.out --pipe 2 --train-iters 1 --save fresh-folder
+check "a first run says it starts fresh ($(grep -m1 '^starting' fresh.out))" \
+  grep -qx "starting fresh: no checkpoint in fresh-folder yet" fresh.out
+train 2 fresh-load.out --pipe 2 --train-iters 1 --save fresh-load --load fresh-load
+check "--load of the empty save folder starts fresh (exit $?; $(grep -m1 'fresh' fresh-load.out))" \
+  grep -qx "no checkpoint in fresh-load yet: starting fresh" fresh-load.out
+# Resumed at another data-parallel size, the checkpoint's global batch is kept (the
+# accumulation steps follow) and said; one that cannot divide is refused in one line.
+train 2 batch1.out --pipe 2 --train-iters 2 --save batch1
+train 4 batch2.out --pipe 2 --train-iters 3 --load batch1 --save batch2
+check "data 1 -> 2 keeps the global batch 8 ($(grep -m1 '^global batch' batch2.out))" \
+  grep -qx "global batch 8 kept from the checkpoint at data-parallel size 2 (it was trained at 1): the accumulation steps follow (gradient_accumulation_steps 1)" batch2.out
+check "... and the job line says it" grep -q "^job: 4 ranks = pipe 2 x data 2 .* batch 8 = micro 4 x 1 micro-batches x data 2;" batch2.out
+train 8 batch3.out --pipe 1 --train-iters 3 --load batch2
+rc=$?
+check "a global batch that cannot divide is refused (exit $rc; $(grep -m1 '^pipetrain:' batch3.out))" \
+  test "$rc" -eq 2 -a "$(grep -c 'train_batch_size 8' batch3.out)" -ge 1
 cp -r full/ckpt overwritten
 train 2 overwrite.out --pipe 2 --train-iters 1 --save overwritten --overwrite
 check "--overwrite starts over (exit $?)" test "$(cat overwritten/latest)" = step_1
+check "--overwrite says so" grep -q "^starting over in overwritten (overwrite)" overwrite.out
 
 # 5. The trace of one step holds exactly the instructions each rank's schedule plans, in order.
 #    A schedule file (ZB-H1's compute orders as CSV) runs as planned too.

@@ -17,7 +17,17 @@ namespace pipetrain::models {
 // The model families (model.type): the built-in ones, and kRegistered for one a program
 // registers (models::register_family, builtin_model.h) under a name of its own. Their
 // names are parsed here and nowhere else.
-enum class Family { kGpt, kLlama, kMixtral, kQwen2, kQwen3, kMistral, kMlp, kRegistered };
+enum class Family {
+  kGpt,
+  kLlama,
+  kMixtral,
+  kQwen2,
+  kQwen3,
+  kMistral,
+  kQwen3Moe,
+  kMlp,
+  kRegistered
+};
 
 // model.type's spellings of the built-in families, and a built-in family's.
 const config::Names<Family>& family_names();
@@ -54,10 +64,17 @@ inline bool llama_family(const ModelConfig& config) {
     case Family::kQwen2:
     case Family::kQwen3:
     case Family::kMistral:
+    case Family::kQwen3Moe:
       return true;
     default:
       return false;
   }
+}
+
+// Whether model.type routes tokens to experts ("mixtral", "qwen3_moe"): its MoE settings
+// are in `moe`.
+inline bool routes_experts(const ModelConfig& config) {
+  return config.type == Family::kMixtral || config.type == Family::kQwen3Moe;
 }
 
 // A LLaMA-family model's decoder as its family builds it: `config.llama` with what the

@@ -1,12 +1,13 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace pipetrain::models {
 
 // How a router scores the experts for a token: Mixtral's softmax over the experts, or
-// DeepSeek-V3's independent sigmoid per expert. Either way the chosen experts' scores are
-// renormalised to sum to 1 and weight their outputs.
+// DeepSeek-V3's independent sigmoid per expert. The chosen experts' scores weight their
+// outputs, renormalised to sum to 1 unless `norm_topk_prob` is false (Qwen3-MoE's option).
 enum class RouterScore { kSoftmax, kSigmoid };
 
 // A mixture-of-experts feed-forward layer's sizes and router (see moe.h), named as in
@@ -31,6 +32,23 @@ struct MoeConfig {
   // ceil(capacity_factor * seq * experts_per_token / experts) of a sequence's tokens, in
   // sequence order, and the choices beyond it are dropped (counted).
   double capacity_factor = 0.0;
+  // The chosen experts' scores renormalised to sum to 1 (transformers' norm_topk_prob).
+  bool norm_topk_prob = true;
+  // Each expert's MLP width; 0: the decoder's intermediate_size (Mixtral). Qwen3-MoE's
+  // moe_intermediate_size.
+  int64_t moe_intermediate_size = 0;
+  // Which decoder blocks route (Qwen3-MoE): block i (0-based) does where (i + 1) is a
+  // multiple of decoder_sparse_step and i is not in mlp_only_layers; the
+  // others have a dense MLP of intermediate_size. 1 and none: every block (Mixtral).
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  bool routes(int64_t layer) const {
+    if (decoder_sparse_step < 1 || (layer + 1) % decoder_sparse_step != 0) return false;
+    for (const int64_t dense : mlp_only_layers) {
+      if (dense == layer) return false;
+    }
+    return true;
+  }
 };
 
 }  // namespace pipetrain::models

@@ -1,0 +1,85 @@
+#include "resume.h"
+
+#include <cctype>
+#include <filesystem>
+#include <system_error>
+
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/io/read_file.h"
+#include "pipetrain/topology/parallel_layout.h"
+#include "pipetrain/trainer/job_config.h"
+
+namespace pipetrain::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string text_of(const nlohmann::json& config, const char* key) {
+  return config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
+}
+
+// The checkpoint `latest` names in `folder` (its tag, e.g. "step_12"), or empty.
+std::string latest_in(const std::string& folder) {
+  std::error_code error;
+  const fs::path latest = fs::path(folder) / "latest";
+  if (!fs::is_regular_file(latest, error)) return "";
+  std::string tag = io::read_file(latest.string());
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  return tag;
+}
+
+bool same_folder(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return fs::equivalent(a, b, error) || fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+}
+
+}  // namespace
+
+std::string resolve_resume(nlohmann::json& config) {
+  if (!config.is_object()) return "";
+  const std::string save = text_of(config, "save"), load = text_of(config, "load");
+  if (save.empty()) return "";
+  const bool overwrite = config.contains("overwrite") && config["overwrite"].is_boolean() &&
+                         config["overwrite"].get<bool>();
+  const std::string tag = latest_in(save);
+  if (!load.empty() && !same_folder(load, save)) return "";  // resuming another folder's run
+  if (!load.empty() && tag.empty()) {
+    config["load"] = "";
+    return "no checkpoint in " + save + " yet: starting fresh";
+  }
+  if (!load.empty()) return "";  // --load SAVE: the loader says where it resumed
+  if (tag.empty()) return "starting fresh: no checkpoint in " + save + " yet";
+  if (overwrite) return "starting over in " + save + " (overwrite): its " + tag + " is left behind";
+  config["load"] = save;
+  return "resuming from the newest checkpoint in " + save + " (" + tag + ")";
+}
+
+std::string keep_global_batch(nlohmann::json& config, int world_size) {
+  const std::string load = text_of(config, "load");
+  if (load.empty() || config.contains("train_batch_size")) return "";
+  if (checkpoint::resolve_tag(load, "latest") == "step_0") return "";  // an import: no batch
+  const nlohmann::json saved = checkpoint::read_client_state(load).value("config", nlohmann::json());
+  if (!saved.is_object() || !saved.contains("train_batch_size") ||
+      !saved["train_batch_size"].is_number_integer())
+    return "";
+  const int64_t batch = saved["train_batch_size"].get<int64_t>();
+  const int64_t saved_micro = saved.value("train_micro_batch_size_per_gpu", int64_t{0});
+  const int64_t saved_steps = saved.value("gradient_accumulation_steps", int64_t{0});
+  if (saved_micro < 1 || saved_steps < 1 || batch % (saved_micro * saved_steps) != 0) return "";
+  const int64_t saved_data = batch / (saved_micro * saved_steps);
+  const JobConfig job = parse_job_config(config, nullptr);
+  const int64_t data = topology::resolve_layout(job.layout(), world_size).data;
+  if (data == saved_data) return "";
+  // The micro-batch stays as the file (or the checkpoint) sets it; the steps follow.
+  config["train_batch_size"] = batch;
+  if (config.contains("train_micro_batch_size_per_gpu") || !config.contains("gradient_accumulation_steps")) {
+    if (!config.contains("train_micro_batch_size_per_gpu"))
+      config["train_micro_batch_size_per_gpu"] = saved_micro;
+    config.erase("gradient_accumulation_steps");
+  }
+  return "global batch " + std::to_string(batch) + " kept from the checkpoint at data-parallel size " +
+         std::to_string(data) + " (it was trained at " + std::to_string(saved_data) +
+         "): the accumulation steps follow";
+}
+
+}  // namespace pipetrain::trainer
