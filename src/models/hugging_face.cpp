@@ -319,7 +319,9 @@ std::vector<HfTensor> gpt2_tensors(const GptConfig& g) {
 // LLaMA's (its q/k norms Qwen3's).
 MoeConfig qwen3_moe_from_hf(const HfFields& f, const nlohmann::json& hf) {
   MoeConfig m;
-  m.experts = f.integer("num_experts");
+  // transformers 5 writes num_experts as num_local_experts (its attribute map).
+  m.experts =
+      f.present("num_local_experts") ? f.integer("num_local_experts") : f.integer("num_experts");
   m.experts_per_token = f.integer("num_experts_per_tok");
   m.norm_topk_prob = f.flag("norm_topk_prob", false);
   m.moe_intermediate_size = f.integer("moe_intermediate_size");
@@ -347,9 +349,8 @@ void add_experts(std::vector<HfTensor>& t, const MoeConfig& m, int i, bool mixtr
   add(t, moe + "gate.weight", i + 1, "moe.router");
   const std::pair<const char*, const char*> mixtral_weights[] = {
       {"w1", "moe.gate_proj"}, {"w2", "moe.down_proj"}, {"w3", "moe.up_proj"}};
-  const std::pair<const char*, const char*> qwen_weights[] = {{"gate_proj", "moe.gate_proj"},
-                                                              {"down_proj", "moe.down_proj"},
-                                                              {"up_proj", "moe.up_proj"}};
+  const std::pair<const char*, const char*> qwen_weights[] = {
+      {"gate_proj", "moe.gate_proj"}, {"down_proj", "moe.down_proj"}, {"up_proj", "moe.up_proj"}};
   for (const auto& [hf, ours] : mixtral ? mixtral_weights : qwen_weights) {
     for (int64_t e = 0; e < m.experts; ++e) {
       t.push_back({moe + "experts." + std::to_string(e) + "." + hf + ".weight",
@@ -530,8 +531,9 @@ nlohmann::json llama_hf_config(const ModelConfig& config) {
     hf["num_experts"] = config.moe.experts;
     hf["num_experts_per_tok"] = config.moe.experts_per_token;
     hf["norm_topk_prob"] = config.moe.norm_topk_prob;
-    hf["moe_intermediate_size"] =
-        config.moe.moe_intermediate_size > 0 ? config.moe.moe_intermediate_size : l.intermediate_size;
+    hf["moe_intermediate_size"] = config.moe.moe_intermediate_size > 0
+                                      ? config.moe.moe_intermediate_size
+                                      : l.intermediate_size;
     hf["decoder_sparse_step"] = config.moe.decoder_sparse_step;
     hf["mlp_only_layers"] = config.moe.mlp_only_layers;
     hf["router_aux_loss_coef"] = config.moe.router_aux_loss_coef;

@@ -259,7 +259,8 @@ TORCH_MODULE(LlamaBlock);
 
 void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
            const expert_parallel::Group& experts) {
-  if (m.moe_intermediate_size > 0) require_size(m.moe_intermediate_size, "moe_intermediate_size", kMaxWidth);
+  if (m.moe_intermediate_size > 0)
+    require_size(m.moe_intermediate_size, "moe_intermediate_size", kMaxWidth);
   require_size(m.experts, "experts", kMaxExperts);
   require_size(m.experts_per_token, "experts_per_token", kMaxExperts);
   if (m.experts_per_token > m.experts) {

@@ -66,10 +66,14 @@ const std::string& type_name(const ModelConfig& config) {
 }
 
 const config::Names<Family>& family_names() {
-  static const config::Names<Family> names{
-      {"gpt", Family::kGpt},     {"llama", Family::kLlama}, {"mixtral", Family::kMixtral},
-      {"qwen2", Family::kQwen2}, {"qwen3", Family::kQwen3}, {"mistral", Family::kMistral},
-      {"qwen3_moe", Family::kQwen3Moe}, {"mlp", Family::kMlp}};
+  static const config::Names<Family> names{{"gpt", Family::kGpt},
+                                           {"llama", Family::kLlama},
+                                           {"mixtral", Family::kMixtral},
+                                           {"qwen2", Family::kQwen2},
+                                           {"qwen3", Family::kQwen3},
+                                           {"mistral", Family::kMistral},
+                                           {"qwen3_moe", Family::kQwen3Moe},
+                                           {"mlp", Family::kMlp}};
   return names;
 }
 

@@ -160,8 +160,8 @@ void add_experts(LayerCost& block, const models::MoeConfig& m, double s, double 
 // A LLaMA-family decoder block: its MLP dense, or with `moe` routed to experts.
 LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe) {
   const int64_t d = c.d_model, s = c.context;
-  const int64_t ffn = moe && moe->moe_intermediate_size > 0 ? moe->moe_intermediate_size
-                                                            : c.intermediate_size;
+  const int64_t ffn =
+      moe && moe->moe_intermediate_size > 0 ? moe->moe_intermediate_size : c.intermediate_size;
   const int64_t hd = c.head_width(), q = c.heads * hd;  // the query width (d unless head_dim)
   const int64_t kv = hd * c.num_key_value_heads;        // key (and value) width
   LayerCost block;
@@ -213,8 +213,7 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
       embedding("LlamaEmbedding", c.vocab_size, 0, d, s, c.tie_embeddings)};
   const LayerCost dense = llama_block(c, nullptr);
   const LayerCost routed = moe ? llama_block(c, moe) : dense;
-  for (int64_t i = 0; i < c.layers; ++i)
-    layers.push_back(moe && moe->routes(i) ? routed : dense);
+  for (int64_t i = 0; i < c.layers; ++i) layers.push_back(moe && moe->routes(i) ? routed : dense);
   layers.push_back(norm("RMSNorm", d, d, s));
   layers.push_back(head("LlamaHead", c.vocab_size, d, s, c.tie_embeddings, layers[0].parameters));
   return layers;

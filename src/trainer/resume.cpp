@@ -30,7 +30,8 @@ std::string latest_in(const std::string& folder) {
 
 bool same_folder(const std::string& a, const std::string& b) {
   std::error_code error;
-  return fs::equivalent(a, b, error) || fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  return fs::equivalent(a, b, error) ||
+         fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
 }
 
 }  // namespace
@@ -58,7 +59,8 @@ std::string keep_global_batch(nlohmann::json& config, int world_size) {
   const std::string load = text_of(config, "load");
   if (load.empty() || config.contains("train_batch_size")) return "";
   if (checkpoint::resolve_tag(load, "latest") == "step_0") return "";  // an import: no batch
-  const nlohmann::json saved = checkpoint::read_client_state(load).value("config", nlohmann::json());
+  const nlohmann::json saved =
+      checkpoint::read_client_state(load).value("config", nlohmann::json());
   if (!saved.is_object() || !saved.contains("train_batch_size") ||
       !saved["train_batch_size"].is_number_integer())
     return "";
@@ -72,14 +74,15 @@ std::string keep_global_batch(nlohmann::json& config, int world_size) {
   if (data == saved_data) return "";
   // The micro-batch stays as the file (or the checkpoint) sets it; the steps follow.
   config["train_batch_size"] = batch;
-  if (config.contains("train_micro_batch_size_per_gpu") || !config.contains("gradient_accumulation_steps")) {
+  if (config.contains("train_micro_batch_size_per_gpu") ||
+      !config.contains("gradient_accumulation_steps")) {
     if (!config.contains("train_micro_batch_size_per_gpu"))
       config["train_micro_batch_size_per_gpu"] = saved_micro;
     config.erase("gradient_accumulation_steps");
   }
-  return "global batch " + std::to_string(batch) + " kept from the checkpoint at data-parallel size " +
-         std::to_string(data) + " (it was trained at " + std::to_string(saved_data) +
-         "): the accumulation steps follow";
+  return "global batch " + std::to_string(batch) +
+         " kept from the checkpoint at data-parallel size " + std::to_string(data) +
+         " (it was trained at " + std::to_string(saved_data) + "): the accumulation steps follow";
 }
 
 }  // namespace pipetrain::trainer

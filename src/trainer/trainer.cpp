@@ -310,8 +310,7 @@ void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
 int train(const nlohmann::json& config_file) {
   nlohmann::json config = config_file;
   const std::string resume = resolve_resume(config);
-  const std::string batch =
-      keep_global_batch(config, comm::MpiCommunicator::world()->size());
+  const std::string batch = keep_global_batch(config, comm::MpiCommunicator::world()->size());
   bool model_taken = false;
   Job job = build_job(with_model_of_checkpoint(config, &model_taken));
   engine::PipelineEngine& engine = *job.engine;

@@ -41,8 +41,8 @@ models::ModelConfig model_config(const std::string& model) {
                   : model.rfind("qwen2", 0) == 0    ? models::Family::kQwen2
                   : model.rfind("qwen3moe", 0) == 0 ? models::Family::kQwen3Moe
                   : model.rfind("qwen3", 0) == 0    ? models::Family::kQwen3
-                  : model.rfind("mistral", 0) == 0 ? models::Family::kMistral
-                                                   : models::Family::kMixtral;
+                  : model.rfind("mistral", 0) == 0  ? models::Family::kMistral
+                                                    : models::Family::kMixtral;
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,
