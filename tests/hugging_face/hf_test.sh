@@ -209,7 +209,9 @@ expect_bad "tokenizer of another kind" \
 expect_bad "tokenizer missing" "no-such.model: no such tokenizer file" \
   generate --checkpoint "$work/trained" --tokenizer "$work/no-such.model"
 cp "$work/llama.json" "$work/small-vocab.json"
-sed -i 's/"vocab_size": 320/"vocab_size": 290/' "$work/small-vocab.json"
+# (its own save folder: the same one would resume the trained run, whose vocabulary it is not)
+sed -i 's/"vocab_size": 320/"vocab_size": 290/; s|"save": "[^"]*"|"save": "'"$work"'/small-vocab"|' \
+  "$work/small-vocab.json"
 expect_bad "tokenizer larger than the vocabulary" "300 tokens, more than the model's vocab_size 290" \
   launch -n 2 -- "$pipetrain" train --config "$work/small-vocab.json"
 
