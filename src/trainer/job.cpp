@@ -239,9 +239,8 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   }
   inject_faults_from_environment(*job.engine);
   job.engine->set_progress_report(false);
-  const auto& log = job.config.trainer.log;  // the norm is only computed when logged or clipped
-  job.engine->set_grad_norm_reporting(!log.metrics.empty() || !log.csv.empty() ||
-                                      !log.tensorboard.empty());
+  // The global gradient norm, for the progress line and the metrics, every step.
+  job.engine->set_grad_norm_reporting(true);
   seed_dropout(job);
   return job;
 }

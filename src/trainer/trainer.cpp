@@ -116,7 +116,8 @@ class RunLog {
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
     progress_.update(s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
                      tokens / smoothed_seconds_, smoothed_seconds_,
-                     (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
+                     grad_norm_summary(engine.last_grad_norm()) +
+                         (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
                                  " skipped " + std::to_string(engine.skipped_steps())
                            : std::string()) +
                          (experts ? experts->summary() : std::string()) +
@@ -186,6 +187,15 @@ class RunLog {
   std::vector<int64_t> optimizer_bytes_;  // per rank, once state exists
   double smoothed_seconds_ = 0;
 };
+
+// " grad norm N": the global gradient norm before clipping, as every peer's progress line
+// shows it.
+std::string grad_norm_summary(double norm) {
+  if (std::isnan(norm)) return "";
+  char text[48];
+  std::snprintf(text, sizeof text, " grad norm %.4g", norm);
+  return text;
+}
 
 // A run that does not resume from its save folder would start over there, moving `latest`
 // back below another run's checkpoints: refused unless asked (overwrite).

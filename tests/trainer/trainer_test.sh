@@ -23,6 +23,8 @@ train 4 full.out --save full/ckpt
 check "train exits 0" test $? -eq 0
 check "train prints the effective config once" test "$(grep -c '^effective config: ' full.out)" -eq 1
 check "train prints plain progress lines when not on a terminal" grep -q '^step 12/12 loss [0-9.]* lr ' full.out
+check "the progress line shows the gradient norm ($(grep -m1 '^step ' full.out))" \
+  grep -qE '^step 4/12 loss [0-9.]+ lr [0-9.e-]+ [0-9.]+ samples/s [0-9]+ tokens/s grad norm [0-9.e+-]+' full.out
 check "validation loss falls" awk '/^validation loss: /{ exit !($5 < $3) }' full.out
 check "config saved beside the checkpoints" test -s full/ckpt/config.json
 check "with save, the terminal names that file instead of every key" \
