@@ -19,6 +19,7 @@
 #include "pipetrain/data/tokenizer.h"
 #include "pipetrain/data/utf8.h"
 #include "pipetrain/io/errors.h"
+#include "unicode_normalization.h"
 #include "unicode_regex.h"
 
 namespace pipetrain::data {
@@ -131,7 +132,16 @@ Normalizer read_normalizer(const nlohmann::json& stage, const std::string& field
     const std::string to = reader.text(stage, field, "content");
     return [from, to](std::string text) { return replace_all(std::move(text), from, to); };
   }
-  reader.fail(field + ".type", "\"" + type + "\" is not supported (Sequence, Prepend, Replace)");
+  // Unicode normal forms (Qwen's tokenizers: NFC).
+  for (const auto& [name, form] : {std::pair{"NFC", NormalForm::kNfc}, std::pair{"NFD", NormalForm::kNfd},
+                                   std::pair{"NFKC", NormalForm::kNfkc},
+                                   std::pair{"NFKD", NormalForm::kNfkd}}) {
+    if (type == name)
+      return [form](std::string text) { return normalize_unicode(text, form); };
+  }
+  reader.fail(field + ".type", "\"" + type +
+                                   "\" is not supported (Sequence, Prepend, Replace, NFC, NFD, "
+                                   "NFKC, NFKD)");
 }
 
 // Byte ranges [begin, end) of `text` cut by `separators`: kept as pieces of their own

@@ -1,8 +1,9 @@
 """pipetrain's tokenizer.json reader against the tokenizers library it re-creates.
 
-Four tokenizers of the kinds published models use are trained here (GPT-2's byte level,
-LLaMA-3's split regex before the byte level, LLaMA-2's SentencePiece conversion with byte
-fallback, a metaspace pre-tokenizer); for each, `pipetrain tokenize` must give the library's
+Five tokenizers of the kinds published models use are trained here (GPT-2's byte level,
+LLaMA-3's split regex before the byte level, Qwen2's NFC normalizer and single-digit split
+regex before the byte level, LLaMA-2's SentencePiece conversion with byte fallback (Mistral's
+and Gemma's kind), a metaspace pre-tokenizer); for each, `pipetrain tokenize` must give the library's
 ids for every text (add_special_tokens=False) and its text for every id list, byte for byte.
 Usage: tokenizer_parity.py PATH/TO/pipetrain
 """
@@ -28,6 +29,9 @@ CORPUS = ["/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache
           f"{work}/unicode.txt"]
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's (and Qwen2.5's, Qwen3's): digits one by one, after NFC.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 GPL = open(CORPUS[0], encoding="utf-8").read()
 TEXTS = [
@@ -43,8 +47,10 @@ TEXTS = [
 ]
 
 
-def byte_level(pattern=None):
+def byte_level(pattern=None, nfc=False):
     tokenizer = Tokenizer(models.BPE(ignore_merges=pattern is not None))
+    if nfc:
+        tokenizer.normalizer = normalizers.NFC()
     level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None)
     tokenizer.pre_tokenizer = (level if pattern is None else pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(pattern), behavior="isolated"), level]))
@@ -140,6 +146,7 @@ def run(*args):
 
 failures = 0
 for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PATTERN)),
+                        ("qwen2", byte_level(QWEN2_PATTERN, nfc=True)),
                         ("llama2", sentencepiece_conversion()), ("metaspace", metaspace()),
                         ("empty-matches", empty_matches()), ("added-tokens", added_tokens()),
                         ("normalized-after-conversion", normalized_after_conversion()),
