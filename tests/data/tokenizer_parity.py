@@ -42,6 +42,7 @@ TEXTS = [
     "<|endoftext|>between<|endoftext|> and </s> <s>text<unk>",
     "fill  <mask>  in, <mask>\n<mask>x",
     "no-break\u00a0<mask>\u3000ideographic,\u2028<mask>\u0085 zzq zzq",
+    "decomposed: Cafe\u0301 n\u0303 A\u030a \u212b \ufb01 \u00bd",
     GPL[1000:2500],
     "abc xabcx bcab abcd", "HELLO World, hello world; Hello, wor", "tok123 tok19999x tok5tok50",
 ]
