@@ -133,11 +133,10 @@ Normalizer read_normalizer(const nlohmann::json& stage, const std::string& field
     return [from, to](std::string text) { return replace_all(std::move(text), from, to); };
   }
   // Unicode normal forms (Qwen's tokenizers: NFC).
-  for (const auto& [name, form] : {std::pair{"NFC", NormalForm::kNfc}, std::pair{"NFD", NormalForm::kNfd},
-                                   std::pair{"NFKC", NormalForm::kNfkc},
-                                   std::pair{"NFKD", NormalForm::kNfkd}}) {
-    if (type == name)
-      return [form](std::string text) { return normalize_unicode(text, form); };
+  for (const auto& [name, form] :
+       {std::pair{"NFC", NormalForm::kNfc}, std::pair{"NFD", NormalForm::kNfd},
+        std::pair{"NFKC", NormalForm::kNfkc}, std::pair{"NFKD", NormalForm::kNfkd}}) {
+    if (type == name) return [form](std::string text) { return normalize_unicode(text, form); };
   }
   reader.fail(field + ".type", "\"" + type +
                                    "\" is not supported (Sequence, Prepend, Replace, NFC, NFD, "

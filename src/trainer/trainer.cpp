@@ -114,14 +114,15 @@ class RunLog {
     const bool fp16 = job_.config.engine.precision.dtype == optim::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
-    progress_.update(s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
-                     tokens / smoothed_seconds_, smoothed_seconds_,
-                     grad_norm_summary(engine.last_grad_norm()) +
-                         (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
-                                 " skipped " + std::to_string(engine.skipped_steps())
-                           : std::string()) +
-                         (experts ? experts->summary() : std::string()) +
-                         optimizer_state_summary(optimizer_bytes_) + memory_summary(memory));
+    progress_.update(
+        s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
+        tokens / smoothed_seconds_, smoothed_seconds_,
+        grad_norm_summary(engine.last_grad_norm()) +
+            (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
+                        " skipped " + std::to_string(engine.skipped_steps())
+                  : std::string()) +
+            (experts ? experts->summary() : std::string()) +
+            optimizer_state_summary(optimizer_bytes_) + memory_summary(memory));
     if (s.validation_loss) {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
                         std::to_string(*s.validation_loss));
