@@ -40,6 +40,15 @@ namespace pipetrain::trainer {
 namespace fs = std::filesystem;
 namespace {
 
+// " grad norm N": the global gradient norm before clipping, as every peer's progress line
+// shows it.
+std::string grad_norm_summary(double norm) {
+  if (std::isnan(norm)) return "";
+  char text[48];
+  std::snprintf(text, sizeof text, " grad norm %.4g", norm);
+  return text;
+}
+
 using Clock = std::chrono::steady_clock;
 
 // Weight of the past in the smoothed step time of the progress line.
@@ -188,15 +197,6 @@ class RunLog {
   std::vector<int64_t> optimizer_bytes_;  // per rank, once state exists
   double smoothed_seconds_ = 0;
 };
-
-// " grad norm N": the global gradient norm before clipping, as every peer's progress line
-// shows it.
-std::string grad_norm_summary(double norm) {
-  if (std::isnan(norm)) return "";
-  char text[48];
-  std::snprintf(text, sizeof text, " grad norm %.4g", norm);
-  return text;
-}
 
 // A run that does not resume from its save folder would start over there, moving `latest`
 // back below another run's checkpoints: refused unless asked (overwrite).
