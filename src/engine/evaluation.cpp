@@ -24,13 +24,16 @@ class Evaluating {
 
 PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bool return_outputs) {
   EvalResult result;
-  Run run{.data = data, .outputs = return_outputs ? &result.outputs : nullptr};
+  Run run{.data = data,
+          .outputs = return_outputs ? &result.outputs : nullptr,
+          .per_token = config_.per_token_loss};
   double loss_sum = 0;
   {
     const Evaluating evaluating(*module_);
     loss_sum = execute(eval_program_, run);
   }
-  result.loss = mean_loss(loss_sum);
+  result.loss = mean_loss(loss_sum, run);
+  result.tokens = run.tokens;
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -131,8 +132,8 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
   }
   const auto start = Clock::now();
   module_->train(true);
-  Run run{.data = data, .training = true};
-  const double loss = mean_loss(execute(train_program_, run));
+  Run run{.data = data, .training = true, .per_token = config_.per_token_loss};
+  const double loss = mean_loss(execute(train_program_, run), run);
   if (report_progress_) {
     progress_.after_step(global_steps_, loss,
                          std::chrono::duration<double>(Clock::now() - start).count(), timers_);
@@ -159,6 +160,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
 double PipelineEngine::execute_steps(const Program& program, Run& run) {
   run.loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   run.splits_backward = program.splits_backward;
+  if (run.per_token) count_tokens(run, micro_batches());
   buffers_.resize(std::max<std::size_t>(buffers_.size(), program.buffers));
   link_->set_send_completion(program.sends);
   link_->forget_hand_overs();  // an earlier step's, left by a failure
@@ -270,24 +272,53 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
 void PipelineEngine::load_micro_batch(PipeBuffer& buffer, const Instruction& in, Run& run) {
   const bool first = is_first_virtual_stage(in.chunk);
   const bool last = is_last_virtual_stage(in.chunk);
-  // A rank holding both ends on different chunks reads each micro-batch once.
-  const bool both_ends_here = feed_->ends().first && feed_->ends().last;
-  MicroBatch batch;
-  const auto unclaimed = run.unclaimed.find(in.micro_batch);
-  if (both_ends_here && unclaimed != run.unclaimed.end()) {
-    batch = std::move(unclaimed->second);
-    run.unclaimed.erase(unclaimed);
-  } else {
-    batch = feed_->next(run.data, run.loaded, global_steps_);
-    ++run.loaded;
-    // Chunk 0 reads first (its forward comes first); the labels wait for the last chunk.
-    if (both_ends_here && first && !last) run.unclaimed[in.micro_batch] = {{}, batch.labels};
-  }
+  MicroBatch batch = take_micro_batch(in.micro_batch, first, last, run);
   if (first) {
     buffer.inputs = std::move(batch.inputs);
     buffer.inputs_handed = false;
   }
   if (last) buffer.labels = std::move(batch.labels);
+}
+
+MicroBatch PipelineEngine::take_micro_batch(int index, bool first, bool last, Run& run) {
+  const MicroBatchFeed::Ends& ends = feed_->ends();
+  auto found = run.unclaimed.find(index);
+  if (found == run.unclaimed.end()) {
+    MicroBatch batch = feed_->next(run.data, run.loaded++, global_steps_);
+    // A rank holding both ends on different chunks reads each micro-batch once: chunk 0
+    // reads first (its forward comes first); the labels wait for the last chunk.
+    if (!(ends.first && ends.last && first != last)) return batch;
+    found = run.unclaimed.emplace(index, Unclaimed{std::move(batch)}).first;
+  }
+  Unclaimed& kept = found->second;
+  MicroBatch taken;
+  if (first) {
+    taken.inputs = std::move(kept.batch.inputs);
+    kept.inputs_taken = true;
+  }
+  if (last) {
+    taken.labels = std::move(kept.batch.labels);
+    kept.labels_taken = true;
+  }
+  if ((kept.inputs_taken || !ends.first) && (kept.labels_taken || !ends.last))
+    run.unclaimed.erase(found);
+  return taken;
+}
+
+void PipelineEngine::count_tokens(Run& run, int micro_batches) {
+  at::Tensor tokens = at::zeros({1}, at::kDouble);
+  if (feed_->ends().last) {
+    for (int m = 0; m < micro_batches; ++m) {
+      MicroBatch batch = feed_->next(run.data, run.loaded++, global_steps_);
+      tokens += (batch.labels.at(0) != tensor_parallel::kIgnoreIndex).sum().to(at::kCPU);
+      run.unclaimed.emplace(m, Unclaimed{std::move(batch)});
+    }
+    // Context-parallel ranks share their samples: the replicas that read others are data's.
+    grid_->data_comm()->all_reduce(tokens, comm::ReduceOp::kSum);
+  }
+  run.tokens = tokens.item<double>();
+  const double replicas = grid_->replica_comm()->size();
+  run.token_scale = run.tokens > 0 ? replicas * micro_batches / run.tokens : 0.0;
 }
 
 void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
@@ -311,7 +342,9 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
     if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat)
       t = t.to(at::kFloat);  // the loss in fp32
   }
-  const at::Tensor loss = module_->loss(outputs, buffer.labels);
+  const at::Tensor loss = run.per_token
+                              ? module_->token_loss(outputs, buffer.labels) * run.token_scale
+                              : module_->loss(outputs, buffer.labels);
   buffer.outputs.clear();  // the loss's graph holds what backward needs
   run.loss_sum += loss.detach().to(at::kDouble);
   // Each micro-batch carries 1/M of the batch's gradient (times the fp16 loss scale).
@@ -376,16 +409,18 @@ void PipelineEngine::optimizer_step() {
   ++global_steps_;
 }
 
-double PipelineEngine::mean_loss(double loss_sum) {
+double PipelineEngine::mean_loss(double loss_sum, Run& run) {
   // The output stage's mean over micro-batches, averaged over replicas (each context-parallel
-  // rank's over its equal share of the tokens), sent to the pipe.
-  at::Tensor loss = at::zeros({1}, at::kDouble);
+  // rank's over its equal share of the tokens; per-token loss: scaled to the tokens' mean).
+  at::Tensor loss = at::zeros({2}, at::kDouble);
   if (holds_output()) {
-    loss.fill_(loss_sum / micro_batches());
+    loss[0].fill_(loss_sum / micro_batches());
     grid_->replica_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
+    loss[1].fill_(run.tokens);
   }
   grid_->pipe_comm()->broadcast(loss, output_stage());
-  return loss.item<double>();
+  run.tokens = loss[1].item<double>();
+  return loss[0].item<double>();
 }
 
 }  // namespace pipetrain::engine

@@ -110,6 +110,10 @@ void bind_run(config::KeyTable<TrainingConfig>& t) {
             "also print time per instruction kind and stage")
       .number("gradient_clipping", PIPETRAIN_FIELD(gradient_clipping),
               "max global gradient norm; 0 is off", config::at_least(0))
+      .flag("per_token_loss", PIPETRAIN_FIELD(per_token_loss),
+            "the loss (and its gradient) is the sum over every counted token of the global "
+            "batch divided by their count, not the mean of the micro-batches' means; on by "
+            "itself for data with loss masks (Megatron's `--calculate-per-token-loss`)")
       .integer("seed", PIPETRAIN_FIELD(seed), "base seed of every layer's initialisation")
       .number("comm_timeout", PIPETRAIN_FIELD(comm_timeout),
               "deadline of every wait in seconds; 0: `PIPETRAIN_COMM_TIMEOUT` or 300",

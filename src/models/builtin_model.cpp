@@ -66,7 +66,8 @@ BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGr
           [vocab_size, context](int64_t batch) {
             return module::Activation{at::randint(vocab_size, {batch, context}, at::kLong)};
           },
-          TokenInput{vocab_size, context}};
+          TokenInput{vocab_size, context},
+          gpt_loss(groups.tensor, groups.context, tensor_parallel::TokenReduction::kSum)};
 }
 
 std::string builtin_types_reading(bool tokens) {

@@ -289,12 +289,14 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& c, const Group& group
   return specs;
 }
 
-module::LossFunction gpt_loss(const Group& group, const ContextGroup& context) {
-  return [group, context](const module::Activation& logits, const module::Activation& labels) {
-    // Under context parallelism: this rank's tokens' mean; the replicas' average (data x
-    // context) is the mean over every token, the slices being equal.
+module::LossFunction gpt_loss(const Group& group, const ContextGroup& context,
+                              tensor_parallel::TokenReduction reduction) {
+  return [group, context, reduction](const module::Activation& logits,
+                                     const module::Activation& labels) {
+    // Under context parallelism: this rank's tokens' mean (or sum); the replicas' average
+    // (data x context) of means is the mean over every token when the slices count as many.
     return tensor_parallel::vocab_parallel_cross_entropy(
-        logits.at(0), context_parallel::take_local(labels.at(0), 1, context), group);
+        logits.at(0), context_parallel::take_local(labels.at(0), 1, context), group, reduction);
   };
 }
 

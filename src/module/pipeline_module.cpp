@@ -231,6 +231,12 @@ at::Tensor PipelineModule::loss(const Activation& outputs, const comm::TensorLis
   return loss_(outputs, labels);
 }
 
+at::Tensor PipelineModule::token_loss(const Activation& outputs,
+                                      const comm::TensorList& labels) const {
+  if (!options_.token_loss) throw std::logic_error("this PipelineModule has no per-token loss");
+  return options_.token_loss(outputs, labels);
+}
+
 void PipelineModule::train(bool on) {
   training_ = on;
   for (auto& [index, layer] : layers_) {

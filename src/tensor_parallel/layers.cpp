@@ -31,6 +31,46 @@ LocalIds local_ids(const at::Tensor& ids, int64_t first, int64_t rows, at::Scala
   return {local.masked_fill(elsewhere, 0), elsewhere.logical_not().to(type)};
 }
 
+// Each token's cross-entropy (0 where not `counted`), from logits [tokens, vocab / size].
+at::Tensor token_cross_entropy(const at::Tensor& flat, const at::Tensor& targets,
+                               const at::Tensor& counted, const Group& group) {
+  if (!group.parallel()) {
+    return at::cross_entropy_loss(flat, targets, {}, at::Reduction::None, kIgnoreIndex);
+  }
+  // A label outside the vocabulary would match no rank's slice and pass unnoticed.
+  const int64_t rows = flat.size(-1);
+  const int64_t vocab = rows * group.size();
+  auto outside = [vocab] {
+    return "labels must lie in [0, " + std::to_string(vocab) +
+           "), the vocabulary split over the tensor-parallel group, or be " +
+           std::to_string(kIgnoreIndex) + " (not counted)";
+  };
+  const at::Tensor valid = ((targets >= 0) & (targets < vocab)) | counted.logical_not();
+  if (targets.is_cuda()) {
+    // Checked on the device, so the host does not wait for it inside a step (the data
+    // sources check their tokens against the vocabulary on the host first).
+    at::_assert_async(valid.all(), outside());
+  } else if (targets.numel() > 0 && !valid.all().item<bool>()) {
+    throw std::invalid_argument(outside());
+  }
+  // loss = log(sum over the vocabulary of exp(z - m)) - (z_target - m), with m the
+  // per-token maximum: a constant shift, so it carries no gradient.
+  at::Tensor maximum = std::get<0>(flat.detach().max(-1)).contiguous();
+  group.comm->all_reduce(maximum, comm::ReduceOp::kMax);
+  const at::Tensor shifted = flat - maximum.unsqueeze(-1);
+
+  const LocalIds local = local_ids(targets, group.rank() * rows, rows, shifted.scalar_type());
+  // Each token's own logit, picked from the flat logits by index_select, whose backward keeps
+  // only their shape (gather's would keep every logit until backward: a second
+  // [tokens, vocab / size] beside the exponentials).
+  const at::Tensor flat_index =
+      at::arange(shifted.size(0), local.index.options()) * rows + local.index;
+  const at::Tensor picked = shifted.reshape({-1}).index_select(0, flat_index);
+  const at::Tensor target_logit = reduce_from_group(picked * local.here, group);
+  const at::Tensor sum_exp = reduce_from_group(shifted.exp().sum(-1), group);
+  return (sum_exp.log() - target_logit) * counted.to(shifted.scalar_type());
+}
+
 }  // namespace
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t out_features,
@@ -90,41 +130,15 @@ std::vector<std::pair<std::string, ShardLayout>> VocabParallelEmbeddingImpl::sha
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
-                                        const Group& group) {
+                                        const Group& group, TokenReduction reduction) {
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
   const at::Tensor targets = labels.reshape({-1});
-  if (!group.parallel()) return at::cross_entropy_loss(flat, targets);
-  // A label outside the vocabulary would match no rank's slice and pass unnoticed.
-  const int64_t rows = flat.size(-1);
-  const int64_t vocab = rows * group.size();
-  auto outside = [vocab] {
-    return "labels must lie in [0, " + std::to_string(vocab) +
-           "), the vocabulary split over the tensor-parallel group";
-  };
-  if (targets.is_cuda()) {
-    // Checked on the device, so the host does not wait for it inside a step (the data
-    // sources check their tokens against the vocabulary on the host first).
-    at::_assert_async(((targets >= 0) & (targets < vocab)).all(), outside());
-  } else if (targets.numel() > 0 &&
-             (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= vocab)) {
-    throw std::invalid_argument(outside());
-  }
-  // loss = log(sum over the vocabulary of exp(z - m)) - (z_target - m), with m the
-  // per-token maximum: a constant shift, so it carries no gradient.
-  at::Tensor maximum = std::get<0>(flat.detach().max(-1)).contiguous();
-  group.comm->all_reduce(maximum, comm::ReduceOp::kMax);
-  const at::Tensor shifted = flat - maximum.unsqueeze(-1);
-
-  const LocalIds local = local_ids(targets, group.rank() * rows, rows, shifted.scalar_type());
-  // Each token's own logit, picked from the flat logits by index_select, whose backward keeps
-  // only their shape (gather's would keep every logit until backward: a second
-  // [tokens, vocab / size] beside the exponentials).
-  const at::Tensor flat_index =
-      at::arange(shifted.size(0), local.index.options()) * rows + local.index;
-  const at::Tensor picked = shifted.reshape({-1}).index_select(0, flat_index);
-  const at::Tensor target_logit = reduce_from_group(picked * local.here, group);
-  const at::Tensor sum_exp = reduce_from_group(shifted.exp().sum(-1), group);
-  return (sum_exp.log() - target_logit).mean();
+  const at::Tensor counted = targets != kIgnoreIndex;
+  const at::Tensor per_token = token_cross_entropy(flat, targets, counted, group);
+  const at::Tensor sum = per_token.sum();
+  if (reduction == TokenReduction::kSum) return sum;
+  // A mean over no counted token is 0, not 0 / 0.
+  return sum / counted.sum().clamp_min(1).to(sum.scalar_type());
 }
 
 }  // namespace pipetrain::tensor_parallel

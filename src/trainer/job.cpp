@@ -49,11 +49,13 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
           .activation_checkpoint_interval =
               static_cast<int>(engine.pipeline.activation_checkpoint_interval),
           .profile_sample = job.model.sample_input(kProfileBatch),
-          .agree_on_costs = [grid = job.grid](std::vector<double>& costs) {
-            at::Tensor shared = at::tensor(costs, at::kDouble);
-            grid->world_comm()->broadcast(shared, 0);
-            costs.assign(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
-          }});
+          .agree_on_costs =
+              [grid = job.grid](std::vector<double>& costs) {
+                at::Tensor shared = at::tensor(costs, at::kDouble);
+                grid->world_comm()->broadcast(shared, 0);
+                costs.assign(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
+              },
+          .token_loss = job.model.token_loss});
 }
 
 // Feature vectors for a model that reads them: synthetic regression data.
@@ -249,10 +251,16 @@ double validation_loss(Job& job) {
   const io::Activity evaluating("computing the validation loss");
   // The same validation batches every time: back to where the source started.
   job.validation_data->restore(job.validation_start);
-  double total = 0;
-  for (int64_t i = 0; i < job.config.trainer.eval_iters; ++i)
-    total += job.engine->eval_batch(job.validation_data.get()).loss;
-  return total / job.config.trainer.eval_iters;
+  // Per-token loss: each batch's mean weighed by its tokens, the mean over them all.
+  double total = 0, weights = 0;
+  for (int64_t i = 0; i < job.config.trainer.eval_iters; ++i) {
+    const engine::PipelineEngine::EvalResult batch =
+        job.engine->eval_batch(job.validation_data.get());
+    const double weight = job.config.engine.per_token_loss ? batch.tokens : 1.0;
+    total += batch.loss * weight;
+    weights += weight;
+  }
+  return weights > 0 ? total / weights : 0.0;
 }
 
 nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {

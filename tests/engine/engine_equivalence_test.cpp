@@ -55,7 +55,8 @@ std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topolo
                                     .chunks = static_cast<int>(config.pipeline.chunks),
                                     .placement = config.pipeline.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
-                                    .activation_checkpoint_interval = c.checkpoint_interval});
+                                    .activation_checkpoint_interval = c.checkpoint_interval,
+                                    .token_loss = model.token_loss});
 }
 
 // The reference's weight `name` as this rank of `engine` holds it: whole, or its slice of
@@ -211,6 +212,7 @@ void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks 
   cases.push_back({"llama-tied" + deep, 4, 1, 0.05});
   cases.push_back({"qwen2-tied" + deep, 2, 0, 0.05});
   cases.push_back({"qwen3" + deep, 4, 1, 0.0});
+  cases.push_back({"llama-masked" + deep, 4, 1, 0.05});
   for (const auto& [pipe, data] : shapes) {
     auto grid =
         std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "pipetrain/module/pipeline_module.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::testing {
 namespace {
@@ -115,6 +116,13 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
     starts.select(1, 0).fill_(false);
     inputs.push_back(starts.to(at::kLong).cumsum(1));
   }
+  if (c.model.find("-masked") != std::string::npos) {
+    // Loss masks as chat data has them: each sample counts its own share of its tokens
+    // (none in some), so micro-batches and replicas count unequally many.
+    const at::Tensor share = at::rand({samples, 1});
+    labels[0].masked_fill_(at::rand({samples, tokens.context}) >= share,
+                           tensor_parallel::kIgnoreIndex);
+  }
   return std::make_shared<data::TensorDataset>(inputs, labels);
 }
 
@@ -133,6 +141,7 @@ engine::TrainingConfig training_config(const Case& c, int stages) {
   }
   config.pipeline.stages = stages;
   config.pipeline.activation_checkpoint_interval = c.checkpoint_interval;
+  config.per_token_loss = c.model.find("-masked") != std::string::npos;
   return config;
 }
 

@@ -82,6 +82,8 @@ class PipelineEngine {
 
   struct EvalResult {
     double loss = 0;
+    // With per_token_loss: the tokens the loss counted, over every replica; else 0.
+    double tokens = 0;
     // Last stage, when asked for: the model's outputs as this rank computed them (under
     // tensor parallelism, e.g. the GPT's vocabulary slice of the logits).
     std::vector<module::Activation> outputs;
@@ -229,16 +231,29 @@ class PipelineEngine {
   };
 
   // One execution of a program: what it reads and gathers, alive for that call only.
+  // A micro-batch read and not yet taken by every end of the model this rank holds.
+  struct Unclaimed {
+    MicroBatch batch;
+    bool inputs_taken = false;
+    bool labels_taken = false;
+  };
   struct Run {
     MicroBatchSource* data = nullptr;
     std::vector<module::Activation>* outputs = nullptr;  // the last stage's, when collected
     bool training = false;
     bool splits_backward = false;  // the program's
     int loaded = 0;                // micro-batches
-    // Read for one virtual stage and still wanted by another on this rank (a V's stage 0
-    // takes the inputs for chunk 0 and the labels for chunk 1), by micro-batch.
-    std::map<int, MicroBatch> unclaimed{};
+    // Read ahead (per-token loss) or for one virtual stage and still wanted by another on
+    // this rank (a V's stage 0 takes the inputs for chunk 0 and the labels for chunk 1), by
+    // micro-batch.
+    std::map<int, Unclaimed> unclaimed{};
     at::Tensor loss_sum{};
+    // With per-token loss: each micro-batch's summed loss is scaled by replicas x
+    // micro-batches / tokens counted in the global batch, which the replicas' average of the
+    // micro-batches' mean then makes the mean over those tokens.
+    bool per_token = false;
+    double token_scale = 0;
+    double tokens = 0;
     std::optional<std::chrono::steady_clock::time_point> record_origin{};  // when recording
     bool last_position_only = false;            // outputs kept: only the last of dimension 1
     std::function<void(int)> before_forward{};  // infer_streamed's, by micro-batch
@@ -274,13 +289,21 @@ class PipelineEngine {
   void dispatch(const schedule::Instruction& instruction, Run& run);
 
   void load_micro_batch(PipeBuffer& buffer, const schedule::Instruction& in, Run& run);
+  // What the chunk holding `first` / `last` takes of micro-batch `index`: read ahead, or
+  // read now (and kept for the other end on this rank when it holds both).
+  MicroBatch take_micro_batch(int index, bool first, bool last, Run& run);
+  // Per-token loss on the rank holding the labels: reads the step's micro-batches ahead and
+  // counts the tokens they count over the data-parallel replicas (run.token_scale).
+  void count_tokens(Run& run, int micro_batches);
   void forward(PipeBuffer& buffer, int chunk, Run& run);
   void backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads);
   void backward_weight(PipeBuffer& buffer);
   void send_activation(PipeBuffer& buffer, schedule::Peer peer, int peer_chunk);
   void send_grad(PipeBuffer& buffer, int peer, int peer_chunk);
   void optimizer_step();
-  double mean_loss(double loss_sum);
+  // The output stage's mean loss, averaged over replicas, sent to the pipe with the tokens
+  // the loss counted (per-token loss: `run.tokens` on every stage after it).
+  double mean_loss(double loss_sum, Run& run);
   // ZeRO stage 3: the module's layers gathered just in time from `parameters`.
   void gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters);
 

@@ -52,6 +52,10 @@ struct TrainingConfig {
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   double gradient_clipping = 0.0;  // max global norm; 0: off
+  // The loss is the sum over every counted token (labels not tensor_parallel::kIgnoreIndex)
+  // of the global batch, over all micro-batches and replicas, divided by their count;
+  // off: the mean of the micro-batches' means (equal when every micro-batch counts as many).
+  bool per_token_loss = false;
   int64_t seed = 1234;
   double comm_timeout = 0;  // seconds; 0: PIPETRAIN_COMM_TIMEOUT or 300
   // Elements per data-parallel all-reduce bucket without ZeRO (Megatron's --ddp-bucket-size;

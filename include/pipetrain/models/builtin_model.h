@@ -30,6 +30,10 @@ struct BuiltinModel {
   // A random micro-batch's inputs of `batch` samples (for profiling).
   std::function<module::Activation(int64_t batch)> sample_input;
   std::variant<TokenInput, FeatureInput> input;
+  // The loss summed over the labels that count (not tensor_parallel::kIgnoreIndex), for a
+  // mean over a whole batch's tokens (engine::TrainingConfig::per_token_loss); empty for a
+  // model without tokens.
+  module::LossFunction token_loss{};
 
   // A language model's input, null for one that reads features.
   const TokenInput* tokens() const { return std::get_if<TokenInput>(&input); }
@@ -61,7 +65,8 @@ void register_family(RegisteredFamily family);
 
 // A language model over `vocab_size` tokens in windows of `context` from its layers: the
 // next-token cross-entropy (over a vocabulary split across `groups.tensor`, each rank's
-// slice of the sequence under `groups.context`), random token windows as its sample input.
+// slice of the sequence under `groups.context`) as a mean and as a sum over the labels that
+// count, random token windows as its sample input.
 BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGroups& groups,
                             int64_t vocab_size, int64_t context);
 

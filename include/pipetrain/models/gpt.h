@@ -8,6 +8,7 @@
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/tensor_parallel/group.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::models {
 
@@ -23,9 +24,11 @@ std::vector<module::LayerSpec> gpt_layers(const GptConfig& config,
                                           const tensor_parallel::Group& group = {},
                                           const context_parallel::Group& context = {});
 
-// Mean cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq] (under
-// context parallelism, this rank's slice of them).
-module::LossFunction gpt_loss(const tensor_parallel::Group& group = {},
-                              const context_parallel::Group& context = {});
+// Cross-entropy of the (vocabulary-sliced) logits against labels [batch, seq] (under
+// context parallelism, this rank's slice of them): the mean over the labels that count
+// (not tensor_parallel::kIgnoreIndex), or with kSum their sum.
+module::LossFunction gpt_loss(
+    const tensor_parallel::Group& group = {}, const context_parallel::Group& context = {},
+    tensor_parallel::TokenReduction reduction = tensor_parallel::TokenReduction::kMean);
 
 }  // namespace pipetrain::models

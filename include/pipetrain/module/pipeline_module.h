@@ -35,6 +35,9 @@ struct PipelineModuleOptions {
   Activation profile_sample{};
   // Makes every rank use the same measured costs (e.g. rank 0's); empty: local costs.
   std::function<void(std::vector<double>&)> agree_on_costs{};
+  // The loss summed over the labels that count, for a mean over a whole batch's tokens
+  // (models::BuiltinModel::token_loss); empty: the model has none.
+  LossFunction token_loss{};
 };
 
 // A model given as an ordered list of layer specs, split over pipeline stages; only this
@@ -59,6 +62,9 @@ class PipelineModule {
   // Runs this stage's layers of `chunk` (checkpointed when training with an interval).
   Activation forward(const Activation& input, int chunk = 0);
   at::Tensor loss(const Activation& outputs, const comm::TensorList& labels) const;
+  // The options' token_loss (logic_error without one).
+  at::Tensor token_loss(const Activation& outputs, const comm::TensorList& labels) const;
+  bool has_token_loss() const { return static_cast<bool>(options_.token_loss); }
 
   void train(bool on);
   // Converts this stage's parameters (in place: tensor handles stay valid) to `dtype`.

@@ -6,6 +6,7 @@
 
 #include "pipetrain/tensor_parallel/group.h"
 #include "pipetrain/tensor_parallel/shard.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
 
 // Megatron-LM's tensor-parallel layers. Each draws its full weight from the default
 // generator and keeps its rank's shard, so the same seed gives the same full model for
@@ -68,11 +69,13 @@ struct VocabParallelEmbeddingImpl : torch::nn::Module, ShardedModule {
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
-// Mean cross-entropy of logits split by vocabulary ([..., vocab / size], this rank's
-// rows starting at rank * vocab / size) against labels [...]: the group exchanges only
-// per-token maxima, sums of exponentials and target logits, never the full logits. Every
-// rank returns the same loss; its backward yields each rank's slice of the gradient.
+// Cross-entropy of logits split by vocabulary ([..., vocab / size], this rank's rows
+// starting at rank * vocab / size) against labels [...], over the labels that are not
+// kIgnoreIndex (a mean of none is 0): the group exchanges only per-token maxima, sums of
+// exponentials and target logits, never the full logits. Every rank returns the same
+// loss; its backward yields each rank's slice of the gradient.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
-                                        const Group& group);
+                                        const Group& group,
+                                        TokenReduction reduction = TokenReduction::kMean);
 
 }  // namespace pipetrain::tensor_parallel

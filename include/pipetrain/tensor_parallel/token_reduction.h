@@ -1,0 +1,15 @@
+#pragma once
+
+#include <cstdint>
+
+namespace pipetrain::tensor_parallel {
+
+// A label that counts in no loss: a prompt's token in supervised fine-tuning, padding
+// (transformers' and PyTorch's -100).
+constexpr int64_t kIgnoreIndex = -100;
+
+// How a loss over tokens is reduced: the mean over the tokens that count, or their sum
+// (what a mean over a whole batch of unequal counts is built from).
+enum class TokenReduction { kMean, kSum };
+
+}  // namespace pipetrain::tensor_parallel
