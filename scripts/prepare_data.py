@@ -10,6 +10,8 @@ PREFIX     writes PREFIX.bin (the tokens) and PREFIX.idx (MMIDIDX version 1: seq
            tokens are uint16 when the vocabulary has fewer than 65500 entries, else int32
 --eod      a token (its text, e.g. "</s>", or its id) appended to every document
 --lines    every non-empty line is a document (default: every file is one)
+--chat     fine-tuning examples instead (scripts/prepare_chat.py: chat or prompt/completion
+           JSONL rendered with the model's chat template, with a loss mask per token)
 Prints the number of documents and tokens and the vocabulary size to set as
 model.vocab_size. Files are written to temporary names and renamed when complete.
 """
@@ -83,7 +85,38 @@ def write_atomically(path, chunks):
     os.replace(temporary, path)
 
 
+def write_indexed(prefix, sequences, vocab_size, extra=()):
+    """Writes PREFIX.bin and PREFIX.idx (one sequence and one document per entry of
+    `sequences`, lists of ids) and each (suffix, bytes) of `extra` beside them, each file
+    complete under a temporary name before it is renamed. Returns the token dtype's name."""
+    dtype = "uint16" if vocab_size < 65500 else "int32"
+    code, typecode = DTYPES[dtype]
+    tokens, lengths = array.array(typecode), []
+    for ids in sequences:
+        tokens.extend(ids)
+        lengths.append(len(ids))
+    pointers, offset = array.array("q"), 0
+    for length in lengths:
+        pointers.append(offset)
+        offset += length * tokens.itemsize
+    header = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code) +
+              struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
+    index = [header, array.array("i", lengths).tobytes(), pointers.tobytes(),
+             array.array("q", range(len(lengths) + 1)).tobytes()]
+    folder = os.path.dirname(prefix)
+    if folder:
+        os.makedirs(folder, exist_ok=True)  # the output's folder, as a user expects
+    for suffix, data in extra:
+        write_atomically(prefix + suffix, [data])
+    write_atomically(prefix + ".bin", [tokens.tobytes()])
+    write_atomically(prefix + ".idx", index)
+    return dtype
+
+
 def main():
+    if "--chat" in sys.argv[1:]:
+        import prepare_chat
+        return prepare_chat.main([a for a in sys.argv[1:] if a != "--chat"])
     parser = argparse.ArgumentParser(prog="prepare-data", description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="prefix of the .bin/.idx pair")
@@ -93,31 +126,13 @@ def main():
     args = parser.parse_args()
 
     tokenizer = Tokenizer(args.tokenizer)
-    dtype = "uint16" if tokenizer.vocab_size < 65500 else "int32"
-    code, typecode = DTYPES[dtype]
     eod = end_of_document(tokenizer, args.eod)
-    tokens, lengths = array.array(typecode), []
-    for text in documents(args.files, args.lines):
-        ids = tokenizer.encode(text) + eod
-        tokens.extend(ids)
-        lengths.append(len(ids))
-    if not lengths or not len(tokens):
+    sequences = [tokenizer.encode(text) + eod for text in documents(args.files, args.lines)]
+    tokens = sum(len(ids) for ids in sequences)
+    if not sequences or not tokens:
         sys.exit("prepare-data: the files hold no text to tokenize")
-
-    pointers, offset = array.array("q"), 0
-    for length in lengths:
-        pointers.append(offset)
-        offset += length * tokens.itemsize
-    header = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code) +
-              struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
-    index = [header, array.array("i", lengths).tobytes(), pointers.tobytes(),
-             array.array("q", range(len(lengths) + 1)).tobytes()]
-    folder = os.path.dirname(args.out)
-    if folder:
-        os.makedirs(folder, exist_ok=True)  # the output's folder, as a user expects
-    write_atomically(args.out + ".bin", [tokens.tobytes()])
-    write_atomically(args.out + ".idx", index)
-    print(f"{args.out}: {len(lengths)} documents, {len(tokens)} tokens ({dtype}); "
+    dtype = write_indexed(args.out, sequences, tokenizer.vocab_size)
+    print(f"{args.out}: {len(sequences)} documents, {tokens} tokens ({dtype}); "
           f"model.vocab_size {tokenizer.vocab_size}")
 
 

@@ -50,15 +50,6 @@ T at(std::string_view bytes, std::size_t offset) {
   return value;
 }
 
-std::string without_suffix(std::string prefix) {
-  for (const char* suffix : {".bin", ".idx"}) {
-    const std::size_t n = std::strlen(suffix);
-    if (prefix.size() > n && prefix.compare(prefix.size() - n, n, suffix) == 0)
-      prefix.resize(prefix.size() - n);
-  }
-  return prefix;
-}
-
 // What one .idx says of its .bin (checked against the .bin's size): the ids' type and the
 // documents.
 struct Index {
@@ -137,11 +128,20 @@ Index read_index(const std::string& idx, uint64_t bin_bytes, bool record_documen
 
 }  // namespace
 
+std::string indexed_prefix(std::string path) {
+  for (const char* suffix : {".bin", ".idx"}) {
+    const std::size_t n = std::strlen(suffix);
+    if (path.size() > n && path.compare(path.size() - n, n, suffix) == 0)
+      path.resize(path.size() - n);
+  }
+  return path;
+}
+
 IndexedTokens::IndexedTokens(const std::vector<std::string>& prefixes, bool record_documents)
     : record_documents_(record_documents) {
   if (prefixes.empty()) throw io::InputError("data.paths: no indexed dataset prefixes given");
   for (const auto& given : prefixes) {
-    const std::string prefix = without_suffix(given);
+    const std::string prefix = indexed_prefix(given);
     auto bin = std::make_unique<io::MappedFile>(prefix + ".bin", io::MappedFile::Access::kRandom);
     const Index index = read_index(prefix + ".idx", bin->size(), record_documents);
     const int64_t first = size();  // this file's first token in the stream

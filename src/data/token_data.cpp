@@ -65,14 +65,14 @@ at::Tensor draw_integers(uint64_t seed, uint64_t stream, int64_t draw, int64_t c
   return at::randint(high, {count}, generator, at::kLong);
 }
 
+}  // namespace
+
 int64_t drawn_from(const nlohmann::json& state) {
   if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer()) {
     throw io::InputError("checkpoint data position must be {\"drawn\": N}, got " + state.dump());
   }
   return state["drawn"].get<int64_t>();
 }
-
-}  // namespace
 
 TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction) {
   auto tokens = std::make_shared<MappedTokens>();  // a byte is a token

@@ -58,6 +58,11 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
       progress_(grid_, config_.steps_per_print, config_.wall_clock_breakdown,
                 config_.train_batch_size) {
   check_stage();
+  if (config_.per_token_loss && !module_->has_token_loss()) {
+    throw io::InputError(
+        "per_token_loss: the model has no loss per token (a language model's; set "
+        "PipelineModuleOptions::token_loss for a model of your own)");
+  }
   module_->to(device_);
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks,

@@ -9,6 +9,7 @@
 
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
+#include "pipetrain/data/examples.h"
 #include "pipetrain/data/token_data.h"
 #include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/io/activity.h"
@@ -90,10 +91,47 @@ data::DocumentSplit packed_documents(const Job& job, const models::TokenInput& t
   return {.end_id = end};
 }
 
+// Fine-tuning examples with loss masks (indexed datasets with PREFIX.mask): whole examples
+// per row, the loss per token over the global batch.
+void build_example_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
+  const auto& data = job.config.trainer.data;
+  if (data.document_end >= 0) {
+    throw io::InputError(
+        "data.document_end: examples with loss masks are told apart by their own index");
+  }
+  auto corpus = std::make_shared<const data::ExampleCorpus>(data::example_corpus(
+      data.paths, tokens.vocab_size, tokens.context, data.pack, data.validation_fraction));
+  const data::SampleShare share{replica, job.grid->data_parallel_size()};
+  auto source = [&](bool validation, uint64_t stream) {
+    return std::make_unique<data::ExampleSource>(
+        corpus, validation, tokens.vocab_size, tokens.context,
+        job.config.engine.train_micro_batch_size_per_gpu,
+        static_cast<uint64_t>(job.config.engine.seed), stream, share, data.pack);
+  };
+  job.train_data = source(false, 0);
+  job.validation_data = source(true, kValidationStream);
+  job.config.engine.per_token_loss = true;
+  const double trained = 100.0 * static_cast<double>(corpus->trained_count) /
+                         static_cast<double>(std::max<int64_t>(corpus->token_count, 1));
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "data: %lld examples with loss masks, %zu rows for training and %zu for "
+                "validation (%s); %lld examples cut to %lld tokens; the loss counts %.1f%% of "
+                "%lld tokens, per token over each global batch",
+                static_cast<long long>(corpus->examples), corpus->train.size(),
+                corpus->validation.size(), data.pack ? "packed" : "one example each",
+                static_cast<long long>(corpus->truncated),
+                static_cast<long long>(tokens.context + 1), trained,
+                static_cast<long long>(corpus->token_count));
+  job.data_summary = line;
+}
+
 // Token sequences for a language model: bytes of text files, token files, or Megatron's
-// indexed datasets.
+// indexed datasets (fine-tuning examples where they have loss masks).
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
+  if (data.type == "indexed" && data::has_loss_masks(data.paths))
+    return build_example_data(job, tokens, replica);
   const data::DocumentSplit documents = packed_documents(job, tokens);
   data::TokenCorpus corpus;
   if (data.type == "text") {

@@ -140,6 +140,13 @@ data_case indexed-pointer-outside "pointer.idx: sequence 25 (offset 1000000526, 
 # A 64 GiB .idx (sparse: no disk) is mapped, its counts checked against its size first.
 data_case indexed-huge-idx "huge.idx: 68719476736 bytes, its counts call for" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/huge\"]}" "python3 '$writer' '$work/huge' uint16 50 && truncate -s 64G '$work/huge.idx'"
+# Fine-tuning examples: masks beside the tokens, one byte (0 or 1) per token, all or none.
+data_case mask-size "short.mask holds 10 masks for the 535 tokens of $work/short.bin" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/short\"]}" "python3 '$writer' '$work/short' uint16 50 && head -c 10 /dev/zero >'$work/short.mask'"
+data_case mask-value "value.mask: byte 3 is 7, not a loss mask (0 or 1)" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/value\"]}" "python3 '$writer' '$work/value' uint16 50 && head -c 535 /dev/zero >'$work/value.mask' && printf '\\007' | dd of='$work/value.mask' bs=1 seek=3 conv=notrunc status=none"
+data_case mask-missing "data.paths: $work/plain has no loss masks ($work/plain.mask) but $work/value has" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/value\", \"$work/plain\"]}" "python3 '$writer' '$work/plain' uint16 50"
 data_case empty-folder "data.paths: no files found" \
   "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
 data_case not-a-folder "data.paths: /dev/null cannot be read: Not a directory" \

@@ -17,6 +17,9 @@ namespace pipetrain::data {
 // mapped read-only; the prefixes' sequences are one stream, in order. Windows cross
 // sequence and document boundaries as in Megatron's GPT dataset (which relies on the EOD
 // token preprocess_data.py appends to each document).
+// The prefix a path names: PREFIX, PREFIX.bin or PREFIX.idx.
+std::string indexed_prefix(std::string path);
+
 class IndexedTokens : public MappedTokens {
  public:
   // Opens every prefix (PREFIX, PREFIX.bin or PREFIX.idx), checking the header, the dtype

@@ -81,6 +81,9 @@ class SequenceSource : public engine::MicroBatchSource {
   int64_t drawn_ = 0;
 };
 
+// The draw count a source's state() holds: InputError unless {"drawn": N}.
+int64_t drawn_from(const nlohmann::json& state);
+
 // The document of each position of `ids` ([batch, seq]): the number of `document_end` ids
 // before it in its row.
 at::Tensor documents_of(const at::Tensor& ids, int64_t document_end);

@@ -1,0 +1,215 @@
+"""Fine-tuning examples: chat or prompt/completion JSONL into an indexed dataset with loss masks.
+
+Run through scripts/prepare-data (which picks the project's Python environment):
+  scripts/prepare-data --chat --tokenizer DIR --out PREFIX [--context N]
+                       [--overlong truncate|drop] [--train-on answers|last|all] FILE.jsonl...
+
+DIR        the model's tokenizer as transformers saves it (tokenizer.json with
+           tokenizer_config.json or chat_template.jinja): conversations are rendered with its
+           own chat template by transformers' apply_chat_template
+FILE.jsonl one example per line, either
+             {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...]}
+           or {"prompt": "...", "completion": "..."} (plain text: the tokenizer's special
+           tokens around it, its end-of-sequence token after the completion; lists of messages
+           instead of strings are a conversation whose completion messages are trained on)
+PREFIX     writes PREFIX.bin and PREFIX.idx (a Megatron indexed dataset, one document per
+           example) and PREFIX.mask (one byte per token: 1 where the loss counts it);
+           train with data.type "indexed" and data.paths [PREFIX]
+--context  the model.context to train at: an example longer than N + 1 tokens is cut to
+           that (--overlong truncate, the default) or left out (drop); both are counted
+--train-on answers: every assistant message (the default); last: the last one only; all:
+           every token, prompts too
+An assistant message's tokens are what the template renders for it after the prompt that
+asks for it (add_generation_prompt), through its end-of-turn tokens. Bad input stops with
+one line naming the file and line, exit 2, before anything is written.
+"""
+import argparse
+import array
+import json
+import os
+import pathlib
+import sys
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def fail(message):
+    print(f"prepare-data: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_tokenizer(path):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import transformers
+    folder = pathlib.Path(path)
+    if folder.is_file():
+        folder = folder.parent
+    if not (folder / "tokenizer.json").is_file():
+        fail(f"--tokenizer {path}: no tokenizer.json there (give the model's folder)")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    except Exception:  # a folder with tokenizer.json alone
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_file=str(folder / "tokenizer.json"))
+        template = folder / "chat_template.jinja"
+        if template.is_file():
+            tokenizer.chat_template = template.read_text(encoding="utf-8")
+    return tokenizer
+
+
+class Example:
+    """One line's messages (a conversation) or prompt/completion text."""
+
+    def __init__(self, record, where):
+        self.where = where
+        if not isinstance(record, dict):
+            fail(f"{where}: an example is a JSON object, not {type(record).__name__}")
+        if "messages" in record:
+            self.messages = self.checked_messages(record["messages"], "messages")
+            self.trained_from = 0
+        elif "prompt" in record and "completion" in record:
+            prompt, completion = record["prompt"], record["completion"]
+            if isinstance(prompt, list) and isinstance(completion, list):
+                self.messages = self.checked_messages(prompt + completion, "prompt + completion")
+                self.trained_from = len(prompt)
+                if not any(m["role"] == "assistant" for m in completion):
+                    fail(f"{where}: the completion has no assistant message to train on")
+            elif isinstance(prompt, str) and isinstance(completion, str):
+                self.messages = None
+                if not completion.strip():
+                    fail(f"{where}: the completion is empty")
+                self.prompt, self.completion = prompt, completion
+            else:
+                fail(f"{where}: prompt and completion must both be strings or both lists "
+                     "of messages")
+        else:
+            fail(f"{where}: an example needs \"messages\", or \"prompt\" and \"completion\"")
+
+    def checked_messages(self, messages, key):
+        where = self.where
+        if not isinstance(messages, list) or not messages:
+            fail(f"{where}: {key} must be a non-empty list of messages")
+        for i, m in enumerate(messages, 1):
+            if not isinstance(m, dict):
+                fail(f"{where}: message {i} is not an object")
+            if "role" not in m:
+                fail(f"{where}: message {i} has no role")
+            if m["role"] not in ROLES:
+                fail(f"{where}: message {i} has role {m['role']!r}, not one of "
+                     f"{', '.join(ROLES)}")
+            content = m.get("content")
+            if m["role"] == "assistant" and not m.get("tool_calls") and (
+                    not isinstance(content, str) or not content.strip()):
+                fail(f"{where}: message {i} (assistant) is empty")
+        if messages[0]["role"] == "assistant":
+            fail(f"{where}: message 1 is the assistant's: a conversation starts with a system "
+                 "or user message")
+        if not any(m["role"] == "assistant" for m in messages):
+            fail(f"{where}: no assistant message to train on")
+        return messages
+
+
+def render(tokenizer, messages, where, **options):
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    except Exception as e:  # the template's own errors (raise_exception) name the problem
+        fail(f"{where}: the chat template refuses this conversation ({e})")
+
+
+def answer_spans(tokenizer, example, train_on):
+    """The rendered text and the character spans of the assistant messages trained on."""
+    messages, where = example.messages, example.where
+    text = render(tokenizer, messages, where)
+    chosen = [i for i, m in enumerate(messages)
+              if m["role"] == "assistant" and i >= example.trained_from]
+    if train_on == "last":
+        chosen = chosen[-1:]
+    spans = []
+    for i in chosen:
+        before = render(tokenizer, messages[:i], where, add_generation_prompt=True)
+        through = render(tokenizer, messages[:i + 1], where)
+        if not through.startswith(before) or not text.startswith(through):
+            fail(f"{where}: the chat template renders message {i + 1} differently once later "
+                 "messages follow (it rewrites earlier turns); use --train-on last")
+        spans.append((len(before), len(through)))
+    return text, spans
+
+
+def tokens_and_mask(tokenizer, example, train_on):
+    if example.messages is None:  # prompt/completion text
+        text = example.prompt + example.completion
+        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        spans = [(len(example.prompt), len(text))]
+        end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    else:
+        text, spans = answer_spans(tokenizer, example, train_on)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        end = []
+    ids = list(encoded["input_ids"]) + end
+    offsets = list(encoded["offset_mapping"])
+    mask = [int(train_on == "all" or any(a <= start < b for a, b in spans) and stop > start)
+            for start, stop in offsets] + [1] * len(end)
+    return ids, mask
+
+
+def examples(files):
+    for name in files:
+        try:
+            lines = pathlib.Path(name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"{name}: cannot be read as UTF-8 text ({e})")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{name}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                fail(f"{where}: not JSON ({e.msg} at column {e.colno})")
+            yield Example(record, where)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="prepare-data --chat",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--tokenizer", required=True)
+    parser.add_argument("--out", required=True, help="prefix of the .bin/.idx/.mask files")
+    parser.add_argument("--context", type=int)
+    parser.add_argument("--overlong", choices=("truncate", "drop"), default="truncate")
+    parser.add_argument("--train-on", choices=("answers", "last", "all"), default="answers")
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    if args.context is not None and args.context < 1:
+        fail(f"--context {args.context} must be at least 1")
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    if not tokenizer.chat_template:
+        fail(f"--tokenizer {args.tokenizer}: the tokenizer has no chat template "
+             "(tokenizer_config.json's chat_template, or chat_template.jinja)")
+    sequences, masks = [], array.array("B")
+    truncated = dropped = read = 0
+    for example in examples(args.files):
+        read += 1
+        ids, mask = tokens_and_mask(tokenizer, example, args.train_on)
+        if args.context is not None and len(ids) > args.context + 1:
+            if args.overlong == "drop":
+                dropped += 1
+                continue
+            ids, mask = ids[:args.context + 1], mask[:args.context + 1]
+            if not any(mask[1:]):  # nothing left to train on
+                dropped += 1
+                continue
+            truncated += 1
+        sequences.append(ids)
+        masks.extend(mask)
+    if not sequences:
+        fail(f"{', '.join(args.files)}: no example to train on ({read} read, {dropped} dropped)")
+
+    import prepare_data
+    vocab_size = len(tokenizer)
+    prepare_data.write_indexed(args.out, sequences, vocab_size, [(".mask", masks.tobytes())])
+    tokens, trained = len(masks), sum(masks)
+    print(f"{args.out}: {len(sequences)} examples of {read} ({truncated} truncated, {dropped} "
+          f"dropped), {tokens} tokens, {trained} trained on ({100 * trained / tokens:.1f}%); "
+          f"model.vocab_size {vocab_size}")

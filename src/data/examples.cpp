@@ -1,0 +1,210 @@
+#include "pipetrain/data/examples.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string_view>
+
+#include "pipetrain/data/indexed_dataset.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/module/layer_seed.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
+
+namespace pipetrain::data {
+namespace fs = std::filesystem;
+namespace {
+
+std::string mask_of(const std::string& prefix) {
+  return indexed_prefix(prefix) + ".mask";
+}
+
+// The masks, one byte per token, checked to match the tokens file by file.
+std::shared_ptr<MappedTokens> mapped_masks(const std::vector<std::string>& prefixes,
+                                           const IndexedTokens& tokens) {
+  auto masks = std::make_shared<MappedTokens>();
+  for (const auto& prefix : prefixes) {
+    const int64_t before = masks->size();
+    auto file = std::make_unique<io::MappedFile>(mask_of(prefix), io::MappedFile::Access::kRandom);
+    const std::string_view bytes = file->bytes();
+    const auto bad =
+        std::find_if(bytes.begin(), bytes.end(), [](char b) { return b != 0 && b != 1; });
+    if (bad != bytes.end()) {
+      throw io::InputError(mask_of(prefix) + ": byte " + std::to_string(bad - bytes.begin()) +
+                           " is " + std::to_string(static_cast<unsigned char>(*bad)) +
+                           ", not a loss mask (0 or 1)");
+    }
+    masks->add(std::move(file), 1, /*is_signed=*/false);
+    const int64_t own = masks->size() - before;
+    const int64_t own_tokens = IndexedTokens({prefix}).size();
+    if (own != own_tokens) {
+      throw io::InputError(mask_of(prefix) + " holds " + std::to_string(own) + " masks for the " +
+                           std::to_string(own_tokens) + " tokens of " + indexed_prefix(prefix) +
+                           ".bin (prepare them again together)");
+    }
+  }
+  if (masks->size() != tokens.size()) throw std::logic_error("masks and tokens differ in size");
+  return masks;
+}
+
+// Each example's tokens in the stream: the indexed datasets' documents.
+std::vector<ExampleSpan> example_spans(const IndexedTokens& tokens) {
+  std::vector<ExampleSpan> spans;
+  int64_t begin = 0;
+  for (const int64_t start : *tokens.document_starts()) {
+    if (start > begin) spans.push_back({begin, start});
+    begin = start;
+  }
+  if (tokens.size() > begin) spans.push_back({begin, tokens.size()});
+  return spans;
+}
+
+// One example per row, or with `pack` as many consecutive ones as fit in `length` tokens;
+// an example longer than `length` is cut to it.
+std::vector<Row> rows_of(const std::vector<ExampleSpan>& spans, int64_t length, bool pack) {
+  std::vector<Row> rows;
+  int64_t used = 0;
+  for (ExampleSpan span : spans) {
+    span.end = std::min(span.end, span.begin + length);
+    const int64_t tokens = span.end - span.begin;
+    if (pack && !rows.empty() && used + tokens <= length) {
+      rows.back().push_back(span);
+      used += tokens;
+    } else {
+      rows.push_back({span});
+      used = tokens;
+    }
+  }
+  return rows;
+}
+
+// Tokens the loss counts in `spans` (mask 1).
+int64_t trained_tokens(const TokenStream& masks, const std::vector<ExampleSpan>& spans,
+                       int64_t length) {
+  int64_t trained = 0;
+  std::vector<int64_t> bits;
+  for (const ExampleSpan& span : spans) {
+    const int64_t tokens = std::min(span.end - span.begin, length);
+    bits.resize(static_cast<std::size_t>(tokens));
+    masks.read(span.begin, tokens, 2, bits.data());
+    for (const int64_t bit : bits) trained += bit;
+  }
+  return trained;
+}
+
+}  // namespace
+
+bool has_loss_masks(const std::vector<std::string>& prefixes) {
+  std::optional<std::string> with, without;
+  for (const auto& prefix : prefixes) {
+    (fs::exists(mask_of(prefix)) ? with : without) = prefix;
+    if (with && without) {
+      throw io::InputError("data.paths: " + indexed_prefix(*without) + " has no loss masks (" +
+                           mask_of(*without) + ") but " + indexed_prefix(*with) +
+                           " has: mix fine-tuning examples only with examples");
+    }
+  }
+  return with.has_value();
+}
+
+ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
+                             int64_t context, bool pack, double validation_fraction) {
+  if (!(validation_fraction > 0 && validation_fraction < 1))
+    throw io::InputError("data.validation_fraction must be between 0 and 1");
+  auto tokens = std::make_shared<IndexedTokens>(prefixes, /*record_documents=*/true);
+  ExampleCorpus corpus;
+  corpus.masks = mapped_masks(prefixes, *tokens);
+  tokens->check_vocabulary(vocab_size);
+  const std::vector<ExampleSpan> spans = example_spans(*tokens);
+  const int64_t length = context + 1;
+  corpus.examples = static_cast<int64_t>(spans.size());
+  const auto held_out = std::max<int64_t>(
+      1,
+      static_cast<int64_t>(std::ceil(static_cast<double>(corpus.examples) * validation_fraction)));
+  if (corpus.examples - held_out < 1) {
+    throw io::InputError("the examples in " + indexed_prefix(prefixes.front()) + " number " +
+                         std::to_string(corpus.examples) +
+                         ", too few to hold some out for validation and train on the rest");
+  }
+  const auto split = spans.end() - held_out;
+  corpus.train = rows_of({spans.begin(), split}, length, pack);
+  corpus.validation = rows_of({split, spans.end()}, length, pack);
+  for (const ExampleSpan& span : spans) {
+    corpus.truncated += span.end - span.begin > length;
+    corpus.token_count += std::min(span.end - span.begin, length);
+  }
+  corpus.trained_count = trained_tokens(*corpus.masks, spans, length);
+  corpus.tokens = std::move(tokens);
+  return corpus;
+}
+
+ExampleSource::ExampleSource(std::shared_ptr<const ExampleCorpus> corpus, bool validation,
+                             int64_t vocab_size, int64_t context, int64_t batch, uint64_t seed,
+                             uint64_t stream, SampleShare share, bool pack)
+    : corpus_(std::move(corpus)),
+      rows_(validation ? corpus_->validation : corpus_->train),
+      vocab_size_(vocab_size),
+      context_(context),
+      batch_(batch),
+      seed_(seed),
+      stream_(stream),
+      share_(share),
+      pack_(pack) {}
+
+const Row& ExampleSource::row_of_sample(int64_t sample) {
+  const auto rows = static_cast<int64_t>(rows_.size());
+  const int64_t epoch = sample / rows;
+  if (epoch != epoch_) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+        module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(epoch)));
+    const at::Tensor order = at::randperm(rows, generator, at::kLong);
+    order_.assign(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + rows);
+    epoch_ = epoch;
+  }
+  return rows_[static_cast<std::size_t>(order_[static_cast<std::size_t>(sample % rows)])];
+}
+
+void ExampleSource::fill(const Row& row, int64_t* ids, int64_t* labels, int64_t* documents) const {
+  const int64_t length = context_ + 1;
+  std::vector<int64_t> tokens(static_cast<std::size_t>(length), 0), masks(tokens.size(), 0);
+  std::vector<bool> ends(tokens.size(), false);  // an example's last token
+  int64_t used = 0, document = 0;
+  for (const ExampleSpan& span : row) {
+    const int64_t count = std::min(span.end - span.begin, length - used);
+    corpus_->tokens->read(span.begin, count, vocab_size_, tokens.data() + used);
+    corpus_->masks->read(span.begin, count, 2, masks.data() + used);
+    for (int64_t i = used; i < used + count && i < context_; ++i) documents[i] = document;
+    used += count;
+    ends[static_cast<std::size_t>(used - 1)] = true;
+    ++document;
+  }
+  for (int64_t i = used; i < context_; ++i) documents[i] = document;  // the padding's own
+  for (int64_t i = 0; i < context_; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    ids[i] = tokens[at];
+    // Position i predicts token i + 1: counted where that token is trained, in its example.
+    labels[i] = i + 1 < used && !ends[at] && masks[at + 1] == 1 ? tokens[at + 1]
+                                                                : tensor_parallel::kIgnoreIndex;
+  }
+}
+
+engine::MicroBatch ExampleSource::next() {
+  at::Tensor ids = at::empty({batch_, context_}, at::kLong);
+  at::Tensor labels = at::empty({batch_, context_}, at::kLong);
+  at::Tensor documents = at::empty({batch_, context_}, at::kLong);
+  for (int64_t i = 0; i < batch_; ++i) {
+    const int64_t sample = (drawn_ * batch_ + i) * share_.replicas + share_.replica;
+    fill(row_of_sample(sample), ids.data_ptr<int64_t>() + i * context_,
+         labels.data_ptr<int64_t>() + i * context_, documents.data_ptr<int64_t>() + i * context_);
+  }
+  ++drawn_;
+  if (pack_) return {{ids, documents}, {labels}};
+  return {{ids}, {labels}};
+}
+
+void ExampleSource::restore(const nlohmann::json& state) {
+  drawn_ = drawn_from(state);
+}
+
+}  // namespace pipetrain::data

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Supervised fine-tuning on chat data: a tiny transformers LLaMA whose tokenizer has a chat
+# template; chat JSONL prepared with it (ids and loss masks equal to transformers' own
+# assistant masks); the loss per token over each global batch, the same at pipe 2 x data 2,
+# model 2 x data 2 and context 2 x data 2 as in one process (losses, gradient norms,
+# validation losses and weights, 1e-5), with unequal answer lengths per micro-batch; bad
+# chat data refused in one line, exit 2, nothing written.
+# Usage: sft_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, safetensors)
+set -u
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+pipetrain=$(realpath "$1")
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+source_dir=$(cd "$here/../.." && pwd)
+prepare=$source_dir/scripts/prepare-data
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=1
+
+"$python" "$here/chat_fixture.py" model chat.jsonl 2>/dev/null
+check "a model whose tokenizer has a chat template" test -s model/tokenizer.json -a -s chat.jsonl
+
+# 1. Preparation: ids and masks as transformers renders and marks them.
+"$prepare" --chat --tokenizer model --out data/chat --context 64 chat.jsonl >prepare.out 2>&1
+check "prepare: writes the examples and their masks ($(cat prepare.out))" \
+  test -s data/chat.bin -a -s data/chat.idx -a -s data/chat.mask
+check "prepare: the summary counts examples and trained tokens" \
+  grep -qE '^data/chat: 48 examples of 48 \([0-9]+ truncated, 0 dropped\), [0-9]+ tokens, [0-9]+ trained on' prepare.out
+"$prepare" --chat --tokenizer model --out data/whole chat.jsonl >/dev/null 2>&1
+check "prepare: masks equal apply_chat_template's assistant masks ($("$python" "$here/chat_masks.py" model chat.jsonl data/whole 2>&1 | tail -1))" \
+  "$python" "$here/chat_masks.py" model chat.jsonl data/whole
+"$prepare" --chat --tokenizer model --out data/short --context 16 --overlong drop chat.jsonl >short.out 2>&1
+check "prepare: --overlong drop leaves out and counts what does not fit ($(cat short.out))" \
+  grep -qE '^data/short: [0-9]+ examples of 48 \(0 truncated, [1-9][0-9]* dropped\)' short.out
+
+# 2. Bad chat data: one line naming the file and line, exit 2, nothing written.
+bad_chat() {
+  local name=$1 pattern=$2 line=$3
+  printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}' "$line" >"$name.jsonl"
+  "$prepare" --chat --tokenizer "${4:-model}" --out "bad/$name" "$name.jsonl" >"$name.out" 2>"$name.err"
+  local rc=$?
+  check "bad chat data ($name): exit 2 (got $rc)" test "$rc" -eq 2
+  check "bad chat data ($name): one line naming '$pattern': $(cat "$name.err")" \
+    test "$(wc -l <"$name.err")" -eq 1 -a -n "$(grep -- "$pattern" "$name.err")"
+  check "bad chat data ($name): nothing written" test ! -e "bad/$name.bin" -a ! -e "bad/$name.mask"
+}
+bad_chat not-json "not-json.jsonl:2: not JSON" '{"messages": ['
+bad_chat no-role "no-role.jsonl:2: message 2 has no role" \
+  '{"messages": [{"role": "user", "content": "a"}, {"content": "b"}]}'
+bad_chat empty-answer "empty-answer.jsonl:2: message 2 (assistant) is empty" \
+  '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": " "}]}'
+bad_chat no-answer "no-answer.jsonl:2: no assistant message to train on" \
+  '{"messages": [{"role": "user", "content": "a"}]}'
+mkdir -p plain && cp model/tokenizer.json plain/
+bad_chat no-template "the tokenizer has no chat template" '{"prompt": "a", "completion": "b"}' plain
+
+# 3. Training: every layout equals one process.
+"$pipetrain" import --hf model --out imported >import.out 2>&1
+check "import: the model and its tokenizer" grep -q "into imported/step_0" import.out
+cat >base.json <<JSON
+{
+  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+  "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
+  "data": {"type": "indexed", "paths": ["$work/data/chat"], "validation_fraction": 0.2},
+  "model": {"context": 64},
+  "train_iters": 4, "eval_interval": 2, "eval_iters": 1,
+  "sample": {"tokens": 0},
+  "log": {"metrics": "NAME.jsonl"},
+  "load": "imported", "save": "NAME"
+}
+JSON
+train() {  # NAME RANKS SED
+  sed "s/NAME/$1/g; $3" base.json >"$1.json"
+  "$pipetrain" launch -n "$2" -- "$pipetrain" train --config "$1.json" >"$1.out" 2>&1
+  local rc=$?
+  check "train $1: exits 0 ($(tail -1 "$1.out"))" test "$rc" -eq 0
+}
+train one 1 's/^//'
+check "train: the job line says the loss counts tokens of examples ($(grep '^data:' one.out))" \
+  grep -qE '^data: 48 examples with loss masks, 38 rows for training and 10 for validation \(one example each\); .*the loss counts [0-9.]+% of [0-9]+ tokens, per token over each global batch' one.out
+half='s/"gradient_accumulation_steps": 4/"gradient_accumulation_steps": 2/'
+train pipe-data 4 "$half; s/\"train_iters\"/\"pipeline\": {\"stages\": 2}, \"train_iters\"/"
+train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"train_iters\"/"
+train context-data 4 "$half; s/\"train_iters\"/\"context_parallel\": 2, \"train_iters\"/"
+for layout in pipe-data model-data context-data; do
+  check "$layout equals one process: losses, gradient norms, validation losses, weights" \
+    "$python" - one "$layout" <<'PY'
+import glob, json, os, sys
+import safetensors.torch as st
+one, other = sys.argv[1:]
+rows = lambda name: [json.loads(line) for line in open(f"{name}.jsonl")]
+a, b = rows(one), rows(other)
+assert len(a) == len(b) == 4, (len(a), len(b))
+for x, y in zip(a, b):
+    for key in ("loss", "grad_norm", "val_loss"):
+        if key in x or key in y:
+            assert abs(x[key] - y[key]) <= 1e-5 * abs(x[key]), (other, x["step"], key, x[key], y[key])
+files = sorted(os.path.basename(f) for f in glob.glob(f"{one}/step_4/layer_*.safetensors"))
+assert files and files == sorted(os.path.basename(f) for f in glob.glob(f"{other}/step_4/layer_*.safetensors"))
+for f in files:
+    p, q = st.load_file(f"{one}/step_4/{f}"), st.load_file(f"{other}/step_4/{f}")
+    assert p.keys() == q.keys(), f
+    for k in p:
+        gap = (p[k] - q[k]).abs().max().item() / max(p[k].abs().max().item(), 1e-12)
+        assert gap <= 1e-5, (other, f, k, gap)
+PY
+done
+check "the masked data trains: the validation loss falls" \
+  awk '/^validation loss: /{ exit !($5 < $3) }' one.out
+
+# Packed: consecutive examples share a row, each attending only to itself.
+train packed 2 "s/\"validation_fraction\"/\"pack\": true, \"validation_fraction\"/; s/\"train_iters\"/\"pipeline\": {\"stages\": 2}, \"train_iters\"/"
+check "packed: the job line says so ($(grep '^data:' packed.out))" \
+  grep -qE '^data: 48 examples with loss masks, [0-9]+ rows for training .*\(packed\)' packed.out
+finish
