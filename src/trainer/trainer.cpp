@@ -17,6 +17,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/data/tokenizer.h"
+#include "pipetrain/device/cuda.h"
 #include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/io/activity.h"
 #include "pipetrain/io/atomic_file.h"
@@ -31,6 +32,7 @@
 #include "pipetrain/trainer/generation/sampling.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/metrics_log.h"
+#include "pipetrain/trainer/model_flops.h"
 #include "pipetrain/trainer/optimizer_report.h"
 #include "pipetrain/trainer/output_paths.h"
 #include "pipetrain/trainer/progress_line.h"
@@ -84,6 +86,15 @@ bool due(int64_t step, int64_t interval, int64_t last) {
   return (interval > 0 && step % interval == 0) || step == last;
 }
 
+// Each rank's peak FLOP/s for MFU: log.peak_tflops, else rank 0's GPU's if known, else 0.
+double peak_flops(const Job& job) {
+  if (job.config.trainer.log.peak_tflops > 0) return job.config.trainer.log.peak_tflops * 1e12;
+  const at::Device device = job.engine->device();
+  if (!device.is_cuda()) return 0;
+  const bool half = job.config.engine.precision.dtype != optim::Precision::kFp32;
+  return known_peak_flops(device::gpu_name(device.index()), half);
+}
+
 // What global rank 0 reports of a run: the progress line, metrics files, TensorBoard.
 class RunLog {
  public:
@@ -93,6 +104,9 @@ class RunLog {
         on_gpus_(any_rank_on_gpu(*job.engine)),
         reports_memory_(on_gpus_ || job.config.trainer.memory_breakdown),
         experts_(models::capabilities(job.config.model).routed_experts),
+        flops_per_step_(model_flops_per_sample(job.config.model) *
+                        static_cast<double>(job.config.engine.train_batch_size)),
+        peak_flops_(peak_flops(job)),
         progress_(job.config.trainer.train_iters, job.config.engine.steps_per_print) {
     if (!leader_) return;
     const TrainerConfig& t = job.config.trainer;
@@ -123,10 +137,15 @@ class RunLog {
     const bool fp16 = job_.config.engine.precision.dtype == optim::Precision::kFp16;
     const double samples = static_cast<double>(job_.config.engine.train_batch_size);
     const double tokens = samples * static_cast<double>(job_.model.tokens_per_sample());
+    const int devices = job_.grid->world_size();
+    const double mfu =
+        model_flop_utilisation(flops_per_step_, smoothed_seconds_, devices, peak_flops_);
+    char mfu_text[32] = "";
+    if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, " MFU %.1f%%", 100 * mfu);
     progress_.update(
         s.step, s.loss, engine.last_learning_rate(), samples / smoothed_seconds_,
         tokens / smoothed_seconds_, smoothed_seconds_,
-        grad_norm_summary(engine.last_grad_norm()) +
+        grad_norm_summary(engine.last_grad_norm()) + mfu_text +
             (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
                         " skipped " + std::to_string(engine.skipped_steps())
                   : std::string()) +
@@ -147,6 +166,9 @@ class RunLog {
         {"tokens_per_s", tokens / s.seconds},
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
+    const double step_mfu =
+        model_flop_utilisation(flops_per_step_, s.seconds, devices, peak_flops_);
+    if (step_mfu > 0) record["mfu"] = step_mfu;
     if (experts) record["moe"] = experts->to_json();
     record["optimizer_state_bytes"] = optimizer_bytes_;  // per rank, in rank order
     if (!memory.empty()) {                               // per rank, in rank order
@@ -159,7 +181,7 @@ class RunLog {
       }
     }
     metrics_->write(record);
-    if (tensorboard_) write_scalars(s, samples);
+    if (tensorboard_) write_scalars(s, samples, tokens, step_mfu);
   }
 
   void finish(double first_validation, double last_validation) {
@@ -175,22 +197,26 @@ class RunLog {
   }
 
  private:
-  void write_scalars(const StepResult& s, double samples) {
+  void write_scalars(const StepResult& s, double samples, double tokens, double mfu) {
     const engine::PipelineEngine& engine = *job_.engine;
     std::map<std::string, double> scalars = {{"train/loss", s.loss},
                                              {"train/loss_scale", engine.loss_scale()},
                                              {"train/lr", engine.last_learning_rate()},
                                              {"train/grad_norm", engine.last_grad_norm()},
-                                             {"train/samples_per_s", samples / s.seconds}};
+                                             {"train/samples_per_s", samples / s.seconds},
+                                             {"train/tokens_per_s", tokens / s.seconds}};
+    if (mfu > 0) scalars["train/mfu"] = mfu;
     if (s.validation_loss) scalars["val/loss"] = *s.validation_loss;
     tensorboard_->add_scalars(s.step, scalars);
   }
 
   const Job& job_;
   bool leader_;
-  bool on_gpus_;         // some rank computes on a GPU
-  bool reports_memory_;  // GPU memory, or CPU memory counted for memory_breakdown
-  int64_t experts_;      // of the model's MoE layers; 0: a dense model
+  bool on_gpus_;           // some rank computes on a GPU
+  bool reports_memory_;    // GPU memory, or CPU memory counted for memory_breakdown
+  int64_t experts_;        // of the model's MoE layers; 0: a dense model
+  double flops_per_step_;  // the model's, forward and backward of the global batch; 0: unknown
+  double peak_flops_;      // per rank; 0: unknown (no MFU)
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<tensorboard::TensorBoardWriter> tensorboard_;

@@ -86,6 +86,12 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .text("log.metrics", PIPETRAIN_FIELD(log.metrics), "JSON lines, one per step")
         .text("log.csv", PIPETRAIN_FIELD(log.csv), "the same as CSV")
         .text("log.tensorboard", PIPETRAIN_FIELD(log.tensorboard), "TensorBoard event folder")
+        .number("log.peak_tflops", PIPETRAIN_FIELD(log.peak_tflops),
+                "each rank's dense peak in TFLOP/s in the compute type, for the model FLOP "
+                "utilisation (MFU) in the progress line and metrics; 0: an H100's, H200's or "
+                "A100's as the planner's `clusters/` give them, none on a CPU (give "
+                "`pipetrain calibrate`'s fp32 figure)",
+                config::at_least(0))
         .text("sample.prompt", PIPETRAIN_FIELD(sample.prompt),
               "the sample printed at the end (a language model on text, or with "
               "`sample.tokenizer`)")

@@ -3,7 +3,8 @@
 # template; chat JSONL prepared with it (ids and loss masks equal to transformers' own
 # assistant masks); the loss per token over each global batch, the same at pipe 2 x data 2,
 # model 2 x data 2 and context 2 x data 2 as in one process (losses, gradient norms,
-# validation losses and weights, 1e-5), with unequal answer lengths per micro-batch; bad
+# validation losses and weights, 1e-5), with unequal answer lengths per micro-batch; MFU
+# against a given peak; bad
 # chat data refused in one line, exit 2, nothing written.
 # Usage: sft_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, safetensors)
 set -u
@@ -67,7 +68,7 @@ cat >base.json <<JSON
   "model": {"context": 64},
   "train_iters": 4, "eval_interval": 2, "eval_iters": 1,
   "sample": {"tokens": 0},
-  "log": {"metrics": "NAME.jsonl"},
+  "log": {"metrics": "NAME.jsonl", "peak_tflops": 0.05},
   "load": "imported", "save": "NAME"
 }
 JSON
@@ -80,6 +81,9 @@ train() {  # NAME RANKS SED
 train one 1 's/^//'
 check "train: the job line says the loss counts tokens of examples ($(grep '^data:' one.out))" \
   grep -qE '^data: 48 examples with loss masks, 38 rows for training and 10 for validation \(one example each\); .*the loss counts [0-9.]+% of [0-9]+ tokens, per token over each global batch' one.out
+check "train: MFU against log.peak_tflops on the progress line and in the metrics ($(grep -o 'MFU [0-9.]*%' one.out | tail -1))" \
+  "$python" -c "import json,sys; r=[json.loads(l) for l in open('one.jsonl')]; sys.exit(not all(0 < x['mfu'] < 1 for x in r))"
+check "train: the progress line shows MFU" grep -qE 'grad norm [0-9.]+ MFU [0-9.]+%' one.out
 half='s/"gradient_accumulation_steps": 4/"gradient_accumulation_steps": 2/'
 train pipe-data 4 "$half; s/\"train_iters\"/\"pipeline\": {\"stages\": 2}, \"train_iters\"/"
 train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"train_iters\"/"

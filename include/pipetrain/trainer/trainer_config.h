@@ -38,6 +38,7 @@ struct TrainerConfig {
     std::string metrics;      // JSON lines, one per step
     std::string csv;          // the same as CSV
     std::string tensorboard;  // folder for TensorBoard event files
+    double peak_tflops = 0;   // per rank, for MFU; 0: a known GPU's, none on a CPU
   } log;
   struct Sample {
     std::string prompt = "The ";
