@@ -148,14 +148,8 @@ void print_losers(const std::vector<planner::Candidate>& all) {
 // Each group of more than one rank and its transport.
 nlohmann::json transports_json(const planner::Layout& l, const planner::Transports& t) {
   nlohmann::json groups = nlohmann::json::object();
-  auto add = [&](const char* group, int64_t size, planner::Transport transport) {
-    if (size > 1) groups[group] = planner::transport_name(transport);
-  };
-  add("pipe", l.parallel.pipe, t.pipe);
-  add("data", l.parallel.data, t.data);
-  add("tensor", l.parallel.tensor, t.tensor);
-  add("context", l.parallel.context, t.context);
-  add("expert", l.parallel.expert, t.experts);
+  for (const auto& [group, transport] : t.groups(l))
+    groups[group] = planner::transport_name(transport);
   return groups;
 }
 

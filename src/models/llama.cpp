@@ -102,6 +102,23 @@ const Rotation& window_rotation(const WindowRotation& key,
   return last->second;
 }
 
+// The causal mask of `seq` positions, each seeing the last `window` (0: all before it),
+// made once for a stage's blocks like window_rotation, not once per block.
+const at::Tensor& sequence_mask(int64_t seq, int64_t window, at::Device device) {
+  struct Key {
+    int64_t seq;
+    int64_t window;
+    at::Device device;
+    bool inference;  // made under InferenceMode: not for a graph autograd records
+    bool operator==(const Key&) const = default;
+  };
+  thread_local std::optional<std::pair<Key, at::Tensor>> last;
+  const Key key{seq, window, device, c10::InferenceMode::is_enabled()};
+  if (!last || !(last->first == key))
+    last.emplace(key, causal_window_mask(0, seq, 0, seq, window, device));
+  return last->second;
+}
+
 // Token embeddings split by vocabulary over the tensor-parallel group; under context
 // parallelism of this rank's load-balanced slice of the sequence.
 struct LlamaEmbeddingImpl : torch::nn::Module {
@@ -230,7 +247,7 @@ struct LlamaBlockImpl : torch::nn::Module {
         options.documents = context_parallel::take_local(documents, 1, context);
       attended = context_parallel::ring_attention(rq, rk, v, where, context, options);
     } else if (documents.defined() || (window > 0 && seq > window)) {
-      at::Tensor mask = causal_window_mask(0, seq, 0, seq, window, q.device());
+      at::Tensor mask = sequence_mask(seq, window, q.device());
       if (documents.defined()) mask = mask & document_mask(documents);
       attended = at::scaled_dot_product_attention(rq, rk, v, mask, 0.0, /*is_causal=*/false,
                                                   /*scale=*/{}, /*enable_gqa=*/true);

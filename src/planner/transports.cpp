@@ -21,17 +21,23 @@ bool Transports::host_staged(const Layout& l) const {
          (l.parallel.context > 1 && context == Transport::kHostStaged);
 }
 
-std::string Transports::describe(const Layout& l) const {
-  std::string text;
+std::vector<std::pair<const char*, Transport>> Transports::groups(const Layout& l) const {
+  std::vector<std::pair<const char*, Transport>> found;
   auto add = [&](const char* group, int64_t size, Transport t) {
-    if (size < 2) return;
-    text += (text.empty() ? "" : ", ") + std::string(group) + " " + transport_name(t);
+    if (size > 1) found.emplace_back(group, t);
   };
   add("pipe", l.parallel.pipe, pipe);
   add("data", l.parallel.data, data);
   add("tensor", l.parallel.tensor, tensor);
   add("context", l.parallel.context, context);
   add("expert", l.parallel.expert, experts);
+  return found;
+}
+
+std::string Transports::describe(const Layout& l) const {
+  std::string text;
+  for (const auto& [group, transport] : groups(l))
+    text += (text.empty() ? "" : ", ") + std::string(group) + " " + transport_name(transport);
   return text.empty() ? "one rank" : text;
 }
 

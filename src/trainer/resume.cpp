@@ -19,13 +19,11 @@ std::string text_of(const nlohmann::json& config, const char* key) {
 }
 
 // The checkpoint `latest` names in `folder` (its tag, e.g. "step_12"), or empty.
+// The tag `latest` names in `folder`, or "" where there is none yet.
 std::string latest_in(const std::string& folder) {
   std::error_code error;
-  const fs::path latest = fs::path(folder) / "latest";
-  if (!fs::is_regular_file(latest, error)) return "";
-  std::string tag = io::read_file(latest.string());
-  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-  return tag;
+  if (!fs::is_regular_file(fs::path(folder) / "latest", error)) return "";
+  return checkpoint::resolve_tag(folder, "latest");
 }
 
 bool same_folder(const std::string& a, const std::string& b) {

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipetrain/planner/cluster.h"
 #include "pipetrain/planner/layout.h"
@@ -28,6 +30,9 @@ struct Transports {
   bool host_staged(const Layout& layout) const;
   // "pipe nccl, data nccl, context host" for the groups of more than one rank.
   std::string describe(const Layout& layout) const;
+  // Each group of more than one rank in `layout` ("pipe", "data", "tensor", "context",
+  // "expert"), in that order, with its transport.
+  std::vector<std::pair<const char*, Transport>> groups(const Layout& layout) const;
 };
 Transports transports_of(const Cluster& cluster, const Layout& layout);
 // The context ring's: through host memory on GPUs.
