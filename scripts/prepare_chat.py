@@ -6,7 +6,8 @@ Run through scripts/prepare-data (which picks the project's Python environment):
 
 DIR        the model's tokenizer as transformers saves it (tokenizer.json with
            tokenizer_config.json or chat_template.jinja): conversations are rendered with its
-           own chat template by transformers' apply_chat_template
+           own chat template by transformers' apply_chat_template (prompt/completion text
+           needs none)
 FILE.jsonl one example per line, either
              {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...]}
            or {"prompt": "...", "completion": "..."} (plain text: the tokenizer's special
@@ -41,7 +42,10 @@ def fail(message):
 def load_tokenizer(path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    import transformers
+    try:
+        import transformers
+    except ImportError as e:
+        fail(f"rendering chat templates needs transformers in this Python environment ({e})")
     folder = pathlib.Path(path)
     if folder.is_file():
         folder = folder.parent
@@ -50,8 +54,11 @@ def load_tokenizer(path):
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
     except Exception:  # a folder with tokenizer.json alone
-        tokenizer = transformers.PreTrainedTokenizerFast(
-            tokenizer_file=str(folder / "tokenizer.json"))
+        try:
+            tokenizer = transformers.PreTrainedTokenizerFast(
+                tokenizer_file=str(folder / "tokenizer.json"))
+        except Exception as e:  # the package's own error types vary by version
+            fail(f"--tokenizer {path}: transformers cannot read its tokenizer.json ({e})")
         template = folder / "chat_template.jinja"
         if template.is_file():
             tokenizer.chat_template = template.read_text(encoding="utf-8")
@@ -141,14 +148,19 @@ def tokens_and_mask(tokenizer, example, train_on):
         text = example.prompt + example.completion
         encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
         spans = [(len(example.prompt), len(text))]
-        end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        eos = tokenizer.eos_token_id
+        # The end token once: a tokenizer may add it itself (add_eos_token).
+        end = [eos] if eos is not None and encoded["input_ids"][-1:] != [eos] else []
     else:
+        if not tokenizer.chat_template:
+            fail(f"{example.where}: the tokenizer has no chat template for this conversation "
+                 "(tokenizer_config.json's chat_template, or chat_template.jinja)")
         text, spans = answer_spans(tokenizer, example, train_on)
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         end = []
     ids = list(encoded["input_ids"]) + end
     offsets = list(encoded["offset_mapping"])
-    mask = [int(train_on == "all" or any(a <= start < b for a, b in spans) and stop > start)
+    mask = [int(train_on == "all" or (stop > start and any(a <= start < b for a, b in spans)))
             for start, stop in offsets] + [1] * len(end)
     return ids, mask
 
@@ -156,10 +168,11 @@ def tokens_and_mask(tokenizer, example, train_on):
 def examples(files):
     for name in files:
         try:
-            lines = pathlib.Path(name).read_text(encoding="utf-8").splitlines()
+            # JSON lines end at "\n" only: strings may hold U+2028 and the like raw.
+            lines = pathlib.Path(name).read_text(encoding="utf-8-sig").split("\n")
         except (OSError, UnicodeDecodeError) as e:
             fail(f"{name}: cannot be read as UTF-8 text ({e})")
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate((line.rstrip("\r") for line in lines), 1):
             if not line.strip():
                 continue
             where = f"{name}:{number}"
@@ -184,9 +197,6 @@ def main(argv):
         fail(f"--context {args.context} must be at least 1")
 
     tokenizer = load_tokenizer(args.tokenizer)
-    if not tokenizer.chat_template:
-        fail(f"--tokenizer {args.tokenizer}: the tokenizer has no chat template "
-             "(tokenizer_config.json's chat_template, or chat_template.jinja)")
     sequences, masks = [], array.array("B")
     truncated = dropped = read = 0
     for example in examples(args.files):

@@ -108,6 +108,8 @@ def write_indexed(prefix, sequences, vocab_size, extra=()):
         os.makedirs(folder, exist_ok=True)  # the output's folder, as a user expects
     for suffix, data in extra:
         write_atomically(prefix + suffix, [data])
+    if not extra and os.path.exists(prefix + ".mask"):
+        os.remove(prefix + ".mask")  # an earlier --chat run's, which would not fit these
     write_atomically(prefix + ".bin", [tokens.tobytes()])
     write_atomically(prefix + ".idx", index)
     return dtype

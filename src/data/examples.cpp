@@ -79,7 +79,8 @@ std::vector<Row> rows_of(const std::vector<ExampleSpan>& spans, int64_t length, 
   return rows;
 }
 
-// Tokens the loss counts in `spans` (mask 1).
+// Tokens the loss counts in `spans` (mask 1), an example's first excepted (nothing before
+// it predicts it).
 int64_t trained_tokens(const TokenStream& masks, const std::vector<ExampleSpan>& spans,
                        int64_t length) {
   int64_t trained = 0;
@@ -88,7 +89,7 @@ int64_t trained_tokens(const TokenStream& masks, const std::vector<ExampleSpan>&
     const int64_t tokens = std::min(span.end - span.begin, length);
     bits.resize(static_cast<std::size_t>(tokens));
     masks.read(span.begin, tokens, 2, bits.data());
-    for (const int64_t bit : bits) trained += bit;
+    for (std::size_t i = 1; i < bits.size(); ++i) trained += bits[i];
   }
   return trained;
 }

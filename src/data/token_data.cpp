@@ -68,8 +68,10 @@ at::Tensor draw_integers(uint64_t seed, uint64_t stream, int64_t draw, int64_t c
 }  // namespace
 
 int64_t drawn_from(const nlohmann::json& state) {
-  if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer()) {
-    throw io::InputError("checkpoint data position must be {\"drawn\": N}, got " + state.dump());
+  if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer() ||
+      state["drawn"].get<int64_t>() < 0) {
+    throw io::InputError("checkpoint data position must be {\"drawn\": N}, N >= 0, got " +
+                         state.dump());
   }
   return state["drawn"].get<int64_t>();
 }

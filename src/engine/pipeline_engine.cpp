@@ -313,11 +313,13 @@ MicroBatch PipelineEngine::take_micro_batch(int index, bool first, bool last, Ru
 void PipelineEngine::count_tokens(Run& run, int micro_batches) {
   at::Tensor tokens = at::zeros({1}, at::kDouble);
   if (feed_->ends().last) {
+    at::Tensor counted = at::zeros({}, at::TensorOptions(at::kLong).device(device_));
     for (int m = 0; m < micro_batches; ++m) {
       MicroBatch batch = feed_->next(run.data, run.loaded++, global_steps_);
-      tokens += (batch.labels.at(0) != tensor_parallel::kIgnoreIndex).sum().to(at::kCPU);
+      counted += (batch.labels.at(0) != tensor_parallel::kIgnoreIndex).sum();
       run.unclaimed.emplace(m, Unclaimed{std::move(batch)});
     }
+    tokens.fill_(counted.item<int64_t>());  // one wait for the device
     // Context-parallel ranks share their samples: the replicas that read others are data's.
     grid_->data_comm()->all_reduce(tokens, comm::ReduceOp::kSum);
   }

@@ -1,5 +1,6 @@
 #include "pipetrain/engine/training_config.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "pipetrain/config/unknown_keys.h"
@@ -103,6 +104,43 @@ void bind_batch(config::KeyTable<TrainingConfig>& t) {
             "must hold (the error shows the arithmetic)");
 }
 
+// A list of kind names as a set; InputError naming `key` otherwise.
+module::RecomputeSet read_recompute_set(const std::string& key, const nlohmann::json& v) {
+  if (!v.is_array()) throw io::InputError(key + " must be a list of part names");
+  module::RecomputeSet set;
+  for (const auto& item : v) {
+    const auto& kinds = module::recompute_kinds();
+    const auto found = std::find_if(kinds.begin(), kinds.end(), [&](const auto& kind) {
+      return item.is_string() && item.get<std::string>() == kind.first;
+    });
+    if (found == kinds.end()) {
+      throw io::InputError(key + ": " + item.dump() +
+                           " is not one of \"attention\", \"mlp\", \"mlp_activation\", "
+                           "\"norms\" or \"experts\"");
+    }
+    set.add(found->second);
+  }
+  return set;
+}
+
+// One set for every stage (a list of names), or one per stage (a list of lists).
+std::vector<module::RecomputeSet> read_recompute(const std::string& key, const nlohmann::json& v) {
+  if (!v.is_array()) throw io::InputError(key + " must be a list of part names, or of such lists");
+  if (v.empty()) return {};
+  if (!v.front().is_array()) return {read_recompute_set(key, v)};
+  std::vector<module::RecomputeSet> sets;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    sets.push_back(read_recompute_set(key + "[" + std::to_string(i) + "]", v[i]));
+  return sets;
+}
+
+nlohmann::json recompute_json(const std::vector<module::RecomputeSet>& sets) {
+  if (sets.size() == 1) return sets.front().names();
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& set : sets) stages.push_back(set.names());
+  return stages;
+}
+
 void bind_run(config::KeyTable<TrainingConfig>& t) {
   t.integer("steps_per_print", PIPETRAIN_FIELD(steps_per_print), "progress line period",
             config::at_least(1))
@@ -203,6 +241,17 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
       .integer("pipeline.activation_checkpoint_interval",
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", config::at_least(0))
+      .custom(
+          "pipeline.recompute", "list",
+          "selective recompute: the parts of every layer backward computes again instead of "
+          "keeping their activations, from `attention` (core attention), `mlp` (the whole "
+          "MLP), `mlp_activation` (the MLP's activation and output projection), `norms`, "
+          "`experts` (a mixture of experts); or a list of such lists, one per stage "
+          "(`[[\"mlp\"], []]`: the first stage recomputes its MLPs, the second nothing)",
+          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+            c.pipeline.recompute = read_recompute(key, v);
+          },
+          [](const TrainingConfig& c) { return recompute_json(c.pipeline.recompute); })
       .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule), pipeline_schedules(),
               "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
               "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "

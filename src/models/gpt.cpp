@@ -12,6 +12,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/packed_documents.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"
@@ -112,16 +113,47 @@ struct GptBlockImpl : torch::nn::Module {
     if (x.dim() != 3)
       throw std::invalid_argument("a GPT block takes [batch, seq, d_model] activations");
     // [batch, seq, 3 * local width]: the whole sequence under sequence parallelism too.
-    const at::Tensor local_qkv = qkv(norm(attention_norm, x));
+    const at::Tensor local_qkv = qkv(normed(attention_norm, x));
     const int64_t batch = local_qkv.size(0), seq = local_qkv.size(1), width = local_qkv.size(2) / 3;
     const std::vector<at::Tensor> split =
         local_qkv.view({batch, seq, 3, local_heads, width / local_heads})
             .permute({2, 0, 3, 1, 4})
             .unbind(0);
-    const at::Tensor attended = attend(split[0], split[1], split[2], documents);
+    const at::Tensor attended =
+        module::recomputed(module::RecomputeKind::kAttention,
+                           [this, documents](const std::vector<at::Tensor>& in) {
+                             return attend(in[0], in[1], in[2], documents);
+                           },
+                           {split[0], split[1], split[2]}, {});
     const at::Tensor merged = attended.transpose(1, 2).reshape({batch, seq, width});
     const at::Tensor h = x + dropout(projection(merged));
-    return h + dropout(contract(at::gelu(expand(norm(mlp_norm, h)), gelu_approximation)));
+    return h + dropout(mlp(normed(mlp_norm, h)));
+  }
+
+  // The GELU MLP, recomputed whole, or its activation and output projection.
+  at::Tensor mlp(const at::Tensor& n) {
+    std::vector<at::Tensor> parameters = expand->parameters();
+    const std::vector<at::Tensor> contracting = contract->parameters();
+    parameters.insert(parameters.end(), contracting.begin(), contracting.end());
+    return module::recomputed(
+        module::RecomputeKind::kMlp,
+        [this](const std::vector<at::Tensor>& in) {
+          return module::recomputed(
+              module::RecomputeKind::kMlpActivation,
+              [this](const std::vector<at::Tensor>& f) {
+                return contract(at::gelu(f[0], gelu_approximation));
+              },
+              {expand(in[0])}, contract->parameters());
+        },
+        {n}, parameters);
+  }
+
+  // norm() of x, recomputed in backward with the norms.
+  at::Tensor normed(const torch::nn::LayerNorm& layer, const at::Tensor& x) const {
+    return module::recomputed(
+        module::RecomputeKind::kNorms,
+        [this, layer](const std::vector<at::Tensor>& in) { return norm(layer, in[0]); }, {x},
+        layer->parameters());
   }
 
   // A LayerNorm of the residual stream, whose parameters see this rank's slice of the

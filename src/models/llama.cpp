@@ -15,6 +15,7 @@
 #include "pipetrain/models/kv_cache.h"
 #include "pipetrain/models/moe.h"
 #include "pipetrain/models/packed_documents.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
 #include "pipetrain/tensor_parallel/sequence_parallel.h"
@@ -188,10 +189,13 @@ struct LlamaBlockImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& documents) {
     if (x.dim() != 3)
       throw std::invalid_argument("a LLaMA block takes [batch, seq, d_model] activations");
-    const at::Tensor h = x + o_proj(attend(attention_norm(x), documents));
-    const at::Tensor n = mlp_norm(h);
-    if (moe) return h + moe(n);
-    return h + down_proj(at::silu(gate_proj(n)) * up_proj(n));
+    const at::Tensor h = x + o_proj(attend(normed(attention_norm, x), documents));
+    const at::Tensor n = normed(mlp_norm, h);
+    if (!moe) return h + mlp(n);
+    return h + module::recomputed(
+                   module::RecomputeKind::kExperts,
+                   [this](const std::vector<at::Tensor>& in) { return moe(in[0]); }, {n},
+                   moe->parameters());
   }
 
   // Causal grouped-query attention over this rank's heads (within each document when
@@ -238,25 +242,65 @@ struct LlamaBlockImpl : torch::nn::Module {
                                .inference = c10::InferenceMode::is_enabled()},
                               window_positions, q);
     const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
-    at::Tensor attended;
-    if (!cached.empty()) {
-      attended = cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true, window);
-    } else if (ring) {
+    const at::Tensor attended =
+        !cached.empty()
+            ? cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true, window)
+            : module::recomputed(module::RecomputeKind::kAttention,
+                                 [this, documents, where](const std::vector<at::Tensor>& in) {
+                                   return core_attention(in[0], in[1], in[2], documents, where);
+                                 },
+                                 {rq, rk, v}, {});
+    return attended.transpose(1, 2).reshape({batch, seq, -1});
+  }
+
+  // Softmax attention of rotated queries and keys [batch, heads, seq, head_dim] over the
+  // sequence (around the ring under context parallelism; `where`: this rank's positions).
+  at::Tensor core_attention(const at::Tensor& rq, const at::Tensor& rk, const at::Tensor& v,
+                            const at::Tensor& documents, const at::Tensor& where) const {
+    if (context_parallel::splits(context)) {
       context_parallel::RingAttentionOptions options;
       if (documents.defined())
         options.documents = context_parallel::take_local(documents, 1, context);
-      attended = context_parallel::ring_attention(rq, rk, v, where, context, options);
-    } else if (documents.defined() || (window > 0 && seq > window)) {
-      at::Tensor mask = sequence_mask(seq, window, q.device());
-      if (documents.defined()) mask = mask & document_mask(documents);
-      attended = at::scaled_dot_product_attention(rq, rk, v, mask, 0.0, /*is_causal=*/false,
-                                                  /*scale=*/{}, /*enable_gqa=*/true);
-    } else {
-      attended = at::scaled_dot_product_attention(rq, rk, v, /*attn_mask=*/{}, 0.0,
-                                                  /*is_causal=*/true, /*scale=*/{},
-                                                  /*enable_gqa=*/true);
+      return context_parallel::ring_attention(rq, rk, v, where, context, options);
     }
-    return attended.transpose(1, 2).reshape({batch, seq, -1});
+    const int64_t seq = rq.size(2);
+    if (documents.defined() || (window > 0 && seq > window)) {
+      at::Tensor mask = sequence_mask(seq, window, rq.device());
+      if (documents.defined()) mask = mask & document_mask(documents);
+      return at::scaled_dot_product_attention(rq, rk, v, mask, 0.0, /*is_causal=*/false,
+                                              /*scale=*/{}, /*enable_gqa=*/true);
+    }
+    return at::scaled_dot_product_attention(rq, rk, v, /*attn_mask=*/{}, 0.0,
+                                            /*is_causal=*/true, /*scale=*/{},
+                                            /*enable_gqa=*/true);
+  }
+
+  // RMSNorm `norm` of x, recomputed in backward with the norms.
+  static at::Tensor normed(const RmsNorm& norm, const at::Tensor& x) {
+    return module::recomputed(
+        module::RecomputeKind::kNorms,
+        [impl = norm.ptr()](const std::vector<at::Tensor>& in) { return impl->forward(in[0]); },
+        {x}, norm->parameters());
+  }
+
+  // The SwiGLU MLP, recomputed whole, or its activation and output projection.
+  at::Tensor mlp(const at::Tensor& n) {
+    std::vector<at::Tensor> parameters;
+    for (const torch::nn::Module* part : {static_cast<torch::nn::Module*>(gate_proj.get()),
+                                          static_cast<torch::nn::Module*>(up_proj.get()),
+                                          static_cast<torch::nn::Module*>(down_proj.get())}) {
+      const std::vector<at::Tensor> own = part->parameters();
+      parameters.insert(parameters.end(), own.begin(), own.end());
+    }
+    return module::recomputed(
+        module::RecomputeKind::kMlp,
+        [this](const std::vector<at::Tensor>& in) {
+          return module::recomputed(
+              module::RecomputeKind::kMlpActivation,
+              [this](const std::vector<at::Tensor>& f) { return down_proj(at::silu(f[0]) * f[1]); },
+              {gate_proj(in[0]), up_proj(in[0])}, down_proj->parameters());
+        },
+        {n}, parameters);
   }
 
   ContextGroup context;

@@ -209,6 +209,7 @@ Activation PipelineModule::run_layers(int first, int last, const Activation& inp
 
 Activation PipelineModule::forward(const Activation& input, int chunk) {
   const auto [first, last] = layer_range(chunk);
+  const RecomputeScope recompute(training_ ? options_.recompute : RecomputeSet{});
   const int interval = options_.activation_checkpoint_interval;
   if (interval == 0 || !training_ || !at::GradMode::is_enabled())
     return run_layers(first, last, input);

@@ -38,6 +38,13 @@ std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
 
 std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
   const engine::TrainingConfig& engine = job.config.engine;
+  const std::size_t recompute = engine.pipeline.recompute.size();
+  if (recompute > 1 && static_cast<int64_t>(recompute) != engine.pipeline.stages) {
+    throw io::InputError("pipeline.recompute lists " + std::to_string(recompute) +
+                         " stages' parts, the pipeline has " +
+                         std::to_string(engine.pipeline.stages) +
+                         " stages (give one list for all, or one per stage)");
+  }
   return std::make_shared<module::PipelineModule>(
       job.model.layers, job.model.loss,
       module::PipelineModuleOptions{
@@ -49,6 +56,7 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
           .seed = static_cast<uint64_t>(engine.seed),
           .activation_checkpoint_interval =
               static_cast<int>(engine.pipeline.activation_checkpoint_interval),
+          .recompute = engine.pipeline.recompute_of(job.grid->stage_id()),
           .profile_sample = job.model.sample_input(kProfileBatch),
           .agree_on_costs =
               [grid = job.grid](std::vector<double>& costs) {
@@ -98,6 +106,11 @@ void build_example_data(Job& job, const models::TokenInput& tokens, int64_t repl
   if (data.document_end >= 0) {
     throw io::InputError(
         "data.document_end: examples with loss masks are told apart by their own index");
+  }
+  if (!job.model.token_loss) {
+    throw io::InputError(
+        "data.paths hold examples with loss masks, which need a loss per "
+        "token: this model has none (a language model's has)");
   }
   auto corpus = std::make_shared<const data::ExampleCorpus>(data::example_corpus(
       data.paths, tokens.vocab_size, tokens.context, data.pack, data.validation_fraction));

@@ -42,6 +42,21 @@ bool on_gpu() {
 
 // This rank's stage of the case's model, as `config` splits it over the grid's pipe (and a
 // Mixtral's experts over its expert-parallel group).
+// "-recompute": attention, MLPs and norms recomputed; "-recompute-act": the MLPs'
+// activations and the experts.
+module::RecomputeSet recompute_of(const Case& c) {
+  using module::RecomputeKind;
+  if (c.model.find("-recompute-act") != std::string::npos)
+    return module::RecomputeSet().add(RecomputeKind::kMlpActivation).add(RecomputeKind::kExperts);
+  if (c.model.find("-recompute") != std::string::npos) {
+    return module::RecomputeSet()
+        .add(RecomputeKind::kAttention)
+        .add(RecomputeKind::kMlp)
+        .add(RecomputeKind::kNorms);
+  }
+  return {};
+}
+
 std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topology::Grid& grid,
                                                      const TrainingConfig& config) {
   const expert_parallel::Group experts{grid.expert_parallel_size() > 1
@@ -56,6 +71,7 @@ std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topolo
                                     .placement = config.pipeline.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval,
+                                    .recompute = recompute_of(c),
                                     .token_loss = model.token_loss});
 }
 
@@ -213,6 +229,8 @@ void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks 
   cases.push_back({"qwen2-tied" + deep, 2, 0, 0.05});
   cases.push_back({"qwen3" + deep, 4, 1, 0.0});
   cases.push_back({"llama-masked" + deep, 4, 1, 0.05});
+  cases.push_back({"llama-recompute" + deep, 4, 0, 0.05});
+  cases.push_back({"gpt-recompute-act" + deep, 2, 1, 0.0});
   for (const auto& [pipe, data] : shapes) {
     auto grid =
         std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);
@@ -429,10 +447,12 @@ void expect_new_schedule_matches_one_process(schedule::Kind schedule, int chunks
     const bool deep = chunks > 1;  // the layers split into pipe x chunks parts
     const std::string gpt = deep ? "gpt-deep" : "gpt",
                       untied = deep ? "gpt-untied-deep" : "gpt-untied";
-    std::vector<Case> cases = {{gpt, smallest, 0, 0.0},
-                               {untied, 8, 2, 0.05},
-                               {deep ? "llama-tied-deep" : "llama-tied", 4, 1, 0.05},
-                               {deep ? "qwen3-deep" : "qwen3", 4, 0, 0.0}};
+    std::vector<Case> cases = {
+        {gpt, smallest, 0, 0.0},
+        {untied, 8, 2, 0.05},
+        {deep ? "llama-tied-deep" : "llama-tied", 4, 1, 0.05},
+        {deep ? "qwen3-deep" : "qwen3", 4, 0, 0.0},
+        {deep ? "llama-masked-recompute-deep" : "llama-masked-recompute", 4, 0, 0.05}};
     if (smallest != 4) cases.push_back({gpt, 4, 1, 0.0});
     if (pipe * chunks <= 4) cases.push_back({"mlp", 8, 0, 0.05});  // 5 layers
     auto grid =
@@ -466,7 +486,7 @@ TEST(Experts, EveryScheduleMatchesOneProcess) {
     const std::string deep = chunks > 1 ? "-deep" : "";
     for (const Case& c :
          {Case{"mixtral" + deep, 4, 1, 0.05}, Case{"mixtral-capacity-shared" + deep, 4, 0, 0.0},
-          Case{"qwen3moe" + deep, 4, 0, 0.05}}) {
+          Case{"qwen3moe" + deep, 4, 0, 0.05}, Case{"mixtral-recompute-act" + deep, 2, 0, 0.0}}) {
       if (runs(schedule, c.micro_batches, pipe, chunks))
         expect_case_matches_one_process(c, grid, schedule, chunks);
     }

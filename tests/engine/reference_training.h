@@ -25,7 +25,8 @@ struct Case {
   // LLaMA's sizes, 4 experts, top 2; "-capacity": capacity factor 1; "-shared": sigmoid
   // scores and a shared expert); "-deep": 6 blocks, not 2; "-ctx8": a context of 8, not 6;
   // "-packed": packed documents (inputs {ids, documents}); "-masked": labels masked
-  // unequally per sample, the loss per token over the global batch (per_token_loss)
+  // unequally per sample, the loss per token over the global batch (per_token_loss);
+  // "-recompute", "-recompute-act": parts of layers recomputed (the engine's side only)
   std::string model;
   int micro_batches;
   int checkpoint_interval;

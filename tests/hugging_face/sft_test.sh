@@ -2,10 +2,10 @@
 # Supervised fine-tuning on chat data: a tiny transformers LLaMA whose tokenizer has a chat
 # template; chat JSONL prepared with it (ids and loss masks equal to transformers' own
 # assistant masks); the loss per token over each global batch, the same at pipe 2 x data 2,
-# model 2 x data 2 and context 2 x data 2 as in one process (losses, gradient norms,
-# validation losses and weights, 1e-5), with unequal answer lengths per micro-batch; MFU
-# against a given peak; bad
-# chat data refused in one line, exit 2, nothing written.
+# model 2 x data 2 and context 2 x data 2 (with selective recompute) as in one process
+# (losses, gradient norms, validation losses and weights, 1e-5), with unequal answer
+# lengths per micro-batch; MFU against a given peak; bad chat data refused in one line,
+# exit 2, nothing written.
 # Usage: sft_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, safetensors)
 set -u
 # shellcheck source=tests/lib.sh
@@ -55,7 +55,13 @@ bad_chat empty-answer "empty-answer.jsonl:2: message 2 (assistant) is empty" \
 bad_chat no-answer "no-answer.jsonl:2: no assistant message to train on" \
   '{"messages": [{"role": "user", "content": "a"}]}'
 mkdir -p plain && cp model/tokenizer.json plain/
-bad_chat no-template "the tokenizer has no chat template" '{"prompt": "a", "completion": "b"}' plain
+bad_chat no-template "no-template.jsonl:1: the tokenizer has no chat template" '{"prompt": "a", "completion": "b"}' plain
+
+# Prompt/completion text needs no template; a raw U+2028 inside a string ends no line.
+printf '{"prompt": "a b", "completion": " c\xe2\x80\xa8d"}\n{"prompt": "e", "completion": " f"}\n' >plain.jsonl
+"$prepare" --chat --tokenizer plain --out data/plain plain.jsonl >plain.out 2>&1
+check "prepare: prompt/completion text with a tokenizer without a template ($(cat plain.out))" \
+  grep -q '^data/plain: 2 examples of 2 (0 truncated, 0 dropped)' plain.out
 
 # 3. Training: every layout equals one process.
 "$pipetrain" import --hf model --out imported >import.out 2>&1
@@ -85,9 +91,10 @@ check "train: MFU against log.peak_tflops on the progress line and in the metric
   "$python" -c "import json,sys; r=[json.loads(l) for l in open('one.jsonl')]; sys.exit(not all(0 < x['mfu'] < 1 for x in r))"
 check "train: the progress line shows MFU" grep -qE 'grad norm [0-9.]+ MFU [0-9.]+%' one.out
 half='s/"gradient_accumulation_steps": 4/"gradient_accumulation_steps": 2/'
-train pipe-data 4 "$half; s/\"train_iters\"/\"pipeline\": {\"stages\": 2}, \"train_iters\"/"
-train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"train_iters\"/"
-train context-data 4 "$half; s/\"train_iters\"/\"context_parallel\": 2, \"train_iters\"/"
+# Selective recompute changes no number: per stage at pipe 2, everywhere at model and context 2.
+train pipe-data 4 "$half; s/\"train_iters\"/\"pipeline\": {\"stages\": 2, \"recompute\": [[\"attention\"], [\"mlp_activation\", \"norms\"]]}, \"train_iters\"/"
+train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"pipeline\": {\"recompute\": [\"attention\", \"mlp\", \"norms\"]}, \"train_iters\"/"
+train context-data 4 "$half; s/\"train_iters\"/\"context_parallel\": 2, \"pipeline\": {\"recompute\": [\"attention\", \"mlp\", \"norms\"]}, \"train_iters\"/"
 for layout in pipe-data model-data context-data; do
   check "$layout equals one process: losses, gradient norms, validation losses, weights" \
     "$python" - one "$layout" <<'PY'

@@ -9,6 +9,7 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/device/device_choice.h"
 #include "pipetrain/module/partition_method.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/optim/optimizer_config.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/schedule_file.h"
@@ -23,6 +24,15 @@ struct PipelineConfig {
   int64_t stages = 1;
   module::PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
+  // Selective recompute: the parts of layers every stage recomputes (one set), or each
+  // stage its own (one set per stage); empty: none.
+  std::vector<module::RecomputeSet> recompute;
+  // Stage `stage`'s set.
+  module::RecomputeSet recompute_of(int64_t stage) const {
+    if (recompute.empty()) return {};
+    return recompute.size() == 1 ? recompute.front()
+                                 : recompute.at(static_cast<std::size_t>(stage));
+  }
   schedule::Kind schedule = schedule::Kind::k1F1B;
   // Model chunks per stage (virtual stages): at least 2 with kInterleaved, 2 with the V
   // kinds, what the file gives with kFile, else 1.

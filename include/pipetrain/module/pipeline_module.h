@@ -9,6 +9,7 @@
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/layer_hooks.h"
 #include "pipetrain/module/partition.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/tensor_parallel/shard.h"
 
@@ -29,6 +30,8 @@ struct PipelineModuleOptions {
   uint64_t seed = 1234;                // base of every layer's initialisation seed
   // Keep only the inputs of each run of this many layers and recompute in backward; 0: off.
   int activation_checkpoint_interval = 0;
+  // The parts of layers this stage recomputes in backward (selective recompute).
+  RecomputeSet recompute{};
   // Layer types that may be checkpointed; empty: any run of layers with parameters.
   std::vector<std::string> checkpointable_types{};
   // A micro-batch's inputs, for `profile` partitioning.
