@@ -23,6 +23,7 @@
 #include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
+#include "staged_save.h"
 
 namespace pipetrain::checkpoint {
 namespace fs = std::filesystem;
@@ -542,19 +543,6 @@ WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& shard
   return layer;
 }
 
-// Writes layer `index`'s files, described in `entry` (its manifest entry) and `files`.
-void write_layer(const fs::path& folder, int index, const WholeLayer& layer, nlohmann::json& entry,
-                 nlohmann::json& files) {
-  entry["file"] = numbered("layer", index, 3);
-  entry["tensors"] = describe(layer.weights);
-  entry["weight_decay_exempt"] = layer.decay_exempt;
-  write_recorded(folder, entry["file"], layer.weights, files);
-  if (!layer.state.empty()) {
-    entry["optimizer_file"] = numbered("optimizer", index, 3);
-    write_recorded(folder, entry["optimizer_file"], layer.state, files);
-  }
-}
-
 }  // namespace
 
 nlohmann::json read_client_state(const fs::path& directory, const std::string& tag) {
@@ -614,10 +602,22 @@ void set_layer_written_hook(std::function<void(int global_rank)> hook) {
   layer_written_hook() = std::move(hook);
 }
 
-void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
-                     const std::string& tag, const nlohmann::json& client_state,
-                     const engine::MicroBatchSource* data,
-                     const std::vector<optim::ParameterState>* weights) {
+namespace {
+
+// Host copies of `tensors` that training cannot change under a background write.
+comm::NamedTensors owned(const comm::NamedTensors& tensors) {
+  comm::NamedTensors copies;
+  for (const auto& [name, tensor] : tensors)
+    copies.emplace_back(name, tensor.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  return copies;
+}
+
+}  // namespace
+
+StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
+                      const std::string& tag, const nlohmann::json& client_state,
+                      const engine::MicroBatchSource* data,
+                      const std::vector<optim::ParameterState>* weights, bool copy) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
     throw io::InputError("checkpoint tag '" + tag +
                          "' must be a plain, non-empty name other than 'latest'");
@@ -626,19 +626,21 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   auto& world = *grid.world_comm();
   // Written beside the tag and swapped in when complete: a save never touches a folder that
   // `latest` may name, so a crash mid-save leaves the last good checkpoint as it was.
-  const fs::path folder = staging_folder(directory, tag);
+  StagedSave save;
+  save.directory = directory;
+  save.folder = staging_folder(directory, tag);
+  save.tag = tag;
+  save.global_rank = grid.global_rank();
   if (world.rank() == 0) {
-    fs::remove_all(folder);  // left by an interrupted save
-    fs::create_directories(folder);
+    fs::remove_all(save.folder);  // left by an interrupted save
+    fs::create_directories(save.folder);
   }
   world.barrier();
 
   // The first replica of each stage saves the layers it owns, one at a time: its
-  // tensor-parallel group joins a layer's shards, then model-parallel rank 0 writes the
-  // layer before the next is joined. Under ZeRO every replica first sends that replica its
-  // parts of each tensor's optimizer shards. Every rank writes its RNG.
-  nlohmann::json files = nlohmann::json::object();
-  nlohmann::json layers = nlohmann::json::object();
+  // tensor-parallel group joins a layer's shards, then model-parallel rank 0 keeps the
+  // layer's files before the next is joined. Under ZeRO every replica first sends that
+  // replica its parts of each tensor's optimizer shards. Every rank writes its RNG.
   const bool writes = grid.replica_id() == 0;
   if (writes || (data_parallel::shards_optimizer(engine.config().zero) && !weights) ||
       grid.expert_parallel_size() > 1) {
@@ -646,32 +648,38 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner
       const WholeLayer layer = whole_layer(engine, sharded, index, parameters, weights, writes);
-      if (writes && grid.model_parallel_id() == 0) {
-        write_layer(folder, index, layer, layers[std::to_string(index)], files);
-        if (layer_written_hook()) layer_written_hook()(grid.global_rank());
+      if (!writes || grid.model_parallel_id() != 0) continue;
+      nlohmann::json& entry = save.layers[std::to_string(index)];
+      entry["file"] = numbered("layer", index, 3);
+      entry["tensors"] = describe(layer.weights);
+      entry["weight_decay_exempt"] = layer.decay_exempt;
+      const bool state = !layer.state.empty();
+      save.files.push_back({entry["file"], copy ? owned(layer.weights) : layer.weights, !state});
+      if (state) {
+        entry["optimizer_file"] = numbered("optimizer", index, 3);
+        save.files.push_back(
+            {entry["optimizer_file"], copy ? owned(layer.state) : layer.state, true});
       }
     }
   }
   comm::NamedTensors rng{{"cpu", module::rng_state(at::kCPU)}};
   if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
-  write_recorded(folder, numbered("rng_rank", grid.global_rank(), 4), rng, files);
+  save.files.push_back({numbered("rng_rank", grid.global_rank(), 4), owned(rng), false});
 
-  const auto parts =
-      comm::all_gather_text(world, nlohmann::json{{"files", files}, {"layers", layers}}.dump());
   if (world.rank() == 0) {
     const module::PipelineModule& module = engine.module();
-    nlohmann::json manifest = {{"format", "pipetrain-checkpoint"},
-                               {"version", kFormatVersion},
-                               {"pipetrain_version", kVersion},
-                               {"tag", tag},
-                               {"global_steps", engine.global_steps()},
-                               {"loss_scaler", engine.loss_scaler().state()},
-                               {"topology", topology_of(grid)},
-                               {"partition", module.parts()},
-                               {"optimizer", engine.config().optimizer.type},
-                               {"data", data ? data->state() : nlohmann::json(nullptr)},
-                               {"client_state", client_state},
-                               {"files", nlohmann::json::object()}};
+    save.manifest = {{"format", "pipetrain-checkpoint"},
+                     {"version", kFormatVersion},
+                     {"pipetrain_version", kVersion},
+                     {"tag", tag},
+                     {"global_steps", engine.global_steps()},
+                     {"loss_scaler", engine.loss_scaler().state()},
+                     {"topology", topology_of(grid)},
+                     {"partition", module.parts()},
+                     {"optimizer", engine.config().optimizer.type},
+                     {"data", data ? data->state() : nlohmann::json(nullptr)},
+                     {"client_state", client_state},
+                     {"files", nlohmann::json::object()}};
     nlohmann::json described = nlohmann::json::array();
     for (int i = 0; i < module.num_layers(); ++i) {
       const module::LayerSpec& spec = module.specs()[i];
@@ -679,6 +687,25 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
       if (spec.tied()) entry["tie_key"] = spec.tie_key;
       described.push_back(entry);
     }
+    save.manifest["layers"] = described;
+  }
+  return save;
+}
+
+void write_save(StagedSave& save) {
+  for (const StagedFile& file : save.files) {
+    write_recorded(save.folder, file.name, file.tensors, save.written);
+    if (file.ends_layer && layer_written_hook()) layer_written_hook()(save.global_rank);
+  }
+  save.files.clear();  // the host copies
+}
+
+void publish_save(StagedSave& save, comm::Communicator& world) {
+  const auto parts = comm::all_gather_text(
+      world, nlohmann::json{{"files", save.written}, {"layers", save.layers}}.dump());
+  if (world.rank() == 0) {
+    nlohmann::json& manifest = save.manifest;
+    nlohmann::json& described = manifest["layers"];
     for (const auto& part : parts) {
       const nlohmann::json got = nlohmann::json::parse(part);
       manifest["files"].update(got["files"]);
@@ -699,15 +726,23 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
         }
       }
     }
-    manifest["layers"] = described;
-    write_manifest(folder, manifest);
+    write_manifest(save.folder, manifest);
   }
   world.barrier();  // every file of this tag is in place
   if (world.rank() == 0) {
-    publish(folder, directory / tag);
-    io::write_file_atomically(directory / "latest", tag + "\n");
+    publish(save.folder, save.directory / save.tag);
+    io::write_file_atomically(save.directory / "latest", save.tag + "\n");
   }
   world.barrier();
+}
+
+void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
+                     const std::string& tag, const nlohmann::json& client_state,
+                     const engine::MicroBatchSource* data,
+                     const std::vector<optim::ParameterState>* weights) {
+  StagedSave save = stage_save(engine, directory, tag, client_state, data, weights, /*copy=*/false);
+  write_save(save);
+  publish_save(save, *engine.grid().world_comm());
 }
 
 nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "pipetrain/checkpoint/background_save.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/stop_signals.h"
@@ -67,6 +68,7 @@ struct StepResult {
   nlohmann::json timings_ms;  // per instruction kind
   std::optional<double> validation_loss{};
   int64_t all_to_all_bytes = 0;  // this rank's, by expert parallelism, in the step alone
+  std::optional<double> save_stall_seconds{};  // a background save's hold on the step
 };
 
 // Milliseconds this rank spent per instruction kind between two readings of its timers.
@@ -155,6 +157,13 @@ class RunLog {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
                         std::to_string(*s.validation_loss));
     }
+    if (s.save_stall_seconds) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "step %lld checkpoint staged in %.3f s, writing in the background",
+                    static_cast<long long>(s.step), *s.save_stall_seconds);
+      progress_.message(text);
+    }
     nlohmann::json record = {
         {"step", s.step},
         {"loss", s.loss},
@@ -166,6 +175,7 @@ class RunLog {
         {"tokens_per_s", tokens / s.seconds},
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
+    if (s.save_stall_seconds) record["save_stall_s"] = *s.save_stall_seconds;
     const double step_mfu =
         model_flop_utilisation(flops_per_step_, s.seconds, devices, peak_flops_);
     if (step_mfu > 0) record["mfu"] = step_mfu;
@@ -378,6 +388,12 @@ int train(const nlohmann::json& config_file) {
   log.message("validation loss before training: " + std::to_string(first_validation));
   double last_validation = first_validation;
   const nlohmann::json client_state = {{"config", job.effective}};
+  std::optional<checkpoint::BackgroundSave> background;
+  if (t.async_save && !t.save.empty()) background.emplace(engine, t.save);
+  // A background save in flight published: said once it is.
+  auto published = [&](const std::string& tag) {
+    if (!tag.empty()) log.message("saved " + t.save + "/" + tag + " (written in the background)");
+  };
   auto save = [&](int64_t step) {
     const std::string tag = "step_" + std::to_string(step);
     const io::Activity saving("saving checkpoint " + t.save + "/" + tag);
@@ -387,15 +403,25 @@ int train(const nlohmann::json& config_file) {
   const comm::DeferredStop stop(t.save.empty() ? 0 : t.save_on_signal);
   while (engine.global_steps() < t.train_iters) {
     StepResult step = train_step(job, log);
+    if (background) published(background->poll());
     if (due(step.step, t.eval_interval, t.train_iters))
       step.validation_loss = last_validation = validation_loss(job);
-    log.step(step);
+    const bool saves = !t.save.empty() && due(step.step, t.save_interval, t.train_iters);
     std::string saved;  // the tag this step saved, if any
-    if (!t.save.empty() && due(step.step, t.save_interval, t.train_iters)) {
+    // The last step's save, and one before a stop, are written at once.
+    if (saves && background && step.step < t.train_iters) {
+      const std::string tag = "step_" + std::to_string(step.step);
+      const io::Activity saving("staging checkpoint " + t.save + "/" + tag);
+      step.save_stall_seconds = background->start(tag, client_state, job.train_data.get());
+    }
+    log.step(step);
+    if (saves && !(background && step.step < t.train_iters)) {
+      if (background) published(background->finish());
       saved = save(step.step);
       log.message("saved " + t.save + "/" + saved);
     }
     if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
+      if (background) published(background->finish());
       const std::string tag = saved.empty() ? save(step.step) : saved;
       // The launcher passes SIGTERM, SIGINT and SIGHUP on alike, and says which it was.
       const std::string relayed = io::stop_request();

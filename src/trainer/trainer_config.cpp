@@ -60,6 +60,11 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .flag("overwrite", PIPETRAIN_FIELD(overwrite),
               "start over in a `save` folder that holds checkpoints (`--overwrite`); off: the "
               "same command again resumes from its newest checkpoint")
+        .flag("checkpoint.async", PIPETRAIN_FIELD(async_save),
+              "write checkpoints while training goes on: at the step boundary each rank copies "
+              "its state to host memory, a thread writes the files during the next steps, and "
+              "`latest` moves once every rank's are complete (one save in flight; a signal or "
+              "the end of training waits for it)")
         .choice("save_on_signal", PIPETRAIN_FIELD(save_on_signal), stop_signals(),
                 "with `save`: this signal (as a scheduler sends before preempting a job, e.g. "
                 "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "

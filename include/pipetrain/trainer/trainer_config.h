@@ -26,6 +26,7 @@ struct TrainerConfig {
   std::string load;              // resume from this directory's latest checkpoint
   bool overwrite = false;        // save over another run's checkpoints
   int save_on_signal = SIGTERM;  // saves a checkpoint and stops the job; 0: none
+  bool async_save = false;       // checkpoint.async: written while training goes on
   struct Data {
     std::string type = "text";  // text, tokens or synthetic
     std::vector<std::string> paths{"/usr/share/common-licenses"};
