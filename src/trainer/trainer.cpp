@@ -69,6 +69,7 @@ struct StepResult {
   std::optional<double> validation_loss{};
   int64_t all_to_all_bytes = 0;  // this rank's, by expert parallelism, in the step alone
   std::optional<double> save_stall_seconds{};  // a background save's hold on the step
+  std::optional<double> save_seconds{};        // a synchronous save's, after the step
 };
 
 // Milliseconds this rank spent per instruction kind between two readings of its timers.
@@ -176,6 +177,7 @@ class RunLog {
         {"timings_ms", s.timings_ms}};
     if (s.validation_loss) record["val_loss"] = *s.validation_loss;
     if (s.save_stall_seconds) record["save_stall_s"] = *s.save_stall_seconds;
+    if (s.save_seconds) record["save_s"] = *s.save_seconds;
     const double step_mfu =
         model_flop_utilisation(flops_per_step_, s.seconds, devices, peak_flops_);
     if (step_mfu > 0) record["mfu"] = step_mfu;
@@ -414,12 +416,15 @@ int train(const nlohmann::json& config_file) {
       const io::Activity saving("staging checkpoint " + t.save + "/" + tag);
       step.save_stall_seconds = background->start(tag, client_state, job.train_data.get());
     }
-    log.step(step);
     if (saves && !(background && step.step < t.train_iters)) {
+      const auto begin = std::chrono::steady_clock::now();
       if (background) published(background->finish());
       saved = save(step.step);
-      log.message("saved " + t.save + "/" + saved);
+      step.save_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     }
+    log.step(step);
+    if (!saved.empty()) log.message("saved " + t.save + "/" + saved);
     if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
       if (background) published(background->finish());
       const std::string tag = saved.empty() ? save(step.step) : saved;
