@@ -34,6 +34,13 @@ struct PlanOptions {
   planner::LayoutLimits limits;
 };
 
+// Selective recompute per stage, as pipeline.recompute takes it: [["mlp"], [], ...].
+nlohmann::json recompute_json(const planner::Layout& l) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int s = 0; s < l.parallel.pipe; ++s) stages.push_back(l.recompute_of(s).names());
+  return stages;
+}
+
 void print_header() {
   std::printf("%3s %4s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s  %s\n", "#",
               "t", "c", "p", "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s",
@@ -61,7 +68,8 @@ void print_row(int rank, const planner::Candidate& c) {
               rank, t.c_str(), static_cast<int>(l.parallel.context),
               static_cast<int>(l.parallel.pipe), d.c_str(), static_cast<long long>(l.micro_batch),
               static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,
-              l.checkpointing ? "on" : "off", shown(p.step_seconds, "%.4g").c_str(),
+              l.checkpointing ? "on" : (l.recomputes() ? "sel" : "off"),
+              shown(p.step_seconds, "%.4g").c_str(),
               shown(static_cast<double>(l.global_batch()) / p.step_seconds, "%.4g").c_str(),
               shown(100 * p.bubble, "%.1f%%").c_str(),
               shown(100 * p.data_parallel_seconds / p.step_seconds, "%.1f%%").c_str(),
@@ -69,6 +77,7 @@ void print_row(int rank, const planner::Candidate& c) {
   std::printf("  %s", p.transports.describe(l).c_str());
   if (p.transports.host_staged(l)) std::printf(" (through host memory)");
   if (!c.rejected.empty()) std::printf("  %s", c.rejected.c_str());
+  if (l.recomputes()) std::printf("  recompute %s", recompute_json(l).dump().c_str());
   std::printf("\n");
 }
 
@@ -180,6 +189,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
           {"chunks", l.parallel.chunks},
           {"zero", l.zero},
           {"checkpointing", l.checkpointing},
+          {"recompute", recompute_json(l)},
           {"step_seconds", p.step_seconds},
           {"pipeline_seconds", p.pipeline_seconds},
           {"data_parallel_seconds", p.data_parallel_seconds},
@@ -201,6 +211,7 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   trainer::set_layout_keys(config, l.parallel);
   keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
+  if (l.recomputes()) keys.set(config, "pipeline.recompute", recompute_json(l));
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
   keys.set(config, "gradient_accumulation_steps", l.micro_batches);

@@ -98,8 +98,21 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.saved = static_cast<double>(4 * s * d);
   block.split_saved = static_cast<double>(13 * s * d);
   block.saved_fp32 = static_cast<double>(4 * s + c.heads * s);  // norm statistics, logsumexp
+  using module::RecomputeKind;
+  auto part = [&block](RecomputeKind kind) -> LayerCost::Recomputable& {
+    return block.recomputable[static_cast<std::size_t>(kind)];
+  };
+  part(RecomputeKind::kMlp) = {.split = static_cast<double>(8 * s * d),
+                               .flops = static_cast<double>(16 * s * d * d)};
+  part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(4 * s * d),
+                                         .flops = static_cast<double>(8 * s * d * d)};
+  // The fused LayerNorm keeps its statistics only: recomputing the norms frees nothing, nor
+  // does recomputing the fused attention (its inputs and output stay).
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
+    part(RecomputeKind::kAttention) = {
+        .split = static_cast<double>(3 * c.heads * s * s + 2 * s * d),
+        .flops = static_cast<double>(4 * s * s * d)};
     // Its backward holds one tensor of the weights' size beyond those it frees as it goes
     // (measured: bench/long_context_bench.sh with gpt-dropout). Ring attention keeps the
     // mask's rows only, recomputing each block's weights in backward (four block-sized
@@ -182,7 +195,10 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   // inputs too.
   block.split_saved = static_cast<double>(s * (2 * q + 2 * kv) + (c.qk_norm ? s * (q + kv) : 0));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
-  block.workspace = static_cast<double>(s * d);                     // the stream's
+  // Recomputed, the two RMSNorms keep only their inputs (the fused attention frees nothing).
+  block.recomputable[static_cast<std::size_t>(module::RecomputeKind::kNorms)] = {
+      .fp32 = static_cast<double>(2 * s * d)};
+  block.workspace = static_cast<double>(s * d);  // the stream's
   if (moe) {
     const int64_t shared = 3 * d * moe->shared_experts * ffn;
     block.parameters = 2 * d + head_norms + attention + moe->experts * (d + 3 * d * ffn) + shared;
@@ -195,7 +211,12 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
     add_linear(block, s, d, 2 * ffn);
     add_linear(block, s, ffn, d);
     block.split_saved += static_cast<double>(4 * s * ffn);  // gate, up, silu(gate), product
-    block.workspace += static_cast<double>(2 * s * ffn);    // gate's and up's gradients
+    using module::RecomputeKind;
+    block.recomputable[static_cast<std::size_t>(RecomputeKind::kMlp)] = {
+        .split = static_cast<double>(4 * s * ffn), .flops = static_cast<double>(6 * s * d * ffn)};
+    block.recomputable[static_cast<std::size_t>(RecomputeKind::kMlpActivation)] = {
+        .split = static_cast<double>(2 * s * ffn), .flops = static_cast<double>(2 * s * d * ffn)};
+    block.workspace += static_cast<double>(2 * s * ffn);  // gate's and up's gradients
   }
   block.ring_elements = static_cast<double>(2 * s * kv);  // keys and values
   block.width = static_cast<double>(d);
@@ -231,6 +252,32 @@ double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel, 
   const double replicated = sequence_parallel ? 1.0 / t : 1.0;
   const double split = split_saved - (ring ? ring_saved_less : 0.0);
   return (saved * element_bytes + saved_fp32 * 4) * replicated + split / t * split_bytes;
+}
+
+double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
+                                        bool sequence_parallel) const {
+  double freed = 0;
+  for (const auto& [name, kind] : module::recompute_kinds()) {
+    if (!kinds.contains(kind)) continue;
+    if (kind == module::RecomputeKind::kMlpActivation &&
+        kinds.contains(module::RecomputeKind::kMlp))
+      continue;  // within the MLP's
+    const Recomputable& part = recomputable[static_cast<std::size_t>(kind)];
+    freed += part.split / t * element_bytes + part.fp32 * 4 * (sequence_parallel ? 1.0 / t : 1.0);
+  }
+  return freed;
+}
+
+double LayerCost::recompute_flops(module::RecomputeSet kinds) const {
+  double flops = 0;
+  for (const auto& [name, kind] : module::recompute_kinds()) {
+    if (!kinds.contains(kind)) continue;
+    if (kind == module::RecomputeKind::kMlpActivation &&
+        kinds.contains(module::RecomputeKind::kMlp))
+      continue;
+    flops += recomputable[static_cast<std::size_t>(kind)].flops;
+  }
+  return flops;
 }
 
 double LayerCost::traffic_bytes(int t, int element_bytes, bool sequence_parallel) const {

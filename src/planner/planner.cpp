@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "pipetrain/io/errors.h"
@@ -111,7 +112,7 @@ std::string out_of_memory(const Prediction& p, const Cluster& c) {
 }
 
 // A layout predicted, or ruled out by its static memory alone (then without a step time).
-Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
+Candidate assess_as_given(const Workload& w, const Cluster& c, const Layout& layout) {
   Candidate candidate{layout, {}, {}};
   candidate.prediction.stages = static_memory(w, c, layout);
   if (candidate.prediction.peak_bytes() <= c.memory_bytes)
@@ -120,6 +121,57 @@ Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
     candidate.prediction.step_seconds = std::numeric_limits<double>::quiet_NaN();
   if (candidate.prediction.peak_bytes() > c.memory_bytes)
     candidate.rejected = out_of_memory(candidate.prediction, c);
+  return candidate;
+}
+
+// What a stage may recompute to fit, least recomputed first: the MLP's activation, then the
+// norms with it, the whole MLP, the norms with that, and attention too.
+const std::vector<module::RecomputeSet>& recompute_steps() {
+  using K = module::RecomputeKind;
+  using Set = module::RecomputeSet;
+  static const std::vector<Set> steps = {Set{},
+                                         Set().add(K::kMlpActivation),
+                                         Set().add(K::kMlpActivation).add(K::kNorms),
+                                         Set().add(K::kMlp),
+                                         Set().add(K::kMlp).add(K::kNorms),
+                                         Set().add(K::kAttention).add(K::kMlp).add(K::kNorms)};
+  return steps;
+}
+
+// The layout with, for each stage, the first of recompute_steps() that fits it in memory at
+// the schedule's peak (the first stages of 1F1B hold more micro-batches, so they recompute
+// more); none when no stage needs any or one does not fit recomputing all of them.
+std::optional<Layout> with_recompute(const Workload& w, const Cluster& c, Layout l) {
+  const auto plan = schedule::plan_pipeline(
+      l.schedule, schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches),
+                                      l.parallel.pipe, l.parallel.chunks));
+  std::vector<int> live;
+  for (int s = 0; s < l.parallel.pipe; ++s) live.push_back(schedule::peak_live(plan, s));
+  const auto& steps = recompute_steps();
+  std::vector<std::size_t> step(static_cast<std::size_t>(l.parallel.pipe), 0);
+  l.recompute.assign(step.size(), {});
+  for (;;) {
+    const std::vector<StageMemory> memory = memory_at(w, c, l, live);
+    bool fits = true;
+    for (std::size_t s = 0; s < step.size(); ++s) {
+      if (memory[s].total() <= c.memory_bytes) continue;
+      fits = false;
+      if (++step[s] == steps.size()) return std::nullopt;
+      l.recompute[s] = steps[step[s]];
+    }
+    if (fits) return l.recomputes() ? std::optional<Layout>(l) : std::nullopt;
+  }
+}
+
+// As given, or, when its activations do not fit and it checkpoints no whole layers, with
+// the selective recompute per stage that fits it.
+Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
+  Candidate candidate = assess_as_given(w, c, layout);
+  if (candidate.rejected.empty() || layout.checkpointing) return candidate;
+  if (const auto recomputing = with_recompute(w, c, layout)) {
+    Candidate chosen = assess_as_given(w, c, *recomputing);
+    if (chosen.rejected.empty()) return chosen;
+  }
   return candidate;
 }
 

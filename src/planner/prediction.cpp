@@ -70,7 +70,8 @@ class StageCosting {
   // per-sample figure is divided by c, and attention layers pass their keys and values
   // around the ring: c - 1 passes forward, and c - 1 of them and of their gradients (in
   // float) backward, plus one to return the gradients.
-  void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties) const {
+  void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties,
+                 module::RecomputeSet recompute) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
     double chunk_parameters = 0, layers_with_parameters = 0;
     const double share = 1.0 / l_.parallel.context;
@@ -104,7 +105,10 @@ class StageCosting {
                 LayerCost::flops_per_rank(layer.backward_weight_flops,
                                           layer.replicated_backward_weight_flops, t) /
                 flops;
-      saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut);
+      // Selective recompute: its parts' activations freed, their forward again in backward.
+      input += b * layer.recompute_flops(recompute) / t / flops;
+      saved += share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) -
+                        layer.recompute_freed_bytes(recompute, t, bytes_, sp));
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved =
@@ -205,7 +209,7 @@ std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Lay
       schedule::shape_for(l.schedule, 1, l.parallel.pipe, l.parallel.chunks);
   for (int v = 0; v < l.parallel.pipe * l.parallel.chunks; ++v) {
     const int stage = shape.stage_of(v);
-    costing.add_chunk(stages[stage], {parts[v], parts[v + 1]}, ties[stage]);
+    costing.add_chunk(stages[stage], {parts[v], parts[v + 1]}, ties[stage], l.recompute_of(stage));
   }
   return stages;
 }
@@ -488,6 +492,15 @@ int Prediction::peak_stage() const {
 std::vector<StageMemory> static_memory(const Workload& w, const Cluster& c, const Layout& l) {
   std::vector<StageMemory> memory;
   for (const auto& stage : stage_work(w, c, l)) memory.push_back(stage_memory(w, l, stage, 0));
+  return memory;
+}
+
+std::vector<StageMemory> memory_at(const Workload& w, const Cluster& c, const Layout& l,
+                                   const std::vector<int>& live) {
+  std::vector<StageMemory> memory;
+  const std::vector<StageWork> stages = stage_work(w, c, l);
+  for (std::size_t s = 0; s < stages.size(); ++s)
+    memory.push_back(stage_memory(w, l, stages[s], live.at(s)));
   return memory;
 }
 

@@ -449,6 +449,60 @@ TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
   EXPECT_GE(predict(w, ideal(2), l).stages[1].activations, 8 * 16 * 256 * 4.0);
 }
 
+// Selective recompute frees each part's activations for its forward again in backward,
+// and the planner chooses it per stage: with memory between what the last stage and the
+// first need under 1F1B (2 micro-batches live on stage 0, 1 on stage 1), stage 0 recomputes
+// and stage 1 does not, each stage fits, and the run costs less than whole-layer
+// checkpointing.
+TEST(Planner, ChoosesSelectiveRecomputePerStage) {
+  models::ModelConfig model;
+  model.type = models::Family::kLlama;
+  model.llama = {.vocab_size = 256,
+                 .context = 512,
+                 .d_model = 256,
+                 .heads = 4,
+                 .num_key_value_heads = 2,
+                 .intermediate_size = 704,
+                 .layers = 8};
+  const Workload w(model, engine::TrainingConfig{});
+  Layout l{.parallel = {.pipe = 2}, .micro_batch = 1, .micro_batches = 4};
+  const Prediction plain = predict(w, ideal(2), l);
+  using K = module::RecomputeKind;
+  l.recompute = {module::RecomputeSet().add(K::kMlp), module::RecomputeSet()};
+  const Prediction mlp = predict(w, ideal(2), l);
+  EXPECT_GT(mlp.step_seconds, plain.step_seconds);
+  EXPECT_LT(mlp.stages[0].activations, plain.stages[0].activations);
+  EXPECT_DOUBLE_EQ(mlp.stages[1].activations, plain.stages[1].activations);
+  // 4 of the 8 blocks on stage 0, 2 micro-batches live: each frees its gate, up, silu and
+  // product ([512, 704] each, float32).
+  EXPECT_NEAR(plain.stages[0].activations - mlp.stages[0].activations, 2 * 4 * 4 * 512 * 704 * 4.0,
+              1.0);
+
+  Cluster c = ideal(2);
+  c.memory_bytes = (plain.stages[0].total() + plain.stages[1].total()) / 2;
+  ASSERT_GT(plain.stages[0].total(), c.memory_bytes);
+  ASSERT_LT(plain.stages[1].total(), c.memory_bytes);
+  LayoutLimits limits;
+  limits.pipe = 2;
+  limits.tensor = 1;
+  limits.micro_batch = 1;
+  limits.zero = 0;
+  limits.schedule = schedule::Kind::k1F1B;
+  const auto all = plan_layouts(w, c, 4, limits);
+  ASSERT_TRUE(all.front().rejected.empty()) << all.front().rejected;
+  const Candidate& best = all.front();
+  EXPECT_FALSE(best.layout.checkpointing);
+  ASSERT_TRUE(best.layout.recomputes());
+  EXPECT_FALSE(best.layout.recompute_of(0).empty());
+  EXPECT_TRUE(best.layout.recompute_of(1).empty());
+  for (const auto& stage : best.prediction.stages) EXPECT_LE(stage.total(), c.memory_bytes);
+  const auto whole = std::find_if(all.begin(), all.end(), [](const Candidate& candidate) {
+    return candidate.layout.checkpointing && candidate.rejected.empty();
+  });
+  ASSERT_NE(whole, all.end());
+  EXPECT_LT(best.prediction.step_seconds, whole->prediction.step_seconds);
+}
+
 TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   Cluster c = ideal(4);
   c.nodes = 2;

@@ -1,10 +1,12 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/module/recompute.h"
 
 namespace pipetrain::planner {
 
@@ -78,6 +80,21 @@ struct LayerCost {
   // exchanges by all-to-all.
   int64_t expert_parameters = 0;
   double dispatched = 0;
+
+  // Selective recompute, per module::RecomputeKind (by its value): the elements per sample
+  // recomputing that part frees (`split`: split over t, in the compute type; `fp32`:
+  // replicated, float32), and the forward FLOPs backward repeats for it. The MLP's
+  // activation is part of the MLP: recomputing both frees and costs the MLP's.
+  struct Recomputable {
+    double split = 0;
+    double fp32 = 0;
+    double flops = 0;
+  };
+  std::array<Recomputable, 5> recomputable{};
+  // Of saved_bytes, what recomputing `kinds` frees; and the FLOPs it adds to backward.
+  double recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
+                               bool sequence_parallel = false) const;
+  double recompute_flops(module::RecomputeSet kinds) const;
 
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // One tensor-parallel rank's share of `flops`, of which `replicated` are computed whole.

@@ -2,8 +2,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pipetrain/engine/training_config.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/topology/parallel_layout.h"
 
 namespace pipetrain::planner {
@@ -17,6 +19,18 @@ struct Layout {
   schedule::Kind schedule = schedule::Kind::k1F1B;
   int zero = 0;
   bool checkpointing = false;  // every layer's activations recomputed in backward
+  // Selective recompute, per stage (empty: none): what the planner chose to fit memory.
+  std::vector<module::RecomputeSet> recompute{};
+
+  module::RecomputeSet recompute_of(int stage) const {
+    return recompute.empty() ? module::RecomputeSet{}
+                             : recompute.at(static_cast<std::size_t>(stage));
+  }
+  bool recomputes() const {
+    for (const auto& set : recompute)
+      if (!set.empty()) return true;
+    return false;
+  }
 
   int64_t devices() const { return parallel.ranks(); }
   // Ranks that compute one stage's samples together: its data, context and tensor replicas.

@@ -74,6 +74,11 @@ struct Prediction {
   int peak_stage() const;
 };
 
+// Each stage's memory with `live` micro-batches' activations held (the schedule's peak,
+// schedule::peak_live), without timing the step.
+std::vector<StageMemory> memory_at(const Workload& w, const Cluster& c, const Layout& l,
+                                   const std::vector<int>& live);
+
 // Predicts a step of `layout`: the schedule simulated on per-stage pass times from the
 // layers' FLOPs at the cluster's achieved throughput, tensor-parallel all-reduces inside
 // the passes, pipe transfers on the link between stages; then the data-parallel reduction
