@@ -19,7 +19,7 @@ double BackgroundSave::start(const std::string& tag, const nlohmann::json& clien
   const auto begin = std::chrono::steady_clock::now();
   finish();
   staged_ = std::make_unique<StagedSave>(
-      stage_save(engine_, directory_, tag, client_state, data, nullptr, /*copy=*/true));
+      stage_save(engine_, directory_, tag, client_state, data, nullptr, Staging::kHostCopies));
   written_ = false;
   failure_ = nullptr;
   writer_ = std::thread([this] {
@@ -54,6 +54,8 @@ std::string BackgroundSave::publish() {
       std::rethrow_exception(failure_);
     } catch (const std::exception& e) {
       problem = io::error_message(e);
+    } catch (...) {
+      problem = "an unknown error";
     }
   }
   for (const auto& found : comm::all_gather_text(world, problem)) {

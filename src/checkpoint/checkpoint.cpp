@@ -617,7 +617,8 @@ comm::NamedTensors owned(const comm::NamedTensors& tensors) {
 StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
                       const std::string& tag, const nlohmann::json& client_state,
                       const engine::MicroBatchSource* data,
-                      const std::vector<optim::ParameterState>* weights, bool copy) {
+                      const std::vector<optim::ParameterState>* weights, Staging staging) {
+  const bool copy = staging == Staging::kHostCopies;
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos) {
     throw io::InputError("checkpoint tag '" + tag +
                          "' must be a plain, non-empty name other than 'latest'");
@@ -660,11 +661,14 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
         save.files.push_back(
             {entry["optimizer_file"], copy ? owned(layer.state) : layer.state, true});
       }
+      // Written now, a layer's whole tensors are gone before the next layer's are joined.
+      if (!copy) write_save(save);
     }
   }
   comm::NamedTensors rng{{"cpu", module::rng_state(at::kCPU)}};
   if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
   save.files.push_back({numbered("rng_rank", grid.global_rank(), 4), owned(rng), false});
+  if (!copy) write_save(save);
 
   if (world.rank() == 0) {
     const module::PipelineModule& module = engine.module();
@@ -740,8 +744,8 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
                      const std::string& tag, const nlohmann::json& client_state,
                      const engine::MicroBatchSource* data,
                      const std::vector<optim::ParameterState>* weights) {
-  StagedSave save = stage_save(engine, directory, tag, client_state, data, weights, /*copy=*/false);
-  write_save(save);
+  StagedSave save =
+      stage_save(engine, directory, tag, client_state, data, weights, Staging::kWriteNow);
   publish_save(save, *engine.grid().world_comm());
 }
 

@@ -30,12 +30,16 @@ struct StagedSave {
   nlohmann::json written = nlohmann::json::object();  // the files written: size and CRC-32
 };
 
-// Collective. With `copy`, every tensor is a host copy of its own (to be written while
-// training changes the originals); without it, tensors may be the engine's own.
+// How a save's files are staged: written as each layer is joined (the tensors may be the
+// engine's own, and at most one layer's whole tensors exist at a time), or kept as host
+// copies of their own, to be written while training changes the originals.
+enum class Staging { kWriteNow, kHostCopies };
+
+// Collective.
 StagedSave stage_save(engine::PipelineEngine& engine, const std::filesystem::path& directory,
                       const std::string& tag, const nlohmann::json& client_state,
                       const engine::MicroBatchSource* data,
-                      const std::vector<optim::ParameterState>* weights, bool copy);
+                      const std::vector<optim::ParameterState>* weights, Staging staging);
 
 // This rank's files, then the host copies freed. No communication: safe on another thread.
 void write_save(StagedSave& save);

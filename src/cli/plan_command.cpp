@@ -211,7 +211,11 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   trainer::set_layout_keys(config, l.parallel);
   keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
-  if (l.recomputes()) keys.set(config, "pipeline.recompute", recompute_json(l));
+  // The planner's choice, or none: its predictions assumed no other.
+  if (l.recomputes())
+    keys.set(config, "pipeline.recompute", recompute_json(l));
+  else
+    keys.erase(config, "pipeline.recompute");
   keys.set(config, "train_batch_size", l.global_batch());
   keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
   keys.set(config, "gradient_accumulation_steps", l.micro_batches);

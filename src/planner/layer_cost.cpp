@@ -255,7 +255,7 @@ double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel, 
 }
 
 double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
-                                        bool sequence_parallel) const {
+                                        bool sequence_parallel, bool ring) const {
   double freed = 0;
   for (const auto& [name, kind] : module::recompute_kinds()) {
     if (!kinds.contains(kind)) continue;
@@ -263,9 +263,12 @@ double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int e
         kinds.contains(module::RecomputeKind::kMlp))
       continue;  // within the MLP's
     const Recomputable& part = recomputable[static_cast<std::size_t>(kind)];
-    freed += part.split / t * element_bytes + part.fp32 * 4 * (sequence_parallel ? 1.0 / t : 1.0);
+    // Ring attention keeps less of the unfused attention already (ring_saved_less).
+    const bool ring_part = ring && kind == module::RecomputeKind::kAttention;
+    const double split = std::max(0.0, part.split - (ring_part ? ring_saved_less : 0.0));
+    freed += split / t * element_bytes + part.fp32 * 4 * (sequence_parallel ? 1.0 / t : 1.0);
   }
-  return freed;
+  return std::min(freed, saved_bytes(t, element_bytes, sequence_parallel, ring));
 }
 
 double LayerCost::recompute_flops(module::RecomputeSet kinds) const {

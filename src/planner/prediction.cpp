@@ -108,7 +108,7 @@ class StageCosting {
       // Selective recompute: its parts' activations freed, their forward again in backward.
       input += b * layer.recompute_flops(recompute) / t / flops;
       saved += share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) -
-                        layer.recompute_freed_bytes(recompute, t, bytes_, sp));
+                        layer.recompute_freed_bytes(recompute, t, bytes_, sp, cut));
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved =

@@ -410,7 +410,7 @@ int train(const nlohmann::json& config_file) {
       step.validation_loss = last_validation = validation_loss(job);
     const bool saves = !t.save.empty() && due(step.step, t.save_interval, t.train_iters);
     std::string saved;  // the tag this step saved, if any
-    // The last step's save, and one before a stop, are written at once.
+    // The last step's save is written at once; a stop finishes the one in flight.
     if (saves && background && step.step < t.train_iters) {
       const std::string tag = "step_" + std::to_string(step.step);
       const io::Activity saving("staging checkpoint " + t.save + "/" + tag);
@@ -426,7 +426,12 @@ int train(const nlohmann::json& config_file) {
     log.step(step);
     if (!saved.empty()) log.message("saved " + t.save + "/" + saved);
     if (step.step < t.train_iters && stop.requested(*job.grid->world_comm())) {
-      if (background) published(background->finish());
+      // The save in flight finished (this step's, when it started one), else one now.
+      if (background) {
+        const std::string finished = background->finish();
+        published(finished);
+        if (finished == "step_" + std::to_string(step.step)) saved = finished;
+      }
       const std::string tag = saved.empty() ? save(step.step) : saved;
       // The launcher passes SIGTERM, SIGINT and SIGHUP on alike, and says which it was.
       const std::string relayed = io::stop_request();

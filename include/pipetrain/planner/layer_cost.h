@@ -93,7 +93,7 @@ struct LayerCost {
   std::array<Recomputable, 5> recomputable{};
   // Of saved_bytes, what recomputing `kinds` frees; and the FLOPs it adds to backward.
   double recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
-                               bool sequence_parallel = false) const;
+                               bool sequence_parallel = false, bool ring = false) const;
   double recompute_flops(module::RecomputeSet kinds) const;
 
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
