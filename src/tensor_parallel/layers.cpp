@@ -31,12 +31,10 @@ LocalIds local_ids(const at::Tensor& ids, int64_t first, int64_t rows, at::Scala
   return {local.masked_fill(elsewhere, 0), elsewhere.logical_not().to(type)};
 }
 
-// Each token's cross-entropy (0 where not `counted`), from logits [tokens, vocab / size].
+// Each token's cross-entropy (0 where not `counted`), from logits [tokens, vocab / size]
+// split over the group.
 at::Tensor token_cross_entropy(const at::Tensor& flat, const at::Tensor& targets,
                                const at::Tensor& counted, const Group& group) {
-  if (!group.parallel()) {
-    return at::cross_entropy_loss(flat, targets, {}, at::Reduction::None, kIgnoreIndex);
-  }
   // A label outside the vocabulary would match no rank's slice and pass unnoticed.
   const int64_t rows = flat.size(-1);
   const int64_t vocab = rows * group.size();
@@ -133,12 +131,15 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
                                         const Group& group, TokenReduction reduction) {
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
   const at::Tensor targets = labels.reshape({-1});
+  if (!group.parallel()) {  // PyTorch's own: the operators eager issues
+    return at::cross_entropy_loss(
+        flat, targets, {},
+        reduction == TokenReduction::kSum ? at::Reduction::Sum : at::Reduction::Mean, kIgnoreIndex);
+  }
   const at::Tensor counted = targets != kIgnoreIndex;
-  const at::Tensor per_token = token_cross_entropy(flat, targets, counted, group);
-  const at::Tensor sum = per_token.sum();
+  const at::Tensor sum = token_cross_entropy(flat, targets, counted, group).sum();
   if (reduction == TokenReduction::kSum) return sum;
-  // A mean over no counted token is 0, not 0 / 0.
-  return sum / counted.sum().clamp_min(1).to(sum.scalar_type());
+  return sum / counted.sum().to(sum.scalar_type());  // as PyTorch's mean: NaN over none
 }
 
 }  // namespace pipetrain::tensor_parallel

@@ -71,9 +71,9 @@ TORCH_MODULE(VocabParallelEmbedding);
 
 // Cross-entropy of logits split by vocabulary ([..., vocab / size], this rank's rows
 // starting at rank * vocab / size) against labels [...], over the labels that are not
-// kIgnoreIndex (a mean of none is 0): the group exchanges only per-token maxima, sums of
-// exponentials and target logits, never the full logits. Every rank returns the same
-// loss; its backward yields each rank's slice of the gradient.
+// kIgnoreIndex (a mean over none is NaN, as PyTorch's): the group exchanges only per-token
+// maxima, sums of exponentials and target logits, never the full logits. Every rank
+// returns the same loss; its backward yields each rank's slice of the gradient.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
                                         const Group& group,
                                         TokenReduction reduction = TokenReduction::kMean);
