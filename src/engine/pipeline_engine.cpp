@@ -419,15 +419,18 @@ void PipelineEngine::optimizer_step() {
 double PipelineEngine::mean_loss(double loss_sum, Run& run) {
   // The output stage's mean over micro-batches, averaged over replicas (each context-parallel
   // rank's over its equal share of the tokens; per-token loss: scaled to the tokens' mean).
-  at::Tensor loss = at::zeros({2}, at::kDouble);
+  at::Tensor loss = at::zeros({1}, at::kDouble);
   if (holds_output()) {
-    loss[0].fill_(loss_sum / micro_batches());
+    loss.fill_(loss_sum / micro_batches());
     grid_->replica_comm()->all_reduce(loss, comm::ReduceOp::kAverage);
-    loss[1].fill_(run.tokens);
   }
   grid_->pipe_comm()->broadcast(loss, output_stage());
-  run.tokens = loss[1].item<double>();
-  return loss[0].item<double>();
+  if (run.per_token) {  // the tokens counted, to every stage
+    at::Tensor tokens = at::full({1}, run.tokens, at::kDouble);
+    grid_->pipe_comm()->broadcast(tokens, output_stage());
+    run.tokens = tokens.item<double>();
+  }
+  return loss.item<double>();
 }
 
 }  // namespace pipetrain::engine

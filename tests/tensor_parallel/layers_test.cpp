@@ -121,12 +121,33 @@ TEST(TensorParallelLayers, VocabParallelCrossEntropyRefusesALabelOutsideTheVocab
           } catch (const std::invalid_argument& e) {
             EXPECT_STREQ(e.what(),
                          "labels must lie in [0, 10), the vocabulary split over the "
-                         "tensor-parallel group");
+                         "tensor-parallel group, or be -100 (not counted)");
             throw;
           }
         },
         std::invalid_argument)
         << label;
+  }
+}
+
+// Labels of -100 count in no loss: the split cross-entropy's mean and sum over the rest
+// equal PyTorch's over the whole logits.
+TEST(TensorParallelLayers, VocabParallelCrossEntropyCountsOnlyTheLabelsThatCount) {
+  const Group group = testing::model_group_of_two();
+  at::manual_seed(3);  // the same whole logits and labels on both ranks
+  const at::Tensor whole = at::randn({2, 3, 10});
+  at::Tensor labels = at::randint(10, {2, 3}, at::kLong);
+  labels.index_put_({0, 1}, kIgnoreIndex);
+  labels.index_put_({1, 2}, kIgnoreIndex);
+  const at::Tensor mine = whole.narrow(2, group.rank() * 5, 5).contiguous();
+  for (const auto& [reduction, torch_reduction] :
+       {std::pair{TokenReduction::kMean, at::Reduction::Mean},
+        std::pair{TokenReduction::kSum, at::Reduction::Sum}}) {
+    const at::Tensor expected = at::cross_entropy_loss(
+        whole.reshape({-1, 10}), labels.reshape({-1}), {}, torch_reduction, kIgnoreIndex);
+    const at::Tensor got = vocab_parallel_cross_entropy(mine, labels, group, reduction);
+    EXPECT_NEAR(got.item<double>(), expected.item<double>(),
+                1e-6 * std::max(1.0, std::abs(expected.item<double>())));  // float32 sums
   }
 }
 
