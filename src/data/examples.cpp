@@ -20,12 +20,12 @@ std::string mask_of(const std::string& prefix) {
   return indexed_prefix(prefix) + ".mask";
 }
 
-// The masks, one byte per token, checked to match the tokens file by file.
+// The masks, one byte per token, checked to match the tokens (file by file once they
+// differ, to name the file).
 std::shared_ptr<MappedTokens> mapped_masks(const std::vector<std::string>& prefixes,
                                            const IndexedTokens& tokens) {
   auto masks = std::make_shared<MappedTokens>();
   for (const auto& prefix : prefixes) {
-    const int64_t before = masks->size();
     auto file = std::make_unique<io::MappedFile>(mask_of(prefix), io::MappedFile::Access::kRandom);
     const std::string_view bytes = file->bytes();
     const auto bad =
@@ -36,7 +36,10 @@ std::shared_ptr<MappedTokens> mapped_masks(const std::vector<std::string>& prefi
                            ", not a loss mask (0 or 1)");
     }
     masks->add(std::move(file), 1, /*is_signed=*/false);
-    const int64_t own = masks->size() - before;
+  }
+  if (masks->size() == tokens.size()) return masks;
+  for (const auto& prefix : prefixes) {
+    const int64_t own = static_cast<int64_t>(fs::file_size(mask_of(prefix)));
     const int64_t own_tokens = IndexedTokens({prefix}).size();
     if (own != own_tokens) {
       throw io::InputError(mask_of(prefix) + " holds " + std::to_string(own) + " masks for the " +
@@ -44,8 +47,7 @@ std::shared_ptr<MappedTokens> mapped_masks(const std::vector<std::string>& prefi
                            ".bin (prepare them again together)");
     }
   }
-  if (masks->size() != tokens.size()) throw std::logic_error("masks and tokens differ in size");
-  return masks;
+  throw std::logic_error("masks and tokens differ in size, but no file's do");
 }
 
 // Each example's tokens in the stream: the indexed datasets' documents.

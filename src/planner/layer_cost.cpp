@@ -99,18 +99,15 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.split_saved = static_cast<double>(13 * s * d);
   block.saved_fp32 = static_cast<double>(4 * s + c.heads * s);  // norm statistics, logsumexp
   using module::RecomputeKind;
-  auto part = [&block](RecomputeKind kind) -> LayerCost::Recomputable& {
-    return block.recomputable[static_cast<std::size_t>(kind)];
-  };
-  part(RecomputeKind::kMlp) = {.split = static_cast<double>(8 * s * d),
-                               .flops = static_cast<double>(16 * s * d * d)};
-  part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(4 * s * d),
-                                         .flops = static_cast<double>(8 * s * d * d)};
+  block.part(RecomputeKind::kMlp) = {.split = static_cast<double>(8 * s * d),
+                                     .flops = static_cast<double>(16 * s * d * d)};
+  block.part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(4 * s * d),
+                                               .flops = static_cast<double>(8 * s * d * d)};
   // The fused LayerNorm keeps its statistics only: recomputing the norms frees nothing, nor
   // does recomputing the fused attention (its inputs and output stay).
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
-    part(RecomputeKind::kAttention) = {
+    block.part(RecomputeKind::kAttention) = {
         .split = static_cast<double>(3 * c.heads * s * s + 2 * s * d),
         .flops = static_cast<double>(4 * s * s * d)};
     // Its backward holds one tensor of the weights' size beyond those it frees as it goes
@@ -196,8 +193,7 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   block.split_saved = static_cast<double>(s * (2 * q + 2 * kv) + (c.qk_norm ? s * (q + kv) : 0));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
   // Recomputed, the two RMSNorms keep only their inputs (the fused attention frees nothing).
-  block.recomputable[static_cast<std::size_t>(module::RecomputeKind::kNorms)] = {
-      .fp32 = static_cast<double>(2 * s * d)};
+  block.part(module::RecomputeKind::kNorms) = {.fp32 = static_cast<double>(2 * s * d)};
   block.workspace = static_cast<double>(s * d);  // the stream's
   if (moe) {
     const int64_t shared = 3 * d * moe->shared_experts * ffn;
@@ -212,10 +208,10 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
     add_linear(block, s, ffn, d);
     block.split_saved += static_cast<double>(4 * s * ffn);  // gate, up, silu(gate), product
     using module::RecomputeKind;
-    block.recomputable[static_cast<std::size_t>(RecomputeKind::kMlp)] = {
-        .split = static_cast<double>(4 * s * ffn), .flops = static_cast<double>(6 * s * d * ffn)};
-    block.recomputable[static_cast<std::size_t>(RecomputeKind::kMlpActivation)] = {
-        .split = static_cast<double>(2 * s * ffn), .flops = static_cast<double>(2 * s * d * ffn)};
+    block.part(RecomputeKind::kMlp) = {.split = static_cast<double>(4 * s * ffn),
+                                       .flops = static_cast<double>(6 * s * d * ffn)};
+    block.part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(2 * s * ffn),
+                                                 .flops = static_cast<double>(2 * s * d * ffn)};
     block.workspace += static_cast<double>(2 * s * ffn);  // gate's and up's gradients
   }
   block.ring_elements = static_cast<double>(2 * s * kv);  // keys and values
@@ -254,32 +250,36 @@ double LayerCost::saved_bytes(int t, int element_bytes, bool sequence_parallel, 
   return (saved * element_bytes + saved_fp32 * 4) * replicated + split / t * split_bytes;
 }
 
-double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
-                                        bool sequence_parallel, bool ring) const {
-  double freed = 0;
+std::vector<const LayerCost::Recomputable*> LayerCost::recomputed_parts(
+    module::RecomputeSet kinds) const {
+  std::vector<const Recomputable*> parts;
   for (const auto& [name, kind] : module::recompute_kinds()) {
     if (!kinds.contains(kind)) continue;
     if (kind == module::RecomputeKind::kMlpActivation &&
         kinds.contains(module::RecomputeKind::kMlp))
       continue;  // within the MLP's
-    const Recomputable& part = recomputable[static_cast<std::size_t>(kind)];
+    parts.push_back(&recomputable[static_cast<std::size_t>(kind)]);
+  }
+  return parts;
+}
+
+double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
+                                        bool sequence_parallel, bool ring) const {
+  const Recomputable* attention =
+      &recomputable[static_cast<std::size_t>(module::RecomputeKind::kAttention)];
+  double freed = 0;
+  for (const Recomputable* part : recomputed_parts(kinds)) {
     // Ring attention keeps less of the unfused attention already (ring_saved_less).
-    const bool ring_part = ring && kind == module::RecomputeKind::kAttention;
-    const double split = std::max(0.0, part.split - (ring_part ? ring_saved_less : 0.0));
-    freed += split / t * element_bytes + part.fp32 * 4 * (sequence_parallel ? 1.0 / t : 1.0);
+    const bool ring_part = ring && part == attention;
+    const double split = std::max(0.0, part->split - (ring_part ? ring_saved_less : 0.0));
+    freed += split / t * element_bytes + part->fp32 * 4 * (sequence_parallel ? 1.0 / t : 1.0);
   }
   return std::min(freed, saved_bytes(t, element_bytes, sequence_parallel, ring));
 }
 
 double LayerCost::recompute_flops(module::RecomputeSet kinds) const {
   double flops = 0;
-  for (const auto& [name, kind] : module::recompute_kinds()) {
-    if (!kinds.contains(kind)) continue;
-    if (kind == module::RecomputeKind::kMlpActivation &&
-        kinds.contains(module::RecomputeKind::kMlp))
-      continue;
-    flops += recomputable[static_cast<std::size_t>(kind)].flops;
-  }
+  for (const Recomputable* part : recomputed_parts(kinds)) flops += part->flops;
   return flops;
 }
 

@@ -396,8 +396,9 @@ int train(const nlohmann::json& config_file) {
   auto published = [&](const std::string& tag) {
     if (!tag.empty()) log.message("saved " + t.save + "/" + tag + " (written in the background)");
   };
+  auto tag_of = [](int64_t step) { return "step_" + std::to_string(step); };
   auto save = [&](int64_t step) {
-    const std::string tag = "step_" + std::to_string(step);
+    const std::string tag = tag_of(step);
     const io::Activity saving("saving checkpoint " + t.save + "/" + tag);
     checkpoint::save_checkpoint(engine, t.save, tag, client_state, job.train_data.get());
     return tag;
@@ -412,11 +413,10 @@ int train(const nlohmann::json& config_file) {
     std::string saved;  // the tag this step saved, if any
     // The last step's save is written at once; a stop finishes the one in flight.
     if (saves && background && step.step < t.train_iters) {
-      const std::string tag = "step_" + std::to_string(step.step);
-      const io::Activity saving("staging checkpoint " + t.save + "/" + tag);
-      step.save_stall_seconds = background->start(tag, client_state, job.train_data.get());
-    }
-    if (saves && !(background && step.step < t.train_iters)) {
+      const io::Activity saving("staging checkpoint " + t.save + "/" + tag_of(step.step));
+      step.save_stall_seconds =
+          background->start(tag_of(step.step), client_state, job.train_data.get());
+    } else if (saves) {
       const auto begin = std::chrono::steady_clock::now();
       if (background) published(background->finish());
       saved = save(step.step);
@@ -430,7 +430,7 @@ int train(const nlohmann::json& config_file) {
       if (background) {
         const std::string finished = background->finish();
         published(finished);
-        if (finished == "step_" + std::to_string(step.step)) saved = finished;
+        if (finished == tag_of(step.step)) saved = finished;
       }
       const std::string tag = saved.empty() ? save(step.step) : saved;
       // The launcher passes SIGTERM, SIGINT and SIGHUP on alike, and says which it was.

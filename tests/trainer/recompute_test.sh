@@ -45,9 +45,7 @@ PY
   done
 done
 # Guards the comparison: dropout really draws (another seed gives other losses).
-sed 's|"seed": 1234|"seed": 99|' 1f1b-none.json >seeded.json
-grep -q '"seed"' seeded.json || sed -i 's|"sample"|"seed": 99, "sample"|' seeded.json
-sed -i 's|1f1b-none.jsonl|seeded.jsonl|' seeded.json
+sed 's|"sample"|"seed": 99, "sample"|; s|1f1b-none.jsonl|seeded.jsonl|' 1f1b-none.json >seeded.json
 "$pipetrain" launch -n 4 -- "$pipetrain" train --config seeded.json --model 2 >seeded.out 2>&1
 check "another seed gives other losses" "$python" -c "
 import json

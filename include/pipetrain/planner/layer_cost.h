@@ -91,6 +91,11 @@ struct LayerCost {
     double flops = 0;
   };
   std::array<Recomputable, 5> recomputable{};
+  Recomputable& part(module::RecomputeKind kind) {
+    return recomputable[static_cast<std::size_t>(kind)];
+  }
+  // The parts `kinds` recomputes, each once (the MLP's activation inside the MLP's).
+  std::vector<const Recomputable*> recomputed_parts(module::RecomputeSet kinds) const;
   // Of saved_bytes, what recomputing `kinds` frees; and the FLOPs it adds to backward.
   double recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
                                bool sequence_parallel = false, bool ring = false) const;
