@@ -19,6 +19,7 @@
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
+#include "pipetrain/module/lora.h"
 #include "pipetrain/module/rng_state.h"
 #include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
@@ -42,23 +43,38 @@ std::string numbered(const char* prefix, int number, int width) {
 // One of this stage's parameters as a checkpoint names it: "<index>.<tensor>" in the
 // module, `tensor` in layer `index`'s file; `position` in the module's parameter order
 // (that of PipelineEngine::whole_optimizer_state).
+// A frozen parameter (a LoRA fine-tune's base) has no position: the checkpoint holds it as
+// the model does, by copy.
 struct StageParameter {
   std::string name;  // within the layer
   at::Tensor parameter;
   std::size_t position;
+  bool frozen = false;
 };
 
-// This stage's parameters grouped by the layer index in their names. Checkpoints hold the
-// fp32 masters the optimizer updates, so full precision whatever the model computes in.
+// This stage's parameters grouped by the layer index in their names, the trained ones
+// first. Checkpoints hold the fp32 masters the optimizer updates, so full precision
+// whatever the model computes in.
 std::map<int, std::vector<StageParameter>> parameters_by_layer(
     const engine::PipelineEngine& engine) {
   std::map<int, std::vector<StageParameter>> layers;
-  std::size_t position = 0;
-  for (const auto& [name, tensor] : engine.module().named_parameters()) {
+  auto add = [&layers](const std::string& name, const at::Tensor& tensor, std::size_t position,
+                       bool frozen) {
     const auto dot = name.find('.');
-    layers[std::stoi(name.substr(0, dot))].push_back({name.substr(dot + 1), tensor, position++});
-  }
+    layers[std::stoi(name.substr(0, dot))].push_back(
+        {name.substr(dot + 1), tensor, position, frozen});
+  };
+  std::size_t position = 0;
+  for (const auto& [name, tensor] : engine.module().named_parameters())
+    add(name, tensor, position++, false);
+  for (const auto& [name, tensor] : engine.module().named_frozen()) add(name, tensor, 0, true);
   return layers;
+}
+
+// Whether a checkpoint layer's tensors include LoRA adapters.
+bool holds_adapters(const comm::NamedTensors& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [](const auto& named) { return module::is_adapter(named.first); });
 }
 
 // Tensor and expert parallelism: checkpoints hold whole tensors, so they load at any
@@ -419,6 +435,9 @@ struct PendingLoad {
   int regrouped_count = 0;
   at::Tensor rng_state;       // CPU
   at::Tensor cuda_rng_state;  // when saved on a machine with CUDA and loaded on one
+  // Frozen parameters and their values (this rank's shards), copied in as they are.
+  std::vector<std::pair<at::Tensor, at::Tensor>> frozen;
+  bool fresh_adapters = false;  // LoRA on a checkpoint without adapters: they start anew
 };
 
 // Weight decay groups are kept in checkpoints (weight_decay_exempt per layer; older
@@ -462,12 +481,25 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       throw io::InputError((folder / "manifest.json").string() + ": no weights for layer " +
                            std::to_string(index));
     const comm::NamedTensors saved = read_verified(folder, manifest, file);
+    const bool adapted = std::any_of(parameters.begin(), parameters.end(),
+                                     [](const auto& p) { return module::is_adapter(p.name); });
+    if (holds_adapters(saved) && !adapted) {
+      throw io::InputError((folder / file).string() +
+                           ": holds LoRA adapters this model lacks: set the lora section as when "
+                           "saved (or export --format hf, which merges them)");
+    }
     comm::NamedTensors optimizer_saved;
     if (layer.contains("optimizer_file"))
       optimizer_saved = read_verified(folder, manifest, layer["optimizer_file"]);
-    for (const auto& [name, parameter, position] : parameters) {
+    for (const auto& [name, parameter, position, frozen] : parameters) {
       const std::string full_name = std::to_string(index) + "." + name;
       const at::Tensor value = tensor_named(saved, name);
+      if (!value.defined() && module::is_adapter(name) && !holds_adapters(saved)) {
+        // A base model under LoRA: its adapters start as built, with fresh optimizer state.
+        pending.fresh_adapters = true;
+        pending.masters[position].master = parameter.detach().to(at::kFloat).clone();
+        continue;
+      }
       if (!value.defined())
         throw io::InputError((folder / file).string() + ": no tensor '" + name + "'");
       const auto expected = sharded.whole_shape(full_name, parameter.sizes());
@@ -475,6 +507,10 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
         throw io::InputError((folder / file).string() + ": tensor '" + name + "' is " +
                              at::toString(value.scalar_type()) + " " + c10::str(value.sizes()) +
                              ", the model expects Float " + c10::str(at::IntArrayRef(expected)));
+      }
+      if (frozen) {
+        pending.frozen.emplace_back(parameter, sharded.shard(full_name, value, parameter.sizes()));
+        continue;
       }
       note_regrouping(layer, name, full_name, engine.weight_decayed().at(position), pending);
       optim::ParameterState& whole = pending.masters[position];
@@ -520,9 +556,11 @@ WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& shard
                        const std::vector<StageParameter>& parameters,
                        const std::vector<optim::ParameterState>* weights, bool keeps) {
   WholeLayer layer;
-  for (const auto& [name, parameter, position] : parameters) {
+  for (const auto& [name, parameter, position, frozen] : parameters) {
     const optim::ParameterState whole =
-        weights ? weights->at(position) : engine.gathered_optimizer_state(position);
+        frozen    ? optim::ParameterState{parameter.detach().to(at::kFloat), {}}
+        : weights ? weights->at(position)
+                  : engine.gathered_optimizer_state(position);
     const std::string full_name = std::to_string(index) + "." + name;
     if (!keeps) {
       // Experts sharded over the ranks holding them come whole to the first of those (and,
@@ -534,7 +572,7 @@ WholeLayer whole_layer(engine::PipelineEngine& engine, const ShardedState& shard
         sharded.whole(full_name, tensor, parameter.sizes());
       continue;
     }
-    if (!engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
+    if (!frozen && !engine.weight_decayed().at(position)) layer.decay_exempt.push_back(name);
     layer.weights.emplace_back(name, sharded.whole(full_name, whole.master, parameter.sizes()));
     for (const auto& [key, tensor] : whole.optimizer_state)
       layer.state.emplace_back(name + "/" + key,
@@ -568,6 +606,7 @@ std::vector<int64_t> saved_parameter_counts(const fs::path& directory, const std
             ", the manifest says " + manifest["files"][file]["bytes"].dump());
       }
       for (const auto& [name, tensor] : layer["tensors"].items()) {
+        if (module::is_adapter(name)) continue;  // LoRA's, beside the model's own
         int64_t elements = 1;  // below the file's bytes (checked): no overflow
         for (const auto& extent : tensor["shape"]) elements *= extent.get<int64_t>();
         count += elements;
@@ -777,6 +816,13 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
                  "weight_decay_exempt\n",
                  folder.c_str(), pending.regrouped_count, grid.stage_id(),
                  pending.regrouped.c_str());
+  }
+  if (pending.fresh_adapters && grid.global_rank() == 0)
+    std::printf("lora: %s holds no adapters: they start as built, on its weights\n",
+                folder.c_str());
+  {
+    const at::NoGradGuard no_grad;
+    for (auto& [parameter, value] : pending.frozen) parameter.copy_(value);
   }
   engine.restore_optimizer_state(pending.masters);
   engine.restore_global_steps(manifest.at("global_steps").get<int64_t>());

@@ -475,12 +475,14 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
     const int64_t mlp_parameters =
         routed ? routed->experts * (d + 3 * d * ffn) + 3 * d * routed->shared_experts * ffn
                : 3 * d * ffn;
-    specs.push_back(document_layer<LlamaBlock>(
+    module::LayerSpec block = document_layer<LlamaBlock>(
         routed ? "MixtralBlock" : "LlamaBlock",
         [c, i, routed, group, context, experts] {
           return LlamaBlock(c, i, routed, group, context, experts);
         },
-        [=] { return attention_parameters + mlp_parameters; }));
+        [=] { return attention_parameters + mlp_parameters; });
+    block.block = i;
+    specs.push_back(std::move(block));
   }
   specs.push_back(module::module_layer<RmsNorm>(
       "RMSNorm", [c, group] { return RmsNorm(c.d_model, c.rms_norm_eps, group); },

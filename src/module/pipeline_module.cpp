@@ -47,6 +47,15 @@ Layer build_seeded(const LayerSpec& spec, uint64_t seed) {
   return spec.build();
 }
 
+// A layer of the stage, adapted (frozen, with LoRA adapters where chosen) when `lora` is
+// on; the adapters are drawn right after the layer's weights, under its seed.
+Layer build_adapted(const LayerSpec& spec, uint64_t seed, const LoraConfig& lora, int& adapted) {
+  ScopedLayerSeed scoped(seed);
+  Layer layer = spec.build();
+  if (lora.enabled() && layer.module) adapted += adapt_layer(*layer.module, lora, spec.block);
+  return layer;
+}
+
 double seconds_of(const std::function<void()>& run) {
   run();  // warm-up
   constexpr int kRepeats = 3;
@@ -142,7 +151,7 @@ void PipelineModule::build_owned_layers() {
       const LayerSpec& spec = specs_[i];
       BuiltLayer built{i, spec.type, nullptr, {}};
       if (!spec.tied()) {
-        Layer layer = build_seeded(spec, layer_seed(options_.seed, i));
+        Layer layer = build_adapted(spec, layer_seed(options_.seed, i), options_.lora, adapted_);
         built.module = std::move(layer.module);
         built.forward = std::move(layer.forward);
         layers_.emplace(i, std::move(built));
@@ -150,7 +159,8 @@ void PipelineModule::build_owned_layers() {
       }
       // One module per key and stage, seeded like the key's first layer on any stage.
       if (!tied_modules_.count(spec.tie_key)) {
-        Layer layer = build_seeded(spec, layer_seed(options_.seed, first_tied.at(spec.tie_key)));
+        Layer layer = build_adapted(spec, layer_seed(options_.seed, first_tied.at(spec.tie_key)),
+                                    options_.lora, adapted_);
         tied_modules_[spec.tie_key] = layer.module;
         tied_own_forward[spec.tie_key] = layer.forward;
       }
@@ -263,6 +273,14 @@ void PipelineModule::for_each_module(const std::function<void(torch::nn::Module&
 }
 
 std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters() const {
+  return named_tensors(/*trained=*/true);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_frozen() const {
+  return named_tensors(/*trained=*/false);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_tensors(bool trained) const {
   // A tied module is named after its key's first layer on every stage that owns it.
   const auto first_tied = first_tied_layers(specs_);
   std::vector<std::pair<std::string, at::Tensor>> named;
@@ -281,6 +299,7 @@ std::vector<std::pair<std::string, at::Tensor>> PipelineModule::named_parameters
       if (tied_only &&
           std::find(tied_names.begin(), tied_names.end(), item.key()) == tied_names.end())
         continue;
+      if (item.value().requires_grad() != trained) continue;
       named.emplace_back(std::to_string(name_index) + "." + item.key(), item.value());
     }
   }
@@ -344,7 +363,7 @@ std::vector<at::Tensor> PipelineModule::tied_parameters(const std::string& key) 
     if (!found)
       throw std::invalid_argument("tied parameter '" + name + "' not found in tied module '" + key +
                                   "'");
-    tensors.push_back(*found);
+    if (found->requires_grad()) tensors.push_back(*found);  // frozen: nothing to keep equal
   }
   return tensors;
 }

@@ -81,14 +81,22 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = column_parallel_linear(x, weight, bias, group);
+  at::Tensor y = column_parallel_linear(x, weight, bias, group);
+  if (lora) y = y + column_lora(x, lora_A, lora_B, *lora, is_training(), group);
   return gather_output ? gather_from_group(y, group) : y;
 }
 
 std::vector<std::pair<std::string, ShardLayout>> ColumnParallelLinearImpl::shard_layouts() const {
   std::vector<std::pair<std::string, ShardLayout>> layouts{{"weight", {0, stride}}};
   if (bias.defined()) layouts.emplace_back("bias", ShardLayout{0, stride});
+  if (lora) layouts.emplace_back("lora_B", ShardLayout{0, stride});
   return layouts;
+}
+
+void ColumnParallelLinearImpl::add_lora(const LoraOptions& options) {
+  lora = options;
+  lora_A = register_parameter("lora_A", initial_lora_a(options.rank, weight.size(1)));
+  lora_B = register_parameter("lora_B", at::zeros({weight.size(0), options.rank}));
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_features,
@@ -101,13 +109,27 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_fe
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
   // Alone, the bias joins the product (one addmm, as torch::nn::Linear).
-  if (!group.parallel()) return autograd::linear(x, weight, bias);
-  const at::Tensor y = leave_parallel_region(autograd::linear(x, weight), group);
+  if (!group.parallel()) {
+    const at::Tensor y = autograd::linear(x, weight, bias);
+    return lora ? y + row_lora(x, lora_A, lora_B, *lora, is_training(), group) : y;
+  }
+  at::Tensor partial = autograd::linear(x, weight);
+  if (lora) partial = partial + row_lora(x, lora_A, lora_B, *lora, is_training(), group);
+  const at::Tensor y = leave_parallel_region(partial, group);
   return bias.defined() ? y + sequence_shared(bias, group) : y;
 }
 
 std::vector<std::pair<std::string, ShardLayout>> RowParallelLinearImpl::shard_layouts() const {
-  return {{"weight", {1, 1}}};
+  std::vector<std::pair<std::string, ShardLayout>> layouts{{"weight", {1, 1}}};
+  if (lora) layouts.emplace_back("lora_A", ShardLayout{1, 1});
+  return layouts;
+}
+
+void RowParallelLinearImpl::add_lora(const LoraOptions& options) {
+  lora = options;
+  const at::Tensor a = initial_lora_a(options.rank, weight.size(1) * group.size());
+  lora_A = register_parameter("lora_A", take_shard(a, {1, 1}, group.rank(), group.size()));
+  lora_B = register_parameter("lora_B", at::zeros({weight.size(0), options.rank}));
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab_size, int64_t dim,

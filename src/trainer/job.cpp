@@ -64,7 +64,65 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
                 grid->world_comm()->broadcast(shared, 0);
                 costs.assign(shared.data_ptr<double>(), shared.data_ptr<double>() + shared.numel());
               },
-          .token_loss = job.model.token_loss});
+          .token_loss = job.model.token_loss,
+          .lora = job.config.lora});
+}
+
+// lora.layers names decoder blocks of the model: refused before anything is built when one
+// is not.
+void check_lora_layers(const Job& job) {
+  const module::LoraConfig& lora = job.config.lora;
+  if (!lora.enabled()) return;
+  int64_t blocks = 0;
+  for (const auto& spec : job.model.layers) blocks += spec.block >= 0 ? 1 : 0;
+  for (const int64_t layer : lora.layers) {
+    if (layer >= blocks)
+      throw io::InputError("lora.layers: " + std::to_string(layer) + " is not a block of this " +
+                           models::type_name(job.config.model) + " (it has " +
+                           std::to_string(blocks) + ")");
+  }
+}
+
+// Collective: LoRA's adapters counted over the job, refused when none was made; the job
+// line that says what trains.
+std::string lora_summary(const Job& job) {
+  const module::LoraConfig& lora = job.config.lora;
+  if (!lora.enabled()) return {};
+  const topology::Grid& grid = *job.grid;
+  const auto layouts = job.module->shard_layouts();
+  // Each tensor once over the job: on the first replica, a split one on every rank of
+  // its model group, a whole one on the first.
+  auto count = [&](const std::vector<std::pair<std::string, at::Tensor>>& named) {
+    double elements = 0;
+    for (const auto& [name, tensor] : named) {
+      const bool split = layouts.count(name) > 0;
+      if (grid.replica_id() == 0 && (split || grid.model_parallel_id() == 0))
+        elements += static_cast<double>(tensor.numel());
+    }
+    return elements;
+  };
+  const double adapted =
+      grid.replica_id() == 0 && grid.model_parallel_id() == 0 ? job.module->adapted_linears() : 0;
+  at::Tensor totals =
+      at::tensor({adapted, count(job.module->named_parameters()), count(job.module->named_frozen())},
+                 at::kDouble);
+  grid.world_comm()->all_reduce(totals, comm::ReduceOp::kSum);
+  const double linears = totals[0].item<double>(), trained = totals[1].item<double>(),
+               frozen = totals[2].item<double>();
+  std::string targets;
+  for (const auto& name : lora.target_modules) targets += (targets.empty() ? "" : ", ") + name;
+  if (linears == 0) {
+    throw io::InputError("lora.target_modules: no linear of this " +
+                         models::type_name(job.config.model) + " is named " + targets +
+                         " (LoRA adapts LLaMA-family models' attention and MLP projections)");
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "lora: rank %lld, alpha %g on %s: %.0f linears; %.3g M of %.3g M parameters "
+                "trained, the rest frozen",
+                static_cast<long long>(lora.rank), lora.alpha, targets.c_str(), linears,
+                trained / 1e6, (trained + frozen) / 1e6);
+  return line;
 }
 
 // Feature vectors for a model that reads them: synthetic regression data.
@@ -277,10 +335,12 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
     const io::Activity reading("reading the training data");
     build_data(job);
   }
+  check_lora_layers(job);
   {
     const io::Activity building("building the model's layers");
     job.module = build_module(job);
   }
+  job.lora_summary = lora_summary(job);
   job.effective = job_keys().write(job.config);
   {
     const io::Activity preparing("setting up the engine (fp32 masters, pipe buffers)");

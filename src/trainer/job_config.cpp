@@ -14,7 +14,8 @@ const config::KeyTable<JobConfig>& job_keys() {
     config::KeyTable<JobConfig> t;
     t.include(engine::training_keys(), PIPETRAIN_FIELD(engine))
         .include(trainer_keys(), PIPETRAIN_FIELD(trainer))
-        .include(models::model_keys(), PIPETRAIN_FIELD(model));
+        .include(models::model_keys(), PIPETRAIN_FIELD(model))
+        .include(module::lora_keys(), PIPETRAIN_FIELD(lora));
     return t;
   }();
   return table;

@@ -302,6 +302,7 @@ void announce(const Job& job) {
       static_cast<long long>(e.gradient_accumulation_steps), grid.data_parallel_size(),
       devices.c_str());
   if (!job.data_summary.empty()) std::printf("%s\n", job.data_summary.c_str());
+  if (!job.lora_summary.empty()) std::printf("%s\n", job.lora_summary.c_str());
   make_output_folders(job.config.trainer);
   if (!save.empty()) {
     make_folder("save", save);

@@ -72,7 +72,8 @@ std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topolo
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval,
                                     .recompute = recompute_of(c),
-                                    .token_loss = model.token_loss});
+                                    .token_loss = model.token_loss,
+                                    .lora = lora_config(c.model)});
 }
 
 // The reference's weight `name` as this rank of `engine` holds it: whole, or its slice of
@@ -103,6 +104,16 @@ void expect_reference_weights(PipelineEngine& engine, const Reference& reference
     EXPECT_TRUE(at::allclose(tensor, expected, tolerance, tolerance / 10))
         << name << " differs by " << (tensor - expected).abs().max().item<double>();
   }
+  // A frozen parameter (LoRA's base) is exactly as it was built.
+  const auto frozen = engine.module().named_frozen();
+  const auto layouts = engine.module().shard_layouts();
+  for (const auto& [name, parameter] : frozen) {
+    const auto built = reference.frozen.find(name);
+    ASSERT_NE(built, reference.frozen.end()) << name << " is frozen in one process only";
+    if (layouts.count(name)) continue;  // experts' slices
+    EXPECT_TRUE(at::equal(parameter.cpu(), built->second)) << name << " changed";
+  }
+  EXPECT_EQ(frozen.empty(), reference.frozen.empty());
 }
 
 // Trains kSteps on `loader` and evaluates the next batch (returning its outputs), each
@@ -229,6 +240,7 @@ void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks 
   cases.push_back({"qwen2-tied" + deep, 2, 0, 0.05});
   cases.push_back({"qwen3" + deep, 4, 1, 0.0});
   cases.push_back({"llama-masked" + deep, 4, 1, 0.05});
+  cases.push_back({"llama-tied-lora" + deep, 4, 1, 0.05});
   cases.push_back({"llama-recompute" + deep, 4, 0, 0.05});
   cases.push_back({"gpt-recompute-act" + deep, 2, 1, 0.0});
   for (const auto& [pipe, data] : shapes) {
@@ -288,6 +300,7 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
   const std::vector<Case> cases = {{"gpt" + deep, 2, 0, 0.05},
                                    {"gpt-untied" + deep, 4, 2, 0.0},
                                    {"qwen2-tied" + deep, 2, 0, 0.05},
+                                   {"qwen2-tied-lora" + deep, 4, 1, 0.05},
                                    {"mlp", 2, 0, 0.05, 0.01},
                                    {"mlp", 4, 1, 0.0, 0.1}};
   for (const auto& [pipe, data] : shapes) {
@@ -452,7 +465,8 @@ void expect_new_schedule_matches_one_process(schedule::Kind schedule, int chunks
         {untied, 8, 2, 0.05},
         {deep ? "llama-tied-deep" : "llama-tied", 4, 1, 0.05},
         {deep ? "qwen3-deep" : "qwen3", 4, 0, 0.0},
-        {deep ? "llama-masked-recompute-deep" : "llama-masked-recompute", 4, 0, 0.05}};
+        {deep ? "llama-masked-recompute-deep" : "llama-masked-recompute", 4, 0, 0.05},
+        {deep ? "llama-lora-deep" : "llama-lora", 4, 0, 0.05}};
     if (smallest != 4) cases.push_back({gpt, 4, 1, 0.0});
     if (pipe * chunks <= 4) cases.push_back({"mlp", 8, 0, 0.05});  // 5 layers
     auto grid =

@@ -98,6 +98,11 @@ models::ModelConfig model_config(const std::string& model) {
   return config;
 }
 
+module::LoraConfig lora_config(const std::string& model) {
+  if (model.find("-lora") == std::string::npos) return {};
+  return {.rank = 4, .alpha = 8, .target_modules = module::lora_targets()};
+}
+
 std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
   const models::ModelConfig config = model_config(c.model);
   const int64_t samples = int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data_parallel;
@@ -149,7 +154,8 @@ engine::TrainingConfig training_config(const Case& c, int stages) {
 Reference reference_run(const Case& c, int data_parallel,
                         const std::shared_ptr<data::TensorDataset>& data) {
   const auto model = models::make_builtin_model(model_config(c.model));
-  module::PipelineModule whole(model.layers, model.loss, {.seed = 1234});
+  module::PipelineModule whole(model.layers, model.loss,
+                               {.seed = 1234, .lora = lora_config(c.model)});
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (c.model == "mlp" && c.weight_decay > 0) {
     // Two parameter groups, as Megatron-style recipes set them: matrices decay, biases not.
@@ -192,6 +198,8 @@ Reference reference_run(const Case& c, int data_parallel,
   Reference reference;
   for (const auto& [name, tensor] : whole.named_parameters())
     reference.initial_weights[name] = tensor.detach().clone();
+  for (const auto& [name, tensor] : whole.named_frozen())
+    reference.frozen[name] = tensor.detach().clone();
   for (int step = 0; step < kSteps; ++step) {
     const engine::MicroBatch batch = next_global_batch();
     optimizer->zero_grad();

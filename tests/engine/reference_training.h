@@ -14,6 +14,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/module/lora.h"
 
 namespace pipetrain::testing {
 
@@ -26,7 +27,8 @@ struct Case {
   // scores and a shared expert); "-deep": 6 blocks, not 2; "-ctx8": a context of 8, not 6;
   // "-packed": packed documents (inputs {ids, documents}); "-masked": labels masked
   // unequally per sample, the loss per token over the global batch (per_token_loss);
-  // "-recompute", "-recompute-act": parts of layers recomputed (the engine's side only)
+  // "-recompute", "-recompute-act": parts of layers recomputed (the engine's side only);
+  // "-lora": LoRA adapters of rank 4 on every projection, the rest frozen
   std::string model;
   int micro_batches;
   int checkpoint_interval;
@@ -36,6 +38,7 @@ struct Case {
 
 std::string name(const Case& c);
 models::ModelConfig model_config(const std::string& model);
+module::LoraConfig lora_config(const std::string& model);
 // Enough samples for kSteps + 1 batches over `data_parallel` replicas.
 std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel);
 engine::TrainingConfig training_config(const Case& c, int stages);
@@ -45,6 +48,7 @@ struct Reference {
   std::vector<double> grad_norms;  // each step's, before clipping (when the case clips)
   double eval_loss = 0;            // on the batch after the last step, with the final weights
   std::map<std::string, at::Tensor> initial_weights, weights;
+  std::map<std::string, at::Tensor> frozen;  // the frozen parameters (LoRA's base), at the start
 };
 
 // Trains kSteps on the global batches `data_parallel` replicas would read from `data`.

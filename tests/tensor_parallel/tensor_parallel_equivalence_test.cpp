@@ -69,7 +69,8 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
                                     .chunks = chunks,
                                     .placement = config.pipeline.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
-                                    .activation_checkpoint_interval = c.checkpoint_interval});
+                                    .activation_checkpoint_interval = c.checkpoint_interval,
+                                    .lora = lora_config(c.model)});
   engine::PipelineEngine engine(module, comms, config);
   // Only the first rank of the context x model group reads; the others get its micro-batches.
   data::DataLoader loader(samples, kMicroBatchSize, grid->data_parallel_size(),
@@ -137,7 +138,7 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
                                 {"llama", 2, 0, 0.05},      {"llama-tied", 4, 1, 0.0},
                                 {"qwen2-tied", 2, 0, 0.05}, {"qwen3", 4, 1, 0.0},
                                 {"mistral", 2, 0, 0.0},     {"mixtral-capacity-shared", 2, 1, 0.05},
-                                {"qwen3moe", 2, 0, 0.0}}
+                                {"qwen3moe", 2, 0, 0.0},    {"qwen2-tied-lora", 4, 1, 0.05}}
             : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
@@ -249,6 +250,7 @@ TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
   const std::vector<SequenceCase> cases{
       {{1, 1, 2}, {"gpt", 2, 0, 0.05}},
       {{1, 1, 2}, {"llama", 2, 1, 0.0}},
+      {{1, 1, 2}, {"llama-lora", 2, 1, 0.05}},
       {{2, 1, 2}, {"gpt-untied", 4, 0, 0.05}},
       {{2, 1, 2}, {"llama-tied-deep", 4, 0, 0.0}, schedule::Kind::kZbv, 2},
       {{1, 1, 4}, {"gpt-heads4-ctx8", 2, 1, 0.05}},

@@ -43,6 +43,10 @@ struct LayerSpec {
   // tensors below 2 dimensions, e.g. an embedding's tables (see WeightDecayRule).
   std::vector<std::string> no_weight_decay;
 
+  // The model's decoder block this layer is (transformers' `layers.N`, what `lora.layers`
+  // names); -1: not a block (embeddings, final norm, head).
+  int64_t block = -1;
+
   bool tied() const { return !tie_key.empty(); }
 };
 

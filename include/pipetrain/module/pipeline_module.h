@@ -9,6 +9,7 @@
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/layer_hooks.h"
 #include "pipetrain/module/partition.h"
+#include "pipetrain/module/lora.h"
 #include "pipetrain/module/recompute.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/tensor_parallel/shard.h"
@@ -41,6 +42,8 @@ struct PipelineModuleOptions {
   // The loss summed over the labels that count, for a mean over a whole batch's tokens
   // (models::BuiltinModel::token_loss); empty: the model has none.
   LossFunction token_loss{};
+  // LoRA: every parameter frozen, adapters added to the chosen linears (module/lora.h).
+  LoraConfig lora{};
 };
 
 // A model given as an ordered list of layer specs, split over pipeline stages; only this
@@ -76,11 +79,15 @@ class PipelineModule {
   void to(at::Device device);
   bool is_training() const { return training_; }
 
-  // This stage's parameters, each once, named "<layer index>.<name in its module>"; a
-  // tied module takes the index of its key's first layer, so owners share names, and on
+  // This stage's trained parameters, each once, named "<layer index>.<name in its module>";
+  // a tied module takes the index of its key's first layer, so owners share names, and on
   // owners after the first stage holding the key only its tied tensors are listed.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
+  // The frozen ones (a LoRA fine-tune's base), named alike: no gradient, no optimizer state.
+  std::vector<std::pair<std::string, at::Tensor>> named_frozen() const;
+  // How many linears of this stage have LoRA adapters.
+  int adapted_linears() const { return adapted_; }
   // The tensor-parallel shards among this stage's parameters, by the names above, and
   // how each splits (see tensor_parallel::ShardedModule); the rest are replicated.
   std::map<std::string, tensor_parallel::ShardLayout> shard_layouts() const;
@@ -110,6 +117,7 @@ class PipelineModule {
   Activation run_layers(int first, int last, const Activation& input);
   bool checkpointable(int first, int last) const;
   std::vector<at::Tensor> window_parameters(int first, int last) const;
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors(bool trained) const;
   int stage_of_layer(int layer) const;
 
   std::vector<LayerSpec> specs_;
@@ -119,6 +127,7 @@ class PipelineModule {
   std::map<int, BuiltLayer> layers_;  // by layer index, this stage only
   std::map<std::string, std::shared_ptr<torch::nn::Module>> tied_modules_;
   bool training_ = true;
+  int adapted_ = 0;
   std::shared_ptr<LayerHooks> hooks_;
 };
 

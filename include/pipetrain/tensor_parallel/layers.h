@@ -4,7 +4,10 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <optional>
+
 #include "pipetrain/tensor_parallel/group.h"
+#include "pipetrain/tensor_parallel/lora.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
 
@@ -28,12 +31,17 @@ struct ColumnParallelLinearImpl : torch::nn::Module, ShardedModule {
   // in], gathered first); returns [..., out / size], or [..., out] when gathering.
   at::Tensor forward(const at::Tensor& x);
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
+  // Adds a LoRA adapter (lora_A whole, lora_B split like the weight); see lora.h.
+  void add_lora(const LoraOptions& options);
 
   Group group;
   int64_t stride;
   bool gather_output;
   at::Tensor weight;  // [out / size, in]
   at::Tensor bias;    // [out / size], or undefined
+  std::optional<LoraOptions> lora;
+  at::Tensor lora_A;  // [rank, in], or undefined
+  at::Tensor lora_B;  // [out / size, rank], or undefined
 };
 TORCH_MODULE(ColumnParallelLinear);
 
@@ -46,10 +54,15 @@ struct RowParallelLinearImpl : torch::nn::Module, ShardedModule {
   // sequence parallelism this rank's slice of the sequence of it, [b, seq / size, out]).
   at::Tensor forward(const at::Tensor& x);
   std::vector<std::pair<std::string, ShardLayout>> shard_layouts() const override;
+  // Adds a LoRA adapter (lora_A split like the weight, lora_B whole); see lora.h.
+  void add_lora(const LoraOptions& options);
 
   Group group;
   at::Tensor weight;  // [out, in / size]
   at::Tensor bias;    // [out], or undefined
+  std::optional<LoraOptions> lora;
+  at::Tensor lora_A;  // [rank, in / size], or undefined
+  at::Tensor lora_B;  // [out, rank], or undefined
 };
 TORCH_MODULE(RowParallelLinear);
 

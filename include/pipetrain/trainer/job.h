@@ -29,6 +29,7 @@ struct Job {
   std::unique_ptr<engine::MicroBatchSource> validation_data;
   nlohmann::json validation_start;  // the validation source's state before any draw
   std::string data_summary;         // a line on what the data holds, where it says more
+  std::string lora_summary;         // a line on LoRA's adapters, with lora.rank set
 };
 
 // Whether a job reads its training and validation data (forward-only uses do not).

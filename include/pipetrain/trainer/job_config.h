@@ -10,6 +10,7 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/module/lora.h"
 #include "pipetrain/topology/parallel_layout.h"
 #include "pipetrain/trainer/trainer_config.h"
 
@@ -21,6 +22,7 @@ struct JobConfig {
   engine::TrainingConfig engine;
   models::ModelConfig model;
   TrainerConfig trainer;
+  module::LoraConfig lora;
 
   // The parallel axes the keys ask for (data 0: what the job's ranks leave; see
   // topology::resolve_layout).
