@@ -607,7 +607,7 @@ std::vector<int64_t> saved_parameter_counts(const fs::path& directory, const std
       }
       for (const auto& [name, tensor] : layer["tensors"].items()) {
         if (module::is_adapter(name)) continue;  // LoRA's, beside the model's own
-        int64_t elements = 1;  // below the file's bytes (checked): no overflow
+        int64_t elements = 1;                    // below the file's bytes (checked): no overflow
         for (const auto& extent : tensor["shape"]) elements *= extent.get<int64_t>();
         count += elements;
       }

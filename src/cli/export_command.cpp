@@ -19,17 +19,22 @@ Command add_export_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "export",
-      "Write a checkpoint's weights as one safetensors file (names layers.<i>.<tensor>) or as a "
-      "Hugging Face transformers model folder (--format hf: config.json, model.safetensors)");
+      "Write a checkpoint's weights as one safetensors file (names layers.<i>.<tensor>), as a "
+      "Hugging Face transformers model folder (--format hf: config.json, model.safetensors; "
+      "LoRA adapters merged into the weights), or a LoRA fine-tune's adapters as a peft folder "
+      "(--format peft: adapter_config.json, adapter_model.safetensors)");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
   command->add_option("--tag", options->tag, "Tag to export")->capture_default_str();
-  command->add_option("--format", options->format, "safetensors or hf")
-      ->check(CLI::IsMember({"safetensors", "hf"}))
+  command->add_option("--format", options->format, "safetensors, hf or peft")
+      ->check(CLI::IsMember({"safetensors", "hf", "peft"}))
       ->capture_default_str();
-  command->add_option("--out", options->out, "Output .safetensors file (hf: a folder)")->required();
+  command->add_option("--out", options->out, "Output .safetensors file (hf, peft: a folder)")
+      ->required();
   return {command, [options] {
             if (options->format == "hf") {
               trainer::export_hugging_face(options->checkpoint, options->tag, options->out);
+            } else if (options->format == "peft") {
+              trainer::export_peft(options->checkpoint, options->tag, options->out);
             } else {
               checkpoint::export_checkpoint(options->checkpoint, options->tag, options->out);
             }

@@ -91,9 +91,9 @@ bool is_adapter(std::string_view name) {
 
 int adapt_layer(torch::nn::Module& layer, const LoraConfig& config, int64_t block) {
   for (auto& parameter : layer.parameters()) parameter.requires_grad_(false);
-  const bool chosen = block >= 0 && (config.layers.empty() || std::count(config.layers.begin(),
-                                                                          config.layers.end(),
-                                                                          block) > 0);
+  const bool chosen =
+      block >= 0 &&
+      (config.layers.empty() || std::count(config.layers.begin(), config.layers.end(), block) > 0);
   if (!chosen) return 0;
   const auto& targets = config.target_modules;
   int adapted = 0;

@@ -103,9 +103,9 @@ std::string lora_summary(const Job& job) {
   };
   const double adapted =
       grid.replica_id() == 0 && grid.model_parallel_id() == 0 ? job.module->adapted_linears() : 0;
-  at::Tensor totals =
-      at::tensor({adapted, count(job.module->named_parameters()), count(job.module->named_frozen())},
-                 at::kDouble);
+  at::Tensor totals = at::tensor(
+      {adapted, count(job.module->named_parameters()), count(job.module->named_frozen())},
+      at::kDouble);
   grid.world_comm()->all_reduce(totals, comm::ReduceOp::kSum);
   const double linears = totals[0].item<double>(), trained = totals[1].item<double>(),
                frozen = totals[2].item<double>();

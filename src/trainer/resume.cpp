@@ -41,7 +41,14 @@ std::string resolve_resume(nlohmann::json& config) {
   const bool overwrite = config.contains("overwrite") && config["overwrite"].is_boolean() &&
                          config["overwrite"].get<bool>();
   const std::string tag = latest_in(save);
-  if (!load.empty() && !same_folder(load, save)) return "";  // resuming another folder's run
+  if (!load.empty() && !same_folder(load, save)) {
+    // A fine-tune starts from `load` (its base); once its own folder holds a checkpoint, the
+    // same command goes on from there.
+    if (tag.empty() || overwrite) return "";
+    config["load"] = save;
+    return "resuming from the newest checkpoint in " + save + " (" + tag + "), not " + load +
+           " (where the run started)";
+  }
   if (!load.empty() && tag.empty()) {
     config["load"] = "";
     return "no checkpoint in " + save + " yet: starting fresh";

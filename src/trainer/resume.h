@@ -10,8 +10,9 @@
 namespace pipetrain::trainer {
 
 // Sets `load` in `config` (a train config, command-line options applied) to its `save`
-// folder when that folder holds a complete checkpoint (`latest`) and neither `load` nor
-// `overwrite` is set; drops a `load` that names the save folder before its first checkpoint.
+// folder when that folder holds a complete checkpoint (`latest`) and `overwrite` is not set,
+// also over a `load` naming another folder (a fine-tune's base: where the run started);
+// drops a `load` that names the save folder before its first checkpoint.
 // Returns the one line that says which (empty without `save`).
 std::string resolve_resume(nlohmann::json& config);
 

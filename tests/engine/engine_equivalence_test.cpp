@@ -297,12 +297,10 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
   if (shapes.empty()) GTEST_SKIP() << "no data-parallel ranks (and pipe) in this world";
   const double tolerance = on_gpu() ? 1e-4 : 1e-5;
   const std::string deep = chunks > 1 ? "-deep" : "";
-  const std::vector<Case> cases = {{"gpt" + deep, 2, 0, 0.05},
-                                   {"gpt-untied" + deep, 4, 2, 0.0},
-                                   {"qwen2-tied" + deep, 2, 0, 0.05},
-                                   {"qwen2-tied-lora" + deep, 4, 1, 0.05},
-                                   {"mlp", 2, 0, 0.05, 0.01},
-                                   {"mlp", 4, 1, 0.0, 0.1}};
+  const std::vector<Case> cases = {
+      {"gpt" + deep, 2, 0, 0.05},        {"gpt-untied" + deep, 4, 2, 0.0},
+      {"qwen2-tied" + deep, 2, 0, 0.05}, {"qwen2-tied-lora" + deep, 4, 1, 0.05},
+      {"mlp", 2, 0, 0.05, 0.01},         {"mlp", 4, 1, 0.0, 0.1}};
   for (const auto& [pipe, data] : shapes) {
     auto grid =
         std::make_shared<topology::Grid>(topology::pipe_data_parallel_topology(pipe, data), world);

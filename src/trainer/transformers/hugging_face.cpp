@@ -17,6 +17,7 @@
 #include "pipetrain/io/folder_lock.h"
 #include "pipetrain/io/read_file.h"
 #include "pipetrain/models/hugging_face.h"
+#include "pipetrain/module/lora.h"
 #include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/trainer/job.h"
 #include "pipetrain/trainer/job_config.h"
@@ -253,21 +254,67 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   return 0;
 }
 
-void export_hugging_face(const std::string& checkpoint, const std::string& tag,
-                         const std::string& out) {
+namespace {
+
+// The config a checkpoint was trained with.
+nlohmann::json config_of(const std::string& checkpoint, const std::string& tag) {
   const nlohmann::json client = checkpoint::read_client_state(checkpoint, tag);
   if (!client.is_object() || !client.contains("config"))
     throw io::InputError(checkpoint + ": the checkpoint holds no model config");
-  const models::ModelConfig model = models::parse_model_config(client["config"]);
+  return client["config"];
+}
+
+module::LoraConfig lora_of(const nlohmann::json& config) {
+  module::LoraConfig lora;
+  module::lora_keys().read(config, lora);  // the other sections' keys are not its to judge
+  return lora;
+}
+
+std::map<std::string, at::Tensor> model_tensors(const std::string& checkpoint,
+                                                const std::string& tag) {
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& [name, tensor] : checkpoint::read_model_tensors(checkpoint, tag))
+    tensors.emplace(name, tensor);
+  return tensors;
+}
+
+// The adapted weight's name of an adapter factor: "layers.3.q_proj.lora_A" ->
+// "layers.3.q_proj.weight".
+std::string adapted_weight(const std::string& factor) {
+  return factor.substr(0, factor.rfind('.') + 1) + "weight";
+}
+
+// Folds each adapter into the weight it adapts, W + scale · B A, and drops the factors.
+void merge_adapters(std::map<std::string, at::Tensor>& tensors, double scale) {
+  for (auto it = tensors.begin(); it != tensors.end();) {
+    if (!module::is_adapter(it->first)) {
+      ++it;
+      continue;
+    }
+    if (it->first.back() == 'A') {
+      const std::string stem = it->first.substr(0, it->first.size() - 1);
+      at::Tensor& weight = tensors.at(adapted_weight(it->first));
+      weight = weight + scale * at::matmul(tensors.at(stem + "B"), it->second);
+    }
+    it = tensors.erase(it);
+  }
+}
+
+}  // namespace
+
+void export_hugging_face(const std::string& checkpoint, const std::string& tag,
+                         const std::string& out) {
+  const nlohmann::json config = config_of(checkpoint, tag);
+  const models::ModelConfig model = models::parse_model_config(config);
   const std::vector<models::HfTensor> names = models::hf_tensors(model);
   const nlohmann::json hf_config = models::hf_config_of(model);
   // An earlier export's shards or index would outlive this one and be read instead.
   check_empty_output(out);
   NewOutput written(out);
 
-  std::map<std::string, at::Tensor> tensors;
-  for (auto& [name, tensor] : checkpoint::read_model_tensors(checkpoint, tag))
-    tensors.emplace(name, tensor);
+  std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
+  const module::LoraConfig lora = lora_of(config);
+  if (lora.enabled()) merge_adapters(tensors, lora.options().scale());
   comm::NamedTensors hf;
   for (const auto& t : names) {
     const auto found = tensors.find(t.name);
@@ -285,11 +332,61 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
   const nlohmann::json::json_pointer named("/sample/tokenizer");
   fs::path from = checkpoint;
   std::error_code error;
-  if (client["config"].contains(named) && client["config"][named].is_string()) {
-    const fs::path file = client["config"][named].get<std::string>();
+  if (config.contains(named) && config[named].is_string()) {
+    const fs::path file = config[named].get<std::string>();
     if (!file.empty() && fs::is_regular_file(file, error)) from = file.parent_path();
   }
   copy_tokenizer(from, out);
+  written.keep();
+}
+
+void export_peft(const std::string& checkpoint, const std::string& tag, const std::string& out) {
+  const nlohmann::json config = config_of(checkpoint, tag);
+  const module::LoraConfig lora = lora_of(config);
+  if (!lora.enabled()) {
+    throw io::InputError(checkpoint +
+                         ": holds no LoRA adapters (trained without lora.rank): export --format "
+                         "hf writes the whole model");
+  }
+  const models::ModelConfig model = models::parse_model_config(config);
+  check_empty_output(out);
+  NewOutput written(out);
+
+  const std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
+  comm::NamedTensors adapters;
+  for (const auto& t : models::hf_tensors(model)) {
+    const std::string stem = t.name.substr(0, t.name.rfind('.') + 1);  // "layers.3.q_proj."
+    const auto a = tensors.find(stem + "lora_A");
+    if (a == tensors.end() || t.expert >= 0) continue;
+    // peft's names: the transformers module's path under base_model.model.
+    const std::string module = t.hf_name.substr(0, t.hf_name.rfind('.'));
+    adapters.emplace_back("base_model.model." + module + ".lora_A.weight", a->second);
+    adapters.emplace_back("base_model.model." + module + ".lora_B.weight",
+                          tensors.at(stem + "lora_B"));
+  }
+  if (adapters.empty())
+    throw io::InputError(checkpoint + ": lora.rank is set, but its files hold no adapters");
+  io::AtomicFileWriter weights(fs::path(out) / "adapter_model.safetensors");
+  checkpoint::write_safetensors(weights, adapters, {{"format", "pt"}});
+  weights.commit();
+  const nlohmann::json adapter_config = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", nullptr},
+      {"r", lora.rank},
+      {"lora_alpha", lora.alpha},
+      {"lora_dropout", lora.dropout},
+      {"target_modules", lora.target_modules},
+      {"layers_to_transform",
+       lora.layers.empty() ? nlohmann::json(nullptr) : nlohmann::json(lora.layers)},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"use_rslora", false},
+      {"use_dora", false},
+      {"init_lora_weights", true},
+      {"modules_to_save", nullptr},
+      {"inference_mode", true}};
+  io::write_file_atomically(fs::path(out) / "adapter_config.json", adapter_config.dump(2) + "\n");
   written.keep();
 }
 

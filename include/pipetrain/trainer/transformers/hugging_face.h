@@ -13,8 +13,14 @@ namespace pipetrain::trainer {
 int import_hugging_face(const std::string& folder, const std::string& out);
 
 // `pipetrain export --format hf`: a checkpoint's model as config.json and model.safetensors
-// in `out`, which transformers' AutoModelForCausalLM.from_pretrained loads.
+// in `out`, which transformers' AutoModelForCausalLM.from_pretrained loads; a LoRA
+// fine-tune's adapters merged into the weights they adapt (W + alpha / rank · B A).
 void export_hugging_face(const std::string& checkpoint, const std::string& tag,
                          const std::string& out);
+
+// `pipetrain export --format peft`: a LoRA fine-tune's adapters alone, as
+// adapter_config.json and adapter_model.safetensors in `out`, which peft's
+// PeftModel.from_pretrained loads onto the transformers model the base exports to.
+void export_peft(const std::string& checkpoint, const std::string& tag, const std::string& out);
 
 }  // namespace pipetrain::trainer
