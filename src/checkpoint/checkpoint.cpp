@@ -19,7 +19,7 @@
 #include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/io/read_file.h"
-#include "pipetrain/module/lora.h"
+#include "pipetrain/module/lora_config.h"
 #include "pipetrain/module/rng_state.h"
 #include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"

@@ -256,7 +256,7 @@ int run_plan(const PlanOptions& o) {
     limits.checkpointing = config::read_choice("--checkpointing", o.checkpointing,
                                                config::Names<bool>{{"on", true}, {"off", false}},
                                                config::Quoting::kQuoted);
-  const planner::Workload workload(job.model, job.engine);
+  const planner::Workload workload(job.model, job.engine, job.lora);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
   int fitting = 0;
   for (const auto& c : all) fitting += c.rejected.empty();

@@ -1,6 +1,7 @@
 #include "pipetrain/module/pipeline_module.h"
 
 #include "pipetrain/module/layer_seed.h"
+#include "pipetrain/module/lora.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

@@ -298,6 +298,37 @@ double LayerCost::workspace_bytes(int t, int element_bytes, double batch, int co
          (dense_gradient ? parameters_per_rank(t) * element_bytes : 0.0);
 }
 
+void add_adapters(std::vector<LayerCost>& layers, const models::ModelConfig& config,
+                  const module::LoraConfig& lora) {
+  if (!lora.enabled()) return;
+  const bool decoder = config.type != models::Family::kGpt && config.type != models::Family::kMlp &&
+                       config.type != models::Family::kRegistered;
+  int64_t block = 0;
+  for (LayerCost& layer : layers) {
+    layer.frozen = true;
+    const bool dense = layer.type == "LlamaBlock";
+    if (!decoder || (!dense && layer.type != "MixtralBlock")) continue;
+    if (!lora.adapts_block(block++)) continue;
+    const models::LlamaConfig c = models::decoder_config(config);
+    const int64_t d = c.d_model, q = c.heads * c.head_width(),
+                  kv = c.num_key_value_heads * c.head_width(), ffn = c.intermediate_size;
+    // Each adapted linear's A [rank, in] and B [out, rank]; a mixture's experts are not.
+    struct Linear {
+      const char* name;
+      int64_t in_and_out;
+      bool mlp;
+    };
+    for (const Linear& linear :
+         {Linear{"q_proj", d + q, false}, Linear{"k_proj", d + kv, false},
+          Linear{"v_proj", d + kv, false}, Linear{"o_proj", q + d, false},
+          Linear{"gate_proj", d + ffn, true}, Linear{"up_proj", d + ffn, true},
+          Linear{"down_proj", ffn + d, true}}) {
+      if (lora.targets(linear.name) && (dense || !linear.mlp))
+        layer.adapter_parameters += lora.rank * linear.in_and_out;
+    }
+  }
+}
+
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
   switch (config.type) {
     case models::Family::kGpt:

@@ -58,6 +58,10 @@ struct StageWork {
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
   double largest_tensor = 0;         // elements of its largest parameter tensor, one rank's
   double largest_layer = 0;  // elements of its largest layer's sharded parameters, one rank's
+  // Of `parameters`, those trained (all but under LoRA: the adapters), and of those the
+  // routed experts'.
+  double trained = 0;
+  double trained_experts = 0;
 };
 
 class StageCosting {
@@ -122,12 +126,15 @@ class StageCosting {
       }
       stage.loss_per_sample += share * layer.loss_bytes(l_.parallel.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
-        const double parameters = layer.parameters_per_rank(l_.parallel.tensor, l_.parallel.expert);
-        const double experts = static_cast<double>(layer.expert_parameters) / l_.parallel.expert;
-        stage.parameters += parameters;
-        stage.expert_parameters += experts;
-        // What ZeRO shards: experts split over ranks stay whole.
-        const double sharded = parameters - (l_.parallel.expert > 1 ? experts : 0.0);
+        const int t = l_.parallel.tensor, e = l_.parallel.expert;
+        stage.parameters += layer.parameters_per_rank(t, e);
+        stage.expert_parameters += static_cast<double>(layer.expert_parameters) / e;
+        const double trained = layer.trained_per_rank(t, e);
+        const double experts = layer.trained_experts_per_rank(e);
+        stage.trained += trained;
+        stage.trained_experts += experts;
+        // What ZeRO shards (the trained parameters): experts split over ranks stay whole.
+        const double sharded = trained - (e > 1 ? experts : 0.0);
         stage.largest_layer = std::max(stage.largest_layer, sharded);
         // ZeRO 3: the layer gathered before its forward and again before its backward
         // (kept after forward: once per step).
@@ -138,8 +145,10 @@ class StageCosting {
         chunk_parameters += sharded;
         if (sharded > 0) ++layers_with_parameters;
       }
-      stage.largest_tensor = std::max(
-          stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
+      if (!layer.frozen) {  // an adapter is far smaller than the tensors it adapts
+        stage.largest_tensor = std::max(
+            stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
+      }
     }
     if (l_.checkpointing) input += forward;  // the forward again, before its backward
     // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends, a bucket
@@ -232,18 +241,20 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
   const bool mixed = w.half_precision();
   const double shard =
       l.zero > 0 ? 1.0 / (l.parallel.data * l.parallel.context) : 1.0;  // over the replicas
-  const double p = stage.parameters;
+  // The trained parameters: all of them, or under LoRA the adapters (the rest frozen: no
+  // gradient, master, optimizer state or ZeRO shard).
+  const double p = stage.trained, frozen = stage.parameters - stage.trained;
   // ZeRO shards what every replica holds over the replicas, and the experts split over
   // ranks over the ranks holding the same experts (ZeRO 1 for them: weights and gradients
   // whole).
-  const double experts = l.parallel.expert > 1 ? stage.expert_parameters : 0.0;
+  const double experts = l.parallel.expert > 1 ? stage.trained_experts : 0.0;
   const double dense = p - experts;
   const double expert_shard =
       l.zero > 0 ? static_cast<double>(l.parallel.expert) / (l.parallel.data * l.parallel.context)
                  : 1.0;
   const double held = dense * shard + experts * expert_shard;  // masters and optimizer state
   StageMemory m;
-  m.weights = p * w.element_bytes();
+  m.weights = (frozen + p) * w.element_bytes();
   m.gradients = p * w.element_bytes();
   if (l.zero >= 3) {
     // The rank's pieces, and the layers gathered at once: prefetch + 1, or all of them
@@ -253,7 +264,7 @@ StageMemory stage_memory(const Workload& w, const Layout& l, const StageWork& st
             ? std::min(dense,
                        static_cast<double>(w.training.zero.prefetch + 1) * stage.largest_layer)
             : dense;
-    m.weights = (held + gathered) * w.element_bytes();
+    m.weights = (frozen + held + gathered) * w.element_bytes();
   }
   if (l.zero >= 2) {
     // No full gradient outlives its backward pass, which frees that micro-batch's
@@ -425,8 +436,8 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     // Expert parallelism: the experts' gradients all-reduced over the d / e ranks holding
     // them; under ZeRO reduce-scattered over them, the updated pieces gathered (ZeRO 1).
     // The rest as without experts.
-    const double whole = l.parallel.expert > 1 ? stage.expert_parameters : 0.0;
-    const double dense = stage.parameters - whole;
+    const double whole = l.parallel.expert > 1 ? stage.trained_experts : 0.0;
+    const double dense = stage.trained - whole;
     const int holders = replicas / l.parallel.expert;
     const Link& holders_link = c.link(holders, l.parallel.tensor * l.parallel.expert);
     const double experts =
@@ -450,7 +461,7 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
     }
   }
   const LayerCost& embedding = w.layers.front();
-  if (!embedding.tie_key.empty() && l.parallel.pipe > 1) {
+  if (!embedding.tie_key.empty() && l.parallel.pipe > 1 && !embedding.frozen) {
     const Link& tied = c.link(l.parallel.pipe, static_cast<int>(l.ranks_per_stage()));
     p.tied_seconds = tied.all_reduce(
         embedding.split_parameters / static_cast<double>(l.parallel.tensor) * wire, 2);
@@ -459,8 +470,14 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
 
 }  // namespace
 
-Workload::Workload(models::ModelConfig model_, engine::TrainingConfig training_)
-    : model(std::move(model_)), training(std::move(training_)), layers(layer_costs(model)) {}
+Workload::Workload(models::ModelConfig model_, engine::TrainingConfig training_,
+                   module::LoraConfig lora_)
+    : model(std::move(model_)),
+      training(std::move(training_)),
+      lora(std::move(lora_)),
+      layers(layer_costs(model)) {
+  add_adapters(layers, model, lora);
+}
 
 const module::Partition& Workload::partition(int virtual_stages) const {
   const std::lock_guard lock(partitions_mutex_);

@@ -14,7 +14,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/module/lora.h"
+#include "pipetrain/module/lora_config.h"
 
 namespace pipetrain::testing {
 

@@ -8,7 +8,7 @@
 
 #include "pipetrain/module/layer.h"
 #include "pipetrain/module/layer_hooks.h"
-#include "pipetrain/module/lora.h"
+#include "pipetrain/module/lora_config.h"
 #include "pipetrain/module/partition.h"
 #include "pipetrain/module/recompute.h"
 #include "pipetrain/schedule/schedule.h"

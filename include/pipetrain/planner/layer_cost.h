@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/module/lora_config.h"
 #include "pipetrain/module/recompute.h"
 
 namespace pipetrain::planner {
@@ -81,6 +82,18 @@ struct LayerCost {
   int64_t expert_parameters = 0;
   double dispatched = 0;
 
+  // Under LoRA every parameter is frozen and only the adapters train: gradients, masters,
+  // optimizer state and their reductions are the adapters' alone.
+  bool frozen = false;
+  int64_t adapter_parameters = 0;
+  // The parameters one rank trains, of which routed experts' (see parameters_per_rank).
+  double trained_per_rank(int t, int e = 1) const {
+    return frozen ? static_cast<double>(adapter_parameters) / t : parameters_per_rank(t, e);
+  }
+  double trained_experts_per_rank(int e) const {
+    return frozen ? 0.0 : static_cast<double>(expert_parameters) / e;
+  }
+
   // Selective recompute, per module::RecomputeKind (by its value): the elements per sample
   // recomputing that part frees (`split`: split over t, in the compute type; `fp32`:
   // replicated, float32), and the forward FLOPs backward repeats for it. The MLP's
@@ -126,5 +139,10 @@ struct LayerCost {
 // The layers of a built-in model, in the order make_builtin_model builds them. Throws
 // InputError for a model the planner cannot cost (the MLP).
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config);
+
+// Under `lora` (enabled): every layer of `layers` (the costs of `config`) frozen, the
+// adapters of the linears it targets in the blocks it chooses counted.
+void add_adapters(std::vector<LayerCost>& layers, const models::ModelConfig& config,
+                  const module::LoraConfig& lora);
 
 }  // namespace pipetrain::planner

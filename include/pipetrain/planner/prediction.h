@@ -20,9 +20,11 @@ namespace pipetrain::planner {
 struct Workload {
   models::ModelConfig model;
   engine::TrainingConfig training;
+  module::LoraConfig lora;  // under LoRA only the adapters train
   std::vector<LayerCost> layers;
 
-  Workload(models::ModelConfig model, engine::TrainingConfig training);
+  Workload(models::ModelConfig model, engine::TrainingConfig training,
+           module::LoraConfig lora = {});
   bool half_precision() const;
   int element_bytes() const;  // of weights, gradients and activations
   // The layers split into `virtual_stages` as the engine would split them; worked out once

@@ -10,7 +10,7 @@
 #include "pipetrain/config/key_table.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/model_config.h"
-#include "pipetrain/module/lora.h"
+#include "pipetrain/module/lora_config.h"
 #include "pipetrain/topology/parallel_layout.h"
 #include "pipetrain/trainer/trainer_config.h"
 

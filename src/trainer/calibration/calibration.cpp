@@ -232,7 +232,7 @@ void measure_engine_overheads(planner::Cluster& c) {
         {"sample", {{"tokens", 0}}}};
     Job job = build_job(config);
     const double measured = step_seconds(job, 9);
-    const planner::Workload workload(job.config.model, job.config.engine);
+    const planner::Workload workload(job.config.model, job.config.engine, job.config.lora);
     const planner::Layout layout{
         .parallel = {.pipe = ranks}, .micro_batch = 1, .micro_batches = micro_batches};
     planner::Cluster bare = c;

@@ -314,7 +314,7 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
 
   std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
   const module::LoraConfig lora = lora_of(config);
-  if (lora.enabled()) merge_adapters(tensors, lora.options().scale());
+  if (lora.enabled()) merge_adapters(tensors, module::lora_options(lora).scale());
   comm::NamedTensors hf;
   for (const auto& t : names) {
     const auto found = tensors.find(t.name);
