@@ -105,10 +105,13 @@ class StageCosting {
                2 * streaming + c_.layer_overhead + layer.backward_all_reduces * all_reduce +
                (l_.parallel.context - 1) * (1 + 4.0 / bytes_) * ring +
                (l_.parallel.context > 1 ? 4.0 / bytes_ * ring : 0.0) + exchange;
-      weight += b *
-                LayerCost::flops_per_rank(layer.backward_weight_flops,
-                                          layer.replicated_backward_weight_flops, t) /
-                flops;
+      // A frozen layer (LoRA) computes no weight gradient (its adapters' are negligible).
+      if (!layer.frozen) {
+        weight += b *
+                  LayerCost::flops_per_rank(layer.backward_weight_flops,
+                                            layer.replicated_backward_weight_flops, t) /
+                  flops;
+      }
       // Selective recompute: its parts' activations freed, their forward again in backward.
       input += b * layer.recompute_flops(recompute) / t / flops;
       saved += share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) -
@@ -127,10 +130,11 @@ class StageCosting {
       stage.loss_per_sample += share * layer.loss_bytes(l_.parallel.tensor);
       if (layer.tie_key.empty() || ties.insert(layer.tie_key).second) {
         const int t = l_.parallel.tensor, e = l_.parallel.expert;
-        stage.parameters += layer.parameters_per_rank(t, e);
-        stage.expert_parameters += static_cast<double>(layer.expert_parameters) / e;
         const double trained = layer.trained_per_rank(t, e);
         const double experts = layer.trained_experts_per_rank(e);
+        // Under LoRA the adapters come beside the layer's own parameters.
+        stage.parameters += layer.parameters_per_rank(t, e) + (layer.frozen ? trained : 0.0);
+        stage.expert_parameters += static_cast<double>(layer.expert_parameters) / e;
         stage.trained += trained;
         stage.trained_experts += experts;
         // What ZeRO shards (the trained parameters): experts split over ranks stay whole.

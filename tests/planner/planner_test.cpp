@@ -503,6 +503,37 @@ TEST(Planner, ChoosesSelectiveRecomputePerStage) {
   EXPECT_LT(best.prediction.step_seconds, whole->prediction.step_seconds);
 }
 
+// Under LoRA only the adapters train: the optimizer state, gradients and their reduction
+// are the adapters', the weights the whole model's.
+TEST(Prediction, LoraTrainsOnlyTheAdapters) {
+  models::ModelConfig model;
+  model.type = models::Family::kLlama;
+  model.llama = {.vocab_size = 256,
+                 .context = 64,
+                 .d_model = 256,
+                 .heads = 4,
+                 .num_key_value_heads = 2,
+                 .intermediate_size = 704,
+                 .layers = 4};
+  engine::TrainingConfig training;
+  training.optimizer = {"AdamW", {{"lr", 1e-4}}};
+  const Layout l{.parallel = {.pipe = 2, .data = 2}, .micro_batch = 1, .micro_batches = 4};
+  const Prediction whole = predict(Workload(model, training), ideal(4), l);
+  module::LoraConfig lora{.rank = 8, .target_modules = {"q_proj", "down_proj"}, .layers = {0, 3}};
+  const Prediction adapted = predict(Workload(model, training, lora), ideal(4), l);
+  // Blocks 0 and 3, one per stage: q_proj's A [8, 256] and B [256, 8], down_proj's A
+  // [8, 704] and B [256, 8]; Adam keeps two fp32 moments of each.
+  const double adapters = 8 * (256 + 256) + 8 * (704 + 256);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_DOUBLE_EQ(adapted.stages[s].optimizer, 2 * 4 * adapters) << "stage " << s;
+    EXPECT_DOUBLE_EQ(adapted.stages[s].gradients, 4 * adapters) << "stage " << s;
+    EXPECT_DOUBLE_EQ(adapted.stages[s].weights, whole.stages[s].weights + 4 * adapters);
+    EXPECT_LT(adapted.stages[s].total(), whole.stages[s].total());
+  }
+  EXPECT_LT(adapted.data_parallel_seconds, whole.data_parallel_seconds);
+  EXPECT_LT(adapted.pipeline_seconds, whole.pipeline_seconds);  // no frozen weight gradients
+}
+
 TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   Cluster c = ideal(4);
   c.nodes = 2;
