@@ -36,12 +36,8 @@ cat >base.json <<JSON
   "load": "imported", "save": "NAME"
 }
 JSON
-train() {  # NAME RANKS SED
-  sed "s/NAME/$1/g; $3" base.json >"$1.json"
-  "$pipetrain" launch -n "$2" -- "$pipetrain" train --config "$1.json" >"$1.out" 2>&1
-  local rc=$?
-  check "train $1: exits 0 ($(tail -1 "$1.out"))" test "$rc" -eq 0
-}
+# shellcheck source=tests/hugging_face/fine_tune.sh
+source "$here/fine_tune.sh"
 train one 1 's/^//'
 check "the job line says what trains ($(grep '^lora:' one.out))" \
   grep -qE '^lora: rank 4, alpha 8 on q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: 28 linears; [0-9.]+ M of [0-9.]+ M parameters trained' one.out

@@ -78,12 +78,8 @@ cat >base.json <<JSON
   "load": "imported", "save": "NAME"
 }
 JSON
-train() {  # NAME RANKS SED
-  sed "s/NAME/$1/g; $3" base.json >"$1.json"
-  "$pipetrain" launch -n "$2" -- "$pipetrain" train --config "$1.json" >"$1.out" 2>&1
-  local rc=$?
-  check "train $1: exits 0 ($(tail -1 "$1.out"))" test "$rc" -eq 0
-}
+# shellcheck source=tests/hugging_face/fine_tune.sh
+source "$here/fine_tune.sh"
 train one 1 's/^//'
 check "train: the job line says the loss counts tokens of examples ($(grep '^data:' one.out))" \
   grep -qE '^data: 48 examples with loss masks, 38 rows for training and 10 for validation \(one example each\); .*the loss counts [0-9.]+% of [0-9]+ tokens, per token over each global batch' one.out
@@ -97,26 +93,7 @@ train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"pipeline\"
 train context-data 4 "$half; s/\"train_iters\"/\"context_parallel\": 2, \"pipeline\": {\"recompute\": [\"attention\", \"mlp\", \"norms\"]}, \"train_iters\"/"
 for layout in pipe-data model-data context-data; do
   check "$layout equals one process: losses, gradient norms, validation losses, weights" \
-    "$python" - one "$layout" <<'PY'
-import glob, json, os, sys
-import safetensors.torch as st
-one, other = sys.argv[1:]
-rows = lambda name: [json.loads(line) for line in open(f"{name}.jsonl")]
-a, b = rows(one), rows(other)
-assert len(a) == len(b) == 4, (len(a), len(b))
-for x, y in zip(a, b):
-    for key in ("loss", "grad_norm", "val_loss"):
-        if key in x or key in y:
-            assert abs(x[key] - y[key]) <= 1e-5 * abs(x[key]), (other, x["step"], key, x[key], y[key])
-files = sorted(os.path.basename(f) for f in glob.glob(f"{one}/step_4/layer_*.safetensors"))
-assert files and files == sorted(os.path.basename(f) for f in glob.glob(f"{other}/step_4/layer_*.safetensors"))
-for f in files:
-    p, q = st.load_file(f"{one}/step_4/{f}"), st.load_file(f"{other}/step_4/{f}")
-    assert p.keys() == q.keys(), f
-    for k in p:
-        gap = (p[k] - q[k]).abs().max().item() / max(p[k].abs().max().item(), 1e-12)
-        assert gap <= 1e-5, (other, f, k, gap)
-PY
+    "$python" "$here/same_run.py" one "$layout" 4
 done
 check "the masked data trains: the validation loss falls" \
   awk '/^validation loss: /{ exit !($5 < $3) }' one.out
