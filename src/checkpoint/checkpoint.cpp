@@ -77,6 +77,17 @@ bool holds_adapters(const comm::NamedTensors& tensors) {
                      [](const auto& named) { return module::is_adapter(named.first); });
 }
 
+// Whether any layer of a checkpoint holds LoRA adapters (as its manifest describes them).
+bool manifest_holds_adapters(const nlohmann::json& manifest) {
+  for (const auto& layer : manifest.at("layers")) {
+    if (!layer.contains("tensors")) continue;
+    for (const auto& [name, tensor] : layer["tensors"].items()) {
+      if (module::is_adapter(name)) return true;
+    }
+  }
+  return false;
+}
+
 // Tensor and expert parallelism: checkpoints hold whole tensors, so they load at any
 // model- and expert-parallel size. A sharded parameter, and optimizer state shaped like it,
 // is joined from its group's shards on saving (collective over the group) and cut to this
@@ -454,8 +465,11 @@ void note_regrouping(const nlohmann::json& layer, const std::string& name,
         (decayed_then ? " was decayed, is exempt now" : " was exempt, is decayed now");
 }
 
+// `current`: the engine's masters now (whole_optimizer_state), where fresh LoRA adapters
+// take their values from (under ZeRO-3 the parameters hold none between steps).
 PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
-                         const nlohmann::json& manifest) {
+                         const nlohmann::json& manifest,
+                         const std::vector<optim::ParameterState>& current) {
   const module::PipelineModule& module = engine.module();
   const auto& layers = manifest.at("layers");
   if (static_cast<int>(layers.size()) != module.num_layers()) {
@@ -474,6 +488,10 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
   PendingLoad pending;
   pending.masters.resize(module.parameters().size());
   const ShardedState sharded(engine);
+  // A base model under LoRA: adapters start as built, with fresh optimizer state. Only
+  // where the checkpoint holds no adapter at all: one whose adapters are elsewhere was
+  // saved with another lora section.
+  const bool base = module.options().lora.enabled() && !manifest_holds_adapters(manifest);
   for (const auto& [index, parameters] : parameters_by_layer(engine)) {
     const auto& layer = layers[index];
     const std::string file = layer.value("file", "");
@@ -494,14 +512,19 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
     for (const auto& [name, parameter, position, frozen] : parameters) {
       const std::string full_name = std::to_string(index) + "." + name;
       const at::Tensor value = tensor_named(saved, name);
-      if (!value.defined() && module::is_adapter(name) && !holds_adapters(saved)) {
-        // A base model under LoRA: its adapters start as built, with fresh optimizer state.
+      if (!value.defined() && module::is_adapter(name) && base) {
         pending.fresh_adapters = true;
-        pending.masters[position].master = parameter.detach().to(at::kFloat).clone();
+        pending.masters[position].master =
+            current.at(position).master.to(at::kCPU, at::kFloat, false, true);
         continue;
       }
-      if (!value.defined())
-        throw io::InputError((folder / file).string() + ": no tensor '" + name + "'");
+      if (!value.defined()) {
+        throw io::InputError((folder / file).string() + ": no tensor '" + name + "'" +
+                             (module::is_adapter(name)
+                                  ? " (its adapters are on other linears: set the lora section "
+                                    "as when saved)"
+                                  : ""));
+      }
       const auto expected = sharded.whole_shape(full_name, parameter.sizes());
       if (value.sizes() != at::IntArrayRef(expected) || value.scalar_type() != at::kFloat) {
         throw io::InputError((folder / file).string() + ": tensor '" + name + "' is " +
@@ -796,10 +819,14 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   nlohmann::json manifest;
   PendingLoad pending;
   fs::path folder;
+  // Collective: what fresh adapters start from, when the checkpoint has none.
+  const std::vector<optim::ParameterState> current = engine.module().options().lora.enabled()
+                                                         ? engine.whole_optimizer_state()
+                                                         : std::vector<optim::ParameterState>{};
   try {
     folder = directory / resolve_tag(directory, tag);
     manifest = read_manifest(folder);
-    pending = prepare_load(engine, folder, manifest);
+    pending = prepare_load(engine, folder, manifest, current);
   } catch (const std::exception& e) {
     problem = io::error_message(e);
   }

@@ -81,8 +81,16 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t 
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = column_parallel_linear(x, weight, bias, group);
-  if (lora) y = y + column_lora(x, lora_A, lora_B, *lora, is_training(), group);
+  at::Tensor y;
+  if (!lora) {
+    y = column_parallel_linear(x, weight, bias, group);
+  } else {
+    // The input gathered once for the frozen weight and the adapter: one reduction of their
+    // summed input gradient (the frozen weight needs no gathered input of its own).
+    const at::Tensor whole = enter_parallel_region(x, group);
+    y = autograd::linear(whole, weight, bias) +
+        column_lora(whole, lora_A, lora_B, *lora, is_training(), group);
+  }
   return gather_output ? gather_from_group(y, group) : y;
 }
 

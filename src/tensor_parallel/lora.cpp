@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <vector>
 
 #include "pipetrain/autograd/linear.h"
 #include "pipetrain/tensor_parallel/collectives.h"
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::tensor_parallel {
 
@@ -15,21 +15,31 @@ at::Tensor initial_lora_a(int64_t rank, int64_t in_features) {
   return at::empty({rank, in_features}).uniform_(-bound, bound);
 }
 
-at::Tensor column_lora(const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+at::Tensor column_lora(const at::Tensor& whole, const at::Tensor& a, const at::Tensor& b,
                        const LoraOptions& options, bool training, const Group& group) {
-  // Every rank computes the whole A x (its input gradient summed over the group as the
-  // layer's own); each adds its output features' share to A's gradient, summed over the group.
-  const at::Tensor dropped = sequence_dropout(x, options.dropout, training, group, {});
-  const at::Tensor down = column_parallel_linear(dropped, copy_to_group(a, group), {}, group);
+  // Every rank computes the whole A x; each adds its output features' share to A's
+  // gradient, summed over the group. The input is replicated (the same mask everywhere).
+  const at::Tensor dropped =
+      training && options.dropout > 0 ? at::dropout(whole, options.dropout, true) : whole;
+  const at::Tensor down = autograd::linear(dropped, copy_to_group(a, group));
   return autograd::linear(down * options.scale(), b);
 }
 
 at::Tensor row_lora(const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                     const LoraOptions& options, bool training, const Group& group) {
+  at::Tensor dropped = x;
+  if (training && options.dropout > 0 && group.parallel()) {
+    // The mask of the whole input features, as one process draws it; this rank's columns.
+    std::vector<int64_t> whole = x.sizes().vec();
+    whole.back() *= group.size();
+    at::Tensor mask = at::empty(whole, x.options()).bernoulli_(1 - options.dropout);
+    mask.div_(1 - options.dropout);
+    dropped = x * mask.narrow(-1, group.rank() * x.size(-1), x.size(-1));
+  } else if (training && options.dropout > 0) {
+    dropped = at::dropout(x, options.dropout, true);
+  }
   // A's input features are this rank's: A x is a share of the whole, and B (A x) too, since
   // B is linear; B's gradient takes every rank's share.
-  const at::Tensor dropped =
-      training && options.dropout > 0 ? at::dropout(x, options.dropout, training) : x;
   const at::Tensor down = autograd::linear(dropped, a);
   return autograd::linear(down * options.scale(), copy_to_group(b, group));
 }

@@ -68,13 +68,18 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
           .lora = job.config.lora});
 }
 
-// lora.layers names decoder blocks of the model: refused before anything is built when one
-// is not.
-void check_lora_layers(const Job& job) {
+// lora.layers names decoder blocks of the model, and dropout cannot split over context
+// parallelism: refused before anything is built.
+void check_lora(const Job& job) {
   const module::LoraConfig& lora = job.config.lora;
   if (!lora.enabled()) return;
   int64_t blocks = 0;
   for (const auto& spec : job.model.layers) blocks += spec.block >= 0 ? 1 : 0;
+  if (lora.dropout > 0 && job.config.trainer.context_parallel > 1) {
+    throw io::InputError(
+        "lora.dropout: under context_parallel each rank's slice of a sequence would draw the "
+        "same mask; set it to 0");
+  }
   for (const int64_t layer : lora.layers) {
     if (layer >= blocks)
       throw io::InputError("lora.layers: " + std::to_string(layer) + " is not a block of this " +
@@ -335,7 +340,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
     const io::Activity reading("reading the training data");
     build_data(job);
   }
-  check_lora_layers(job);
+  check_lora(job);
   {
     const io::Activity building("building the model's layers");
     job.module = build_module(job);

@@ -42,9 +42,13 @@ std::string resolve_resume(nlohmann::json& config) {
                          config["overwrite"].get<bool>();
   const std::string tag = latest_in(save);
   if (!load.empty() && !same_folder(load, save)) {
-    // A fine-tune starts from `load` (its base); once its own folder holds a checkpoint, the
-    // same command goes on from there.
+    // A fine-tune starts from `load` (its base); once its own folder holds a checkpoint of
+    // a run that started there, the same command goes on from it. Another run's
+    // checkpoints are left to the trainer's refusal.
     if (tag.empty() || overwrite) return "";
+    const nlohmann::json saved = checkpoint::read_client_state(save, tag);
+    const std::string origin = saved.is_object() ? saved.value("started_from", "") : "";
+    if (origin.empty() || !same_folder(origin, load)) return "";
     config["load"] = save;
     return "resuming from the newest checkpoint in " + save + " (" + tag + "), not " + load +
            " (where the run started)";
@@ -88,6 +92,13 @@ std::string keep_global_batch(nlohmann::json& config, int world_size) {
   return "global batch " + std::to_string(batch) +
          " kept from the checkpoint at data-parallel size " + std::to_string(data) +
          " (it was trained at " + std::to_string(saved_data) + "): the accumulation steps follow";
+}
+
+std::string started_from(const std::string& load, const std::string& save) {
+  if (load.empty()) return "";
+  if (save.empty() || !same_folder(load, save)) return load;
+  const nlohmann::json saved = checkpoint::read_client_state(load);
+  return saved.is_object() ? saved.value("started_from", "") : "";
 }
 
 }  // namespace pipetrain::trainer

@@ -390,7 +390,8 @@ int train(const nlohmann::json& config_file) {
   const double first_validation = validation_loss(job);
   log.message("validation loss before training: " + std::to_string(first_validation));
   double last_validation = first_validation;
-  const nlohmann::json client_state = {{"config", job.effective}};
+  const nlohmann::json client_state = {{"config", job.effective},
+                                       {"started_from", started_from(t.load, t.save)}};
   std::optional<checkpoint::BackgroundSave> background;
   if (t.async_save && !t.save.empty()) background.emplace(engine, t.save);
   // A background save in flight published: said once it is.

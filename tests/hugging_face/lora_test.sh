@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # LoRA fine-tuning of an imported transformers LLaMA on chat data: adapters on every
-# projection, the rest frozen; pipe 2 x data 2 with ZeRO 2 and model 2 x data 2 equal one
-# process (losses, gradient norms, validation losses, adapters, 1e-5); the base bitwise
+# projection, the rest frozen; pipe 2 x data 2 with ZeRO 2, model 2 x data 2 and data 2 with
+# ZeRO 3 equal one process (losses, gradient norms, validation losses, adapters, 1e-5); the base bitwise
 # unchanged; optimizer state only for the adapters; the job run again resumes exactly; the peft export loaded by peft and the merged export by transformers give
 # pipetrain's logits (1e-5).
 # Usage: lora_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, peft, safetensors)
@@ -45,7 +45,9 @@ check "the adapters start fresh on the imported base" grep -q "^lora: imported/s
 half='s/"gradient_accumulation_steps": 4/"gradient_accumulation_steps": 2/'
 train pipe-data 4 "$half; s/\"train_iters\"/\"pipeline\": {\"stages\": 2}, \"zero_optimization\": {\"stage\": 2}, \"train_iters\"/"
 train model-data 4 "$half; s/\"train_iters\"/\"model_parallel\": 2, \"train_iters\"/"
-for layout in pipe-data model-data; do
+# ZeRO 3: the adapters start from their masters (the parameters hold nothing between steps).
+train zero3 2 "$half; s/\"train_iters\"/\"zero_optimization\": {\"stage\": 3}, \"train_iters\"/"
+for layout in pipe-data model-data zero3; do
   check "$layout equals one process: losses, gradient norms, validation losses, every tensor" \
     "$python" "$here/same_run.py" one "$layout" 4
 done
@@ -86,6 +88,11 @@ check "the first run stops after saving step 2 ($(tail -1 resumed-1.out))" \
 check "the same command resumes from its own checkpoint ($(grep -m1 '^resuming' resumed-2.out))" \
   grep -q "^resuming from the newest checkpoint in resumed (step_2), not imported" resumed-2.out
 check "and ends as the unbroken run" "$python" "$here/same_run.py" one resumed 4
+sed 's/NAME/resumed/g; s/"load": "imported"/"load": "one"/' base.json >elsewhere.json
+"$pipetrain" launch -n 1 -- "$pipetrain" train --config elsewhere.json >elsewhere.out 2>&1
+rc=$?
+check "a job from another base is refused in a folder that run started elsewhere (exit $rc: $(tail -1 elsewhere.out))" \
+  test "$rc" -eq 2 -a -n "$(grep "save resumed holds another run's checkpoints" elsewhere.out)"
 
 # Out to peft and transformers.
 "$pipetrain" export --format peft --checkpoint one --out adapter >export-peft.out 2>&1

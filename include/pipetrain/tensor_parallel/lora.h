@@ -16,7 +16,8 @@ namespace pipetrain::tensor_parallel {
 struct LoraOptions {
   int64_t rank = 8;
   double alpha = 16;
-  double dropout = 0;  // on the adapter's input only, as peft's lora_dropout
+  double dropout = 0;  // on the adapter's input only, as peft's lora_dropout (not under
+                       // context parallelism: its slices would share one mask)
   double scale() const { return alpha / static_cast<double>(rank); }
 };
 
@@ -24,13 +25,14 @@ struct LoraOptions {
 // default generator; B starts at zero, so an adapted layer starts as the base.
 at::Tensor initial_lora_a(int64_t rank, int64_t in_features);
 
-// A column-parallel layer's update, [..., out / size], from its input x as the layer takes
-// it (replicated, or this rank's slice of the sequence under sequence parallelism).
-at::Tensor column_lora(const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+// A column-parallel layer's update, [..., out / size], from its whole input as the layer
+// gathers it once for both (enter_parallel_region: its gradient summed with the base's).
+at::Tensor column_lora(const at::Tensor& whole, const at::Tensor& a, const at::Tensor& b,
                        const LoraOptions& options, bool training, const Group& group);
 
 // A row-parallel layer's share of the update, [..., out], from this rank's slice of the
 // input features: the layer sums the shares over the group with its own partial products.
+// Dropout draws the whole input's mask and keeps this rank's columns.
 at::Tensor row_lora(const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                     const LoraOptions& options, bool training, const Group& group);
 

@@ -354,12 +354,14 @@ void export_peft(const std::string& checkpoint, const std::string& tag, const st
 
   const std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
   comm::NamedTensors adapters;
+  std::vector<std::string> modules;  // the adapted modules' paths in the transformers model
   for (const auto& t : models::hf_tensors(model)) {
     const std::string stem = t.name.substr(0, t.name.rfind('.') + 1);  // "layers.3.q_proj."
     const auto a = tensors.find(stem + "lora_A");
     if (a == tensors.end() || t.expert >= 0) continue;
     // peft's names: the transformers module's path under base_model.model.
     const std::string module = t.hf_name.substr(0, t.hf_name.rfind('.'));
+    modules.push_back(module);
     adapters.emplace_back("base_model.model." + module + ".lora_A.weight", a->second);
     adapters.emplace_back("base_model.model." + module + ".lora_B.weight",
                           tensors.at(stem + "lora_B"));
@@ -369,6 +371,9 @@ void export_peft(const std::string& checkpoint, const std::string& tag, const st
   io::AtomicFileWriter weights(fs::path(out) / "adapter_model.safetensors");
   checkpoint::write_safetensors(weights, adapters, {{"format", "pt"}});
   weights.commit();
+  // A mixture of experts' experts have linears of the same names, which pipetrain does not
+  // adapt: peft is given the adapted modules' whole paths there, names elsewhere.
+  const bool exact = models::routes_experts(model);
   const nlohmann::json adapter_config = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
@@ -376,9 +381,9 @@ void export_peft(const std::string& checkpoint, const std::string& tag, const st
       {"r", lora.rank},
       {"lora_alpha", lora.alpha},
       {"lora_dropout", lora.dropout},
-      {"target_modules", lora.target_modules},
+      {"target_modules", exact ? nlohmann::json(modules) : nlohmann::json(lora.target_modules)},
       {"layers_to_transform",
-       lora.layers.empty() ? nlohmann::json(nullptr) : nlohmann::json(lora.layers)},
+       lora.layers.empty() || exact ? nlohmann::json(nullptr) : nlohmann::json(lora.layers)},
       {"bias", "none"},
       {"fan_in_fan_out", false},
       {"use_rslora", false},
