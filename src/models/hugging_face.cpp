@@ -73,6 +73,7 @@ constexpr Architecture kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3", Family::kQwen3},
     {"MistralForCausalLM", "mistral", Family::kMistral},
     {"Qwen3MoeForCausalLM", "qwen3_moe", Family::kQwen3Moe},
+    {"Gemma3ForCausalLM", "gemma3_text", Family::kGemma3},
 };
 
 std::string architecture_list() {
@@ -139,6 +140,8 @@ GptConfig gpt2_from_hf(const HfFields& f) {
 
 // transformers 4 writes rope_theta and rope_scaling {type or rope_type, factor, ...}, 5
 // writes rope_parameters {rope_type, rope_theta, factor, ...}.
+void read_rope_section(const HfFields& rope, LlamaConfig& l);
+
 void read_rope(const HfFields& f, LlamaConfig& l) {
   l.rope_theta = f.number("rope_theta", 10000.0);
   if (f.present("partial_rotary_factor") && f.number("partial_rotary_factor", 1.0) != 1.0)
@@ -147,7 +150,35 @@ void read_rope(const HfFields& f, LlamaConfig& l) {
                         : f.present("rope_scaling")  ? "rope_scaling"
                                                      : nullptr;
   if (!section) return;
-  const HfFields rope(f.get(section), f.source() + ": " + section);
+  read_rope_section(HfFields(f.get(section), f.source() + ": " + section), l);
+}
+
+// Gemma 3's rotations: rope_parameters per layer type (transformers 5), or rope_theta,
+// rope_scaling and rope_local_base_freq (4). The sliding blocks' is a plain one.
+void read_gemma_rope(const HfFields& f, LlamaConfig& l) {
+  l.rope_theta = f.number("rope_theta", 1000000.0);
+  l.rope_local_base_freq = f.number("rope_local_base_freq", 10000.0);
+  if (!f.present("rope_parameters")) {
+    if (f.present("rope_scaling"))
+      read_rope_section(HfFields(f.get("rope_scaling"), f.source() + ": rope_scaling"), l);
+    return;
+  }
+  const HfFields by_type(f.get("rope_parameters"), f.source() + ": rope_parameters");
+  if (by_type.present("full_attention")) {
+    read_rope_section(
+        HfFields(by_type.get("full_attention"), by_type.source() + ": full_attention"), l);
+  }
+  if (by_type.present("sliding_attention")) {
+    const HfFields local(by_type.get("sliding_attention"),
+                         by_type.source() + ": sliding_attention");
+    if (local.text("rope_type", "default") != "default")
+      local.refuse("rope_type", "must be \"default\" (the sliding blocks' rotation is plain)");
+    l.rope_local_base_freq = local.number("rope_theta", l.rope_local_base_freq);
+  }
+}
+
+// One rope section: {rope_type or type, rope_theta, factor, ...}.
+void read_rope_section(const HfFields& rope, LlamaConfig& l) {
   l.rope_theta = rope.number("rope_theta", l.rope_theta);
   const std::string type = rope.text("rope_type", rope.text("type", "default"));
   bool known = false;
@@ -216,8 +247,50 @@ void read_qwen_windows(const HfFields& f, const nlohmann::json& hf, LlamaConfig&
   l.max_window_layers = first_sliding;
 }
 
-// The decoder's fields every LLaMA family shares.
-LlamaConfig llama_from_hf(const HfFields& f) {
+// Gemma 3's fields: its activation, windows by layer type, attention scale and capping.
+void read_gemma(const HfFields& f, const nlohmann::json& hf, LlamaConfig& l) {
+  if (f.text("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
+    f.refuse("hidden_activation", "must be \"gelu_pytorch_tanh\" (Gemma's gated MLP)");
+  if (f.present("hidden_act") && f.text("hidden_act", "") != "gelu_pytorch_tanh")
+    f.refuse("hidden_act", "must be \"gelu_pytorch_tanh\" (Gemma's gated MLP)");
+  if (f.flag("use_bidirectional_attention", false))
+    f.refuse("use_bidirectional_attention", "is not supported (causal attention only)");
+  if (f.flag("attention_bias", false)) f.refuse("attention_bias", "is not supported");
+  if (f.present("attn_logit_softcapping"))
+    f.refuse("attn_logit_softcapping", "is not supported (Gemma 2's; Gemma 3 has none)");
+  l.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  l.tie_embeddings = f.flag("tie_word_embeddings", true);
+  l.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256.0);
+  if (!(l.query_pre_attn_scalar > 0)) f.refuse("query_pre_attn_scalar", "must be positive");
+  l.final_logit_softcapping = f.number("final_logit_softcapping", 0.0);
+  if (l.final_logit_softcapping < 0)
+    f.refuse("final_logit_softcapping", "must be positive (or null: none)");
+  l.sliding_window = f.present("sliding_window") ? f.integer("sliding_window") : 0;
+  // The sliding blocks: layer_types, which must follow one pattern (block i full where
+  // (i + 1) % pattern == 0), or sliding_window_pattern (transformers 4).
+  l.sliding_window_pattern = f.integer("sliding_window_pattern", 6);
+  if (!f.present("layer_types")) return;
+  const nlohmann::json& types = hf["layer_types"];
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != l.layers)
+    f.refuse("layer_types", "must list num_hidden_layers layer types");
+  for (int64_t pattern = 1; pattern <= l.layers + 1; ++pattern) {
+    bool fits = true;
+    for (int64_t i = 0; i < l.layers && fits; ++i) {
+      const bool sliding = (i + 1) % pattern != 0;
+      fits = types[static_cast<size_t>(i)] == (sliding ? "sliding_attention" : "full_attention");
+    }
+    if (fits) {
+      l.sliding_window_pattern = pattern;
+      return;
+    }
+  }
+  f.refuse("layer_types",
+           "must follow one pattern: block i full_attention where (i + 1) % N == 0, the rest "
+           "sliding_attention (Gemma 3's sliding_window_pattern)");
+}
+
+// The decoder's fields every LLaMA family shares (Gemma's activation and capping its own).
+LlamaConfig llama_from_hf(const HfFields& f, Family family) {
   LlamaConfig l;
   l.vocab_size = f.integer("vocab_size");
   l.context = f.integer("max_position_embeddings");
@@ -227,10 +300,14 @@ LlamaConfig llama_from_hf(const HfFields& f) {
   l.num_key_value_heads = f.integer("num_key_value_heads", l.heads);
   l.intermediate_size = f.integer("intermediate_size");
   l.layers = f.integer("num_hidden_layers");
-  read_rope(f, l);
+  if (family == Family::kGemma3) {
+    read_gemma_rope(f, l);
+  } else {
+    read_rope(f, l);
+  }
   l.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   l.tie_embeddings = f.flag("tie_word_embeddings", false);
-  if (f.text("hidden_act", "silu") != "silu")
+  if (family != Family::kGemma3 && f.text("hidden_act", "silu") != "silu")
     f.refuse("hidden_act", "must be \"silu\" (the SwiGLU MLP)");
   if (f.flag("mlp_bias", false)) f.refuse("mlp_bias", "is not supported (no biases)");
   if (f.present("head_dim")) {
@@ -238,6 +315,7 @@ LlamaConfig llama_from_hf(const HfFields& f) {
     if (head_dim < 1) f.refuse("head_dim", "must be at least 1");
     if (head_dim * l.heads != l.d_model) l.head_dim = head_dim;
   }
+  if (family == Family::kGemma3) return l;
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
     if (f.present(key)) f.refuse(key, "is not supported (no soft-capping)");
   }
@@ -246,8 +324,11 @@ LlamaConfig llama_from_hf(const HfFields& f) {
 
 // Each family's own fields on top of the shared decoder.
 LlamaConfig family_decoder_from_hf(Family family, const HfFields& f, const nlohmann::json& hf) {
-  LlamaConfig l = llama_from_hf(f);
+  LlamaConfig l = llama_from_hf(f, family);
   switch (family) {
+    case Family::kGemma3:
+      read_gemma(f, hf, l);
+      break;
     case Family::kQwen2:
       read_qwen_windows(f, hf, l);
       break;
@@ -374,9 +455,21 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& l, const MoeConfig* moe,
       {"self_attn.o_proj", "o_proj"},        {"post_attention_layernorm", "mlp_norm"},
       {"mlp.gate_proj", "gate_proj"},        {"mlp.up_proj", "up_proj"},
       {"mlp.down_proj", "down_proj"}};
+  // Gemma's four norms per block: before and after attention and the MLP.
+  const std::pair<const char*, const char*> sandwich[] = {
+      {"input_layernorm", "attention_norm"},
+      {"post_attention_layernorm", "attention_out_norm"},
+      {"pre_feedforward_layernorm", "mlp_norm"},
+      {"post_feedforward_layernorm", "mlp_out_norm"}};
   for (int i = 0; i < l.layers; ++i) {
     const bool routed = moe && moe->routes(i);
+    for (const auto& [hf, ours] : sandwich) {
+      if (l.sandwich_norms)
+        add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
+            std::string(ours) + ".weight");
+    }
     for (const auto& [hf, ours] : weights) {
+      if (l.sandwich_norms && std::string(ours).find("_norm") != std::string::npos) continue;
       if (routed && std::string(hf).rfind("mlp.", 0) == 0) continue;
       add(t, "model.layers." + std::to_string(i) + "." + hf + ".weight", i + 1,
           std::string(ours) + ".weight");
@@ -492,12 +585,49 @@ void write_windows(Family family, const LlamaConfig& l, nlohmann::json& hf) {
             name_of(family) + "\" (its windows are in every block)");
       hf["sliding_window"] = windows ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
       return;
+    case Family::kGemma3: {
+      if (l.sliding_window_pattern < 1 && windows)
+        throw io::InputError(
+            "model.sliding_window_pattern 0 has no transformers format for model.type "
+            "\"gemma3\" (its sliding blocks follow a pattern)");
+      const int64_t pattern = l.sliding_window_pattern > 0 ? l.sliding_window_pattern : 1;
+      hf["sliding_window"] =
+          l.sliding_window > 0 ? nlohmann::json(l.sliding_window) : nlohmann::json(nullptr);
+      hf["sliding_window_pattern"] = pattern;
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t i = 0; i < l.layers; ++i)
+        types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+      hf["layer_types"] = types;
+      return;
+    }
     default:
       if (windows)
         throw io::InputError(
             "model.sliding_window has no transformers format for model.type \"llama\" (export "
             "as \"mistral\" or \"qwen2\")");
   }
+}
+
+// Gemma 3's own fields beside the shared ones.
+void write_gemma(const LlamaConfig& l, nlohmann::json& hf) {
+  hf.erase("hidden_act");
+  hf["hidden_activation"] = "gelu_pytorch_tanh";
+  hf["rope_parameters"] = {
+      {"full_attention", rope_parameters_of(l)},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", l.rope_local_base_freq}}}};
+  hf["rope_local_base_freq"] = l.rope_local_base_freq;
+  // An integer in transformers' Gemma3TextConfig (it refuses 256.0).
+  const double scalar =
+      l.query_pre_attn_scalar > 0 ? l.query_pre_attn_scalar : static_cast<double>(l.head_width());
+  hf["query_pre_attn_scalar"] = scalar == std::floor(scalar)
+                                    ? nlohmann::json(static_cast<int64_t>(scalar))
+                                    : nlohmann::json(scalar);
+  hf["final_logit_softcapping"] = l.final_logit_softcapping > 0
+                                      ? nlohmann::json(l.final_logit_softcapping)
+                                      : nlohmann::json(nullptr);
+  hf["attn_logit_softcapping"] = nullptr;
+  hf["attention_bias"] = false;
+  hf["use_bidirectional_attention"] = false;
 }
 
 nlohmann::json llama_hf_config(const ModelConfig& config) {
@@ -525,6 +655,7 @@ nlohmann::json llama_hf_config(const ModelConfig& config) {
     hf["mlp_bias"] = false;
   }
   write_windows(config.type, l, hf);
+  if (config.type == Family::kGemma3) write_gemma(l, hf);
   if (!routes_experts(config)) return hf;
   check_mixtral_format(config.moe);
   if (config.type == Family::kQwen3Moe) {

@@ -52,12 +52,16 @@ enum class NormOver {
 // Root-mean-square normalisation with a learned scale, computed in float32 whatever the
 // activations' type (as transformers' LlamaRMSNorm); under sequence parallelism on this
 // rank's slice of the sequence.
+// With `unit_offset` (Gemma's), the scale is 1 + w, w starting at 0, applied in float32
+// before the cast back (transformers' Gemma3RMSNorm).
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(int64_t dim, double eps_, Group group_, NormOver over_ = NormOver::kStream)
+  RmsNormImpl(int64_t dim, double eps_, Group group_, NormOver over_ = NormOver::kStream,
+              bool unit_offset_ = false)
       : eps(eps_),
         group(std::move(group_)),
         over(over_),
-        weight(register_parameter("weight", at::ones({dim}))) {}
+        unit_offset(unit_offset_),
+        weight(register_parameter("weight", unit_offset ? at::zeros({dim}) : at::ones({dim}))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor wide = x.to(at::kFloat);
@@ -65,12 +69,14 @@ struct RmsNormImpl : torch::nn::Module {
     const at::Tensor scale = over == NormOver::kHeads
                                  ? tensor_parallel::copy_to_group(weight, group)
                                  : tensor_parallel::sequence_shared(weight, group);
+    if (unit_offset) return (normed * (scale.to(at::kFloat) + 1)).to(x.scalar_type());
     return scale * normed.to(x.scalar_type());
   }
 
   double eps;
   Group group;
   NormOver over;
+  bool unit_offset;
   at::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);
@@ -122,19 +128,26 @@ const at::Tensor& sequence_mask(int64_t seq, int64_t window, at::Device device) 
 
 // Token embeddings split by vocabulary over the tensor-parallel group; under context
 // parallelism of this rank's load-balanced slice of the sequence.
+// Gemma's are multiplied by √d_model (rounded to float32, then to the weights' type, as
+// transformers' Gemma3TextScaledWordEmbedding).
 struct LlamaEmbeddingImpl : torch::nn::Module {
   LlamaEmbeddingImpl(const LlamaConfig& c, const Group& group, const ContextGroup& context_)
       : context(context_),
+        scale(c.scaled_embeddings ? static_cast<float>(std::sqrt(static_cast<double>(c.d_model)))
+                                  : 0.0f),
         tokens(register_module("tokens",
                                VocabParallelEmbedding(c.vocab_size, c.d_model, group, kInitStd))) {}
 
   // Packed documents ([batch, seq], or undefined) pass by: the blocks' rotary embeddings
   // and attention read them.
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& /*documents*/) {
-    return tokens(context_parallel::take_local(ids, 1, context));
+    const at::Tensor x = tokens(context_parallel::take_local(ids, 1, context));
+    if (scale == 0) return x;
+    return x * at::scalar_tensor(scale, x.options().dtype(at::kFloat)).to(x.scalar_type());
   }
 
   ContextGroup context;
+  float scale;  // 0: not scaled
   VocabParallelEmbedding tokens;
 };
 TORCH_MODULE(LlamaEmbedding);
@@ -151,10 +164,17 @@ struct LlamaBlockImpl : torch::nn::Module {
                  const expert_parallel::Group& experts)
       : context(context_),
         head_dim(c.head_width()),
-        rope(rope_of(c)),
+        rope(rope_of(c, layer)),
         window(c.slides(layer) ? c.sliding_window : 0),
-        attention_norm(
-            register_module("attention_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))),
+        // Scores scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (Gemma):
+        // the queries scaled by the ratio's root, the attention kernels unchanged.
+        query_scale(c.query_pre_attn_scalar > 0
+                        ? std::sqrt(static_cast<double>(head_dim) / c.query_pre_attn_scalar)
+                        : 1.0),
+        gelu(c.gelu_mlp),
+        attention_norm(register_module(
+            "attention_norm",
+            RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms))),
         q_proj(register_module("q_proj", ColumnParallelLinear(c.d_model, c.heads * head_dim, group,
                                                               projection(c.qkv_bias)))),
         k_proj(register_module(
@@ -165,12 +185,22 @@ struct LlamaBlockImpl : torch::nn::Module {
                                            projection(c.qkv_bias)))),
         o_proj(register_module(
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
-        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group))) {
+        mlp_norm(register_module(
+            "mlp_norm",
+            RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms))) {
     if (c.qk_norm) {
-      q_norm =
-          register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
-      k_norm =
-          register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads));
+      q_norm = register_module(
+          "q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads, c.unit_offset_norms));
+      k_norm = register_module(
+          "k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads, c.unit_offset_norms));
+    }
+    if (c.sandwich_norms) {  // Gemma: the attention's and the MLP's outputs normed too
+      attention_out_norm = register_module(
+          "attention_out_norm",
+          RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms));
+      mlp_out_norm = register_module(
+          "mlp_out_norm",
+          RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms));
     }
     if (moe_config) {
       moe = register_module("moe", MoeFeedForward(c.d_model, expert_width(c, *moe_config),
@@ -189,13 +219,16 @@ struct LlamaBlockImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& documents) {
     if (x.dim() != 3)
       throw std::invalid_argument("a LLaMA block takes [batch, seq, d_model] activations");
-    const at::Tensor h = x + o_proj(attend(normed(attention_norm, x), documents));
+    const at::Tensor attended = o_proj(attend(normed(attention_norm, x), documents));
+    const at::Tensor h = x + (attention_out_norm ? normed(attention_out_norm, attended) : attended);
     const at::Tensor n = normed(mlp_norm, h);
-    if (!moe) return h + mlp(n);
-    return h + module::recomputed(
+    const at::Tensor fed =
+        !moe ? mlp(n)
+             : module::recomputed(
                    module::RecomputeKind::kExperts,
                    [this](const std::vector<at::Tensor>& in) { return moe(in[0]); }, {n},
                    moe->parameters());
+    return h + (mlp_out_norm ? normed(mlp_out_norm, fed) : fed);
   }
 
   // Causal grouped-query attention over this rank's heads (within each document when
@@ -241,7 +274,8 @@ struct LlamaBlockImpl : torch::nn::Module {
                                .device = q.device(),
                                .inference = c10::InferenceMode::is_enabled()},
                               window_positions, q);
-    const at::Tensor rq = rotate(q, r), rk = rotate(k, r);
+    const at::Tensor rk = rotate(k, r);
+    const at::Tensor rq = query_scale == 1.0 ? rotate(q, r) : rotate(q, r) * query_scale;
     const at::Tensor attended =
         !cached.empty()
             ? cached_attention(cached, this, rq, rk, v, /*grouped_query=*/true, window)
@@ -283,7 +317,8 @@ struct LlamaBlockImpl : torch::nn::Module {
         {x}, norm->parameters());
   }
 
-  // The SwiGLU MLP, recomputed whole, or its activation and output projection.
+  // The gated MLP (SwiGLU, or GeGLU in Gemma), recomputed whole, or its activation and
+  // output projection.
   at::Tensor mlp(const at::Tensor& n) {
     std::vector<at::Tensor> parameters;
     for (const torch::nn::Module* part : {static_cast<torch::nn::Module*>(gate_proj.get()),
@@ -297,7 +332,9 @@ struct LlamaBlockImpl : torch::nn::Module {
         [this](const std::vector<at::Tensor>& in) {
           return module::recomputed(
               module::RecomputeKind::kMlpActivation,
-              [this](const std::vector<at::Tensor>& f) { return down_proj(at::silu(f[0]) * f[1]); },
+              [this](const std::vector<at::Tensor>& f) {
+                return down_proj((gelu ? at::gelu(f[0], "tanh") : at::silu(f[0])) * f[1]);
+              },
               {gate_proj(in[0]), up_proj(in[0])}, down_proj->parameters());
         },
         {n}, parameters);
@@ -307,11 +344,14 @@ struct LlamaBlockImpl : torch::nn::Module {
   int64_t head_dim;
   Rope rope;
   int64_t window;  // sliding window, or 0
+  double query_scale;
+  bool gelu;  // the MLP's activation: GELU (tanh), else SiLU
   RmsNorm attention_norm;
   ColumnParallelLinear q_proj, k_proj, v_proj;
-  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3's
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3's and Gemma's
   RowParallelLinear o_proj;
   RmsNorm mlp_norm;
+  RmsNorm attention_out_norm{nullptr}, mlp_out_norm{nullptr};  // Gemma's
   ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};  // a dense block's MLP
   RowParallelLinear down_proj{nullptr};
   MoeFeedForward moe{nullptr};  // a Mixtral block's
@@ -422,13 +462,40 @@ void check(const LlamaConfig& c, const Group& group, const ContextGroup& context
   require_sequence_split(c.context, group, context);
 }
 
+// The head's logits capped at ±cap: cap · tanh(logits / cap) (Gemma's
+// final_logit_softcapping), elementwise, so also on a rank's slice of the vocabulary.
+module::LayerSpec capped(module::LayerSpec head, double cap) {
+  auto cap_of = [cap](module::Activation y) {
+    y.at(0) = at::tanh(y.at(0) / cap) * cap;
+    return y;
+  };
+  if (head.tied_forward) {
+    head.tied_forward = [f = head.tied_forward, cap_of](torch::nn::Module& m,
+                                                        const module::Activation& x) {
+      return cap_of(f(m, x));
+    };
+    return head;
+  }
+  head.build = [build = head.build, cap_of] {
+    module::Layer layer = build();
+    layer.forward = [f = layer.forward, cap_of](const module::Activation& x) {
+      return cap_of(f(x));
+    };
+    return layer;
+  };
+  return head;
+}
+
 module::LayerSpec head_layer(const LlamaConfig& c, const Group& group,
                              const module::LayerSpec& embedding) {
-  if (c.tie_embeddings) return tied_head<LlamaEmbeddingImpl>(embedding, "LlamaHead", group);
-  return module::module_layer<ColumnParallelLinear>(
-      "LlamaHead",
-      [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLlamaLinear); },
-      [=] { return c.d_model * c.vocab_size; });
+  module::LayerSpec head =
+      c.tie_embeddings
+          ? tied_head<LlamaEmbeddingImpl>(embedding, "LlamaHead", group)
+          : module::module_layer<ColumnParallelLinear>(
+                "LlamaHead",
+                [=] { return ColumnParallelLinear(c.d_model, c.vocab_size, group, kLlamaLinear); },
+                [=] { return c.d_model * c.vocab_size; });
+  return c.final_logit_softcapping > 0 ? capped(std::move(head), c.final_logit_softcapping) : head;
 }
 
 }  // namespace
@@ -466,7 +533,7 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
 
   const int64_t attention_parameters = 2 * d + 2 * d * q_width + 2 * d * kv_width +
                                        (c.qkv_bias ? q_width + 2 * kv_width : 0) +
-                                       (c.qk_norm ? 2 * hd : 0);
+                                       (c.qk_norm ? 2 * hd : 0) + (c.sandwich_norms ? 2 * d : 0);
   for (int64_t i = 0; i < c.layers; ++i) {
     // Every block routes in a Mixtral; in a Qwen3-MoE those its sparse step and
     // mlp_only_layers say, the others with a dense MLP.
@@ -485,7 +552,10 @@ std::vector<module::LayerSpec> llama_layers(const LlamaConfig& c, const Group& g
     specs.push_back(std::move(block));
   }
   specs.push_back(module::module_layer<RmsNorm>(
-      "RMSNorm", [c, group] { return RmsNorm(c.d_model, c.rms_norm_eps, group); },
+      "RMSNorm",
+      [c, group] {
+        return RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms);
+      },
       [d] { return d; }));
   specs.push_back(head_layer(c, group, embedding));
   return specs;

@@ -73,6 +73,7 @@ const config::Names<Family>& family_names() {
                                            {"qwen3", Family::kQwen3},
                                            {"mistral", Family::kMistral},
                                            {"qwen3_moe", Family::kQwen3Moe},
+                                           {"gemma3", Family::kGemma3},
                                            {"mlp", Family::kMlp}};
   return names;
 }
@@ -97,6 +98,7 @@ Capabilities capabilities(const ModelConfig& config) {
     case Family::kQwen2:
     case Family::kQwen3:
     case Family::kMistral:
+    case Family::kGemma3:
       return {.tensor_parallel = true, .context_parallel = true, .sequence_parallel = true};
     case Family::kMixtral:  // the router's statistics need a sequence's tokens together
     case Family::kQwen3Moe:
@@ -114,7 +116,11 @@ Capabilities capabilities(const ModelConfig& config) {
 LlamaConfig decoder_config(const ModelConfig& config) {
   LlamaConfig decoder = config.llama;
   decoder.qkv_bias = config.type == Family::kQwen2;
-  decoder.qk_norm = config.type == Family::kQwen3 || config.type == Family::kQwen3Moe;
+  const bool gemma = config.type == Family::kGemma3;
+  decoder.qk_norm = config.type == Family::kQwen3 || config.type == Family::kQwen3Moe || gemma;
+  decoder.unit_offset_norms = decoder.sandwich_norms = decoder.scaled_embeddings =
+      decoder.gelu_mlp = gemma;
+  if (!gemma) decoder.sliding_window_pattern = 0;
   return decoder;
 }
 
@@ -148,7 +154,7 @@ const config::KeyTable<ModelConfig>& model_keys() {
                 "the MLP's GELU: exact, or the tanh approximation (GPT-2)")
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when(llama_family, "model.type llama, mixtral, qwen2, qwen3 or mistral")
+    t.when(llama_family, "model.type llama, mixtral, qwen2, qwen3, mistral, qwen3_moe or gemma3")
         .integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(llama.context),
                  "the sequence trained on, at most `max_position_embeddings`")
@@ -197,6 +203,19 @@ const config::KeyTable<ModelConfig>& model_keys() {
                  config::at_least(0))
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
+    t.when([](const ModelConfig& c) { return c.type == Family::kGemma3; }, "model.type gemma3")
+        .integer("model.sliding_window_pattern", PIPETRAIN_FIELD(llama.sliding_window_pattern),
+                 "blocks i with (i + 1) % N != 0 attend within `sliding_window` (with "
+                 "`rope_local_base_freq`), the rest to every position (with `rope_theta` and "
+                 "`rope_scaling`); 0: `max_window_layers`' rule",
+                 config::at_least(0))
+        .number("model.rope_local_base_freq", PIPETRAIN_FIELD(llama.rope_local_base_freq),
+                "the sliding blocks' rotary base (never scaled)", config::above(0))
+        .number("model.query_pre_attn_scalar", PIPETRAIN_FIELD(llama.query_pre_attn_scalar),
+                "attention scores scaled by its inverse square root; 0: `head_dim`'s",
+                config::at_least(0))
+        .number("model.final_logit_softcapping", PIPETRAIN_FIELD(llama.final_logit_softcapping),
+                "logits = cap · tanh(logits / cap); 0: not capped", config::at_least(0));
     t.when(routes_experts, "model.type mixtral or qwen3_moe")
         .integer("model.experts", PIPETRAIN_FIELD(moe.experts),
                  "experts in each MoE layer (num_local_experts)", config::at_least(1))

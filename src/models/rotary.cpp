@@ -81,7 +81,12 @@ double yarn_attention_factor(const RopeScaling& s) {
 
 }  // namespace
 
-Rope rope_of(const LlamaConfig& config) {
+Rope rope_of(const LlamaConfig& config, int64_t layer) {
+  if (config.local_rotation(layer)) {  // Gemma's sliding blocks: their own base, unscaled
+    return {.head_dim = config.head_width(),
+            .theta = config.rope_local_base_freq,
+            .max_positions = config.positions()};
+  }
   return {.head_dim = config.head_width(),
           .theta = config.rope_theta,
           .scaling = config.rope_scaling,

@@ -18,7 +18,8 @@ struct Rope {
   int64_t max_positions = 0;  // max_position_embeddings, which `dynamic` grows past
   bool operator==(const Rope&) const = default;
 };
-Rope rope_of(const LlamaConfig& config);
+// Block `layer`'s rotation (Gemma's sliding blocks have their own; -1: the global one).
+Rope rope_of(const LlamaConfig& config, int64_t layer = -1);
 
 // cos and sin of each position's angles, [seq, head_dim] (or [batch, 1, seq, head_dim]
 // for positions [batch, seq]), in `like`'s type and device: the angle of position p in pair

@@ -176,7 +176,10 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   const int64_t kv = hd * c.num_key_value_heads;        // key (and value) width
   LayerCost block;
   block.type = moe ? "MixtralBlock" : "LlamaBlock";
-  const int64_t biases = c.qkv_bias ? q + 2 * kv : 0, head_norms = c.qk_norm ? 2 * hd : 0;
+  // Norms beyond the two every block has: q/k norms per head (Qwen3, Gemma), and Gemma's
+  // norms after attention and the MLP (counted with the head norms: replicated, unsplit).
+  const int64_t biases = c.qkv_bias ? q + 2 * kv : 0,
+                head_norms = (c.qk_norm ? 2 * hd : 0) + (c.sandwich_norms ? 2 * d : 0);
   const int64_t attention = 2 * d * q + 2 * d * kv + biases;
   block.parameters = 2 * d + head_norms + attention + 3 * d * ffn;
   block.split_parameters = block.parameters - 2 * d - head_norms;
@@ -192,6 +195,7 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   // inputs too.
   block.split_saved = static_cast<double>(s * (2 * q + 2 * kv) + (c.qk_norm ? s * (q + kv) : 0));
   block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
+  if (c.sandwich_norms) block.saved_fp32 += static_cast<double>(2 * s * d);  // Gemma's two more
   // Recomputed, the two RMSNorms keep only their inputs (the fused attention frees nothing).
   block.part(module::RecomputeKind::kNorms) = {.fp32 = static_cast<double>(2 * s * d)};
   block.workspace = static_cast<double>(s * d);  // the stream's
@@ -337,6 +341,7 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
     case models::Family::kQwen2:
     case models::Family::kQwen3:
     case models::Family::kMistral:
+    case models::Family::kGemma3:
       return llama_costs(models::decoder_config(config));
     case models::Family::kMixtral:
     case models::Family::kQwen3Moe:

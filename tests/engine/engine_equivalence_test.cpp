@@ -239,6 +239,7 @@ void expect_every_shape_matches_one_process(schedule::Kind schedule, int chunks 
   cases.push_back({"llama-tied" + deep, 4, 1, 0.05});
   cases.push_back({"qwen2-tied" + deep, 2, 0, 0.05});
   cases.push_back({"qwen3" + deep, 4, 1, 0.0});
+  cases.push_back({"gemma3-tied" + deep, 4, 1, 0.05});
   cases.push_back({"llama-masked" + deep, 4, 1, 0.05});
   cases.push_back({"llama-tied-lora" + deep, 4, 1, 0.05});
   cases.push_back({"llama-recompute" + deep, 4, 0, 0.05});

@@ -37,12 +37,14 @@ models::ModelConfig model_config(const std::string& model) {
     config.type = models::Family::kMlp;
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
   } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0 ||
-             model.rfind("qwen", 0) == 0 || model.rfind("mistral", 0) == 0) {
+             model.rfind("qwen", 0) == 0 || model.rfind("mistral", 0) == 0 ||
+             model.rfind("gemma3", 0) == 0) {
     config.type = model.rfind("llama", 0) == 0      ? models::Family::kLlama
                   : model.rfind("qwen2", 0) == 0    ? models::Family::kQwen2
                   : model.rfind("qwen3moe", 0) == 0 ? models::Family::kQwen3Moe
                   : model.rfind("qwen3", 0) == 0    ? models::Family::kQwen3
                   : model.rfind("mistral", 0) == 0  ? models::Family::kMistral
+                  : model.rfind("gemma3", 0) == 0   ? models::Family::kGemma3
                                                     : models::Family::kMixtral;
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
@@ -68,6 +70,15 @@ models::ModelConfig model_config(const std::string& model) {
     } else if (config.type == models::Family::kMistral) {
       config.llama.sliding_window = 3;
       config.llama.rope_scaling = {.type = models::RopeType::kLinear, .factor = 2.0};
+    } else if (config.type == models::Family::kGemma3) {
+      // Gemma 3: blocks 0, 2, ... sliding (window 3, their own base), the others global;
+      // wider heads scaled by 3^-1/2, logits capped at 2.
+      config.llama.head_dim = 4;
+      config.llama.sliding_window = 3;
+      config.llama.sliding_window_pattern = 2;
+      config.llama.rope_local_base_freq = 100.0;
+      config.llama.query_pre_attn_scalar = 3.0;
+      config.llama.final_logit_softcapping = 2.0;
     }
     // Auxiliary losses weighty enough to move the router visibly.
     config.moe = {.experts = 4, .experts_per_token = 2};

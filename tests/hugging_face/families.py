@@ -39,6 +39,15 @@ DECODERS = {
     # Mistral: every block attends within the last 8 positions.
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
                 {"sliding_window": 8}),
+    # Gemma 3: embeddings scaled by sqrt(d), (1 + w) norms before and after attention and
+    # the MLP, q/k norms, GELU (tanh), blocks 0 and 2 sliding (window 8, their own rotary
+    # base), block 1 global (linear scaling), scores scaled by 12^-1/2, logits capped at 5.
+    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+               {"head_dim": 16, "query_pre_attn_scalar": 12, "sliding_window": 8,
+                "sliding_window_pattern": 2, "final_logit_softcapping": 5.0,
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}}),
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 40}),
     # Qwen3-MoE: Qwen3's attention, 4 experts of width 24 (top 2, scores not renormalised),

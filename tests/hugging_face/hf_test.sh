@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transformers interop: tiny GPT-2, LLaMA (plain and with each rope scaling), Qwen2, Qwen3,
-# Mistral and Mixtral models made by transformers (families.py) are imported, give
+# Mistral, Gemma 3, Mixtral and Qwen3-MoE models made by transformers (families.py) are imported, give
 # transformers' logits at pipe 1, pipe 2 and model 2, and come back out loadable
 # (hf_roundtrip.py); generate greedily as transformers does (hf_generate.py); train at pipe 2
 # x data 2 as in one process (hf_train_step.py); damaged model folders and bad arguments end
@@ -17,14 +17,14 @@ trap 'rm -rf "$work"' EXIT
 export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
 for arch in gpt2 gpt2-untied llama llama-tied llama3 llama-linear llama-yarn llama-dynamic \
-  qwen2 qwen3 mistral mixtral qwen3-moe; do
+  qwen2 qwen3 mistral gemma3 mixtral qwen3-moe; do
   check "$arch: logits and round trip" "$python" "$here/hf_roundtrip.py" "$pipetrain" "$work" "$arch"
 done
-for arch in gpt2 llama llama3 qwen2 qwen3 mistral qwen3-moe; do
+for arch in gpt2 llama llama3 qwen2 qwen3 mistral gemma3 qwen3-moe; do
   check "$arch: greedy generation equals transformers' (64 tokens, pipe 1 and 2, cache or not)" \
     "$python" "$here/hf_generate.py" "$pipetrain" "$work" "$arch"
 done
-for arch in llama qwen2 qwen3 mistral qwen3-moe; do
+for arch in llama qwen2 qwen3 mistral gemma3 qwen3-moe; do
   check "two steps from the imported $arch at pipe 2 x data 2 equal one process" \
     "$python" "$here/hf_train_step.py" "$pipetrain" "$work" "$arch"
 done
@@ -149,6 +149,13 @@ expect_bad "Qwen3 attention bias" "attention_bias is not supported" \
   import --hf "$(damaged qwen3-hf biased 'c["attention_bias"] = True')" --out ckpt
 expect_bad "Mistral activation" "hidden_act must be \"silu\"" \
   import --hf "$(damaged mistral-hf gelu 'c["hidden_act"] = "gelu"')" --out ckpt
+expect_bad "Gemma 3 activation" "hidden_activation must be \"gelu_pytorch_tanh\"" \
+  import --hf "$(damaged gemma3-hf gelu 'c["hidden_activation"] = "gelu"')" --out ckpt
+expect_bad "Gemma 3 attention soft-capping" "attn_logit_softcapping is not supported" \
+  import --hf "$(damaged gemma3-hf capped 'c["attn_logit_softcapping"] = 50.0')" --out ckpt
+expect_bad "Gemma 3 windows in no pattern" "layer_types: must follow one pattern" \
+  import --hf "$(damaged gemma3-hf irregular 'c["layer_types"] = ["full_attention", "sliding_attention", "sliding_attention"]')" \
+  --out ckpt
 expect_bad "windows out of Qwen's order" "must list the full-attention blocks first" \
   import --hf "$(damaged qwen2-hf unordered 'c["layer_types"] = ["sliding_attention", "full_attention", "full_attention"]')" \
   --out ckpt

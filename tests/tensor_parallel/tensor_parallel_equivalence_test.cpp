@@ -138,7 +138,8 @@ TEST(TensorParallelEquivalence, EveryGridShapeOfThisWorldMatchesOneProcess) {
                                 {"llama", 2, 0, 0.05},      {"llama-tied", 4, 1, 0.0},
                                 {"qwen2-tied", 2, 0, 0.05}, {"qwen3", 4, 1, 0.0},
                                 {"mistral", 2, 0, 0.0},     {"mixtral-capacity-shared", 2, 1, 0.05},
-                                {"qwen3moe", 2, 0, 0.0},    {"qwen2-tied-lora", 4, 1, 0.05}}
+                                {"qwen3moe", 2, 0, 0.0},    {"qwen2-tied-lora", 4, 1, 0.05},
+                                {"gemma3-tied", 2, 1, 0.05}}
             : std::vector<Case>{{"gpt-heads4", 2, 0, 0.05}, {"gpt-heads4", 4, 1, 0.0}};
     for (const Case& c : cases) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
@@ -251,6 +252,7 @@ TEST(TensorParallelEquivalence, SequenceParallelMatchesOneProcess) {
       {{1, 1, 2}, {"gpt", 2, 0, 0.05}},
       {{1, 1, 2}, {"llama", 2, 1, 0.0}},
       {{1, 1, 2}, {"llama-lora", 2, 1, 0.05}},
+      {{2, 1, 2}, {"gemma3-tied", 4, 0, 0.05}},
       {{2, 1, 2}, {"gpt-untied", 4, 0, 0.05}},
       {{2, 1, 2}, {"llama-tied-deep", 4, 0, 0.0}, schedule::Kind::kZbv, 2},
       {{1, 1, 4}, {"gpt-heads4-ctx8", 2, 1, 0.05}},

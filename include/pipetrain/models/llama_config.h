@@ -30,7 +30,7 @@ struct RopeScaling {
 
 // The LLaMA model's sizes (see llama_layers()), named as in transformers' LlamaConfig
 // where the GPT's names do not already say it. The families built on it (Qwen2, Qwen3,
-// Mistral) set the last two fields; no key does.
+// Mistral, Gemma 3) set the flags that say what they fix; no key does.
 struct LlamaConfig {
   int64_t vocab_size = 256;
   int64_t context = 64;             // the sequence trained on
@@ -55,12 +55,35 @@ struct LlamaConfig {
   bool qkv_bias = false;  // q, k and v projections with biases (Qwen2)
   bool qk_norm = false;   // RMSNorm over each query and key head before rotation (Qwen3)
 
+  // Gemma 3's settings (model keys of model.type gemma3 only).
+  // Blocks (i + 1) % sliding_window_pattern != 0 attend within `sliding_window`, the others
+  // to every earlier position; 0: Qwen's and Mistral's rule (max_window_layers).
+  int64_t sliding_window_pattern = 0;
+  double rope_local_base_freq = 10000.0;  // the sliding blocks' rotary base (no scaling)
+  double query_pre_attn_scalar = 0;       // attention scores scaled by its -1/2; 0: head_dim's
+  double final_logit_softcapping = 0;     // logits = cap · tanh(logits / cap); 0: none
+  // What the family fixes (Gemma 3: all four).
+  bool unit_offset_norms = false;  // RMSNorms scale by 1 + w (w from 0), in float32
+  bool sandwich_norms = false;     // norms after attention and after the MLP too
+  bool scaled_embeddings = false;  // token embeddings multiplied by √d_model
+  bool gelu_mlp = false;           // the gated MLP's activation is GELU (tanh), not SiLU
+
   int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / heads; }
   int64_t positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : context;
   }
   // Whether block `layer` (0-based) attends within the sliding window.
-  bool slides(int64_t layer) const { return sliding_window > 0 && layer >= max_window_layers; }
+  bool slides(int64_t layer) const { return sliding_window > 0 && local(layer); }
+  // Whether block `layer` is a local one: sliding where there is a window (Gemma's pattern,
+  // else the blocks from max_window_layers on).
+  bool local(int64_t layer) const {
+    return sliding_window_pattern > 0 ? (layer + 1) % sliding_window_pattern != 0
+                                      : layer >= max_window_layers;
+  }
+  // Whether block `layer` rotates with rope_local_base_freq (Gemma's local blocks).
+  bool local_rotation(int64_t layer) const {
+    return sliding_window_pattern > 0 && layer >= 0 && local(layer);
+  }
 };
 
 }  // namespace pipetrain::models

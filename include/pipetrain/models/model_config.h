@@ -25,6 +25,7 @@ enum class Family {
   kQwen3,
   kMistral,
   kQwen3Moe,
+  kGemma3,
   kMlp,
   kRegistered
 };
@@ -55,8 +56,8 @@ struct ModelConfig {
   int64_t eos_token_id = -1;
 };
 
-// Whether model.type names a LLaMA-family decoder ("llama", "mixtral", "qwen2", "qwen3" or
-// "mistral").
+// Whether model.type names a LLaMA-family decoder ("llama", "mixtral", "qwen2", "qwen3",
+// "mistral", "qwen3_moe" or "gemma3").
 inline bool llama_family(const ModelConfig& config) {
   switch (config.type) {
     case Family::kLlama:
@@ -65,6 +66,7 @@ inline bool llama_family(const ModelConfig& config) {
     case Family::kQwen3:
     case Family::kMistral:
     case Family::kQwen3Moe:
+    case Family::kGemma3:
       return true;
     default:
       return false;
@@ -78,7 +80,8 @@ inline bool routes_experts(const ModelConfig& config) {
 }
 
 // A LLaMA-family model's decoder as its family builds it: `config.llama` with what the
-// family fixes (Qwen2's q/k/v biases, Qwen3's q/k norms).
+// family fixes (Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma 3's norms, scaled
+// embeddings and GELU).
 LlamaConfig decoder_config(const ModelConfig& config);
 
 // What a model can do: what code outside models/ asks instead of comparing names.
