@@ -185,14 +185,13 @@ struct LlamaBlockImpl : torch::nn::Module {
                                            projection(c.qkv_bias)))),
         o_proj(register_module(
             "o_proj", RowParallelLinear(c.heads * head_dim, c.d_model, group, kLlamaLinear))),
-        mlp_norm(register_module(
-            "mlp_norm",
-            RmsNorm(c.d_model, c.rms_norm_eps, group, NormOver::kStream, c.unit_offset_norms))) {
+        mlp_norm(register_module("mlp_norm", RmsNorm(c.d_model, c.rms_norm_eps, group,
+                                                     NormOver::kStream, c.unit_offset_norms))) {
     if (c.qk_norm) {
-      q_norm = register_module(
-          "q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads, c.unit_offset_norms));
-      k_norm = register_module(
-          "k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads, c.unit_offset_norms));
+      q_norm = register_module("q_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads,
+                                                 c.unit_offset_norms));
+      k_norm = register_module("k_norm", RmsNorm(head_dim, c.rms_norm_eps, group, NormOver::kHeads,
+                                                 c.unit_offset_norms));
     }
     if (c.sandwich_norms) {  // Gemma: the attention's and the MLP's outputs normed too
       attention_out_norm = register_module(
@@ -352,7 +351,7 @@ struct LlamaBlockImpl : torch::nn::Module {
   RowParallelLinear o_proj;
   RmsNorm mlp_norm;
   RmsNorm attention_out_norm{nullptr}, mlp_out_norm{nullptr};  // Gemma's
-  ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};  // a dense block's MLP
+  ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};   // a dense block's MLP
   RowParallelLinear down_proj{nullptr};
   MoeFeedForward moe{nullptr};  // a Mixtral block's
 };

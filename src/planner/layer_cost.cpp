@@ -194,7 +194,7 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   // a view of the output). Measured: bench/sequence_parallel_memory. Q/k norms keep their
   // inputs too.
   block.split_saved = static_cast<double>(s * (2 * q + 2 * kv) + (c.qk_norm ? s * (q + kv) : 0));
-  block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);  // RMSNorm in float32
+  block.saved_fp32 = static_cast<double>(2 * s * d + c.heads * s);           // RMSNorm in float32
   if (c.sandwich_norms) block.saved_fp32 += static_cast<double>(2 * s * d);  // Gemma's two more
   // Recomputed, the two RMSNorms keep only their inputs (the fused attention frees nothing).
   block.part(module::RecomputeKind::kNorms) = {.fp32 = static_cast<double>(2 * s * d)};

@@ -153,7 +153,7 @@ expect_bad "Gemma 3 activation" "hidden_activation must be \"gelu_pytorch_tanh\"
   import --hf "$(damaged gemma3-hf gelu 'c["hidden_activation"] = "gelu"')" --out ckpt
 expect_bad "Gemma 3 attention soft-capping" "attn_logit_softcapping is not supported" \
   import --hf "$(damaged gemma3-hf capped 'c["attn_logit_softcapping"] = 50.0')" --out ckpt
-expect_bad "Gemma 3 windows in no pattern" "layer_types: must follow one pattern" \
+expect_bad "Gemma 3 windows in no pattern" "layer_types must follow one pattern" \
   import --hf "$(damaged gemma3-hf irregular 'c["layer_types"] = ["full_attention", "sliding_attention", "sliding_attention"]')" \
   --out ckpt
 expect_bad "windows out of Qwen's order" "must list the full-attention blocks first" \
