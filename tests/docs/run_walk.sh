@@ -14,7 +14,9 @@ work=$4
 source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$work/.bin" && cd "$work" || exit 1
 ln -sf "$pipetrain" .bin/pipetrain
-ln -sf "$(command -v "$python")" .bin/python3
+# A wrapper, not a link: a virtual environment's Python finds its packages by its own path.
+printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$python")" >.bin/python3
+chmod +x .bin/python3
 ln -sfn "$source_dir/scripts" scripts
 # The blocks, in order: files written, scripts numbered.
 /usr/bin/python3 - "$page" <<'PY' || exit 1
