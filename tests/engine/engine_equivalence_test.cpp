@@ -406,8 +406,10 @@ Bf16Gap bf16_gap(PipelineEngine& engine, data::DataLoader& loader, const Referen
 TEST(Bf16, EveryGridShapeUpdatesAsTheFp32Reference) {
   auto world = comm::MpiCommunicator::world();
   if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
-  const std::vector<Case> cases = {
-      {"gpt", 4, 0, 0.0}, {"gpt-untied", 2, 1, 0.05}, {"llama-tied", 4, 1, 0.05}};
+  const std::vector<Case> cases = {{"gpt", 4, 0, 0.0},
+                                   {"gpt-untied", 2, 1, 0.05},
+                                   {"llama-tied", 4, 1, 0.05},
+                                   {"gemma3-tied", 2, 0, 0.0}};
   for (int pipe : {1, 2, 4}) {
     if (world->size() % pipe != 0 || world->size() / pipe > 2) continue;
     const int data = world->size() / pipe;
