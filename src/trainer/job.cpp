@@ -94,12 +94,26 @@ std::string lora_summary(const Job& job) {
   const module::LoraConfig& lora = job.config.lora;
   if (!lora.enabled()) return {};
   const topology::Grid& grid = *job.grid;
-  const auto layouts = job.module->shard_layouts();
+  const module::PipelineModule& module = *job.module;
+  const auto layouts = module.shard_layouts();
+  // A tied module (named after its key's first layer) counts on its first owner stage.
+  std::vector<std::string> counted_elsewhere;
+  for (const auto& key : module.tie_keys()) {
+    if (module.tie_owner_stages(key).front() == grid.stage_id()) continue;
+    for (int i = 0; i < module.num_layers(); ++i) {
+      if (module.specs()[i].tie_key != key) continue;
+      counted_elsewhere.push_back(std::to_string(i) + ".");
+      break;
+    }
+  }
   // Each tensor once over the job: on the first replica, a split one on every rank of
   // its model group, a whole one on the first.
   auto count = [&](const std::vector<std::pair<std::string, at::Tensor>>& named) {
     double elements = 0;
     for (const auto& [name, tensor] : named) {
+      if (std::any_of(counted_elsewhere.begin(), counted_elsewhere.end(),
+                      [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; }))
+        continue;
       const bool split = layouts.count(name) > 0;
       if (grid.replica_id() == 0 && (split || grid.model_parallel_id() == 0))
         elements += static_cast<double>(tensor.numel());
@@ -107,7 +121,7 @@ std::string lora_summary(const Job& job) {
     return elements;
   };
   const double adapted =
-      grid.replica_id() == 0 && grid.model_parallel_id() == 0 ? job.module->adapted_linears() : 0;
+      grid.replica_id() == 0 && grid.model_parallel_id() == 0 ? module.adapted_linears() : 0;
   at::Tensor totals = at::tensor(
       {adapted, count(job.module->named_parameters()), count(job.module->named_frozen())},
       at::kDouble);
