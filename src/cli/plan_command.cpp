@@ -8,11 +8,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "commands.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/planner/planner.h"
 #include "pipetrain/trainer/job_config.h"
 #include "shape_options.h"
@@ -29,7 +31,7 @@ struct PlanOptions {
   int top = 5;
   std::optional<int64_t> nodes;  // unset: the cluster file's
   std::string out;
-  std::string schedule, checkpointing;
+  std::string schedule, checkpointing, recompute = "auto";
   std::string format = "table";
   planner::LayoutLimits limits;
 };
@@ -223,6 +225,20 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   return config;
 }
 
+// --recompute: unset for "auto" (the planner chooses), else the named parts (none: empty).
+std::optional<module::RecomputeSet> read_recompute(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  module::RecomputeSet set;
+  if (text == "none") return set;
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) {
+    set.add(config::read_choice("--recompute", part, module::recompute_kinds(),
+                                config::Quoting::kQuoted));
+  }
+  if (set.empty()) throw io::InputError("--recompute: name none, auto or parts, got \"\"");
+  return set;
+}
+
 int run_plan(const PlanOptions& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
   if (o.top < 1) throw io::InputError("--top must be at least 1");
@@ -256,6 +272,7 @@ int run_plan(const PlanOptions& o) {
     limits.checkpointing = config::read_choice("--checkpointing", o.checkpointing,
                                                config::Names<bool>{{"on", true}, {"off", false}},
                                                config::Quoting::kQuoted);
+  limits.recompute = read_recompute(o.recompute);
   const planner::Workload workload(job.model, job.engine, job.lora);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
   int fitting = 0;
@@ -357,6 +374,12 @@ Command add_plan_command(CLI::App& app) {
   command->add_option("--zero", limits.zero, "Fix the ZeRO stage (0 to 3)")
       ->check(CLI::Range(0, 3));
   command->add_option("--checkpointing", options->checkpointing, "Fix checkpointing: on or off");
+  command
+      ->add_option("--recompute", options->recompute,
+                   "Selective recompute on every stage: none, or parts (attention, mlp, "
+                   "mlp_activation, norms, experts) joined by commas; auto: none, or per stage "
+                   "what fits the memory")
+      ->capture_default_str();
   return {command, [options] { return run_plan(*options); }};
 }
 

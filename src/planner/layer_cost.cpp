@@ -99,17 +99,22 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   block.split_saved = static_cast<double>(13 * s * d);
   block.saved_fp32 = static_cast<double>(4 * s + c.heads * s);  // norm statistics, logsumexp
   using module::RecomputeKind;
+  // Both MLP parts end in the row-parallel projection: its all-reduce comes again.
   block.part(RecomputeKind::kMlp) = {.split = static_cast<double>(8 * s * d),
-                                     .flops = static_cast<double>(16 * s * d * d)};
+                                     .flops = static_cast<double>(16 * s * d * d),
+                                     .all_reduces = 1};
   block.part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(4 * s * d),
-                                               .flops = static_cast<double>(8 * s * d * d)};
+                                               .flops = static_cast<double>(8 * s * d * d),
+                                               .all_reduces = 1};
   // The fused LayerNorm keeps its statistics only: recomputing the norms frees nothing, nor
-  // does recomputing the fused attention (its inputs and output stay).
+  // does recomputing the fused attention (its inputs and output stay), which still costs
+  // its forward again (around the ring under context parallelism).
+  block.part(RecomputeKind::kAttention) = {.flops = static_cast<double>(4 * s * s * d),
+                                           .ring = true};
   if (c.dropout > 0) {  // attention weights computed unfused, with their masks
     block.split_saved += static_cast<double>(3 * c.heads * s * s + 2 * s * d);
-    block.part(RecomputeKind::kAttention) = {
-        .split = static_cast<double>(3 * c.heads * s * s + 2 * s * d),
-        .flops = static_cast<double>(4 * s * s * d)};
+    block.part(RecomputeKind::kAttention).split =
+        static_cast<double>(3 * c.heads * s * s + 2 * s * d);
     // Its backward holds one tensor of the weights' size beyond those it frees as it goes
     // (measured: bench/long_context_bench.sh with gpt-dropout). Ring attention keeps the
     // mask's rows only, recomputing each block's weights in backward (four block-sized
@@ -198,6 +203,10 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
   if (c.sandwich_norms) block.saved_fp32 += static_cast<double>(2 * s * d);  // Gemma's two more
   // Recomputed, the two RMSNorms keep only their inputs (the fused attention frees nothing).
   block.part(module::RecomputeKind::kNorms) = {.fp32 = static_cast<double>(2 * s * d)};
+  // Recomputing the fused attention frees only its statistics (not counted), and costs its
+  // forward again (around the ring under context parallelism).
+  block.part(module::RecomputeKind::kAttention) = {.flops = static_cast<double>(4 * s * s * q),
+                                                   .ring = true};
   block.workspace = static_cast<double>(s * d);  // the stream's
   if (moe) {
     const int64_t shared = 3 * d * moe->shared_experts * ffn;
@@ -213,9 +222,11 @@ LayerCost llama_block(const models::LlamaConfig& c, const models::MoeConfig* moe
     block.split_saved += static_cast<double>(4 * s * ffn);  // gate, up, silu(gate), product
     using module::RecomputeKind;
     block.part(RecomputeKind::kMlp) = {.split = static_cast<double>(4 * s * ffn),
-                                       .flops = static_cast<double>(6 * s * d * ffn)};
+                                       .flops = static_cast<double>(6 * s * d * ffn),
+                                       .all_reduces = 1};
     block.part(RecomputeKind::kMlpActivation) = {.split = static_cast<double>(2 * s * ffn),
-                                                 .flops = static_cast<double>(2 * s * d * ffn)};
+                                                 .flops = static_cast<double>(2 * s * d * ffn),
+                                                 .all_reduces = 1};
     block.workspace += static_cast<double>(2 * s * ffn);  // gate's and up's gradients
   }
   block.ring_elements = static_cast<double>(2 * s * kv);  // keys and values
@@ -285,6 +296,17 @@ double LayerCost::recompute_flops(module::RecomputeSet kinds) const {
   double flops = 0;
   for (const Recomputable* part : recomputed_parts(kinds)) flops += part->flops;
   return flops;
+}
+
+int LayerCost::recompute_all_reduces(module::RecomputeSet kinds) const {
+  int all_reduces = 0;
+  for (const Recomputable* part : recomputed_parts(kinds)) all_reduces += part->all_reduces;
+  return all_reduces;
+}
+
+bool LayerCost::recomputes_ring(module::RecomputeSet kinds) const {
+  const auto parts = recomputed_parts(kinds);
+  return std::any_of(parts.begin(), parts.end(), [](const Recomputable* p) { return p->ring; });
 }
 
 double LayerCost::traffic_bytes(int t, int element_bytes, bool sequence_parallel) const {

@@ -163,9 +163,15 @@ std::optional<Layout> with_recompute(const Workload& w, const Cluster& c, Layout
   }
 }
 
-// As given, or, when its activations do not fit and it checkpoints no whole layers, with
-// the selective recompute per stage that fits it.
-Candidate assess(const Workload& w, const Cluster& c, const Layout& layout) {
+// With the limits' fixed recompute, as given; else as given, or, when its activations do
+// not fit and it checkpoints no whole layers, with the selective recompute per stage that
+// fits it.
+Candidate assess(const Workload& w, const Cluster& c, Layout layout, const LayoutLimits& limits) {
+  if (limits.recompute) {
+    if (!layout.checkpointing && !limits.recompute->empty())
+      layout.recompute.assign(static_cast<std::size_t>(layout.parallel.pipe), *limits.recompute);
+    return assess_as_given(w, c, layout);
+  }
   Candidate candidate = assess_as_given(w, c, layout);
   if (candidate.rejected.empty() || layout.checkpointing) return candidate;
   if (const auto recomputing = with_recompute(w, c, layout)) {
@@ -231,7 +237,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
                                         .schedule = schedule,
                                         .zero = zero,
                                         .checkpointing = checkpointing};
-                    found.push_back(assess(w, c, layout));
+                    found.push_back(assess(w, c, layout, limits));
                   }
                 }
               }

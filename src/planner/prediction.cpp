@@ -54,6 +54,7 @@ struct StageWork {
   double saved_per_sample = 0;       // the largest chunk's, bytes
   double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
+  double largest_recomputed = 0;     // per sample, bytes: one layer's selectively recomputed
   double workspace = 0;              // bytes: the largest layer's backward beyond its saved
   double loss_per_sample = 0;        // bytes the loss keeps per live micro-batch
   double largest_tensor = 0;         // elements of its largest parameter tensor, one rank's
@@ -112,10 +113,14 @@ class StageCosting {
                                             layer.replicated_backward_weight_flops, t) /
                   flops;
       }
-      // Selective recompute: its parts' activations freed, their forward again in backward.
-      input += b * layer.recompute_flops(recompute) / t / flops;
-      saved += share * (layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) -
-                        layer.recompute_freed_bytes(recompute, t, bytes_, sp, cut));
+      // Selective recompute: its parts' activations freed, their forward again in backward
+      // (with its all-reduces and ring passes); one layer's parts live again in its backward.
+      const double freed = share * layer.recompute_freed_bytes(recompute, t, bytes_, sp, cut);
+      input += b * layer.recompute_flops(recompute) / t / flops +
+               layer.recompute_all_reduces(recompute) * all_reduce +
+               (layer.recomputes_ring(recompute) ? (l_.parallel.context - 1) * ring : 0.0);
+      saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) - freed;
+      stage.largest_recomputed = std::max(stage.largest_recomputed, freed);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
       // Recomputed one layer at a time; the loss's part stays per micro-batch (below).
       stage.largest_layer_saved =
@@ -228,12 +233,16 @@ std::vector<StageWork> stage_work(const Workload& w, const Cluster& c, const Lay
 }
 
 // The activations a rank holds at its peak: the live micro-batches' saved tensors (only
-// the layer inputs with checkpointing, plus one layer recomputed at a time), and the
-// gradients in flight in one layer's backward.
+// the layer inputs with checkpointing, plus one layer recomputed at a time; with selective
+// recompute, one layer's recomputed parts again), and the gradients in flight in one
+// layer's backward.
 double activation_bytes(const StageWork& stage, const Layout& l, int live) {
   const double b = static_cast<double>(l.micro_batch);
   const double backward = live > 0 ? stage.workspace : 0.0;
-  if (!l.checkpointing) return live * b * stage.saved_per_sample + backward;
+  if (!l.checkpointing) {
+    const double recomputed = live > 0 ? b * stage.largest_recomputed : 0.0;
+    return live * b * stage.saved_per_sample + recomputed + backward;
+  }
   // The loss is computed outside the checkpointed layers: its tensors stay for every live
   // micro-batch but the one in backward, whose loss is freed before its layers recompute.
   return live * b * stage.checkpoint_per_sample +

@@ -474,9 +474,10 @@ TEST(Planner, ChoosesSelectiveRecomputePerStage) {
   EXPECT_LT(mlp.stages[0].activations, plain.stages[0].activations);
   EXPECT_DOUBLE_EQ(mlp.stages[1].activations, plain.stages[1].activations);
   // 4 of the 8 blocks on stage 0, 2 micro-batches live: each frees its gate, up, silu and
-  // product ([512, 704] each, float32).
-  EXPECT_NEAR(plain.stages[0].activations - mlp.stages[0].activations, 2 * 4 * 4 * 512 * 704 * 4.0,
-              1.0);
+  // product ([512, 704] each, float32), but for one block of one micro-batch, whose
+  // backward computes them again.
+  EXPECT_NEAR(plain.stages[0].activations - mlp.stages[0].activations,
+              (2 * 4 - 1) * 4 * 512 * 704 * 4.0, 1.0);
 
   Cluster c = ideal(2);
   c.memory_bytes = (plain.stages[0].total() + plain.stages[1].total()) / 2;
@@ -501,6 +502,43 @@ TEST(Planner, ChoosesSelectiveRecomputePerStage) {
   });
   ASSERT_NE(whole, all.end());
   EXPECT_LT(best.prediction.step_seconds, whole->prediction.step_seconds);
+}
+
+// Recomputing a part repeats its communication as well as its FLOPs: the MLP's
+// row-parallel all-reduce under tensor parallelism, attention's ring passes under context
+// parallelism. With free links only the FLOPs count; with slow ones each repeat costs its
+// transfer once per micro-batch and block.
+TEST(Prediction, RecomputeRepeatsItsCommunication) {
+  models::ModelConfig model;
+  model.type = models::Family::kLlama;
+  model.llama = {.vocab_size = 256,
+                 .context = 512,
+                 .d_model = 256,
+                 .heads = 4,
+                 .num_key_value_heads = 2,
+                 .intermediate_size = 704,
+                 .layers = 4};
+  const Workload w(model, engine::TrainingConfig{});
+  using K = module::RecomputeKind;
+  const auto added = [&](const Cluster& c, Layout l, K kind) {
+    const double plain = predict(w, c, l).step_seconds;
+    l.recompute = {module::RecomputeSet().add(kind)};
+    return predict(w, c, l).step_seconds - plain;
+  };
+  Cluster slow = ideal(2);
+  slow.intra_node = slow.inter_node = slow.host_staging = {1e6, 0};  // 1 MB/s
+  const Layout tensor{.parallel = {.tensor = 2}, .micro_batch = 1, .micro_batches = 2};
+  // An all-reduce of [512, 256] float32 over 2 ranks moves it once: 0.52 s at 1 MB/s, for
+  // each of 4 blocks and 2 micro-batches.
+  EXPECT_NEAR(added(slow, tensor, K::kMlpActivation) - added(ideal(2), tensor, K::kMlpActivation),
+              4 * 2 * 512 * 256 * 4.0 / 1e6, 0.01);
+  EXPECT_NEAR(added(slow, tensor, K::kNorms), added(ideal(2), tensor, K::kNorms), 1e-9);
+  const Layout ring{.parallel = {.context = 2}, .micro_batch = 1, .micro_batches = 2};
+  // The ring's keys and values ([256, 128] each: half the sequence, two key/value heads),
+  // one pass forward again, for each block and micro-batch.
+  EXPECT_NEAR(added(slow, ring, K::kAttention) - added(ideal(2), ring, K::kAttention),
+              4 * 2 * 2 * 256 * 128 * 4.0 / 1e6, 0.01);
+  EXPECT_GT(added(ideal(2), ring, K::kAttention), 0.0);  // attention's FLOPs again
 }
 
 // Under LoRA only the adapters train: the optimizer state, gradients and their reduction

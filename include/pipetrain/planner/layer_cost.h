@@ -96,12 +96,17 @@ struct LayerCost {
 
   // Selective recompute, per module::RecomputeKind (by its value): the elements per sample
   // recomputing that part frees (`split`: split over t, in the compute type; `fp32`:
-  // replicated, float32), and the forward FLOPs backward repeats for it. The MLP's
-  // activation is part of the MLP: recomputing both frees and costs the MLP's.
+  // replicated, float32), and what backward repeats for it: its forward FLOPs, its
+  // tensor-parallel all-reduces (of `all_reduced` elements; under sequence parallelism the
+  // gather and reduce-scatter that replace one), and with `ring` the context-parallel ring's
+  // forward passes. The MLP's activation is part of the MLP: recomputing both frees and
+  // costs the MLP's.
   struct Recomputable {
     double split = 0;
     double fp32 = 0;
     double flops = 0;
+    int all_reduces = 0;
+    bool ring = false;
   };
   std::array<Recomputable, 5> recomputable{};
   Recomputable& part(module::RecomputeKind kind) {
@@ -113,6 +118,8 @@ struct LayerCost {
   double recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
                                bool sequence_parallel = false, bool ring = false) const;
   double recompute_flops(module::RecomputeSet kinds) const;
+  int recompute_all_reduces(module::RecomputeSet kinds) const;
+  bool recomputes_ring(module::RecomputeSet kinds) const;
 
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // One tensor-parallel rank's share of `flops`, of which `replicated` are computed whole.

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/module/recompute.h"
 #include "pipetrain/planner/prediction.h"
 
 namespace pipetrain::planner {
@@ -17,6 +18,9 @@ struct LayoutLimits {
   std::optional<int64_t> micro_batch;
   std::optional<schedule::Kind> schedule;
   std::optional<bool> checkpointing;
+  // Selective recompute fixed for every stage of the layouts without whole-layer
+  // checkpointing (empty: none); unset: none, or per stage what fits the memory.
+  std::optional<module::RecomputeSet> recompute;
   int64_t max_micro_batch = 16;  // micro-batch sizes tried: powers of two up to this
 };
 
