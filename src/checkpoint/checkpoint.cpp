@@ -667,10 +667,9 @@ void set_layer_written_hook(std::function<void(int global_rank)> hook) {
 namespace {
 
 // Host copies of `tensors` that training cannot change under a background write.
-comm::NamedTensors owned(const comm::NamedTensors& tensors) {
+comm::NamedTensors owned(const comm::NamedTensors& tensors, device::HostCopies& host) {
   comm::NamedTensors copies;
-  for (const auto& [name, tensor] : tensors)
-    copies.emplace_back(name, tensor.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  for (const auto& [name, tensor] : tensors) copies.emplace_back(name, host.add(tensor));
   return copies;
 }
 
@@ -694,6 +693,7 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
   save.folder = staging_folder(directory, tag);
   save.tag = tag;
   save.global_rank = grid.global_rank();
+  if (copy) save.copies = std::make_unique<device::HostCopies>();
   if (world.rank() == 0) {
     fs::remove_all(save.folder);  // left by an interrupted save
     fs::create_directories(save.folder);
@@ -717,11 +717,12 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
       entry["tensors"] = describe(layer.weights);
       entry["weight_decay_exempt"] = layer.decay_exempt;
       const bool state = !layer.state.empty();
-      save.files.push_back({entry["file"], copy ? owned(layer.weights) : layer.weights, !state});
+      save.files.push_back(
+          {entry["file"], copy ? owned(layer.weights, *save.copies) : layer.weights, !state});
       if (state) {
         entry["optimizer_file"] = numbered("optimizer", index, 3);
         save.files.push_back(
-            {entry["optimizer_file"], copy ? owned(layer.state) : layer.state, true});
+            {entry["optimizer_file"], copy ? owned(layer.state, *save.copies) : layer.state, true});
       }
       // Written now, a layer's whole tensors are gone before the next layer's are joined.
       if (!copy) write_save(save);
@@ -729,7 +730,9 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
   }
   comm::NamedTensors rng{{"cpu", module::rng_state(at::kCPU)}};
   if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
-  save.files.push_back({numbered("rng_rank", grid.global_rank(), 4), owned(rng), false});
+  // The generators' states are copies of their own already.
+  save.files.push_back({numbered("rng_rank", grid.global_rank(), 4), rng, false});
+  if (copy) save.copies->close();
   if (!copy) write_save(save);
 
   if (world.rank() == 0) {
@@ -759,11 +762,13 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
 }
 
 void write_save(StagedSave& save) {
+  if (save.copies) save.copies->wait();
   for (const StagedFile& file : save.files) {
     write_recorded(save.folder, file.name, file.tensors, save.written);
     if (file.ends_layer && layer_written_hook()) layer_written_hook()(save.global_rank);
   }
   save.files.clear();  // the host copies
+  save.copies.reset();
 }
 
 void publish_save(StagedSave& save, comm::Communicator& world) {
@@ -811,6 +816,20 @@ void save_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
   publish_save(save, *engine.grid().world_comm());
 }
 
+namespace {
+
+// Whether checkpoint `tag` in `directory` holds LoRA adapters; false where it cannot be read
+// (the load itself then names the problem).
+bool holds_adapters(const fs::path& directory, const std::string& tag) {
+  try {
+    return manifest_holds_adapters(read_manifest(directory / resolve_tag(directory, tag)));
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
                                const std::string& tag, engine::MicroBatchSource* data) {
   auto& world = *engine.grid().world_comm();
@@ -819,10 +838,14 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   nlohmann::json manifest;
   PendingLoad pending;
   fs::path folder;
-  // Collective: what fresh adapters start from, when the checkpoint has none.
-  const std::vector<optim::ParameterState> current = engine.module().options().lora.enabled()
-                                                         ? engine.whole_optimizer_state()
-                                                         : std::vector<optim::ParameterState>{};
+  // Collective: what fresh adapters start from, when the checkpoint has none (every rank
+  // agrees whether to gather it, whatever it could read).
+  std::vector<optim::ParameterState> current;
+  if (engine.module().options().lora.enabled()) {
+    at::Tensor fresh = at::tensor({holds_adapters(directory, tag) ? int64_t{0} : int64_t{1}});
+    world.all_reduce(fresh, comm::ReduceOp::kMax);
+    if (fresh.item<int64_t>() == 1) current = engine.whole_optimizer_state();
+  }
   try {
     folder = directory / resolve_tag(directory, tag);
     manifest = read_manifest(folder);

@@ -3,12 +3,14 @@
 // a step boundary (collective: shards joined, each rank's files gathered), written (this
 // rank's files, no communication), published (collective: the manifest, then `latest`).
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/comm/tensor_list.h"
+#include "pipetrain/device/host_copies.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
 namespace pipetrain::checkpoint {
@@ -28,6 +30,9 @@ struct StagedSave {
   nlohmann::json layers = nlohmann::json::object();   // this rank's layers' manifest entries
   nlohmann::json manifest;                            // rank 0: all but files and layer files
   nlohmann::json written = nlohmann::json::object();  // the files written: size and CRC-32
+  // Staging::kHostCopies: the copies in flight (from GPUs: pinned, on side streams), waited
+  // for before the files are written.
+  std::unique_ptr<device::HostCopies> copies;
 };
 
 // How a save's files are staged: written as each layer is joined (the tensors may be the

@@ -24,9 +24,7 @@ GradientSync::GradientSync(const module::PipelineModule& module, const groups::C
       grid_(comms.grid()),
       data_(comms.data()),
       tied_comms_(comms.tied()),
-      overlap_(data_parallel.overlap),
-      expert_sums_elsewhere_(
-          experts_reduce_scattered(!data_parallel.averages, grid_->expert_data_comm()->size())) {
+      overlap_(data_parallel.overlap) {
   // A tied tensor counts in the norm on its first owner stage only.
   std::vector<at::Tensor> counted_elsewhere;
   for (const auto& [key, comm] : tied_comms_) {
@@ -47,35 +45,58 @@ GradientSync::GradientSync(const module::PipelineModule& module, const groups::C
   const auto named = module_.named_parameters();  // in parameters()' order
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto it = shards.find(named[i].first);
-    if (it != shards.end() && it->second.group == tensor_parallel::ShardGroup::kExperts) {
-      experts_.push_back(named[i].second);
-    } else {
-      averaged_.push_back(named[i].second);
-      averaged_late_.push_back(late_[i]);
-    }
+    const bool expert =
+        it != shards.end() && it->second.group == tensor_parallel::ShardGroup::kExperts;
+    Part& part = expert ? experts_ : averaged_;
+    part.parameters.push_back(named[i].second);
+    part.late.push_back(late_[i]);
+    part.layers.push_back(std::stoi(named[i].first.substr(0, named[i].first.find('.'))));
   }
-  if (!data_parallel.averages || grid_->replica_count() == 1) return;
-  reduce_with(std::make_shared<AveragedBuckets>(
-      averaged_, backward_order_buckets(averaged_, averaged_late_, data_parallel.bucket_elements),
-      data_, data_parallel.wire));
+  if (shards_optimizer(data_parallel.zero)) {
+    shard(data_parallel);
+  } else if (grid_->replica_count() > 1) {
+    reduce_with(std::make_shared<AveragedBuckets>(
+        averaged_.parameters,
+        backward_order_buckets(averaged_.parameters, averaged_.late, data_parallel.bucket_elements),
+        data_, data_parallel.wire));
+  }
+}
+
+void GradientSync::shard(const DataParallel& data_parallel) {
+  sharded_.dense =
+      std::make_shared<ShardedReduction>(averaged_.parameters, averaged_.late, averaged_.layers,
+                                         data_, data_parallel.zero, data_parallel.wire);
+  reduce_with(sharded_.dense);
+  const auto& holders = grid_->expert_data_comm();
+  if (experts_.parameters.empty() || !experts_reduce_scattered(/*sharded=*/true, holders->size()))
+    return;
+  // ZeRO 1 over the ranks holding the same experts, whatever the stage: the experts'
+  // weights stay whole, their masters and optimizer state are sharded.
+  ZeroConfig experts_zero = data_parallel.zero;
+  experts_zero.stage = 1;
+  sharded_.experts =
+      std::make_shared<ShardedReduction>(experts_.parameters, experts_.late, experts_.layers,
+                                         holders, experts_zero, data_parallel.wire);
 }
 
 void GradientSync::reduce_with(std::shared_ptr<BucketReduction> reduction) {
   if (grid_->replica_count() == 1) return;
-  buckets_ = std::make_unique<GradientBuckets>(averaged_, averaged_late_, std::move(reduction),
-                                               data_, grid_->replica_comm(), overlap_);
+  buckets_ =
+      std::make_unique<GradientBuckets>(averaged_.parameters, averaged_.late, std::move(reduction),
+                                        data_, grid_->replica_comm(), overlap_);
 }
 
 void GradientSync::reduce_experts() {
   // A rank's experts took tokens from every replica of its expert-parallel group, so their
   // gradients sum that group's replicas: summed over the ranks holding the same experts
-  // and divided by every replica, they are the average over the replicas. Left to the
-  // optimizer, the sum is its average over those ranks: the rest of the division is here.
+  // and divided by every replica, they are the average over the replicas. Reduce-scattered
+  // onto shards (ZeRO), the reduction averages over those ranks: the rest of the division
+  // is here.
   const auto& holders = grid_->expert_data_comm();
-  const bool summed_here = !expert_sums_elsewhere_ && holders->size() > 1;
-  const int divisor =
-      expert_sums_elsewhere_ ? grid_->replica_count() / holders->size() : grid_->replica_count();
-  for (const auto& parameter : experts_) {
+  const bool scattered = sharded_.experts != nullptr;
+  const bool summed_here = !scattered && holders->size() > 1;
+  const int divisor = scattered ? grid_->replica_count() / holders->size() : grid_->replica_count();
+  for (const auto& parameter : experts_.parameters) {
     at::Tensor grad = gradient_of(parameter);
     grad.div_(divisor);
     if (summed_here) holders->all_reduce(grad, comm::ReduceOp::kSum);
@@ -109,6 +130,8 @@ void GradientSync::reduce_tied() {
 
 void GradientSync::begin_step() {
   if (buckets_) buckets_->abandon();
+  for (const auto& reduction : {sharded_.dense, sharded_.experts})
+    if (reduction) reduction->begin_step();
 }
 
 void GradientSync::begin_last_backwards() {
@@ -116,12 +139,16 @@ void GradientSync::begin_last_backwards() {
 }
 
 void GradientSync::after_backward() {
+  for (const auto& reduction : {sharded_.dense, sharded_.experts})
+    if (reduction) reduction->after_backward_pass();
   if (buckets_) buckets_->start_ready();
 }
 
 void GradientSync::reduce_data_parallel() {
   if (buckets_) buckets_->finish();
   reduce_experts();
+  for (const auto& reduction : {sharded_.dense, sharded_.experts})
+    if (reduction) reduction->finish();  // the buckets GradientBuckets did not reduce
 }
 
 }  // namespace pipetrain::data_parallel

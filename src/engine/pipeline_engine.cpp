@@ -80,15 +80,14 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   gradients_ = std::make_unique<data_parallel::GradientSync>(
       *module_, *comms_,
       data_parallel::GradientSync::DataParallel{
-          .averages = !data_parallel::shards_optimizer(config_.zero),
+          .zero = config_.zero,
           .bucket_elements = config_.ddp_bucket_size,
           .wire = optim::to_scalar_type(config_.precision.communication_dtype),
           // ZeRO 2 and 3 reduce after every pass instead.
           .overlap = config_.overlap_grad_reduce && config_.zero.stage < 2});
   optimizer_ = std::make_unique<optim::MixedPrecisionOptimizer>(
-      *module_, grid_, config_.step(), gradients_->norm_parameters(), comms_->data(),
-      gradients_->late(), gradients_->expert_parameters());
-  if (auto reduction = optimizer_->bucket_reduction()) gradients_->reduce_with(reduction);
+      *module_, grid_, config_.step(), gradients_->norm_parameters(), gradients_->sharded(),
+      gradients_->expert_parameters());
   if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));
   feed_ = std::make_unique<MicroBatchFeed>(
       grid_, optimizer_->dtype(), device_,
@@ -170,10 +169,7 @@ double PipelineEngine::execute_steps(const Program& program, Run& run) {
   link_->set_send_completion(program.sends);
   link_->forget_hand_overs();  // an earlier step's, left by a failure
   for (auto& buffer : buffers_) buffer.weight_grads.clear();  // after an earlier failure
-  if (run.training) {
-    gradients_->begin_step();
-    optimizer_->begin_step();
-  }
+  if (run.training) gradients_->begin_step();
   if (run.training && std::exchange(record_next_, false)) {
     grid_->world_comm()->barrier();  // a shared time origin
     run.record_origin = Clock::now();
@@ -240,11 +236,9 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
     case OpKind::kBackwardInput:
       backward(*buffer, in.chunk, in.kind == OpKind::kBackwardInput);
       if (gathering_) gathering_->end_pass();
-      optimizer_->after_backward_pass();
       return gradients_->after_backward();
     case OpKind::kBackwardWeight:
       backward_weight(*buffer);
-      optimizer_->after_backward_pass();
       return gradients_->after_backward();
     case OpKind::kSendActivation:
       return send_activation(*buffer, peer, receiving_chunk);

@@ -4,7 +4,9 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -99,14 +101,19 @@ struct WindowRotation {
 
 // The rotation of the positions `key` names (made by `positions` when needed), computed
 // once for a stage's blocks (as transformers' LlamaModel computes it once per forward), not
-// once per block: the last one is kept on this thread (a stage's blocks run on its thread)
-// while the key holds.
+// once per block: the last few are kept on this thread (a stage's blocks run on its
+// thread), enough for the ropes a model alternates (Gemma 3: local and global).
 const Rotation& window_rotation(const WindowRotation& key,
                                 const std::function<at::Tensor()>& positions,
                                 const at::Tensor& like) {
-  thread_local std::optional<std::pair<WindowRotation, Rotation>> last;
-  if (!last || !(last->first == key)) last.emplace(key, rotation(positions(), key.rope, like));
-  return last->second;
+  constexpr std::size_t kKept = 4;
+  thread_local std::deque<std::pair<WindowRotation, Rotation>> recent;  // newest first
+  const auto found = std::find_if(recent.begin(), recent.end(),
+                                  [&](const auto& entry) { return entry.first == key; });
+  if (found != recent.end()) return found->second;
+  recent.emplace_front(key, rotation(positions(), key.rope, like));
+  if (recent.size() > kKept) recent.pop_back();  // references to the others stay valid
+  return recent.front().second;
 }
 
 // The causal mask of `seq` positions, each seeing the last `window` (0: all before it),

@@ -29,16 +29,6 @@ at::Tensor ExpertSplitMasters::squared_grad_norm() const {
   return dense_->squared_grad_norm() + experts_->squared_grad_norm();
 }
 
-void ExpertSplitMasters::begin_step() {
-  dense_->begin_step();
-  experts_->begin_step();
-}
-
-void ExpertSplitMasters::after_backward_pass() {
-  dense_->after_backward_pass();
-  experts_->after_backward_pass();
-}
-
 void ExpertSplitMasters::copy_to_model() {
   dense_->copy_to_model();
   experts_->copy_to_model();

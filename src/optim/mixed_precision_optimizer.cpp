@@ -44,7 +44,7 @@ bool contains(const std::vector<at::Tensor>& tensors, const at::Tensor& tensor) 
 // Some of a module's parameters, with what the masters need to know of each.
 struct Partition {
   std::vector<at::Tensor> parameters;
-  std::vector<bool> decayed, late;
+  std::vector<bool> decayed;
   std::vector<int> layers;
 };
 
@@ -74,8 +74,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
                                                  std::shared_ptr<const topology::Grid> grid,
                                                  const StepConfig& config,
                                                  const std::vector<at::Tensor>& norm_parameters,
-                                                 std::shared_ptr<comm::Communicator> data,
-                                                 const std::vector<bool>& late,
+                                                 const data_parallel::ShardedReductions& sharded,
                                                  const std::vector<at::Tensor>& expert_parameters)
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
@@ -90,9 +89,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
     masters_ = std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_,
                                                    grid_, expert_parameters);
   } else {
-    auto comm = data ? std::move(data) : grid_->replica_comm();
-    masters_ =
-        sharded_masters(module, norm_parameters, late, expert_parameters, std::move(comm), config);
+    masters_ = sharded_masters(module, norm_parameters, sharded, expert_parameters);
   }
   // Decay is applied here, to some parameters only (see apply_weight_decay).
   optimizer_ =
@@ -103,8 +100,10 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
 
 std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     module::PipelineModule& module, const std::vector<at::Tensor>& norm_parameters,
-    const std::vector<bool>& late, const std::vector<at::Tensor>& expert_parameters,
-    std::shared_ptr<comm::Communicator> data, const StepConfig& config) {
+    const data_parallel::ShardedReductions& sharded,
+    const std::vector<at::Tensor>& expert_parameters) {
+  if (!sharded.dense)
+    throw std::logic_error("ZeRO: the masters need data parallelism's sharded reduction");
   // Experts split over ranks apart from the rest (ExpertSplitMasters), see the header.
   const std::vector<at::Tensor> parameters = module.parameters();
   const std::vector<int> layers = parameter_layers(module);
@@ -115,29 +114,24 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     Partition& part = expert ? experts : dense;
     part.parameters.push_back(parameters[i]);
     part.decayed.push_back(decayed_[i]);
-    part.late.push_back(!late.empty() && late[i]);
     part.layers.push_back(layers[i]);
     is_expert.push_back(expert);
   }
-  const at::ScalarType wire = to_scalar_type(config.precision.communication_dtype);
-  sharded_masters_ =
-      std::make_shared<ShardedMasters>(dense.parameters, norm_parameters, dense.decayed, dense.late,
-                                       dense.layers, grid_, std::move(data), config.zero, wire);
+  if (sharded.dense->parameters().size() != dense.parameters.size())
+    throw std::logic_error("ZeRO: the sharded reduction holds other parameters than the masters");
+  sharded_masters_ = std::make_shared<ShardedMasters>(sharded.dense, norm_parameters, dense.decayed,
+                                                      dense.layers, grid_);
   if (experts.parameters.empty()) return sharded_masters_;
   std::vector<at::Tensor> expert_norm;
   for (const auto& p : norm_parameters) {
     if (contains(experts.parameters, p)) expert_norm.push_back(p);
   }
   std::shared_ptr<MasterWeights> expert_masters;
-  const auto& holders = grid_->expert_data_comm();
-  if (data_parallel::experts_reduce_scattered(/*sharded=*/true, holders->size())) {
+  if (sharded.experts) {
     // ZeRO 1 over the ranks holding the same experts, whatever the stage: the experts'
     // weights stay whole, their masters and optimizer state are sharded.
-    data_parallel::ZeroConfig experts_zero = config.zero;
-    experts_zero.stage = 1;
-    expert_masters = std::make_shared<ShardedMasters>(experts.parameters, expert_norm,
-                                                      experts.decayed, experts.late, experts.layers,
-                                                      grid_, holders, experts_zero, wire);
+    expert_masters = std::make_shared<ShardedMasters>(sharded.experts, expert_norm, experts.decayed,
+                                                      experts.layers, grid_);
   } else {
     expert_masters = std::make_shared<ReplicatedMasters>(
         experts.parameters, expert_norm, experts.decayed, grid_, experts.parameters);

@@ -9,42 +9,17 @@
 #include "pipetrain/optim/optimizer_state.h"
 
 namespace pipetrain::optim {
-namespace {
 
-std::vector<int64_t> element_counts(const std::vector<at::Tensor>& tensors) {
-  std::vector<int64_t> counts;
-  for (const auto& t : tensors) counts.push_back(t.numel());
-  return counts;
-}
-
-}  // namespace
-
-ShardedMasters::ShardedMasters(const std::vector<at::Tensor>& parameters,
+ShardedMasters::ShardedMasters(std::shared_ptr<data_parallel::ShardedReduction> reduction,
                                const std::vector<at::Tensor>& norm_parameters,
-                               const std::vector<bool>& decayed, const std::vector<bool>& late,
-                               const std::vector<int>& layers,
-                               std::shared_ptr<const topology::Grid> grid,
-                               std::shared_ptr<comm::Communicator> data,
-                               const data_parallel::ZeroConfig& zero, at::ScalarType wire)
-    : grid_(std::move(grid)),
-      data_(std::move(data)),
-      zero_(zero),
-      wire_(wire),
-      parameters_(parameters),
-      buckets_(zero.stage >= 2
-                   ? data_parallel::layer_buckets(
-                         layers, late.empty() ? std::vector<bool>(parameters_.size(), false) : late)
-                   : data_parallel::backward_order_buckets(
-                         parameters_,
-                         late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
-                         zero.reduce_bucket_size)),
-      layout_(element_counts(parameters), buckets_, data_->size()),
-      grads_(buckets_.size()),
-      complete_(buckets_.size(), false),
-      per_pass_(zero.stage >= 2),
-      accumulated_(buckets_.size()) {
-  for (const auto& bucket : buckets_)
-    late_bucket_.push_back(!late.empty() && !bucket.empty() && late[bucket.front()]);
+                               const std::vector<bool>& decayed, const std::vector<int>& layers,
+                               std::shared_ptr<const topology::Grid> grid)
+    : reduction_(std::move(reduction)),
+      grid_(std::move(grid)),
+      data_(reduction_->group()),
+      zero_(reduction_->zero()),
+      parameters_(reduction_->parameters()),
+      layout_(reduction_->layout()) {
   const at::TensorOptions options =
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   if (zero_.stage >= 3) {
@@ -120,99 +95,14 @@ int64_t ShardedMasters::per_rank(int64_t bucket, int64_t piece) const {
   return std::clamp<int64_t>(bucket / layout_.shards(), 1, std::max<int64_t>(piece, 1));
 }
 
-namespace {
-
-// What start() returns for a bucket already reduced after each pass: nothing to wait for.
-class NothingToReduce final : public comm::Work {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
-}  // namespace
-
-comm::WorkPtr ShardedMasters::start(int k) {
-  if (reduced_per_pass(k)) return std::make_unique<NothingToReduce>();
-  return start_reduce(k);
-}
-
-comm::WorkPtr ShardedMasters::start_reduce(int k) {
-  // The bucket's gradients (zeros where backward left none); the other parameters only
-  // stand in for their sizes, as read() touches nothing outside the bucket.
-  std::vector<at::Tensor> grads(parameters_.begin(), parameters_.end());
-  for (std::size_t i : buckets_[k]) {
-    const at::Tensor& p = parameters_[i];
-    grads[i] = p.grad().defined() ? p.grad() : at::zeros_like(p);
-  }
-  // Allocated per bucket and step, not kept: in all, as large as the gradients themselves.
-  at::Tensor bucket = at::empty({layout_.bucket_size(k)}, flat_.options().dtype(wire_));
-  layout_.read(grads, layout_.bucket_begin(k), bucket);
-  grads_[k] = at::empty({layout_.bucket_size(k) / layout_.shards()}, bucket.options());
-  return data_->reduce_scatter_async(bucket, grads_[k], comm::ReduceOp::kAverage);
-}
-
-void ShardedMasters::complete(int k) {
-  // The piece's master gradient (the wire may be 16-bit); none when reduced per pass.
-  if (!reduced_per_pass(k)) grads_[k] = grads_[k].to(at::kFloat);
-  complete_[k] = true;
-}
-
-void ShardedMasters::begin_step() {
-  // What a step that threw left behind: its passes' pieces and gradients.
-  std::fill(accumulated_.begin(), accumulated_.end(), at::Tensor());
-  if (!per_pass_) return;
-  std::fill(grads_.begin(), grads_.end(), at::Tensor());
-  std::fill(complete_.begin(), complete_.end(), false);
-  clear_model_gradients();
-}
-
-void ShardedMasters::after_backward_pass() {
-  if (!per_pass_) return;
-  // Every bucket that holds gradients started, then each waited for in turn.
-  std::vector<std::pair<int, comm::WorkPtr>> started;
-  for (int k = 0; k < layout_.buckets(); ++k) {
-    if (late_bucket_[k]) continue;
-    // Every replica ran the same pass over the same graph: the same buckets hold gradients.
-    const auto& members = buckets_[k];
-    if (std::none_of(members.begin(), members.end(),
-                     [&](std::size_t i) { return parameters_[i].grad().defined(); }))
-      continue;
-    started.emplace_back(k, start_reduce(k));
-    // Copied into the bucket: the full gradients go before the collective runs.
-    for (std::size_t i : members) parameters_[i].mutable_grad() = at::Tensor();
-  }
-  for (auto& [k, work] : started) {
-    work->wait();
-    const at::Tensor piece = std::exchange(grads_[k], at::Tensor()).to(at::kFloat);
-    accumulated_[k] = accumulated_[k].defined() ? accumulated_[k].add_(piece) : piece;
-  }
-}
-
-void ShardedMasters::abandon(int k) {
-  grads_[k] = at::Tensor();  // the work keeps what MPI may still write
-  complete_[k] = false;
-}
-
 at::Tensor ShardedMasters::piece_of(const at::Tensor& shard, int k) const {
   const data_parallel::FlatShards::Piece piece = layout_.piece(data_->rank(), k);
   return shard.narrow(0, piece.shard_begin, piece.size);
 }
 
-void ShardedMasters::reduce_all() {
-  for (int k = 0; k < layout_.buckets(); ++k) {
-    if (complete_[k]) continue;
-    start(k)->wait();
-    complete(k);
-  }
-}
-
 void ShardedMasters::take_gradients(double unscale) {
-  reduce_all();  // all of them unless GradientBuckets reduced them during backward
-  std::fill(complete_.begin(), complete_.end(), false);
   for (int k = 0; k < layout_.buckets(); ++k) {
-    at::Tensor grad = std::exchange(grads_[k], at::Tensor());
-    if (at::Tensor passes = std::exchange(accumulated_[k], at::Tensor()); passes.defined())
-      grad = grad.defined() ? grad.add_(passes) : passes;
+    at::Tensor grad = reduction_->take(k);
     if (!grad.defined()) grad = at::zeros_like(master_[k]);  // no pass left a gradient
     if (unscale != 1.0) grad.mul_(unscale);
     master_[k].mutable_grad() = grad;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "pipetrain/data_parallel/gradient_buckets.h"
+#include "pipetrain/data_parallel/sharded_reduction.h"
+#include "pipetrain/data_parallel/zero_config.h"
 #include "pipetrain/device/transport.h"
 #include "pipetrain/groups/communicators.h"
 #include "pipetrain/module/pipeline_module.h"
@@ -16,16 +18,19 @@
 
 namespace pipetrain::data_parallel {
 
-// Makes every copy of a parameter see the same gradient before the optimizer steps:
-// tied parameters summed among the stages that own them, then every gradient averaged
-// over the data-parallel replicas in flat buckets (GradientBuckets), with `overlap` while
-// the step's last backward passes run. Also knows which gradients this rank counts in the
-// global gradient norm, so that tied and replicated tensors count once.
+// Makes every copy of a parameter see the same gradient before the optimizer steps, the one
+// owner of every gradient's movement among replicas: tied parameters summed among the
+// stages that own them, then every gradient averaged over the data-parallel replicas in
+// flat buckets (GradientBuckets), with `overlap` while the step's last backward passes run;
+// under ZeRO reduce-scattered onto the shards instead (ShardedReduction, whose pieces the
+// optimizer's masters take). Experts split over ranks are averaged apart. Also knows which
+// gradients this rank counts in the global gradient norm, so that tied and replicated
+// tensors count once.
 class GradientSync {
  public:
   // How the data-parallel average is made (see GradientBuckets).
   struct DataParallel {
-    bool averages = true;  // false under ZeRO: its reduction comes by reduce_with()
+    ZeroConfig zero;  // stage 1 to 3: reduce-scattered onto the shards
     int64_t bucket_elements = 25'000'000;
     at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
     bool overlap = false;              // during the last backward passes
@@ -36,23 +41,24 @@ class GradientSync {
                DataParallel data_parallel);
 
   void reduce_tied();
-  // Under ZeRO: the buckets are the optimizer's, reduce-scattered onto its shards.
-  void reduce_with(std::shared_ptr<BucketReduction> reduction);
 
   // A training step begins (forgetting one that threw); its last backward passes begin;
-  // a backward pass has ended (see GradientBuckets).
+  // a backward (or weight-gradient) pass has ended (see GradientBuckets; under ZeRO 2 and 3
+  // each pass's gradients are reduce-scattered then and freed).
   void begin_step();
   void begin_last_backwards();
   void after_backward();
   void reduce_data_parallel();
-  // Null at data-parallel size 1 (and under ZeRO before reduce_with()).
+  // Null at data-parallel size 1.
   const GradientBuckets* buckets() const { return buckets_.get(); }
+  // Under ZeRO, the reductions onto the shards (for the optimizer's masters); else null.
+  const ShardedReductions& sharded() const { return sharded_; }
   // Per module parameter: whether its gradient changes after backward (a tied one, summed
   // among its stages by reduce_tied()).
   const std::vector<bool>& late() const { return late_; }
   // Parameters split over the expert-parallel group (an MoE layer's experts): not in the
   // buckets, reduced over the ranks holding the same experts by reduce_data_parallel().
-  const std::vector<at::Tensor>& expert_parameters() const { return experts_; }
+  const std::vector<at::Tensor>& expert_parameters() const { return experts_.parameters; }
 
   // The module's parameters whose gradients this rank counts in the global norm: all but
   // tied tensors whose first owner is another stage and, under tensor parallelism,
@@ -61,6 +67,10 @@ class GradientSync {
 
  private:
   void choose_norm_parameters(const std::vector<at::Tensor>& counted_elsewhere);
+  // Under ZeRO: the reductions of the dense parameters and (where several ranks hold the
+  // same experts) of the experts.
+  void shard(const DataParallel& data_parallel);
+  void reduce_with(std::shared_ptr<BucketReduction> reduction);
   void reduce_experts();
 
   const module::PipelineModule& module_;
@@ -69,15 +79,17 @@ class GradientSync {
   std::map<std::string, std::shared_ptr<comm::Communicator>> tied_comms_;
   std::vector<at::Tensor> norm_parameters_;
   std::vector<bool> late_;
-  std::vector<at::Tensor> averaged_;  // in the buckets: every parameter but the experts'
-  std::vector<bool> averaged_late_;   // late_ of each
-  std::vector<at::Tensor> experts_;   // split over the expert-parallel group
+  // Some of the module's parameters, with each one's late_ and layer.
+  struct Part {
+    std::vector<at::Tensor> parameters;
+    std::vector<bool> late;
+    std::vector<int> layers;
+  };
+  Part averaged_;  // in the buckets: every parameter but the experts'
+  Part experts_;   // split over the expert-parallel group
   bool overlap_ = false;
-  // Under ZeRO with several ranks holding the same experts (experts_reduce_scattered):
-  // reduce_data_parallel() only scales the experts' gradients, which the reduce-scatter
-  // onto the optimizer's expert shards then averages over those ranks.
-  bool expert_sums_elsewhere_ = false;
   std::unique_ptr<GradientBuckets> buckets_;
+  ShardedReductions sharded_;
 };
 
 }  // namespace pipetrain::data_parallel

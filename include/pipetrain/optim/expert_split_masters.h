@@ -32,8 +32,6 @@ class ExpertSplitMasters : public MasterWeights {
   at::Tensor squared_grad_norm() const override;
   void copy_to_model() override;
   void clear_model_gradients() override;
-  void begin_step() override;
-  void after_backward_pass() override;
   int64_t master_bytes() const override;
   std::vector<ParameterState> whole_state(torch::optim::Optimizer& optimizer) const override;
   ParameterState gathered_state(torch::optim::Optimizer& optimizer,

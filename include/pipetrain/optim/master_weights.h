@@ -44,11 +44,6 @@ class MasterWeights {
   virtual void copy_to_model() = 0;
   // Drops the model's gradients (the next backward starts from none).
   virtual void clear_model_gradients() = 0;
-  // A training step begins (forgetting what one that threw left); a backward or weight-
-  // gradient pass has ended. Under ZeRO 2 and 3 each pass's gradients are reduce-scattered
-  // into the shards then and freed; elsewhere nothing happens.
-  virtual void begin_step() {}
-  virtual void after_backward_pass() {}
   // Bytes of fp32 masters held beside the model's own parameters.
   virtual int64_t master_bytes() const = 0;
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/bucket_reduction.h"
 #include "pipetrain/data_parallel/sharded_parameters.h"
+#include "pipetrain/data_parallel/sharded_reduction.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/master_weights.h"
@@ -33,38 +33,28 @@ class MixedPrecisionOptimizer {
  public:
   // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
   // (the parameters themselves in fp32), all of them or, under ZeRO (config.zero.stage),
-  // this rank's shard over `data` (the data-parallel group, by default the grid's
-  // MPI one; collective then).
-  // `norm_parameters`: the module parameters this rank counts in the global gradient norm;
-  // `late`: per module parameter, whether its gradient changes after backward (both: see
-  // GradientSync; empty: none); `expert_parameters`: those split over the expert-parallel
-  // group (whole masters on the ranks holding them, also under ZeRO).
+  // this rank's shard of `sharded`'s pieces (collective over their groups then).
+  // `norm_parameters`: the module parameters this rank counts in the global gradient norm
+  // (see GradientSync); `sharded`: under ZeRO, the reductions whose pieces the masters take
+  // (GradientSync's); `expert_parameters`: those split over the expert-parallel group (whole
+  // masters on the ranks holding them; under ZeRO sharded where sharded.experts is set).
   MixedPrecisionOptimizer(module::PipelineModule& module,
                           std::shared_ptr<const topology::Grid> grid, const StepConfig& config,
                           const std::vector<at::Tensor>& norm_parameters,
-                          std::shared_ptr<comm::Communicator> data = nullptr,
-                          const std::vector<bool>& late = {},
+                          const data_parallel::ShardedReductions& sharded = {},
                           const std::vector<at::Tensor>& expert_parameters = {});
 
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
-  // Under ZeRO, how the gradient buckets are reduce-scattered onto the shards (for
-  // GradientSync to start them during backward; step() reduces those it did not); else null.
-  std::shared_ptr<data_parallel::BucketReduction> bucket_reduction() const {
-    return sharded_masters_;
-  }
   // Under ZeRO stage 3, where the model's parameters live (else null).
   std::shared_ptr<data_parallel::ShardedParameters> sharded_parameters() const;
 
-  // Collective over the grid's world: moves the model's gradients onto the masters
-  // (unscaled; under ZeRO reduce-scattered), agrees on overflow, clips, sets the rate of
-  // step `step` (0-based), steps, copies the masters back into the model and clears every
-  // gradient.
+  // Collective over the grid's world: moves the model's gradients, as data parallelism
+  // reduced them (under ZeRO its reduced pieces), onto the masters (unscaled), agrees on
+  // overflow, clips, sets the rate of step `step` (0-based), steps, copies the masters back
+  // into the model and clears every gradient.
   void step(int64_t step);
-  // A training step begins; a backward or weight-gradient pass has ended (see MasterWeights).
-  void begin_step() { masters_->begin_step(); }
-  void after_backward_pass() { masters_->after_backward_pass(); }
 
   // Of the last step that was not skipped: the global gradient norm before clipping (NaN
   // when neither clipping nor set_grad_norm_wanted needed it: it costs a pass over every
@@ -93,16 +83,13 @@ class MixedPrecisionOptimizer {
   const std::vector<bool>& decayed() const { return decayed_; }
 
  private:
-  // Under ZeRO: the masters, the dense part sharded over `data` (sharded_masters_) and
-  // experts split over ranks beside it: sharded over the ranks holding the same experts
-  // (ZeRO 1 at any stage; their gradients then reduce-scattered here) when there are
-  // several, else whole.
+  // Under ZeRO: the masters, the dense part sharded as sharded.dense lays it out
+  // (sharded_masters_) and experts split over ranks beside it: sharded as sharded.experts
+  // lays them out where it is set, else whole.
   std::shared_ptr<MasterWeights> sharded_masters(module::PipelineModule& module,
                                                  const std::vector<at::Tensor>& norm_parameters,
-                                                 const std::vector<bool>& late,
-                                                 const std::vector<at::Tensor>& expert_parameters,
-                                                 std::shared_ptr<comm::Communicator> data,
-                                                 const StepConfig& config);
+                                                 const data_parallel::ShardedReductions& sharded,
+                                                 const std::vector<at::Tensor>& expert_parameters);
   // The global gradient norm over the whole model (each tensor counted once): collective.
   double global_grad_norm() const;
   // Whether any rank's gradients overflowed (fp16 only; the step's one wait).
