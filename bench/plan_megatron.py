@@ -60,6 +60,10 @@ def layout(row):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cluster", default=ROOT / "clusters" / "dgx-a100-80gb.json")
+    parser.add_argument("--dropout", type=float, default=0.1,
+                        help="the GPT's dropout (Megatron-LM's runs: 0.1, attention and hidden)")
+    parser.add_argument("--their-layouts-only", action="store_true",
+                        help="skip the free choice (minutes per model for the largest)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="plan-megatron-"))
     print("| GPT | GPUs | batch | their layout | their TFLOP/s | predicted at their layout | "
@@ -67,21 +71,26 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for billions, heads, hidden, layers, t, p, gpus, batch, theirs in TABLE_1:
         config = {"model": {"type": "gpt", "vocab_size": VOCAB, "context": SEQUENCE,
-                            "d_model": hidden, "heads": heads, "layers": layers},
+                            "d_model": hidden, "heads": heads, "layers": layers,
+                            "dropout": args.dropout},
                   "fp16": {"enabled": True}, "optimizer": {"type": "Adam"}}
         path = work / f"gpt-{billions}.json"
         path.write_text(json.dumps(config))
         nodes = gpus // 8
         flops = eq3_flops(batch, layers, hidden)
+        # Their layout as they ran it: interleaved where there is a pipe, no distributed
+        # optimizer (ZeRO 0), every layer recomputed.
+        schedule = ["--schedule", "interleaved"] if p > 1 else []
         at_theirs, why = plan(path, args.cluster, nodes, batch, "--model", t, "--pipe", p,
-                              "--checkpointing", "on")
+                              "--checkpointing", "on", "--zero", 0, *schedule)
         if at_theirs and not at_theirs["rejected"]:
             mine = flops / at_theirs["step_seconds"] / gpus / 1e12
             predicted = f"{mine:.0f} ({layout(at_theirs)})"
             difference = f"{100 * (mine / theirs - 1):+.0f}%"
         else:
             predicted, difference = f"does not fit: {why}", "-"
-        pick, why = plan(path, args.cluster, nodes, batch)
+        pick, why = (None, "skipped") if args.their_layouts_only else plan(
+            path, args.cluster, nodes, batch)
         if pick and not pick["rejected"]:
             chosen = layout(pick)
             speed = f"{flops / pick['step_seconds'] / gpus / 1e12:.0f}"

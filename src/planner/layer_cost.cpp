@@ -132,6 +132,14 @@ std::vector<LayerCost> gpt_costs(const models::GptConfig& c) {
   // the fused attention, the heads merged; GELU over the 4·d features.
   block.traffic = static_cast<double>(10 * s * d);
   block.split_traffic = static_cast<double>(14 * s * d);
+  if (c.dropout > 0) {
+    // Unfused attention's elementwise work over the [heads, s, s] square: the scores
+    // written, scaled, masked and softmaxed (each a read and a write), the dropout mask
+    // drawn, applied and rescaled; and the two dropouts on the stream (input read, mask
+    // drawn and applied, output written).
+    block.split_traffic += static_cast<double>(14 * c.heads * s * s);
+    block.traffic += static_cast<double>(8 * s * d);
+  }
   block.width = static_cast<double>(d);
   block.output = static_cast<double>(s * d);
   block.all_reduced = block.output;
