@@ -1,6 +1,7 @@
 // `pipetrain plan`: the best layouts of a model on a cluster, predicted.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -232,8 +233,15 @@ std::optional<module::RecomputeSet> read_recompute(const std::string& text) {
   if (text == "none") return set;
   std::stringstream parts(text);
   for (std::string part; std::getline(parts, part, ',');) {
-    set.add(config::read_choice("--recompute", part, module::recompute_kinds(),
-                                config::Quoting::kQuoted));
+    const auto& kinds = module::recompute_kinds();
+    const auto found = std::find_if(kinds.begin(), kinds.end(),
+                                    [&](const auto& kind) { return kind.first == part; });
+    if (found == kinds.end()) {
+      throw io::InputError("--recompute: \"" + part +
+                           "\" is not none, auto, or parts joined by commas from attention, mlp, "
+                           "mlp_activation, norms and experts");
+    }
+    set.add(found->second);
   }
   if (set.empty()) throw io::InputError("--recompute: name none, auto or parts, got \"\"");
   return set;

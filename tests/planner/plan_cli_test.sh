@@ -99,6 +99,7 @@ expect_input_error "global-batch" plan --config "$work/model.json" --cluster "$c
 expect_input_error "no layout of 2 devices" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --data 3
 expect_input_error "devices" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --devices 5
 expect_input_error "schedule" plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --schedule zigzag
+expect_input_error '--recompute: "mlps" is not' plan --config "$work/model.json" --cluster "$cluster" --global-batch 16 --recompute attention,mlps
 echo '{"nodes": 1}' >"$work/partial.json"
 expect_input_error "memory_gib" plan --config "$work/model.json" --cluster "$work/partial.json" --global-batch 16
 expect_input_error "missing.json" plan --config "$work/model.json" --cluster "$work/missing.json" --global-batch 16
