@@ -80,11 +80,13 @@ void ShardedReduction::abandon(int k) {
 }
 
 void ShardedReduction::begin_step() {
+  // What a step that threw left: its pieces, reduced or not, and its passes' sums.
   std::fill(accumulated_.begin(), accumulated_.end(), at::Tensor());
-  if (!per_pass_) return;
   std::fill(pieces_.begin(), pieces_.end(), at::Tensor());
   std::fill(complete_.begin(), complete_.end(), false);
-  for (auto& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
+  if (per_pass_) {
+    for (auto& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
+  }
 }
 
 void ShardedReduction::after_backward_pass() {

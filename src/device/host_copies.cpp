@@ -20,17 +20,17 @@ struct HostCopies::Streams {
   std::map<c10::DeviceIndex, Side> sides;
   bool closed = false;
 
-  // The side stream of `gpu`, made on first use to wait for the work queued on the current
-  // stream so far.
+  // The side stream of `gpu` (made on first use), made to wait for the work queued on the
+  // current stream so far: what made the tensor about to be copied.
   c10::cuda::CUDAStream side_of(c10::DeviceIndex gpu) {
     auto found = sides.find(gpu);
     if (found == sides.end()) {
       Side side{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, gpu), {}};
-      at::cuda::CUDAEvent queued;
-      queued.record(c10::cuda::getCurrentCUDAStream(gpu));
-      queued.block(side.stream);
       found = sides.emplace(gpu, std::move(side)).first;
     }
+    at::cuda::CUDAEvent queued;
+    queued.record(c10::cuda::getCurrentCUDAStream(gpu));
+    queued.block(found->second.stream);
     return found->second.stream;
   }
 };
@@ -38,8 +38,13 @@ struct HostCopies::Streams {
 HostCopies::HostCopies() : streams_(std::make_unique<Streams>()) {}
 
 HostCopies::~HostCopies() {
-  // Pinned buffers may be freed only once their copies are done.
-  if (streams_->closed) wait();
+  // The copies' pinned buffers are freed safely in any case (the host allocator waits for
+  // their copies); waiting here keeps a failure from outliving its save.
+  if (!streams_->closed) return;
+  try {
+    wait();
+  } catch (const std::exception&) {  // a CUDA failure: the save that owns these is failing
+  }
 }
 
 at::Tensor HostCopies::add(const at::Tensor& tensor) {
