@@ -45,6 +45,8 @@ ShardedReduction::ShardedReduction(std::vector<at::Tensor> parameters,
       accumulated_(buckets_.size()) {
   for (const auto& bucket : buckets_)
     late_bucket_.push_back(!late.empty() && !bucket.empty() && late[bucket.front()]);
+  if (zero_.stage >= 3)
+    sharded_ = std::make_shared<ShardedParameters>(parameters_, layers, layout_, group_);
 }
 
 comm::WorkPtr ShardedReduction::start(int k) {

@@ -77,6 +77,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   // is between neighbouring stages (the planner asks the same: schedule::pipe_fits_nccl).
   comms_->connect_pipe(schedule::neighbours_only(shape_) && train_program_.orders_agree &&
                        eval_program_.orders_agree && infer_program_.orders_agree);
+  // The model in its precision's dtype before data parallelism lays out ZeRO's shards
+  // (stage 3's pieces hold the parameters' values from then on).
+  if (const auto dtype = optim::to_scalar_type(config_.precision.dtype); dtype != at::kFloat)
+    module_->to(dtype);
   gradients_ = std::make_unique<data_parallel::GradientSync>(
       *module_, *comms_,
       data_parallel::GradientSync::DataParallel{
@@ -88,7 +92,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   optimizer_ = std::make_unique<optim::MixedPrecisionOptimizer>(
       *module_, grid_, config_.step(), gradients_->norm_parameters(), gradients_->sharded(),
       gradients_->expert_parameters());
-  if (auto sharded = optimizer_->sharded_parameters()) gather_layers(std::move(sharded));
+  if (gradients_->sharded().dense) {
+    if (auto sharded = gradients_->sharded().dense->sharded_parameters())
+      gather_layers(std::move(sharded));
+  }
   feed_ = std::make_unique<MicroBatchFeed>(
       grid_, optimizer_->dtype(), device_,
       MicroBatchFeed::Ends{.first = shape_.stage_of(0) == grid_->stage_id(),

@@ -45,16 +45,7 @@ bool contains(const std::vector<at::Tensor>& tensors, const at::Tensor& tensor) 
 struct Partition {
   std::vector<at::Tensor> parameters;
   std::vector<bool> decayed;
-  std::vector<int> layers;
 };
-
-// Per parameter of `module`, the layer index in its name.
-std::vector<int> parameter_layers(const module::PipelineModule& module) {
-  std::vector<int> layers;
-  for (const auto& [name, tensor] : module.named_parameters())
-    layers.push_back(std::stoi(name.substr(0, name.find('.'))));
-  return layers;
-}
 
 }  // namespace
 
@@ -106,7 +97,6 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     throw std::logic_error("ZeRO: the masters need data parallelism's sharded reduction");
   // Experts split over ranks apart from the rest (ExpertSplitMasters), see the header.
   const std::vector<at::Tensor> parameters = module.parameters();
-  const std::vector<int> layers = parameter_layers(module);
   Partition dense, experts;
   std::vector<bool> is_expert;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -114,13 +104,12 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     Partition& part = expert ? experts : dense;
     part.parameters.push_back(parameters[i]);
     part.decayed.push_back(decayed_[i]);
-    part.layers.push_back(layers[i]);
     is_expert.push_back(expert);
   }
   if (sharded.dense->parameters().size() != dense.parameters.size())
     throw std::logic_error("ZeRO: the sharded reduction holds other parameters than the masters");
-  sharded_masters_ = std::make_shared<ShardedMasters>(sharded.dense, norm_parameters, dense.decayed,
-                                                      dense.layers, grid_);
+  sharded_masters_ =
+      std::make_shared<ShardedMasters>(sharded.dense, norm_parameters, dense.decayed, grid_);
   if (experts.parameters.empty()) return sharded_masters_;
   std::vector<at::Tensor> expert_norm;
   for (const auto& p : norm_parameters) {
@@ -130,19 +119,14 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
   if (sharded.experts) {
     // ZeRO 1 over the ranks holding the same experts, whatever the stage: the experts'
     // weights stay whole, their masters and optimizer state are sharded.
-    expert_masters = std::make_shared<ShardedMasters>(sharded.experts, expert_norm, experts.decayed,
-                                                      experts.layers, grid_);
+    expert_masters =
+        std::make_shared<ShardedMasters>(sharded.experts, expert_norm, experts.decayed, grid_);
   } else {
     expert_masters = std::make_shared<ReplicatedMasters>(
         experts.parameters, expert_norm, experts.decayed, grid_, experts.parameters);
   }
   return std::make_shared<ExpertSplitMasters>(sharded_masters_, std::move(expert_masters),
                                               is_expert);
-}
-
-std::shared_ptr<data_parallel::ShardedParameters> MixedPrecisionOptimizer::sharded_parameters()
-    const {
-  return sharded_masters_ ? sharded_masters_->sharded_parameters() : nullptr;
 }
 
 const at::Tensor& MixedPrecisionOptimizer::master_of(const at::Tensor& parameter) const {

@@ -12,7 +12,7 @@ namespace pipetrain::optim {
 
 ShardedMasters::ShardedMasters(std::shared_ptr<data_parallel::ShardedReduction> reduction,
                                const std::vector<at::Tensor>& norm_parameters,
-                               const std::vector<bool>& decayed, const std::vector<int>& layers,
+                               const std::vector<bool>& decayed,
                                std::shared_ptr<const topology::Grid> grid)
     : reduction_(std::move(reduction)),
       grid_(std::move(grid)),
@@ -24,8 +24,7 @@ ShardedMasters::ShardedMasters(std::shared_ptr<data_parallel::ShardedReduction> 
       parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
   if (zero_.stage >= 3) {
     flat_ = at::zeros({0}, options.requires_grad(false));
-    sharded_ =
-        std::make_shared<data_parallel::ShardedParameters>(parameters_, layers, layout_, data_);
+    sharded_ = reduction_->sharded_parameters();
   } else {
     flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
     seat_parameters();

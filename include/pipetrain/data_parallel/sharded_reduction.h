@@ -8,6 +8,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/data_parallel/bucket_reduction.h"
 #include "pipetrain/data_parallel/flat_shards.h"
+#include "pipetrain/data_parallel/sharded_parameters.h"
 #include "pipetrain/data_parallel/zero_config.h"
 
 namespace pipetrain::data_parallel {
@@ -41,6 +42,9 @@ class ShardedReduction final : public BucketReduction {
   const FlatShards& layout() const { return layout_; }
   const std::shared_ptr<comm::Communicator>& group() const { return group_; }
   const ZeroConfig& zero() const { return zero_; }
+  // Stage 3: where the parameters live, this rank's piece of each bucket (made with the
+  // reduction, from the parameters' values then: their dtype must be final); else null.
+  const std::shared_ptr<ShardedParameters>& sharded_parameters() const { return sharded_; }
 
   // BucketReduction: bucket k's gradients reduce-scattered onto this rank's piece of it
   // (nothing to do for a bucket reduced after each pass).
@@ -76,6 +80,7 @@ class ShardedReduction final : public BucketReduction {
   bool per_pass_;                        // stages 2 and 3: reduced after every backward pass
   std::vector<bool> late_bucket_;        // per bucket: of late (tied) gradients
   std::vector<at::Tensor> accumulated_;  // per bucket: the passes' reduced pieces, float32
+  std::shared_ptr<ShardedParameters> sharded_;  // stage 3
 };
 
 // Under ZeRO, the reductions of a stage's gradients: the dense parameters' over the

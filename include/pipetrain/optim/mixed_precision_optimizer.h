@@ -47,8 +47,6 @@ class MixedPrecisionOptimizer {
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
-  // Under ZeRO stage 3, where the model's parameters live (else null).
-  std::shared_ptr<data_parallel::ShardedParameters> sharded_parameters() const;
 
   // Collective over the grid's world: moves the model's gradients, as data parallelism
   // reduced them (under ZeRO its reduced pieces), onto the masters (unscaled), agrees on

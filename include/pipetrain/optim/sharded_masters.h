@@ -30,11 +30,11 @@ class ShardedMasters : public MasterWeights {
   // The masters of `reduction`'s parameters, over its group (the replicas holding them),
   // over which the other methods but master_bytes() are collective. Re-seats every
   // parameter's storage in the flat buffer (values kept), so nothing may move the module
-  // to another device or dtype afterwards. `decayed`: per parameter, whether weight decay
-  // applies to it; `layers`: per parameter, its layer (stage 3's gathering).
+  // to another device or dtype afterwards (stage 3: the reduction's ShardedParameters hold
+  // them). `decayed`: per parameter, whether weight decay applies to it.
   ShardedMasters(std::shared_ptr<data_parallel::ShardedReduction> reduction,
                  const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
-                 const std::vector<int>& layers, std::shared_ptr<const topology::Grid> grid);
+                 std::shared_ptr<const topology::Grid> grid);
 
   // Stage 3: where the parameters live (null below stage 3).
   const std::shared_ptr<data_parallel::ShardedParameters>& sharded_parameters() const {
