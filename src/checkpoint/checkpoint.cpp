@@ -732,8 +732,10 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
   if (engine.device().is_cuda()) rng.emplace_back("cuda", module::rng_state(engine.device()));
   // The generators' states are copies of their own already.
   save.files.push_back({numbered("rng_rank", grid.global_rank(), 4), rng, false});
-  if (copy) save.copies->close();
-  if (!copy) write_save(save);
+  if (copy)
+    save.copies->close();
+  else
+    write_save(save);
 
   if (world.rank() == 0) {
     const module::PipelineModule& module = engine.module();

@@ -233,15 +233,13 @@ std::optional<module::RecomputeSet> read_recompute(const std::string& text) {
   if (text == "none") return set;
   std::stringstream parts(text);
   for (std::string part; std::getline(parts, part, ',');) {
-    const auto& kinds = module::recompute_kinds();
-    const auto found = std::find_if(kinds.begin(), kinds.end(),
-                                    [&](const auto& kind) { return kind.first == part; });
-    if (found == kinds.end()) {
+    const auto kind = module::recompute_kind(part);
+    if (!kind) {
       throw io::InputError("--recompute: \"" + part +
                            "\" is not none, auto, or parts joined by commas from attention, mlp, "
                            "mlp_activation, norms and experts");
     }
-    set.add(found->second);
+    set.add(*kind);
   }
   if (set.empty()) throw io::InputError("--recompute: name none, auto or parts, got \"\"");
   return set;

@@ -128,10 +128,16 @@ void GradientSync::reduce_tied() {
   }
 }
 
+std::vector<ShardedReduction*> GradientSync::sharded_reductions() const {
+  std::vector<ShardedReduction*> found;
+  for (const auto& reduction : {sharded_.dense, sharded_.experts})
+    if (reduction) found.push_back(reduction.get());
+  return found;
+}
+
 void GradientSync::begin_step() {
   if (buckets_) buckets_->abandon();
-  for (const auto& reduction : {sharded_.dense, sharded_.experts})
-    if (reduction) reduction->begin_step();
+  for (ShardedReduction* reduction : sharded_reductions()) reduction->begin_step();
 }
 
 void GradientSync::begin_last_backwards() {
@@ -139,16 +145,15 @@ void GradientSync::begin_last_backwards() {
 }
 
 void GradientSync::after_backward() {
-  for (const auto& reduction : {sharded_.dense, sharded_.experts})
-    if (reduction) reduction->after_backward_pass();
+  for (ShardedReduction* reduction : sharded_reductions()) reduction->after_backward_pass();
   if (buckets_) buckets_->start_ready();
 }
 
 void GradientSync::reduce_data_parallel() {
   if (buckets_) buckets_->finish();
   reduce_experts();
-  for (const auto& reduction : {sharded_.dense, sharded_.experts})
-    if (reduction) reduction->finish();  // the buckets GradientBuckets did not reduce
+  // The buckets GradientBuckets did not reduce.
+  for (ShardedReduction* reduction : sharded_reductions()) reduction->finish();
 }
 
 }  // namespace pipetrain::data_parallel

@@ -32,19 +32,15 @@ ShardedReduction::ShardedReduction(std::vector<at::Tensor> parameters,
       zero_(zero),
       wire_(wire),
       buckets_(zero.stage >= 2
-                   ? layer_buckets(
-                         layers, late.empty() ? std::vector<bool>(parameters_.size(), false) : late)
-                   : backward_order_buckets(
-                         parameters_,
-                         late.empty() ? std::vector<bool>(parameters_.size(), false) : late,
-                         zero.reduce_bucket_size)),
+                   ? layer_buckets(layers, late)
+                   : backward_order_buckets(parameters_, late, zero.reduce_bucket_size)),
       layout_(element_counts(parameters_), buckets_, group_->size()),
       pieces_(buckets_.size()),
       complete_(buckets_.size(), false),
       per_pass_(zero.stage >= 2),
       accumulated_(buckets_.size()) {
   for (const auto& bucket : buckets_)
-    late_bucket_.push_back(!late.empty() && !bucket.empty() && late[bucket.front()]);
+    late_bucket_.push_back(!bucket.empty() && late[bucket.front()]);
   if (zero_.stage >= 3)
     sharded_ = std::make_shared<ShardedParameters>(parameters_, layers, layout_, group_);
 }

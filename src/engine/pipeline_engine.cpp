@@ -92,10 +92,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   optimizer_ = std::make_unique<optim::MixedPrecisionOptimizer>(
       *module_, grid_, config_.step(), gradients_->norm_parameters(), gradients_->sharded(),
       gradients_->expert_parameters());
-  if (gradients_->sharded().dense) {
-    if (auto sharded = gradients_->sharded().dense->sharded_parameters())
-      gather_layers(std::move(sharded));
-  }
+  if (auto sharded = gradients_->sharded_parameters()) gather_layers(std::move(sharded));
   feed_ = std::make_unique<MicroBatchFeed>(
       grid_, optimizer_->dtype(), device_,
       MicroBatchFeed::Ends{.first = shape_.stage_of(0) == grid_->stage_id(),

@@ -109,16 +109,14 @@ module::RecomputeSet read_recompute_set(const std::string& key, const nlohmann::
   if (!v.is_array()) throw io::InputError(key + " must be a list of part names");
   module::RecomputeSet set;
   for (const auto& item : v) {
-    const auto& kinds = module::recompute_kinds();
-    const auto found = std::find_if(kinds.begin(), kinds.end(), [&](const auto& kind) {
-      return item.is_string() && item.get<std::string>() == kind.first;
-    });
-    if (found == kinds.end()) {
+    const auto kind =
+        item.is_string() ? module::recompute_kind(item.get<std::string>()) : std::nullopt;
+    if (!kind) {
       throw io::InputError(key + ": " + item.dump() +
                            " is not one of \"attention\", \"mlp\", \"mlp_activation\", "
                            "\"norms\" or \"experts\"");
     }
-    set.add(found->second);
+    set.add(*kind);
   }
   return set;
 }

@@ -21,6 +21,13 @@ const std::vector<std::pair<std::string, RecomputeKind>>& recompute_kinds() {
   return kinds;
 }
 
+std::optional<RecomputeKind> recompute_kind(const std::string& name) {
+  for (const auto& [known, kind] : recompute_kinds()) {
+    if (known == name) return kind;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> RecomputeSet::names() const {
   std::vector<std::string> found;
   for (const auto& [name, kind] : recompute_kinds()) {

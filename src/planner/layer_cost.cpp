@@ -300,21 +300,14 @@ double LayerCost::recompute_freed_bytes(module::RecomputeSet kinds, int t, int e
   return std::min(freed, saved_bytes(t, element_bytes, sequence_parallel, ring));
 }
 
-double LayerCost::recompute_flops(module::RecomputeSet kinds) const {
-  double flops = 0;
-  for (const Recomputable* part : recomputed_parts(kinds)) flops += part->flops;
-  return flops;
-}
-
-int LayerCost::recompute_all_reduces(module::RecomputeSet kinds) const {
-  int all_reduces = 0;
-  for (const Recomputable* part : recomputed_parts(kinds)) all_reduces += part->all_reduces;
-  return all_reduces;
-}
-
-bool LayerCost::recomputes_ring(module::RecomputeSet kinds) const {
-  const auto parts = recomputed_parts(kinds);
-  return std::any_of(parts.begin(), parts.end(), [](const Recomputable* p) { return p->ring; });
+LayerCost::Recomputable LayerCost::recompute_work(module::RecomputeSet kinds) const {
+  Recomputable work;
+  for (const Recomputable* part : recomputed_parts(kinds)) {
+    work.flops += part->flops;
+    work.all_reduces += part->all_reduces;
+    work.ring = work.ring || part->ring;
+  }
+  return work;
 }
 
 double LayerCost::traffic_bytes(int t, int element_bytes, bool sequence_parallel) const {

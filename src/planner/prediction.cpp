@@ -116,9 +116,9 @@ class StageCosting {
       // Selective recompute: its parts' activations freed, their forward again in backward
       // (with its all-reduces and ring passes); one layer's parts live again in its backward.
       const double freed = share * layer.recompute_freed_bytes(recompute, t, bytes_, sp, cut);
-      input += b * layer.recompute_flops(recompute) / t / flops +
-               layer.recompute_all_reduces(recompute) * all_reduce +
-               (layer.recomputes_ring(recompute) ? (l_.parallel.context - 1) * ring : 0.0);
+      const LayerCost::Recomputable again = layer.recompute_work(recompute);
+      input += b * again.flops / t / flops + again.all_reduces * all_reduce +
+               (again.ring ? (l_.parallel.context - 1) * ring : 0.0);
       saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) - freed;
       stage.largest_recomputed = std::max(stage.largest_recomputed, freed);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;

@@ -35,6 +35,20 @@ Cluster ideal(int64_t devices) {
   return c;
 }
 
+// A LLaMA of d 256 (4 heads, 2 key/value heads, MLP 704) over a 256-token vocabulary.
+models::ModelConfig small_llama(int64_t context, int64_t layers) {
+  models::ModelConfig model;
+  model.type = models::Family::kLlama;
+  model.llama = {.vocab_size = 256,
+                 .context = context,
+                 .d_model = 256,
+                 .heads = 4,
+                 .num_key_value_heads = 2,
+                 .intermediate_size = 704,
+                 .layers = layers};
+  return model;
+}
+
 TEST(LayerCost, GptBlockMatchesHandCountedFlopsAndBytes) {
   const auto layers = layer_costs(gpt(256, 16, 32, 4, 2));
   ASSERT_EQ(layers.size(), 5u);  // embedding, 2 blocks, norm, head
@@ -455,15 +469,7 @@ TEST(Prediction, OneF1BKeepsFewerMicroBatchesLiveThanGpipe) {
 // and stage 1 does not, each stage fits, and the run costs less than whole-layer
 // checkpointing.
 TEST(Planner, ChoosesSelectiveRecomputePerStage) {
-  models::ModelConfig model;
-  model.type = models::Family::kLlama;
-  model.llama = {.vocab_size = 256,
-                 .context = 512,
-                 .d_model = 256,
-                 .heads = 4,
-                 .num_key_value_heads = 2,
-                 .intermediate_size = 704,
-                 .layers = 8};
+  const models::ModelConfig model = small_llama(512, 8);
   const Workload w(model, engine::TrainingConfig{});
   Layout l{.parallel = {.pipe = 2}, .micro_batch = 1, .micro_batches = 4};
   const Prediction plain = predict(w, ideal(2), l);
@@ -509,15 +515,7 @@ TEST(Planner, ChoosesSelectiveRecomputePerStage) {
 // parallelism. With free links only the FLOPs count; with slow ones each repeat costs its
 // transfer once per micro-batch and block.
 TEST(Prediction, RecomputeRepeatsItsCommunication) {
-  models::ModelConfig model;
-  model.type = models::Family::kLlama;
-  model.llama = {.vocab_size = 256,
-                 .context = 512,
-                 .d_model = 256,
-                 .heads = 4,
-                 .num_key_value_heads = 2,
-                 .intermediate_size = 704,
-                 .layers = 4};
+  const models::ModelConfig model = small_llama(512, 4);
   const Workload w(model, engine::TrainingConfig{});
   using K = module::RecomputeKind;
   const auto added = [&](const Cluster& c, Layout l, K kind) {
@@ -544,15 +542,7 @@ TEST(Prediction, RecomputeRepeatsItsCommunication) {
 // Under LoRA only the adapters train: the optimizer state, gradients and their reduction
 // are the adapters', the weights the whole model's.
 TEST(Prediction, LoraTrainsOnlyTheAdapters) {
-  models::ModelConfig model;
-  model.type = models::Family::kLlama;
-  model.llama = {.vocab_size = 256,
-                 .context = 64,
-                 .d_model = 256,
-                 .heads = 4,
-                 .num_key_value_heads = 2,
-                 .intermediate_size = 704,
-                 .layers = 4};
+  const models::ModelConfig model = small_llama(64, 4);
   engine::TrainingConfig training;
   training.optimizer = {"AdamW", {{"lr", 1e-4}}};
   const Layout l{.parallel = {.pipe = 2, .data = 2}, .micro_batch = 1, .micro_batches = 4};

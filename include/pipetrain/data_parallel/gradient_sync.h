@@ -53,6 +53,10 @@ class GradientSync {
   const GradientBuckets* buckets() const { return buckets_.get(); }
   // Under ZeRO, the reductions onto the shards (for the optimizer's masters); else null.
   const ShardedReductions& sharded() const { return sharded_; }
+  // Under ZeRO stage 3, where the parameters live (the dense reduction's); else null.
+  std::shared_ptr<ShardedParameters> sharded_parameters() const {
+    return sharded_.dense ? sharded_.dense->sharded_parameters() : nullptr;
+  }
   // Per module parameter: whether its gradient changes after backward (a tied one, summed
   // among its stages by reduce_tied()).
   const std::vector<bool>& late() const { return late_; }
@@ -72,6 +76,8 @@ class GradientSync {
   void shard(const DataParallel& data_parallel);
   void reduce_with(std::shared_ptr<BucketReduction> reduction);
   void reduce_experts();
+  // The ZeRO reductions there are (none, the dense one, or both).
+  std::vector<ShardedReduction*> sharded_reductions() const;
 
   const module::PipelineModule& module_;
   std::shared_ptr<const topology::Grid> grid_;

@@ -32,8 +32,8 @@ class ShardedReduction final : public BucketReduction {
  public:
   // Collective over `group` (the replicas holding the same parameters) in every method but
   // buckets(), layout() and take(). `late`: per parameter, whether its gradient changes
-  // after backward (empty: none), kept out of the other buckets; `layers`: per parameter,
-  // its layer (the buckets of stages 2 and 3; else unused).
+  // after backward, kept out of the other buckets; `layers`: per parameter, its layer (the
+  // buckets of stages 2 and 3, and stage 3's gathering; else unused).
   ShardedReduction(std::vector<at::Tensor> parameters, const std::vector<bool>& late,
                    const std::vector<int>& layers, std::shared_ptr<comm::Communicator> group,
                    const ZeroConfig& zero, at::ScalarType wire);

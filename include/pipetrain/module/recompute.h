@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ class RecomputeSet {
 
 // Every kind, by name: "attention", "mlp", "mlp_activation", "norms", "experts".
 const std::vector<std::pair<std::string, RecomputeKind>>& recompute_kinds();
+// The kind named `name`, if any.
+std::optional<RecomputeKind> recompute_kind(const std::string& name);
 
 // The kinds this thread's layers recompute while alive (the stage's forward sets it).
 class RecomputeScope {

@@ -36,11 +36,6 @@ class ShardedMasters : public MasterWeights {
                  const std::vector<at::Tensor>& norm_parameters, const std::vector<bool>& decayed,
                  std::shared_ptr<const topology::Grid> grid);
 
-  // Stage 3: where the parameters live (null below stage 3).
-  const std::shared_ptr<data_parallel::ShardedParameters>& sharded_parameters() const {
-    return sharded_;
-  }
-
   const std::vector<at::Tensor>& tensors() const override { return master_; }
   void take_gradients(double unscale) override;
   void apply_weight_decay(const optim::WeightDecay& decay, double lr) override;

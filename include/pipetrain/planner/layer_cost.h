@@ -117,9 +117,9 @@ struct LayerCost {
   // Of saved_bytes, what recomputing `kinds` frees; and the FLOPs it adds to backward.
   double recompute_freed_bytes(module::RecomputeSet kinds, int t, int element_bytes,
                                bool sequence_parallel = false, bool ring = false) const;
-  double recompute_flops(module::RecomputeSet kinds) const;
-  int recompute_all_reduces(module::RecomputeSet kinds) const;
-  bool recomputes_ring(module::RecomputeSet kinds) const;
+  // What backward repeats for `kinds`, summed over its parts (flops, all_reduces, ring; the
+  // freed elements left 0).
+  Recomputable recompute_work(module::RecomputeSet kinds) const;
 
   double backward_flops() const { return backward_input_flops + backward_weight_flops; }
   // One tensor-parallel rank's share of `flops`, of which `replicated` are computed whole.
