@@ -23,12 +23,12 @@
 #include <functional>
 #include <string>
 
+#include "device/cuda.h"
+#include "optim/fused_adam.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cuda.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/optim/fused_adam.h"
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/schedule/measured_costs.h"
 #include "pipetrain/schedule/simulator.h"
+#include "schedule/measured_costs.h"
 
 namespace {
 

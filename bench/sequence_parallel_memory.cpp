@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "device/cpu_memory.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/rank_main.h"
-#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/topology/grid.h"

@@ -20,13 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "device/cpu_memory.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/planner/cluster.h"
-#include "pipetrain/planner/prediction.h"
+#include "planner/cluster.h"
+#include "planner/prediction.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "pipetrain/autograd/gradient_arrival.h"
+#include "autograd/gradient_arrival.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>

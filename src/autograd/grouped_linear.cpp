@@ -1,4 +1,4 @@
-#include "pipetrain/autograd/grouped_linear.h"
+#include "autograd/grouped_linear.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "pipetrain/autograd/weight_gradient.h"
+#include "autograd/weight_gradient.h"
 
 namespace pipetrain::autograd {
 namespace {

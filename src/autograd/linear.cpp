@@ -1,10 +1,10 @@
-#include "pipetrain/autograd/linear.h"
+#include "autograd/linear.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "autograd/weight_gradient.h"
 #include "pipetrain/autograd/weight_grad_store.h"
-#include "pipetrain/autograd/weight_gradient.h"
 
 namespace pipetrain::autograd {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/autograd/released_outputs.h"
+#include "autograd/released_outputs.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>

@@ -1,10 +1,10 @@
-#include "pipetrain/autograd/weight_gradient.h"
+#include "autograd/weight_gradient.h"
 
 #include <ATen/ATen.h>
 
 #include <utility>
 
-#include "pipetrain/autograd/gradient_arrival.h"
+#include "autograd/gradient_arrival.h"
 #include "pipetrain/autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {

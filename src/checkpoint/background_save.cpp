@@ -1,4 +1,4 @@
-#include "pipetrain/checkpoint/background_save.h"
+#include "checkpoint/background_save.h"
 
 #include <ATen/ATen.h>
 

@@ -13,15 +13,15 @@
 #include <map>
 #include <optional>
 
-#include "pipetrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
+#include "io/atomic_file.h"
+#include "io/crc32.h"
+#include "io/read_file.h"
+#include "module/rng_state.h"
+#include "optim/optimizer_state.h"
 #include "pipetrain/config/json_value.h"
-#include "pipetrain/io/atomic_file.h"
-#include "pipetrain/io/crc32.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
 #include "pipetrain/module/lora_config.h"
-#include "pipetrain/module/rng_state.h"
-#include "pipetrain/optim/optimizer_state.h"
 #include "pipetrain/tensor_parallel/shard.h"
 #include "pipetrain/version.h"
 #include "staged_save.h"

@@ -1,4 +1,4 @@
-#include "pipetrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <ATen/ATen.h>
 
@@ -8,8 +8,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "io/mapped_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/mapped_file.h"
 
 namespace pipetrain::checkpoint {
 namespace {

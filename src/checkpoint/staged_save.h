@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "device/host_copies.h"
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/comm/tensor_list.h"
-#include "pipetrain/device/host_copies.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
 namespace pipetrain::checkpoint {

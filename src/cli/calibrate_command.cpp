@@ -5,11 +5,11 @@
 #include <thread>
 
 #include "commands.h"
+#include "io/atomic_file.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/rank_main.h"
-#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/trainer/calibration/calibration.h"
+#include "trainer/calibration/calibration.h"
 
 namespace pipetrain::cli {
 namespace {

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "pipetrain/device/cuda.h"
+#include "device/cuda.h"
 
 namespace pipetrain::cli {
 

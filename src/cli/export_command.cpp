@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/trainer/transformers/hugging_face.h"
+#include "trainer/transformers/hugging_face.h"
 
 namespace pipetrain::cli {
 

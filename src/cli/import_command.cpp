@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "pipetrain/comm/rank_main.h"
-#include "pipetrain/trainer/transformers/hugging_face.h"
+#include "trainer/transformers/hugging_face.h"
 
 namespace pipetrain::cli {
 

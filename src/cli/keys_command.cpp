@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "pipetrain/planner/cluster.h"
-#include "pipetrain/trainer/job_config.h"
+#include "planner/cluster.h"
+#include "trainer/job_config.h"
 
 namespace pipetrain::cli {
 

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "commands.h"
-#include "pipetrain/launch/mpirun_command.h"
-#include "pipetrain/launch/run_job.h"
+#include "launch/mpirun_command.h"
+#include "launch/run_job.h"
 
 namespace pipetrain::cli {
 

@@ -12,13 +12,13 @@
 #include <sstream>
 
 #include "commands.h"
+#include "io/atomic_file.h"
 #include "pipetrain/config/config_section.h"
-#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/recompute.h"
-#include "pipetrain/planner/planner.h"
-#include "pipetrain/trainer/job_config.h"
+#include "planner/planner.h"
 #include "shape_options.h"
+#include "trainer/job_config.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -45,7 +45,7 @@ nlohmann::json recompute_json(const planner::Layout& l) {
 }
 
 void print_header() {
-  std::printf("%3s %4s %3s %4s %4s %4s %5s %-15s %4s %4s %10s %10s %7s %6s %6s %14s  %s\n", "#",
+  std::printf("%3s %4s %3s %4s %4s %4s %5s %-17s %4s %4s %10s %10s %7s %6s %6s %14s  %s\n", "#",
               "t", "c", "p", "d", "b", "m", "schedule", "zero", "ckpt", "step s", "samples/s",
               "bubble", "dp %", "MFU", "peak GiB (st)", "transports");
 }
@@ -67,7 +67,7 @@ void print_row(int rank, const planner::Candidate& c) {
   // d with "eE" under expert parallelism: "4e2", four replicas in expert groups of two.
   const std::string d = std::to_string(l.parallel.data) +
                         (l.parallel.expert > 1 ? "e" + std::to_string(l.parallel.expert) : "");
-  std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-15s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
+  std::printf("%3d %4s %3d %4d %4s %4lld %5lld %-17s %4d %4s %10s %10s %7s %6s %6s %8.2f (%d)",
               rank, t.c_str(), static_cast<int>(l.parallel.context),
               static_cast<int>(l.parallel.pipe), d.c_str(), static_cast<long long>(l.micro_batch),
               static_cast<long long>(l.micro_batches), l.schedule_label().c_str(), l.zero,

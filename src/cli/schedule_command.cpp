@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/render.h"
+#include "schedule/render.h"
 #include "shape_options.h"
 
 namespace pipetrain::cli {

@@ -5,10 +5,10 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "pipetrain/io/atomic_file.h"
+#include "io/atomic_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/validator.h"
+#include "schedule/render.h"
 #include "shape_options.h"
 
 namespace pipetrain::cli {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "pipetrain/data/tokenizer.h"
+#include "data/tokenizer.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::cli {

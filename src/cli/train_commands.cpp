@@ -5,10 +5,10 @@
 #include "commands.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
-#include "pipetrain/trainer/generation/logits.h"
-#include "pipetrain/trainer/job_config.h"
-#include "pipetrain/trainer/trainer.h"
 #include "shape_options.h"
+#include "trainer/generation/logits.h"
+#include "trainer/job_config.h"
+#include "trainer/trainer.h"
 
 namespace pipetrain::cli {
 

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "io/rank_record.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {

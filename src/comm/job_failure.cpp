@@ -1,4 +1,4 @@
-#include "pipetrain/comm/job_failure.h"
+#include "comm/job_failure.h"
 
 #include <mpi.h>
 
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <utility>
 
+#include "io/rank_record.h"
 #include "pipetrain/comm/deadline.h"
-#include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {

@@ -19,7 +19,7 @@
 //   would round at every hop of its ring, so the two transports would differ);
 // - after a deadline or an NCCL error the job is failed: no abort, no destroy (both need the
 //   peers, which may be gone); run_rank's MPI_Abort ends the job (see job_failure.h).
-#include "pipetrain/comm/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -38,8 +38,8 @@
 #include <string>
 #include <utility>
 
-#include "pipetrain/comm/job_failure.h"
-#include "pipetrain/comm/watchdog.h"
+#include "comm/job_failure.h"
+#include "comm/watchdog.h"
 
 namespace pipetrain::comm {
 namespace {
@@ -212,9 +212,11 @@ class NcclCommunicator final : public Communicator {
   };
 
  public:
-  NcclCommunicator(std::shared_ptr<const MpiCommunicator> bootstrap, int device)
+  NcclCommunicator(std::shared_ptr<const MpiCommunicator> bootstrap, int device, NcclStream stream)
       : device_(device),
-        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
+        owned_stream_(stream == NcclStream::kOwn ? create_stream(device) : nullptr),
+        stream_(owned_stream_ ? c10::cuda::getStreamFromExternal(owned_stream_, device)
+                              : c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         bootstrap_(std::move(bootstrap)),
         handle_(std::make_shared<NcclHandle>()),
         watchdog_(Watchdog::shared()),
@@ -238,6 +240,8 @@ class NcclCommunicator final : public Communicator {
     // A clean exit first lets the watchdog see this communicator's work through.
     if (collective_teardown_allowed()) watchdog_->drain();
     if (handle_->teardown) handle_->teardown->end();
+    // Its work is done or abandoned with the job (CUDA frees it once the work ends).
+    if (owned_stream_ && collective_teardown_allowed()) cudaStreamDestroy(owned_stream_);
   }
 
   int rank() const override { return bootstrap_->rank(); }
@@ -494,7 +498,20 @@ class NcclCommunicator final : public Communicator {
     issue.event->order_current_stream();
   }
 
+  // A high-priority stream of this communicator's own.
+  static cudaStream_t create_stream(int device) {
+    const c10::cuda::CUDAGuard guard(device);
+    int least = 0, greatest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+               "cudaDeviceGetStreamPriorityRange");
+    cudaStream_t stream = nullptr;
+    check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest),
+               "cudaStreamCreateWithPriority");
+    return stream;
+  }
+
   int device_;
+  cudaStream_t owned_stream_;  // null on a pooled stream
   c10::cuda::CUDAStream stream_;
   std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
   std::shared_ptr<NcclHandle> handle_;
@@ -510,11 +527,11 @@ bool nccl_compiled() {
 }
 
 std::shared_ptr<Communicator> make_nccl_communicator(
-    std::shared_ptr<const MpiCommunicator> bootstrap, int device) {
+    std::shared_ptr<const MpiCommunicator> bootstrap, int device, NcclStream stream) {
   // Before NCCL's first call, which reads its environment once: an NCCL_COMM_BLOCKING=0
   // there would override the blocking config.
   setenv("NCCL_COMM_BLOCKING", "1", /*overwrite=*/1);
-  return std::make_shared<NcclCommunicator>(std::move(bootstrap), device);
+  return std::make_shared<NcclCommunicator>(std::move(bootstrap), device, stream);
 }
 
 }  // namespace pipetrain::comm

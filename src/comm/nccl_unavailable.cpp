@@ -1,5 +1,5 @@
 // The CPU build: no NCCL, CUDA tensors (if any) travel over MPI.
-#include "pipetrain/comm/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 
 namespace pipetrain::comm {
 
@@ -7,7 +7,8 @@ bool nccl_compiled() {
   return false;
 }
 
-std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<const MpiCommunicator>, int) {
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<const MpiCommunicator>, int,
+                                                     NcclStream) {
   return nullptr;
 }
 

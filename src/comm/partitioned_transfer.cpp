@@ -1,4 +1,4 @@
-#include "pipetrain/comm/partitioned_transfer.h"
+#include "comm/partitioned_transfer.h"
 
 #include <ATen/ATen.h>
 

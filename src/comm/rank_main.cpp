@@ -11,11 +11,11 @@
 #include <string>
 #include <thread>
 
+#include "comm/job_failure.h"
+#include "comm/stop_signals.h"
+#include "io/rank_record.h"
 #include "pipetrain/comm/deadline.h"
-#include "pipetrain/comm/job_failure.h"
-#include "pipetrain/comm/stop_signals.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/comm/stop_signals.h"
+#include "comm/stop_signals.h"
 
 #include <ATen/ops/tensor.h>
 
@@ -13,9 +13,9 @@
 #include <cstring>
 #include <ctime>
 
-#include "pipetrain/io/atomic_file.h"
-#include "pipetrain/io/mapped_file.h"
-#include "pipetrain/io/rank_record.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+#include "io/rank_record.h"
 
 namespace pipetrain::comm {
 namespace {

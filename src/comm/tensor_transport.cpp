@@ -135,27 +135,34 @@ bool PendingSend::test() {
 TensorTransport::TensorTransport(std::shared_ptr<Communicator> comm, at::Device device)
     : comm_(std::move(comm)), device_(device), header_(at::empty({kMaxHeaderWords}, at::kLong)) {}
 
-void TensorTransport::route_payloads(int peer, std::shared_ptr<Communicator> to,
-                                     std::shared_ptr<Communicator> from, int rank_there) {
-  routes_[peer] = Route{std::move(to), std::move(from), rank_there};
+void TensorTransport::route_sends(int peer, int tag, std::shared_ptr<Communicator> way,
+                                  int rank_there) {
+  sends_[{peer, tag}] = Route{std::move(way), rank_there};
 }
 
-std::pair<Communicator*, int> TensorTransport::payload_path(int peer, bool on_host,
+void TensorTransport::route_receives(int peer, int tag, std::shared_ptr<Communicator> way,
+                                     int rank_there) {
+  receives_[{peer, tag}] = Route{std::move(way), rank_there};
+}
+
+std::pair<Communicator*, int> TensorTransport::payload_path(int peer, int tag, bool on_host,
                                                             bool sending) const {
-  const auto route = routes_.find(peer);
-  if (route == routes_.end()) return {comm_.get(), peer};
-  Communicator* way = sending ? route->second.to.get() : route->second.from.get();
+  const Routes& routes = sending ? sends_ : receives_;
+  auto route = routes.find({peer, tag});
+  if (route == routes.end()) route = routes.find({peer, kEveryTag});
+  if (route == routes.end()) return {comm_.get(), peer};
+  Communicator* way = route->second.way.get();
   if (on_host && way->transport() == Transport::kNccl) return {comm_.get(), peer};
   return {way, route->second.rank};
 }
 
 WorkPtr TensorTransport::send_payload(const at::Tensor& payload, int peer, int tag) {
-  const auto [comm, rank] = payload_path(peer, !payload.is_cuda(), /*sending=*/true);
+  const auto [comm, rank] = payload_path(peer, tag, !payload.is_cuda(), /*sending=*/true);
   return comm->send(payload, rank, tag);
 }
 
 WorkPtr TensorTransport::recv_payload(at::Tensor& payload, bool on_host, int peer, int tag) {
-  const auto [comm, rank] = payload_path(peer, on_host, /*sending=*/false);
+  const auto [comm, rank] = payload_path(peer, tag, on_host, /*sending=*/false);
   return comm->recv(payload, rank, tag);
 }
 

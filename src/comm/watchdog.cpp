@@ -1,9 +1,9 @@
-#include "pipetrain/comm/watchdog.h"
+#include "comm/watchdog.h"
 
 #include <cstdio>
 #include <utility>
 
-#include "pipetrain/comm/job_failure.h"
+#include "comm/job_failure.h"
 
 namespace pipetrain::comm {
 

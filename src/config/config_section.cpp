@@ -2,9 +2,9 @@
 
 #include <filesystem>
 
+#include "io/read_file.h"
 #include "pipetrain/config/json_value.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
 
 namespace pipetrain::config {
 

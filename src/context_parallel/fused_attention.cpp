@@ -1,4 +1,4 @@
-#include "pipetrain/context_parallel/fused_attention.h"
+#include "context_parallel/fused_attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/SDPBackend.h>

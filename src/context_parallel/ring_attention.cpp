@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
-#include "pipetrain/context_parallel/fused_attention.h"
-#include "pipetrain/context_parallel/whole_sequences.h"
+#include "context_parallel/fused_attention.h"
+#include "context_parallel/whole_sequences.h"
 
 namespace pipetrain::context_parallel {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/context_parallel/whole_sequences.h"
+#include "context_parallel/whole_sequences.h"
 
 #include <utility>
 

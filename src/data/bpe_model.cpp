@@ -1,10 +1,10 @@
-#include "pipetrain/data/bpe_model.h"
+#include "data/bpe_model.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <limits>
 
-#include "pipetrain/data/utf8.h"
+#include "data/utf8.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

@@ -1,10 +1,10 @@
-#include "pipetrain/data/byte_level.h"
+#include "data/byte_level.h"
 
 #include <array>
 #include <cstdint>
 #include <unordered_map>
 
-#include "pipetrain/data/utf8.h"
+#include "data/utf8.h"
 
 namespace pipetrain::data {
 namespace {

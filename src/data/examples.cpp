@@ -1,4 +1,4 @@
-#include "pipetrain/data/examples.h"
+#include "data/examples.h"
 
 #include <ATen/ATen.h>
 
@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string_view>
 
-#include "pipetrain/data/indexed_dataset.h"
+#include "data/indexed_dataset.h"
+#include "module/layer_seed.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/module/layer_seed.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::data {

@@ -13,11 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data/bpe_model.h"
+#include "data/byte_level.h"
+#include "data/tokenizer.h"
+#include "data/utf8.h"
 #include "pipetrain/config/config_section.h"
-#include "pipetrain/data/bpe_model.h"
-#include "pipetrain/data/byte_level.h"
-#include "pipetrain/data/tokenizer.h"
-#include "pipetrain/data/utf8.h"
 #include "pipetrain/io/errors.h"
 #include "unicode_normalization.h"
 #include "unicode_regex.h"

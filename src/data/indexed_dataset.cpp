@@ -1,4 +1,4 @@
-#include "pipetrain/data/indexed_dataset.h"
+#include "data/indexed_dataset.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // SentencePiece models through Debian's libsentencepiece.
 #include <sentencepiece_processor.h>
 
-#include "pipetrain/data/tokenizer.h"
+#include "data/tokenizer.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

@@ -1,5 +1,5 @@
 // A build without libsentencepiece (e.g. a machine without Debian's libsentencepiece-dev).
-#include "pipetrain/data/tokenizer.h"
+#include "data/tokenizer.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

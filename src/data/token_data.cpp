@@ -1,13 +1,13 @@
-#include "pipetrain/data/token_data.h"
+#include "data/token_data.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <filesystem>
 
-#include "pipetrain/data/indexed_dataset.h"
+#include "data/indexed_dataset.h"
+#include "module/layer_seed.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/module/layer_seed.h"
 
 namespace pipetrain::data {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "pipetrain/data/token_stream.h"
+#include "data/token_stream.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "pipetrain/data/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <filesystem>
 

@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "pipetrain/data/utf8.h"
+#include "data/utf8.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

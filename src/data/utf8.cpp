@@ -1,4 +1,4 @@
-#include "pipetrain/data/utf8.h"
+#include "data/utf8.h"
 
 namespace pipetrain::data {
 namespace {

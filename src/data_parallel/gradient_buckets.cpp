@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "pipetrain/autograd/gradient_arrival.h"
+#include "autograd/gradient_arrival.h"
 #include "pipetrain/device/transport.h"
 
 namespace pipetrain::data_parallel {

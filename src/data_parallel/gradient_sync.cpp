@@ -1,6 +1,6 @@
 #include "pipetrain/data_parallel/gradient_sync.h"
 
-#include "pipetrain/data_parallel/averaged_buckets.h"
+#include "data_parallel/averaged_buckets.h"
 #include "pipetrain/data_parallel/zero_config.h"
 
 #include <ATen/ATen.h>

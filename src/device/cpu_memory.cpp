@@ -1,4 +1,4 @@
-#include "pipetrain/device/cpu_memory.h"
+#include "device/cpu_memory.h"
 
 #include <c10/core/CPUAllocator.h>
 

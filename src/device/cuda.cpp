@@ -1,5 +1,5 @@
 // The CUDA build's answers (see cuda_unavailable.cpp for the CPU build's).
-#include "pipetrain/device/cuda.h"
+#include "device/cuda.h"
 
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -10,7 +10,7 @@
 #include <array>
 #include <stdexcept>
 
-#include "pipetrain/device/emulated_hosts.h"
+#include "device/emulated_hosts.h"
 
 namespace pipetrain::device {
 namespace {

@@ -1,7 +1,7 @@
 // The CPU build: no GPU is ever visible.
 #include <stdexcept>
 
-#include "pipetrain/device/cuda.h"
+#include "device/cuda.h"
 
 namespace pipetrain::device {
 

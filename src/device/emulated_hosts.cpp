@@ -1,4 +1,4 @@
-#include "pipetrain/device/emulated_hosts.h"
+#include "device/emulated_hosts.h"
 
 #include <unistd.h>
 

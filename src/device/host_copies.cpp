@@ -1,5 +1,5 @@
 // The CUDA build's host copies: pinned memory, a side stream per GPU, events between them.
-#include "pipetrain/device/host_copies.h"
+#include "device/host_copies.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>

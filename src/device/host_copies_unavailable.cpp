@@ -1,7 +1,7 @@
 // The CPU build's host copies: every tensor is on the host already.
 #include <ATen/ATen.h>
 
-#include "pipetrain/device/host_copies.h"
+#include "device/host_copies.h"
 
 namespace pipetrain::device {
 

@@ -1,11 +1,11 @@
-#include "pipetrain/device/placement.h"
+#include "device/placement.h"
 
 #include <unistd.h>
 
 #include <array>
 
-#include "pipetrain/device/cuda.h"
-#include "pipetrain/device/emulated_hosts.h"
+#include "device/cuda.h"
+#include "device/emulated_hosts.h"
 
 namespace pipetrain::device {
 namespace {

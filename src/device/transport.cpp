@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
-#include "pipetrain/comm/nccl_communicator.h"
-#include "pipetrain/device/cuda.h"
+#include "comm/nccl_communicator.h"
+#include "device/cuda.h"
 
 namespace pipetrain::device {
 
@@ -23,57 +24,62 @@ std::shared_ptr<comm::Communicator> communicator_for(
   return group;
 }
 
-std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
-                                             at::Device device, bool own_pairs) {
-  const int stage = pipe->rank(), stages = pipe->size();
-  const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
-  const auto pairs =
-      comm::pair_transports(comm::all_gather_text(*pipe, mine), comm::nccl_compiled());
-  std::map<int, NeighbourLink> links;
-  for (const int neighbour : {stage - 1, stage + 1}) {
-    if (neighbour >= 0 && neighbour < stages)
-      links[neighbour] = {.transport = pairs[std::min(stage, neighbour)],
-                          .to = nullptr,
-                          .from = nullptr,
-                          .rank_there = 0};
+namespace {
+
+// One lane's communicator between the two ranks of `two`: NCCL with a stream of its own, or
+// (tests) an MPI communicator of its own.
+std::shared_ptr<comm::Communicator> lane_communicator(
+    const std::shared_ptr<comm::MpiCommunicator>& two, comm::Transport transport,
+    at::Device device) {
+  if (transport != comm::Transport::kNccl) return two->split(0, two->rank());
+  auto made = comm::make_nccl_communicator(two, device.index(), comm::NcclStream::kOwn);
+  if (!made) throw std::logic_error("NCCL chosen for a pipe lane in a build without it");
+  made->set_timeout(two->timeout());
+  return made;
+}
+
+// NCCL connects two ranks on their first transfer, and a blocking communicator's first send
+// waits on the host for that; ranks whose first sends cross would each wait in their own.
+// One transfer over each lane, in the lanes' order on both ranks, connects them all now.
+void connect(const std::vector<PipeLane>& lanes, const PipeLink& link, int stage,
+             at::Device device) {
+  at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(device));
+  for (const PipeLane& lane : lanes) {
+    const bool sends = lane.from == stage;
+    auto& way = sends ? link.to.at(lane.tag) : link.from.at(lane.tag);
+    (sends ? way->send(token, link.rank_there, 0) : way->recv(token, link.rank_there, 0))->wait();
   }
-  if (!own_pairs && std::find(pairs.begin(), pairs.end(), comm::Transport::kNccl) == pairs.end())
-    return links;  // every rank decides alike: no NCCL pair, nothing to split
-  // Pair k joins stages k and k + 1. Even pairs are split off first, then odd ones (each
-  // stage is in at most one of each), so NCCL's set-ups, which block, meet in one order.
-  for (int parity = 0; parity < 2; ++parity) {
-    const int k = stage % 2 == parity ? stage : stage - 1;  // this stage's pair of this parity
-    const bool paired = k >= 0 && k + 1 < stages;
-    const auto two = pipe->split(paired ? k : stages + stage, stage);  // collective
-    if (!paired || (pairs[k] != comm::Transport::kNccl && !own_pairs)) continue;
-    const int neighbour = k == stage ? stage + 1 : k;
-    NeighbourLink& link = links[neighbour];
+}
+
+}  // namespace
+
+std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
+                                   at::Device device, const std::vector<PipeLane>& lanes,
+                                   bool own_lanes) {
+  const int stage = pipe->rank();
+  const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
+  const auto gpus = comm::all_gather_text(*pipe, mine);
+  // The pairs of stages the lanes join, in one order on every rank: each split off the pipe
+  // (collective over it) and its communicators made (collective over the two) in this order,
+  // so NCCL's set-ups, which block, meet in one order.
+  std::map<std::pair<int, int>, std::vector<PipeLane>> pairs;
+  for (const PipeLane& lane : lanes) pairs[std::minmax(lane.from, lane.to)].push_back(lane);
+  std::map<int, PipeLink> links;
+  for (const auto& [pair, joined] : pairs) {
+    const bool member = pair.first == stage || pair.second == stage;
+    const auto two = pipe->split(member ? 0 : 1 + stage, stage);  // collective over the pipe
+    if (!member) continue;
+    const int peer = pair.first == stage ? pair.second : pair.first;
+    PipeLink& link = links[peer];
+    link.transport =
+        comm::choose_transport({gpus[pair.first], gpus[pair.second]}, comm::nccl_compiled());
+    link.rank_there = peer > stage ? 1 : 0;
+    if (link.transport != comm::Transport::kNccl && !own_lanes) continue;
     two->set_timeout(pipe->timeout());
-    if (pairs[k] == comm::Transport::kNccl) {
-      // Downstream (stage k to k + 1) first, then upstream: both ranks make them in this order.
-      std::shared_ptr<comm::Communicator> made[2];
-      for (auto& direction : made) {
-        direction = comm::make_nccl_communicator(two, device.index());
-        if (!direction) throw std::logic_error("NCCL chosen for a pipe pair in a build without it");
-        direction->set_timeout(pipe->timeout());
-      }
-      const bool lower = k == stage;
-      link.to = made[lower ? 0 : 1];
-      link.from = made[lower ? 1 : 0];
-      // NCCL connects two ranks on their first transfer, and a blocking communicator's
-      // first send waits on the host for that; neighbours whose first sends cross would
-      // each wait in their own. One transfer each way, downstream first, connects both now.
-      at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(device));
-      for (int direction = 0; direction < 2; ++direction) {
-        const bool sends = lower == (direction == 0);
-        auto& way = made[direction];
-        (sends ? way->send(token, 1 - two->rank(), 0) : way->recv(token, 1 - two->rank(), 0))
-            ->wait();
-      }
-    } else {
-      link.to = link.from = two;
-    }
-    link.rank_there = neighbour > stage ? 1 : 0;
+    for (const PipeLane& lane : joined)
+      (lane.from == stage ? link.to : link.from)[lane.tag] =
+          lane_communicator(two, link.transport, device);
+    if (link.transport == comm::Transport::kNccl) connect(joined, link, stage, device);
   }
   return links;
 }

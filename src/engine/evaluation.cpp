@@ -79,8 +79,9 @@ std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
   auto program = infer_each_programs_.find(count);
   if (program == infer_each_programs_.end()) {
     Program made = this->program(schedule::Kind::kInference, count);
-    // The pipe's NCCL links were allowed for the constructor's plans only.
-    if (!made.orders_agree && comms_->uses_nccl()) {
+    // The pipe's lanes were laid for the constructor's plans.
+    if (comms_->uses_nccl() &&
+        !(lanes_ && schedule::lanes_carry(*lanes_, plan_of(schedule::Kind::kInference, count)))) {
       throw std::logic_error("the inference plan for " + std::to_string(count) +
                              " micro-batches does not keep each pair's transfers in order");
     }

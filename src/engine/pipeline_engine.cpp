@@ -7,14 +7,14 @@
 #include <map>
 #include <stdexcept>
 
-#include "pipetrain/autograd/released_outputs.h"
-#include "pipetrain/comm/job_failure.h"
+#include "autograd/released_outputs.h"
+#include "comm/job_failure.h"
+#include "module/auxiliary_loss.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/module/auxiliary_loss.h"
-#include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
+#include "schedule/pair_order.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -71,12 +71,15 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
   infer_program_ = program(schedule::Kind::kInference, 1);
   comms_->connect_tied(*module_);
-  // NCCL may carry the pipe's payloads where every pair's transfers agree in order (NCCL
-  // matches them by order alone, each direction on a communicator and stream of its own,
-  // so sends that wait for their receive and deferred sends both run) and every transfer
-  // is between neighbouring stages (the planner asks the same: schedule::pipe_fits_nccl).
-  comms_->connect_pipe(schedule::neighbours_only(shape_) && train_program_.orders_agree &&
-                       eval_program_.orders_agree && infer_program_.orders_agree);
+  // NCCL matches transfers by their order alone: it carries the pipe's payloads over lanes
+  // that keep the plans' orders (a lane per pair of stages, or per channel where chunks
+  // pass each other), each lane a communicator and stream of its own, so sends that wait
+  // for their receive and deferred sends both run (the planner asks the same:
+  // schedule::pipe_fits_nccl).
+  lanes_ = schedule::pipe_lanes({plan_of(config_.pipeline.schedule, shape_.micro_batches),
+                                 plan_of(schedule::Kind::kInference, shape_.micro_batches),
+                                 plan_of(schedule::Kind::kInference, 1)});
+  comms_->connect_pipe(lanes_ ? std::optional(StageLink::lanes_of(*lanes_)) : std::nullopt);
   // The model in its precision's dtype before data parallelism lays out ZeRO's shards
   // (stage 3's pieces hold the parameters' values from then on).
   if (const auto dtype = optim::to_scalar_type(config_.precision.dtype); dtype != at::kFloat)

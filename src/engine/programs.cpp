@@ -4,9 +4,9 @@
 #include <stdexcept>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/pair_order.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
+#include "schedule/pair_order.h"
 
 // The engine's programs: each schedule's plan for this stage, built and validated once per
 // shape, and the check that the module fits the pipe it runs on.
@@ -48,7 +48,6 @@ PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_b
   if (schedule::validate(plan, schedule::SendMode::kSynchronous))
     program.sends = SendCompletion::kDeferred;
   program.last_backwards_step = last_backwards_step(program.steps);
-  program.orders_agree = !schedule::first_order_mismatch(plan);
   return program;
 }
 

@@ -3,14 +3,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "pipetrain/comm/partitioned_transfer.h"
+#include "comm/partitioned_transfer.h"
 
 namespace pipetrain::engine {
 namespace {
-
-int tag_of(Channel channel) {
-  return 2 * channel.chunk + (channel.flow == Flow::kActivation ? 1 : 2);
-}
 
 int64_t byte_size(const comm::TensorList& tensors) {
   int64_t bytes = 0;
@@ -27,8 +23,26 @@ StageLink::StageLink(const groups::Communicators& comms, bool partitioned)
       device_(comms.device()),
       transport_(grid_->pipe_comm(), device_) {
   for (const auto& [stage, link] : comms.pipe_links()) {
-    if (link.to) transport_.route_payloads(stage, link.to, link.from, link.rank_there);
+    for (const auto& [tag, way] : link.to) transport_.route_sends(stage, tag, way, link.rank_there);
+    for (const auto& [tag, way] : link.from)
+      transport_.route_receives(stage, tag, way, link.rank_there);
   }
+}
+
+int StageLink::tag_of(Channel channel) {
+  return 2 * channel.chunk + (channel.flow == Flow::kActivation ? 1 : 2);
+}
+
+std::vector<device::PipeLane> StageLink::lanes_of(const std::vector<schedule::PipeLane>& lanes) {
+  std::vector<device::PipeLane> tagged;
+  for (const schedule::PipeLane& lane : lanes) {
+    const int tag = lane.channel
+                        ? tag_of({lane.channel->gradient ? Flow::kGradient : Flow::kActivation,
+                                  lane.channel->receiving_chunk})
+                        : comm::kEveryTag;
+    tagged.push_back({lane.from, lane.to, tag});
+  }
+  return tagged;
 }
 
 bool StageLink::partitioned() const {

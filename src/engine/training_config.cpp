@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 
+#include "optim/weight_decay.h"
 #include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/optim/optimizer_settings.h"
-#include "pipetrain/optim/weight_decay.h"
 
 namespace pipetrain::engine {
 namespace {

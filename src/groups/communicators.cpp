@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "pipetrain/device/emulated_hosts.h"
-#include "pipetrain/device/placement.h"
+#include "device/emulated_hosts.h"
+#include "device/placement.h"
 
 namespace pipetrain::groups {
 namespace {
@@ -87,23 +87,21 @@ void Communicators::connect_tied(const module::PipelineModule& module) {
   }
 }
 
-void Communicators::connect_pipe(bool nccl_allowed) {
+void Communicators::connect_pipe(const std::optional<std::vector<device::PipeLane>>& lanes) {
   expect(made_ != Made::kPipe, "connect_pipe");
   made_ = Made::kPipe;
-  if (nccl_allowed) {
-    pipe_links_ = device::neighbour_links(grid_->pipe_comm(), device_, testing_.pair_links);
+  if (lanes) {
+    pipe_links_ = device::pipe_links(grid_->pipe_comm(), device_, *lanes, testing_.pair_links);
     for (auto& [stage, link] : pipe_links_) {
-      if (!link.to) continue;
-      const bool one = link.to == link.from;
-      link.to = wrapped(link.to, TensorGroup::kPipePair);
-      link.from = one ? link.to : wrapped(link.from, TensorGroup::kPipePair);
+      for (auto* way : {&link.to, &link.from})
+        for (auto& [tag, made] : *way) made = wrapped(made, TensorGroup::kPipePair);
     }
     return;
   }
   const int stage = grid_->stage_id();
   for (const int neighbour : {stage - 1, stage + 1}) {
     if (neighbour >= 0 && neighbour < grid_->pipe_parallel_size())
-      pipe_links_[neighbour] = {.transport = comm::Transport::kMpi, .to = nullptr, .from = nullptr};
+      pipe_links_[neighbour] = {.transport = comm::Transport::kMpi};
   }
 }
 

@@ -1,4 +1,4 @@
-#include "pipetrain/io/activity.h"
+#include "io/activity.h"
 
 #include <exception>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/io/atomic_file.h"
+#include "io/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "pipetrain/io/crc32.h"
+#include "io/crc32.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::io {

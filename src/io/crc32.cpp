@@ -1,4 +1,4 @@
-#include "pipetrain/io/crc32.h"
+#include "io/crc32.h"
 
 #include <zlib.h>
 

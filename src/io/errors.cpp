@@ -4,7 +4,7 @@
 #include <new>
 #include <regex>
 
-#include "pipetrain/io/activity.h"
+#include "io/activity.h"
 
 namespace pipetrain::io {
 namespace {

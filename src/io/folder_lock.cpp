@@ -1,4 +1,4 @@
-#include "pipetrain/io/folder_lock.h"
+#include "io/folder_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -1,4 +1,4 @@
-#include "pipetrain/io/rank_record.h"
+#include "io/rank_record.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <ctime>
 #include <sstream>
 
-#include "pipetrain/io/atomic_file.h"
-#include "pipetrain/io/read_file.h"
+#include "io/atomic_file.h"
+#include "io/read_file.h"
 
 namespace pipetrain::io {
 namespace fs = std::filesystem;

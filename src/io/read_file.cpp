@@ -1,4 +1,4 @@
-#include "pipetrain/io/read_file.h"
+#include "io/read_file.h"
 
 #include <fstream>
 #include <sstream>

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "launch/mpirun_command.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/launch/mpirun_command.h"
 
 extern char** environ;
 

@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "pipetrain/io/rank_record.h"
-#include "pipetrain/launch/mpirun_command.h"
-#include "pipetrain/launch/signal_filter.h"
+#include "io/rank_record.h"
+#include "launch/mpirun_command.h"
+#include "launch/signal_filter.h"
 
 namespace pipetrain::launch {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/launch/run_job.h"
+#include "launch/run_job.h"
 
 #include <stdlib.h>
 
@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "pipetrain/io/exit_status.h"
-#include "pipetrain/io/rank_record.h"
-#include "pipetrain/launch/job_ending.h"
-#include "pipetrain/launch/signal_filter.h"
+#include "io/exit_status.h"
+#include "io/rank_record.h"
+#include "launch/job_ending.h"
+#include "launch/signal_filter.h"
 
 namespace pipetrain::launch {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "pipetrain/launch/signal_filter.h"
+#include "launch/signal_filter.h"
 
 #include <filesystem>
 #include <system_error>

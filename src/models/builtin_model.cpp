@@ -6,8 +6,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "models/llama/llama.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/models/llama.h"
 
 namespace pipetrain::models {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/models/hugging_face.h"
+#include "models/hugging_face.h"
 
 #include <cmath>
 

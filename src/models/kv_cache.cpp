@@ -1,4 +1,4 @@
-#include "pipetrain/models/kv_cache.h"
+#include "models/kv_cache.h"
 
 #include <ATen/ATen.h>
 

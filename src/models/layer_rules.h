@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <string>
 
-#include "pipetrain/autograd/linear.h"
+#include "autograd/linear.h"
 #include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/module/layer.h"
 #include "pipetrain/tensor_parallel/group.h"
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
+#include "tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::models {
 

@@ -1,4 +1,4 @@
-#include "pipetrain/models/packed_documents.h"
+#include "models/packed_documents.h"
 
 #include <ATen/ATen.h>
 

@@ -1,7 +1,7 @@
-#include "pipetrain/module/activation_checkpoint.h"
+#include "module/activation_checkpoint.h"
 
-#include "pipetrain/module/auxiliary_loss.h"
-#include "pipetrain/module/rng_state.h"
+#include "module/auxiliary_loss.h"
+#include "module/rng_state.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>

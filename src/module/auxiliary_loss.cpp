@@ -1,4 +1,4 @@
-#include "pipetrain/module/auxiliary_loss.h"
+#include "module/auxiliary_loss.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

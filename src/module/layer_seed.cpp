@@ -1,4 +1,4 @@
-#include "pipetrain/module/layer_seed.h"
+#include "module/layer_seed.h"
 
 namespace pipetrain::module {
 

@@ -1,10 +1,10 @@
-#include "pipetrain/module/layer_statistics.h"
+#include "module/layer_statistics.h"
 
 #include <ATen/ATen.h>
 
 #include <mutex>
 
-#include "pipetrain/module/activation_checkpoint.h"
+#include "module/activation_checkpoint.h"
 
 namespace pipetrain::module {
 namespace {

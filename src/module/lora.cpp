@@ -1,4 +1,4 @@
-#include "pipetrain/module/lora.h"
+#include "module/lora.h"
 
 #include "pipetrain/tensor_parallel/layers.h"
 

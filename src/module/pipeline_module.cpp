@@ -1,7 +1,7 @@
 #include "pipetrain/module/pipeline_module.h"
 
-#include "pipetrain/module/layer_seed.h"
-#include "pipetrain/module/lora.h"
+#include "module/layer_seed.h"
+#include "module/lora.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -10,9 +10,9 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "module/activation_checkpoint.h"
+#include "module/rng_state.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/module/activation_checkpoint.h"
-#include "pipetrain/module/rng_state.h"
 
 namespace pipetrain::module {
 namespace {

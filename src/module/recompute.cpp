@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/module/activation_checkpoint.h"
+#include "module/activation_checkpoint.h"
 
 namespace pipetrain::module {
 namespace {

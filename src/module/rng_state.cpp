@@ -1,4 +1,4 @@
-#include "pipetrain/module/rng_state.h"
+#include "module/rng_state.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/optim/expert_split_masters.h"
+#include "optim/expert_split_masters.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/optim/fused_adam.h"
+#include "optim/fused_adam.h"
 
 #include <ATen/ATen.h>
 

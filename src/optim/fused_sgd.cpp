@@ -1,4 +1,4 @@
-#include "pipetrain/optim/fused_sgd.h"
+#include "optim/fused_sgd.h"
 
 #include <ATen/ATen.h>
 

@@ -7,11 +7,11 @@
 #include <limits>
 #include <stdexcept>
 
-#include "pipetrain/optim/expert_split_masters.h"
-#include "pipetrain/optim/optimizer_state.h"
-#include "pipetrain/optim/replicated_masters.h"
+#include "optim/expert_split_masters.h"
+#include "optim/optimizer_state.h"
+#include "optim/replicated_masters.h"
+#include "optim/weight_decay.h"
 #include "pipetrain/optim/sharded_masters.h"
-#include "pipetrain/optim/weight_decay.h"
 
 namespace pipetrain::optim {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/optim/fused_adam.h"
-#include "pipetrain/optim/fused_sgd.h"
+#include "optim/fused_adam.h"
+#include "optim/fused_sgd.h"
 
 namespace pipetrain::optim {
 

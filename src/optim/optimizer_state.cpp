@@ -1,4 +1,4 @@
-#include "pipetrain/optim/optimizer_state.h"
+#include "optim/optimizer_state.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>

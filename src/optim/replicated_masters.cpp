@@ -1,11 +1,11 @@
-#include "pipetrain/optim/replicated_masters.h"
+#include "optim/replicated_masters.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "pipetrain/optim/optimizer_state.h"
+#include "optim/optimizer_state.h"
 
 namespace pipetrain::optim {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "pipetrain/optim/optimizer_state.h"
+#include "optim/optimizer_state.h"
 
 namespace pipetrain::optim {
 

@@ -1,4 +1,4 @@
-#include "pipetrain/optim/weight_decay.h"
+#include "optim/weight_decay.h"
 
 #include "pipetrain/io/errors.h"
 

@@ -1,4 +1,4 @@
-#include "pipetrain/planner/cluster.h"
+#include "planner/cluster.h"
 
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/errors.h"

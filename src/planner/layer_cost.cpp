@@ -1,4 +1,4 @@
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/planner/layout.h"
+#include "planner/layout.h"
 
 namespace pipetrain::planner {
 

@@ -1,4 +1,4 @@
-#include "pipetrain/planner/planner.h"
+#include "planner/planner.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "pipetrain/planner/prediction.h"
+#include "planner/prediction.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-#include "pipetrain/planner/transports.h"
+#include "planner/transports.h"
 
-#include "pipetrain/schedule/pair_order.h"
+#include "schedule/pair_order.h"
 
 namespace pipetrain::planner {
 

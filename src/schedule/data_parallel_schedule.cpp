@@ -1,5 +1,5 @@
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/deepspeed_schedules.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 

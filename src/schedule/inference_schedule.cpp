@@ -1,4 +1,4 @@
-#include "pipetrain/schedule/deepspeed_schedules.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "pipetrain/schedule/compute_order.h"
-#include "pipetrain/schedule/render.h"
+#include "schedule/render.h"
 
 namespace pipetrain::schedule {
 namespace {

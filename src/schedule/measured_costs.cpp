@@ -1,4 +1,4 @@
-#include "pipetrain/schedule/measured_costs.h"
+#include "schedule/measured_costs.h"
 
 #include <algorithm>
 

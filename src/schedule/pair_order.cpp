@@ -1,4 +1,4 @@
-#include "pipetrain/schedule/pair_order.h"
+#include "schedule/pair_order.h"
 
 #include <exception>
 #include <map>
@@ -9,79 +9,79 @@
 namespace pipetrain::schedule {
 namespace {
 
-// One transfer between two stages, as both ends name it.
-struct Transfer {
-  bool gradient = false;
-  int receiving_virtual_stage = 0;
-  int micro_batch = -1;
-
-  bool operator==(const Transfer&) const = default;
-};
-
-struct Posted {
-  Transfer transfer;
-  int step = 0;
-  int index = 0;
-  Instruction instruction;
-};
-
-Transfer transfer_of(const PipeShape& shape, int stage, const Instruction& in) {
+PairTransfer transfer_of(const PipeShape& shape, int stage, const Instruction& in, int step,
+                         int index) {
   const bool gradient = in.kind == OpKind::kSendGrad || in.kind == OpKind::kRecvGrad;
-  const int here = shape.virtual_stage(stage, in.chunk);
-  if (is_recv(in.kind)) return {gradient, here, in.micro_batch};
-  const Peer peer = transfer_peer(shape, stage, in);
-  return {gradient, shape.virtual_stage(peer.stage, peer.chunk), in.micro_batch};
+  Peer receiver{stage, in.chunk};
+  if (is_send(in.kind)) receiver = transfer_peer(shape, stage, in);
+  return {.channel = {gradient, receiver.chunk},
+          .receiving_virtual_stage = shape.virtual_stage(receiver.stage, receiver.chunk),
+          .micro_batch = in.micro_batch,
+          .step = step,
+          .index = index,
+          .instruction = in};
 }
 
-std::string describe(const Transfer& t) {
-  return std::string(t.gradient ? "the gradient" : "the activation") + " of micro-batch " +
+std::string describe(const PairTransfer& t) {
+  return std::string(t.channel.gradient ? "the gradient" : "the activation") + " of micro-batch " +
          std::to_string(t.micro_batch) + " for virtual stage " +
          std::to_string(t.receiving_virtual_stage);
 }
 
 }  // namespace
 
-std::optional<Violation> first_order_mismatch(const PipelinePlan& plan) {
-  const PipeShape& shape = plan.shape;
-  // By (from, to): what `from` sends, and what `to` receives, each in its own order.
-  std::map<std::pair<int, int>, std::vector<Posted>> sent, received;
+bool PairTransfer::matches(const PairTransfer& other) const {
+  return channel == other.channel && receiving_virtual_stage == other.receiving_virtual_stage &&
+         micro_batch == other.micro_batch;
+}
+
+std::map<std::pair<int, int>, PairTransfers> transfers_by_pair(const PipelinePlan& plan) {
+  std::map<std::pair<int, int>, PairTransfers> pairs;
   for (int stage = 0; stage < static_cast<int>(plan.stage_steps.size()); ++stage) {
     const auto& steps = plan.stage_steps[stage];
     for (int step = 0; step < static_cast<int>(steps.size()); ++step) {
       for (int index = 0; index < static_cast<int>(steps[step].size()); ++index) {
         const Instruction& in = steps[step][index];
         if (!is_send(in.kind) && !is_recv(in.kind)) continue;
-        const int peer = transfer_peer(shape, stage, in).stage;
+        const int peer = transfer_peer(plan.shape, stage, in).stage;
         if (peer == stage) continue;  // a local hand-over: no message to match
-        const Posted posted{transfer_of(shape, stage, in), step, index, in};
+        const PairTransfer transfer = transfer_of(plan.shape, stage, in, step, index);
         if (is_send(in.kind)) {
-          sent[{stage, peer}].push_back(posted);
+          pairs[{stage, peer}].sent.push_back(transfer);
         } else {
-          received[{peer, stage}].push_back(posted);
+          pairs[{peer, stage}].received.push_back(transfer);
         }
       }
     }
   }
-  for (const auto& [pair, receives] : received) {
-    const auto& sends = sent[pair];
-    for (std::size_t k = 0; k < receives.size(); ++k) {
-      const Posted& r = receives[k];
-      if (k < sends.size() && sends[k].transfer == r.transfer) continue;
-      const std::string got = k < sends.size() ? describe(sends[k].transfer) : "nothing";
-      return Violation{pair.second, r.step, r.index, r.instruction,
-                       "matched by order alone, receive " + std::to_string(k) + " from stage " +
-                           std::to_string(pair.first) + " waits for " + describe(r.transfer) +
-                           " but would get " + got};
-    }
+  return pairs;
+}
+
+std::optional<Violation> first_order_mismatch(const std::pair<int, int>& pair,
+                                              const std::vector<PairTransfer>& sends,
+                                              const std::vector<PairTransfer>& receives) {
+  for (std::size_t k = 0; k < receives.size(); ++k) {
+    const PairTransfer& r = receives[k];
+    if (k < sends.size() && sends[k].matches(r)) continue;
+    const std::string got = k < sends.size() ? describe(sends[k]) : "nothing";
+    return Violation{pair.second, r.step, r.index, r.instruction,
+                     "matched by order alone, receive " + std::to_string(k) + " from stage " +
+                         std::to_string(pair.first) + " waits for " + describe(r) +
+                         " but would get " + got};
   }
-  for (const auto& [pair, sends] : sent) {
-    const std::size_t taken = received.count(pair) ? received.at(pair).size() : 0;
-    if (sends.size() > taken) {
-      const Posted& s = sends[taken];
-      return Violation{pair.first, s.step, s.index, s.instruction,
-                       "matched by order alone, send " + std::to_string(taken) + " to stage " +
-                           std::to_string(pair.second) + " has no receive"};
-    }
+  if (sends.size() > receives.size()) {
+    const PairTransfer& s = sends[receives.size()];
+    return Violation{pair.first, s.step, s.index, s.instruction,
+                     "matched by order alone, send " + std::to_string(receives.size()) +
+                         " to stage " + std::to_string(pair.second) + " has no receive"};
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> first_order_mismatch(const PipelinePlan& plan) {
+  for (const auto& [pair, transfers] : transfers_by_pair(plan)) {
+    if (auto mismatch = first_order_mismatch(pair, transfers.sent, transfers.received))
+      return mismatch;
   }
   return std::nullopt;
 }
@@ -202,19 +202,14 @@ std::optional<Violation> first_grouped_deadlock(const PipelinePlan& plan) {
   }
 }
 
-bool neighbours_only(const PipeShape& shape) {
-  return shape.chunks == 1 || shape.stages == 2 ||
-         (shape.chunks == 2 && shape.placement == Placement::kV);
-}
-
 bool pipe_fits_nccl(Kind kind, const PipeShape& shape) {
-  if (kind == Kind::kFile || !neighbours_only(shape)) return false;
+  if (kind == Kind::kFile) return false;
   try {
     PipeShape one = shape;
     one.micro_batches = 1;
-    return !first_order_mismatch(plan_pipeline(kind, shape)) &&
-           !first_order_mismatch(plan_pipeline(Kind::kInference, shape)) &&
-           !first_order_mismatch(plan_pipeline(Kind::kInference, one));
+    return pipe_lanes({plan_pipeline(kind, shape), plan_pipeline(Kind::kInference, shape),
+                       plan_pipeline(Kind::kInference, one)})
+        .has_value();
   } catch (const std::exception&) {
     return false;  // a shape the schedule cannot run has no pipe at all
   }

@@ -1,4 +1,4 @@
-#include "pipetrain/schedule/render.h"
+#include "schedule/render.h"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 
 #include "builtin_orders.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/deepspeed_schedules.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 namespace {

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "io/read_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
-#include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/validator.h"
+#include "schedule/render.h"
 
 namespace pipetrain::schedule {
 namespace {

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "pipetrain/schedule/deepspeed_schedules.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 

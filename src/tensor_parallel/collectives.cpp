@@ -1,4 +1,4 @@
-#include "pipetrain/tensor_parallel/collectives.h"
+#include "tensor_parallel/collectives.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

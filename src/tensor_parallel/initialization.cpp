@@ -1,4 +1,4 @@
-#include "pipetrain/tensor_parallel/initialization.h"
+#include "tensor_parallel/initialization.h"
 
 #include <ATen/ATen.h>
 

@@ -2,10 +2,10 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/autograd/linear.h"
-#include "pipetrain/tensor_parallel/collectives.h"
-#include "pipetrain/tensor_parallel/initialization.h"
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
+#include "autograd/linear.h"
+#include "tensor_parallel/collectives.h"
+#include "tensor_parallel/initialization.h"
+#include "tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {

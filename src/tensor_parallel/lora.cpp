@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "pipetrain/autograd/linear.h"
-#include "pipetrain/tensor_parallel/collectives.h"
+#include "autograd/linear.h"
+#include "tensor_parallel/collectives.h"
 
 namespace pipetrain::tensor_parallel {
 

@@ -1,4 +1,4 @@
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
+#include "tensor_parallel/sequence_parallel.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/autograd/linear.h"
-#include "pipetrain/context_parallel/whole_sequences.h"
-#include "pipetrain/tensor_parallel/collectives.h"
+#include "autograd/linear.h"
+#include "context_parallel/whole_sequences.h"
 #include "saved_group.h"
+#include "tensor_parallel/collectives.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {

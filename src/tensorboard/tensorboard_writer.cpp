@@ -10,7 +10,7 @@
 
 #include "event_record.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/tensorboard/tensorboard_writer.h"
+#include "tensorboard/tensorboard_writer.h"
 
 namespace pipetrain::tensorboard {
 namespace {

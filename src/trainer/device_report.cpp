@@ -1,12 +1,12 @@
-#include "pipetrain/trainer/device_report.h"
+#include "trainer/device_report.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdio>
 
-#include "pipetrain/device/cpu_memory.h"
-#include "pipetrain/device/placement.h"
+#include "device/cpu_memory.h"
+#include "device/placement.h"
 
 namespace pipetrain::trainer {
 

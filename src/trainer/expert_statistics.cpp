@@ -1,10 +1,10 @@
-#include "pipetrain/trainer/expert_statistics.h"
+#include "trainer/expert_statistics.h"
 
 #include <ATen/ATen.h>
 
 #include <cstdio>
 
-#include "pipetrain/module/layer_statistics.h"
+#include "module/layer_statistics.h"
 
 namespace pipetrain::trainer {
 namespace {

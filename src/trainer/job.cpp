@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/job.h"
+#include "trainer/job.h"
 
 #include <ATen/ATen.h>
 
@@ -7,17 +7,17 @@
 #include <filesystem>
 #include <vector>
 
+#include "data/examples.h"
+#include "data/token_data.h"
+#include "device/cpu_memory.h"
+#include "io/activity.h"
+#include "module/layer_seed.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/data/examples.h"
-#include "pipetrain/data/token_data.h"
-#include "pipetrain/device/cpu_memory.h"
-#include "pipetrain/io/activity.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/model_config.h"
-#include "pipetrain/module/layer_seed.h"
-#include "pipetrain/trainer/faults/faults.h"
-#include "pipetrain/trainer/output_paths.h"
+#include "trainer/faults/faults.h"
+#include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
 namespace {

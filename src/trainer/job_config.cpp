@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/job_config.h"
+#include "trainer/job_config.h"
 
 #include <filesystem>
 #include <map>

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/metrics_log.h"
+#include "trainer/metrics_log.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "pipetrain/io/atomic_file.h"
+#include "io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::trainer {

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/optimizer_report.h"
+#include "trainer/optimizer_report.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/output_paths.h"
+#include "trainer/output_paths.h"
 
 #include <unistd.h>
 

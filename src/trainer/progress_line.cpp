@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/progress_line.h"
+#include "trainer/progress_line.h"
 
 #include <unistd.h>
 

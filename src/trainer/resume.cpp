@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <system_error>
 
+#include "io/read_file.h"
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/io/read_file.h"
 #include "pipetrain/topology/parallel_layout.h"
-#include "pipetrain/trainer/job_config.h"
+#include "trainer/job_config.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,12 +1,12 @@
-#include "pipetrain/trainer/trace.h"
+#include "trainer/trace.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "pipetrain/io/atomic_file.h"
-#include "pipetrain/schedule/measured_costs.h"
-#include "pipetrain/schedule/render.h"
+#include "io/atomic_file.h"
 #include "pipetrain/schedule/simulator.h"
+#include "schedule/measured_costs.h"
+#include "schedule/render.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/trainer_config.h"
+#include "trainer/trainer_config.h"
 
 #include <csignal>
 #include <filesystem>

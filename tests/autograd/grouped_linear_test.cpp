@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "pipetrain/autograd/grouped_linear.h"
+#include "autograd/grouped_linear.h"
 #include "pipetrain/autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {

@@ -4,9 +4,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "pipetrain/autograd/linear.h"
+#include "autograd/linear.h"
+#include "module/activation_checkpoint.h"
 #include "pipetrain/autograd/weight_grad_store.h"
-#include "pipetrain/module/activation_checkpoint.h"
 
 namespace pipetrain::autograd {
 namespace {

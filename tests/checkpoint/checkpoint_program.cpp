@@ -10,13 +10,13 @@
 #include <cstring>
 #include <string>
 
+#include "checkpoint/safetensors.h"
+#include "io/crc32.h"
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/io/crc32.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/trainer/faults/faults.h"
+#include "trainer/faults/faults.h"
 
 using namespace pipetrain;
 

@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
-#include "pipetrain/checkpoint/safetensors.h"
-#include "pipetrain/io/crc32.h"
+#include "checkpoint/safetensors.h"
+#include "io/crc32.h"
+#include "io/read_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/read_file.h"
 
 namespace pipetrain::checkpoint {
 namespace {

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "device/placement.h"
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/comm/tensor_transport.h"
-#include "pipetrain/device/placement.h"
 #include "pipetrain/device/transport.h"
 #include "pipetrain/topology/grid.h"
 

@@ -1,6 +1,6 @@
 // A failed job tears down nothing that needs its peers, and its deadlines hold for work the
 // host does not wait for: the teardown rule and the watchdog, without MPI or a GPU.
-#include "pipetrain/comm/job_failure.h"
+#include "comm/job_failure.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "pipetrain/comm/watchdog.h"
+#include "comm/watchdog.h"
 
 namespace pipetrain::comm {
 namespace {

@@ -12,11 +12,11 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/nccl_communicator.h"
+#include "device/cuda.h"
+#include "device/emulated_hosts.h"
+#include "device/placement.h"
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/comm/nccl_communicator.h"
-#include "pipetrain/device/cuda.h"
-#include "pipetrain/device/emulated_hosts.h"
-#include "pipetrain/device/placement.h"
 #include "pipetrain/device/transport.h"
 
 namespace pipetrain::comm {

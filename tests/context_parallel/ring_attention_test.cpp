@@ -8,10 +8,10 @@
 
 #include <ATen/ATen.h>
 
+#include "context_parallel/fused_attention.h"
+#include "device/cuda.h"
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/context_parallel/fused_attention.h"
 #include "pipetrain/context_parallel/ring_attention.h"
-#include "pipetrain/device/cuda.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "pipetrain/data/indexed_dataset.h"
+#include "data/indexed_dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "pipetrain/data/token_data.h"
+#include "data/token_data.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

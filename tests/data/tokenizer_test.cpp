@@ -10,10 +10,10 @@
 #include <fstream>
 #include <string>
 
-#include "pipetrain/data/bpe_model.h"
-#include "pipetrain/data/byte_level.h"
-#include "pipetrain/data/tokenizer.h"
-#include "pipetrain/data/utf8.h"
+#include "data/bpe_model.h"
+#include "data/byte_level.h"
+#include "data/tokenizer.h"
+#include "data/utf8.h"
 #include "pipetrain/io/errors.h"
 
 namespace pipetrain::data {

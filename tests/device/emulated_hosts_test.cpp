@@ -1,6 +1,6 @@
 // The testing mode that lets ranks sharing one GPU use NCCL: each rank poses as a host of
 // its own, so every transport choice sees GPUs of their own.
-#include "pipetrain/device/emulated_hosts.h"
+#include "device/emulated_hosts.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

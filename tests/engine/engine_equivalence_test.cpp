@@ -16,19 +16,19 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "device/cuda.h"
+#include "device/emulated_hosts.h"
+#include "optim/optimizer_state.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cuda.h"
-#include "pipetrain/device/emulated_hosts.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/optim/optimizer_state.h"
-#include "pipetrain/schedule/pair_order.h"
-#include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "reference_training.h"
+#include "schedule/pair_order.h"
+#include "schedule/render.h"
 
 namespace pipetrain::engine {
 namespace {
@@ -192,13 +192,9 @@ void expect_case_matches_one_process(const Case& c, const std::shared_ptr<topolo
   PipelineEngine engine(module, grid, config);
   const auto plan = plan_of(schedule, c.micro_batches, pipe, chunks);
   if (on_gpu() && device::visible_gpus() == 1) {
-    // Ranks sharing a GPU: MPI with host staging; as emulated hosts, NCCL wherever every
-    // transfer is between neighbouring stages (one chunk, two stages, or a V) and every
-    // pair's transfers come in the order they are sent.
-    const bool neighbours = chunks == 1 || pipe == 2 ||
-                            (chunks == 2 && plan.shape.placement == schedule::Placement::kV);
-    const bool nccl =
-        device::emulated_hosts() && pipe > 1 && neighbours && !schedule::first_order_mismatch(plan);
+    // Ranks sharing a GPU: MPI with host staging; as emulated hosts, NCCL under every
+    // schedule (over the lanes of schedule::pipe_lanes, which every plan here has).
+    const bool nccl = device::emulated_hosts() && pipe > 1;
     EXPECT_EQ(engine.pipe_transports(), nccl ? "nccl (emulated hosts)" : "mpi");
   }
   data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());

@@ -12,7 +12,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
-#include "pipetrain/models/gpt.h"
+#include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/optim/optimizer.h"
 
 namespace pipetrain::testing {

@@ -11,13 +11,13 @@
 #include <ATen/ATen.h>
 
 #include "../comm/forwarding_communicator.h"
-#include "pipetrain/autograd/linear.h"
+#include "autograd/linear.h"
+#include "data_parallel/averaged_buckets.h"
 #include "pipetrain/autograd/weight_grad_store.h"
-#include "pipetrain/data_parallel/averaged_buckets.h"
 #include "pipetrain/data_parallel/gradient_buckets.h"
 #include "pipetrain/data_parallel/gradient_sync.h"
 #include "pipetrain/engine/stage_link.h"
-#include "pipetrain/models/gpt.h"
+#include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/optim/mixed_precision_optimizer.h"
 
 namespace pipetrain::engine {
@@ -60,7 +60,7 @@ void fill_grads(const module::PipelineModule& module, double value) {
 TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
   const auto grid = pipe_data_grid();
   const auto comms = cpu_communicators(grid);
-  comms->connect_pipe(/*nccl_allowed=*/false);
+  comms->connect_pipe(std::nullopt);             // every payload over MPI
   StageLink link(*comms, /*partitioned=*/true);  // no model-parallel group: whole tensors
   const at::Tensor activation =
       at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
@@ -90,7 +90,7 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   const auto grid = std::make_shared<topology::Grid>(
       topology::pipe_model_data_parallel_topology(2, world->size() / 4, 2), world);
   const auto comms = cpu_communicators(grid);
-  comms->connect_pipe(/*nccl_allowed=*/false);
+  comms->connect_pipe(std::nullopt);  // every payload over MPI
   StageLink link(*comms, /*partitioned=*/true);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {

@@ -2,9 +2,12 @@
 // their order alone and its sends block until received; every rank of a group must issue
 // its collectives in one order; and one thread at a time may be inside a communicator.
 // Wrappers check each rule while the engine trains to the same losses as one process
-// (1F1B, GPipe, ZB-H1 at pipe 2 x data 2 and pipe 4; interleaved at pipe 2 x data 2):
-// the pipe's payloads travel as MPI_Issend on one tag per pair of stages (order-only
-// matching, blocking senders), and the data-parallel and tied groups' collectives are
+// (every schedule kind: 1F1B, GPipe, ZB-H1 at pipe 2 x data 2 and pipe 4; ZB-H2,
+// interleaved, interleaved zero bubble, looped BFS, ZBV and DualPipeV at pipe 4, and those
+// over chunks at pipe 2 x data 2 too): the pipe's payloads travel as MPI_Issend on one tag
+// per lane (schedule::pipe_lanes: a pair of stages, or one channel of it where chunks pass
+// each other; a ring link from the last stage to the first where interleaving needs it)
+// (order-only matching, blocking senders), and the data-parallel and tied groups' collectives are
 // hashed (op, dtype, count, peer) in issue order and compared across ranks after every
 // step. The steps run on a thread other than the one that built the engine (and its
 // gradient buckets), which starts its buckets from backward as NCCL lets it.
@@ -13,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -22,6 +26,7 @@
 #include "../comm/forwarding_communicator.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/schedule/pipe_lanes.h"
 #include "pipetrain/schedule/schedule.h"
 #include "reference_training.h"
 
@@ -203,6 +208,17 @@ TEST(NcclRules, TheRecorderCatchesTwoThreadsInsideOneCommunicator) {
 
 // Trains `c` under `kind` on pipe x data with the rule-checking wrappers, comparing every
 // loss, the weights and the evaluation with one process.
+// Whether `kind` plans `c` on pipe x chunks.
+bool runs(schedule::Kind kind, int micro_batches, int pipe, int chunks) {
+  try {
+    schedule::plan_pipeline(kind,
+                            {micro_batches, pipe, chunks, schedule::schedule_kind(kind).placement});
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, int chunks = 1) {
   auto world = comm::MpiCommunicator::world();
   auto grid =
@@ -235,12 +251,22 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
       module::PipelineModuleOptions{.stages = pipe,
                                     .stage_id = grid->stage_id(),
                                     .chunks = chunks,
+                                    .placement = config.pipeline.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval});
   PipelineEngine engine(module, comms, config);
-  EXPECT_EQ(links.size(), static_cast<std::size_t>(grid->is_first_stage() || grid->is_last_stage()
-                                                       ? std::min(pipe - 1, 1)
-                                                       : 2));
+  // A wrapped communicator per lane this rank's stage sends or receives on.
+  const schedule::PipeShape shape{c.micro_batches, pipe, chunks, module->options().placement};
+  const auto lanes = schedule::pipe_lanes(
+      {schedule::plan_pipeline(kind, shape),
+       schedule::plan_pipeline(schedule::Kind::kInference, shape),
+       schedule::plan_pipeline(schedule::Kind::kInference, {1, pipe, chunks, shape.placement})});
+  ASSERT_TRUE(lanes.has_value());
+  const int stage = grid->stage_id();
+  EXPECT_EQ(links.size(), static_cast<std::size_t>(std::count_if(
+                              lanes->begin(), lanes->end(), [&](const schedule::PipeLane& lane) {
+                                return lane.from == stage || lane.to == stage;
+                              })));
   data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
   std::thread steps([&] {  // not the thread that built the engine
     for (int step = 0; step < kSteps; ++step) {
@@ -283,9 +309,30 @@ TEST(NcclRules, PipeMatchedByOrderAndCollectivesInOneOrderUnderEveryScheduleThat
       }
     }
   }
-  // Interleaving over two stages: both chunks' channels share each direction.
-  SCOPED_TRACE("interleaved, 2 chunks, pipe 2 x data 2");
-  expect_rules_hold(schedule::Kind::kInterleaved, 2, 2, Case{"gpt-deep", 4, 0, 0.0}, 2);
+}
+
+// The schedules whose chunks pass each other between two stages (each channel a lane of
+// its own), with a ring link from the last stage to the first where the chunks loop (pipe
+// 4), and ZB-H2.
+TEST(NcclRules, LanesPerChannelAndTheRingLinkUnderTheOtherSchedules) {
+  auto world = comm::MpiCommunicator::world();
+  ASSERT_EQ(world->size(), 4);
+  for (const auto& [kind, chunks] :
+       std::vector<std::pair<schedule::Kind, int>>{{schedule::Kind::kZbH2, 1},
+                                                   {schedule::Kind::kInterleaved, 2},
+                                                   {schedule::Kind::kInterleavedZb, 2},
+                                                   {schedule::Kind::kLoopedBfs, 2},
+                                                   {schedule::Kind::kZbv, 2},
+                                                   {schedule::Kind::kDualPipeV, 2}}) {
+    const Case c{chunks > 1 ? "gpt-deep" : "gpt", 8, 0, 0.0};
+    for (const auto& [pipe, data] : {std::pair{4, 1}, std::pair{2, 2}}) {
+      if (pipe == 2 && chunks == 1) continue;  // ZB-H2 at pipe 2 is the first test's shape
+      SCOPED_TRACE(std::string(schedule::name(kind)) + " pipe " + std::to_string(pipe) +
+                   " x data " + std::to_string(data));
+      ASSERT_TRUE(runs(kind, c.micro_batches, pipe, chunks));
+      expect_rules_hold(kind, pipe, data, c, chunks);
+    }
+  }
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include "device/cpu_memory.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/engine/pipeline_engine.h"
 
 namespace pipetrain::testing {

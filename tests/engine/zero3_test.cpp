@@ -7,9 +7,9 @@
 
 #include <cstdio>
 
+#include "device/cpu_memory.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cpu_memory.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
 

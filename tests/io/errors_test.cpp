@@ -5,7 +5,7 @@
 #include <new>
 #include <stdexcept>
 
-#include "pipetrain/io/activity.h"
+#include "io/activity.h"
 
 namespace pipetrain::io {
 namespace {

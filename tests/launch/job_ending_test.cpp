@@ -1,4 +1,4 @@
-#include "pipetrain/launch/job_ending.h"
+#include "launch/job_ending.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "launch/mpirun_command.h"
+#include "launch/signal_filter.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/launch/mpirun_command.h"
-#include "pipetrain/launch/signal_filter.h"
 
 namespace pipetrain::launch {
 namespace {

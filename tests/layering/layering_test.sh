@@ -10,21 +10,31 @@ check=$source_dir/scripts/check-layers
 planted=$(mktemp -d)
 trap 'rm -rf "$planted"' EXIT
 cp -r "$source_dir/src" "$source_dir/include" "$planted/"
-sed -i '1i #include "pipetrain/trainer/trainer.h"' "$planted/src/comm/deadline.cpp"
+sed -i '1i #include "trainer/trainer.h"' "$planted/src/comm/deadline.cpp"
 if output=$("$check" "$planted" 2>&1); then
   echo "FAIL: an upward include (comm -> trainer) passed the check" >&2
   exit 1
 fi
-grep -q "src/comm/deadline.cpp: layer 'comm' includes pipetrain/trainer/trainer.h from layer 'trainer'" \
+grep -q "src/comm/deadline.cpp: layer 'comm' includes trainer/trainer.h from layer 'trainer'" \
   <<<"$output" || { echo "FAIL: the check did not name the planted include: $output" >&2; exit 1; }
 
 # A peer on the same row is not below either.
 cp "$source_dir/src/comm/deadline.cpp" "$planted/src/comm/deadline.cpp"
-sed -i '1i #include "pipetrain/data/token_data.h"' "$planted/src/checkpoint/safetensors.cpp"
+sed -i '1i #include "data/token_data.h"' "$planted/src/checkpoint/safetensors.cpp"
 if "$check" "$planted" 2>/dev/null; then
   echo "FAIL: checkpoint including data (same row) passed the check" >&2
   exit 1
 fi
+# A public header stands on its own: it includes no internal header (beside the sources).
+cp "$source_dir/src/checkpoint/safetensors.cpp" "$planted/src/checkpoint/safetensors.cpp"
+sed -i '1i #include "comm/watchdog.h"' "$planted/include/pipetrain/engine/pipeline_engine.h"
+if output=$("$check" "$planted" 2>&1); then
+  echo "FAIL: a public header including an internal one passed the check" >&2
+  exit 1
+fi
+grep -q "include/pipetrain/engine/pipeline_engine.h: a public header includes the internal comm/watchdog.h" \
+  <<<"$output" || { echo "FAIL: the check did not name the public header: $output" >&2; exit 1; }
+cp "$source_dir/include/pipetrain/engine/pipeline_engine.h" "$planted/include/pipetrain/engine/pipeline_engine.h"
 echo "layering: the check passes on the tree and fails on planted includes"
 
 # Names are compared only where they are parsed: the tree passes, a planted comparison fails.

@@ -7,11 +7,11 @@
 #include <set>
 #include <string>
 
-#include "pipetrain/data/tokenizer.h"
+#include "data/tokenizer.h"
+#include "models/hugging_face.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/models/hugging_face.h"
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
 namespace pipetrain::models {
 namespace {

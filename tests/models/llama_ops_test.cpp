@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
+#include "models/kv_cache.h"
+#include "models/llama/llama.h"
 #include "op_recorder.h"
-#include "pipetrain/models/gpt.h"
-#include "pipetrain/models/kv_cache.h"
-#include "pipetrain/models/llama.h"
+#include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/module/pipeline_module.h"
 
 namespace pipetrain::testing {

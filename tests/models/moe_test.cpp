@@ -10,10 +10,10 @@
 #include <map>
 #include <vector>
 
-#include "pipetrain/models/moe.h"
-#include "pipetrain/module/activation_checkpoint.h"
-#include "pipetrain/module/auxiliary_loss.h"
-#include "pipetrain/module/layer_statistics.h"
+#include "models/moe/moe.h"
+#include "module/activation_checkpoint.h"
+#include "module/auxiliary_loss.h"
+#include "module/layer_statistics.h"
 
 namespace pipetrain::models {
 namespace {

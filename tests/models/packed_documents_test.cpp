@@ -6,9 +6,9 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/data/token_data.h"
+#include "data/token_data.h"
+#include "models/packed_documents.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/models/packed_documents.h"
 #include "pipetrain/module/pipeline_module.h"
 
 namespace pipetrain::models {

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/models/gpt.h"
+#include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/module/pipeline_module.h"
 
 namespace pipetrain::module {

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/models/gpt.h"
-#include "pipetrain/models/mlp.h"
+#include "pipetrain/models/gpt/gpt.h"
+#include "pipetrain/models/mlp/mlp.h"
 #include "pipetrain/module/pipeline_module.h"
 
 namespace pipetrain::module {

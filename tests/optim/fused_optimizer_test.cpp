@@ -4,9 +4,9 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/optim/fused_adam.h"
-#include "pipetrain/optim/fused_sgd.h"
-#include "pipetrain/optim/optimizer_state.h"
+#include "optim/fused_adam.h"
+#include "optim/fused_sgd.h"
+#include "optim/optimizer_state.h"
 
 namespace pipetrain::optim {
 namespace {

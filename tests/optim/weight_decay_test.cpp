@@ -1,10 +1,10 @@
-#include "pipetrain/optim/weight_decay.h"
+#include "optim/weight_decay.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "optim/replicated_masters.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/optim/replicated_masters.h"
 
 namespace pipetrain::engine {
 namespace {

@@ -9,9 +9,9 @@
 #include <set>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/planner/planner.h"
-#include "pipetrain/planner/transports.h"
-#include "pipetrain/schedule/pair_order.h"
+#include "planner/planner.h"
+#include "planner/transports.h"
+#include "schedule/pair_order.h"
 
 namespace pipetrain::planner {
 namespace {
@@ -574,10 +574,10 @@ TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   }
 }
 
-// On GPUs each group's transport is the engine's: NCCL for data, tensor and experts; the
-// pipe only where every transfer is between neighbours in one order per pair (1F1B, and the
-// V schedules' two chunks, not interleaving over 4 stages); the context ring through host
-// memory. On CPUs MPI everywhere.
+// On GPUs each group's transport is the engine's: NCCL for data, tensor and experts, and for
+// the pipe under every schedule (over lanes that keep each plan's orders, a ring link from
+// the last stage to the first included); the context ring through host memory. On CPUs MPI
+// everywhere.
 TEST(Transports, FollowTheEnginesRules) {
   Cluster gpus = ideal(8);
   Layout l{.parallel = {.pipe = 4, .tensor = 2}, .micro_batch = 1, .micro_batches = 8};
@@ -589,33 +589,27 @@ TEST(Transports, FollowTheEnginesRules) {
   EXPECT_EQ(t.describe(l), "pipe nccl, tensor nccl");
   l.schedule = schedule::Kind::kInterleaved;
   l.parallel.chunks = 2;
-  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kHostStaged);  // a ring link 3 -> 0
+  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kNccl);  // with a ring link 3 -> 0
   l.parallel.pipe = 2;
-  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kNccl);  // two stages: neighbours only
+  EXPECT_EQ(transports_of(gpus, l).pipe, Transport::kNccl);
   l.parallel.context = 2;
   t = transports_of(gpus, l);
   EXPECT_EQ(t.context, Transport::kHostStaged);
   EXPECT_TRUE(t.host_staged(l));
   EXPECT_EQ(t.describe(l), "pipe nccl, tensor nccl, context host");
-  // Each schedule the planner offers, at pipe 4 and 8 micro-batches: NCCL where every
-  // transfer is between neighbouring stages and each pair's come in the order they are sent
-  // (the engine's rules), else through host memory. A V's chunks 1 meet on stage 3, but its
-  // first orders differ from the sends' at 4 stages; interleaving has a ring link 3 -> 0.
-  const std::pair<schedule::Kind, Transport> expected[] = {
-      {schedule::Kind::k1F1B, Transport::kNccl},
-      {schedule::Kind::kZbH1, Transport::kNccl},
-      {schedule::Kind::kZbH2, Transport::kNccl},
-      {schedule::Kind::kZbv, Transport::kHostStaged},
-      {schedule::Kind::kDualPipeV, Transport::kHostStaged},
-      {schedule::Kind::kInterleavedZb, Transport::kHostStaged}};
-  for (const auto& [kind, transport] : expected) {
-    const bool chunked = kind == schedule::Kind::kZbv || kind == schedule::Kind::kDualPipeV ||
-                         kind == schedule::Kind::kInterleavedZb;
+  // Each schedule the planner offers, at pipe 4 and 8 micro-batches, over NCCL: where a
+  // pair's transfers come out of the order they are sent (a V's chunks, interleaving's),
+  // each channel takes a lane of its own; interleaving over 4 stages has a ring link 3 -> 0.
+  for (const schedule::Kind kind :
+       {schedule::Kind::k1F1B, schedule::Kind::kGpipe, schedule::Kind::kZbH1, schedule::Kind::kZbH2,
+        schedule::Kind::kInterleaved, schedule::Kind::kInterleavedZb, schedule::Kind::kLoopedBfs,
+        schedule::Kind::kZbv, schedule::Kind::kDualPipeV}) {
+    const bool chunked = schedule::schedule_kind(kind).uses_chunks;
     const Layout k{.parallel = {.pipe = 4, .chunks = chunked ? 2 : 1},
                    .micro_batch = 1,
                    .micro_batches = 8,
                    .schedule = kind};
-    EXPECT_EQ(transports_of(gpus, k).pipe, transport) << schedule::name(kind);
+    EXPECT_EQ(transports_of(gpus, k).pipe, Transport::kNccl) << schedule::name(kind);
   }
   Cluster cpus = gpus;
   cpus.gpu = false;
@@ -625,9 +619,9 @@ TEST(Transports, FollowTheEnginesRules) {
   EXPECT_EQ(t.tensor, Transport::kMpi);
 }
 
-// A pipe through host memory is costed on the host_staging link: slower staging slows
-// only the layouts whose pipe goes that way.
-TEST(Prediction, AHostStagedPipePaysTheHostLink) {
+// A group through host memory (the context ring on GPUs) is costed on the host_staging
+// link: slower staging slows only the layouts whose groups go that way.
+TEST(Prediction, AHostStagedGroupPaysTheHostLink) {
   engine::TrainingConfig training;
   training.pipeline.partition_method = module::PartitionMethod("type:GptBlock");
   const Workload w(gpt(256, 256, 256, 4, 8), training);
@@ -637,8 +631,8 @@ TEST(Prediction, AHostStagedPipePaysTheHostLink) {
   slow_host.host_staging = {1e4, 1e-3};
   const Layout nccl{.parallel = {.pipe = 4}, .micro_batch = 1, .micro_batches = 8};
   Layout host = nccl;
-  host.schedule = schedule::Kind::kInterleaved;
-  host.parallel.chunks = 2;
+  host.parallel.pipe = 2;
+  host.parallel.context = 2;
   EXPECT_DOUBLE_EQ(predict(w, c, nccl).step_seconds, predict(w, slow_host, nccl).step_seconds);
   EXPECT_GT(predict(w, slow_host, host).step_seconds, 1.5 * predict(w, c, host).step_seconds);
   EXPECT_TRUE(predict(w, c, host).transports.host_staged(host));

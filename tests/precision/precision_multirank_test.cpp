@@ -13,7 +13,7 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/trainer/faults/faults.h"
+#include "trainer/faults/faults.h"
 
 namespace pipetrain::engine {
 namespace {

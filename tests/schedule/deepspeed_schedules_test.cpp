@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/deepspeed_schedules.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipetrain/schedule/render.h"
+#include "schedule/render.h"
 
 namespace pipetrain::schedule {
 namespace {

@@ -3,11 +3,12 @@
 // block until received (1F1B, GPipe, inference, one chunk) need nothing more; ZB-H1 and
 // interleaving have neighbours that send to each other at once, and grouping each run of
 // consecutive transfers (a batch_isend_irecv per run) does not save them.
-#include "pipetrain/schedule/pair_order.h"
+#include "schedule/pair_order.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace pipetrain::schedule {
@@ -136,6 +137,84 @@ TEST(TransferGroups, RunsOfConsecutiveTransfersInAStepFormOneGroup) {
   EXPECT_EQ(groups[2].first, 2);
   EXPECT_EQ(groups[2].count, 2);  // send and receive together
   EXPECT_EQ(groups[3].step, 1);   // a step boundary ends a group
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
+
+namespace pipetrain::schedule {
+namespace {
+
+// Every plan has lanes that carry it: one per pair of stages where its orders agree, one per
+// channel where chunks pass each other; a V crosses flows (and takes lanes per channel).
+TEST(PipeLanes, EveryPlanHasLanesThatCarryIt) {
+  int per_channel = 0;
+  for_every_plan([&](const PipelinePlan& plan, const std::string& name) {
+    const auto lanes = pipe_lanes({plan});
+    ASSERT_TRUE(lanes) << name;
+    EXPECT_TRUE(lanes_carry(*lanes, plan)) << name;
+    const bool split = std::any_of(lanes->begin(), lanes->end(),
+                                   [](const PipeLane& lane) { return lane.channel.has_value(); });
+    EXPECT_EQ(split, first_order_mismatch(plan).has_value()) << name;
+    per_channel += split;
+  });
+  EXPECT_GT(per_channel, 0);
+}
+
+TEST(PipeLanes, OneChunkTakesOneLaneEachWayBetweenNeighbours) {
+  const auto lanes = pipe_lanes({plan_pipeline(Kind::k1F1B, {8, 4, 1})});
+  ASSERT_TRUE(lanes);
+  const std::vector<PipeLane> expected = {{0, 1, std::nullopt}, {1, 0, std::nullopt},
+                                          {1, 2, std::nullopt}, {2, 1, std::nullopt},
+                                          {2, 3, std::nullopt}, {3, 2, std::nullopt}};
+  EXPECT_EQ(*lanes, expected);
+}
+
+// Interleaving over 4 stages: chunk 0's last stage feeds chunk 1's first over a ring link
+// 3 -> 0 (and the gradients come back 0 -> 3).
+TEST(PipeLanes, InterleavingOverFourStagesHasARingLink) {
+  const auto lanes = pipe_lanes({plan_pipeline(Kind::kInterleaved, {8, 4, 2})});
+  ASSERT_TRUE(lanes);
+  const auto joins = [&](int from, int to) {
+    return std::any_of(lanes->begin(), lanes->end(),
+                       [&](const PipeLane& l) { return l.from == from && l.to == to; });
+  };
+  EXPECT_TRUE(joins(3, 0));
+  EXPECT_TRUE(joins(0, 3));
+  EXPECT_FALSE(joins(0, 2));
+  EXPECT_FALSE(joins(1, 3));
+}
+
+// A V's chunk-0 activations and chunk-1 gradients both go down between neighbours, in
+// another order than they are received: a lane each.
+TEST(PipeLanes, AVSplitsItsFlowsIntoLanesPerChannel) {
+  const PipelinePlan plan = plan_pipeline(Kind::kZbv, shape_for(Kind::kZbv, 8, 4, 2));
+  ASSERT_TRUE(first_order_mismatch(plan));
+  const auto lanes = pipe_lanes({plan});
+  ASSERT_TRUE(lanes);
+  const PipeLane activations{0, 1, Channel{false, 0}}, gradients{0, 1, Channel{true, 1}};
+  EXPECT_NE(std::find(lanes->begin(), lanes->end(), activations), lanes->end());
+  EXPECT_NE(std::find(lanes->begin(), lanes->end(), gradients), lanes->end());
+  for (const PipeLane& lane : *lanes) EXPECT_EQ(std::abs(lane.from - lane.to), 1);  // no ring
+}
+
+// Lanes laid for one plan do not carry another whose pair orders differ, and a channel whose
+// own transfers come out of order has no lanes at all.
+TEST(PipeLanes, LanesAreCheckedAgainstEachPlan) {
+  const auto one = pipe_lanes({plan_pipeline(Kind::k1F1B, {8, 4, 1})});
+  ASSERT_TRUE(one);
+  PipelinePlan swapped = plan_pipeline(Kind::kGpipe, {4, 4, 1});
+  std::vector<Instruction*> receives;
+  for (auto& step : swapped.stage_steps[1])
+    for (auto& in : step)
+      if (in.kind == OpKind::kRecvActivation) receives.push_back(&in);
+  ASSERT_GE(receives.size(), 2u);
+  std::swap(receives[0]->micro_batch, receives[1]->micro_batch);
+  EXPECT_FALSE(lanes_carry(*one, swapped));
+  EXPECT_FALSE(pipe_lanes({swapped}));
+  const PipelinePlan v = plan_pipeline(Kind::kDualPipeV, shape_for(Kind::kDualPipeV, 8, 4, 2));
+  EXPECT_FALSE(lanes_carry(*one, v));
+  EXPECT_TRUE(lanes_carry(*pipe_lanes({v}), v));
 }
 
 }  // namespace

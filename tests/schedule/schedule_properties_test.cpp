@@ -5,10 +5,10 @@
 #include <algorithm>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/deepspeed_schedules.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/schedule/simulator.h"
 #include "pipetrain/schedule/validator.h"
+#include "schedule/deepspeed_schedules.h"
 
 namespace pipetrain::schedule {
 namespace {

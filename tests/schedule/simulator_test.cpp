@@ -4,8 +4,8 @@
 
 #include "bubble.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/measured_costs.h"
 #include "pipetrain/schedule/simulator.h"
+#include "schedule/measured_costs.h"
 
 namespace pipetrain::schedule {
 namespace {

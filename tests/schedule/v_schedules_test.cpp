@@ -6,11 +6,11 @@
 
 #include "bubble.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/schedule/pair_order.h"
-#include "pipetrain/schedule/render.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/simulator.h"
 #include "pipetrain/schedule/validator.h"
+#include "schedule/pair_order.h"
+#include "schedule/render.h"
 
 namespace pipetrain::schedule {
 namespace {

@@ -5,10 +5,10 @@
 
 #include <ATen/ATen.h>
 
+#include "device/cpu_memory.h"
 #include "model_group.h"
-#include "pipetrain/device/cpu_memory.h"
-#include "pipetrain/tensor_parallel/collectives.h"
 #include "pipetrain/tensor_parallel/layers.h"
+#include "tensor_parallel/collectives.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {

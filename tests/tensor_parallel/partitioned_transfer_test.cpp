@@ -1,7 +1,7 @@
 // Partitioned transfers inside a group of two: shares of tensors whose sizes do not
 // divide by the group (zero-padded) and of a one-element tensor come back whole, with
 // dtype and requires-grad; receivers that got different layouts all refuse.
-#include "pipetrain/comm/partitioned_transfer.h"
+#include "comm/partitioned_transfer.h"
 
 #include <gtest/gtest.h>
 

@@ -7,12 +7,12 @@
 
 #include <ATen/ATen.h>
 
+#include "context_parallel/whole_sequences.h"
 #include "model_group.h"
-#include "pipetrain/context_parallel/whole_sequences.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/pipeline_module.h"
-#include "pipetrain/tensor_parallel/sequence_parallel.h"
 #include "pipetrain/tensor_parallel/shard.h"
+#include "tensor_parallel/sequence_parallel.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {

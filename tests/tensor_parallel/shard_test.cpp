@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/tensor_parallel/initialization.h"
 #include "pipetrain/tensor_parallel/layers.h"
+#include "tensor_parallel/initialization.h"
 
 namespace pipetrain::tensor_parallel {
 namespace {

@@ -13,8 +13,8 @@
 #include <cstdlib>
 
 #include "../engine/reference_training.h"
+#include "device/cuda.h"
 #include "pipetrain/data/data_source.h"
-#include "pipetrain/device/cuda.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/expert_parallel/all_to_all.h"
 #include "pipetrain/tensor_parallel/shard.h"

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/trainer/job_config.h"
+#include "trainer/job_config.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -8,13 +8,13 @@
 
 #include <algorithm>
 
+#include "models/kv_cache.h"
+#include "models/llama/llama.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/groups/communicators.h"
-#include "pipetrain/models/gpt.h"
-#include "pipetrain/models/kv_cache.h"
-#include "pipetrain/models/llama.h"
-#include "pipetrain/trainer/generation/sampling.h"
+#include "pipetrain/models/gpt/gpt.h"
+#include "trainer/generation/sampling.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/trainer/job_config.h"
-#include "pipetrain/trainer/trainer_config.h"
+#include "trainer/job_config.h"
+#include "trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -12,6 +12,10 @@
 
 namespace pipetrain::comm {
 
+// A route for payloads on every tag of a peer that has no route of its own for the tag
+// (TensorTransport::route_sends).
+inline constexpr int kEveryTag = -1;
+
 // What a receiver needs to know to allocate one tensor.
 struct TensorMeta {
   at::ScalarType dtype = at::kFloat;
@@ -95,26 +99,28 @@ class TensorTransport {
   // transport's own header buffer.
   std::vector<at::Tensor> recv(int peer, int tag, const std::vector<at::Tensor>& reuse = {});
 
-  // From now on, payloads to `peer` travel over `to` and payloads from it over `from`
-  // (e.g. NCCL between the two, one communicator per direction), in both of which the peer
-  // is rank `rank_there`; headers still travel over the transport's communicator.
-  void route_payloads(int peer, std::shared_ptr<Communicator> to,
-                      std::shared_ptr<Communicator> from, int rank_there);
+  // From now on, payloads to `peer` on `tag` (kEveryTag: on any tag without a route of its
+  // own) travel over `way` (e.g. an NCCL lane between the two), in which the peer is rank
+  // `rank_there`; headers still travel over the transport's communicator.
+  void route_sends(int peer, int tag, std::shared_ptr<Communicator> way, int rank_there);
+  // Likewise for payloads from `peer`.
+  void route_receives(int peer, int tag, std::shared_ptr<Communicator> way, int rank_there);
 
  private:
   friend class PendingRecv;
   struct Route {
-    std::shared_ptr<Communicator> to, from;
+    std::shared_ptr<Communicator> way;
     int rank;
   };
-  // The communicator and rank for a payload to or from `peer`: its route, unless the
-  // payload is in host memory and the route carries device tensors only (NCCL).
-  std::pair<Communicator*, int> payload_path(int peer, bool on_host, bool sending) const;
+  using Routes = std::map<std::pair<int, int>, Route>;  // by (peer, tag)
+  // The communicator and rank for a payload to or from `peer` on `tag`: its route, unless
+  // the payload is in host memory and the route carries device tensors only (NCCL).
+  std::pair<Communicator*, int> payload_path(int peer, int tag, bool on_host, bool sending) const;
   WorkPtr send_payload(const at::Tensor& payload, int peer, int tag);
   WorkPtr recv_payload(at::Tensor& payload, bool on_host, int peer, int tag);
 
   std::shared_ptr<Communicator> comm_;
-  std::map<int, Route> routes_;  // by peer
+  Routes sends_, receives_;
   at::Device device_;
   at::Tensor header_;  // recv()'s header buffer, reused (a receive posted ahead has its own)
 };

@@ -2,10 +2,13 @@
 
 #include <c10/core/Device.h>
 
+#include <compare>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/comm/transport_choice.h"
 
 namespace pipetrain::device {
@@ -15,23 +18,34 @@ namespace pipetrain::device {
 std::shared_ptr<comm::Communicator> communicator_for(
     const std::shared_ptr<comm::MpiCommunicator>& group, at::Device device);
 
-// How payloads travel between this rank and one neighbouring stage of its pipe.
-struct NeighbourLink {
-  comm::Transport transport;
-  // Over NCCL, one communicator per direction (each its own stream: a send queued one way
-  // never waits behind a receive queued the other), `to` for what this rank sends to the
-  // neighbour, `from` for what it receives; null for MPI (and equal for a test's MPI pair).
-  std::shared_ptr<comm::Communicator> to, from;
-  int rank_there = 0;  // the neighbour's rank in both
+// A lane of a pipe's payloads from stage `from` to stage `to`: the transfers of one tag
+// (comm::kEveryTag: all of the pair's), matched by their order alone (schedule::pipe_lanes).
+struct PipeLane {
+  int from = 0;
+  int to = 0;
+  int tag = comm::kEveryTag;
+  auto operator<=>(const PipeLane&) const = default;
 };
 
-// The links to this rank's neighbouring stages in `pipe` (ranked by stage), by
-// comm::pair_transports: NCCL between neighbours on GPUs of their own, over two
-// communicators of the two (one per direction); MPI (with host staging) between neighbours that
-// share a GPU or sit on the CPU. Collective over `pipe`. With `own_pairs` (tests), every pair gets
-// a communicator of its own, MPI where NCCL is not chosen, so payloads travel apart from headers
-// everywhere.
-std::map<int, NeighbourLink> neighbour_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
-                                             at::Device device, bool own_pairs = false);
+// How payloads travel between this rank and one stage it exchanges them with.
+struct PipeLink {
+  comm::Transport transport = comm::Transport::kMpi;
+  // Over NCCL, a communicator per lane, each with a stream of its own (a send queued on one
+  // lane never waits behind a receive queued on another): `to` by tag for what this rank
+  // sends the peer, `from` for what it receives. Empty for MPI (the pipe's communicator
+  // carries them, matched by tag).
+  std::map<int, std::shared_ptr<comm::Communicator>> to, from;
+  int rank_there = 0;  // the peer's rank in each
+};
+
+// The links to the stages this rank shares a lane with, in `pipe` (ranked by stage): NCCL
+// between two stages on GPUs of their own (comm::choose_transport), one communicator per
+// lane; MPI (with host staging) between stages that share a GPU or sit on the CPU.
+// Collective over `pipe`; every rank passes the same `lanes`. With `own_lanes` (tests),
+// every lane gets a communicator of its own, MPI where NCCL is not chosen, so payloads
+// travel apart from headers everywhere.
+std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
+                                   at::Device device, const std::vector<PipeLane>& lanes,
+                                   bool own_lanes = false);
 
 }  // namespace pipetrain::device

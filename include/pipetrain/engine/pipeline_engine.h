@@ -23,6 +23,7 @@
 #include "pipetrain/groups/communicators.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/mixed_precision_optimizer.h"
+#include "pipetrain/schedule/pipe_lanes.h"
 #include "pipetrain/schedule/schedule.h"
 #include "pipetrain/topology/grid.h"
 
@@ -223,10 +224,6 @@ class PipelineEngine {
     // Where the step's last backward passes begin: the first step holding a chunk's last
     // BackwardPass or BackwardInput (-1: none). Gradient buckets may be reduced from here.
     int last_backwards_step = -1;
-    // Whether every pair of stages sends its transfers in the order they are received, so
-    // that a transport matching them by order alone (NCCL) can carry them
-    // (schedule::first_order_mismatch finds none).
-    bool orders_agree = false;
     bool sends_deferred() const { return sends == SendCompletion::kDeferred; }
   };
 
@@ -322,6 +319,9 @@ class PipelineEngine {
   bool report_progress_ = true;
 
   schedule::PipeShape shape_;  // of a training batch
+  // The pipe's lanes (schedule::pipe_lanes of the three programs below): what a transport
+  // matching transfers by order alone carries. Empty where the plans have none.
+  std::optional<std::vector<schedule::PipeLane>> lanes_;
   Program train_program_;
   Program eval_program_;
   Program infer_program_;

@@ -11,8 +11,10 @@
 
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
+#include "pipetrain/device/transport.h"
 #include "pipetrain/engine/transfer_progress.h"
 #include "pipetrain/groups/communicators.h"
+#include "pipetrain/schedule/pipe_lanes.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::engine {
@@ -52,6 +54,11 @@ class StageLink {
   StageLink(const groups::Communicators& comms, bool partitioned);
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
+
+  // The tag a channel's transfers take (its headers', and its lane's where it has one).
+  static int tag_of(Channel channel);
+  // The communicators' lanes (by tag) for a plan's lanes (by channel).
+  static std::vector<device::PipeLane> lanes_of(const std::vector<schedule::PipeLane>& lanes);
 
   // How later sends complete (kBlocking at first); complete_sends() first when changing.
   void set_send_completion(SendCompletion sends) { completion_ = sends; }

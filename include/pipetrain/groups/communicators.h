@@ -5,7 +5,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/comm/deadline.h"
@@ -24,8 +26,8 @@ enum class TensorGroup { kModel, kData, kExperts, kTied, kPipePair };
 
 // For tests that hold the code to NCCL's rules on the CPU: what every tensor communicator
 // Communicators makes passes through (a recording or checking wrapper), and whether each
-// pair of neighbouring stages gets a communicator of its own for payloads, as NCCL links
-// have, even where it is MPI.
+// lane of the pipe gets a communicator of its own for payloads, as NCCL lanes have, even
+// where it is MPI.
 struct CommunicatorTesting {
   std::function<std::shared_ptr<comm::Communicator>(std::shared_ptr<comm::Communicator>,
                                                     TensorGroup)>
@@ -41,11 +43,10 @@ struct CommunicatorTesting {
 //   3. the model (tensor-parallel) group's tensor communicator;
 //   4. the data-parallel group's, then the expert-parallel group's (where experts are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
-//   6. connect_pipe: the links to the neighbouring stages.
+//   6. connect_pipe: the pipe's lanes, per pair of stages that exchange payloads.
 // Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its
-// own, else the MPI communicator (device::communicator_for); step 6 chooses per pair of neighbours,
-// and only for plans whose transfers agree in order per pair and stay between neighbours
-// (PipelineEngine decides). Who may start a
+// own, else the MPI communicator (device::communicator_for); step 6 chooses per pair of
+// stages, over the lanes the engine's plans need (schedule::pipe_lanes). Who may start a
 // collective follows the transport: data-parallel buckets start on autograd's device
 // thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the
 // engine's thread starts them, between instructions).
@@ -88,14 +89,13 @@ class Communicators {
   // This rank's tied-layer groups by key (only the keys it owns).
   const std::map<std::string, std::shared_ptr<comm::Communicator>>& tied() const { return tied_; }
 
-  // Step 6, once, after step 5 (where there is one): the links to this rank's neighbouring stages.
-  // Where `nccl_allowed`, by device::neighbour_links (NCCL between neighbours on GPUs of their
-  // own, one communicator per direction); else every payload over MPI. NCCL matches
-  // transfers between two ranks by their order alone: the caller allows it only where
-  // every pair's orders agree (schedule::first_order_mismatch) and every transfer is
-  // between neighbours.
-  void connect_pipe(bool nccl_allowed);
-  const std::map<int, device::NeighbourLink>& pipe_links() const { return pipe_links_; }
+  // Step 6, once, after step 5 (where there is one): the links to the stages this rank
+  // exchanges payloads with. With `lanes` (the same on every rank), by device::pipe_links:
+  // NCCL between stages on GPUs of their own, a communicator per lane (NCCL matches
+  // transfers by their order alone, and the lanes are where the plans keep it:
+  // schedule::pipe_lanes); else, and without lanes, every payload over MPI.
+  void connect_pipe(const std::optional<std::vector<device::PipeLane>>& lanes);
+  const std::map<int, device::PipeLink>& pipe_links() const { return pipe_links_; }
 
   // For the job line: "pipe mpi, data-parallel nccl", with the pipe's per stage where its
   // neighbours differ ("pipe nccl to stage 1, mpi to stage 3"), tied and tensor-parallel
@@ -122,7 +122,7 @@ class Communicators {
   std::shared_ptr<comm::Communicator> data_;
   std::shared_ptr<comm::Communicator> experts_;  // null without expert parallelism
   std::map<std::string, std::shared_ptr<comm::Communicator>> tied_;
-  std::map<int, device::NeighbourLink> pipe_links_;
+  std::map<int, device::PipeLink> pipe_links_;
   Made made_ = Made::kGroups;
 };
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "pipetrain/expert_parallel/all_to_all.h"
-#include "pipetrain/models/gpt.h"
-#include "pipetrain/models/mlp.h"
+#include "pipetrain/models/gpt/gpt.h"
+#include "pipetrain/models/mlp/mlp.h"
 #include "pipetrain/models/model_config.h"
 
 namespace pipetrain::models {

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
-#include "pipetrain/models/gpt_config.h"
-#include "pipetrain/models/llama_config.h"
-#include "pipetrain/models/mlp_config.h"
-#include "pipetrain/models/moe_config.h"
+#include "pipetrain/models/gpt/gpt_config.h"
+#include "pipetrain/models/llama/llama_config.h"
+#include "pipetrain/models/mlp/mlp_config.h"
+#include "pipetrain/models/moe/moe_config.h"
 
 // The built-in models' config, without torch (what a command that only reads configs needs).
 namespace pipetrain::models {

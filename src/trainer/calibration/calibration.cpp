@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/calibration/calibration.h"
+#include "trainer/calibration/calibration.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/models/gpt.h"
+#include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/optim/optimizer.h"
-#include "pipetrain/planner/layer_cost.h"
-#include "pipetrain/planner/prediction.h"
-#include "pipetrain/trainer/job.h"
+#include "planner/layer_cost.h"
+#include "planner/prediction.h"
+#include "trainer/job.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,5 +1,5 @@
-#include "pipetrain/trainer/faults/fault_injection.h"
-#include "pipetrain/io/rank_record.h"
+#include "trainer/faults/fault_injection.h"
+#include "io/rank_record.h"
 
 #include <ATen/ATen.h>
 #include <unistd.h>

@@ -1,10 +1,10 @@
-#include "pipetrain/trainer/faults/faults.h"
+#include "trainer/faults/faults.h"
 
 #include <csignal>
 #include <cstdlib>
 
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/trainer/faults/fault_injection.h"
+#include "trainer/faults/fault_injection.h"
 
 namespace pipetrain::trainer {
 

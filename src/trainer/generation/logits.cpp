@@ -1,17 +1,17 @@
-#include "pipetrain/trainer/generation/logits.h"
+#include "trainer/generation/logits.h"
 
 #include <ATen/ATen.h>
 
 #include <cstdio>
 
+#include "checkpoint/safetensors.h"
+#include "io/atomic_file.h"
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/model_config.h"
-#include "pipetrain/tensor_parallel/collectives.h"
-#include "pipetrain/trainer/job.h"
+#include "tensor_parallel/collectives.h"
+#include "trainer/job.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/generation/sampling.h"
+#include "trainer/generation/sampling.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -8,9 +8,9 @@
 #include <map>
 #include <utility>
 
-#include "pipetrain/context_parallel/whole_sequences.h"
-#include "pipetrain/models/kv_cache.h"
-#include "pipetrain/tensor_parallel/collectives.h"
+#include "context_parallel/whole_sequences.h"
+#include "models/kv_cache.h"
+#include "tensor_parallel/collectives.h"
 
 namespace pipetrain::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/trainer/transformers/hugging_face.h"
+#include "trainer/transformers/hugging_face.h"
 
 #include <ATen/ATen.h>
 
@@ -9,19 +9,19 @@
 #include <memory>
 #include <set>
 
+#include "checkpoint/safetensors.h"
+#include "io/atomic_file.h"
+#include "io/folder_lock.h"
+#include "io/read_file.h"
+#include "models/hugging_face.h"
+#include "module/lora.h"
 #include "pipetrain/checkpoint/checkpoint.h"
-#include "pipetrain/checkpoint/safetensors.h"
 #include "pipetrain/comm/mpi_communicator.h"
-#include "pipetrain/io/atomic_file.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/io/folder_lock.h"
-#include "pipetrain/io/read_file.h"
-#include "pipetrain/models/hugging_face.h"
-#include "pipetrain/module/lora.h"
-#include "pipetrain/tensor_parallel/initialization.h"
-#include "pipetrain/trainer/job.h"
-#include "pipetrain/trainer/job_config.h"
-#include "pipetrain/trainer/output_paths.h"
+#include "tensor_parallel/initialization.h"
+#include "trainer/job.h"
+#include "trainer/job_config.h"
+#include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
 namespace fs = std::filesystem;

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipetrain/config/key_table.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/models/model_config.h"
+#include "pipetrain/module/lora_config.h"
+#include "pipetrain/topology/parallel_layout.h"
+#include "trainer/trainer_config.h"
+
+namespace pipetrain::trainer {
+
+// Everything `pipetrain train` reads from its config file: the engine's keys, the model's
+// and the trainer's, parsed once.
+struct JobConfig {
+  engine::TrainingConfig engine;
+  models::ModelConfig model;
+  TrainerConfig trainer;
+  module::LoraConfig lora;
+
+  // The parallel axes the keys ask for (data 0: what the job's ranks leave; see
+  // topology::resolve_layout).
+  topology::ParallelLayout layout() const;
+};
+
+// Sets the keys that hold `layout`'s axes in a config before it is read (the inverse of
+// JobConfig::layout()): pipeline.stages and .chunks, data_parallel, model_parallel,
+// context_parallel, expert_parallel, sequence_parallel.
+void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout);
+
+// Every key of a job, each bound once by its owner (the engine, the model, the trainer).
+const config::KeyTable<JobConfig>& job_keys();
+
+// Reads every key (InputError names a bad one); the keys no owner knows go to `unknown`.
+// DeepSpeed's `bfloat16` and `tensorboard` sections are read as DeepSpeed reads them.
+JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
+
+// InputError naming every key of `unknown` in one message, each with the known key it most
+// likely misspells, or the DeepSpeed section it is and what pipetrain reads instead. Every
+// command refuses them: a key left unread would leave a run training other than asked.
+void refuse_unknown_keys(const std::vector<std::string>& unknown);
+
+// Command-line settings that win over the file.
+struct TrainerOverrides {
+  std::optional<int64_t> pipe, data, model, context, expert, micro_batches, train_iters,
+      eval_interval, seed, chunks, zero;
+  bool overwrite = false;          // --overwrite: sets overwrite
+  bool sequence_parallel = false;  // --sequence-parallel: sets sequence_parallel
+  std::optional<double> lr;
+  std::optional<std::string> save, load, trace, schedule, device;
+};
+
+// The config file with the overrides written into it, each under its key in job_keys():
+// the effective config, read next like any file.
+nlohmann::json apply_overrides(nlohmann::json config, const TrainerOverrides& overrides);
+
+// Markdown rows, one per key: | `key` | type | default | meaning |.
+std::string key_table_markdown();
+
+}  // namespace pipetrain::trainer
