@@ -240,8 +240,9 @@ class NcclCommunicator final : public Communicator {
     // A clean exit first lets the watchdog see this communicator's work through.
     if (collective_teardown_allowed()) watchdog_->drain();
     if (handle_->teardown) handle_->teardown->end();
-    // Its work is done or abandoned with the job (CUDA frees it once the work ends).
-    if (owned_stream_ && collective_teardown_allowed()) cudaStreamDestroy(owned_stream_);
+    // An owned stream outlives the communicator: tensors it sent or received may be freed
+    // later, and the caching allocator then records an event on the streams they were used
+    // on (one stream per pipe lane, a handful per process).
   }
 
   int rank() const override { return bootstrap_->rank(); }
@@ -511,7 +512,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   int device_;
-  cudaStream_t owned_stream_;  // null on a pooled stream
+  cudaStream_t owned_stream_;  // null on a pooled stream; never destroyed (see the destructor)
   c10::cuda::CUDAStream stream_;
   std::shared_ptr<const MpiCommunicator> bootstrap_;  // ranks the peers
   std::shared_ptr<NcclHandle> handle_;

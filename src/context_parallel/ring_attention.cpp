@@ -23,20 +23,22 @@ using torch::autograd::variable_list;
 constexpr int kForwardTag = 0;
 constexpr int kBackwardTag = 1;
 
-// `x` to the rank `ahead` places on in the ring, from the one `ahead` places back. Both are
-// started before either is waited for, which MPI's nonblocking calls allow; NCCL would need
-// them grouped (the job gives the ring the grid's MPI communicator).
+// `x` to the rank `ahead` places on in the ring, from the one `ahead` places back: one
+// exchange in which only those two pairs move anything (Communicator::all_to_all), so the
+// send and the receive are started together: MPI posts both before waiting, NCCL groups them
+// (every rank sends before it receives: on one stream, ungrouped, each send would wait for a
+// receive queued behind the peer's own send).
 at::Tensor pass_around(const at::Tensor& x, const Group& group, int ahead, int tag) {
   const int size = group.size();
   const int to = (group.rank() + ahead + size) % size;
   const int from = (group.rank() - ahead + size) % size;
   const at::Tensor outgoing = x.detach().contiguous();
-  at::Tensor incoming = at::empty_like(outgoing);
-  const comm::WorkPtr sent = group.comm->send(outgoing, to, tag);
-  const comm::WorkPtr received = group.comm->recv(incoming, from, tag);
-  sent->wait();
-  received->wait();
-  return incoming;
+  const at::Tensor nothing = at::empty({0}, outgoing.options());
+  std::vector<at::Tensor> sent(size, nothing), received(size, nothing);
+  sent[to] = outgoing;
+  received[from] = at::empty_like(outgoing);
+  group.comm->all_to_all(sent, received, tag);
+  return received[from];
 }
 
 // One block's attention with its log-sum-exp, in plain operations: out [b, h, sq, d] (zero

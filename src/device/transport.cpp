@@ -31,7 +31,11 @@ namespace {
 std::shared_ptr<comm::Communicator> lane_communicator(
     const std::shared_ptr<comm::MpiCommunicator>& two, comm::Transport transport,
     at::Device device) {
-  if (transport != comm::Transport::kNccl) return two->split(0, two->rank());
+  if (transport != comm::Transport::kNccl) {
+    auto own = two->split(0, two->rank());
+    own->set_timeout(two->timeout());
+    return own;
+  }
   auto made = comm::make_nccl_communicator(two, device.index(), comm::NcclStream::kOwn);
   if (!made) throw std::logic_error("NCCL chosen for a pipe lane in a build without it");
   made->set_timeout(two->timeout());

@@ -80,7 +80,7 @@ std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
   if (program == infer_each_programs_.end()) {
     Program made = this->program(schedule::Kind::kInference, count);
     // The pipe's lanes were laid for the constructor's plans.
-    if (comms_->uses_nccl() &&
+    if (comms_->pipe_uses_nccl() &&
         !(lanes_ && schedule::lanes_carry(*lanes_, plan_of(schedule::Kind::kInference, count)))) {
       throw std::logic_error("the inference plan for " + std::to_string(count) +
                              " micro-batches does not keep each pair's transfers in order");

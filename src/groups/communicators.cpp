@@ -30,6 +30,10 @@ Communicators::Communicators(std::shared_ptr<topology::Grid> grid, device::Devic
     experts_ =
         wrapped(device::communicator_for(grid_->expert_comm(), device_), TensorGroup::kExperts);
   }
+  if (grid_->context_parallel_size() > 1) {
+    context_ =
+        wrapped(device::communicator_for(grid_->context_comm(), device_), TensorGroup::kContext);
+  }
 }
 
 std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm::Communicator> made,
@@ -38,11 +42,27 @@ std::shared_ptr<comm::Communicator> Communicators::wrapped(std::shared_ptr<comm:
 }
 
 Communicators::~Communicators() {
-  pipe_links_.clear();
+  release_pipe_lanes();
   tied_.clear();
+  context_.reset();
   experts_.reset();
   data_.reset();
   model_.reset();
+}
+
+void Communicators::release_pipe_lanes() {
+  // Both ends of a pair release its lanes in one order, (from, to) then tag, and the pairs
+  // go by their lower stage, then their higher: ascending peers on every rank.
+  const int stage = grid_->stage_id();
+  for (auto& [peer, link] : pipe_links_) {
+    auto& first = peer > stage ? link.to : link.from;  // the lanes from the lower stage
+    auto& second = peer > stage ? link.from : link.to;
+    for (auto* lanes : {&first, &second}) {
+      for (auto& [tag, lane] : *lanes) lane.reset();
+      lanes->clear();
+    }
+  }
+  pipe_links_.clear();
 }
 
 expert_parallel::Group Communicators::experts_group() const {
@@ -50,15 +70,20 @@ expert_parallel::Group Communicators::experts_group() const {
   return {experts_, grid_->expert_comm()};
 }
 
+bool Communicators::pipe_uses_nccl() const {
+  return std::any_of(pipe_links_.begin(), pipe_links_.end(), [](const auto& entry) {
+    return entry.second.transport == comm::Transport::kNccl;
+  });
+}
+
 bool Communicators::uses_nccl() const {
   bool nccl = data_transport() == comm::Transport::kNccl ||
               model_->transport() == comm::Transport::kNccl ||
-              (experts_ && experts_->transport() == comm::Transport::kNccl);
+              (experts_ && experts_->transport() == comm::Transport::kNccl) ||
+              (context_ && context_->transport() == comm::Transport::kNccl);
   for (const auto& [key, group] : tied_)
     nccl = nccl || group->transport() == comm::Transport::kNccl;
-  for (const auto& [stage, link] : pipe_links_)
-    nccl = nccl || link.transport == comm::Transport::kNccl;
-  return nccl;
+  return nccl || pipe_uses_nccl();
 }
 
 void Communicators::expect(bool in_order, const char* step) {
@@ -123,6 +148,7 @@ std::string Communicators::describe() const {
   if (!tied_.empty()) text += ", tied " + transport_text(tied_.begin()->second->transport());
   if (model_->size() > 1) text += ", tensor-parallel " + transport_text(model_->transport());
   if (experts_) text += ", expert-parallel " + transport_text(experts_->transport());
+  if (context_) text += ", context-parallel " + transport_text(context_->transport());
   return text;
 }
 

@@ -42,7 +42,7 @@ std::string Transports::describe(const Layout& l) const {
 }
 
 Transport context_transport(const Cluster& cluster) {
-  return cluster.gpu ? Transport::kHostStaged : Transport::kMpi;
+  return cluster.gpu ? Transport::kNccl : Transport::kMpi;
 }
 
 Transports transports_of(const Cluster& cluster, const Layout& l) {

@@ -15,9 +15,9 @@ enum class Transport { kNccl, kHostStaged, kMpi };
 const char* transport_name(Transport transport);
 
 // The transport of each group of a layout, as the engine picks it: on GPUs NCCL carries the
-// data-parallel, tensor-parallel, expert-parallel and tied groups; the pipe only where every
-// transfer is between neighbouring stages and every pair of stages issues its transfers in
-// one order (schedule::pipe_fits_nccl); the context ring always goes through host memory.
+// data-parallel, tensor-parallel, expert-parallel, tied and context-parallel groups, and the
+// pipe wherever lanes carry its plans in order (schedule::pipe_fits_nccl: every built-in
+// schedule); a pipe without lanes would go through host memory.
 struct Transports {
   Transport pipe = Transport::kMpi;
   Transport data = Transport::kMpi;
@@ -35,7 +35,7 @@ struct Transports {
   std::vector<std::pair<const char*, Transport>> groups(const Layout& layout) const;
 };
 Transports transports_of(const Cluster& cluster, const Layout& layout);
-// The context ring's: through host memory on GPUs.
+// The context ring's: NCCL on GPUs (each pass one grouped exchange).
 Transport context_transport(const Cluster& cluster);
 
 // The link a group's transfers take: the cluster's for NCCL and MPI, its host staging for

@@ -344,8 +344,8 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   tensor_parallel::Group model_group = job.comms->model_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
   const expert_parallel::Group experts = job.comms->experts_group();
-  job.model = models::make_builtin_model(
-      job.config.model, model_group, context_parallel::Group{job.grid->context_comm()}, experts);
+  job.model = models::make_builtin_model(job.config.model, model_group, job.comms->context_group(),
+                                         experts);
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
   if (data == DataUse::kRead) {

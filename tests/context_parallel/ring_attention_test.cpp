@@ -8,15 +8,22 @@
 
 #include <ATen/ATen.h>
 
+#include "../comm/forwarding_communicator.h"
 #include "context_parallel/fused_attention.h"
 #include "device/cuda.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/context_parallel/ring_attention.h"
 
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -101,9 +108,8 @@ at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::T
                                           /*enable_gqa=*/p.heads != p.kv_heads);
 }
 
-void expect_ring_equals_whole(const Problem& p) {
+void expect_ring_equals_whole(const Problem& p, const Group& group = world_group()) {
   if (on_gpu() && device::visible_gpus() == 0) GTEST_SKIP() << "skipped: no GPU";
-  const Group group = world_group();
   const int64_t whole = p.seq_per_rank * group.size();
   at::manual_seed(17);  // the same whole tensors on every rank
   const at::Tensor q = at::randn({p.batch, p.heads, whole, p.head_dim}, p.dtype);
@@ -283,6 +289,84 @@ TEST(RingAttention, AloneItIsScaledDotProductAttention) {
   const at::Tensor out = ring_attention(q, k, v, at::arange(6, at::kLong), Group{});
   expect_near(out, at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "output");
   EXPECT_THROW(ring_attention(q, k, v, at::arange(5, at::kLong), Group{}), std::invalid_argument);
+}
+
+// NCCL's rules for the ring, held on the CPU: no ungrouped send or receive (every rank
+// sends to its successor first: on one NCCL stream each send would wait for a receive
+// queued behind the successor's own send), each exchange's transfers matched by their
+// order alone (MPI_Issend and MPI_Irecv on one tag of a communicator of their own, all
+// posted before any is waited for, as ncclGroupStart/End issues them), and every rank
+// issuing the same operations in the same order.
+class RingRules final : public testing::ForwardingCommunicator {
+ public:
+  explicit RingRules(std::shared_ptr<comm::MpiCommunicator> world)
+      : ForwardingCommunicator(world), order_only_(world->split(0, world->rank())) {}
+
+  comm::WorkPtr send(const at::Tensor&, int peer, int) override {
+    throw std::logic_error("an ungrouped send to " + std::to_string(peer) + " on the ring");
+  }
+  comm::WorkPtr recv(at::Tensor&, int peer, int) override {
+    throw std::logic_error("an ungrouped receive from " + std::to_string(peer) + " on the ring");
+  }
+  at::Tensor all_gather(const at::Tensor& t) override {
+    record(1, t.numel(), 0);
+    return inner().all_gather(t);
+  }
+  void all_to_all(const std::vector<at::Tensor>& outgoing, std::vector<at::Tensor>& incoming,
+                  int) override {
+    std::vector<MPI_Request> requests;
+    std::vector<std::array<int64_t, 3>> moves;  // (direction, numel, peer's place ahead)
+    const MPI_Comm mpi = order_only_->handle();
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      if (incoming[r].numel() > 0) {
+        moves.push_back({2, incoming[r].numel(), ahead(r)});
+        requests.emplace_back();
+        MPI_Irecv(incoming[r].data_ptr(), static_cast<int>(bytes(incoming[r])), MPI_BYTE, r, 0, mpi,
+                  &requests.back());
+      }
+      if (outgoing[r].numel() > 0) {
+        moves.push_back({3, outgoing[r].numel(), ahead(r)});
+        requests.emplace_back();
+        MPI_Issend(outgoing[r].data_ptr(), static_cast<int>(bytes(outgoing[r])), MPI_BYTE, r, 0,
+                   mpi, &requests.back());
+      }
+    }
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    std::sort(moves.begin(), moves.end());  // a group's transfers have no order among them
+    for (const auto& move : moves) record(move[0], move[1], move[2]);
+    ++exchanges;
+  }
+
+  // Collective (unrecorded): whether every rank issued the same operations, the peers
+  // taken relative to its own rank.
+  bool agreed() {
+    const at::Tensor mine = at::tensor({static_cast<int64_t>(hash_), ops_}, at::kLong);
+    const at::Tensor all = inner().all_gather(mine);
+    return at::equal(all, mine.unsqueeze(0).expand_as(all));
+  }
+  int exchanges = 0;
+
+ private:
+  static int64_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+  int64_t ahead(int peer) const { return (peer - rank() + size()) % size(); }
+  void record(int64_t op, int64_t numel, int64_t ahead) {
+    for (const int64_t word : {op, numel, ahead}) hash_ = (hash_ ^ word) * 1099511628211ull;
+    ++ops_;
+  }
+  std::shared_ptr<comm::MpiCommunicator> order_only_;
+  uint64_t hash_ = 14695981039346656037ull;
+  int64_t ops_ = 0;
+};
+
+TEST(NcclRules, TheRingExchangesGroupedMatchedByOrderAndInOneOrder) {
+  if (on_gpu()) GTEST_SKIP() << "the rules are held on the CPU";
+  const auto rules = std::make_shared<RingRules>(comm::MpiCommunicator::world());
+  Problem p;
+  p.heads = 4;  // grouped-query: the ring passes the fewer key/value heads
+  expect_ring_equals_whole(p, Group{rules});
+  EXPECT_GT(rules->exchanges, 0);
+  EXPECT_TRUE(rules->agreed());
 }
 
 }  // namespace

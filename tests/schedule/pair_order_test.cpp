@@ -198,6 +198,28 @@ TEST(PipeLanes, AVSplitsItsFlowsIntoLanesPerChannel) {
   for (const PipeLane& lane : *lanes) EXPECT_EQ(std::abs(lane.from - lane.to), 1);  // no ring
 }
 
+// Where one of the plans run over the same lanes needs a pair split per channel, the pair
+// is split for all of them (the V's evaluation alone keeps each pair's order).
+TEST(PipeLanes, APairTakesLanesPerChannelWhereAnyPlanNeedsThem) {
+  const PipeShape shape = shape_for(Kind::kZbv, 8, 4, 2);
+  const PipelinePlan train = plan_pipeline(Kind::kZbv, shape);
+  const PipelinePlan evaluation = plan_pipeline(Kind::kInference, shape);
+  ASSERT_TRUE(first_order_mismatch(train));
+  ASSERT_FALSE(first_order_mismatch(evaluation));
+  const auto alone = pipe_lanes({evaluation});
+  const auto both = pipe_lanes({evaluation, train});
+  ASSERT_TRUE(alone && both);
+  const auto split = [](const std::vector<PipeLane>& lanes) {
+    return std::any_of(lanes.begin(), lanes.end(),
+                       [](const PipeLane& lane) { return lane.channel.has_value(); });
+  };
+  EXPECT_FALSE(split(*alone));
+  EXPECT_TRUE(split(*both));
+  EXPECT_TRUE(lanes_carry(*both, evaluation));
+  EXPECT_TRUE(lanes_carry(*both, train));
+  EXPECT_FALSE(lanes_carry(*alone, train));
+}
+
 // Lanes laid for one plan do not carry another whose pair orders differ, and a channel whose
 // own transfers come out of order has no lanes at all.
 TEST(PipeLanes, LanesAreCheckedAgainstEachPlan) {

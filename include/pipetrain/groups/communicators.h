@@ -12,6 +12,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/comm/deadline.h"
 #include "pipetrain/comm/transport_choice.h"
+#include "pipetrain/context_parallel/ring_attention.h"
 #include "pipetrain/device/device_choice.h"
 #include "pipetrain/device/transport.h"
 #include "pipetrain/expert_parallel/all_to_all.h"
@@ -22,7 +23,7 @@
 namespace pipetrain::groups {
 
 // Which group a tensor communicator serves.
-enum class TensorGroup { kModel, kData, kExperts, kTied, kPipePair };
+enum class TensorGroup { kModel, kData, kExperts, kContext, kTied, kPipePair };
 
 // For tests that hold the code to NCCL's rules on the CPU: what every tensor communicator
 // Communicators makes passes through (a recording or checking wrapper), and whether each
@@ -41,7 +42,8 @@ struct CommunicatorTesting {
 //      deadline: NCCL communicators made from them copy it;
 //   2. this rank is placed on its device (device::place_rank);
 //   3. the model (tensor-parallel) group's tensor communicator;
-//   4. the data-parallel group's, then the expert-parallel group's (where experts are split);
+//   4. the data-parallel group's, then the expert-parallel group's (where experts are split),
+//      then the context-parallel group's (where sequences are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
 //   6. connect_pipe: the pipe's lanes, per pair of stages that exchange payloads.
 // Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its
@@ -62,7 +64,8 @@ class Communicators {
   Communicators(std::shared_ptr<topology::Grid> grid, device::DeviceKind device,
                 comm::Seconds timeout, CommunicatorTesting testing = {});
   // Releases the communicators in one order on every rank: pipe links, tied groups (by
-  // key), data, model (NCCL's teardown of a communicator may wait for its peers').
+  // key), context, experts, data, model (NCCL's teardown of a communicator may wait for its
+  // peers'); the pipe's lanes go in one order on both ends of each pair.
   ~Communicators();
   Communicators(const Communicators&) = delete;
   Communicators& operator=(const Communicators&) = delete;
@@ -81,6 +84,9 @@ class Communicators {
   // group; the row counts stay on the grid's MPI communicator. Null without expert
   // parallelism.
   expert_parallel::Group experts_group() const;
+  // The ring of context parallelism: attention's key/value blocks passed around, and the
+  // positions gathered. Null (no parallelism) without a context axis.
+  context_parallel::Group context_group() const { return {context_}; }
 
   // Step 5, once, after step 4: for each tied key `module` owns on two stages or more, a
   // communicator among those stages that share this rank's data and model coordinates.
@@ -104,6 +110,8 @@ class Communicators {
   comm::Transport data_transport() const { return data_->transport(); }
   // Whether any group of this rank's moves tensors over NCCL.
   bool uses_nccl() const;
+  // Whether a lane of this rank's pipe is NCCL's.
+  bool pipe_uses_nccl() const;
   // How payloads travel between stages: "nccl" or "mpi" when alike (also without
   // neighbours: "mpi"), else per stage, e.g. "nccl to stage 1, mpi to stage 3".
   std::string pipe_transports() const;
@@ -111,6 +119,9 @@ class Communicators {
  private:
   enum class Made { kGroups, kTied, kPipe };
   void expect(bool in_order, const char* step);  // std::logic_error unless in order
+  // The pipe's lanes, in one order on both ends of each pair (teardown may wait for the
+  // peer's).
+  void release_pipe_lanes();
 
   std::shared_ptr<comm::Communicator> wrapped(std::shared_ptr<comm::Communicator> made,
                                               TensorGroup group) const;
@@ -121,6 +132,7 @@ class Communicators {
   std::shared_ptr<comm::Communicator> model_;
   std::shared_ptr<comm::Communicator> data_;
   std::shared_ptr<comm::Communicator> experts_;  // null without expert parallelism
+  std::shared_ptr<comm::Communicator> context_;  // null without context parallelism
   std::map<std::string, std::shared_ptr<comm::Communicator>> tied_;
   std::map<int, device::PipeLink> pipe_links_;
   Made made_ = Made::kGroups;
