@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
 // Evaluation and inference: the inference schedule over a batch, one input, or a stream of
 // inputs fed as the pipe asks for them (generation).
 namespace pipetrain::engine {
@@ -98,6 +100,21 @@ std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
     execute(program->second, run);
   }
   return outputs;
+}
+
+comm::PendingSend PipelineEngine::feed_back(const comm::TensorList& tensors) {
+  const int first = shape_.stage_of(0);
+  if (!holds_output() || grid_->stage_id() == first)
+    throw std::logic_error("feed_back: only the output stage feeds another first stage");
+  comm::TensorList on_device;
+  for (const at::Tensor& t : tensors) on_device.push_back(t.to(device_));
+  return link_->feed_back(on_device, first);
+}
+
+comm::TensorList PipelineEngine::fed_back() {
+  if (grid_->stage_id() != shape_.stage_of(0) || holds_output())
+    throw std::logic_error("fed_back: only a first stage apart from the output stage is fed");
+  return link_->fed_back(output_stage());
 }
 
 }  // namespace pipetrain::engine

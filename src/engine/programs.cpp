@@ -1,5 +1,6 @@
 #include "pipetrain/engine/pipeline_engine.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -106,6 +107,15 @@ void PipelineEngine::check_stage() const {
                          " chunks per stage, but pipeline.chunks is " +
                          std::to_string(config_.pipeline.chunks));
   }
+}
+
+std::vector<device::PipeLane> PipelineEngine::pipe_lanes(
+    const std::vector<schedule::PipeLane>& lanes) const {
+  std::vector<device::PipeLane> tagged = StageLink::lanes_of(lanes);
+  const int first = shape_.stage_of(0);
+  if (output_stage() != first) tagged.push_back({output_stage(), first, StageLink::kFeedbackTag});
+  std::sort(tagged.begin(), tagged.end());
+  return tagged;
 }
 
 }  // namespace pipetrain::engine

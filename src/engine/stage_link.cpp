@@ -81,6 +81,14 @@ void StageLink::post(const comm::TensorList& wire, int stage, Channel channel) {
   in_flight_.add(std::move(pending));
 }
 
+comm::PendingSend StageLink::feed_back(const comm::TensorList& tensors, int stage) {
+  return transport_.send(tensors, stage, kFeedbackTag);
+}
+
+comm::TensorList StageLink::fed_back(int stage) {
+  return transport_.recv(stage, kFeedbackTag);
+}
+
 comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorList& reuse) {
   if (stage == grid_->stage_id()) {
     auto& queue = local_[tag_of(channel)];

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "../comm/forwarding_communicator.h"
+#include "nccl_rules.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/schedule/pipe_lanes.h"
@@ -34,84 +35,6 @@ namespace pipetrain::engine {
 namespace {
 
 using namespace pipetrain::testing;
-
-// A completed-when-MPI-says-so request, with a deadline and a size check for receives.
-class RequestWork final : public comm::Work {
- public:
-  RequestWork(std::string what, at::Tensor keep_alive, int64_t expected_bytes, bool receives,
-              comm::Seconds timeout)
-      : what_(std::move(what)),
-        keep_alive_(std::move(keep_alive)),
-        expected_(expected_bytes),
-        receives_(receives),
-        timeout_(timeout) {}
-  MPI_Request* request() { return &request_; }
-
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    MPI_Status status;
-    const int code = MPI_Test(&request_, &flag, &status);
-    if (code != MPI_SUCCESS) throw std::runtime_error(what_ + ": size mismatch (truncated)");
-    if (!flag) return false;
-    done_ = true;
-    if (receives_) {
-      int bytes = 0;
-      MPI_Get_count(&status, MPI_BYTE, &bytes);
-      if (bytes != expected_) {
-        throw std::runtime_error(what_ + ": size mismatch, expected " + std::to_string(expected_) +
-                                 " bytes, got " + std::to_string(bytes));
-      }
-    }
-    return true;
-  }
-  void wait() override {
-    comm::wait_with_deadline([this] { return test(); }, [this] { return what_; }, timeout_);
-  }
-
- private:
-  std::string what_;
-  at::Tensor keep_alive_;
-  int64_t expected_;
-  bool receives_;
-  comm::Seconds timeout_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  bool done_ = false;
-};
-
-// A pair link whose payloads are matched by order alone (one tag) and whose sends complete
-// only once received (MPI_Issend): NCCL's point-to-point rules on MPI.
-class Rendezvous final : public ForwardingCommunicator {
- public:
-  explicit Rendezvous(std::shared_ptr<comm::Communicator> pair)
-      : ForwardingCommunicator(pair), mpi_(dynamic_cast<comm::MpiCommunicator&>(*pair).handle()) {}
-
-  comm::WorkPtr send(const at::Tensor& tensor, int peer, int) override {
-    const at::Tensor data = tensor.contiguous();
-    auto work = std::make_unique<RequestWork>("order-matched send to " + std::to_string(peer), data,
-                                              bytes(data), false, timeout());
-    MPI_Issend(data.data_ptr(), static_cast<int>(bytes(data)), MPI_BYTE, peer, 0, mpi_,
-               work->request());
-    ++sends;
-    return work;
-  }
-  comm::WorkPtr recv(at::Tensor& tensor, int peer, int) override {
-    EXPECT_TRUE(tensor.is_contiguous());
-    auto work = std::make_unique<RequestWork>("order-matched recv from " + std::to_string(peer),
-                                              tensor, bytes(tensor), true, timeout());
-    // A longer message fails MPI_Test (truncated), a shorter one the count check.
-    MPI_Irecv(tensor.data_ptr(), static_cast<int>(bytes(tensor)), MPI_BYTE, peer, 0, mpi_,
-              work->request());
-    ++receives;
-    return work;
-  }
-
-  std::atomic<int> sends{0}, receives{0};
-
- private:
-  static int64_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
-  MPI_Comm mpi_;
-};
 
 // Hashes a group's collectives in issue order and counts threads inside an issuing call.
 class Recording final : public ForwardingCommunicator {
@@ -255,7 +178,8 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval});
   PipelineEngine engine(module, comms, config);
-  // A wrapped communicator per lane this rank's stage sends or receives on.
+  // A wrapped communicator per lane this rank's stage sends or receives on: the plans', and
+  // generation's feedback from the output stage to the first.
   const schedule::PipeShape shape{c.micro_batches, pipe, chunks, module->options().placement};
   const auto lanes = schedule::pipe_lanes(
       {schedule::plan_pipeline(kind, shape),
@@ -263,10 +187,14 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
        schedule::plan_pipeline(schedule::Kind::kInference, {1, pipe, chunks, shape.placement})});
   ASSERT_TRUE(lanes.has_value());
   const int stage = grid->stage_id();
-  EXPECT_EQ(links.size(), static_cast<std::size_t>(std::count_if(
-                              lanes->begin(), lanes->end(), [&](const schedule::PipeLane& lane) {
-                                return lane.from == stage || lane.to == stage;
-                              })));
+  const int output = engine.output_stage();
+  const bool fed_back = output != 0 && (stage == 0 || stage == output);
+  EXPECT_EQ(links.size(),
+            static_cast<std::size_t>(std::count_if(lanes->begin(), lanes->end(),
+                                                   [&](const schedule::PipeLane& lane) {
+                                                     return lane.from == stage || lane.to == stage;
+                                                   }) +
+                                     (fed_back ? 1 : 0)));
   data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
   std::thread steps([&] {  // not the thread that built the engine
     for (int step = 0; step < kSteps; ++step) {
@@ -289,7 +217,14 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   int64_t collectives = 0;
   for (const auto& recording : recordings) collectives += recording->ops();
   if (data > 1) EXPECT_GT(collectives, 0);
-  for (const auto& link : links) EXPECT_GT(link->sends + link->receives, 0);
+  const comm::Communicator* feedback = nullptr;  // unused in training
+  if (fed_back) {
+    const auto& link = engine.communicators().pipe_links().at(stage == 0 ? output : 0);
+    feedback = (stage == 0 ? link.from : link.to).at(StageLink::kFeedbackTag).get();
+  }
+  for (const auto& link : links) {
+    if (link.get() != feedback) EXPECT_GT(link->sends + link->receives, 0);
+  }
   const data_parallel::GradientBuckets* buckets = engine.gradient_buckets();
   if (data > 1 && buckets) EXPECT_GT(buckets->started_in_backward(), 0);
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "../engine/nccl_rules.h"
 #include "models/kv_cache.h"
 #include "models/llama/llama.h"
 #include "pipetrain/comm/mpi_communicator.h"
@@ -27,9 +28,10 @@ struct Shape {
 
 std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, const Shape& s,
                                                      std::shared_ptr<topology::Grid> grid,
-                                                     int chunks = 1) {
-  auto comms =
-      std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu, comm::Seconds(0));
+                                                     int chunks = 1,
+                                                     groups::CommunicatorTesting testing = {}) {
+  auto comms = std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu,
+                                                       comm::Seconds(0), testing);
   const tensor_parallel::Group group = comms->model_group();
   std::vector<module::LayerSpec> layers;
   if (kind == "gpt") {
@@ -142,6 +144,45 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
       for (std::size_t p = 0; p < two.size(); ++p)
         EXPECT_EQ(together[p], sample_tokens(*engine, two[p], 8, greedy, kContext)) << p;
     }
+  }
+}
+
+// NCCL's rules for generation (held on the CPU): with every lane of the pipe matched by
+// order alone and its sends blocking until received (testing::Rendezvous), prompts in
+// flight at pipe 4 draw what they draw over MPI's tags, and the output stage's tokens reach
+// the first stage over the feedback lane of their own.
+TEST(NcclRules, GenerationFeedsItsTokensBackOverALaneMatchedByOrder) {
+  auto world = comm::MpiCommunicator::world();
+  ASSERT_EQ(world->size(), 4);
+  const Shape s{4, 1, 1};
+  auto grid = std::make_shared<topology::Grid>(
+      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+  std::vector<std::shared_ptr<testing::Rendezvous>> links;
+  const groups::CommunicatorTesting testing{
+      .wrap =
+          [&](std::shared_ptr<comm::Communicator> made, groups::TensorGroup group) {
+            if (group != groups::TensorGroup::kPipePair) return made;
+            links.push_back(std::make_shared<testing::Rendezvous>(made));
+            return std::shared_ptr<comm::Communicator>(links.back());
+          },
+      .pair_links = true};
+  auto plain = random_model("llama", s, grid);
+  auto rules = random_model("llama", s, grid, 1, testing);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t length : {1, 3, 5, 8, 13, 2}) {
+    prompts.emplace_back();
+    for (int64_t i = 0; i < length; ++i) prompts.back().push_back((3 * i + length) % 64);
+  }
+  const SamplingOptions options{
+      .temperature = 0.9, .top_k = 8, .seed = 6, .top_p = 0.8, .stop = {}, .kv_cache = true};
+  EXPECT_EQ(sample_in_flight(*rules, prompts, 8, options, kContext),
+            sample_in_flight(*plain, prompts, 8, options, kContext));
+  const int stage = grid->stage_id();
+  if (stage == 0 || stage == 3) {
+    const auto& link = rules->communicators().pipe_links().at(stage == 0 ? 3 : 0);
+    const auto& lane = (stage == 0 ? link.from : link.to).at(engine::StageLink::kFeedbackTag);
+    const auto& feedback = dynamic_cast<const testing::Rendezvous&>(*lane);
+    EXPECT_GT(stage == 0 ? feedback.receives.load() : feedback.sends.load(), 0);
   }
 }
 

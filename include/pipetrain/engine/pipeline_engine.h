@@ -120,6 +120,12 @@ class PipelineEngine {
   // stage reaches them (generation feeds a prompt's next token as soon as it is drawn).
   // Returns what infer_each returns. Collective as infer().
   std::vector<module::Activation> infer_streamed(int count, const StreamHooks& hooks);
+  // Between infer_streamed's hooks: the output stage's `tensors` (e.g. the tokens drawn from
+  // its outputs) sent to the first stage, over a lane of their own (NCCL where the pipe's
+  // pair of stages has it), posted at once: wait for it before changing them. Received, on
+  // the device, by fed_back() at the first stage. Only between two distinct stages.
+  comm::PendingSend feed_back(const comm::TensorList& tensors);
+  comm::TensorList fed_back();
 
   // Records every instruction of the next train_batch (collective: the batch then starts
   // with a barrier so all ranks share a time origin); take_records() hands them over.
@@ -303,6 +309,9 @@ class PipelineEngine {
   double mean_loss(double loss_sum, Run& run);
   // ZeRO stage 3: the module's layers gathered just in time from `parameters`.
   void gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters);
+  // The communicators' lanes for the plans' `lanes`, and the feedback's from the output
+  // stage to the first (generation's tokens) where they differ.
+  std::vector<device::PipeLane> pipe_lanes(const std::vector<schedule::PipeLane>& lanes) const;
 
   std::shared_ptr<module::PipelineModule> module_;
   std::shared_ptr<groups::Communicators> comms_;

@@ -75,6 +75,14 @@ class StageLink {
   // whose dtype and shape match are filled in place.
   comm::TensorList recv(int stage, Channel channel, const comm::TensorList& reuse = {});
 
+  // What the stage holding the model's output feeds back to the first stage (generation's
+  // drawn tokens, for the next round), on a lane of its own (kFeedbackTag): posted at once,
+  // wait for it before changing the tensors. fed_back() waits for them at the first stage.
+  comm::PendingSend feed_back(const comm::TensorList& tensors, int stage);
+  comm::TensorList fed_back(int stage);
+  // The tag of fed-back tensors, apart from every channel's.
+  static constexpr int kFeedbackTag = 0;
+
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete_sends(); }
   // Drops hand-overs not yet received (a step that failed between a send and its receive).

@@ -50,7 +50,6 @@ struct Sequence {
 
 // Generated tokens travel from the last stage to the first on their own tag (under the
 // 32767 every MPI takes, past the engine's activation and gradient tags).
-constexpr int kTokenTag = 30000;
 // Micro-batches per stretch at most (rounds x groups), well inside the schedules' bounds.
 constexpr int64_t kMostStretchMicroBatches = 4096;
 // Rounds per stretch at most: a prompt that draws a stop token runs on to its stretch's
@@ -152,7 +151,7 @@ class Stretch {
                       },
                   .output = [this](int j, const module::Activation& out) { draw_at(j, out); }});
     }
-    for (auto& send : sends_) send.first->wait();
+    for (auto& send : sends_) send.wait();
     finish();
   }
 
@@ -170,8 +169,7 @@ class Stretch {
     const Rows& rows = rows_of(j);
     const int round = round_of(j);
     if (round > 0 && !engine_.holds_output()) {
-      at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
-      grid_.pipe_comm()->recv(tokens, engine_.output_stage(), kTokenTag)->wait();
+      const at::Tensor tokens = engine_.fed_back().at(0).cpu();
       const int64_t* received = tokens.data_ptr<int64_t>();
       for (std::size_t r = 0; r < rows.size(); ++r) rows[r]->drawn.at(round - 1) = received[r];
     }
@@ -198,8 +196,7 @@ class Stretch {
                      .item<int64_t>();
       rows[r]->drawn.at(round) = drawn[r];
     }
-    if (round + 1 < rounds_ && sends_tokens())
-      sends_.emplace_back(grid_.pipe_comm()->send(tokens, 0, kTokenTag), tokens);
+    if (round + 1 < rounds_ && sends_tokens()) sends_.push_back(engine_.feed_back({tokens}));
   }
 
   // Every rank takes the stretch's tokens from the last stage; each prompt keeps them up to
@@ -236,7 +233,7 @@ class Stretch {
   int rounds_;
   const SamplingOptions& options_;
   int64_t context_;
-  std::vector<std::pair<comm::WorkPtr, at::Tensor>> sends_;  // each with the tensor it sends
+  std::vector<comm::PendingSend> sends_;  // the tokens fed back to the first stage
 };
 
 // The next stretch of `active`: its rounds (what each prompt still draws, at most
