@@ -1,10 +1,13 @@
 // A model family of your own, trained by pipetrain's own commands: register it, then hand
 // the command line to cli::run. A config names it by model.type and gives its sizes under
 // model.params; `train`, `eval`, `generate`, `logits` and `partition` then run it with the
-// trainer's data, schedules, checkpoints, resume, metrics and faults.
+// trainer's data, schedules, checkpoints, resume, metrics and faults. With its layers'
+// costs registered too, `plan` plans it and the progress line gives its MFU.
 //
-//   build/src/pipetrain launch -n 2 -- build/examples/registered_model \
+//   build/src/pipetrain launch -n 2 -- build/examples/registered_model
 //       train --config examples/registered_model.json
+//   build/examples/registered_model plan --config examples/registered_model.json
+//       --cluster clusters/this-machine.json
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/embedding.h>
@@ -19,6 +22,7 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/layer.h"
+#include "pipetrain/planner/layer_cost.h"
 
 namespace {
 
@@ -64,7 +68,10 @@ struct HeadImpl : torch::nn::Module {
 TORCH_MODULE(Head);
 
 // model.params: {"vocab_size", "context", "width", "layers"}, each a positive integer.
-models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelGroups& groups) {
+struct Sizes {
+  int64_t vocab, context, width, layers;
+};
+Sizes read_sizes(const nlohmann::json& params) {
   const config::ConfigSection p(params, "model.params");
   const std::vector<std::string> unknown =
       p.unknown_keys({"vocab_size", "context", "width", "layers"});
@@ -76,8 +83,12 @@ models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelG
                            std::to_string(value));
     return value;
   };
-  const int64_t vocab = positive("vocab_size", 256), context = positive("context", 64);
-  const int64_t width = positive("width", 64), layers = positive("layers", 4);
+  return {positive("vocab_size", 256), positive("context", 64), positive("width", 64),
+          positive("layers", 4)};
+}
+
+models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelGroups& groups) {
+  const auto [vocab, context, width, layers] = read_sizes(params);
   std::vector<module::LayerSpec> specs;
   specs.push_back(
       module::module_layer<Embed>("Embed", [=] { return Embed(vocab, context, width); }));
@@ -88,10 +99,52 @@ models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelG
   return models::language_model(std::move(specs), groups, vocab, context);
 }
 
+// What each layer costs one sample (`context` positions), for the planner: parameters,
+// FLOPs (a multiply-add two; backward's input and weight gradients each as much as forward
+// for a linear), what forward keeps for backward and what it hands on, in elements.
+std::vector<planner::LayerCost> shift_lm_costs(const nlohmann::json& params) {
+  const auto [vocab, context, width, layers] = read_sizes(params);
+  const double s = static_cast<double>(context), w = static_cast<double>(width);
+  auto linear = [s](planner::LayerCost& layer, double in, double out) {
+    for (double* flops :
+         {&layer.forward_flops, &layer.backward_input_flops, &layer.backward_weight_flops})
+      *flops += 2 * s * in * out;
+  };
+  planner::LayerCost embed{.type = "Embed", .parameters = (vocab + context) * width};
+  embed.largest_tensor = vocab * width;
+  embed.output = s * w;
+  embed.traffic = 3 * s * w;  // the rows looked up, the positions, their sum
+  embed.width = w;
+  embed.dense_gradient = true;  // the lookup's backward scatters into a whole table
+  std::vector<planner::LayerCost> costs{embed};
+  planner::LayerCost block{.type = "ShiftBlock", .parameters = 12 * width * width + 11 * width};
+  block.largest_tensor = 8 * width * width;
+  linear(block, 2 * w, 4 * w);
+  linear(block, 4 * w, w);
+  block.saved = 12 * s * w;  // the concatenation, its norm, the up projection and its GELU
+  block.saved_fp32 = 2 * s;  // the norm's statistics
+  block.traffic = 14 * s * w;
+  block.workspace = 8 * s * w;
+  block.width = 2 * w;
+  block.output = s * w;
+  for (int64_t i = 0; i < layers; ++i) costs.push_back(block);
+  planner::LayerCost head{.type = "Head", .parameters = vocab * width + vocab + 2 * width};
+  head.largest_tensor = vocab * width;
+  linear(head, w, static_cast<double>(vocab));
+  head.saved = s * w + s * static_cast<double>(vocab);  // the norm's output, the logits
+  head.workspace = 2 * s * static_cast<double>(vocab);
+  head.float32_loss = true;
+  head.width = w;
+  head.output = 1;
+  costs.push_back(head);
+  return costs;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // It splits over no group (no tensor, context or expert parallelism): pipe and data only.
   pipetrain::models::register_family({.name = "shift_lm", .capabilities = {}, .build = shift_lm});
+  pipetrain::planner::register_family_costs("shift_lm", shift_lm_costs);
   return pipetrain::cli::run(argc, argv);
 }

@@ -1,6 +1,9 @@
-#include "planner/layer_cost.h"
+#include "pipetrain/planner/layer_cost.h"
 
 #include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <utility>
 
 #include "pipetrain/io/errors.h"
 
@@ -259,6 +262,12 @@ std::vector<LayerCost> llama_costs(const models::LlamaConfig& c,
   return layers;
 }
 
+// The costs of registered families, by model.type (register_family_costs).
+std::map<std::string, FamilyCosts>& registered_costs() {
+  static std::map<std::string, FamilyCosts> costs;
+  return costs;
+}
+
 }  // namespace
 
 double LayerCost::parameters_per_rank(int t, int e) const {
@@ -369,13 +378,23 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
     case models::Family::kMixtral:
     case models::Family::kQwen3Moe:
       return llama_costs(models::decoder_config(config), &config.moe);
-    case models::Family::kMlp:
     case models::Family::kRegistered:
+      if (const auto costs = registered_costs().find(config.registered);
+          costs != registered_costs().end())
+        return costs->second(config.params);
+      throw io::InputError("plan: model.type \"" + config.registered +
+                           "\" has no layer costs (planner::register_family_costs)");
+    case models::Family::kMlp:
       break;
   }
   throw io::InputError("plan: model.type \"" + models::type_name(config) +
-                       "\" cannot be costed; the planner knows \"gpt\" and the LLaMA "
-                       "families");
+                       "\" cannot be costed; the planner knows \"gpt\", the LLaMA "
+                       "families and registered families given costs");
+}
+
+void register_family_costs(const std::string& family, FamilyCosts costs) {
+  if (!registered_costs().emplace(family, std::move(costs)).second)
+    throw std::logic_error("register_family_costs: \"" + family + "\" has costs already");
 }
 
 }  // namespace pipetrain::planner

@@ -27,13 +27,17 @@ bool allowed(const std::optional<T>& fixed, T value) {
   return !fixed || *fixed == value;
 }
 
-// The model-parallel sizes the model can take: dividing its heads (and key/value heads)
-// and its vocabulary, as the built-in models require.
+// The model-parallel sizes the model can take: none past 1 for a model without tensor
+// parallelism; a built-in model's dividing its heads (and key/value heads) and its
+// vocabulary, as it requires; a registered one's any its capabilities allow.
 bool splits(const models::ModelConfig& m, int t) {
+  if (t == 1) return true;
+  if (!models::capabilities(m).tensor_parallel) return false;
   if (models::llama_family(m))
     return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
            m.llama.vocab_size % t == 0 && m.llama.intermediate_size % t == 0;
-  return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
+  if (m.type == models::Family::kGpt) return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
+  return true;
 }
 
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each

@@ -574,6 +574,52 @@ TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   }
 }
 
+// A registered family is planned from the costs it registers: its layers as given, read
+// from model.params, and no tensor parallelism where its capabilities allow none.
+TEST(Planner, PlansARegisteredFamilyFromItsOwnCosts) {
+  models::register_family_name("planned_lm", {});
+  register_family_costs("planned_lm", [](const nlohmann::json& params) {
+    std::vector<LayerCost> layers;
+    for (int64_t i = 0; i < params.at("layers").get<int64_t>(); ++i) {
+      LayerCost layer{.type = "Block", .parameters = 1 << 20, .forward_flops = 4e9};
+      layer.backward_input_flops = layer.backward_weight_flops = 4e9;
+      layer.saved = layer.output = 4096;
+      layer.width = 1024;
+      layers.push_back(layer);
+    }
+    return layers;
+  });
+  EXPECT_THROW(register_family_costs("planned_lm", {}), std::logic_error);
+  models::ModelConfig model;
+  model.type = models::Family::kRegistered;
+  model.registered = "planned_lm";
+  model.params = {{"layers", 6}};
+  const std::vector<LayerCost> layers = layer_costs(model);
+  ASSERT_EQ(layers.size(), 6u);
+  EXPECT_EQ(layers[2].parameters, 1 << 20);
+  const Workload w(model, engine::TrainingConfig{});
+  const auto candidates = plan_layouts(w, ideal(4), 16);
+  ASSERT_FALSE(candidates.empty());
+  std::set<int> pipes;
+  for (const auto& candidate : candidates) {
+    EXPECT_EQ(candidate.layout.parallel.tensor, 1);
+    EXPECT_EQ(candidate.layout.devices(), 4);
+    if (candidate.rejected.empty()) EXPECT_GT(candidate.prediction.step_seconds, 0);
+    pipes.insert(candidate.layout.parallel.pipe);
+  }
+  EXPECT_GT(pipes.size(), 1u);  // pipelines of its six layers are offered too
+  // A registered family without costs: one line naming what to register.
+  models::register_family_name("unplanned_lm", {});
+  model.registered = "unplanned_lm";
+  try {
+    layer_costs(model);
+    ADD_FAILURE() << "no InputError";
+  } catch (const io::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"unplanned_lm\" has no layer costs"), std::string::npos)
+        << e.what();
+  }
+}
+
 // On GPUs each group's transport is the engine's: NCCL for data, tensor and experts, and for
 // the pipe under every schedule (over lanes that keep each plan's orders, a ring link from
 // the last stage to the first included) and the context ring. On CPUs MPI everywhere.

@@ -149,40 +149,43 @@ TEST(KvCache, PromptsInFlightGiveEachPromptsTokensAlone) {
 
 // NCCL's rules for generation (held on the CPU): with every lane of the pipe matched by
 // order alone and its sends blocking until received (testing::Rendezvous), prompts in
-// flight at pipe 4 draw what they draw over MPI's tags, and the output stage's tokens reach
-// the first stage over the feedback lane of their own.
+// flight draw what they draw over MPI's tags, and the output stage's tokens reach the first
+// stage over the feedback lane of their own: at pipe 4 the pair's only lane, at pipe 2
+// beside the lane that carries the pair's payloads the same way.
 TEST(NcclRules, GenerationFeedsItsTokensBackOverALaneMatchedByOrder) {
   auto world = comm::MpiCommunicator::world();
   ASSERT_EQ(world->size(), 4);
-  const Shape s{4, 1, 1};
-  auto grid = std::make_shared<topology::Grid>(
-      topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
-  std::vector<std::shared_ptr<testing::Rendezvous>> links;
-  const groups::CommunicatorTesting testing{
-      .wrap =
-          [&](std::shared_ptr<comm::Communicator> made, groups::TensorGroup group) {
-            if (group != groups::TensorGroup::kPipePair) return made;
-            links.push_back(std::make_shared<testing::Rendezvous>(made));
-            return std::shared_ptr<comm::Communicator>(links.back());
-          },
-      .pair_links = true};
-  auto plain = random_model("llama", s, grid);
-  auto rules = random_model("llama", s, grid, 1, testing);
-  std::vector<std::vector<int64_t>> prompts;
-  for (int64_t length : {1, 3, 5, 8, 13, 2}) {
-    prompts.emplace_back();
-    for (int64_t i = 0; i < length; ++i) prompts.back().push_back((3 * i + length) % 64);
-  }
-  const SamplingOptions options{
-      .temperature = 0.9, .top_k = 8, .seed = 6, .top_p = 0.8, .stop = {}, .kv_cache = true};
-  EXPECT_EQ(sample_in_flight(*rules, prompts, 8, options, kContext),
-            sample_in_flight(*plain, prompts, 8, options, kContext));
-  const int stage = grid->stage_id();
-  if (stage == 0 || stage == 3) {
-    const auto& link = rules->communicators().pipe_links().at(stage == 0 ? 3 : 0);
-    const auto& lane = (stage == 0 ? link.from : link.to).at(engine::StageLink::kFeedbackTag);
-    const auto& feedback = dynamic_cast<const testing::Rendezvous&>(*lane);
-    EXPECT_GT(stage == 0 ? feedback.receives.load() : feedback.sends.load(), 0);
+  for (const Shape s : {Shape{4, 1, 1}, Shape{2, 2, 1}}) {
+    SCOPED_TRACE("pipe " + std::to_string(s.pipe));
+    auto grid = std::make_shared<topology::Grid>(
+        topology::pipe_model_data_parallel_topology(s.pipe, s.data, s.model), world);
+    std::vector<std::shared_ptr<testing::Rendezvous>> links;
+    const groups::CommunicatorTesting testing{
+        .wrap =
+            [&](std::shared_ptr<comm::Communicator> made, groups::TensorGroup group) {
+              if (group != groups::TensorGroup::kPipePair) return made;
+              links.push_back(std::make_shared<testing::Rendezvous>(made));
+              return std::shared_ptr<comm::Communicator>(links.back());
+            },
+        .pair_links = true};
+    auto plain = random_model("llama", s, grid);
+    auto rules = random_model("llama", s, grid, 1, testing);
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t length : {1, 3, 5, 8, 13, 2}) {
+      prompts.emplace_back();
+      for (int64_t i = 0; i < length; ++i) prompts.back().push_back((3 * i + length) % 64);
+    }
+    const SamplingOptions options{
+        .temperature = 0.9, .top_k = 8, .seed = 6, .top_p = 0.8, .stop = {}, .kv_cache = true};
+    EXPECT_EQ(sample_in_flight(*rules, prompts, 8, options, kContext),
+              sample_in_flight(*plain, prompts, 8, options, kContext));
+    const int stage = grid->stage_id(), last = s.pipe - 1;
+    if (stage == 0 || stage == last) {
+      const auto& link = rules->communicators().pipe_links().at(stage == 0 ? last : 0);
+      const auto& lane = (stage == 0 ? link.from : link.to).at(engine::StageLink::kFeedbackTag);
+      const auto& feedback = dynamic_cast<const testing::Rendezvous&>(*lane);
+      EXPECT_GT(stage == 0 ? feedback.receives.load() : feedback.sends.load(), 0);
+    }
   }
 }
 

@@ -22,8 +22,9 @@
 namespace pipetrain::context_parallel {
 
 // The ranks that split one sequence between them. Without a communicator, one rank holding
-// the whole sequence. The ring's sends and receives are not grouped as NCCL needs: an MPI
-// communicator (CPU or GPU tensors, staged through the host).
+// the whole sequence. Each pass around the ring is one exchange with the two neighbours
+// (Communicator::all_to_all), grouped as NCCL needs: the context group's communicator,
+// NCCL where every rank has a GPU of its own, else MPI (staged through the host).
 struct Group {
   std::shared_ptr<comm::Communicator> comm;
 

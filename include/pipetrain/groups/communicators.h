@@ -46,12 +46,12 @@ struct CommunicatorTesting {
 //      then the context-parallel group's (where sequences are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
 //   6. connect_pipe: the pipe's lanes, per pair of stages that exchange payloads.
-// Steps 3, 4 (with the expert group) and 5 take NCCL where every rank of the group has a GPU of its
-// own, else the MPI communicator (device::communicator_for); step 6 chooses per pair of
-// stages, over the lanes the engine's plans need (schedule::pipe_lanes). Who may start a
-// collective follows the transport: data-parallel buckets start on autograd's device
-// thread only over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the
-// engine's thread starts them, between instructions).
+// Steps 3, 4 (with the expert and context groups) and 5 take NCCL where every rank of the
+// group has a GPU of its own, else the MPI communicator (device::communicator_for); step 6 chooses
+// per pair of stages, over the lanes the engine's plans need (schedule::pipe_lanes). Who may start
+// a collective follows the transport: data-parallel buckets start on autograd's device thread only
+// over NCCL (Communicator::starts_from_any_thread; over host-staged MPI the engine's thread starts
+// them, between instructions).
 //
 // What stays on MPI, always: the grid's axes (control()) carry the step's host scalars
 // (loss, gradient-norm sums, the fp16 overflow flag), barriers, transfer headers, the

@@ -48,8 +48,6 @@ struct Sequence {
   int64_t fed = 0;             // positions fed in that round, not yet counted as cached
 };
 
-// Generated tokens travel from the last stage to the first on their own tag (under the
-// 32767 every MPI takes, past the engine's activation and gradient tags).
 // Micro-batches per stretch at most (rounds x groups), well inside the schedules' bounds.
 constexpr int64_t kMostStretchMicroBatches = 4096;
 // Rounds per stretch at most: a prompt that draws a stop token runs on to its stretch's

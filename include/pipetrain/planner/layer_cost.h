@@ -1,7 +1,10 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,8 +14,10 @@
 
 namespace pipetrain::planner {
 
-// What one layer of a built-in model costs for one sample (a sequence of `context` tokens),
-// counted from its sizes the way its module computes: the planner's unit of work.
+// What one layer of a model costs for one sample (a sequence of `context` tokens), counted
+// from its sizes the way its module computes: the planner's unit of work. The built-in
+// families' layers are counted here; a registered family gives its own
+// (register_family_costs).
 // Tensor parallelism divides the `split_` parts by the model-parallel size t.
 struct LayerCost {
   std::string type;        // the LayerSpec's type, e.g. "GptBlock"
@@ -143,9 +148,18 @@ struct LayerCost {
   double workspace_bytes(int t, int element_bytes, double batch, int context = 1) const;
 };
 
-// The layers of a built-in model, in the order make_builtin_model builds them. Throws
-// InputError for a model the planner cannot cost (the MLP).
+// The layers of a model, in the order its build makes them: a built-in family's counted
+// from its sizes, a registered family's from its registered costs. Throws InputError for a
+// model the planner cannot cost (the MLP, a registered family without costs).
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config);
+
+// A registered family's layer costs (models::register_family) from its model.params, one
+// LayerCost per layer in the order its build makes them, so that `pipetrain plan` can plan
+// it and the progress line can give its MFU. A bad params value: InputError naming the key.
+using FamilyCosts = std::function<std::vector<LayerCost>(const nlohmann::json& params)>;
+// Registers `costs` for the registered family `family`; logic_error for a family given
+// costs before.
+void register_family_costs(const std::string& family, FamilyCosts costs);
 
 // Under `lora` (enabled): every layer of `layers` (the costs of `config`) frozen, the
 // adapters of the linears it targets in the blocks it chooses counted.
