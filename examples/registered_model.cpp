@@ -117,7 +117,7 @@ std::vector<planner::LayerCost> shift_lm_costs(const nlohmann::json& params) {
   embed.width = w;
   embed.dense_gradient = true;  // the lookup's backward scatters into a whole table
   std::vector<planner::LayerCost> costs{embed};
-  planner::LayerCost block{.type = "ShiftBlock", .parameters = 12 * width * width + 11 * width};
+  planner::LayerCost block{.type = "ShiftBlock", .parameters = 12 * width * width + 9 * width};
   block.largest_tensor = 8 * width * width;
   linear(block, 2 * w, 4 * w);
   linear(block, 4 * w, w);
@@ -131,9 +131,11 @@ std::vector<planner::LayerCost> shift_lm_costs(const nlohmann::json& params) {
   planner::LayerCost head{.type = "Head", .parameters = vocab * width + vocab + 2 * width};
   head.largest_tensor = vocab * width;
   linear(head, w, static_cast<double>(vocab));
-  head.saved = s * w + s * static_cast<double>(vocab);  // the norm's output, the logits
+  head.saved = 2 * s * w;                             // the norm's input and output
+  head.saved_fp32 = 2 * s;                            // the norm's statistics
+  head.split_saved = s * static_cast<double>(vocab);  // the loss's log-softmax (float32)
   head.workspace = 2 * s * static_cast<double>(vocab);
-  head.float32_loss = true;
+  head.float32_loss = true;  // the split parts in float32 (the loss's)
   head.width = w;
   head.output = 1;
   costs.push_back(head);

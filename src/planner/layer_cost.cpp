@@ -393,6 +393,11 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
 }
 
 void register_family_costs(const std::string& family, FamilyCosts costs) {
+  for (const auto& [builtin, known] : models::family_names()) {
+    if (builtin == family)
+      throw std::logic_error("register_family_costs: \"" + family + "\" is built in");
+  }
+  if (!costs) throw std::logic_error("register_family_costs: no costs for \"" + family + "\"");
   if (!registered_costs().emplace(family, std::move(costs)).second)
     throw std::logic_error("register_family_costs: \"" + family + "\" has costs already");
 }

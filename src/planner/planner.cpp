@@ -27,22 +27,25 @@ bool allowed(const std::optional<T>& fixed, T value) {
   return !fixed || *fixed == value;
 }
 
-// The model-parallel sizes the model can take: none past 1 for a model without tensor
-// parallelism; a built-in model's dividing its heads (and key/value heads) and its
-// vocabulary, as it requires; a registered one's any its capabilities allow.
+// The model-parallel sizes the model can take: a built-in model's dividing its heads (and
+// key/value heads) and its vocabulary, as it requires. A registered family is planned
+// without tensor parallelism: the planner cannot know what its layers divide.
 bool splits(const models::ModelConfig& m, int t) {
   if (t == 1) return true;
-  if (!models::capabilities(m).tensor_parallel) return false;
+  if (m.type == models::Family::kRegistered || !models::capabilities(m).tensor_parallel)
+    return false;
   if (models::llama_family(m))
     return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
            m.llama.vocab_size % t == 0 && m.llama.intermediate_size % t == 0;
-  if (m.type == models::Family::kGpt) return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
-  return true;
+  return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
 }
 
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
 // rank's part splitting over t under sequence parallelism, as the built-in models require.
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
+  // A registered family's sequence length is its own (model.params): not cut.
+  if (m.type == models::Family::kRegistered && (c > 1 || (sequence_parallel && t > 1)))
+    return false;
   const models::Capabilities can = models::capabilities(m);
   if ((c > 1 && !can.context_parallel) || (sequence_parallel && t > 1 && !can.sequence_parallel))
     return false;

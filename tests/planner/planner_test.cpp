@@ -589,7 +589,10 @@ TEST(Planner, PlansARegisteredFamilyFromItsOwnCosts) {
     }
     return layers;
   });
-  EXPECT_THROW(register_family_costs("planned_lm", {}), std::logic_error);
+  const FamilyCosts none = [](const nlohmann::json&) { return std::vector<LayerCost>{}; };
+  EXPECT_THROW(register_family_costs("planned_lm", none), std::logic_error);  // given twice
+  EXPECT_THROW(register_family_costs("gpt", none), std::logic_error);         // built in
+  EXPECT_THROW(register_family_costs("other_lm", {}), std::logic_error);      // no function
   models::ModelConfig model;
   model.type = models::Family::kRegistered;
   model.registered = "planned_lm";

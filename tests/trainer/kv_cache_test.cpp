@@ -182,9 +182,14 @@ TEST(NcclRules, GenerationFeedsItsTokensBackOverALaneMatchedByOrder) {
     const int stage = grid->stage_id(), last = s.pipe - 1;
     if (stage == 0 || stage == last) {
       const auto& link = rules->communicators().pipe_links().at(stage == 0 ? last : 0);
-      const auto& lane = (stage == 0 ? link.from : link.to).at(engine::StageLink::kFeedbackTag);
+      const auto& lanes = stage == 0 ? link.from : link.to;
+      const auto& lane = lanes.at(engine::StageLink::kFeedbackTag);
       const auto& feedback = dynamic_cast<const testing::Rendezvous&>(*lane);
       EXPECT_GT(stage == 0 ? feedback.receives.load() : feedback.sends.load(), 0);
+      // At pipe 2 the pair's payloads have a lane of their own the same way.
+      const auto payloads = lanes.find(comm::kEveryTag);
+      EXPECT_EQ(payloads != lanes.end(), s.pipe == 2);
+      if (payloads != lanes.end()) EXPECT_NE(payloads->second, lane);
     }
   }
 }

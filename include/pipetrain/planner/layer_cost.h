@@ -157,8 +157,9 @@ std::vector<LayerCost> layer_costs(const models::ModelConfig& config);
 // LayerCost per layer in the order its build makes them, so that `pipetrain plan` can plan
 // it and the progress line can give its MFU. A bad params value: InputError naming the key.
 using FamilyCosts = std::function<std::vector<LayerCost>(const nlohmann::json& params)>;
-// Registers `costs` for the registered family `family`; logic_error for a family given
-// costs before.
+// Registers `costs` for the registered family `family`, before any command runs (as
+// models::register_family; not thread-safe); logic_error for a built-in family's name, an
+// empty function, or a family given costs before.
 void register_family_costs(const std::string& family, FamilyCosts costs);
 
 // Under `lora` (enabled): every layer of `layers` (the costs of `config`) frozen, the
