@@ -43,9 +43,9 @@ bool splits(const models::ModelConfig& m, int t) {
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
 // rank's part splitting over t under sequence parallelism, as the built-in models require.
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
-  // A registered family's sequence length is its own (model.params): not cut.
-  if (m.type == models::Family::kRegistered && (c > 1 || (sequence_parallel && t > 1)))
-    return false;
+  // A registered family's sequence length is its own (model.params): not cut. (Sequence
+  // parallelism needs t > 1, which splits() refuses it.)
+  if (m.type == models::Family::kRegistered && c > 1) return false;
   const models::Capabilities can = models::capabilities(m);
   if ((c > 1 && !can.context_parallel) || (sequence_parallel && t > 1 && !can.sequence_parallel))
     return false;

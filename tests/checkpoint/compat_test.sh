@@ -15,8 +15,7 @@ cd "$work" || exit 1
 export PIPETRAIN_COMM_TIMEOUT=60
 for model in gpt llama; do
   cp -r "$here/$model" "$model"
-  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["log"] = {"metrics": sys.argv[2]}; c["data"]["paths"] = [sys.argv[4]]; json.dump(c, open(sys.argv[3], "w"))' \
-    "$here/$model.json" "$work/$model.jsonl" "$model.json" "$here/data"
+  "$here/run_config.sh" "$model" "$work/$model.jsonl" "$model.json"
   "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$model.json" --load "$model" >"$model.out" 2>&1
   rc=$?
   check "$model: resuming the old checkpoint exits 0 (got $rc: $(tail -n 2 "$model.out"))" test "$rc" -eq 0

@@ -12,22 +12,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 export PIPETRAIN_COMM_TIMEOUT=60
-# The configs name the corpus beside them (data/: Debian 12's /usr/share/common-licenses,
-# copied so that the losses do not depend on the host's copy); each run's config says where
-# it is, and where the metrics go.
-config() { # model, metrics file, output config
-  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["log"] = {"metrics": sys.argv[2]}; c["data"]["paths"] = [sys.argv[4]]; json.dump(c, open(sys.argv[3], "w"))' \
-    "$here/$1.json" "$2" "$3" "$here/data"
-}
 for model in gpt llama; do
   rm -rf "${here:?}/$model" "$here/$model.expected"
   # Two steps saved, then the same build resumes a copy and runs steps 3 and 4.
-  config "$model" "$work/$model-first.jsonl" "$model-first.json"
+  "$here/run_config.sh" "$model" "$work/$model-first.jsonl" "$model-first.json"
   "$old" launch -n 2 -- "$old" train --config "$model-first.json" --train-iters 2 \
     --save "$here/$model" >"$model-first.out" 2>&1
   rm -f "$here/$model/config.json" "$here/$model/.pipetrain.lock"  # the test passes its config
   cp -r "$here/$model" "$model-copy"
-  config "$model" "$work/$model.jsonl" "$model-metrics.json"
+  "$here/run_config.sh" "$model" "$work/$model.jsonl" "$model-metrics.json"
   "$old" launch -n 2 -- "$old" train --config "$model-metrics.json" --load "$model-copy" \
     >"$model-second.out" 2>&1
   python3 - "$work/$model.jsonl" >"$here/$model.expected" <<'PY'
