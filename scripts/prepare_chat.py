@@ -195,6 +195,8 @@ def main(argv):
     args = parser.parse_args(argv)
     if args.context is not None and args.context < 1:
         fail(f"--context {args.context} must be at least 1")
+    import prepare_data
+    prepare_data.check_output(args.out)
 
     tokenizer = load_tokenizer(args.tokenizer)
     sequences, masks = [], array.array("B")
@@ -216,9 +218,8 @@ def main(argv):
     if not sequences:
         fail(f"{', '.join(args.files)}: no example to train on ({read} read, {dropped} dropped)")
 
-    import prepare_data
     vocab_size = len(tokenizer)
-    prepare_data.write_indexed(args.out, sequences, vocab_size, [(".mask", masks.tobytes())])
+    prepare_data.write_indexed(args.out, sequences, vocab_size, masks.tobytes())
     tokens, trained = len(masks), sum(masks)
     print(f"{args.out}: {len(sequences)} examples of {read} ({truncated} truncated, {dropped} "
           f"dropped), {tokens} tokens, {trained} trained on ({100 * trained / tokens:.1f}%); "

@@ -13,7 +13,10 @@ PREFIX     writes PREFIX.bin (the tokens) and PREFIX.idx (MMIDIDX version 1: seq
 --chat     fine-tuning examples instead (scripts/prepare_chat.py: chat or prompt/completion
            JSONL rendered with the model's chat template, with a loss mask per token)
 Prints the number of documents and tokens and the vocabulary size to set as
-model.vocab_size. Files are written to temporary names and renamed when complete.
+model.vocab_size. The output prefix is checked before any tokenizing; the files are written
+to temporary names, all of them complete before any is renamed (temporaries removed on a
+failure), and a .mask starts with the size and CRC-32 of the .bin it was made with, so
+that `train` refuses a mask beside tokens of another run.
 """
 import argparse
 import array
@@ -21,6 +24,7 @@ import os
 import pathlib
 import struct
 import sys
+import zlib
 
 DTYPES = {"uint16": (8, "H"), "int32": (4, "i")}  # Megatron's dtype codes
 
@@ -75,20 +79,36 @@ def documents(files, lines):
             yield text
 
 
-def write_atomically(path, chunks):
-    temporary = f"{path}.tmp.{os.getpid()}"
-    with open(temporary, "wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+# The .mask header: magic, then the .bin's size (uint64) and CRC-32 (uint32), 4 bytes kept.
+MASK_MAGIC = b"PTMASK01"
 
 
-def write_indexed(prefix, sequences, vocab_size, extra=()):
+def check_output(prefix, program="prepare-data"):
+    """Refuses, before any work, an --out PREFIX that cannot be written: one line, exit 2."""
+    def refuse(why):
+        print(f"{program}: --out {prefix}: {why}", file=sys.stderr)
+        sys.exit(2)
+    if not prefix or prefix.endswith(os.sep) or os.path.basename(prefix) in ("", ".", ".."):
+        refuse("name a file prefix (PREFIX writes PREFIX.bin, PREFIX.idx), not a folder")
+    folder = os.path.dirname(prefix) or "."
+    parent = folder
+    while not os.path.exists(parent):  # the first folder up that exists must be a folder
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        refuse(f"{parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        refuse(f"{parent} cannot be written")
+    for suffix in (".bin", ".idx", ".mask"):
+        if os.path.isdir(prefix + suffix):
+            refuse(f"{prefix + suffix} is a folder")
+
+
+def write_indexed(prefix, sequences, vocab_size, masks=None):
     """Writes PREFIX.bin and PREFIX.idx (one sequence and one document per entry of
-    `sequences`, lists of ids) and each (suffix, bytes) of `extra` beside them, each file
-    complete under a temporary name before it is renamed. Returns the token dtype's name."""
+    `sequences`, lists of ids) and, with `masks` (bytes, one per token), PREFIX.mask; without
+    them an earlier run's PREFIX.mask is removed. Every file is written complete under a
+    temporary name before any is renamed; the temporaries are removed on a failure.
+    Returns the token dtype's name."""
     dtype = "uint16" if vocab_size < 65500 else "int32"
     code, typecode = DTYPES[dtype]
     tokens, lengths = array.array(typecode), []
@@ -103,15 +123,32 @@ def write_indexed(prefix, sequences, vocab_size, extra=()):
               struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
     index = [header, array.array("i", lengths).tobytes(), pointers.tobytes(),
              array.array("q", range(len(lengths) + 1)).tobytes()]
+    data = tokens.tobytes()
+    files = [(".bin", [data]), (".idx", index)]
+    if masks is not None:
+        mask_header = MASK_MAGIC + struct.pack("<QI", len(data), zlib.crc32(data)) + bytes(4)
+        files.append((".mask", [mask_header, masks]))  # renamed last
     folder = os.path.dirname(prefix)
     if folder:
         os.makedirs(folder, exist_ok=True)  # the output's folder, as a user expects
-    for suffix, data in extra:
-        write_atomically(prefix + suffix, [data])
-    if not extra and os.path.exists(prefix + ".mask"):
-        os.remove(prefix + ".mask")  # an earlier --chat run's, which would not fit these
-    write_atomically(prefix + ".bin", [tokens.tobytes()])
-    write_atomically(prefix + ".idx", index)
+    written = []
+    try:
+        for suffix, chunks in files:
+            temporary = f"{prefix}{suffix}.tmp.{os.getpid()}"
+            written.append((temporary, prefix + suffix))
+            with open(temporary, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        if masks is None and os.path.exists(prefix + ".mask"):
+            os.remove(prefix + ".mask")  # an earlier --chat run's, which would not fit these
+        for temporary, path in written:
+            os.replace(temporary, path)
+    finally:
+        for temporary, _ in written:
+            if os.path.exists(temporary):
+                os.remove(temporary)
     return dtype
 
 
@@ -126,6 +163,7 @@ def main():
     parser.add_argument("--lines", action="store_true")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
+    check_output(args.out)
 
     tokenizer = Tokenizer(args.tokenizer)
     eod = end_of_document(tokenizer, args.eod)

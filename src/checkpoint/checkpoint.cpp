@@ -830,6 +830,30 @@ bool holds_adapters(const fs::path& directory, const std::string& tag) {
   }
 }
 
+// The data position of `manifest` in global samples consumed. Checkpoints before the
+// position was global kept micro-batches drawn per replica ({"drawn": N}): converted with
+// the micro-batch size and data-parallel size they were trained at, which they record.
+nlohmann::json global_data_position(const nlohmann::json& manifest, const fs::path& folder) {
+  const nlohmann::json& data = manifest["data"];
+  if (!data.is_object() || !data.contains("drawn")) return data;
+  const nlohmann::json config =
+      manifest.value("client_state", nlohmann::json::object()).value("config", nlohmann::json());
+  const nlohmann::json& drawn = data["drawn"];
+  const nlohmann::json micro =
+      config.is_object() ? config.value("train_micro_batch_size_per_gpu", nlohmann::json())
+                         : nlohmann::json();
+  const nlohmann::json replicas =
+      manifest.value("topology", nlohmann::json::object()).value("data", nlohmann::json());
+  if (!drawn.is_number_integer() || !micro.is_number_integer() || !replicas.is_number_integer() ||
+      drawn.get<int64_t>() < 0 || micro.get<int64_t>() < 1 || replicas.get<int64_t>() < 1) {
+    throw io::InputError((folder / "manifest.json").string() +
+                         ": its data position is per replica ({\"drawn\": N}) and it does not "
+                         "record the micro-batch and data-parallel size to make it global; "
+                         "resume it with the pipetrain that wrote it");
+  }
+  return {{"samples", drawn.get<int64_t>() * micro.get<int64_t>() * replicas.get<int64_t>()}};
+}
+
 }  // namespace
 
 nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& directory,
@@ -852,6 +876,8 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
     folder = directory / resolve_tag(directory, tag);
     manifest = read_manifest(folder);
     pending = prepare_load(engine, folder, manifest, current);
+    if (data && manifest.contains("data") && !manifest["data"].is_null())
+      data->restore(global_data_position(manifest, folder));
   } catch (const std::exception& e) {
     problem = io::error_message(e);
   }
@@ -882,8 +908,6 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   if (pending.rng_state.defined()) module::set_rng_state(at::kCPU, pending.rng_state);
   if (pending.cuda_rng_state.defined())
     module::set_rng_state(engine.device(), pending.cuda_rng_state);
-  if (data && manifest.contains("data") && !manifest["data"].is_null())
-    data->restore(manifest["data"]);
   return manifest.value("client_state", nlohmann::json());
 }
 

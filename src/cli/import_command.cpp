@@ -15,8 +15,10 @@ Command add_import_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
       "import",
-      "Turn a Hugging Face transformers model folder (GPT2LMHeadModel or LlamaForCausalLM: "
-      "config.json and model.safetensors or its shards) into a pipetrain checkpoint");
+      "Turn a Hugging Face transformers model folder (GPT2LMHeadModel, LlamaForCausalLM, "
+      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+      "Qwen3MoeForCausalLM or Gemma3ForCausalLM: config.json and model.safetensors or its "
+      "shards, with its tokenizer and generation files) into a pipetrain checkpoint");
   command->add_option("--hf", options->hf, "transformers model folder")->required();
   command->add_option("--out", options->out, "Checkpoint directory to create")->required();
   return {command, [options] {

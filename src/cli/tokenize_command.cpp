@@ -17,6 +17,8 @@ namespace {
 struct TokenizeOptions {
   std::string tokenizer;
   bool decode = false;
+  bool no_special_tokens = false;
+  bool pair = false;
   std::vector<std::string> inputs;
 };
 
@@ -46,12 +48,19 @@ int tokenize(const TokenizeOptions& options) {
   std::vector<std::string> inputs = options.inputs;
   if (inputs.empty())
     inputs.emplace_back(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  for (const std::string& input : inputs) {
+  const data::SpecialTokens special =
+      options.no_special_tokens ? data::SpecialTokens::kOmit : data::SpecialTokens::kAdd;
+  if (options.pair && (options.decode || inputs.size() % 2 != 0))
+    throw io::InputError("--pair: give the texts two by two (and no --decode)");
+  for (size_t k = 0; k < inputs.size(); k += options.pair ? 2 : 1) {
+    const std::string& input = inputs[k];
     if (options.decode) {
       std::cout << tokenizer->decode(read_ids(input, *tokenizer)) << "\n";
       continue;
     }
-    const std::vector<int64_t> ids = tokenizer->encode(input);
+    const std::vector<int64_t> ids = options.pair
+                                         ? tokenizer->encode_pair(input, inputs[k + 1], special)
+                                         : tokenizer->encode(input, special);
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
     std::cout << "\n";
   }
@@ -64,15 +73,32 @@ Command add_tokenize_command(CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* command = app.add_subcommand(
       "tokenize",
-      "Print the token ids of each TEXT (standard input when none), a line each, or with "
-      "--decode the text of each comma-separated list of ids");
+      "Print the token ids of each TEXT (standard input when none), a line each, as "
+      "transformers' encode gives them (special tokens added), or with --decode the text of "
+      "each comma-separated list of ids");
   command
       ->add_option("--tokenizer", options->tokenizer,
                    "A Hugging Face tokenizer.json or a SentencePiece .model (empty: bytes)")
       ->required();
   command->add_flag("--decode", options->decode, "Read token ids, print text");
-  command->add_option("inputs", options->inputs, "Texts (or id lists with --decode)");
-  return {command, [options] { return tokenize(*options); }};
+  command->add_flag("--no-special-tokens", options->no_special_tokens,
+                    "Encode without the special tokens the tokenizer's post-processor adds "
+                    "(transformers' add_special_tokens=False)");
+  command->add_flag("--pair", options->pair,
+                    "Encode the texts two by two as pairs (the post-processor's pair template)");
+  // The texts are the arguments left after the options, taken as written ("[CLS]" or
+  // "[INST] ..." is text, where CLI11 would read a list); one starting with "-" is an
+  // unknown option.
+  command->allow_extras();
+  command->footer("Arguments: TEXT... (or id lists with --decode)");
+  return {command, [options, command] {
+            options->inputs = command->remaining();
+            for (const std::string& input : options->inputs) {
+              if (input.size() > 1 && input[0] == '-')
+                throw io::InputError("tokenize: unknown option " + input);
+            }
+            return tokenize(*options);
+          }};
 }
 
 }  // namespace pipetrain::cli

@@ -110,7 +110,11 @@ Command add_generate_command(CLI::App& app) {
                    "Sample among the fewest likeliest tokens whose probabilities reach p")
       ->capture_default_str();
   command->add_option("--stop", options->stop,
-                      "A token id that ends a prompt's generation (kept; repeat for more)");
+                      "A token id that ends a prompt's generation (kept; repeat for more), "
+                      "besides the model's end-of-sequence ids");
+  command->add_flag("!--no-stop", options->stop_at_end,
+                    "Do not stop at the model's end-of-sequence ids (generation_config.json's "
+                    "eos_token_id, else model.eos_token_id); only at --stop ids");
   command->add_option(
       "--tokenizer", options->tokenizer,
       "tokenizer.json or SentencePiece .model for the prompt and the text (default: the one the "

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 
 #include "data/indexed_dataset.h"
+#include "io/crc32.h"
 #include "module/layer_seed.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
@@ -20,31 +22,58 @@ std::string mask_of(const std::string& prefix) {
   return indexed_prefix(prefix) + ".mask";
 }
 
+// A mask file's header, as scripts/prepare_data.py writes it: magic, then the size (uint64)
+// and CRC-32 (uint32) of the .bin it was made with, and 4 bytes kept. Files without one
+// (written before it) are read whole, unchecked.
+constexpr std::string_view kMaskMagic{"PTMASK01", 8};
+constexpr std::size_t kMaskHeader = 24;
+
+// The header's length in `mask`'s file (0 without one), checked against PREFIX.bin.
+std::size_t mask_header(const std::string& prefix, std::string_view mask) {
+  if (mask.substr(0, kMaskMagic.size()) != kMaskMagic) return 0;
+  const std::string bin = indexed_prefix(prefix) + ".bin";
+  if (mask.size() < kMaskHeader)
+    throw io::InputError(mask_of(prefix) + ": its header is cut short");
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  std::memcpy(&size, mask.data() + 8, sizeof size);  // little-endian, as every host here
+  std::memcpy(&crc, mask.data() + 16, sizeof crc);
+  const io::MappedFile tokens(bin, io::MappedFile::Access::kSequential);
+  if (tokens.size() != size || io::crc32(tokens.bytes()) != crc) {
+    throw io::InputError(mask_of(prefix) + " was made with another " + bin +
+                         " (another prepare-data run): prepare them again together");
+  }
+  return kMaskHeader;
+}
+
 // The masks, one byte per token, checked to match the tokens (file by file once they
 // differ, to name the file).
 std::shared_ptr<MappedTokens> mapped_masks(const std::vector<std::string>& prefixes,
                                            const IndexedTokens& tokens) {
   auto masks = std::make_shared<MappedTokens>();
+  std::vector<int64_t> sizes;  // each file's masks
   for (const auto& prefix : prefixes) {
     auto file = std::make_unique<io::MappedFile>(mask_of(prefix), io::MappedFile::Access::kRandom);
-    const std::string_view bytes = file->bytes();
+    const std::size_t header = mask_header(prefix, file->bytes());
+    const std::string_view bytes = file->bytes().substr(header);
     const auto bad =
         std::find_if(bytes.begin(), bytes.end(), [](char b) { return b != 0 && b != 1; });
     if (bad != bytes.end()) {
-      throw io::InputError(mask_of(prefix) + ": byte " + std::to_string(bad - bytes.begin()) +
+      throw io::InputError(mask_of(prefix) + ": byte " +
+                           std::to_string(bad - bytes.begin() + static_cast<long>(header)) +
                            " is " + std::to_string(static_cast<unsigned char>(*bad)) +
                            ", not a loss mask (0 or 1)");
     }
-    masks->add(std::move(file), 1, /*is_signed=*/false);
+    sizes.push_back(static_cast<int64_t>(bytes.size()));
+    masks->add(std::move(file), 1, /*is_signed=*/false, header);
   }
   if (masks->size() == tokens.size()) return masks;
-  for (const auto& prefix : prefixes) {
-    const int64_t own = static_cast<int64_t>(fs::file_size(mask_of(prefix)));
-    const int64_t own_tokens = IndexedTokens({prefix}).size();
-    if (own != own_tokens) {
-      throw io::InputError(mask_of(prefix) + " holds " + std::to_string(own) + " masks for the " +
-                           std::to_string(own_tokens) + " tokens of " + indexed_prefix(prefix) +
-                           ".bin (prepare them again together)");
+  for (std::size_t i = 0; i < prefixes.size(); ++i) {
+    const int64_t own_tokens = IndexedTokens({prefixes[i]}).size();
+    if (sizes[i] != own_tokens) {
+      throw io::InputError(mask_of(prefixes[i]) + " holds " + std::to_string(sizes[i]) +
+                           " masks for the " + std::to_string(own_tokens) + " tokens of " +
+                           indexed_prefix(prefixes[i]) + ".bin (prepare them again together)");
     }
   }
   throw std::logic_error("masks and tokens differ in size, but no file's do");
@@ -152,8 +181,8 @@ ExampleSource::ExampleSource(std::shared_ptr<const ExampleCorpus> corpus, bool v
       batch_(batch),
       seed_(seed),
       stream_(stream),
-      share_(share),
-      pack_(pack) {}
+      pack_(pack),
+      position_(batch, share) {}
 
 const Row& ExampleSource::row_of_sample(int64_t sample) {
   const auto rows = static_cast<int64_t>(rows_.size());
@@ -197,17 +226,12 @@ engine::MicroBatch ExampleSource::next() {
   at::Tensor labels = at::empty({batch_, context_}, at::kLong);
   at::Tensor documents = at::empty({batch_, context_}, at::kLong);
   for (int64_t i = 0; i < batch_; ++i) {
-    const int64_t sample = (drawn_ * batch_ + i) * share_.replicas + share_.replica;
-    fill(row_of_sample(sample), ids.data_ptr<int64_t>() + i * context_,
+    fill(row_of_sample(position_.sample(i)), ids.data_ptr<int64_t>() + i * context_,
          labels.data_ptr<int64_t>() + i * context_, documents.data_ptr<int64_t>() + i * context_);
   }
-  ++drawn_;
+  position_.advance();
   if (pack_) return {{ids, documents}, {labels}};
   return {{ids}, {labels}};
-}
-
-void ExampleSource::restore(const nlohmann::json& state) {
-  drawn_ = drawn_from(state);
 }
 
 }  // namespace pipetrain::data

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sample_position.h"
 #include "data/token_data.h"
 #include "data/token_stream.h"
 
@@ -49,17 +50,16 @@ ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t v
 // 0), labels the next ones, tensor_parallel::kIgnoreIndex where the mask is 0, past an
 // example's last token and in the padding. With `pack`, inputs are {ids, documents}, each
 // example (and the padding) a document of its own. Rows are read in an order shuffled per
-// epoch from (seed, stream, epoch); replica r of R reads sample (j x batch + i) x R + r of
-// that order in its micro-batch j (see SampleShare), so every data-parallel size reads the
-// same global batches.
+// epoch from (seed, stream, epoch); replicas read that order as SamplePosition says, so every
+// layout reads the same global batches.
 class ExampleSource : public engine::MicroBatchSource {
  public:
   ExampleSource(std::shared_ptr<const ExampleCorpus> corpus, bool validation, int64_t vocab_size,
                 int64_t context, int64_t batch, uint64_t seed, uint64_t stream, SampleShare share,
                 bool pack);
   engine::MicroBatch next() override;
-  nlohmann::json state() const override { return {{"drawn", drawn_}}; }
-  void restore(const nlohmann::json& state) override;
+  nlohmann::json state() const override { return position_.state(); }
+  void restore(const nlohmann::json& state) override { position_.restore(state); }
 
  private:
   const Row& row_of_sample(int64_t sample);
@@ -72,9 +72,8 @@ class ExampleSource : public engine::MicroBatchSource {
   int64_t batch_;
   uint64_t seed_;
   uint64_t stream_;
-  SampleShare share_;
   bool pack_;
-  int64_t drawn_ = 0;
+  SamplePosition position_;
   int64_t epoch_ = -1;          // of order_
   std::vector<int64_t> order_;  // the rows of epoch_, shuffled
 };

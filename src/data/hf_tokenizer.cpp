@@ -1,20 +1,23 @@
 // Hugging Face tokenizer.json files with a BPE model: GPT-2's byte-level tokenizers, the
 // LLaMA-3 kind (a split regex before the byte level) and the SentencePiece conversions of
 // LLaMA-2 and Mistral (metaspace, byte fallback). Each stage is read as the `tokenizers`
-// library runs it (its Rust sources are the reference); a stage of another kind is refused
-// with its field named.
+// library runs it (its Rust sources are the reference), the post-processor too
+// (post_processor.h); a stage of another kind, or a field it does not apply, is refused with
+// its field named.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "data/bpe_model.h"
 #include "data/byte_level.h"
+#include "data/post_processor.h"
 #include "data/tokenizer.h"
 #include "data/utf8.h"
 #include "pipetrain/config/config_section.h"
@@ -431,8 +434,13 @@ size_t white_space_after(const std::string& text, size_t begin) {
 class HfTokenizer : public Tokenizer {
  public:
   HfTokenizer(const nlohmann::json& json, const std::string& path)
-      : path_(path), model_(json.value("model", nlohmann::json()), path) {
+      : path_(path),
+        model_(json.value("model", nlohmann::json()), path),
+        post_process_(json.value("post_processor", nlohmann::json()), path) {
     const StageReader reader(path);
+    for (const auto& [key, value] : json.items()) {
+      if (!kFields.count(key)) reader.fail(key, "is not supported (pipetrain would not apply it)");
+    }
     for (const char* unused : {"truncation", "padding"}) {
       if (json.contains(unused) && !json[unused].is_null())
         reader.fail(unused, "is not supported (use null)");
@@ -448,7 +456,7 @@ class HfTokenizer : public Tokenizer {
   // As the library encodes: added tokens that are matched as written are cut out of the text
   // first; each stretch between them is normalized, then the added tokens matched in
   // normalized text are cut out of it; what remains is pre-tokenized and goes to the model.
-  std::vector<int64_t> encode(const std::string& text) const override {
+  std::vector<int64_t> encode_text(const std::string& text) const override {
     if (!is_utf8(text)) throw io::InputError(path_ + ": the text to encode is not UTF-8");
     std::vector<int64_t> ids;
     const auto add = [&](int64_t id) { ids.push_back(id); };
@@ -477,9 +485,22 @@ class HfTokenizer : public Tokenizer {
     return text;
   }
 
-  int64_t vocab_size() const override { return std::max(model_.size(), next_added_id_); }
+  int64_t vocab_size() const override {
+    return std::max({model_.size(), next_added_id_, post_process_.ids_end()});
+  }
+
+ protected:
+  std::vector<int64_t> with_special_tokens(std::vector<int64_t> a, const std::vector<int64_t>* b,
+                                           SpecialTokens special) const override {
+    return post_process_.apply(a, b, special);
+  }
 
  private:
+  // The fields of a tokenizer.json this reader applies (or refuses when set).
+  inline static const std::set<std::string> kFields{
+      "version",       "truncation", "padding",        "added_tokens", "normalizer",
+      "pre_tokenizer", "model",      "post_processor", "decoder"};
+
   struct AddedToken {
     std::string content;
     int64_t id;
@@ -585,6 +606,7 @@ class HfTokenizer : public Tokenizer {
 
   std::string path_;
   BpeModel model_;
+  PostProcessor post_process_;
   Normalizer normalize_;
   PreTokenizer pre_tokenize_;
   Decoder decode_;

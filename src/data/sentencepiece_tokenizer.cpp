@@ -14,7 +14,7 @@ class SentencePieceTokenizer : public Tokenizer {
     if (!status.ok())
       throw io::InputError(path + ": not a SentencePiece model (" + status.ToString() + ")");
   }
-  std::vector<int64_t> encode(const std::string& text) const override {
+  std::vector<int64_t> encode_text(const std::string& text) const override {
     std::vector<int> ids;
     processor_.Encode(text, &ids).IgnoreError();
     return {ids.begin(), ids.end()};

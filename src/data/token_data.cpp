@@ -56,25 +56,14 @@ TokenCorpus split(std::shared_ptr<const TokenStream> tokens, int64_t vocab_size,
   return {{tokens, 0, n - validation}, {tokens, n - validation, validation}, vocab_size};
 }
 
-// Window starts for draw `draw` of `stream`: a counter-based generator, so any draw can
-// be reproduced without replaying the ones before it.
-at::Tensor draw_integers(uint64_t seed, uint64_t stream, int64_t draw, int64_t count,
-                         int64_t high) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(draw)));
-  return at::randint(high, {count}, generator, at::kLong);
+// The generator of sample `sample` of `stream`: counter-based, so any sample can be
+// reproduced without drawing the ones before it.
+at::Generator sample_generator(uint64_t seed, uint64_t stream, int64_t sample) {
+  return at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(sample)));
 }
 
 }  // namespace
-
-int64_t drawn_from(const nlohmann::json& state) {
-  if (!state.is_object() || !state.contains("drawn") || !state["drawn"].is_number_integer() ||
-      state["drawn"].get<int64_t>() < 0) {
-    throw io::InputError("checkpoint data position must be {\"drawn\": N}, N >= 0, got " +
-                         state.dump());
-  }
-  return state["drawn"].get<int64_t>();
-}
 
 TokenCorpus text_corpus(const std::vector<std::string>& paths, double validation_fraction) {
   auto tokens = std::make_shared<MappedTokens>();  // a byte is a token
@@ -112,7 +101,7 @@ TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t voc
 }
 
 SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
-                               uint64_t seed, uint64_t stream, std::optional<SampleShare> share,
+                               uint64_t seed, uint64_t stream, SampleShare share,
                                DocumentSplit documents)
     : tokens_(std::move(tokens)),
       vocab_size_(vocab_size),
@@ -120,8 +109,8 @@ SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t con
       batch_(batch),
       seed_(seed),
       stream_(stream),
-      share_(share),
-      documents_(documents) {
+      documents_(documents),
+      position_(batch, share) {
   if (documents_.by_index && !tokens_.stream->document_starts()) {
     throw std::invalid_argument(
         "SequenceSource: documents by index need a stream that records its documents");
@@ -135,18 +124,13 @@ SequenceSource::SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t con
 
 engine::MicroBatch SequenceSource::next() {
   const int64_t high = tokens_.length - context_;
-  at::Tensor starts;
-  if (share_) {
-    starts = at::empty({batch_}, at::kLong);
-    for (int64_t i = 0; i < batch_; ++i) {
-      const int64_t sample = (drawn_ * batch_ + i) * share_->replicas + share_->replica;
-      starts.data_ptr<int64_t>()[i] =
-          draw_integers(seed_, stream_, sample, 1, high).item<int64_t>();
-    }
-    ++drawn_;
-  } else {
-    starts = draw_integers(seed_, stream_, drawn_++, batch_, high);
+  at::Tensor starts = at::empty({batch_}, at::kLong);
+  for (int64_t i = 0; i < batch_; ++i) {
+    starts.data_ptr<int64_t>()[i] =
+        at::randint(high, {1}, sample_generator(seed_, stream_, position_.sample(i)), at::kLong)
+            .item<int64_t>();
   }
+  position_.advance();
   at::Tensor windows = at::empty({batch_, context_ + 1}, at::kLong);
   for (int64_t b = 0; b < batch_; ++b) {
     tokens_.stream->read(tokens_.begin + starts.data_ptr<int64_t>()[b], context_ + 1, vocab_size_,
@@ -191,40 +175,24 @@ at::Tensor documents_from_starts(const at::Tensor& starts, int64_t length,
   return documents;
 }
 
-void SequenceSource::restore(const nlohmann::json& state) {
-  drawn_ = drawn_from(state);
-}
-
 RegressionSource::RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed,
-                                   uint64_t stream, std::optional<SampleShare> share)
-    : inputs_(inputs), batch_(batch), seed_(seed), stream_(stream), share_(share) {
+                                   uint64_t stream, SampleShare share)
+    : inputs_(inputs), batch_(batch), seed_(seed), stream_(stream), position_(batch, share) {
   auto teacher = at::make_generator<at::CPUGeneratorImpl>(seed);
   hidden_weight_ = at::randn({inputs, 32}, teacher) / std::sqrt(static_cast<double>(inputs));
   output_weight_ = at::randn({32, outputs}, teacher) / std::sqrt(32.0);
 }
 
 engine::MicroBatch RegressionSource::next() {
-  auto generator_of = [&](int64_t draw) {
-    return at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-        module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(draw)));
-  };
-  at::Tensor x;
-  if (share_) {
-    std::vector<at::Tensor> rows;
-    for (int64_t i = 0; i < batch_; ++i) {
-      const int64_t sample = (drawn_ * batch_ + i) * share_->replicas + share_->replica;
-      rows.push_back(at::rand({1, inputs_}, generator_of(sample)));
-    }
-    x = at::cat(rows) * 2 - 1;
-    ++drawn_;
-  } else {
-    x = at::rand({batch_, inputs_}, generator_of(drawn_++)) * 2 - 1;
+  // Row by row, so that a sample's target does not depend on the rows beside it.
+  std::vector<at::Tensor> xs, ys;
+  for (int64_t i = 0; i < batch_; ++i) {
+    xs.push_back(at::rand({1, inputs_}, sample_generator(seed_, stream_, position_.sample(i))) * 2 -
+                 1);
+    ys.push_back(at::tanh(xs.back().matmul(hidden_weight_)).matmul(output_weight_));
   }
-  return {{x}, {at::tanh(x.matmul(hidden_weight_)).matmul(output_weight_)}};
-}
-
-void RegressionSource::restore(const nlohmann::json& state) {
-  drawn_ = drawn_from(state);
+  position_.advance();
+  return {{at::cat(xs)}, {at::cat(ys)}};
 }
 
 }  // namespace pipetrain::data

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sample_position.h"
 #include "data/token_stream.h"
 #include "pipetrain/data/data_source.h"
 
@@ -37,24 +38,13 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
                            double validation_fraction, bool record_documents = false);
 
-// A fixed set of samples shared out over replicas: sample k of the set is drawn from
-// (seed, stream, k) alone, and replica `replica` of `replicas` reads samples
-// (j * batch + i) * replicas + replica in its micro-batch j. The first n batches of
-// B = batch x micro-batches x replicas samples are then the same n B samples whatever the
-// batch, micro-batch count and data-parallel size: what validation reads.
-struct SampleShare {
-  int64_t replica = 0;
-  int64_t replicas = 1;
-};
-
-// Language-model micro-batches: `batch` windows of `context` + 1 tokens of `tokens` at
-// positions drawn from (seed, stream, draw count) alone, so a stream can resume anywhere and
-// replicas (different `stream`s) read different windows. Inputs are the first `context`
-// tokens, labels the next ones. With `share`, windows are drawn one by one as SampleShare
-// says instead. With packed documents the inputs are {ids, documents}: each input
-// position's document in its window, counting the `end_id` ids before it (the id ends its
-// document; the next token starts the next one), or, `by_index`, the starts of the stream's
-// documents (TokenStream::document_starts) up to it.
+// Language-model micro-batches: `batch` windows of `context` + 1 tokens of `tokens`, sample k
+// at a position drawn from (seed, stream, k) alone, read as SamplePosition says: the same
+// global batches at every layout, and a stream can resume anywhere. Inputs are the first
+// `context` tokens, labels the next ones. With packed documents the inputs are {ids,
+// documents}: each input position's document in its window, counting the `end_id` ids
+// before it (the id ends its document; the next token starts the next one), or,
+// `by_index`, the starts of the stream's documents (TokenStream::document_starts) up to it.
 struct DocumentSplit {
   std::optional<int64_t> end_id;
   bool by_index = false;
@@ -63,11 +53,11 @@ struct DocumentSplit {
 class SequenceSource : public engine::MicroBatchSource {
  public:
   SequenceSource(TokenSpan tokens, int64_t vocab_size, int64_t context, int64_t batch,
-                 uint64_t seed, uint64_t stream, std::optional<SampleShare> share = {},
+                 uint64_t seed, uint64_t stream, SampleShare share = {},
                  DocumentSplit documents = {});
   engine::MicroBatch next() override;
-  nlohmann::json state() const override { return {{"drawn", drawn_}}; }
-  void restore(const nlohmann::json& state) override;
+  nlohmann::json state() const override { return position_.state(); }
+  void restore(const nlohmann::json& state) override { position_.restore(state); }
 
  private:
   TokenSpan tokens_;
@@ -76,13 +66,9 @@ class SequenceSource : public engine::MicroBatchSource {
   int64_t batch_;
   uint64_t seed_;
   uint64_t stream_;
-  std::optional<SampleShare> share_;
   DocumentSplit documents_;
-  int64_t drawn_ = 0;
+  SamplePosition position_;
 };
-
-// The draw count a source's state() holds: InputError unless {"drawn": N}.
-int64_t drawn_from(const nlohmann::json& state);
 
 // The document of each position of `ids` ([batch, seq]): the number of `document_end` ids
 // before it in its row.
@@ -95,25 +81,23 @@ at::Tensor documents_from_starts(const at::Tensor& starts, int64_t length,
                                  const std::vector<int64_t>& document_starts);
 
 // Regression data for the MLP: x uniform in [-1, 1), y a fixed random teacher network's
-// output (tanh layer, then linear), drawn from (seed, stream, draw count) like SequenceSource,
-// or sample by sample as `share` says.
+// output (tanh layer, then linear), sample k drawn from (seed, stream, k) like SequenceSource.
 class RegressionSource : public engine::MicroBatchSource {
  public:
   RegressionSource(int64_t inputs, int64_t outputs, int64_t batch, uint64_t seed, uint64_t stream,
-                   std::optional<SampleShare> share = {});
+                   SampleShare share = {});
   engine::MicroBatch next() override;
-  nlohmann::json state() const override { return {{"drawn", drawn_}}; }
-  void restore(const nlohmann::json& state) override;
+  nlohmann::json state() const override { return position_.state(); }
+  void restore(const nlohmann::json& state) override { position_.restore(state); }
 
  private:
   int64_t inputs_;
   int64_t batch_;
   uint64_t seed_;
   uint64_t stream_;
-  std::optional<SampleShare> share_;
   at::Tensor hidden_weight_;
   at::Tensor output_weight_;
-  int64_t drawn_ = 0;
+  SamplePosition position_;
 };
 
 }  // namespace pipetrain::data

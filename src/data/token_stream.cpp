@@ -8,11 +8,13 @@
 
 namespace pipetrain::data {
 
-void MappedTokens::add(std::unique_ptr<io::MappedFile> file, int item_size, bool is_signed) {
-  const auto tokens = static_cast<int64_t>(file->size() / static_cast<std::size_t>(item_size));
+void MappedTokens::add(std::unique_ptr<io::MappedFile> file, int item_size, bool is_signed,
+                       std::size_t skip) {
+  const std::size_t bytes = file->size() > skip ? file->size() - skip : 0;
+  const auto tokens = static_cast<int64_t>(bytes / static_cast<std::size_t>(item_size));
   if (tokens == 0) return;  // nothing to read, and no position of its own
   Mapped mapped;
-  mapped.data = static_cast<const unsigned char*>(file->pages());
+  mapped.data = static_cast<const unsigned char*>(file->pages()) + skip;
   mapped.file = std::move(file);
   mapped.item_size = item_size;
   mapped.is_signed = is_signed;

@@ -30,9 +30,11 @@ class TokenStream {
 // against the vocabulary as they are read.
 class MappedTokens : public TokenStream {
  public:
-  // Appends `file`'s ids: `item_size` bytes each (1, 2, 4 or 8), little-endian. Its size
-  // must be a whole number of them (the caller checks and names the problem).
-  void add(std::unique_ptr<io::MappedFile> file, int item_size, bool is_signed);
+  // Appends `file`'s ids after its first `skip` bytes (a header): `item_size` bytes each (1,
+  // 2, 4 or 8), little-endian. The rest's size must be a whole number of them (the caller
+  // checks and names the problem).
+  void add(std::unique_ptr<io::MappedFile> file, int item_size, bool is_signed,
+           std::size_t skip = 0);
 
   int64_t size() const override { return total_; }
   void read(int64_t start, int64_t count, int64_t vocab_size, int64_t* out) const override;

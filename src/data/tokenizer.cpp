@@ -9,7 +9,7 @@ namespace {
 
 class ByteTokenizer : public Tokenizer {
  public:
-  std::vector<int64_t> encode(const std::string& text) const override {
+  std::vector<int64_t> encode_text(const std::string& text) const override {
     std::vector<int64_t> bytes;
     for (const unsigned char c : text) bytes.push_back(c);
     return bytes;

@@ -529,12 +529,23 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
     if (config.type == Family::kMixtral) config.moe = mixtral_from_hf(fields);
     if (config.type == Family::kQwen3Moe) config.moe = qwen3_moe_from_hf(fields, hf);
   }
-  // Special tokens, where config.json names one of each (a list or null names none here).
+  // Special tokens, where config.json names one of each (null names none; a list of eos
+  // ids is kept whole, its first the eos_token_id).
   auto token = [&](const char* name) {
     return hf.contains(name) && hf[name].is_number_integer() ? hf[name].get<int64_t>() : -1;
   };
   config.bos_token_id = token("bos_token_id");
   config.eos_token_id = token("eos_token_id");
+  config.pad_token_id = token("pad_token_id");
+  const nlohmann::json eos = hf.value("eos_token_id", nlohmann::json());
+  if (eos.is_array()) {
+    for (const auto& id : eos) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        throw io::InputError(source + ": eos_token_id must be a token id or a list of them");
+      config.eos_token_ids.push_back(id.get<int64_t>());
+    }
+    if (!config.eos_token_ids.empty()) config.eos_token_id = config.eos_token_ids.front();
+  }
   return config;
 }
 
@@ -711,7 +722,9 @@ nlohmann::json hf_config_of(const ModelConfig& config) {
   nlohmann::json hf = hf_model_config_of(config);
   auto token = [](int64_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(nullptr); };
   hf["bos_token_id"] = token(config.bos_token_id);
-  hf["eos_token_id"] = token(config.eos_token_id);
+  hf["eos_token_id"] = config.eos_token_ids.empty() ? token(config.eos_token_id)
+                                                    : nlohmann::json(config.eos_token_ids);
+  if (config.pad_token_id >= 0) hf["pad_token_id"] = config.pad_token_id;
   return hf;
 }
 

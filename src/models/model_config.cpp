@@ -262,7 +262,23 @@ const config::KeyTable<ModelConfig>& model_keys() {
         .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
                  "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),
-                 "the end-of-sequence token (transformers' name); -1: none", config::at_least(-1));
+                 "the end-of-sequence token (transformers' name); -1: none", config::at_least(-1))
+        .integer("model.pad_token_id", PIPETRAIN_FIELD(pad_token_id),
+                 "the padding token (transformers' name); -1: none", config::at_least(-1))
+        .custom(
+            "model.eos_token_ids", "list of int",
+            "every end-of-sequence token where transformers' config.json lists several (the "
+            "first is eos_token_id); empty: eos_token_id alone",
+            [](const std::string& key, const nlohmann::json& v, ModelConfig& c) {
+              c.eos_token_ids.clear();
+              if (!v.is_array()) throw io::InputError(key + " must be a list of token ids");
+              for (const auto& id : v) {
+                if (!id.is_number_integer() || id.get<int64_t>() < 0)
+                  throw io::InputError(key + " must be a list of token ids (0 or more)");
+                c.eos_token_ids.push_back(id.get<int64_t>());
+              }
+            },
+            [](const ModelConfig& c) { return nlohmann::json(c.eos_token_ids); });
     t.when([](const ModelConfig& c) { return c.type == Family::kMlp; }, "model.type mlp")
         .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
         .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")

@@ -24,8 +24,9 @@ namespace {
 
 // Samples of random input that `profile` partitioning times each layer on.
 constexpr int64_t kProfileBatch = 2;
-// Validation draws from this stream, far from the training streams of the replicas: one
-// fixed set of samples, shared out over the replicas (data::SampleShare).
+// Training draws its samples from one stream and validation from another, each one global
+// sequence of samples shared out over the replicas (data::SamplePosition).
+constexpr uint64_t kTrainingStream = 0;
 constexpr uint64_t kValidationStream = 1 << 20;
 // The byte vocabulary of text data.
 constexpr int64_t kByteVocabulary = 256;
@@ -148,11 +149,11 @@ std::string lora_summary(const Job& job) {
 void build_feature_data(Job& job, const models::FeatureInput& features, int64_t replica) {
   const int64_t batch = job.config.engine.train_micro_batch_size_per_gpu;
   const auto seed = static_cast<uint64_t>(job.config.engine.seed);
+  const data::SampleShare share{replica, job.grid->data_parallel_size()};
   job.train_data = std::make_unique<data::RegressionSource>(features.inputs, features.outputs,
-                                                            batch, seed, replica);
+                                                            batch, seed, kTrainingStream, share);
   job.validation_data = std::make_unique<data::RegressionSource>(
-      features.inputs, features.outputs, batch, seed, kValidationStream,
-      data::SampleShare{replica, job.grid->data_parallel_size()});
+      features.inputs, features.outputs, batch, seed, kValidationStream, share);
 }
 
 // With data.pack: how documents are told apart. An indexed dataset's own document index,
@@ -198,7 +199,7 @@ void build_example_data(Job& job, const models::TokenInput& tokens, int64_t repl
         job.config.engine.train_micro_batch_size_per_gpu,
         static_cast<uint64_t>(job.config.engine.seed), stream, share, data.pack);
   };
-  job.train_data = source(false, 0);
+  job.train_data = source(false, kTrainingStream);
   job.validation_data = source(true, kValidationStream);
   job.config.engine.per_token_loss = true;
   const double trained = 100.0 * static_cast<double>(corpus->trained_count) /
@@ -236,15 +237,14 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
     corpus = data::token_files(data.paths, static_cast<int>(data.token_bytes), tokens.vocab_size,
                                data.validation_fraction);
   }
-  auto source = [&](const data::TokenSpan& part, uint64_t stream,
-                    std::optional<data::SampleShare> share) {
+  const data::SampleShare share{replica, job.grid->data_parallel_size()};
+  auto source = [&](const data::TokenSpan& part, uint64_t stream) {
     return std::make_unique<data::SequenceSource>(
         part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
         static_cast<uint64_t>(job.config.engine.seed), stream, share, documents);
   };
-  job.train_data = source(corpus.train, replica, std::nullopt);
-  job.validation_data = source(corpus.validation, kValidationStream,
-                               data::SampleShare{replica, job.grid->data_parallel_size()});
+  job.train_data = source(corpus.train, kTrainingStream);
+  job.validation_data = source(corpus.validation, kValidationStream);
 }
 
 void build_data(Job& job) {

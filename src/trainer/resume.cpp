@@ -6,6 +6,7 @@
 
 #include "io/read_file.h"
 #include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/topology/parallel_layout.h"
 #include "trainer/job_config.h"
 
@@ -26,6 +27,25 @@ std::string latest_in(const std::string& folder) {
   return checkpoint::resolve_tag(folder, "latest");
 }
 
+// The newest step_N folder with a manifest in `folder` (a checkpoint), or "" where none.
+std::string newest_step_folder(const std::string& folder) {
+  std::error_code error;
+  std::string newest;
+  long long newest_step = -1;
+  for (fs::directory_iterator entry(folder, error), end; !error && entry != end;
+       entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 20 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    std::error_code missing;
+    if (!fs::is_regular_file(entry->path() / "manifest.json", missing)) continue;
+    const long long step = std::stoll(name.substr(5));
+    if (step > newest_step) newest_step = step, newest = name;
+  }
+  return newest;
+}
+
 bool same_folder(const std::string& a, const std::string& b) {
   std::error_code error;
   return fs::equivalent(a, b, error) ||
@@ -41,6 +61,15 @@ std::string resolve_resume(nlohmann::json& config) {
   const bool overwrite = config.contains("overwrite") && config["overwrite"].is_boolean() &&
                          config["overwrite"].get<bool>();
   const std::string tag = latest_in(save);
+  if (tag.empty() && !overwrite) {
+    // Checkpoints without `latest` (deleted, or copied without it): never taken as empty.
+    const std::string orphan = newest_step_folder(save);
+    if (!orphan.empty()) {
+      throw io::InputError("save: " + save + " holds checkpoints (the newest " + orphan +
+                           ") but no latest file naming the one to resume: write its tag into " +
+                           save + "/latest to resume it, or start over there with --overwrite");
+    }
+  }
   if (!load.empty() && !same_folder(load, save)) {
     // A fine-tune starts from `load` (its base); once its own folder holds a checkpoint of
     // a run that started there, the same command goes on from it. Another run's

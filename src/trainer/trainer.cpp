@@ -33,6 +33,7 @@
 #include "trainer/generation/sampling.h"
 #include "trainer/job.h"
 #include "trainer/metrics_log.h"
+#include "trainer/model_files.h"
 #include "trainer/model_flops.h"
 #include "trainer/optimizer_report.h"
 #include "trainer/output_paths.h"
@@ -307,6 +308,9 @@ void announce(const Job& job) {
   if (!save.empty()) {
     make_folder("save", save);
     io::write_file_atomically(fs::path(save) / "config.json", job.effective.dump(2) + "\n");
+    // A fine-tune keeps its model's tokenizer and generation files beside its checkpoints.
+    const std::string& tokenizer = job.config.trainer.sample.tokenizer;
+    if (!tokenizer.empty()) copy_model_files(fs::absolute(tokenizer).parent_path(), save);
   }
 }
 
@@ -382,8 +386,12 @@ int train(const nlohmann::json& config_file) {
     if (model_taken)
       std::printf("model: the checkpoint's (%s, %d layers), the config has no model section\n",
                   models::type_name(job.config.model).c_str(), job.module->num_layers());
-    std::printf("resumed from %s at step %lld\n", t.load.c_str(),
-                static_cast<long long>(engine.global_steps()));
+    if (engine.global_steps() == 0)  // an import, or another run's start
+      std::printf("fine-tuning from %s/%s\n", t.load.c_str(),
+                  checkpoint::resolve_tag(t.load, "latest").c_str());
+    else
+      std::printf("resumed from %s at step %lld\n", t.load.c_str(),
+                  static_cast<long long>(engine.global_steps()));
   }
   announce(job);
   RunLog log(job);
@@ -440,10 +448,10 @@ int train(const nlohmann::json& config_file) {
       const std::string signal = relayed.empty() ? launch::signal_name(stop.signal()) : relayed;
       if (job.grid->global_rank() == 0)
         std::fprintf(stderr,
-                     "pipetrain: stopped on %s after step %lld: saved %s/%s; resume with --load "
-                     "%s (exit %d)\n",
+                     "pipetrain: stopped on %s after step %lld: saved %s/%s; run the same command "
+                     "to resume (exit %d)\n",
                      signal.c_str(), static_cast<long long>(step.step), t.save.c_str(), tag.c_str(),
-                     t.save.c_str(), kSavedOnSignalExitCode);
+                     kSavedOnSignalExitCode);
       return kSavedOnSignalExitCode;
     }
   }
@@ -597,6 +605,18 @@ int generate_from_checkpoint(const GenerateOptions& options) {
     }
   };
   check_stop(options.stop, "--stop ");
+  // The model's end-of-sequence ids end a prompt's generation unless --no-stop.
+  std::vector<int64_t> stop = options.stop;
+  if (options.stop_at_end) {
+    const models::ModelConfig& model = job.config.model;
+    std::vector<int64_t> model_ends = model.eos_token_ids;
+    if (model_ends.empty() && model.eos_token_id >= 0) model_ends.push_back(model.eos_token_id);
+    const fs::path files = model_files_folder(job.effective, options.checkpoint);
+    for (const int64_t id : end_of_sequence_ids(files, model_ends)) {
+      if (id < tokens->vocab_size && std::find(stop.begin(), stop.end(), id) == stop.end())
+        stop.push_back(id);
+    }
+  }
   std::vector<PromptRequest> requests;
   for (const auto& prompt : prompts) {
     check_stop(prompt.stop, prompt.where + ": stop token ");
@@ -621,7 +641,7 @@ int generate_from_checkpoint(const GenerateOptions& options) {
                                  .top_k = options.top_k,
                                  .seed = options.seed,
                                  .top_p = options.top_p,
-                                 .stop = options.stop,
+                                 .stop = stop,
                                  .kv_cache = options.kv_cache,
                                  .max_in_flight = options.max_in_flight};
   // In flight: every prompt's seconds are the batch's.

@@ -38,6 +38,9 @@ struct GenerateOptions {
   int64_t top_k = 20;
   double top_p = 1.0;         // SamplingOptions::top_p, in (0, 1]
   std::vector<int64_t> stop;  // token ids that end a prompt's generation
+  // The model's end-of-sequence ids end it too (generation_config.json's eos_token_id, an id
+  // or a list, else model.eos_token_id).
+  bool stop_at_end = true;
   uint64_t seed = 1;
   int model_parallel = 1;  // the rest of the ranks are pipeline stages
   std::string tokenizer;   // empty: the checkpoint's sample.tokenizer, else bytes

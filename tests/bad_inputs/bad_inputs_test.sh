@@ -147,6 +147,10 @@ data_case mask-value "value.mask: byte 3 is 7, not a loss mask (0 or 1)" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/value\"]}" "python3 '$writer' '$work/value' uint16 50 && head -c 535 /dev/zero >'$work/value.mask' && printf '\\007' | dd of='$work/value.mask' bs=1 seek=3 conv=notrunc status=none"
 data_case mask-missing "data.paths: $work/plain has no loss masks ($work/plain.mask) but $work/value has" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/value\", \"$work/plain\"]}" "python3 '$writer' '$work/plain' uint16 50"
+# A mask names the .bin it was made with: one beside another run's tokens (as a rerun of
+# prepare-data cut short between its renames would leave) is refused.
+data_case mask-of-another-run "other.mask was made with another $work/other.bin (another prepare-data run)" \
+  "{\"type\": \"indexed\", \"paths\": [\"$work/other\"]}" "python3 '$writer' '$work/other' int32 50 && python3 -c \"import struct, zlib; open('$work/other.mask', 'wb').write(b'PTMASK01' + struct.pack('<QI', 1070, zlib.crc32(b'x')) + bytes(4) + bytes([1]) * 535)\""
 data_case empty-folder "data.paths: no files found" \
   "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
 data_case not-a-folder "data.paths: /dev/null cannot be read: Not a directory" \
@@ -184,6 +188,9 @@ damaged_case manifest-without-topology "manifest.json: \"topology\" is missing" 
   "sealed_json \"del m['topology']\""
 damaged_case no-latest "latest is missing" "rm latest"
 damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "sealed 's|.*|{}|;1!d'"
+# A data position per replica (before it was global) that records no micro-batch size.
+damaged_case old-position-without-layout "its data position is per replica ({\"drawn\": N}) and it does not record" \
+  "sealed_json \"m['data'] = {'drawn': 1}; m['client_state']['config'].pop('train_micro_batch_size_per_gpu')\""
 damaged_case unsealed-manifest "manifest.json: checksum mismatch (manifest.crc32 says" \
   "sed -i 's|\"global_steps\": 1|\"global_steps\": 0|' step_1/manifest.json"
 damaged_case unsealed-old-checkpoint "step_1/manifest.crc32 is missing" "rm step_1/manifest.crc32"
@@ -204,6 +211,14 @@ damaged_case symlinked-layer "layer_002.safetensors: a symbolic link; checkpoint
   "cp step_1/layer_002.safetensors ../elsewhere.safetensors && rm step_1/layer_002.safetensors && ln -s \"\$PWD/../elsewhere.safetensors\" step_1/layer_002.safetensors"
 damaged_case fifo-layer "layer_002.safetensors: not a regular file (a folder, FIFO or device?)" \
   "rm step_1/layer_002.safetensors && mkfifo step_1/layer_002.safetensors"
+
+# A save folder holding checkpoints but no `latest` is not taken as empty.
+rm -rf "$work/orphan" && cp -r "$work/good" "$work/orphan" && rm "$work/orphan/latest"
+# shellcheck disable=SC2046
+expect_bad "save folder with checkpoints but no latest" \
+  "save: $work/orphan holds checkpoints (the newest step_1) but no latest file" \
+  $(train --config "$work/tiny.json" --save "$work/orphan")
+check "... whose checkpoint is left as it was" test -d "$work/orphan/step_1" -a ! -e "$work/orphan/latest"
 
 # Export reads the same manifest: a missing index is one line, exit 2, no file.
 rm -rf "$work/noindex" && cp -r "$work/good" "$work/noindex"

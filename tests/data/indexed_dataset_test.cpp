@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <vector>
 
+#include "data/examples.h"
 #include "data/token_data.h"
 #include "pipetrain/io/errors.h"
 
@@ -88,6 +92,108 @@ TEST_F(IndexedDatasetTest, DocumentsByIndexEqualDocumentsByTheirEndId) {
   const std::vector<int64_t> starts{5, 9};
   EXPECT_TRUE(at::equal(documents_from_starts(at::tensor({5, 3}, at::kLong), 4, starts),
                         at::tensor({0, 0, 0, 0, 0, 0, 1, 1}, at::kLong).view({2, 4})));
+}
+
+// A layout's view of the data: `replicas` data-parallel replicas, micro-batches of `batch`
+// rows, `micro_batches` of them per step (global batch batch x micro_batches x replicas).
+struct Layout {
+  int64_t replicas, batch, micro_batches;
+};
+using SourceOf =
+    std::function<std::unique_ptr<engine::MicroBatchSource>(int64_t batch, SampleShare share)>;
+using Rows = std::vector<std::vector<double>>;  // every tensor of a sample, flattened
+
+// The samples of `steps` global batches at `layout` from `from` (a state to resume at, or
+// null), each global batch's rows sorted: what a step trains on whatever the order.
+std::vector<Rows> global_batches(const SourceOf& source_of, Layout layout, int steps,
+                                 const nlohmann::json& from, nlohmann::json* after = nullptr) {
+  std::vector<std::unique_ptr<engine::MicroBatchSource>> replicas;
+  for (int64_t r = 0; r < layout.replicas; ++r) {
+    replicas.push_back(source_of(layout.batch, {r, layout.replicas}));
+    if (!from.is_null()) replicas.back()->restore(from);
+  }
+  std::vector<Rows> batches;
+  for (int step = 0; step < steps; ++step) {
+    Rows rows;
+    for (auto& replica : replicas) {
+      for (int64_t j = 0; j < layout.micro_batches; ++j) {
+        const engine::MicroBatch micro = replica->next();
+        for (int64_t i = 0; i < layout.batch; ++i) {
+          std::vector<double> row;
+          for (const comm::TensorList* part : {&micro.inputs, &micro.labels}) {
+            for (const at::Tensor& t : *part) {
+              const at::Tensor flat = t[i].flatten().to(at::kDouble).contiguous();
+              row.insert(row.end(), flat.data_ptr<double>(),
+                         flat.data_ptr<double>() + flat.numel());
+            }
+          }
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+    std::sort(rows.begin(), rows.end());
+    batches.push_back(std::move(rows));
+  }
+  if (after) *after = replicas.front()->state();
+  return batches;
+}
+
+// Every layout of one global batch (8) reads the same samples in each global batch, and a
+// position saved at one layout resumes at another on the very next global batch.
+void expect_global(const SourceOf& source_of) {
+  const std::vector<Layout> layouts{{1, 8, 1}, {1, 2, 4}, {2, 2, 2}, {2, 4, 1}, {4, 1, 2}};
+  const std::vector<Rows> reference = global_batches(source_of, layouts.front(), 5, nullptr);
+  ASSERT_NE(reference[0], reference[1]);
+  for (const Layout& layout : layouts) {
+    EXPECT_EQ(global_batches(source_of, layout, 5, nullptr), reference)
+        << "data " << layout.replicas << " x micro-batch " << layout.batch;
+  }
+  for (const Layout& saved : layouts) {
+    nlohmann::json position;
+    global_batches(source_of, saved, 2, nullptr, &position);
+    EXPECT_EQ(position, (nlohmann::json{{"samples", 16}}));
+    for (const Layout& resumed : layouts) {
+      const std::vector<Rows> next = global_batches(source_of, resumed, 3, position);
+      EXPECT_EQ(next, std::vector<Rows>(reference.begin() + 2, reference.end()))
+          << "saved at data " << saved.replicas << ", resumed at data " << resumed.replicas;
+    }
+  }
+  // A position inside a micro-batch of the resuming layout cannot be taken.
+  EXPECT_THROW(source_of(4, {0, 2})->restore(nlohmann::json{{"samples", 12}}), io::InputError);
+  EXPECT_THROW(source_of(4, {0, 2})->restore(nlohmann::json{{"drawn", 3}}), io::InputError);
+}
+
+TEST_F(IndexedDatasetTest, TokenWindowsAreGlobalBatchesAtEveryLayout) {
+  const TokenCorpus corpus = indexed_corpus({write("w", "uint16", 60)}, 1000, 0.2, true);
+  for (const DocumentSplit documents : {DocumentSplit{}, DocumentSplit{.by_index = true}}) {
+    expect_global([&](int64_t batch, SampleShare share) {
+      return std::make_unique<SequenceSource>(corpus.train, 1000, 12, batch, 5, 0, share,
+                                              documents);
+    });
+  }
+}
+
+TEST_F(IndexedDatasetTest, RegressionSamplesAreGlobalBatchesAtEveryLayout) {
+  expect_global([](int64_t batch, SampleShare share) {
+    return std::make_unique<RegressionSource>(3, 2, batch, 5, 0, share);
+  });
+}
+
+// Fine-tuning examples, one per row and packed: masks beside the tokens (every third token
+// trained).
+TEST_F(IndexedDatasetTest, ExamplesAreGlobalBatchesAtEveryLayout) {
+  const std::string prefix = write("e", "uint16", 70);
+  const int64_t tokens = IndexedTokens({prefix}).size();
+  std::ofstream mask(prefix + ".mask", std::ios::binary);
+  for (int64_t t = 0; t < tokens; ++t) mask.put(static_cast<char>(t % 3 == 0));
+  mask.close();
+  for (const bool pack : {false, true}) {
+    auto corpus =
+        std::make_shared<const ExampleCorpus>(example_corpus({prefix}, 1000, 20, pack, 0.1));
+    expect_global([&](int64_t batch, SampleShare share) {
+      return std::make_unique<ExampleSource>(corpus, false, 1000, 20, batch, 5, 0, share, pack);
+    });
+  }
 }
 
 TEST_F(IndexedDatasetTest, RefusesAnIdOutsideTheVocabularyAsItIsRead) {

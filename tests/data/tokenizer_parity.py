@@ -3,8 +3,12 @@
 Five tokenizers of the kinds published models use are trained here (GPT-2's byte level,
 LLaMA-3's split regex before the byte level, Qwen2's NFC normalizer and single-digit split
 regex before the byte level, LLaMA-2's SentencePiece conversion with byte fallback (Mistral's
-and Gemma's kind), a metaspace pre-tokenizer); for each, `pipetrain tokenize` must give the library's
-ids for every text (add_special_tokens=False) and its text for every id list, byte for byte.
+and Gemma's kind), a metaspace pre-tokenizer), and post-processors in the shapes published
+models use (LLaMA 3's BOS by TemplateProcessing after ByteLevel, Gemma 3's, GPT-2's
+ByteLevel, BERT's and RoBERTa's pair templates); for each, `pipetrain tokenize` must give the
+library's ids for every text with and without special tokens (and for pairs), over a few
+thousand texts (empty ones, special tokens' text, Unicode), and its text for every id list,
+byte for byte.
 Usage: tokenizer_parity.py PATH/TO/pipetrain
 """
 import json
@@ -139,10 +143,100 @@ def duplicate_added():
     return Tokenizer.from_str(json.dumps(spec))
 
 
+def with_post_processor(tokenizer, specials, post_processor):
+    """`tokenizer` with special tokens `specials` added and `post_processor` (a dict)."""
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False) for t in specials])
+    spec = json.loads(tokenizer.to_str())
+    ids = {t: tokenizer.token_to_id(t) for t in specials}
+    spec["post_processor"] = post_processor(ids)
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def template(single, pair, ids):
+    """TemplateProcessing as transformers writes it: pieces like "<bos>", "$A", "$B:1"."""
+    def pieces(text):
+        out = []
+        for word in text.split():
+            name, _, type_id = word.partition(":")
+            type_id = int(type_id or 0)
+            if name.startswith("$"):
+                out.append({"Sequence": {"id": name[1:], "type_id": type_id}})
+            else:
+                out.append({"SpecialToken": {"id": name, "type_id": type_id}})
+        return out
+    return {"type": "TemplateProcessing", "single": pieces(single), "pair": pieces(pair),
+            "special_tokens": {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in ids.items()}}
+
+
+def llama3_bos():
+    """LLaMA 3's: BOS added by a TemplateProcessing after a ByteLevel post-processor."""
+    return with_post_processor(
+        byte_level(LLAMA3_PATTERN), ["<|begin_of_text|>"], lambda ids: {
+            "type": "Sequence", "processors": [
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                 "use_regex": True},
+                template("<|begin_of_text|> $A",
+                         "<|begin_of_text|> $A <|begin_of_text|>:1 $B:1", ids)]})
+
+
+def gemma3_bos():
+    """Gemma 3's: SentencePiece's conversion, <bos> by TemplateProcessing."""
+    return with_post_processor(sentencepiece_conversion(), ["<bos>"], lambda ids: template(
+        "<bos> $A", "<bos> $A <bos>:1 $B:1", ids))
+
+
+def gpt2_byte_level():
+    """GPT-2's: a ByteLevel post-processor (offsets only)."""
+    return with_post_processor(byte_level(), [], lambda ids: {
+        "type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True})
+
+
+def bert_pair():
+    """BERT's [CLS] A [SEP] B [SEP] over a BPE model."""
+    return with_post_processor(byte_level(), ["[CLS]", "[SEP]"], lambda ids: {
+        "type": "BertProcessing", "sep": ["[SEP]", ids["[SEP]"]], "cls": ["[CLS]", ids["[CLS]"]]})
+
+
+def roberta_pair():
+    """RoBERTa's <s> A </s></s> B </s>."""
+    return with_post_processor(byte_level(), ["<s>", "</s>"], lambda ids: {
+        "type": "RobertaProcessing", "sep": ["</s>", ids["</s>"]], "cls": ["<s>", ids["<s>"]],
+        "trim_offsets": True, "add_prefix_space": False})
+
+
+def many_texts(count, specials):
+    """Texts of every kind: empty, a special token's text alone and inside text, slices of
+    the corpus and of Unicode, random code points."""
+    rng = random.Random(11)
+    corpus = GPL + UNICODE
+    texts = ["", " ", "\n"] + specials + [f"x{t}y {t}" for t in specials]
+    while len(texts) < count:
+        kind = rng.randrange(4)
+        if kind == 0:
+            start = rng.randrange(len(corpus) - 80)
+            texts.append(corpus[start:start + rng.randrange(80)])
+        elif kind == 1:
+            texts.append("".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(160, 0x3000),
+                                                 rng.randrange(0x1F300, 0x1F600)]))
+                                 for _ in range(rng.randrange(12))))
+        elif kind == 2 and specials:
+            texts.append(rng.choice(specials) + corpus[rng.randrange(len(corpus) - 30):][:20])
+        else:
+            texts.append(rng.choice(TEXTS))
+    # A text starting with "-" would be read as an option.
+    return ["x" + t if t.startswith("-") else t for t in texts]
+
+
+def ids_of(output):
+    return [[int(i) for i in line.split(",") if i] for line in output.split("\n")[:-1]]
+
+
 def run(*args):
     # bytes, not text mode: "\r\n" must come back as written
-    return subprocess.run([pipetrain, "tokenize", *args], check=True,
-                          capture_output=True).stdout.decode("utf-8")
+    done = subprocess.run([pipetrain, "tokenize", *args], capture_output=True)
+    if done.returncode != 0:
+        sys.exit(f"pipetrain tokenize exited {done.returncode}: {done.stderr.decode()[:500]}")
+    return done.stdout.decode("utf-8")
 
 
 failures = 0
@@ -158,8 +252,7 @@ for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PAT
     expected = [tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
     library_seconds = time.monotonic() - started
     started = time.monotonic()
-    got = [[int(i) for i in line.split(",") if i] for line in
-           run("--tokenizer", path, *TEXTS).split("\n")[:-1]]
+    got = ids_of(run("--tokenizer", path, "--no-special-tokens", *TEXTS))
     pipetrain_seconds = time.monotonic() - started
     if len(got) != len(TEXTS):
         failures += 1
@@ -183,6 +276,35 @@ for name, tokenizer in [("gpt2", byte_level()), ("llama3", byte_level(LLAMA3_PAT
     print(f"{name}: {len(TEXTS)} texts ({sum(map(len, expected))} ids) and "
           f"{len(id_lists)} id lists compared (encoding: library {library_seconds:.2f} s, "
           f"pipetrain {pipetrain_seconds:.2f} s with loading)")
+# Post-processors: ids with and without special tokens, and pairs, as the library gives them.
+for name, tokenizer, specials in [
+        ("llama3-bos", llama3_bos(), ["<|begin_of_text|>"]), ("gemma3-bos", gemma3_bos(), ["<bos>"]),
+        ("qwen2-none", byte_level(QWEN2_PATTERN, nfc=True), []),
+        ("gpt2-byte-level", gpt2_byte_level(), []), ("bert-pair", bert_pair(), ["[CLS]", "[SEP]"]),
+        ("roberta-pair", roberta_pair(), ["<s>", "</s>"])]:
+    path = f"{work}/{name}.json"
+    tokenizer.save(path)
+    texts = many_texts(2000, specials)
+    checked = 0
+    for flags, add in [([], True), (["--no-special-tokens"], False)]:
+        want = [tokenizer.encode(t, add_special_tokens=add).ids for t in texts]
+        have = ids_of(run("--tokenizer", path, *flags, *texts))
+        pairs = texts[:400]
+        want += [tokenizer.encode(a, b, add_special_tokens=add).ids
+                 for a, b in zip(pairs[::2], pairs[1::2])]
+        have += ids_of(run("--tokenizer", path, "--pair", *flags, *pairs))
+        if len(have) != len(want):
+            failures += 1
+            print(f"FAIL {name}: {len(have)} lines of ids for {len(want)} encodings")
+        bad = [(i, w, h) for i, (w, h) in enumerate(zip(want, have)) if w != h]
+        for i, w, h in bad[:3]:
+            print(f"FAIL {name} {flags} encoding {i}: tokenizers {w[:12]}, pipetrain {h[:12]}")
+        failures += len(bad)
+        checked += len(want)
+    added = sum(len(tokenizer.encode(t).ids) - len(tokenizer.encode(t, add_special_tokens=False).ids)
+                for t in texts)
+    print(f"{name}: {checked} encodings equal the library's ({added} special tokens added "
+          f"over {len(texts)} texts)")
 # Real tokenizer.json files pass 16 MiB (Gemma 3's is 33 MiB): one of 17 MiB is read.
 padded, gpt2 = f"{work}/padded.json", byte_level()
 with open(padded, "w", encoding="utf-8") as f:
@@ -200,9 +322,19 @@ wordpiece.save(f"{work}/wordpiece.json")
 single_word = byte_level()
 single_word.add_tokens([AddedToken("word", single_word=True)])
 single_word.save(f"{work}/single-word.json")
+unknown_processor = json.loads(byte_level().to_str())
+unknown_processor["post_processor"] = {"type": "Future", "x": 1}
+with open(f"{work}/unknown-processor.json", "w") as f:
+    json.dump(unknown_processor, f)
+unknown_field = json.loads(byte_level().to_str())
+unknown_field["template_engine"] = {"x": 1}
+with open(f"{work}/unknown-field.json", "w") as f:
+    json.dump(unknown_field, f)
 for path, expected_error in [
         (f"{work}/wordpiece.json", 'model.type must be "BPE"'),
-        (f"{work}/single-word.json", ".single_word true is not supported")]:
+        (f"{work}/single-word.json", ".single_word true is not supported"),
+        (f"{work}/unknown-processor.json", "post_processor of type Future is not supported"),
+        (f"{work}/unknown-field.json", "template_engine is not supported")]:
     refused = subprocess.run([pipetrain, "tokenize", "--tokenizer", path, "a"],
                              capture_output=True, text=True)
     if refused.returncode != 2 or expected_error not in refused.stderr or \

@@ -197,7 +197,7 @@ rc=$?
 check "preempted: exit 75 (got $rc)" test "$rc" -eq 75
 saved=$(cat "$work/preempted/latest" 2>/dev/null)
 check "preempted: the line names the saved step ($(errors preempted.out))" \
-  grep -qE "^pipetrain: stopped on SIGTERM after step ${saved#step_}: saved $work/preempted/$saved; resume with --load $work/preempted \(exit 75\)$" preempted.out
+  grep -qE "^pipetrain: stopped on SIGTERM after step ${saved#step_}: saved $work/preempted/$saved; run the same command to resume \(exit 75\)$" preempted.out
 check "preempted: no temporary file left" test -z "$(find "$work/preempted" -name '*.tmp.*')"
 total=$((${saved#step_} + 3))
 "$pipetrain" launch -n 2 -- "$pipetrain" train --config "$config" --train-iters "$total" \

@@ -16,6 +16,8 @@ def read_examples(prefix):
     lengths = array.array("i", index[34:34 + 4 * count])
     tokens = array.array("H", open(prefix + ".bin", "rb").read())
     masks = open(prefix + ".mask", "rb").read()
+    assert masks[:8] == b"PTMASK01", "the mask names the .bin it was made with"
+    masks = masks[24:]
     at = 0
     for length in lengths:
         yield list(tokens[at:at + length]), list(masks[at:at + length])

@@ -53,7 +53,11 @@ struct ModelConfig {
   // A language model's special tokens as transformers' config.json names them (-1: none),
   // carried from `import --hf` to `export --format hf`.
   int64_t bos_token_id = -1;
-  int64_t eos_token_id = -1;
+  int64_t eos_token_id = -1;  // the first where config.json lists several
+  int64_t pad_token_id = -1;
+  // Every end-of-sequence token where config.json lists several (LLaMA 3.1 Instruct's
+  // three), written back as that list; empty: eos_token_id alone.
+  std::vector<int64_t> eos_token_ids;
 };
 
 // Whether model.type names a LLaMA-family decoder ("llama", "mixtral", "qwen2", "qwen3",

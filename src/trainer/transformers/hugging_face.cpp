@@ -21,6 +21,7 @@
 #include "tensor_parallel/initialization.h"
 #include "trainer/job.h"
 #include "trainer/job_config.h"
+#include "trainer/model_files.h"
 #include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
@@ -127,19 +128,6 @@ bool tied(const models::ModelConfig& m) {
   return models::ties_embeddings(m);
 }
 
-// The tokenizer files transformers keeps beside a model, carried through a checkpoint.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer.model",
-                                           "tokenizer_config.json", "special_tokens_map.json"};
-
-std::vector<std::string> tokenizer_files(const fs::path& folder) {
-  std::vector<std::string> found;
-  for (const char* name : kTokenizerFiles) {
-    std::error_code error;
-    if (fs::is_regular_file(folder / name, error)) found.emplace_back(name);
-  }
-  return found;
-}
-
 // Of a folder's tokenizer files, the one pipetrain reads: tokenizer.json, else
 // tokenizer.model; empty if there is neither.
 std::string readable_tokenizer(const std::vector<std::string>& files) {
@@ -147,11 +135,6 @@ std::string readable_tokenizer(const std::vector<std::string>& files) {
     if (std::find(files.begin(), files.end(), name) != files.end()) return name;
   }
   return {};
-}
-
-void copy_tokenizer(const fs::path& from, const fs::path& to) {
-  for (const auto& name : tokenizer_files(from))
-    io::write_file_atomically(to / name, io::read_file(from / name));
 }
 
 void check_empty_output(const fs::path& out) {
@@ -220,7 +203,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   nlohmann::json config = models::model_keys().write(model);
   // Copied beside the checkpoint, where generate finds it also when the folder has moved
   // (config_of_checkpoint).
-  const std::string tokenizer = readable_tokenizer(tokenizer_files(folder));
+  const std::string tokenizer = readable_tokenizer(model_files_in(folder));
   if (!tokenizer.empty()) {  // where it will be, once the checkpoint is written
     job_keys().set(config, "sample.tokenizer", (fs::absolute(out) / tokenizer).string());
     job_keys().set(config, "data.type", "indexed");  // a tokenizer goes with token data
@@ -242,9 +225,10 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
     masters.push_back({take_parameter(weights, found->second, parameter.sizes(), folder), {}});
   }
   check_all_used(weights, tied(model), folder);
-  // The tokenizer first, so that `latest` names a checkpoint whose tokenizer is there; both
-  // or neither: a failed save takes the copies and the save's partial files with it.
-  copy_tokenizer(folder, out);
+  // The tokenizer and generation files first, so that `latest` names a checkpoint whose
+  // files are there; both or neither: a failed save takes the copies and the save's partial
+  // files with it.
+  copy_model_files(folder, out);
   checkpoint::save_checkpoint(*job.engine, out, "step_0", {{"config", job.effective}}, nullptr,
                               &masters);
   written.keep();
@@ -327,16 +311,7 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
   checkpoint::write_safetensors(weights, hf, {{"format", "pt"}});
   weights.commit();
   io::write_file_atomically(fs::path(out) / "config.json", hf_config.dump(2) + "\n");
-  // The tokenizer files beside the one the checkpoint names (a fine-tune of an import
-  // names the import's), else those beside the checkpoint.
-  const nlohmann::json::json_pointer named("/sample/tokenizer");
-  fs::path from = checkpoint;
-  std::error_code error;
-  if (config.contains(named) && config[named].is_string()) {
-    const fs::path file = config[named].get<std::string>();
-    if (!file.empty() && fs::is_regular_file(file, error)) from = file.parent_path();
-  }
-  copy_tokenizer(from, out);
+  copy_model_files(model_files_folder(config, checkpoint), out);
   written.keep();
 }
 
@@ -392,6 +367,7 @@ void export_peft(const std::string& checkpoint, const std::string& tag, const st
       {"modules_to_save", nullptr},
       {"inference_mode", true}};
   io::write_file_atomically(fs::path(out) / "adapter_config.json", adapter_config.dump(2) + "\n");
+  copy_model_files(model_files_folder(config, checkpoint), out);
   written.keep();
 }
 

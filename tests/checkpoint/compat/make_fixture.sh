@@ -4,7 +4,9 @@
 #   compat/make_fixture.sh OLD/build/src/pipetrain
 # The checked-in fixture was made with 218ae14, before the middle floors were rebuilt
 # (data_parallel/, groups/, optim's step, the schedule and model registries,
-# ParallelLayout), from the host's /usr/share/common-licenses, which data/ copies.
+# ParallelLayout), from the host's /usr/share/common-licenses, which data/ copies. Since
+# the data became global (2026-12-07) the .expected files are this build's own resume of
+# the fixture (see ../compat_test.sh): rewrite them after running this script.
 set -euo pipefail
 old=$(realpath "$1")
 here=$(cd "$(dirname "$0")" && pwd)
