@@ -23,6 +23,12 @@ PREFIX     writes PREFIX.bin and PREFIX.idx (a Megatron indexed dataset, one doc
 An assistant message's tokens are what the template renders for it after the prompt that
 asks for it (add_generation_prompt), through its end-of-turn tokens. Bad input stops with
 one line naming the file and line, exit 2, before anything is written.
+
+Prompts for `pipetrain generate --prompts` from conversations:
+  scripts/prepare-data --prompts --tokenizer DIR --out PROMPTS.jsonl FILE.jsonl...
+renders each line's {"messages": [...]} (the conversation so far, its last message not the
+assistant's; "max_new_tokens" kept) with the model's template and add_generation_prompt, as
+apply_chat_template gives the ids, and writes {"ids": [...]} per line.
 """
 import argparse
 import array
@@ -65,6 +71,30 @@ def load_tokenizer(path):
     return tokenizer
 
 
+def text_of(content, where, tool_calls):
+    """A message's content as text: a string, or a list of parts (the OpenAI form), its
+    text parts joined; null only beside tool calls (kept null). Anything else is refused,
+    `where` naming the message."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        if tool_calls:
+            return None
+        fail(f"{where}: content is null (give text)")
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content, 1):
+            if not isinstance(part, dict) or part.get("type") != "text" or \
+                    not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                fail(f"{where}: content part {j} is {kind!r}, not text: only text parts "
+                     "are trained on")
+            texts.append(part["text"])
+        return "".join(texts)
+    fail(f"{where}: content must be text or a list of text parts, not "
+         f"{type(content).__name__}")
+
+
 class Example:
     """One line's messages (a conversation) or prompt/completion text."""
 
@@ -105,10 +135,12 @@ class Example:
             if m["role"] not in ROLES:
                 fail(f"{where}: message {i} has role {m['role']!r}, not one of "
                      f"{', '.join(ROLES)}")
-            content = m.get("content")
-            if m["role"] == "assistant" and not m.get("tool_calls") and (
-                    not isinstance(content, str) or not content.strip()):
+            content = text_of(m.get("content"), f"{where}: message {i} ({m['role']})",
+                              bool(m.get("tool_calls")))
+            if m["role"] == "assistant" and not m.get("tool_calls") and not content.strip():
                 fail(f"{where}: message {i} (assistant) is empty")
+            if content is not m.get("content"):
+                messages[i - 1] = dict(m, content=content)
         if messages[0]["role"] == "assistant":
             fail(f"{where}: message 1 is the assistant's: a conversation starts with a system "
                  "or user message")
@@ -143,9 +175,22 @@ def answer_spans(tokenizer, example, train_on):
     return text, spans
 
 
-def tokens_and_mask(tokenizer, example, train_on):
+def text_bound(tokenizer, context):
+    """How many characters of an example can hold its first context + 1 tokens, with room to
+    spare: no token covers more characters than its vocabulary entry has (byte-level entries
+    one per byte), so tokenizing that much of a longer text gives more than context + 1
+    tokens, its first ones as the whole text's. None without --context: no bound."""
+    if context is None:
+        return None
+    longest = max(len(token) for token in tokenizer.get_vocab())
+    return 2 * (context + 2) * longest + 256
+
+
+def tokens_and_mask(tokenizer, example, train_on, bound=None):
+    """An example's ids and mask; with `bound`, of its first `bound` characters only (the
+    work an example costs is bounded by the context, however long it is)."""
     if example.messages is None:  # prompt/completion text
-        text = example.prompt + example.completion
+        text = (example.prompt + example.completion)[:bound]
         encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
         spans = [(len(example.prompt), len(text))]
         eos = tokenizer.eos_token_id
@@ -156,7 +201,7 @@ def tokens_and_mask(tokenizer, example, train_on):
             fail(f"{example.where}: the tokenizer has no chat template for this conversation "
                  "(tokenizer_config.json's chat_template, or chat_template.jinja)")
         text, spans = answer_spans(tokenizer, example, train_on)
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        encoded = tokenizer(text[:bound], add_special_tokens=False, return_offsets_mapping=True)
         end = []
     ids = list(encoded["input_ids"]) + end
     offsets = list(encoded["offset_mapping"])
@@ -165,7 +210,8 @@ def tokens_and_mask(tokenizer, example, train_on):
     return ids, mask
 
 
-def examples(files):
+def records(files):
+    """Each line's JSON value and where it is ("FILE:LINE")."""
     for name in files:
         try:
             # JSON lines end at "\n" only: strings may hold U+2028 and the like raw.
@@ -180,7 +226,59 @@ def examples(files):
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 fail(f"{where}: not JSON ({e.msg} at column {e.colno})")
-            yield Example(record, where)
+            yield record, where
+
+
+def examples(files):
+    for record, where in records(files):
+        yield Example(record, where)
+
+
+def prompts_main(argv):
+    parser = argparse.ArgumentParser(prog="prepare-data --prompts",
+                                     description="Conversations to generate's prompts.")
+    parser.add_argument("--tokenizer", required=True)
+    parser.add_argument("--out", required=True, help="the prompts file to write (JSONL)")
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    tokenizer = load_tokenizer(args.tokenizer)
+    if not tokenizer.chat_template:
+        fail(f"--tokenizer {args.tokenizer}: no chat template to render conversations with")
+    lines = []
+    for record, where in records(args.files):
+        messages = record.get("messages") if isinstance(record, dict) else None
+        if not isinstance(messages, list) or not messages:
+            fail(f"{where}: a prompt needs \"messages\", a non-empty list")
+        for i, m in enumerate(messages, 1):
+            if not isinstance(m, dict) or m.get("role") not in ROLES:
+                fail(f"{where}: message {i} needs a role, one of {', '.join(ROLES)}")
+            m["content"] = text_of(m.get("content"), f"{where}: message {i} ({m['role']})",
+                                   bool(m.get("tool_calls")))
+        if messages[-1]["role"] == "assistant":
+            fail(f"{where}: the last message is the assistant's: a prompt asks for the next one")
+        try:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                tokenize=True, return_dict=False)
+        except Exception as e:
+            fail(f"{where}: the chat template refuses this conversation ({e})")
+        line = {"ids": list(ids)}
+        if "max_new_tokens" in record:
+            line["max_new_tokens"] = record["max_new_tokens"]
+        lines.append(json.dumps(line))
+    if not lines:
+        fail(f"{', '.join(args.files)}: no conversation in them")
+    folder = os.path.dirname(args.out)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    temporary = f"{args.out}.tmp.{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write("\n".join(lines) + "\n")
+        os.replace(temporary, args.out)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    print(f"{args.out}: {len(lines)} prompts")
 
 
 def main(argv):
@@ -201,9 +299,10 @@ def main(argv):
     tokenizer = load_tokenizer(args.tokenizer)
     sequences, masks = [], array.array("B")
     truncated = dropped = read = 0
+    bound = text_bound(tokenizer, args.context)
     for example in examples(args.files):
         read += 1
-        ids, mask = tokens_and_mask(tokenizer, example, args.train_on)
+        ids, mask = tokens_and_mask(tokenizer, example, args.train_on, bound)
         if args.context is not None and len(ids) > args.context + 1:
             if args.overlong == "drop":
                 dropped += 1

@@ -12,6 +12,8 @@ PREFIX     writes PREFIX.bin (the tokens) and PREFIX.idx (MMIDIDX version 1: seq
 --lines    every non-empty line is a document (default: every file is one)
 --chat     fine-tuning examples instead (scripts/prepare_chat.py: chat or prompt/completion
            JSONL rendered with the model's chat template, with a loss mask per token)
+--prompts  conversations rendered as `pipetrain generate --prompts` lines instead
+           (scripts/prepare_chat.py)
 Prints the number of documents and tokens and the vocabulary size to set as
 model.vocab_size. The output prefix is checked before any tokenizing; the files are written
 to temporary names, all of them complete before any is renamed (temporaries removed on a
@@ -156,6 +158,9 @@ def main():
     if "--chat" in sys.argv[1:]:
         import prepare_chat
         return prepare_chat.main([a for a in sys.argv[1:] if a != "--chat"])
+    if "--prompts" in sys.argv[1:]:
+        import prepare_chat
+        return prepare_chat.prompts_main([a for a in sys.argv[1:] if a != "--prompts"])
     parser = argparse.ArgumentParser(prog="prepare-data", description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="prefix of the .bin/.idx pair")

@@ -15,6 +15,7 @@
 #include "io/atomic_file.h"
 #include "pipetrain/config/config_section.h"
 #include "pipetrain/io/errors.h"
+#include "pipetrain/module/lora_config.h"
 #include "pipetrain/module/recompute.h"
 #include "planner/planner.h"
 #include "shape_options.h"
@@ -280,6 +281,14 @@ int run_plan(const PlanOptions& o) {
                                                config::Quoting::kQuoted);
   limits.recompute = read_recompute(o.recompute);
   const planner::Workload workload(job.model, job.engine, job.lora);
+  // train's LoRA checks: adapters on linears the model has, in blocks it has.
+  double adapters = 0;
+  int64_t blocks = 0;
+  for (const auto& layer : workload.layers) {
+    adapters += layer.adapter_parameters;
+    blocks += layer.type == "LlamaBlock" || layer.type == "MixtralBlock";
+  }
+  module::check_adapted(job.lora, models::type_name(job.model), adapters, blocks);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
   int fitting = 0;
   for (const auto& c : all) fitting += c.rejected.empty();

@@ -166,7 +166,17 @@ ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t v
     corpus.truncated += span.end - span.begin > length;
     corpus.token_count += std::min(span.end - span.begin, length);
   }
-  corpus.trained_count = trained_tokens(*corpus.masks, spans, length);
+  const int64_t trained = trained_tokens(*corpus.masks, {spans.begin(), split}, length);
+  const int64_t validated = trained_tokens(*corpus.masks, {split, spans.end()}, length);
+  for (const bool validation : {false, true}) {
+    if ((validation ? validated : trained) > 0) continue;
+    throw io::InputError(std::string("the ") + (validation ? "validation" : "training") +
+                         " examples in " + indexed_prefix(prefixes.front()) +
+                         " have no token the loss counts (their loss masks are all 0 past each "
+                         "example's first token): nothing to " +
+                         (validation ? "validate on" : "train on"));
+  }
+  corpus.trained_count = trained + validated;
   corpus.tokens = std::move(tokens);
   return corpus;
 }

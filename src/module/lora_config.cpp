@@ -77,6 +77,23 @@ const config::KeyTable<LoraConfig>& lora_keys() {
   return table;
 }
 
+void check_adapted(const LoraConfig& lora, const std::string& model, double adapted,
+                   int64_t blocks) {
+  if (!lora.enabled()) return;
+  for (const int64_t layer : lora.layers) {
+    if (layer >= blocks)
+      config::throw_input_error("lora.layers: " + std::to_string(layer) +
+                                " is not a block of this " + model + " (it has " +
+                                std::to_string(blocks) + ")");
+  }
+  if (adapted > 0) return;
+  std::string targets;
+  for (const auto& name : lora.target_modules) targets += (targets.empty() ? "" : ", ") + name;
+  config::throw_input_error("lora.target_modules: no linear of this " + model + " is named " +
+                            targets +
+                            " (LoRA adapts LLaMA-family models' attention and MLP projections)");
+}
+
 const std::vector<std::string>& lora_targets() {
   static const std::vector<std::string> names{"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                               "gate_proj", "up_proj", "down_proj"};

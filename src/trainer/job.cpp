@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 #include "data/examples.h"
@@ -16,6 +17,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/model_config.h"
+#include "pipetrain/module/lora_config.h"
 #include "trainer/faults/faults.h"
 #include "trainer/output_paths.h"
 
@@ -69,24 +71,18 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
           .lora = job.config.lora});
 }
 
-// lora.layers names decoder blocks of the model, and dropout cannot split over context
-// parallelism: refused before anything is built.
+// Dropout cannot split over context parallelism: refused before anything is built (the
+// blocks lora.layers names are checked with the adapters, check_adapted).
 void check_lora(const Job& job) {
   const module::LoraConfig& lora = job.config.lora;
-  if (!lora.enabled()) return;
-  int64_t blocks = 0;
-  for (const auto& spec : job.model.layers) blocks += spec.block >= 0 ? 1 : 0;
-  if (lora.dropout > 0 && job.config.trainer.context_parallel > 1) {
+  if (lora.enabled() && lora.dropout > 0 && job.config.trainer.context_parallel > 1) {
     throw io::InputError(
         "lora.dropout: under context_parallel each rank's slice of a sequence would draw the "
         "same mask; set it to 0");
   }
-  for (const int64_t layer : lora.layers) {
-    if (layer >= blocks)
-      throw io::InputError("lora.layers: " + std::to_string(layer) + " is not a block of this " +
-                           models::type_name(job.config.model) + " (it has " +
-                           std::to_string(blocks) + ")");
-  }
+  int64_t blocks = 0;
+  for (const auto& spec : job.model.layers) blocks += spec.block >= 0 ? 1 : 0;
+  module::check_adapted(lora, models::type_name(job.config.model), /*adapted=*/1, blocks);
 }
 
 // Collective: LoRA's adapters counted over the job, refused when none was made; the job
@@ -129,13 +125,10 @@ std::string lora_summary(const Job& job) {
   grid.world_comm()->all_reduce(totals, comm::ReduceOp::kSum);
   const double linears = totals[0].item<double>(), trained = totals[1].item<double>(),
                frozen = totals[2].item<double>();
+  module::check_adapted(lora, models::type_name(job.config.model), linears,
+                        std::numeric_limits<int64_t>::max());
   std::string targets;
   for (const auto& name : lora.target_modules) targets += (targets.empty() ? "" : ", ") + name;
-  if (linears == 0) {
-    throw io::InputError("lora.target_modules: no linear of this " +
-                         models::type_name(job.config.model) + " is named " + targets +
-                         " (LoRA adapts LLaMA-family models' attention and MLP projections)");
-  }
   char line[256];
   std::snprintf(line, sizeof line,
                 "lora: rank %lld, alpha %g on %s: %.0f linears; %.3g M of %.3g M parameters "
@@ -393,6 +386,25 @@ double validation_loss(Job& job) {
   return weights > 0 ? total / weights : 0.0;
 }
 
+namespace {
+
+// A LoRA fine-tune resumes with the alpha it trained with: the scale alpha / rank is in no
+// tensor's shape, so the load could not tell (rank and targets it tells by the adapters).
+void check_lora_alpha(const nlohmann::json& config, const nlohmann::json& saved,
+                      const std::string& load) {
+  module::LoraConfig mine, theirs;
+  module::lora_keys().read(config, mine);  // the other sections' keys are not its to judge
+  module::lora_keys().read(saved, theirs);
+  if (mine.enabled() && theirs.enabled() && mine.alpha != theirs.alpha) {
+    throw io::InputError("lora.alpha " + nlohmann::json(mine.alpha).dump() +
+                         " contradicts the checkpoint in " + load + " (" +
+                         nlohmann::json(theirs.alpha).dump() +
+                         "): its adapters were trained at that scale");
+  }
+}
+
+}  // namespace
+
 nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
   if (taken) *taken = false;
   if (!config.is_object() || !config.contains("load") || !config["load"].is_string()) return config;
@@ -403,6 +415,7 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
       !client_state["config"].contains("model"))
     return config;  // load_checkpoint names what is wrong with it
   const nlohmann::json& saved = client_state["config"]["model"];
+  check_lora_alpha(config, client_state["config"], load);
   // The model's tokenizer comes with it, for token data, unless the file names one.
   const nlohmann::json::json_pointer data_type("/data/type");
   const bool token_data = config.contains(data_type) && config[data_type].is_string() &&

@@ -83,6 +83,25 @@ void read_deepspeed_tensorboard(nlohmann::json& json) {
   job_keys().set(json, "log.tensorboard", folder.string());
 }
 
+// A lora section that asks for adapters in all but rank would train every weight: refused.
+// Without rank, any key; with rank 0, keys other than their defaults (an effective config
+// writes the whole section, rank 0 included).
+void check_lora_section(const nlohmann::json& json, const module::LoraConfig& lora) {
+  if (!json.is_object() || !json.contains("lora") || !json["lora"].is_object()) return;
+  const nlohmann::json& section = json["lora"];
+  if (lora.enabled() || section.empty()) return;
+  const nlohmann::json defaults = module::lora_keys().write(module::LoraConfig{})["lora"];
+  for (const auto& [key, value] : section.items()) {
+    if (key == "rank") continue;
+    if (!section.contains("rank") || !defaults.contains(key) || defaults[key] != value) {
+      throw io::InputError("lora." + key + " is set but lora.rank is " +
+                           (section.contains("rank") ? "0" : "missing") +
+                           ", which trains every weight: set lora.rank (e.g. 8) for adapters, or "
+                           "drop the lora section");
+    }
+  }
+}
+
 }  // namespace
 
 void refuse_unknown_keys(const std::vector<std::string>& unknown) {
@@ -108,6 +127,7 @@ JobConfig parse_job_config(const nlohmann::json& given, std::vector<std::string>
   read_deepspeed_tensorboard(json);
   JobConfig config;
   std::vector<std::string> keys = job_keys().read(json, config);
+  check_lora_section(json, config.lora);
   if (unknown) *unknown = std::move(keys);
   return config;
 }

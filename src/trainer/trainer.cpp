@@ -497,10 +497,13 @@ struct PromptLine {
   int64_t tokens = 0;         // new tokens at most
   std::vector<int64_t> stop;  // besides --stop
   std::string where;          // "--prompt", or "FILE:LINE"
+  std::vector<int64_t> ids;   // the prompt as token ids (then `text` is empty)
 };
 
 // A prompts file's line: its text, or a JSON object {"prompt": text, "max_new_tokens": n,
-// "stop": [ids]} (the last two optional).
+// "stop": [ids]} (the last two optional), or with "ids": [token ids] in place of "prompt"
+// (a conversation rendered with the model's chat template, as prepare-data --prompts
+// writes it: no special tokens added again).
 PromptLine prompt_line(const std::string& line, const std::string& where, int64_t tokens) {
   if (line.front() != '{') return {line, tokens, {}, where};
   nlohmann::json object;
@@ -513,6 +516,11 @@ PromptLine prompt_line(const std::string& line, const std::string& where, int64_
   for (const auto& [key, value] : object.items()) {
     if (key == "prompt" && value.is_string()) {
       prompt.text = value.get<std::string>();
+    } else if (key == "ids" && value.is_array() && !value.empty() &&
+               std::all_of(value.begin(), value.end(), [](const nlohmann::json& id) {
+                 return id.is_number_integer() && id.get<int64_t>() >= 0;
+               })) {
+      prompt.ids = value.get<std::vector<int64_t>>();
     } else if (key == "max_new_tokens" && value.is_number_integer() && value.get<int64_t>() >= 1 &&
                value.get<int64_t>() <= kMaxNewTokens) {
       prompt.tokens = value.get<int64_t>();
@@ -523,11 +531,15 @@ PromptLine prompt_line(const std::string& line, const std::string& where, int64_
     } else {
       throw io::InputError(
           where + ": \"" + key +
-          "\" must be one of prompt (a string), max_new_tokens (an integer in 1.." +
+          "\" must be one of prompt (a string), ids (token ids), max_new_tokens (an integer "
+          "in 1.." +
           std::to_string(kMaxNewTokens) + "), stop (token ids)");
     }
   }
-  if (prompt.text.empty()) throw io::InputError(where + ": no \"prompt\" (a non-empty string)");
+  if (!prompt.text.empty() && !prompt.ids.empty())
+    throw io::InputError(where + ": \"prompt\" and \"ids\" both given: keep one");
+  if (prompt.text.empty() && prompt.ids.empty())
+    throw io::InputError(where + ": no \"prompt\" (a non-empty string) or \"ids\"");
   return prompt;
 }
 
@@ -620,7 +632,9 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   std::vector<PromptRequest> requests;
   for (const auto& prompt : prompts) {
     check_stop(prompt.stop, prompt.where + ": stop token ");
-    const std::vector<int64_t> encoded = tokenizer->encode(prompt.text);
+    check_stop(prompt.ids, prompt.where + ": token ");
+    const std::vector<int64_t> encoded =
+        prompt.ids.empty() ? tokenizer->encode(prompt.text) : prompt.ids;
     if (encoded.empty())
       throw io::InputError(prompt.where + " '" + prompt.text +
                            "': the tokenizer gives no tokens for it");
@@ -674,7 +688,7 @@ int generate_from_checkpoint(const GenerateOptions& options) {
     const std::string whole = tokenizer->decode(text), start = tokenizer->decode(prompt);
     const std::string completion =
         whole.rfind(start, 0) == 0 ? whole.substr(start.size()) : tokenizer->decode(fresh);
-    const nlohmann::json line = {{"prompt", prompts[p].text},
+    const nlohmann::json line = {{"prompt", prompts[p].ids.empty() ? prompts[p].text : start},
                                  {"completion", completion},
                                  {"tokens", fresh},
                                  {"seconds", seconds[p]}};

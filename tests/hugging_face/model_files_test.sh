@@ -70,6 +70,36 @@ print("--no-stop", run_on)
 sys.exit(not (ok and run_on == fixture["run_on"]))
 PY
 
+# 3b. From chat messages: prepare-data --prompts renders them with the model's template
+#     (add_generation_prompt) into generate's prompts, which continue as transformers does.
+printf '%s\n' '{"messages": [{"role": "user", "content": "What may I copy?"}]}' \
+  '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "This License"}]}], "max_new_tokens": 6}' >ask.jsonl
+"$source_dir/scripts/prepare-data" --prompts --tokenizer imported --out prompts.jsonl ask.jsonl >prompts.out 2>&1
+"$pipetrain" launch -n 2 -- "$pipetrain" generate --checkpoint imported --prompts prompts.jsonl \
+  --tokens 10 --temperature 0 --format jsonl >chat-generate.out 2>&1
+check "generate from chat messages: transformers' ids and continuations ($(cat prompts.out))" \
+  "$python" - <<'PY'
+import json, sys, torch, transformers
+tokenizer = transformers.AutoTokenizer.from_pretrained("model")
+model = transformers.AutoModelForCausalLM.from_pretrained("model").eval()
+asks = [json.loads(line) for line in open("ask.jsonl")]
+prompts = [json.loads(line) for line in open("prompts.jsonl")]
+have = [json.loads(line)["tokens"] for line in open("chat-generate.out")]
+ok = len(have) == len(asks) == len(prompts)
+for ask, prompt, got in zip(asks, prompts, have):
+    messages = [dict(m, content=m["content"] if isinstance(m["content"], str) else
+                     "".join(p["text"] for p in m["content"])) for m in ask["messages"]]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=ask.get("max_new_tokens", 10))
+    want = out[0, len(ids):].tolist()
+    print(prompt["ids"] == list(ids), got, want)
+    ok = ok and prompt["ids"] == list(ids) and got == want
+sys.exit(not ok)
+PY
+
 # 4. prepare-data takes the imported folder (its chat template), a LoRA fine-tune keeps the
 #    files beside its checkpoints, and both exports carry them.
 "$python" - <<'PY'

@@ -54,6 +54,34 @@ bad_chat empty-answer "empty-answer.jsonl:2: message 2 (assistant) is empty" \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": " "}]}'
 bad_chat no-answer "no-answer.jsonl:2: no assistant message to train on" \
   '{"messages": [{"role": "user", "content": "a"}]}'
+bad_chat image-part "image-part.jsonl:2: message 1 (user): content part 2 is 'image_url', not text" \
+  '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}, {"role": "assistant", "content": "b"}]}'
+bad_chat null-user "null-user.jsonl:2: message 1 (user): content is null" \
+  '{"messages": [{"role": "user", "content": null}, {"role": "assistant", "content": "b"}]}'
+# --out problems are found before any tokenizing: one line, exit 2, nothing written.
+mkdir -p out-folder.bin && touch a-file
+for out in out-folder a-file/prefix out-dir/; do
+  "$prepare" --chat --tokenizer model --out "$out" chat.jsonl >out.out 2>out.err
+  rc=$?
+  check "prepare --out $out: exit 2, one line ($(cat out.err))" \
+    test "$rc" -eq 2 -a "$(wc -l <out.err)" -eq 1 -a -n "$(grep -- "--out $out" out.err)"
+done
+check "... and nothing written" test -z "$(ls -A out-folder.bin)" -a ! -e out-dir -a ! -e out-folder.idx
+# Text parts (the OpenAI form) are joined: the same ids and masks as the plain text.
+printf '%s\n' '{"messages": [{"role": "user", "content": [{"type": "text", "text": "which "}, {"type": "text", "text": "licence?"}]}, {"role": "assistant", "content": [{"type": "text", "text": "the GPL"}]}]}' >parts.jsonl
+printf '%s\n' '{"messages": [{"role": "user", "content": "which licence?"}, {"role": "assistant", "content": "the GPL"}]}' >joined.jsonl
+"$prepare" --chat --tokenizer model --out data/parts parts.jsonl >/dev/null 2>&1
+"$prepare" --chat --tokenizer model --out data/joined joined.jsonl >/dev/null 2>&1
+check "prepare: content as text parts trains as the joined text" \
+  bash -c 'cmp -s data/parts.bin data/joined.bin && cmp -s data/parts.mask data/joined.mask'
+# One long example costs what the context holds, not its size: 20 MB in under 1 GiB.
+"$python" -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "the licence " * 1700000}]}))' >long.jsonl
+"$python" -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=open("long.out", "w"), stderr=subprocess.STDOUT)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' \
+  "$prepare" --chat --tokenizer model --out data/long --context 32 long.jsonl >long.kb
+check "prepare: a 20 MB example with --context 32 ($(cat long.out); $(tail -1 long.kb) KiB at most)" \
+  test "$(tail -1 long.kb)" -lt 1048576 -a -n "$(grep '1 truncated' long.out)"
 mkdir -p plain && cp model/tokenizer.json plain/
 bad_chat no-template "no-template.jsonl:1: the tokenizer has no chat template" '{"prompt": "a", "completion": "b"}' plain
 

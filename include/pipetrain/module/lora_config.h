@@ -31,6 +31,12 @@ const config::KeyTable<LoraConfig>& lora_keys();
 // The linears LoRA can adapt, by transformers' names.
 const std::vector<std::string>& lora_targets();
 
+// Refuses a lora section that adapts nothing of a model (`model` its type's name) with
+// `adapted` adapted linears and `blocks` decoder blocks: InputError naming lora.layers (a
+// block it lacks) or lora.target_modules. What train and plan both check.
+void check_adapted(const LoraConfig& lora, const std::string& model, double adapted,
+                   int64_t blocks);
+
 // Whether a parameter's name (any prefix) is an adapter's: it ends in lora_A or lora_B.
 bool is_adapter(std::string_view name);
 

@@ -268,6 +268,38 @@ std::string adapted_weight(const std::string& factor) {
   return factor.substr(0, factor.rfind('.') + 1) + "weight";
 }
 
+// The checks train --load makes of a LoRA checkpoint's adapters: each lora_A [rank, in] and
+// lora_B [out, rank] beside the weight [out, in] it adapts, in pairs. InputError naming the
+// tensor otherwise.
+void check_adapters(const std::map<std::string, at::Tensor>& tensors,
+                    const module::LoraConfig& lora, const std::string& checkpoint) {
+  auto shape = [](const at::Tensor& t) {
+    std::string text;
+    for (const int64_t size : t.sizes()) text += (text.empty() ? "" : ", ") + std::to_string(size);
+    return "[" + text + "]";
+  };
+  for (const auto& [name, factor] : tensors) {
+    if (!module::is_adapter(name)) continue;
+    const auto weight = tensors.find(adapted_weight(name));
+    const bool is_a = name.back() == 'A';
+    const auto partner = tensors.find(name.substr(0, name.size() - 1) + (is_a ? "B" : "A"));
+    if (weight == tensors.end() || partner == tensors.end() || weight->second.dim() != 2) {
+      throw io::InputError(checkpoint + ": adapter " + name +
+                           " has no weight or no partner factor beside it");
+    }
+    const int64_t in = weight->second.size(1), out = weight->second.size(0);
+    const std::vector<int64_t> want =
+        is_a ? std::vector<int64_t>{lora.rank, in} : std::vector<int64_t>{out, lora.rank};
+    if (factor.sizes().vec() != want) {
+      throw io::InputError(
+          checkpoint + ": adapter " + name + " is " + shape(factor) + ", not " +
+          (is_a ? "[rank " + std::to_string(lora.rank) + ", " + std::to_string(in) + "]"
+                : "[" + std::to_string(out) + ", rank " + std::to_string(lora.rank) + "]") +
+          " for its weight " + shape(weight->second));
+    }
+  }
+}
+
 // Folds each adapter into the weight it adapts, W + scale · B A, and drops the factors.
 void merge_adapters(std::map<std::string, at::Tensor>& tensors, double scale) {
   for (auto it = tensors.begin(); it != tensors.end();) {
@@ -298,7 +330,10 @@ void export_hugging_face(const std::string& checkpoint, const std::string& tag,
 
   std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
   const module::LoraConfig lora = lora_of(config);
-  if (lora.enabled()) merge_adapters(tensors, module::lora_options(lora).scale());
+  if (lora.enabled()) {
+    check_adapters(tensors, lora, checkpoint);
+    merge_adapters(tensors, module::lora_options(lora).scale());
+  }
   comm::NamedTensors hf;
   for (const auto& t : names) {
     const auto found = tensors.find(t.name);
@@ -328,6 +363,7 @@ void export_peft(const std::string& checkpoint, const std::string& tag, const st
   NewOutput written(out);
 
   const std::map<std::string, at::Tensor> tensors = model_tensors(checkpoint, tag);
+  check_adapters(tensors, lora, checkpoint);
   comm::NamedTensors adapters;
   std::vector<std::string> modules;  // the adapted modules' paths in the transformers model
   for (const auto& t : models::hf_tensors(model)) {
