@@ -77,6 +77,10 @@ expect_bad "schedule whose passes multiply past the bound" \
 expect_bad "plan with 2^40 nodes" "plan: 1099511627776 nodes of 8 devices: at most 1048576 devices in all" \
   plan --config "$corpus/../../examples/gpt-small.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
   --global-batch 64 --nodes 1099511627776
+# plan makes train's LoRA checks: no plan for adapters a model cannot have.
+expect_bad "plan of LoRA on a gpt" "lora.target_modules: no linear of this gpt is named q_proj, v_proj" \
+  plan --config "$corpus/configs/103-lora-on-gpt.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
+  --global-batch 64
 expect_bad "plan of ten million layers" "model.layers must be in 1..16384, got 10000000" \
   plan --config "$corpus/configs/82-layers-beyond-bound.json" --cluster "$corpus/../../clusters/dgx-h100.json" \
   --global-batch 64
@@ -151,6 +155,13 @@ data_case mask-missing "data.paths: $work/plain has no loss masks ($work/plain.m
 # prepare-data cut short between its renames would leave) is refused.
 data_case mask-of-another-run "other.mask was made with another $work/other.bin (another prepare-data run)" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/other\"]}" "python3 '$writer' '$work/other' int32 50 && python3 -c \"import struct, zlib; open('$work/other.mask', 'wb').write(b'PTMASK01' + struct.pack('<QI', 1070, zlib.crc32(b'x')) + bytes(4) + bytes([1]) * 535)\""
+# Examples whose masks count no token would "train" at loss 0: refused before any work.
+python3 "$writer" "$work/zero" uint16 50 && head -c 535 /dev/zero >"$work/zero.mask"
+printf '{%s, "data": {"type": "indexed", "paths": ["%s"]}}\n' \
+  "${good/\"context\": 16/\"vocab_size\": 1000, \"context\": 16}" "$work/zero" >"$work/zero.json"
+# shellcheck disable=SC2046
+expect_bad "data mask-all-zero" "have no token the loss counts (their loss masks are all 0" \
+  $(train --config "$work/zero.json")
 data_case empty-folder "data.paths: no files found" \
   "{\"type\": \"text\", \"paths\": [\"$work/nothing\"]}" "mkdir -p '$work/nothing'"
 data_case not-a-folder "data.paths: /dev/null cannot be read: Not a directory" \
@@ -306,7 +317,7 @@ expect_bad "cli: generate with a NaN temperature" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --temperature nan
 printf '{"prompt": "The ", "max_new_tokens": 0}\n' >"$work/zero-tokens.txt"
 expect_bad "cli: a prompts file line asking for no new tokens" \
-  "$work/zero-tokens.txt:1: \"max_new_tokens\" must be one of prompt (a string), max_new_tokens (an integer in 1..1048576)" \
+  "$work/zero-tokens.txt:1: \"max_new_tokens\" must be one of prompt (a string), ids (token ids), max_new_tokens (an integer in 1..1048576)" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/zero-tokens.txt"
 expect_bad "cli: simulate with a NaN latency" "latency, bandwidth and message bytes must be finite numbers >= 0" \
   simulate --kind train -m 4 -p 2 --latency nan
@@ -326,7 +337,7 @@ expect_bad "cli: generate with a stop token outside the vocabulary" "--stop 300 
   launch -n 1 -- "$pipetrain" generate --checkpoint "$work/good" --stop 300
 printf 'A plain prompt\n{"prompt": "The ", "colour": 3}\n' >"$work/bad-prompts.txt"
 expect_bad "cli: a prompts file line with an unknown key" \
-  "$work/bad-prompts.txt:2: \"colour\" must be one of prompt (a string), max_new_tokens" \
+  "$work/bad-prompts.txt:2: \"colour\" must be one of prompt (a string), ids (token ids), max_new_tokens" \
   launch -n 1 -- "$pipetrain" generate --checkpoint /no/such/dir --prompts "$work/bad-prompts.txt"
 expect_bad "cli: a prompt longer than the model's context" \
   "prompt 'twenty bytes, really' is 20 tokens, longer than the model's context of 16" \

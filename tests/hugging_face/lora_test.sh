@@ -94,6 +94,13 @@ rc=$?
 check "a job from another base is refused in a folder that run started elsewhere (exit $rc: $(tail -1 elsewhere.out))" \
   test "$rc" -eq 2 -a -n "$(grep "save resumed holds another run's checkpoints" elsewhere.out)"
 
+# The same run with another alpha: its adapters were trained at the saved scale, refused.
+sed 's/"alpha": 8/"alpha": 16/' resumed.json >other-alpha.json
+"$pipetrain" launch -n 2 -- "$pipetrain" train --config other-alpha.json >other-alpha.out 2>&1
+rc=$?
+check "resuming with another lora.alpha: exit 2, one line ($(grep '^pipetrain' other-alpha.out | head -1))" \
+  test "$rc" -eq 2 -a -n "$(grep 'lora.alpha 16.0 contradicts the checkpoint in resumed (8.0)' other-alpha.out)"
+
 # Out to peft and transformers.
 "$pipetrain" export --format peft --checkpoint one --out adapter >export-peft.out 2>&1
 check "export --format peft" test -s adapter/adapter_config.json -a -s adapter/adapter_model.safetensors
@@ -105,4 +112,35 @@ check "peft's and transformers' logits are pipetrain's ($("$python" "$here/lora_
 rc=$?
 check "export --format peft of a model without adapters: exit 2, one line ($(cat not-adapted.out))" \
   test "$rc" -eq 2 -a "$(wc -l <not-adapted.out)" -eq 1
+# An adapter of the wrong shape (resealed, as a damaged or hostile checkpoint): both exports
+# refuse it in one line, exit 2, writing no folder.
+cp -r one reshaped
+"$python" - "$source_dir/tests/checkpoint" <<'PY'
+import glob, json, os, sys, zlib, torch, safetensors.torch as st
+sys.path.insert(0, sys.argv[1])
+from reseal_manifest import reseal
+folder = "reshaped/" + open("reshaped/latest").read().strip()
+manifest = json.load(open(f"{folder}/manifest.json"))
+for layer in manifest["layers"]:
+    names = [n for n in layer.get("tensors", {}) if n.endswith("q_proj.lora_A")]
+    if not names:
+        continue
+    path = f"{folder}/{layer['file']}"
+    tensors = st.load_file(path)
+    tensors[names[0]] = torch.zeros(3, tensors[names[0]].shape[1])
+    st.save_file(tensors, path)
+    layer["tensors"][names[0]]["shape"] = [3, tensors[names[0]].shape[1]]
+    data = open(path, "rb").read()
+    manifest["files"][layer["file"]] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+    break
+json.dump(manifest, open(f"{folder}/manifest.json", "w"))
+reseal(folder)
+PY
+for format in peft hf; do
+  "$pipetrain" export --format "$format" --checkpoint reshaped --out "reshaped-$format" >reshaped.out 2>&1
+  rc=$?
+  check "export --format $format of a misshapen adapter: exit 2, one line, no folder ($(cat reshaped.out))" \
+    test "$rc" -eq 2 -a "$(wc -l <reshaped.out)" -eq 1 -a ! -e "reshaped-$format" -a \
+    -n "$(grep 'lora_A is \[3, ' reshaped.out)"
+done
 finish
