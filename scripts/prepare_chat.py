@@ -37,6 +37,8 @@ import os
 import pathlib
 import sys
 
+from prepare_data import OneLineParser
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -186,11 +188,24 @@ def text_bound(tokenizer, context):
     return 2 * (context + 2) * longest + 256
 
 
-def tokens_and_mask(tokenizer, example, train_on, bound=None):
+def tokens_and_mask(tokenizer, example, train_on, bound=None, context=None):
     """An example's ids and mask; with `bound`, of its first `bound` characters only (the
-    work an example costs is bounded by the context, however long it is)."""
+    work an example costs is bounded by the context, however long it is), unless those give
+    no more than context + 1 tokens (a tokenizer that drops characters): then of all of it."""
+    if bound is not None:
+        ids, mask, cut = tokens_and_mask_of(tokenizer, example, train_on, bound)
+        if not cut or len(ids) > context + 1:
+            return ids, mask
+    ids, mask, _ = tokens_and_mask_of(tokenizer, example, train_on, None)
+    return ids, mask
+
+
+def tokens_and_mask_of(tokenizer, example, train_on, bound):
+    """The ids and mask of an example's first `bound` characters (None: all), and whether
+    that cut any."""
     if example.messages is None:  # prompt/completion text
-        text = (example.prompt + example.completion)[:bound]
+        whole = example.prompt + example.completion
+        text = whole[:bound]
         encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
         spans = [(len(example.prompt), len(text))]
         eos = tokenizer.eos_token_id
@@ -200,14 +215,15 @@ def tokens_and_mask(tokenizer, example, train_on, bound=None):
         if not tokenizer.chat_template:
             fail(f"{example.where}: the tokenizer has no chat template for this conversation "
                  "(tokenizer_config.json's chat_template, or chat_template.jinja)")
-        text, spans = answer_spans(tokenizer, example, train_on)
-        encoded = tokenizer(text[:bound], add_special_tokens=False, return_offsets_mapping=True)
+        whole, spans = answer_spans(tokenizer, example, train_on)
+        text = whole[:bound]
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         end = []
     ids = list(encoded["input_ids"]) + end
     offsets = list(encoded["offset_mapping"])
     mask = [int(train_on == "all" or (stop > start and any(a <= start < b for a, b in spans)))
             for start, stop in offsets] + [1] * len(end)
-    return ids, mask
+    return ids, mask, len(text) < len(whole)
 
 
 def records(files):
@@ -235,7 +251,7 @@ def examples(files):
 
 
 def prompts_main(argv):
-    parser = argparse.ArgumentParser(prog="prepare-data --prompts",
+    parser = OneLineParser(prog="prepare-data --prompts",
                                      description="Conversations to generate's prompts.")
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="the prompts file to write (JSONL)")
@@ -282,7 +298,7 @@ def prompts_main(argv):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="prepare-data --chat",
+    parser = OneLineParser(prog="prepare-data --chat",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="prefix of the .bin/.idx/.mask files")
@@ -302,7 +318,7 @@ def main(argv):
     bound = text_bound(tokenizer, args.context)
     for example in examples(args.files):
         read += 1
-        ids, mask = tokens_and_mask(tokenizer, example, args.train_on, bound)
+        ids, mask = tokens_and_mask(tokenizer, example, args.train_on, bound, args.context)
         if args.context is not None and len(ids) > args.context + 1:
             if args.overlong == "drop":
                 dropped += 1

@@ -31,6 +31,14 @@ import zlib
 DTYPES = {"uint16": (8, "H"), "int32": (4, "i")}  # Megatron's dtype codes
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (and exit 2), as every pipetrain error."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 class Tokenizer:
     def __init__(self, path):
         path = pathlib.Path(path)
@@ -161,7 +169,7 @@ def main():
     if "--prompts" in sys.argv[1:]:
         import prepare_chat
         return prepare_chat.prompts_main([a for a in sys.argv[1:] if a != "--prompts"])
-    parser = argparse.ArgumentParser(prog="prepare-data", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="prepare-data", description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="prefix of the .bin/.idx pair")
     parser.add_argument("--eod")

@@ -749,6 +749,7 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
                      {"partition", module.parts()},
                      {"optimizer", engine.config().optimizer.type},
                      {"data", data ? data->state() : nlohmann::json(nullptr)},
+                     {"data_global", true},
                      {"client_state", client_state},
                      {"files", nlohmann::json::object()}};
     nlohmann::json described = nlohmann::json::array();
@@ -831,19 +832,22 @@ bool holds_adapters(const fs::path& directory, const std::string& tag) {
 }
 
 // The data position of `manifest` in global samples consumed. Checkpoints before the
-// position was global kept micro-batches drawn per replica ({"drawn": N}): converted with
-// the micro-batch size and data-parallel size they were trained at, which they record.
+// position was global (no "data_global" in the manifest) kept micro-batches drawn per
+// replica ({"drawn": N}, pipetrain's own sources): converted with the micro-batch size and
+// data-parallel size they were trained at, which they record. Another source's state
+// passes through as saved.
 nlohmann::json global_data_position(const nlohmann::json& manifest, const fs::path& folder) {
   const nlohmann::json& data = manifest["data"];
-  if (!data.is_object() || !data.contains("drawn")) return data;
-  const nlohmann::json config =
-      manifest.value("client_state", nlohmann::json::object()).value("config", nlohmann::json());
+  if (manifest.contains("data_global") || !data.is_object() || data.size() != 1 ||
+      !data.contains("drawn"))
+    return data;
+  const auto object_at = [](const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
+  };
+  const nlohmann::json config = object_at(object_at(manifest, "client_state"), "config");
   const nlohmann::json& drawn = data["drawn"];
-  const nlohmann::json micro =
-      config.is_object() ? config.value("train_micro_batch_size_per_gpu", nlohmann::json())
-                         : nlohmann::json();
-  const nlohmann::json replicas =
-      manifest.value("topology", nlohmann::json::object()).value("data", nlohmann::json());
+  const nlohmann::json micro = object_at(config, "train_micro_batch_size_per_gpu");
+  const nlohmann::json replicas = object_at(object_at(manifest, "topology"), "data");
   if (!drawn.is_number_integer() || !micro.is_number_integer() || !replicas.is_number_integer() ||
       drawn.get<int64_t>() < 0 || micro.get<int64_t>() < 1 || replicas.get<int64_t>() < 1) {
     throw io::InputError((folder / "manifest.json").string() +

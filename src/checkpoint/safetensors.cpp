@@ -95,7 +95,12 @@ std::vector<TensorEntry> read_header(std::string_view file, const std::string& s
         known = true;
       }
     }
-    if (!known) throw bad("tensor '" + name + "' has an unknown dtype");
+    if (!known) {
+      throw bad("tensor '" + name + "' has dtype " +
+                (dtype && dtype->is_string() ? dtype->get<std::string>() : std::string("(none)")) +
+                ", which pipetrain does not read (it reads F64, F32, F16, BF16, I64, I32, I16, "
+                "I8, U8 and BOOL)");
+    }
     uint64_t start = 0, end = 0;
     try {
       tensor.shape = entry.at("shape").get<std::vector<int64_t>>();

@@ -85,35 +85,54 @@ void print_row(int rank, const planner::Candidate& c) {
   std::printf("\n");
 }
 
-// Where `other` spends the time it loses against `best`: the largest of its extra bubble,
-// compute (with recomputation when only it checkpoints), data-parallel traffic and optimizer.
+// The step's terms, as `plan` names them and as --format json keys them.
+struct TermName {
+  const char* said;
+  const char* key;
+  double planner::StepTerms::*term;
+};
+const std::vector<TermName>& term_names() {
+  using T = planner::StepTerms;
+  static const std::vector<TermName> names{
+      {"compute", "compute", &T::compute},
+      {"tensor-parallel traffic", "tensor_parallel", &T::tensor_parallel},
+      {"context-parallel ring", "context", &T::context},
+      {"expert all-to-all", "expert", &T::expert},
+      {"ZeRO gathers and reduce-scatters", "zero", &T::zero},
+      {"recompute", "recompute", &T::recompute},
+      {"pipe transfers", "pipe_transfers", &T::pipe_transfers},
+      {"bubble", "bubble", &T::bubble},
+      {"data-parallel traffic", "data_parallel", &T::data_parallel},
+      {"optimizer step", "optimizer", &T::optimizer},
+      {"step overhead", "overhead", &T::overhead}};
+  return names;
+}
+
+// Where `loser` spends the time it loses against `winner`: the terms it pays more for,
+// largest first (at most three, each at least a quarter of the largest), with how much more.
+// A term both pay nothing for is never named.
 std::string why_slower(const planner::Candidate& winner, const planner::Candidate& loser) {
-  const planner::Prediction& best = winner.prediction;
-  const planner::Prediction& other = loser.prediction;
-  auto parts = [](const planner::Prediction& p) {
-    return std::map<std::string, double>{
-        {"bubble", p.pipeline_seconds * p.bubble},
-        {"compute and tensor-parallel traffic", p.pipeline_seconds * (1 - p.bubble)},
-        {"data-parallel traffic", p.data_parallel_seconds + p.tied_seconds},
-        {"optimizer step", p.optimizer_seconds}};
-  };
-  const auto mine = parts(other), theirs = parts(best);
-  std::string reason;
-  double most = -1;
-  for (const auto& [name, seconds] : mine) {
-    if (seconds - theirs.at(name) > most) {
-      most = seconds - theirs.at(name);
-      reason = name;
-    }
+  std::vector<std::pair<double, const char*>> more;
+  for (const TermName& name : term_names()) {
+    const double extra = loser.prediction.terms.*name.term - winner.prediction.terms.*name.term;
+    if (extra > 0) more.emplace_back(extra, name.said);
   }
-  if (reason.rfind("compute", 0) == 0 && loser.layout.checkpointing && !winner.layout.checkpointing)
-    reason = "compute (recomputation: it needs checkpointing to fit)";
+  std::sort(more.begin(), more.end(), std::greater<>());
+  std::string reason;
+  for (std::size_t i = 0; i < more.size() && i < 3 && more[i].first >= 0.25 * more[0].first; ++i) {
+    char part[96];
+    const double ms = 1e3 * more[i].first;
+    std::snprintf(part, sizeof part, ms < 100 ? "%s%s (+%.3g ms)" : "%s%s (+%.0f ms)",
+                  i ? ", " : "more ", more[i].second, ms);
+    reason += part;
+  }
   return reason;
 }
 
 // For each choice the planner made (t, p, micro-batch, schedule, ZeRO, checkpointing): the
-// fastest fitting layout that chose otherwise, and where it loses its time; or that no
-// such layout fits.
+// fastest fitting layout that chose otherwise (its rank in the list), and where it loses its
+// time; one faster than the pick, ranked below it by the tie rule, says so; or that no such
+// layout fits.
 void print_losers(const std::vector<planner::Candidate>& all) {
   using Choice = std::pair<std::string, std::function<std::string(const planner::Layout&)>>;
   const std::vector<Choice> choices{
@@ -129,30 +148,42 @@ void print_losers(const std::vector<planner::Candidate>& all) {
       {"checkpointing", [](const planner::Layout& l) { return l.checkpointing ? "on" : "off"; }},
   };
   const planner::Candidate& best = all.front();
-  std::printf("why the others lost (the best of each other choice):\n");
+  std::printf("why the others lost (the fastest of each other choice, its rank):\n");
   for (const auto& [name, value_of] : choices) {
     // Keyed (length, text): numbers in numeric order.
     using Key = std::pair<std::size_t, std::string>;
-    std::map<Key, const planner::Candidate*> fastest, smallest;
-    for (const auto& c : all) {
+    std::map<Key, std::size_t> fastest, smallest;  // indices into `all`
+    for (std::size_t i = 1; i < all.size(); ++i) {
+      const planner::Candidate& c = all[i];
       const Key value{value_of(c.layout).size(), value_of(c.layout)};
       if (value.second == value_of(best.layout)) continue;
-      if (c.rejected.empty() && !fastest.count(value)) fastest[value] = &c;
+      if (c.rejected.empty() &&
+          (!fastest.count(value) ||
+           c.prediction.step_seconds < all[fastest[value]].prediction.step_seconds))
+        fastest[value] = i;
       if (!smallest.count(value) ||
-          c.prediction.peak_bytes() < smallest[value]->prediction.peak_bytes())
-        smallest[value] = &c;
+          c.prediction.peak_bytes() < all[smallest[value]].prediction.peak_bytes())
+        smallest[value] = i;
     }
-    for (const auto& [value, c] : smallest) {
+    for (const auto& [value, index] : smallest) {
       const std::string label = name + " " + value.second;
-      if (fastest.count(value)) {
-        const planner::Prediction& p = fastest[value]->prediction;
-        std::printf("  %-22s %.4g s/step (+%.1f%%): more %s\n", label.c_str(), p.step_seconds,
-                    100 * (p.step_seconds / best.prediction.step_seconds - 1),
-                    why_slower(best, *fastest[value]).c_str());
-      } else {
+      if (!fastest.count(value)) {
         std::printf("  %-22s out of memory: at least %.1f GiB on a device\n", label.c_str(),
-                    c->prediction.peak_bytes() / kGiB);
+                    all[index].prediction.peak_bytes() / kGiB);
+        continue;
       }
+      const std::size_t i = fastest[value];
+      const planner::Prediction& p = all[i].prediction;
+      const double change = 100 * (p.step_seconds / best.prediction.step_seconds - 1);
+      char tie[128];
+      std::snprintf(
+          tie, sizeof tie,
+          "as fast or faster, ranked below by the tie rule: %.1f GiB peak against %.1f GiB",
+          p.peak_bytes() / kGiB, best.prediction.peak_bytes() / kGiB);
+      const std::string why =
+          p.step_seconds <= best.prediction.step_seconds ? tie : why_slower(best, all[i]);
+      std::printf("  %-22s %.4g s/step (%+.1f%%, #%zu): %s\n", label.c_str(), p.step_seconds,
+                  change, i + 1, why.c_str());
     }
   }
 }
@@ -181,7 +212,10 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
                       {"live_micro_batches", s.live_micro_batches},
                       {"total", s.total()}});
   }
+  nlohmann::json terms = nlohmann::json::object();
+  for (const TermName& name : term_names()) terms[name.key] = p.terms.*name.term;
   return {{"model_parallel", l.parallel.tensor},
+          {"terms", terms},
           {"sequence_parallel", l.parallel.sequence_parallel},
           {"context_parallel", l.parallel.context},
           {"pipe", l.parallel.pipe},
@@ -264,6 +298,7 @@ int run_plan(const PlanOptions& o) {
   }
   const nlohmann::json json = config::read_json_file(o.config);
   std::vector<std::string> unknown;
+  trainer::check_lora_section(json);
   const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
   trainer::refuse_unknown_keys(unknown);
   planner::LayoutLimits limits = o.limits;
@@ -286,7 +321,9 @@ int run_plan(const PlanOptions& o) {
   int64_t blocks = 0;
   for (const auto& layer : workload.layers) {
     adapters += layer.adapter_parameters;
-    blocks += layer.type == "LlamaBlock" || layer.type == "MixtralBlock";
+    // Decoder blocks, as train counts them (the layers with a block index).
+    blocks +=
+        layer.type == "LlamaBlock" || layer.type == "MixtralBlock" || layer.type == "GptBlock";
   }
   module::check_adapted(job.lora, models::type_name(job.model), adapters, blocks);
   const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
@@ -337,6 +374,10 @@ int run_plan(const PlanOptions& o) {
       static_cast<long long>(o.global_batch));
   std::printf("layouts: %zu predicted, %d fit in memory, %zu do not\n", all.size(), fitting,
               all.size() - fitting);
+  std::printf(
+      "ranked by predicted step time; within %g%% of the fastest, the lower peak memory "
+      "first (the tie rule)\n",
+      100 * planner::kTiedWithin);
   print_header();
   for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)
     print_row(i + 1, all[i]);

@@ -75,15 +75,21 @@ void PostProcessor::read(const nlohmann::json& stage, const std::string& field,
       for (size_t i = 0; i < list.size(); ++i) {
         const std::string at = field + "." + key + "[" + std::to_string(i) + "]";
         const nlohmann::json& piece = list[i];
+        // A piece's id: text, else "" (refused below).
+        const auto id_of = [](const nlohmann::json& inner) {
+          return inner.contains("id") && inner["id"].is_string() ? inner["id"].get<std::string>()
+                                                                 : std::string();
+        };
         if (piece.is_object() && piece.contains("Sequence") && piece["Sequence"].is_object()) {
-          const std::string id = piece["Sequence"].value("id", "");
+          const std::string id = id_of(piece["Sequence"]);
           if (id != "A" && id != "B") refuse(source, at + ".Sequence.id", "must be A or B");
           pieces.push_back({id == "A" ? 0 : 1, {}});
         } else if (piece.is_object() && piece.contains("SpecialToken") &&
                    piece["SpecialToken"].is_object()) {
-          const std::string id = piece["SpecialToken"].value("id", "");
-          const nlohmann::json ids =
-              specials.contains(id) ? specials[id].value("ids", nlohmann::json()) : nullptr;
+          const std::string id = id_of(piece["SpecialToken"]);
+          const nlohmann::json ids = specials.contains(id) && specials[id].is_object()
+                                         ? specials[id].value("ids", nlohmann::json())
+                                         : nlohmann::json();
           if (!ids.is_array() || ids.empty() ||
               std::any_of(ids.begin(), ids.end(), [](const nlohmann::json& v) {
                 return !v.is_number_integer() || v.get<int64_t>() < 0;

@@ -29,7 +29,8 @@ void SamplePosition::restore(const nlohmann::json& state) {
                          " samples consumed are not a whole number of micro-batches of " +
                          std::to_string(batch_) + " samples on each of " +
                          std::to_string(share_.replicas) +
-                         " replicas (keep the global batch the checkpoint was trained with)");
+                         " replicas (choose a micro-batch size and data-parallel size whose "
+                         "product divides it)");
   }
   micro_batches_ = samples / per_micro_batch;
 }

@@ -58,9 +58,13 @@ TokenCorpus split(std::shared_ptr<const TokenStream> tokens, int64_t vocab_size,
 
 // The generator of sample `sample` of `stream`: counter-based, so any sample can be
 // reproduced without drawing the ones before it.
+// Samples past 2^31 mix in their high bits too, so no two samples share a generator.
 at::Generator sample_generator(uint64_t seed, uint64_t stream, int64_t sample) {
-  return at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(sample)));
+  uint64_t state = module::layer_seed(module::layer_seed(seed, static_cast<int>(stream)),
+                                      static_cast<int>(sample & 0x7fffffff));
+  if (const int64_t high = sample >> 31; high > 0)
+    state = module::layer_seed(state, static_cast<int>(high));
+  return at::make_generator<at::CPUGeneratorImpl>(state);
 }
 
 }  // namespace

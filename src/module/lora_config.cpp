@@ -48,8 +48,8 @@ const config::KeyTable<LoraConfig>& lora_keys() {
     t.integer("lora.rank", PIPETRAIN_FIELD(rank),
               "LoRA adapters of this rank (peft's `r`) on the linears of `lora.target_modules`: "
               "every other parameter is frozen (no gradient, no optimizer state, no ZeRO "
-              "shard); 0: no adapters, every parameter trained",
-              config::at_least(0))
+              "shard); 0: no adapters, every parameter trained; at most 65536",
+              config::Range{.min = 0, .max = 65536})
         .number("lora.alpha", PIPETRAIN_FIELD(alpha),
                 "peft's `lora_alpha`: the update B A is scaled by alpha / rank", config::above(0))
         .number("lora.dropout", PIPETRAIN_FIELD(dropout),

@@ -11,8 +11,6 @@
 namespace pipetrain::planner {
 namespace {
 
-constexpr double kTies = 1.01;  // step times within 1% of the best rank by peak memory
-
 using schedule::Kind;
 
 std::vector<int> divisors(int64_t n) {
@@ -271,7 +269,7 @@ std::vector<Candidate> plan_layouts(const Workload& w, const Cluster& c, int64_t
   // (more room, fewer out-of-memory surprises) ranks first.
   const auto close = std::find_if(found.begin(), found.end(), [&](const Candidate& c) {
     return !c.rejected.empty() ||
-           c.prediction.step_seconds > kTies * found.front().prediction.step_seconds;
+           c.prediction.step_seconds > (1 + kTiedWithin) * found.front().prediction.step_seconds;
   });
   if (found.front().rejected.empty()) {
     std::stable_sort(found.begin(), close, [](const Candidate& a, const Candidate& b) {

@@ -24,6 +24,10 @@ struct LayoutLimits {
   int64_t max_micro_batch = 16;  // micro-batch sizes tried: powers of two up to this
 };
 
+// Within this share of the fastest step time, fitting layouts rank by peak memory (lower
+// first): time that close is noise the prediction cannot settle (the tie rule).
+constexpr double kTiedWithin = 0.01;
+
 struct Candidate {
   Layout layout;
   Prediction prediction;
@@ -39,7 +43,8 @@ struct Candidate {
 // schedule (interleaved with 2 or 4 chunks), ZeRO 0 or 1, checkpointing off or on, and for
 // a mixture of experts each expert-parallel size e dividing d and the experts (ZeRO 0). Each is
 // predicted; those whose fullest stage exceeds the device memory are marked rejected.
-// Sorted: fitting layouts by step time, then the rejected by peak memory. Throws
+// Sorted: fitting layouts by step time (within kTiedWithin of the fastest by peak memory),
+// then the rejected by peak memory. Throws
 // InputError when no layout exists at all (the batch, the model and the limits leave
 // none), naming why.
 std::vector<Candidate> plan_layouts(const Workload& workload, const Cluster& cluster,

@@ -45,13 +45,21 @@ module::Partition split_layers(const Workload& w, int virtual_stages) {
 }
 
 // Per stage: the pass times the simulator runs, and what the stage holds.
+// A stage's pass time per micro-batch (all its chunks, forward and backward) by what it is
+// spent on: the StepTerms the passes hold.
+struct PassTerms {
+  double compute = 0, tensor_parallel = 0, context = 0, expert = 0, zero = 0, recompute = 0;
+  double sum() const { return compute + tensor_parallel + context + expert + zero + recompute; }
+};
+
 struct StageWork {
   double forward = 0;
   double backward_input = 0;
   double backward_weight = 0;
-  double parameters = 0;             // one rank's, tied copies once
-  double expert_parameters = 0;      // of which routed experts' (reduced over d / e replicas)
-  double saved_per_sample = 0;       // the largest chunk's, bytes
+  PassTerms terms;               // forward + backward_input + backward_weight, by what they spend
+  double parameters = 0;         // one rank's, tied copies once
+  double expert_parameters = 0;  // of which routed experts' (reduced over d / e replicas)
+  double saved_per_sample = 0;   // the largest chunk's, bytes
   double checkpoint_per_sample = 0;  // the largest chunk's layer inputs, bytes
   double largest_layer_saved = 0;    // per sample, bytes: one layer's recomputed activations
   double largest_recomputed = 0;     // per sample, bytes: one layer's selectively recomputed
@@ -78,6 +86,8 @@ class StageCosting {
   void add_chunk(StageWork& stage, Span span, std::set<std::string>& ties,
                  module::RecomputeSet recompute) const {
     double saved = 0, checkpoint = 0, forward = 0, input = 0, weight = 0;
+    PassTerms terms;  // of input and weight; the forward's below
+    PassTerms forward_terms;
     double chunk_parameters = 0, layers_with_parameters = 0;
     const double share = 1.0 / l_.parallel.context;
     const bool sp = l_.parallel.sequence_parallel;
@@ -94,31 +104,47 @@ class StageCosting {
       // Expert parallelism: the tokens' rows to their experts and back, in each pass.
       const double exchange = 2 * all_to_all_seconds(b * layer.dispatched * bytes_);
       const int t = l_.parallel.tensor;
-      forward +=
+      const double compute_forward =
           b * LayerCost::flops_per_rank(layer.forward_flops, layer.replicated_forward_flops, t) /
               flops +
-          streaming + c_.layer_overhead + layer.forward_all_reduces * all_reduce +
-          (l_.parallel.context - 1) * ring + exchange;
-      input += b *
-                   LayerCost::flops_per_rank(layer.backward_input_flops,
-                                             layer.replicated_backward_input_flops, t) /
-                   flops +
-               2 * streaming + c_.layer_overhead + layer.backward_all_reduces * all_reduce +
-               (l_.parallel.context - 1) * (1 + 4.0 / bytes_) * ring +
-               (l_.parallel.context > 1 ? 4.0 / bytes_ * ring : 0.0) + exchange;
+          streaming + c_.layer_overhead;
+      const double ring_forward = (l_.parallel.context - 1) * ring;
+      forward += compute_forward + layer.forward_all_reduces * all_reduce + ring_forward + exchange;
+      forward_terms.compute += compute_forward;
+      forward_terms.tensor_parallel += layer.forward_all_reduces * all_reduce;
+      forward_terms.context += ring_forward;
+      forward_terms.expert += exchange;
+      const double compute_input =
+          b *
+              LayerCost::flops_per_rank(layer.backward_input_flops,
+                                        layer.replicated_backward_input_flops, t) /
+              flops +
+          2 * streaming + c_.layer_overhead;
+      const double ring_input = (l_.parallel.context - 1) * (1 + 4.0 / bytes_) * ring +
+                                (l_.parallel.context > 1 ? 4.0 / bytes_ * ring : 0.0);
+      input += compute_input + layer.backward_all_reduces * all_reduce + ring_input + exchange;
+      terms.compute += compute_input;
+      terms.tensor_parallel += layer.backward_all_reduces * all_reduce;
+      terms.context += ring_input;
+      terms.expert += exchange;
       // A frozen layer (LoRA) computes no weight gradient (its adapters' are negligible).
       if (!layer.frozen) {
-        weight += b *
-                  LayerCost::flops_per_rank(layer.backward_weight_flops,
-                                            layer.replicated_backward_weight_flops, t) /
-                  flops;
+        const double compute_weight =
+            b *
+            LayerCost::flops_per_rank(layer.backward_weight_flops,
+                                      layer.replicated_backward_weight_flops, t) /
+            flops;
+        weight += compute_weight;
+        terms.compute += compute_weight;
       }
       // Selective recompute: its parts' activations freed, their forward again in backward
       // (with its all-reduces and ring passes); one layer's parts live again in its backward.
       const double freed = share * layer.recompute_freed_bytes(recompute, t, bytes_, sp, cut);
       const LayerCost::Recomputable again = layer.recompute_work(recompute);
-      input += b * again.flops / t / flops + again.all_reduces * all_reduce +
-               (again.ring ? (l_.parallel.context - 1) * ring : 0.0);
+      const double repeated = b * again.flops / t / flops + again.all_reduces * all_reduce +
+                              (again.ring ? (l_.parallel.context - 1) * ring : 0.0);
+      input += repeated;
+      terms.recompute += repeated;
       saved += share * layer.saved_bytes(l_.parallel.tensor, bytes_, sp, cut) - freed;
       stage.largest_recomputed = std::max(stage.largest_recomputed, freed);
       checkpoint += share * (i == 0 ? 0.0 : w_.layers[i - 1].output) * bytes_ * sliced;
@@ -148,9 +174,12 @@ class StageCosting {
         // ZeRO 3: the layer gathered before its forward and again before its backward
         // (kept after forward: once per step).
         const bool reshard = w_.training.zero.reshard_after_forward;
-        forward +=
+        const double gather_forward =
             gather_seconds(sharded) / (reshard ? 1.0 : static_cast<double>(l_.micro_batches));
+        forward += gather_forward;
+        forward_terms.zero += gather_forward;
         input += reshard ? gather_seconds(sharded) : 0.0;
+        terms.zero += reshard ? gather_seconds(sharded) : 0.0;
         chunk_parameters += sharded;
         if (sharded > 0) ++layers_with_parameters;
       }
@@ -159,18 +188,30 @@ class StageCosting {
             stage.largest_tensor, static_cast<double>(layer.largest_tensor) / l_.parallel.tensor);
       }
     }
-    if (l_.checkpointing) input += forward;  // the forward again, before its backward
+    if (l_.checkpointing) {  // the forward again, before its backward
+      input += forward;
+      terms.recompute += forward;
+    }
     // ZeRO 2 and 3: each backward pass's gradients reduce-scattered once it ends, a bucket
     // per layer with parameters.
     if (l_.zero >= 2 && layers_with_parameters > 0) {
-      input += layers_with_parameters *
-               reduce_scatter_seconds(chunk_parameters / layers_with_parameters);
+      const double scatter = layers_with_parameters *
+                             reduce_scatter_seconds(chunk_parameters / layers_with_parameters);
+      input += scatter;
+      terms.zero += scatter;
     }
     forward += c_.pass_overhead;
     input += c_.pass_overhead;
+    terms.compute += 2 * c_.pass_overhead;
     stage.forward += forward;
     stage.backward_input += input;
     stage.backward_weight += weight;
+    stage.terms.compute += terms.compute + forward_terms.compute;
+    stage.terms.tensor_parallel += terms.tensor_parallel + forward_terms.tensor_parallel;
+    stage.terms.context += terms.context + forward_terms.context;
+    stage.terms.expert += terms.expert + forward_terms.expert;
+    stage.terms.zero += terms.zero + forward_terms.zero;
+    stage.terms.recompute += terms.recompute;
     stage.saved_per_sample = std::max(stage.saved_per_sample, saved);
     stage.checkpoint_per_sample = std::max(stage.checkpoint_per_sample, checkpoint);
   }
@@ -481,6 +522,44 @@ void add_step_end(Prediction& p, const std::vector<StageWork>& stages, const Wor
   }
 }
 
+// The time transfers between stages add to a schedule's critical path: each boundary
+// crossed once forward on the fill and once backward on the drain (every chunk's under
+// interleaving).
+double schedule_transfers(const schedule::CostModel& costs, const Layout& l) {
+  if (l.parallel.pipe < 2) return 0;
+  return 2.0 * (l.parallel.pipe * l.parallel.chunks - 1) * costs.transfer_time();
+}
+
+// The step's terms: the stages' average busy time split as their passes spend it, the idle
+// rest of the schedule into transfers (at most all of it) and bubble, then the step's end.
+StepTerms step_terms(const Prediction& p, const std::vector<StageWork>& stages, double busy,
+                     double transfers, double overhead) {
+  PassTerms all;
+  for (const auto& stage : stages) {
+    all.compute += stage.terms.compute;
+    all.tensor_parallel += stage.terms.tensor_parallel;
+    all.context += stage.terms.context;
+    all.expert += stage.terms.expert;
+    all.zero += stage.terms.zero;
+    all.recompute += stage.terms.recompute;
+  }
+  const double scale = all.sum() > 0 ? busy / all.sum() : 0;
+  const double idle = std::max(0.0, p.pipeline_seconds - busy);
+  StepTerms t;
+  t.compute = all.compute * scale;
+  t.tensor_parallel = all.tensor_parallel * scale;
+  t.context = all.context * scale;
+  t.expert = all.expert * scale;
+  t.zero = all.zero * scale;
+  t.recompute = all.recompute * scale;
+  t.pipe_transfers = std::min(idle, transfers);
+  t.bubble = idle - t.pipe_transfers;
+  t.data_parallel = p.data_parallel_seconds + p.tied_seconds;
+  t.optimizer = p.optimizer_seconds;
+  t.overhead = overhead;
+  return t;
+}
+
 }  // namespace
 
 Workload::Workload(models::ModelConfig model_, engine::TrainingConfig training_,
@@ -540,8 +619,8 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
       l.schedule, schedule::shape_for(l.schedule, static_cast<int>(l.micro_batches),
                                       l.parallel.pipe, l.parallel.chunks));
   const Transports transports = transports_of(shared, l);
-  const PipelineTimeline pipeline =
-      simulate_pipeline(plan, simulator_costs(stages, w, transports, shared, l), shared, l);
+  const schedule::CostModel costs = simulator_costs(stages, w, transports, shared, l);
+  const PipelineTimeline pipeline = simulate_pipeline(plan, costs, shared, l);
   const schedule::Timeline& timeline = pipeline.timeline;
   Cluster c = shared;  // the step's collectives wait as the pipeline's messages did
   c.intra_node.latency += pipeline.message_wait;
@@ -562,6 +641,8 @@ Prediction predict(const Workload& w, const Cluster& shared, const Layout& l) {
   p.optimizer_seconds *= sharing;
   p.step_seconds = p.pipeline_seconds + p.data_parallel_seconds + p.optimizer_seconds +
                    p.tied_seconds + sharing * c.step_overhead;
+  p.terms = step_terms(p, stages, busy / l.parallel.pipe, schedule_transfers(costs, l),
+                       sharing * c.step_overhead);
 
   double flops_per_sample = 0;
   for (const auto& layer : w.layers)

@@ -55,8 +55,32 @@ struct StageMemory {
   }
 };
 
+// Where a step's time goes, in seconds, the terms summing to the step time: the stages'
+// average busy time split by what their passes spend it on; the pipeline's idle time split
+// into the transfers between stages on its fill and drain and the rest (the bubble); then
+// the step's end. What `plan` names when it says why a layout lost.
+struct StepTerms {
+  double compute = 0;          // matrix products, elementwise work, per-layer overheads
+  double tensor_parallel = 0;  // all-reduces inside the passes
+  double context = 0;          // ring attention's passes of keys and values
+  double expert = 0;           // the experts' all-to-alls
+  double zero = 0;             // ZeRO 2-3: gathers and reduce-scatters inside the passes
+  double recompute = 0;        // forward work done again in backward
+  double pipe_transfers = 0;   // activations and gradients between stages (fill and drain)
+  double bubble = 0;           // the rest of the stages' idle time
+  double data_parallel = 0;    // gradients averaged over replicas, tied sums
+  double optimizer = 0;
+  double overhead = 0;  // the step's fixed cost
+
+  double sum() const {
+    return compute + tensor_parallel + context + expert + zero + recompute + pipe_transfers +
+           bubble + data_parallel + optimizer + overhead;
+  }
+};
+
 struct Prediction {
   double step_seconds = 0;
+  StepTerms terms;
   double pipeline_seconds = 0;       // the schedule's makespan, tensor-parallel traffic in it
   double data_parallel_seconds = 0;  // gradient reduction (and ZeRO's all-gather), slowest stage
   double tied_seconds = 0;           // tied gradients summed between their stages

@@ -83,12 +83,13 @@ void read_deepspeed_tensorboard(nlohmann::json& json) {
   job_keys().set(json, "log.tensorboard", folder.string());
 }
 
-// A lora section that asks for adapters in all but rank would train every weight: refused.
-// Without rank, any key; with rank 0, keys other than their defaults (an effective config
-// writes the whole section, rank 0 included).
-void check_lora_section(const nlohmann::json& json, const module::LoraConfig& lora) {
+}  // namespace
+
+void check_lora_section(const nlohmann::json& json) {
   if (!json.is_object() || !json.contains("lora") || !json["lora"].is_object()) return;
   const nlohmann::json& section = json["lora"];
+  module::LoraConfig lora;
+  module::lora_keys().read(json, lora);  // the other sections' keys are not its to judge
   if (lora.enabled() || section.empty()) return;
   const nlohmann::json defaults = module::lora_keys().write(module::LoraConfig{})["lora"];
   for (const auto& [key, value] : section.items()) {
@@ -101,8 +102,6 @@ void check_lora_section(const nlohmann::json& json, const module::LoraConfig& lo
     }
   }
 }
-
-}  // namespace
 
 void refuse_unknown_keys(const std::vector<std::string>& unknown) {
   std::vector<std::string> rest;
@@ -127,7 +126,6 @@ JobConfig parse_job_config(const nlohmann::json& given, std::vector<std::string>
   read_deepspeed_tensorboard(json);
   JobConfig config;
   std::vector<std::string> keys = job_keys().read(json, config);
-  check_lora_section(json, config.lora);
   if (unknown) *unknown = std::move(keys);
   return config;
 }

@@ -41,6 +41,11 @@ const config::KeyTable<JobConfig>& job_keys();
 // DeepSpeed's `bfloat16` and `tensorboard` sections are read as DeepSpeed reads them.
 JobConfig parse_job_config(const nlohmann::json& json, std::vector<std::string>* unknown);
 
+// A user's lora section that asks for adapters in all but rank, which would train every
+// weight: InputError. Without rank, any key; with rank 0, keys other than their defaults.
+// For the user's own file (train, plan), not a checkpoint's effective config.
+void check_lora_section(const nlohmann::json& json);
+
 // InputError naming every key of `unknown` in one message, each with the known key it most
 // likely misspells, or the DeepSpeed section it is and what pipetrain reads instead. Every
 // command refuses them: a key left unread would leave a run training other than asked.

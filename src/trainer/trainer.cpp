@@ -363,6 +363,7 @@ void sample_at_end(Job& job, const data::Tokenizer& tokenizer) {
 }  // namespace
 
 int train(const nlohmann::json& config_file) {
+  check_lora_section(config_file);
   nlohmann::json config = config_file;
   const std::string resume = resolve_resume(config);
   const std::string batch = keep_global_batch(config, comm::MpiCommunicator::world()->size());

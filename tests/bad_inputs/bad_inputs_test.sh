@@ -152,9 +152,12 @@ data_case mask-value "value.mask: byte 3 is 7, not a loss mask (0 or 1)" \
 data_case mask-missing "data.paths: $work/plain has no loss masks ($work/plain.mask) but $work/value has" \
   "{\"type\": \"indexed\", \"paths\": [\"$work/value\", \"$work/plain\"]}" "python3 '$writer' '$work/plain' uint16 50"
 # A mask names the .bin it was made with: one beside another run's tokens (as a rerun of
-# prepare-data cut short between its renames would leave) is refused.
-data_case mask-of-another-run "other.mask was made with another $work/other.bin (another prepare-data run)" \
-  "{\"type\": \"indexed\", \"paths\": [\"$work/other\"]}" "python3 '$writer' '$work/other' int32 50 && python3 -c \"import struct, zlib; open('$work/other.mask', 'wb').write(b'PTMASK01' + struct.pack('<QI', 1070, zlib.crc32(b'x')) + bytes(4) + bytes([1]) * 535)\""
+# prepare-data cut short between its renames would leave) is refused, by the .bin's size
+# (another dtype) or, at the same size, by its checksum.
+for other in size crc; do
+  data_case "mask-of-another-run-by-$other" "$other.mask was made with another $work/$other.bin (another prepare-data run)" \
+    "{\"type\": \"indexed\", \"paths\": [\"$work/$other\"]}" "python3 '$writer' '$work/$other' uint16 50 && python3 -c \"import os, struct, sys, zlib; b = open(sys.argv[1] + '.bin', 'rb').read(); size = len(b) + (2 if sys.argv[2] == 'size' else 0); open(sys.argv[1] + '.mask', 'wb').write(b'PTMASK01' + struct.pack('<QI', size, zlib.crc32(b) ^ (sys.argv[2] == 'crc')) + bytes(4) + bytes([1]) * (len(b) // 2))\" '$work/$other' $other"
+done
 # Examples whose masks count no token would "train" at loss 0: refused before any work.
 python3 "$writer" "$work/zero" uint16 50 && head -c 535 /dev/zero >"$work/zero.mask"
 printf '{%s, "data": {"type": "indexed", "paths": ["%s"]}}\n' \
@@ -201,7 +204,7 @@ damaged_case no-latest "latest is missing" "rm latest"
 damaged_case not-a-manifest "is not a pipetrain checkpoint manifest" "sealed 's|.*|{}|;1!d'"
 # A data position per replica (before it was global) that records no micro-batch size.
 damaged_case old-position-without-layout "its data position is per replica ({\"drawn\": N}) and it does not record" \
-  "sealed_json \"m['data'] = {'drawn': 1}; m['client_state']['config'].pop('train_micro_batch_size_per_gpu')\""
+  "sealed_json \"m['data'] = {'drawn': 1}; m.pop('data_global'); m['client_state']['config'].pop('train_micro_batch_size_per_gpu')\""
 damaged_case unsealed-manifest "manifest.json: checksum mismatch (manifest.crc32 says" \
   "sed -i 's|\"global_steps\": 1|\"global_steps\": 0|' step_1/manifest.json"
 damaged_case unsealed-old-checkpoint "step_1/manifest.crc32 is missing" "rm step_1/manifest.crc32"

@@ -86,7 +86,7 @@ kill -TERM "$job"
 wait "$job"
 rc=$?
 check "SIGTERM: exit 75 after saving (got $rc: $(grep 'stopped on' stopped.out))" test "$rc" -eq 75
-step=$(sed -n 's/.*saved stopped\/\(step_[0-9]*\); resume.*/\1/p' stopped.out)
+step=$(sed -n 's/.*saved stopped\/\(step_[0-9]*\); run the same command.*/\1/p' stopped.out)
 check "SIGTERM: latest is the stop's save ($step)" test -n "$step" -a "$(cat stopped/latest)" = "$step"
 check "SIGTERM: no unpublished save is left" test -z "$(find stopped -maxdepth 1 -name '.*.saving')"
 finish

@@ -762,3 +762,80 @@ TEST(Cluster, FileErrorsNameTheKey) {
 
 }  // namespace
 }  // namespace pipetrain::planner
+
+namespace pipetrain::planner {
+namespace {
+
+// A step's terms sum to its time, each layout's own terms only: no tensor-parallel time at
+// t = 1, no ring at c = 1, no ZeRO traffic in the passes below stage 2, no recompute without
+// checkpointing, no transfers on one stage; and each one shows where its layout pays it.
+TEST(Prediction, StepTermsSumToTheStepAndNameOnlyWhatTheLayoutPays) {
+  Cluster c = ideal(8);
+  c.intra_node = c.inter_node = {.bandwidth = 1e9, .latency = 1e-4};
+  c.step_overhead = 1e-3;
+  const Workload w(small_llama(64, 4), engine::TrainingConfig{});
+  struct Case {
+    Layout layout;
+    bool tensor, context, zero, recompute, transfers;
+    bool replicated;  // gradients averaged after the schedule: over d x c, unless ZeRO 3
+  };
+  // Each flag: whether the layout pays that term.
+  const std::vector<Case> cases{
+      {{.micro_batch = 2, .micro_batches = 2}, false, false, false, false, false, false},
+      {{.parallel = {.tensor = 2}, .micro_batch = 2, .micro_batches = 2},  //
+       true,
+       false,
+       false,
+       false,
+       false,
+       false},
+      {{.parallel = {.context = 2}, .micro_batch = 2, .micro_batches = 2},  //
+       false,
+       true,
+       false,
+       false,
+       false,
+       true},
+      {{.parallel = {.data = 2}, .micro_batch = 2, .micro_batches = 2},  //
+       false,
+       false,
+       false,
+       false,
+       false,
+       true},
+      {{.parallel = {.data = 2}, .micro_batch = 2, .micro_batches = 2, .zero = 3},  //
+       false,
+       false,
+       true,
+       false,
+       false,
+       false},
+      {{.parallel = {.pipe = 2}, .micro_batch = 2, .micro_batches = 4, .checkpointing = true},
+       false,
+       false,
+       false,
+       true,
+       true,
+       false},
+  };
+  for (const Case& k : cases) {
+    const Prediction p = predict(w, c, k.layout);
+    const StepTerms& t = p.terms;
+    EXPECT_NEAR(t.sum(), p.step_seconds, 1e-9 * p.step_seconds);
+    for (const double term :
+         {t.compute, t.tensor_parallel, t.context, t.expert, t.zero, t.recompute, t.pipe_transfers,
+          t.bubble, t.data_parallel, t.optimizer, t.overhead})
+      EXPECT_GE(term, 0);
+    EXPECT_GT(t.compute, 0);
+    EXPECT_EQ(t.tensor_parallel > 0, k.tensor);
+    EXPECT_EQ(t.context > 0, k.context);
+    EXPECT_EQ(t.zero > 0, k.zero);
+    EXPECT_EQ(t.recompute > 0, k.recompute);
+    EXPECT_EQ(t.pipe_transfers > 0, k.transfers);
+    EXPECT_EQ(t.expert, 0);
+    EXPECT_EQ(t.data_parallel > 0, k.replicated) << t.data_parallel;
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
