@@ -49,8 +49,8 @@ const config::KeyTable<Cluster>& cluster_keys() {
         .integer("devices_per_node", PIPETRAIN_FIELD(devices_per_node),
                  "GPUs per machine (cores of a CPU-only machine)", config::at_least(1));
     scaled(t, "memory_gib", PIPETRAIN_FIELD(memory_bytes), kGiB,
-           "memory per device, GiB (required; at most 2^20)",
-           config::Range{.min = 0, .max = 1 << 20, .exclusive_min = true});
+           "memory per device, GiB (required; at most a million)",
+           config::Range{.min = 0, .max = 1e6, .exclusive_min = true});
     scaled(t, "peak_tflops.fp32", PIPETRAIN_FIELD(fp32_flops), 1e12,
            "dense float32 peak per device, TFLOP/s (required)");
     scaled(t, "peak_tflops.bf16", PIPETRAIN_FIELD(bf16_flops), 1e12,

@@ -93,7 +93,7 @@ cluster_case() { # name, expected, python statement on the cluster `c`
 }
 cluster_case no-devices "devices_per_node must be at least 1, got 0" "c['devices_per_node'] = 0"
 cluster_case too-many-devices "at most 1048576 devices in all" "c['devices_per_node'] = 2**40"
-cluster_case negative-memory "memory_gib must be > 0, got -1" "c['memory_gib'] = -1"
+cluster_case negative-memory "memory_gib must be in (0, 1e+06], got -1" "c['memory_gib'] = -1"
 echo '{"model": {"type": "BPE", "vocab": 3, "merges": []}}' >"$work/vocab-number.json"
 expect_bad "tokenizer.json whose vocabulary is a number" "vocab-number.json: model.vocab is missing or not an object" \
   tokenize --tokenizer "$work/vocab-number.json" a
