@@ -8,6 +8,16 @@
 set(PIPETRAIN_CUDA AUTO CACHE STRING "Build the CUDA/NCCL code: AUTO, ON or OFF")
 set_property(CACHE PIPETRAIN_CUDA PROPERTY STRINGS AUTO ON OFF)
 
+# Under pip (scikit-build-core names the interpreter): the torch of that Python.
+if(NOT PIPETRAIN_TORCH_CONFIG_DIR AND Python_EXECUTABLE)
+  execute_process(COMMAND "${Python_EXECUTABLE}" -c
+                          "import torch; print(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE _torch_found)
+  if(_torch_found EQUAL 0)
+    list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+  endif()
+endif()
 find_path(PIPETRAIN_TORCH_CONFIG_DIR TorchConfig.cmake PATH_SUFFIXES Torch
           DOC "Folder of the wheel's TorchConfig.cmake")
 if(NOT PIPETRAIN_TORCH_CONFIG_DIR)

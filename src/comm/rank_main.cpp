@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -66,37 +67,76 @@ int intra_op_threads(int cores, int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
-int run_rank(int argc, char** argv, const std::function<int()>& body) {
+namespace {
+
+bool& rank_started() {
+  static bool started = false;
+  return started;
+}
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// MPI and the rank's identity; false if MPI would not start.
+bool initialise(int* argc, char*** argv) {
   int provided = 0;
   // Multiple: a stage's deferred sends progress on a helper thread (see engine::TransferProgress);
   // with less, they progress in the main thread's MPI calls only.
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return false;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  io::open_rank_record(world_rank());
+  set_rank_identity("rank " + std::to_string(world_rank()));
+  install_stop_handlers();
+  return true;
+}
+
+}  // namespace
+
+void start_rank() {
+  if (rank_started()) return;
+  if (!initialise(nullptr, nullptr)) throw std::runtime_error("MPI_Init_thread failed");
+  rank_started() = true;
+  at::set_num_threads(intra_op_threads(usable_cores(), ranks_on_this_host()));
+}
+
+void fail_rank(const std::exception& error) {
+  if (dynamic_cast<const io::InputError*>(&error)) {
+    // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
+    // the others before they repeat the same line.
+    if (world_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    abort_job(error.what(), 2, /*alone=*/world_size() == 1);
+  }
+  abort_job(io::error_message(error).c_str(), 1, /*alone=*/world_size() == 1);
+}
+
+void finish_rank() {
+  if (!rank_started()) return;
+  rank_started() = false;
+  MPI_Finalize();
+}
+
+int run_rank(int argc, char** argv, const std::function<int()>& body) {
+  if (!initialise(&argc, &argv)) {
     std::fprintf(stderr, "pipetrain: MPI_Init_thread failed\n");
     return 1;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  io::open_rank_record(rank);
-  set_rank_identity("rank " + std::to_string(rank));
-  install_stop_handlers();
   std::set_terminate([] { abort_job("terminated without an exception to report", 1); });
 
   int exit_code = 0;
   try {
     at::set_num_threads(intra_op_threads(usable_cores(), ranks_on_this_host()));
     exit_code = body();
-  } catch (const io::InputError& e) {
-    // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
-    // the others before they repeat the same line.
-    if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    abort_job(e.what(), 2, /*alone=*/size == 1);
   } catch (const std::exception& e) {
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    abort_job(io::error_message(e).c_str(), 1, /*alone=*/size == 1);
+    fail_rank(e);
   }
   MPI_Finalize();
   io::record_exit(exit_code);

@@ -38,6 +38,11 @@ TokenCorpus token_files(const std::vector<std::string>& paths, int bytes_per_tok
 TokenCorpus indexed_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
                            double validation_fraction, bool record_documents = false);
 
+// The random streams of a corpus's two parts (SequenceSource's `stream`), as `pipetrain
+// train` draws them.
+constexpr uint64_t kTrainingStream = 0;
+constexpr uint64_t kValidationStream = 1 << 20;
+
 // Language-model micro-batches: `batch` windows of `context` + 1 tokens of `tokens`, sample k
 // at a position drawn from (seed, stream, k) alone, read as SamplePosition says: the same
 // global batches at every layout, and a stream can resume anywhere. Inputs are the first

@@ -28,8 +28,6 @@ namespace {
 constexpr int64_t kProfileBatch = 2;
 // Training draws its samples from one stream and validation from another, each one global
 // sequence of samples shared out over the replicas (data::SamplePosition).
-constexpr uint64_t kTrainingStream = 0;
-constexpr uint64_t kValidationStream = 1 << 20;
 // The byte vocabulary of text data.
 constexpr int64_t kByteVocabulary = 256;
 
@@ -143,10 +141,10 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
   const int64_t batch = job.config.engine.train_micro_batch_size_per_gpu;
   const auto seed = static_cast<uint64_t>(job.config.engine.seed);
   const data::SampleShare share{replica, job.grid->data_parallel_size()};
-  job.train_data = std::make_unique<data::RegressionSource>(features.inputs, features.outputs,
-                                                            batch, seed, kTrainingStream, share);
+  job.train_data = std::make_unique<data::RegressionSource>(
+      features.inputs, features.outputs, batch, seed, data::kTrainingStream, share);
   job.validation_data = std::make_unique<data::RegressionSource>(
-      features.inputs, features.outputs, batch, seed, kValidationStream, share);
+      features.inputs, features.outputs, batch, seed, data::kValidationStream, share);
 }
 
 // With data.pack: how documents are told apart. An indexed dataset's own document index,
@@ -192,8 +190,8 @@ void build_example_data(Job& job, const models::TokenInput& tokens, int64_t repl
         job.config.engine.train_micro_batch_size_per_gpu,
         static_cast<uint64_t>(job.config.engine.seed), stream, share, data.pack);
   };
-  job.train_data = source(false, kTrainingStream);
-  job.validation_data = source(true, kValidationStream);
+  job.train_data = source(false, data::kTrainingStream);
+  job.validation_data = source(true, data::kValidationStream);
   job.config.engine.per_token_loss = true;
   const double trained = 100.0 * static_cast<double>(corpus->trained_count) /
                          static_cast<double>(std::max<int64_t>(corpus->token_count, 1));
@@ -236,8 +234,8 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
         part, tokens.vocab_size, tokens.context, job.config.engine.train_micro_batch_size_per_gpu,
         static_cast<uint64_t>(job.config.engine.seed), stream, share, documents);
   };
-  job.train_data = source(corpus.train, kTrainingStream);
-  job.validation_data = source(corpus.validation, kValidationStream);
+  job.train_data = source(corpus.train, data::kTrainingStream);
+  job.validation_data = source(corpus.validation, data::kValidationStream);
 }
 
 void build_data(Job& job) {

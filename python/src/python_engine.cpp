@@ -1,0 +1,119 @@
+#include "python_engine.h"
+
+#include <sstream>
+
+#include "data/sample_position.h"
+#include "data/token_data.h"
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/config/unknown_keys.h"
+#include "pipetrain/engine/training_config.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/topology/process_topology.h"
+
+namespace pipetrain::python {
+namespace {
+
+module::PartitionMethod boundaries(const std::vector<int>& parts) {
+  std::ostringstream list;
+  for (std::size_t v = 1; v + 1 < parts.size(); ++v) list << (v > 1 ? "," : "") << parts[v];
+  return module::PartitionMethod("boundaries:" + list.str());
+}
+
+engine::TrainingConfig read_config(const nlohmann::json& json, int data_parallel) {
+  engine::TrainingConfig config = engine::parse_training_config(json);
+  config::refuse_unknown_keys(config.unknown_keys, engine::training_keys().names());
+  engine::resolve_batch(config, data_parallel);
+  return config;
+}
+
+}  // namespace
+
+PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss_fn,
+                           const ModuleLayout& layout, const nlohmann::json& config_json) {
+  auto world = comm::MpiCommunicator::world();
+  if (world->size() % layout.stages != 0) {
+    throw io::InputError("a PipelineModule of " + std::to_string(layout.stages) + " stages on " +
+                         std::to_string(world->size()) +
+                         " ranks: the ranks must be a multiple of the stages");
+  }
+  const int data = world->size() / layout.stages;
+  engine::TrainingConfig config = read_config(config_json, data);
+  if (config.pipeline.chunks != layout.chunks) {
+    throw std::logic_error("the module was built for " + std::to_string(layout.chunks) +
+                           " chunks per stage, the schedule runs " +
+                           std::to_string(config.pipeline.chunks));
+  }
+  grid_ = std::make_shared<topology::Grid>(
+      topology::pipe_data_parallel_topology(layout.stages, data), world);
+  std::vector<module::LayerSpec> specs;
+  specs.reserve(layers.size());
+  for (const PythonLayer& layer : layers) specs.push_back(layer_spec(layer));
+  module_ = std::make_shared<module::PipelineModule>(
+      std::move(specs), loss_function(std::move(loss_fn), grid_->stage_id()),
+      module::PipelineModuleOptions{
+          .stages = layout.stages,
+          .stage_id = grid_->stage_id(),
+          .chunks = layout.chunks,
+          .placement = config.pipeline.placement(),
+          .partition_method = boundaries(layout.parts),
+          .seed = layout.seed,
+          .activation_checkpoint_interval = layout.activation_checkpoint_interval,
+          .checkpointable_types = layout.checkpointable_types});
+  effective_ = config_json;
+  effective_["train_batch_size"] = config.train_batch_size;
+  effective_["train_micro_batch_size_per_gpu"] = config.train_micro_batch_size_per_gpu;
+  effective_["gradient_accumulation_steps"] = config.gradient_accumulation_steps;
+  engine_ = std::make_unique<engine::PipelineEngine>(module_, grid_, std::move(config));
+}
+
+double PythonEngine::train_batch(engine::MicroBatchSource* data) {
+  return engine_->train_batch(data);
+}
+
+std::pair<double, std::vector<module::Activation>> PythonEngine::eval_batch(
+    engine::MicroBatchSource* data, bool return_outputs) {
+  engine::PipelineEngine::EvalResult result = engine_->eval_batch(data, return_outputs);
+  return {result.loss, std::move(result.outputs)};
+}
+
+void PythonEngine::use_token_windows(const std::vector<std::string>& paths, const std::string& type,
+                                     int token_bytes, int64_t vocab_size, int64_t context,
+                                     double validation_fraction) {
+  data::TokenCorpus corpus;
+  if (type == "text") {
+    corpus = data::text_corpus(paths, validation_fraction);
+  } else if (type == "tokens") {
+    corpus = data::token_files(paths, token_bytes, vocab_size, validation_fraction);
+  } else {
+    throw io::InputError("TokenWindows: data_type '" + type + "' is not one of text, tokens");
+  }
+  const data::SampleShare share{grid_->data_parallel_id(), grid_->data_parallel_size()};
+  const auto& config = engine_->config();
+  auto source = [&](const data::TokenSpan& part, uint64_t stream) {
+    return std::make_unique<data::SequenceSource>(
+        part, vocab_size, context, config.train_micro_batch_size_per_gpu,
+        static_cast<uint64_t>(config.seed), stream, share);
+  };
+  train_windows_ = source(corpus.train, data::kTrainingStream);
+  validation_windows_ = source(corpus.validation, data::kValidationStream);
+}
+
+engine::MicroBatchSource* PythonEngine::token_windows(bool validation) {
+  return validation ? validation_windows_.get() : train_windows_.get();
+}
+
+void PythonEngine::save_checkpoint(const std::string& directory, const std::string& tag,
+                                   const nlohmann::json& client_state) {
+  const nlohmann::json state = {{"config", effective_}, {"client_state", client_state}};
+  checkpoint::save_checkpoint(*engine_, directory, tag, state, train_windows_.get());
+}
+
+nlohmann::json PythonEngine::load_checkpoint(const std::string& directory, const std::string& tag) {
+  const nlohmann::json state =
+      checkpoint::load_checkpoint(*engine_, directory, tag, train_windows_.get());
+  return state.is_object() && state.contains("client_state") ? state["client_state"]
+                                                             : nlohmann::json::object();
+}
+
+}  // namespace pipetrain::python

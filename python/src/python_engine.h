@@ -1,0 +1,66 @@
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/topology/grid.h"
+#include "python_layer.h"
+
+namespace pipetrain::python {
+
+// How pipetrain.pipe.PipelineModule split and built its layers for the engine.
+struct ModuleLayout {
+  int stages = 1;
+  int chunks = 1;
+  std::vector<int> parts;  // virtual stage boundaries, as module::Partition
+  uint64_t seed = 1234;
+  int activation_checkpoint_interval = 0;
+  std::vector<std::string> checkpointable_types;
+};
+
+// The C++ engine behind pipetrain.PipelineEngine: this rank's stage of a model of Python
+// layers on the pipe x data grid, running the config's schedule. Every method is collective
+// as its engine::PipelineEngine counterpart; an error on any rank ends the job with one line
+// (comm::fail_rank), as the CLI does.
+class PythonEngine {
+ public:
+  PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss_fn, const ModuleLayout& layout,
+               const nlohmann::json& config);
+
+  // DataExhausted becomes Python's StopIteration.
+  double train_batch(engine::MicroBatchSource* data);
+  std::pair<double, std::vector<module::Activation>> eval_batch(engine::MicroBatchSource* data,
+                                                                bool return_outputs);
+
+  // The CLI's token windows (data.type text or tokens), read as `pipetrain train` reads
+  // them: sample k of the training stream from (config seed, k), this replica's share.
+  void use_token_windows(const std::vector<std::string>& paths, const std::string& type,
+                         int token_bytes, int64_t vocab_size, int64_t context,
+                         double validation_fraction);
+  engine::MicroBatchSource* token_windows(bool validation);
+
+  // The CLI's checkpoint format: client_state beside the config; the token windows'
+  // position when they are the data.
+  void save_checkpoint(const std::string& directory, const std::string& tag,
+                       const nlohmann::json& client_state);
+  nlohmann::json load_checkpoint(const std::string& directory, const std::string& tag);
+
+  engine::PipelineEngine& engine() { return *engine_; }
+  const topology::Grid& grid() const { return *grid_; }
+  const nlohmann::json& effective_config() const { return effective_; }
+
+ private:
+  std::shared_ptr<topology::Grid> grid_;
+  std::shared_ptr<module::PipelineModule> module_;
+  std::unique_ptr<engine::PipelineEngine> engine_;
+  nlohmann::json effective_;
+  std::unique_ptr<engine::MicroBatchSource> train_windows_;
+  std::unique_ptr<engine::MicroBatchSource> validation_windows_;
+};
+
+}  // namespace pipetrain::python
