@@ -101,6 +101,8 @@ class PipelineEngine:
     def __init__(self, module, config, client_optimizer=None):
         self.module = module
         self.optimizer = client_optimizer
+        # Before the engine shards anything (ZeRO 3 leaves the module's tensors empty).
+        self._broadcast_from_first_replica()
         self._engine = _C.Engine(module._engine_layers(), module.loss_fn, module.num_stages,
                                  module.chunks, module.parts, module.base_seed,
                                  module.activation_checkpoint_interval,
@@ -110,7 +112,6 @@ class PipelineEngine:
         self._data_iterator = None
         self._batch_fn = None
         self._callbacks = []
-        self._broadcast_from_first_replica()
 
     # ------------------------------------------------------------------ set-up
     def _broadcast_from_first_replica(self):

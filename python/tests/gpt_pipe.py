@@ -69,7 +69,7 @@ def main():
     p.add_argument("--sizes", default="32,4,4,16", help="d,heads,layers,context")
     p.add_argument("--partition", default="parameters")
     p.add_argument("--interval", type=int, default=0, help="activation_checkpoint_interval")
-    p.add_argument("--optimizer", choices=["config", "adamw", "adamw-groups"], default="config")
+    p.add_argument("--optimizer", choices=["config", "adamw", "adamw-groups", "sgd"], default="config")
     p.add_argument("--text", help="train on token windows of this folder (pipetrain only)")
     p.add_argument("--save", help="checkpoint folder (pipetrain only)")
     p.add_argument("--save-at", default="", help="steps to save at, e.g. 0,2,4")
@@ -91,20 +91,25 @@ def main():
                             tied_weight_attr="tokens.weight")]
     module = PipelineModule(specs, num_stages=args.stages, loss_fn=gpt.loss_fn,
                             partition_method=args.partition, seed_layers=True,
+                            # DeepSpeed's default seed_fn hands random.seed a numpy integer,
+                            # which Python 3.11 refuses: seed torch alone, on both engines.
+                            seed_fn=lambda seed: torch.manual_seed(int(seed)),
                             activation_checkpoint_interval=args.interval)
     config = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1,
-              "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}}}
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.0}}}
     config.update(json.loads(args.config))
     optimizer = None
     if args.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(module.parameters(), lr=0.01, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=0.001, weight_decay=0.0)
+    elif args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     elif args.optimizer == "adamw-groups":
         # Megatron's rule ("auto" in pipetrain): no decay for biases, norms and embeddings.
         plain = [p for n, p in module.named_parameters()
                  if p.dim() < 2 or "tokens" in n or "positions" in n]
         decayed = [p for n, p in module.named_parameters() if all(p is not q for q in plain)]
         optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},
-                                       {"params": plain, "weight_decay": 0.0}], lr=0.01)
+                                       {"params": plain, "weight_decay": 0.0}], lr=0.001)
     training_data = deepspeed.TokenWindows([args.text], context=context) if args.text else None
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
                                            model_parameters=module.parameters(),

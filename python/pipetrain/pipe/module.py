@@ -248,11 +248,19 @@ class PipelineModule(nn.Module):
     def _parameter_names(self):
         """Each of this stage's parameters: (layer type, its name in the layer)."""
         names = {}
+        first_of_key = {}
+        for i, layer in enumerate(self._layer_specs):
+            if isinstance(layer, TiedLayerSpec):
+                first_of_key.setdefault(layer.key, i)
         for i in sorted(self._built):
             built = self._built[i]
+            layer = self._layer_specs[i]
+            # A tied module is the type of its key's first layer on every stage, as the engine
+            # names it (module::PipelineModule).
+            owner = first_of_key[layer.key] if isinstance(layer, TiedLayerSpec) else i
             if isinstance(built, nn.Module):
                 for name, p in built.named_parameters():
-                    names.setdefault(id(p), (_type_name(self._layer_specs[i]), name))
+                    names.setdefault(id(p), (_type_name(self._layer_specs[owner]), name))
         return names
 
     # ------------------------------------------------------------------ DeepSpeed's surface
