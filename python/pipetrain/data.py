@@ -1,5 +1,5 @@
 """The command line's data, read from Python as `pipetrain train` reads it."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List
 
 
@@ -17,4 +17,3 @@ class TokenWindows:
     data_type: str = "text"
     token_bytes: int = 2
     validation_fraction: float = 0.1
-    _engine: object = field(default=None, repr=False)

@@ -66,10 +66,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         config.setdefault("weight_decay_exempt", ["^$"])
     chunks, placement = _C.schedule_shape(config)
     if (chunks, placement) != (model.chunks, model.placement):
-        torch.set_rng_state(model._rng_before_build[0])
-        import random
-        random.setstate(model._rng_before_build[1])
-        model._build(chunks, placement)
+        model._rebuild(chunks, placement)
     engine = PipelineEngine(model, config, optimizer)
     loader = None
     if training_data is not None:

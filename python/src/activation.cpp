@@ -12,7 +12,7 @@ py::object to_python(const module::Activation& activation) {
   if (activation.size() == 1) return py::cast(activation.front());
   py::tuple tuple(activation.size());
   for (std::size_t i = 0; i < activation.size(); ++i) tuple[i] = py::cast(activation[i]);
-  return std::move(tuple);
+  return tuple;
 }
 
 module::Activation from_python(const py::handle& value, const std::string& what) {

@@ -8,10 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "activation.h"
 #include "iterator_source.h"
 #include "pipetrain/comm/rank_main.h"
-#include "pipetrain/config/unknown_keys.h"
-#include "pipetrain/engine/training_config.h"
 #include "pipetrain/module/partition.h"
 #include "pipetrain/topology/process_topology.h"
 #include "python_engine.h"
@@ -66,8 +65,7 @@ std::vector<PythonLayer> layers_of(const py::list& entries) {
 
 py::list outputs_of(const std::vector<module::Activation>& outputs) {
   py::list list;
-  for (const auto& output : outputs)
-    list.append(output.size() == 1 ? py::cast(output.front()) : py::cast(output));
+  for (const auto& output : outputs) list.append(to_python(output));
   return list;
 }
 
@@ -139,8 +137,7 @@ PYBIND11_MODULE(_C, m) {
       [](const py::dict& config) {
         const nlohmann::json json = to_json(config);
         return collective([&] {
-          const engine::TrainingConfig parsed = engine::parse_training_config(json);
-          config::refuse_unknown_keys(parsed.unknown_keys, engine::training_keys().names());
+          const engine::TrainingConfig parsed = read_config(json);
           const bool v = parsed.pipeline.placement() == schedule::Placement::kV;
           return std::make_pair(static_cast<int>(parsed.pipeline.chunks),
                                 std::string(v ? "v" : "loop"));

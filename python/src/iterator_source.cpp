@@ -13,7 +13,6 @@ engine::MicroBatch IteratorSource::next() {
   {
     py::gil_scoped_acquire gil;
     try {
-      ++calls_;
       py::object batch = py::reinterpret_steal<py::object>(PyIter_Next(iterator_->get().ptr()));
       if (!batch) {
         if (PyErr_Occurred()) throw py::error_already_set();

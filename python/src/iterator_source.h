@@ -13,11 +13,9 @@ class IteratorSource : public engine::MicroBatchSource {
  public:
   explicit IteratorSource(SharedPy iterator) : iterator_(std::move(iterator)) {}
   engine::MicroBatch next() override;
-  int64_t calls() const { return calls_; }
 
  private:
   SharedPy iterator_;
-  int64_t calls_ = 0;
 };
 
 }  // namespace pipetrain::python

@@ -20,14 +20,13 @@ module::PartitionMethod boundaries(const std::vector<int>& parts) {
   return module::PartitionMethod("boundaries:" + list.str());
 }
 
-engine::TrainingConfig read_config(const nlohmann::json& json, int data_parallel) {
+}  // namespace
+
+engine::TrainingConfig read_config(const nlohmann::json& json) {
   engine::TrainingConfig config = engine::parse_training_config(json);
   config::refuse_unknown_keys(config.unknown_keys, engine::training_keys().names());
-  engine::resolve_batch(config, data_parallel);
   return config;
 }
-
-}  // namespace
 
 PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss_fn,
                            const ModuleLayout& layout, const nlohmann::json& config_json) {
@@ -38,7 +37,8 @@ PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss
                          " ranks: the ranks must be a multiple of the stages");
   }
   const int data = world->size() / layout.stages;
-  engine::TrainingConfig config = read_config(config_json, data);
+  engine::TrainingConfig config = read_config(config_json);
+  engine::resolve_batch(config, data);
   if (config.pipeline.chunks != layout.chunks) {
     throw std::logic_error("the module was built for " + std::to_string(layout.chunks) +
                            " chunks per stage, the schedule runs " +

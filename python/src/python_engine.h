@@ -23,6 +23,10 @@ struct ModuleLayout {
   std::vector<std::string> checkpointable_types;
 };
 
+// A Python config as the engine reads it: its keys (unknown ones refused in one line, as the
+// CLI does), batch sizes not yet resolved.
+engine::TrainingConfig read_config(const nlohmann::json& json);
+
 // The C++ engine behind pipetrain.PipelineEngine: this rank's stage of a model of Python
 // layers on the pipe x data grid, running the config's schedule. Every method is collective
 // as its engine::PipelineEngine counterpart; an error on any rank ends the job with one line

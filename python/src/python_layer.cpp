@@ -33,8 +33,8 @@ void mirror_into(const py::handle& module, torch::nn::Module& into,
 }
 
 bool is_module(const py::handle& object) {
-  static const py::object module_type = py::module_::import("torch.nn").attr("Module");
-  return py::isinstance(object, module_type);
+  // Looked up each time (once per layer built): a static would outlive the interpreter.
+  return py::isinstance(object, py::module_::import("torch.nn").attr("Module"));
 }
 
 // The first line of a Python error, with its type.

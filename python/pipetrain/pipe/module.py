@@ -155,6 +155,12 @@ class PipelineModule(nn.Module):
                                 "takes LayerSpecs, nn.Modules and callables")
         self._synchronize_tied_weights()
 
+    def _rebuild(self, chunks, placement):
+        """Built again for `chunks` per stage, from the random state of the first build."""
+        torch.set_rng_state(self._rng_before_build[0])
+        random.setstate(self._rng_before_build[1])
+        self._build(chunks, placement)
+
     def _partition(self, chunks):
         method = self.partition_method.lower() if self.partition_method else "parameters"
         if method.startswith("type:"):
