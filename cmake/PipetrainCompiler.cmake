@@ -24,6 +24,14 @@ endif()
 
 # Each target that includes torch reuses one precompiled header instead of parsing
 # ATen again (several seconds per translation unit).
+# The header is compiled position-independent (-fPIC: the layers' libraries link into the
+# Python extension); an executable's sources take -fPIC too, as GCC ignores a precompiled header
+# built with other code-model flags (-fPIE: "created and used with different settings").
 function(pipetrain_use_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM pipetrain_torch_pch)
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "EXECUTABLE")
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${target} PRIVATE -fPIC)
+  endif()
 endfunction()
