@@ -103,8 +103,10 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
   for (auto& variable : variables) environment.push_back(variable.data());
   environment.push_back(nullptr);
 
-  // Handlers first: a signal between fork and exec is then noted, not the launcher's end
-  // (the child's copies are reset by exec; until child_pid is set nothing is passed on).
+  // Handlers first, and the stop signals blocked until child_pid is set: one that arrives
+  // meanwhile (the child may run and signal before the parent returns from fork) waits, and
+  // is then passed on like any other. The child unblocks them just before exec, which resets
+  // the handlers it inherited.
   if (const std::string path = io::stop_request_path(); path.size() < sizeof stop_request_path)
     std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
   received = 0;
@@ -115,9 +117,16 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
   ::sigfillset(&action.sa_mask);  // one handler at a time: they share the state above
   for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2})
     ::sigaction(signal, &action, nullptr);
+  sigset_t blocked, unblocked;
+  ::sigemptyset(&blocked);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaddset(&blocked, signal);
+  ::sigprocmask(SIG_BLOCK, &blocked, &unblocked);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid < 0) {
+    ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  }
   if (pid == 0) {
     // Killed with the launcher, even by SIGKILL (which cannot be forwarded): mpirun takes
     // its ranks down when it gets SIGTERM.
@@ -134,11 +143,13 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
         ::close(none);
       }
     }
+    ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
     ::execvpe(args[0], args.data(), environment.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
   child_pid = pid;
+  ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
 
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
