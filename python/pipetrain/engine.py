@@ -12,6 +12,7 @@ from . import distributed
 from ._extension import _C
 from .data import TokenWindows
 from .optimizers import optimizer_config
+from .pipe.builtin import BuiltinModel
 from .pipe.module import PipelineModule
 
 
@@ -47,16 +48,21 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     hyper-parameters and groups the engine's optimizer takes; else the config's optimizer and
     scheduler sections are used."""
     distributed.init_distributed()
-    if not isinstance(model, PipelineModule):
-        raise TypeError("pipetrain: initialize() runs a pipetrain.pipe.PipelineModule (got "
-                        f"{type(model).__name__})")
+    if not isinstance(model, (PipelineModule, BuiltinModel)):
+        raise TypeError("pipetrain: initialize() runs a pipetrain.pipe.PipelineModule or "
+                        f"BuiltinModel (got {type(model).__name__})")
     if lr_scheduler is not None:
         raise ValueError("pipetrain: give the learning-rate schedule as the config's scheduler "
                          "section (the engine schedules the rate itself)")
     if mpu is not None:
         raise ValueError("pipetrain: mpu: tensor parallelism needs the native families")
     config = _read_config(config if config is not None else config_params, args)
+    if isinstance(model, BuiltinModel):
+        return _initialize_builtin(model, config, optimizer, training_data)
     _stages_in_config(config, model)
+    # DeepSpeed's defaults where pipetrain train's differ, so that the same script trains the
+    # same: gradients clipped to norm 1.0, and (below) every parameter decayed.
+    config.setdefault("gradient_clipping", 1.0)
     if optimizer is not None:
         section, exempt = optimizer_config(optimizer, model._parameter_names())
         config["optimizer"] = section
@@ -73,6 +79,19 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         loader = engine.deepspeed_io(training_data, collate_fn=collate_fn)
         engine.set_dataiterator(loader if isinstance(loader, TokenWindows) else iter(loader))
     return engine, engine.optimizer, loader, engine.lr_scheduler
+
+
+def _initialize_builtin(model, config, optimizer, training_data):
+    """A built-in family: the job `pipetrain train` builds from the same config, with its
+    defaults (its optimizer from the config, its data from the config's data section)."""
+    if optimizer is not None:
+        raise ValueError("pipetrain: a BuiltinModel's parameters are C++ tensors the engine "
+                         "builds: give its optimizer as the config's optimizer section")
+    if training_data is not None:
+        raise ValueError("pipetrain: a BuiltinModel reads the config's data section, or "
+                         "train_batch(data_iter) of (tokens, labels)")
+    engine = PipelineEngine(model, model.config_with(config))
+    return engine, None, None, engine.lr_scheduler
 
 
 class _LearningRate:
@@ -98,12 +117,15 @@ class PipelineEngine:
     def __init__(self, module, config, client_optimizer=None):
         self.module = module
         self.optimizer = client_optimizer
-        # Before the engine shards anything (ZeRO 3 leaves the module's tensors empty).
-        self._broadcast_from_first_replica()
-        self._engine = _C.Engine(module._engine_layers(), module.loss_fn, module.num_stages,
-                                 module.chunks, module.parts, module.base_seed,
-                                 module.activation_checkpoint_interval,
-                                 list(module.checkpointable_layers or []), config)
+        if isinstance(module, BuiltinModel):
+            self._engine = _C.Engine.builtin(config)
+        else:
+            # Before the engine shards anything (ZeRO 3 leaves the module's tensors empty).
+            self._broadcast_from_first_replica()
+            self._engine = _C.Engine(module._engine_layers(), module.loss_fn, module.num_stages,
+                                     module.chunks, module.parts, module.base_seed,
+                                     module.activation_checkpoint_interval,
+                                     list(module.checkpointable_layers or []), config)
         self._config = self._engine.config
         self.lr_scheduler = _LearningRate(self) if "scheduler" in config else None
         self._data_iterator = None
@@ -136,8 +158,8 @@ class PipelineEngine:
         from torch.utils.data import DataLoader
         from torch.utils.data.distributed import DistributedSampler
         sampler = data_sampler or DistributedSampler(
-            dataset, num_replicas=self.module.data_parallel_size,
-            rank=self.module.data_parallel_id, shuffle=False)
+            dataset, num_replicas=self._engine.data_parallel_size,
+            rank=self._engine.data_parallel_id, shuffle=False)
         return RepeatingLoader(DataLoader(dataset, batch_size=batch_size or
                                           self.train_micro_batch_size_per_gpu(),
                                           sampler=sampler, collate_fn=collate_fn, drop_last=True))
@@ -147,6 +169,8 @@ class PipelineEngine:
         if data_iter is None:
             data_iter = self._data_iterator
         if isinstance(data_iter, TokenWindows):
+            return None
+        if data_iter is None and self._engine.has_own_data:  # a BuiltinModel's data section
             return None
         if data_iter is None:
             raise ValueError("pipetrain: train_batch() without data: pass a data iterator, "
@@ -182,15 +206,25 @@ class PipelineEngine:
             return torch.tensor(loss), last
         return torch.tensor(loss)
 
+    def _tokens_per_sample(self):
+        if isinstance(self._data_iterator, TokenWindows):
+            return self._data_iterator.context
+        if isinstance(self.module, BuiltinModel):
+            return self._engine.tokens_per_sample
+        return None
+
     def _report(self, loss, seconds):
         samples = self.train_batch_size()
+        tokens = self._tokens_per_sample()
+        # Model FLOPs over the devices' peak: the native families on GPUs the planner knows
+        # (or log.peak_tflops); the engine counts no FLOPs of Python layers.
+        flops, peak = self._engine.flops_per_sample, self._engine.peak_flops
         metrics = {
             "step": self.global_steps, "loss": loss, "grad_norm": self._engine.grad_norm,
             "lr": self._engine.learning_rate, "samples_per_s": samples / seconds,
-            "tokens_per_s": (samples * self._data_iterator.context / seconds
-                             if isinstance(self._data_iterator, TokenWindows) else None),
-            # The engine knows no FLOPs of Python layers: MFU is for the native families.
-            "mfu": None,
+            "tokens_per_s": samples * tokens / seconds if tokens else None,
+            "mfu": (flops * samples / seconds / (self._engine.world_size * peak)
+                    if flops > 0 and peak > 0 else None),
             "memory_gib": (torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available()
                            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20),
         }
@@ -198,8 +232,10 @@ class PipelineEngine:
             callback(metrics)
 
     def add_step_callback(self, callback):
-        """callback(metrics) on global rank 0 after every train_batch: step, loss, grad_norm, lr,
-        samples_per_s, tokens_per_s (token windows), mfu (None with Python layers), memory_gib
+        """Collective (every rank registers it: the gradient norm is then computed by all):
+        callback(metrics) on global rank 0 after every train_batch: step, loss, grad_norm, lr,
+        samples_per_s, tokens_per_s (token data), mfu (the native families on known GPUs, else
+        None), memory_gib
         (peak: the GPU's, else this process's resident set)."""
         self._engine.set_grad_norm_reporting(True)
         self._callbacks.append(callback)
@@ -238,7 +274,7 @@ class PipelineEngine:
 
     @property
     def global_rank(self):
-        return self.module.global_rank
+        return self._engine.global_rank
 
     @property
     def micro_batches(self):
@@ -246,11 +282,11 @@ class PipelineEngine:
 
     @property
     def stage_id(self):
-        return self.module.stage_id
+        return self._engine.stage_id
 
     @property
     def num_stages(self):
-        return self.module.num_stages
+        return self._engine.stages
 
     @property
     def device(self):

@@ -6,14 +6,20 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "activation.h"
+#include "cli/plan.h"
 #include "iterator_source.h"
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/rank_main.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/module/partition.h"
 #include "pipetrain/topology/process_topology.h"
 #include "python_engine.h"
+#include "trainer/transformers/hugging_face.h"
 
 namespace py = pybind11;
 using pipetrain::python::PythonEngine;
@@ -81,6 +87,72 @@ auto with_data(PythonEngine& engine, const py::object& iterator, bool validation
   return collective([&] { return work(&source); });
 }
 
+// Work for one rank (a file written once) inside a collective call: rank 0 does it, and
+// every rank ends with the same one line when it is refused.
+template <typename Work>
+void on_first_rank(Work&& work) {
+  collective([&] {
+    const auto world = comm::MpiCommunicator::world();
+    std::string problem;
+    if (world->rank() == 0) {
+      try {
+        work();
+      } catch (const io::InputError& error) {
+        problem = error.what();
+      }
+    }
+    for (const std::string& found : comm::all_gather_text(*world, problem))
+      if (!found.empty()) throw io::InputError(found);
+  });
+}
+
+// pipetrain.plan's keyword arguments, as `pipetrain plan`'s options.
+cli::PlanOptions plan_options(const std::string& cluster, int64_t global_batch,
+                              const py::dict& limits) {
+  cli::PlanOptions o;
+  o.cluster = cluster;
+  o.global_batch = global_batch;
+  for (const auto& [key, value] : limits) {
+    const std::string name = key.cast<std::string>();
+    auto& l = o.limits;
+    if (name == "top")
+      o.top = value.cast<int>();
+    else if (name == "nodes")
+      o.nodes = value.cast<int64_t>();
+    else if (name == "devices")
+      l.devices = value.cast<int64_t>();
+    else if (name == "model_parallel")
+      l.tensor = value.cast<int>();
+    else if (name == "context_parallel")
+      l.context = value.cast<int>();
+    else if (name == "sequence_parallel")
+      l.sequence_parallel = value.cast<bool>();
+    else if (name == "pipe")
+      l.pipe = value.cast<int>();
+    else if (name == "data")
+      l.data = value.cast<int>();
+    else if (name == "expert_parallel")
+      l.experts = value.cast<int>();
+    else if (name == "micro_batch")
+      l.micro_batch = value.cast<int64_t>();
+    else if (name == "max_micro_batch")
+      l.max_micro_batch = value.cast<int64_t>();
+    else if (name == "chunks")
+      l.chunks = value.cast<int>();
+    else if (name == "zero")
+      l.zero = value.cast<int>();
+    else if (name == "schedule")
+      o.schedule = value.cast<std::string>();
+    else if (name == "checkpointing")
+      o.checkpointing = value.cast<bool>() ? "on" : "off";
+    else if (name == "recompute")
+      o.recompute = value.cast<std::string>();
+    else
+      throw py::type_error("pipetrain.plan() got an unexpected keyword argument '" + name + "'");
+  }
+  return o;
+}
+
 }  // namespace
 }  // namespace pipetrain::python
 
@@ -146,6 +218,57 @@ PYBIND11_MODULE(_C, m) {
       "(chunks per stage, placement 'loop' or 'v') of the config's schedule; ends the job on a bad "
       "config");
 
+  m.def(
+      "import_hugging_face",
+      [](const std::string& folder, const std::string& out) {
+        // Every rank splits (collective); rank 0 imports on its own one-rank communicator.
+        const auto alone = collective([] {
+          const auto world = comm::MpiCommunicator::world();
+          return world->split(world->rank(), 0);
+        });
+        on_first_rank([&] { trainer::import_hugging_face(folder, out, alone); });
+      },
+      "pipetrain import --hf FOLDER --out OUT on rank 0 (collective)");
+  m.def(
+      "export",
+      [](const std::string& checkpoint, const std::string& tag, const std::string& out,
+         const std::string& format) {
+        on_first_rank([&] {
+          if (format == "hf") {
+            trainer::export_hugging_face(checkpoint, tag, out);
+          } else if (format == "peft") {
+            trainer::export_peft(checkpoint, tag, out);
+          } else if (format == "safetensors") {
+            checkpoint::export_checkpoint(checkpoint, tag, out);
+          } else {
+            throw io::InputError("export: format '" + format +
+                                 "' is not one of safetensors, hf, peft");
+          }
+        });
+      },
+      "pipetrain export on rank 0 (collective)");
+  m.def(
+      "plan",
+      [](const py::dict& config, const std::string& cluster, int64_t global_batch,
+         const py::dict& limits) {
+        const nlohmann::json json = to_json(config);
+        const cli::PlanOptions options = plan_options(cluster, global_batch, limits);
+        nlohmann::json rows = nlohmann::json::array();
+        try {
+          const cli::Plan plan = cli::make_plan(options, json);
+          const int top = std::min<int>(options.top, static_cast<int>(plan.all.size()));
+          for (int i = 0; i < top; ++i) {
+            nlohmann::json row = cli::candidate_json(plan.all[i]);
+            row["config"] = cli::ready_config(json, plan.all[i].layout);
+            rows.push_back(std::move(row));
+          }
+        } catch (const io::InputError& error) {
+          throw py::value_error(error.what());
+        }
+        return from_json(rows);
+      },
+      "pipetrain plan --format json's rows, each with the config that trains it");
+
   py::class_<PythonEngine>(m, "Engine")
       .def(py::init([](const py::list& layers, py::object loss_fn, int stages, int chunks,
                        std::vector<int> parts, uint64_t seed, int checkpoint_interval,
@@ -158,6 +281,13 @@ PYBIND11_MODULE(_C, m) {
           return std::make_unique<PythonEngine>(entries, share(std::move(loss_fn)), layout, json);
         });
       }))
+      .def_static(
+          "builtin",
+          [](const py::dict& config) {
+            const nlohmann::json json = to_json(config);
+            return collective([&] { return std::make_unique<PythonEngine>(json); });
+          },
+          "a built-in family's job from a pipetrain train config (collective)")
       .def("train_batch",
            [](PythonEngine& e, const py::object& data) {
              return with_data(e, data, false,
@@ -193,6 +323,17 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("global_steps",
                              [](PythonEngine& e) { return e.engine().global_steps(); })
       .def_property_readonly("stage_id", [](PythonEngine& e) { return e.grid().stage_id(); })
+      .def_property_readonly("stages",
+                             [](PythonEngine& e) { return e.grid().pipe_parallel_size(); })
+      .def_property_readonly("global_rank", [](PythonEngine& e) { return e.grid().global_rank(); })
+      .def_property_readonly("world_size", [](PythonEngine& e) { return e.grid().world_size(); })
+      .def_property_readonly("data_parallel_size",
+                             [](PythonEngine& e) { return e.grid().data_parallel_size(); })
+      .def_property_readonly("has_own_data",
+                             [](PythonEngine& e) { return e.token_windows(false) != nullptr; })
+      .def_property_readonly("tokens_per_sample", &PythonEngine::tokens_per_sample)
+      .def_property_readonly("flops_per_sample", &PythonEngine::flops_per_sample)
+      .def_property_readonly("peak_flops", &PythonEngine::peak_flops)
       .def_property_readonly("data_parallel_id",
                              [](PythonEngine& e) { return e.grid().data_parallel_id(); })
       .def_property_readonly("holds_output",

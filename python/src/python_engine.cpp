@@ -1,5 +1,7 @@
 #include "python_engine.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "data/sample_position.h"
@@ -10,9 +12,16 @@
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/topology/process_topology.h"
+#include "trainer/job.h"
+#include "trainer/job_config.h"
+#include "trainer/model_files.h"
+#include "trainer/model_flops.h"
+#include "trainer/resume.h"
 
 namespace pipetrain::python {
 namespace {
+
+namespace fs = std::filesystem;
 
 module::PartitionMethod boundaries(const std::vector<int>& parts) {
   std::ostringstream list;
@@ -67,6 +76,29 @@ PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss
   engine_ = std::make_unique<engine::PipelineEngine>(module_, grid_, std::move(config));
 }
 
+PythonEngine::PythonEngine(const nlohmann::json& config_json) {
+  trainer::check_lora_section(config_json);
+  nlohmann::json config = config_json;
+  const int ranks = comm::MpiCommunicator::world()->size();
+  const std::string kept = trainer::keep_global_batch(config, ranks);
+  trainer::Job job = trainer::build_job(trainer::with_model_of_checkpoint(config));
+  const std::string& load = job.config.trainer.load;
+  if (!load.empty()) checkpoint::load_checkpoint(*job.engine, load, "latest", job.train_data.get());
+  if (!kept.empty() && job.grid->global_rank() == 0) std::printf("%s\n", kept.c_str());
+  const std::string& tokenizer = job.config.trainer.sample.tokenizer;
+  if (!tokenizer.empty()) model_files_ = fs::absolute(tokenizer).parent_path().string();
+  tokens_per_sample_ = job.model.tokens_per_sample();
+  flops_per_sample_ = trainer::model_flops_per_sample(job.config.model);
+  peak_flops_ = trainer::peak_flops(job);
+  grid_ = std::move(job.grid);
+  comms_ = std::move(job.comms);
+  module_ = std::move(job.module);
+  engine_ = std::move(job.engine);
+  effective_ = std::move(job.effective);
+  train_windows_ = std::move(job.train_data);
+  validation_windows_ = std::move(job.validation_data);
+}
+
 double PythonEngine::train_batch(engine::MicroBatchSource* data) {
   return engine_->train_batch(data);
 }
@@ -106,6 +138,12 @@ engine::MicroBatchSource* PythonEngine::token_windows(bool validation) {
 void PythonEngine::save_checkpoint(const std::string& directory, const std::string& tag,
                                    const nlohmann::json& client_state) {
   const nlohmann::json state = {{"config", effective_}, {"client_state", client_state}};
+  // A fine-tune keeps its model's tokenizer and generation files beside its checkpoints, as
+  // pipetrain train does.
+  if (!model_files_.empty() && grid_->global_rank() == 0) {
+    fs::create_directories(directory);
+    trainer::copy_model_files(model_files_, directory);
+  }
   checkpoint::save_checkpoint(*engine_, directory, tag, state, train_windows_.get());
 }
 

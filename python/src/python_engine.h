@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/groups/communicators.h"
 #include "pipetrain/topology/grid.h"
 #include "python_layer.h"
 
@@ -36,6 +37,11 @@ class PythonEngine {
   PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss_fn, const ModuleLayout& layout,
                const nlohmann::json& config);
 
+  // A built-in family's job, built as `pipetrain train` builds it from the same config (its
+  // model section or the checkpoint `load` names, LoRA, every parallel axis, its data),
+  // the checkpoint loaded, global batch kept at another data-parallel size.
+  explicit PythonEngine(const nlohmann::json& config);
+
   // DataExhausted becomes Python's StopIteration.
   double train_batch(engine::MicroBatchSource* data);
   std::pair<double, std::vector<module::Activation>> eval_batch(engine::MicroBatchSource* data,
@@ -54,17 +60,28 @@ class PythonEngine {
                        const nlohmann::json& client_state);
   nlohmann::json load_checkpoint(const std::string& directory, const std::string& tag);
 
+  // For the step metrics: tokens per sample (1 without token data) and a sample's model
+  // FLOPs (0 for Python layers, which the planner cannot count); each rank's peak FLOP/s.
+  int64_t tokens_per_sample() const { return tokens_per_sample_; }
+  double flops_per_sample() const { return flops_per_sample_; }
+  double peak_flops() const { return peak_flops_; }
+
   engine::PipelineEngine& engine() { return *engine_; }
   const topology::Grid& grid() const { return *grid_; }
   const nlohmann::json& effective_config() const { return effective_; }
 
  private:
   std::shared_ptr<topology::Grid> grid_;
+  std::shared_ptr<groups::Communicators> comms_;  // a built-in family's; the engine's own else
   std::shared_ptr<module::PipelineModule> module_;
   std::unique_ptr<engine::PipelineEngine> engine_;
   nlohmann::json effective_;
   std::unique_ptr<engine::MicroBatchSource> train_windows_;
   std::unique_ptr<engine::MicroBatchSource> validation_windows_;
+  std::string model_files_;  // the tokenizer's folder, whose files go beside checkpoints
+  int64_t tokens_per_sample_ = 1;
+  double flops_per_sample_ = 0;
+  double peak_flops_ = 0;
 };
 
 }  // namespace pipetrain::python

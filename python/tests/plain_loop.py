@@ -1,5 +1,6 @@
 """The script's layers (gpt_pipe.py, one stage, SGD with momentum 0.9) trained by a plain PyTorch loop: torch.optim.SGD
-over 8 micro-batches of the same random tokens; prints the per-step losses as JSON."""
+over 8 micro-batches of the same random tokens, gradients clipped to norm 1.0 (DeepSpeed's default, which the
+script's config leaves as it is); prints the per-step losses as JSON."""
 import sys, torch, json
 import pathlib
 HERE = pathlib.Path(__file__).resolve().parent
@@ -25,5 +26,6 @@ for step in range(int(sys.argv[1])):
         i = step * 8 + k
         loss = gpt.loss_fn(m(ids[i:i+1]), labels[i:i+1]) / 8
         loss.backward(); tot += loss.item()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
     opt.step(); losses.append(tot)
 print(json.dumps(losses))

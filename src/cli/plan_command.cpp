@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/plan.h"
 #include "commands.h"
 #include "io/atomic_file.h"
 #include "pipetrain/config/config_section.h"
@@ -25,25 +26,6 @@ namespace pipetrain::cli {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-struct PlanOptions {
-  std::string config;
-  std::string cluster;
-  int64_t global_batch = 0;
-  int top = 5;
-  std::optional<int64_t> nodes;  // unset: the cluster file's
-  std::string out;
-  std::string schedule, checkpointing, recompute = "auto";
-  std::string format = "table";
-  planner::LayoutLimits limits;
-};
-
-// Selective recompute per stage, as pipeline.recompute takes it: [["mlp"], [], ...].
-nlohmann::json recompute_json(const planner::Layout& l) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (int s = 0; s < l.parallel.pipe; ++s) stages.push_back(l.recompute_of(s).names());
-  return stages;
-}
 
 void print_header() {
   std::printf("%3s %4s %3s %4s %4s %4s %5s %-17s %4s %4s %10s %10s %7s %6s %6s %14s  %s\n", "#",
@@ -83,29 +65,6 @@ void print_row(int rank, const planner::Candidate& c) {
   if (!c.rejected.empty()) std::printf("  %s", c.rejected.c_str());
   if (l.recomputes()) std::printf("  recompute %s", recompute_json(l).dump().c_str());
   std::printf("\n");
-}
-
-// The step's terms, as `plan` names them and as --format json keys them.
-struct TermName {
-  const char* said;
-  const char* key;
-  double planner::StepTerms::*term;
-};
-const std::vector<TermName>& term_names() {
-  using T = planner::StepTerms;
-  static const std::vector<TermName> names{
-      {"compute", "compute", &T::compute},
-      {"tensor-parallel traffic", "tensor_parallel", &T::tensor_parallel},
-      {"context-parallel ring", "context", &T::context},
-      {"expert all-to-all", "expert", &T::expert},
-      {"ZeRO gathers and reduce-scatters", "zero", &T::zero},
-      {"recompute", "recompute", &T::recompute},
-      {"pipe transfers", "pipe_transfers", &T::pipe_transfers},
-      {"bubble", "bubble", &T::bubble},
-      {"data-parallel traffic", "data_parallel", &T::data_parallel},
-      {"optimizer step", "optimizer", &T::optimizer},
-      {"step overhead", "overhead", &T::overhead}};
-  return names;
 }
 
 // Where `loser` spends the time it loses against `winner`: the terms it pays more for,
@@ -188,161 +147,14 @@ void print_losers(const std::vector<planner::Candidate>& all) {
   }
 }
 
-// A candidate for `--format json`: the layout, the prediction, each stage's memory.
-// Each group of more than one rank and its transport.
-nlohmann::json transports_json(const planner::Layout& l, const planner::Transports& t) {
-  nlohmann::json groups = nlohmann::json::object();
-  for (const auto& [group, transport] : t.groups(l))
-    groups[group] = planner::transport_name(transport);
-  return groups;
-}
-
-nlohmann::json candidate_json(const planner::Candidate& c) {
-  const auto& l = c.layout;
-  const auto& p = c.prediction;
-  nlohmann::json stages = nlohmann::json::array();
-  for (const auto& s : p.stages) {
-    stages.push_back({{"weights", s.weights},
-                      {"gradients", s.gradients},
-                      {"masters", s.masters},
-                      {"optimizer", s.optimizer},
-                      {"buffers", s.buffers},
-                      {"activations", s.activations},
-                      {"step_workspace", s.step_workspace},
-                      {"live_micro_batches", s.live_micro_batches},
-                      {"total", s.total()}});
-  }
-  nlohmann::json terms = nlohmann::json::object();
-  for (const TermName& name : term_names()) terms[name.key] = p.terms.*name.term;
-  return {{"model_parallel", l.parallel.tensor},
-          {"terms", terms},
-          {"sequence_parallel", l.parallel.sequence_parallel},
-          {"context_parallel", l.parallel.context},
-          {"pipe", l.parallel.pipe},
-          {"data", l.parallel.data},
-          {"expert_parallel", l.parallel.expert},
-          {"micro_batch", l.micro_batch},
-          {"micro_batches", l.micro_batches},
-          {"schedule", config::name_of(engine::pipeline_schedules(), l.schedule)},
-          {"chunks", l.parallel.chunks},
-          {"zero", l.zero},
-          {"checkpointing", l.checkpointing},
-          {"recompute", recompute_json(l)},
-          {"step_seconds", p.step_seconds},
-          {"pipeline_seconds", p.pipeline_seconds},
-          {"data_parallel_seconds", p.data_parallel_seconds},
-          {"tied_seconds", p.tied_seconds},
-          {"optimizer_seconds", p.optimizer_seconds},
-          {"bubble", p.bubble},
-          {"mfu", p.mfu},
-          {"model_flops", p.model_flops},
-          {"all_to_all_bytes", p.all_to_all_bytes},
-          {"transports", transports_json(l, p.transports)},
-          {"host_staged", p.transports.host_staged(l)},
-          {"stages", stages},
-          {"rejected", c.rejected}};
-}
-
-// The input config with the layout's keys set: ready for `pipetrain train`.
-nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
-  const auto& keys = trainer::job_keys();
-  trainer::set_layout_keys(config, l.parallel);
-  keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
-  keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
-  // The planner's choice, or none: its predictions assumed no other.
-  if (l.recomputes())
-    keys.set(config, "pipeline.recompute", recompute_json(l));
-  else
-    keys.erase(config, "pipeline.recompute");
-  keys.set(config, "train_batch_size", l.global_batch());
-  keys.set(config, "train_micro_batch_size_per_gpu", l.micro_batch);
-  keys.set(config, "gradient_accumulation_steps", l.micro_batches);
-  keys.set(config, "zero_optimization.stage", l.zero);
-  return config;
-}
-
-// --recompute: unset for "auto" (the planner chooses), else the named parts (none: empty).
-std::optional<module::RecomputeSet> read_recompute(const std::string& text) {
-  if (text == "auto") return std::nullopt;
-  module::RecomputeSet set;
-  if (text == "none") return set;
-  std::stringstream parts(text);
-  for (std::string part; std::getline(parts, part, ',');) {
-    const auto kind = module::recompute_kind(part);
-    if (!kind) {
-      throw io::InputError("--recompute: \"" + part +
-                           "\" is not none, auto, or parts joined by commas from attention, mlp, "
-                           "mlp_activation, norms and experts");
-    }
-    set.add(*kind);
-  }
-  if (set.empty()) throw io::InputError("--recompute: name none, auto or parts, got \"\"");
-  return set;
-}
-
 int run_plan(const PlanOptions& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
-  if (o.top < 1) throw io::InputError("--top must be at least 1");
-  planner::Cluster cluster = planner::read_cluster(o.cluster);
-  if (o.nodes) {
-    if (*o.nodes < 1) throw io::InputError("--nodes must be at least 1");
-    cluster.nodes = *o.nodes;
-  }
-  // Work bounds, checked before a product can overflow or a loop runs over them.
-  constexpr int64_t kMostDevices = 1 << 20;
-  if (cluster.nodes > kMostDevices || cluster.devices_per_node > kMostDevices ||
-      cluster.devices() > kMostDevices) {
-    throw io::InputError("plan: " + std::to_string(cluster.nodes) + " nodes of " +
-                         std::to_string(cluster.devices_per_node) + " devices: at most " +
-                         std::to_string(kMostDevices) + " devices in all");
-  }
   const nlohmann::json json = config::read_json_file(o.config);
-  std::vector<std::string> unknown;
-  trainer::check_lora_section(json);
-  const trainer::JobConfig job = trainer::parse_job_config(json, &unknown);
-  trainer::refuse_unknown_keys(unknown);
-  planner::LayoutLimits limits = o.limits;
-  if (!o.schedule.empty()) {
-    limits.schedule = config::read_choice("--schedule", o.schedule, engine::pipeline_schedules(),
-                                          config::Quoting::kQuoted);
-    if (*limits.schedule == schedule::Kind::kLoopedBfs || *limits.schedule == schedule::Kind::kFile)
-      throw io::InputError("--schedule " + o.schedule +
-                           ": the planner does not offer it (looped-bfs keeps every micro-batch "
-                           "live; a file's orders are its own)");
-  }
-  if (!o.checkpointing.empty())
-    limits.checkpointing = config::read_choice("--checkpointing", o.checkpointing,
-                                               config::Names<bool>{{"on", true}, {"off", false}},
-                                               config::Quoting::kQuoted);
-  limits.recompute = read_recompute(o.recompute);
-  const planner::Workload workload(job.model, job.engine, job.lora);
-  // train's LoRA checks: adapters on linears the model has, in blocks it has.
-  double adapters = 0;
-  int64_t blocks = 0;
-  for (const auto& layer : workload.layers) {
-    adapters += layer.adapter_parameters;
-    // Decoder blocks, as train counts them (the layers with a block index).
-    blocks +=
-        layer.type == "LlamaBlock" || layer.type == "MixtralBlock" || layer.type == "GptBlock";
-  }
-  module::check_adapted(job.lora, models::type_name(job.model), adapters, blocks);
-  const auto all = planner::plan_layouts(workload, cluster, o.global_batch, limits);
-  int fitting = 0;
-  for (const auto& c : all) fitting += c.rejected.empty();
-  if (fitting == 0) {  // the layouts are sorted: the first needs the least memory
-    const planner::Candidate& least = all.front();
-    char text[200];
-    std::snprintf(text, sizeof text,
-                  "no layout fits in %.3g GiB per device: the smallest, t %d c %d p %d d %d b "
-                  "%lld, needs %.3g GiB on stage %d",
-                  cluster.memory_bytes / kGiB, static_cast<int>(least.layout.parallel.tensor),
-                  static_cast<int>(least.layout.parallel.context),
-                  static_cast<int>(least.layout.parallel.pipe),
-                  static_cast<int>(least.layout.parallel.data),
-                  static_cast<long long>(least.layout.micro_batch),
-                  least.prediction.peak_bytes() / kGiB, least.prediction.peak_stage());
-    throw io::InputError(text);
-  }
+  const Plan plan = make_plan(o, json);
+  const auto& all = plan.all;
+  const planner::Cluster& cluster = plan.cluster;
+  const planner::Workload& workload = *plan.workload;
+  const int fitting = plan.fitting;
   if (!o.out.empty())
     io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");
   if (o.format == "json") {
@@ -368,7 +180,7 @@ int run_plan(const PlanOptions& o) {
   std::printf(
       "plan: %s, %.4g parameters, on %s: %lld devices (%lld x %lld), %.0f GiB each; "
       "global batch %lld\n",
-      models::type_name(job.model).c_str(), parameters, cluster.name.c_str(),
+      models::type_name(workload.model).c_str(), parameters, cluster.name.c_str(),
       static_cast<long long>(cluster.devices()), static_cast<long long>(cluster.nodes),
       static_cast<long long>(cluster.devices_per_node), cluster.memory_bytes / kGiB,
       static_cast<long long>(o.global_batch));
@@ -392,7 +204,6 @@ int run_plan(const PlanOptions& o) {
   if (!o.out.empty()) std::printf("wrote %s (layout 1)\n", o.out.c_str());
   return 0;
 }
-
 }  // namespace
 
 Command add_plan_command(CLI::App& app) {

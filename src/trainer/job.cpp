@@ -11,6 +11,7 @@
 #include "data/examples.h"
 #include "data/token_data.h"
 #include "device/cpu_memory.h"
+#include "device/cuda.h"
 #include "io/activity.h"
 #include "module/layer_seed.h"
 #include "pipetrain/checkpoint/checkpoint.h"
@@ -19,6 +20,7 @@
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/module/lora_config.h"
 #include "trainer/faults/faults.h"
+#include "trainer/model_flops.h"
 #include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
@@ -31,10 +33,11 @@ constexpr int64_t kProfileBatch = 2;
 // The byte vocabulary of text data.
 constexpr int64_t kByteVocabulary = 256;
 
-std::shared_ptr<topology::Grid> build_grid(const JobConfig& config) {
-  auto world = comm::MpiCommunicator::world();
-  return std::make_shared<topology::Grid>(topology::resolve_layout(config.layout(), world->size()),
-                                          world);
+std::shared_ptr<topology::Grid> build_grid(const JobConfig& config,
+                                           std::shared_ptr<comm::MpiCommunicator> ranks) {
+  if (!ranks) ranks = comm::MpiCommunicator::world();
+  return std::make_shared<topology::Grid>(topology::resolve_layout(config.layout(), ranks->size()),
+                                          ranks);
 }
 
 std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
@@ -322,14 +325,15 @@ nlohmann::json saved_config(const std::string& checkpoint) {
   return config;
 }
 
-Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataUse data) {
+Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataUse data,
+              std::shared_ptr<comm::MpiCommunicator> ranks) {
   Job job;
   std::vector<std::string> unknown;
   job.config = parse_job_config(file, &unknown);
   refuse_unknown_keys(unknown);
   check_output_paths(job.config.trainer);
   if (job.config.trainer.memory_breakdown) device::count_cpu_memory();  // before any tensor
-  job.grid = build_grid(job.config);
+  job.grid = build_grid(job.config, std::move(ranks));
   job.comms = std::make_shared<groups::Communicators>(
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->model_group();
@@ -366,6 +370,14 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.engine->set_grad_norm_reporting(true);
   seed_dropout(job);
   return job;
+}
+
+double peak_flops(const Job& job) {
+  if (job.config.trainer.log.peak_tflops > 0) return job.config.trainer.log.peak_tflops * 1e12;
+  const at::Device device = job.engine->device();
+  if (!device.is_cuda()) return 0;
+  const bool half = job.config.engine.precision.dtype != optim::Precision::kFp32;
+  return known_peak_flops(device::gpu_name(device.index()), half);
 }
 
 double validation_loss(Job& job) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/micro_batch_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
@@ -40,9 +41,15 @@ enum class DataUse { kRead, kNone };
 // `trusted_from`, a checkpoint the config was read from (see config_of_checkpoint), the
 // model's layers are first checked to have the parameter counts the checkpoint's files
 // hold, so that a config edited in a manifest allocates nothing the files could not fill.
-// With DataUse::kNone the data sources stay null (the data keys are still read).
+// With DataUse::kNone the data sources stay null (the data keys are still read). `ranks`
+// are the job's ranks: by default the MPI world (a part of it runs a job of its own, as
+// pipetrain.from_pretrained's import on one rank of a script's several).
 Job build_job(const nlohmann::json& file, const std::string& trusted_from = {},
-              DataUse data = DataUse::kRead);
+              DataUse data = DataUse::kRead,
+              std::shared_ptr<comm::MpiCommunicator> ranks = nullptr);
+
+// Each rank's peak FLOP/s for MFU: log.peak_tflops, else its GPU's if known, else 0.
+double peak_flops(const Job& job);
 
 // Collective: the mean loss over eval_iters validation batches, the same ones every time.
 double validation_loss(Job& job);

@@ -90,15 +90,6 @@ bool due(int64_t step, int64_t interval, int64_t last) {
   return (interval > 0 && step % interval == 0) || step == last;
 }
 
-// Each rank's peak FLOP/s for MFU: log.peak_tflops, else rank 0's GPU's if known, else 0.
-double peak_flops(const Job& job) {
-  if (job.config.trainer.log.peak_tflops > 0) return job.config.trainer.log.peak_tflops * 1e12;
-  const at::Device device = job.engine->device();
-  if (!device.is_cuda()) return 0;
-  const bool half = job.config.engine.precision.dtype != optim::Precision::kFp32;
-  return known_peak_flops(device::gpu_name(device.index()), half);
-}
-
 // What global rank 0 reports of a run: the progress line, metrics files, TensorBoard.
 class RunLog {
  public:

@@ -184,9 +184,11 @@ class NewOutput {
 
 }  // namespace
 
-int import_hugging_face(const std::string& folder_name, const std::string& out) {
+int import_hugging_face(const std::string& folder_name, const std::string& out,
+                        std::shared_ptr<comm::MpiCommunicator> ranks) {
   const fs::path folder = folder_name;
-  if (comm::MpiCommunicator::world()->size() != 1)
+  if (!ranks) ranks = comm::MpiCommunicator::world();
+  if (ranks->size() != 1)
     throw io::InputError("import runs as one process, not under a launch of several ranks");
   check_empty_output(out);
   NewOutput written(out);
@@ -213,7 +215,7 @@ int import_hugging_face(const std::string& folder_name, const std::string& out) 
   // The checkpoint takes the file's tensors, not the model's: no initialisation to pay for.
   Job job = [&] {
     const tensor_parallel::SkippedInitialization uninitialised;
-    return build_job(config, {}, DataUse::kNone);
+    return build_job(config, {}, DataUse::kNone, ranks);
   }();
   std::map<std::string, std::vector<models::HfTensor>> by_name;  // several: each expert's
   for (const auto& t : models::hf_tensors(model)) by_name[t.name].push_back(t);

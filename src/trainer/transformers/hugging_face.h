@@ -1,6 +1,9 @@
 #pragma once
 
+#include <memory>
 #include <string>
+
+#include "pipetrain/comm/mpi_communicator.h"
 
 // Hugging Face transformers model folders in and out (GPT2LMHeadModel, LlamaForCausalLM).
 namespace pipetrain::trainer {
@@ -10,7 +13,9 @@ namespace pipetrain::trainer {
 // tensor's name and shape against the model config.json describes, and saves a pipetrain
 // checkpoint (tag step_0, no optimizer state) that train --load, eval, generate and logits
 // read at any layout. InputError naming the file and field or tensor for anything else.
-int import_hugging_face(const std::string& folder, const std::string& out);
+// `ranks`: the job's, of one rank (default the MPI world, which must be one rank).
+int import_hugging_face(const std::string& folder, const std::string& out,
+                        std::shared_ptr<comm::MpiCommunicator> ranks = nullptr);
 
 // `pipetrain export --format hf`: a checkpoint's model as config.json and model.safetensors
 // in `out`, which transformers' AutoModelForCausalLM.from_pretrained loads; a LoRA
