@@ -3,7 +3,10 @@ Schedule1F1B and a plain one-process PyTorch loop, on the same tied GPT (bench/p
 pipetrain's layers in PyTorch), the same split ("type:GptBlock"), 8 micro-batches, AdamW
 (lr 1e-4, no weight decay), fp32, one intra-op thread per rank, random tokens in memory.
 
-  bench/peers/run [--repetitions R] [--models small,medium,large]
+  bench/peers/run [--repetitions R] [--models small,medium,large] [--systems A,B,...]
+
+"pipetrain Python pipe 2" is DeepSpeed's script itself with `import pipetrain as deepspeed`:
+the Python layers called by pipetrain's C++ engine (the Python door, docs/user/python.md).
 
 Every repetition runs each system once, in turn (interleaved), after waiting up to a
 minute for the machine to be idle (cores under 10% busy); a run's figure is the median
@@ -29,8 +32,8 @@ MODELS = {  # d, heads, layers, context, micro-batch, timed steps
 MICRO_BATCHES = 8
 WARMUP = 2
 VOCAB = 256
-SYSTEMS = ["pipetrain pipe 2", "DeepSpeed pipe 2", "torch.pipelining pipe 2", "plain loop",
-           "pipetrain 1 stage"]
+SYSTEMS = ["pipetrain pipe 2", "pipetrain Python pipe 2", "DeepSpeed pipe 2",
+           "torch.pipelining pipe 2", "plain loop", "pipetrain 1 stage"]
 
 
 # ---------------------------------------------------------------- one rank of a peer
@@ -43,7 +46,8 @@ def rank_main(system, sizes):
     samples = micro_batch * MICRO_BATCHES
     ids = torch.randint(VOCAB, (samples, context))
     labels = torch.randint(VOCAB, (samples, context))
-    run = {"plain": plain_steps, "deepspeed": deepspeed_steps, "pipelining": pipelining_steps}
+    run = {"plain": plain_steps, "deepspeed": deepspeed_steps, "pipelining": pipelining_steps,
+           "pipetrain-python": pipetrain_python_steps}
     seconds = run[system](torch, dist, d, heads, layers, context, micro_batch, ids, labels,
                           steps)
     if seconds is not None:
@@ -77,7 +81,25 @@ def plain_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels
 
 def deepspeed_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels, steps):
     import deepspeed
-    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+    import deepspeed.pipe
+    return script_steps(deepspeed, deepspeed.pipe, torch, dist, d, heads, layers, context,
+                        micro_batch, ids, labels, steps)
+
+
+def pipetrain_python_steps(torch, dist, d, heads, layers, context, micro_batch, ids, labels,
+                           steps):
+    import pipetrain
+    import pipetrain.pipe
+    return script_steps(pipetrain, pipetrain.pipe, torch, dist, d, heads, layers, context,
+                        micro_batch, ids, labels, steps)
+
+
+def script_steps(deepspeed, pipe, torch, dist, d, heads, layers, context, micro_batch, ids,
+                 labels, steps):
+    """The same DeepSpeed pipeline script under `deepspeed` (DeepSpeed, or pipetrain imported
+    as deepspeed: the Python door)."""
+    LayerSpec, PipelineModule, TiedLayerSpec = pipe.LayerSpec, pipe.PipelineModule, \
+        pipe.TiedLayerSpec
     import gpt
     deepspeed.init_distributed(dist_backend="gloo")
     specs = [TiedLayerSpec("embed", gpt.GptEmbedding, VOCAB, context, d,
@@ -93,7 +115,11 @@ def deepspeed_steps(torch, dist, d, heads, layers, context, micro_batch, ids, la
               "gradient_accumulation_steps": MICRO_BATCHES, "steps_per_print": 10**9,
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0,
                                                         "torch_adam": True}},
+              # Off, as the C++ runs have it (DeepSpeed's default, 1.0, adds a norm).
+              "gradient_clipping": 0.0,
               "wall_clock_breakdown": False}
+    if deepspeed.__name__ == "pipetrain":
+        del config["optimizer"]["params"]["torch_adam"]  # DeepSpeed's choice of kernel
     engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
                                            config=config)
     batches = list(zip(ids.split(micro_batch), labels.split(micro_batch)))
@@ -195,6 +221,10 @@ def wait_for_idle(limit=60):
 
 def run_system(system, sizes, python, pipetrain, steps_program, port):
     env = dict(os.environ, PIPETRAIN_THREADS="1", OMP_NUM_THREADS="1")
+    if system == "pipetrain Python pipe 2":  # the DeepSpeed script on pipetrain's Python door
+        return launch([pipetrain, "launch", "-n", "2", "--", python, __file__, "--rank",
+                       "pipetrain-python", ",".join(map(str, sizes))],
+                      dict(env, PYTHONPATH=str(HERE)))
     if system.startswith("pipetrain"):
         stages = 2 if "pipe 2" in system else 1
         args = [*sizes[:5], MICRO_BATCHES, stages, sizes[5], WARMUP]
@@ -216,7 +246,15 @@ def main():
     parser.add_argument("--steps-program", default=str(ROOT / "build/bench/pipetrain_steps"))
     parser.add_argument("--schedules", default="",
                         help="more pipetrain pipe 2 runs, comma separated (e.g. zbv,dualpipev)")
+    parser.add_argument("--systems", default="",
+                        help="only these of the systems, comma separated (default: all)")
     args = parser.parse_args()
+    if args.systems:
+        wanted = args.systems.split(",")
+        unknown = [w for w in wanted if w not in SYSTEMS]
+        if unknown:
+            sys.exit(f"--systems: {', '.join(unknown)} not among {', '.join(SYSTEMS)}")
+        SYSTEMS[:] = [s for s in SYSTEMS if s in wanted]
     for schedule in filter(None, args.schedules.split(",")):
         SYSTEMS.insert(1, f"pipetrain pipe 2 ({schedule})")
     import deepspeed
@@ -239,31 +277,45 @@ def main():
                                                   args.steps_program, port))
             print(f"  repetition {rep + 1}: " + ", ".join(
                 f"{s} {seconds[s][-1]:.4f} s" for s in SYSTEMS), flush=True)
-        print(f"  | system | s/step (median) | pipetrain pipe 2 speed / its (median, per repetition) |")
-        print("  |---|---|---|")
-        for system in SYSTEMS:
-            # The loop and the 1-stage run against pipetrain's 1 stage, the pipes against its pipe 2.
-            label = "pipetrain 1 stage" if system in ("plain loop", "pipetrain 1 stage") \
-                else "pipetrain pipe 2"
-            ratios = [other / own for other, own in zip(seconds[system], seconds[label])]
-            print(f"  | {system} | {statistics.median(seconds[system]):.4f} | "
-                  f"{label}: {statistics.median(ratios):.2f}x "
-                  f"({', '.join(f'{r:.2f}' for r in ratios)}) |")
-        speedup = [one / two for one, two in zip(seconds["pipetrain 1 stage"],
-                                                      seconds["pipetrain pipe 2"])]
-        print(f"  pipetrain pipe-2 speed-up over its 1 stage: {statistics.median(speedup):.2f}x "
-              f"({', '.join(f'{r:.2f}' for r in speedup)}); 1F1B's ideal at m 8, p 2: "
-              f"{2 * MICRO_BATCHES / (MICRO_BATCHES + 1):.2f}x", flush=True)
-        for system in SYSTEMS:
-            if not system.startswith("pipetrain pipe 2 ("):
-                continue
-            def ratio(other):
-                values = [o / own for o, own in zip(seconds[other], seconds[system])]
-                return f"{statistics.median(values):.2f}x ({', '.join(f'{r:.2f}' for r in values)})"
-            print(f"  {system}: over its 1 stage {ratio('pipetrain 1 stage')}; "
-                  f"over DeepSpeed {ratio('DeepSpeed pipe 2')}; "
-                  f"over torch.pipelining {ratio('torch.pipelining pipe 2')}", flush=True)
+        report(seconds)
 
+
+def ratio(seconds, slower, faster):
+    """How many times faster `faster` ran than `slower`: median and per repetition."""
+    values = [o / own for o, own in zip(seconds[slower], seconds[faster])]
+    return f"{statistics.median(values):.2f}x ({', '.join(f'{r:.2f}' for r in values)})"
+
+
+def report(seconds):
+    """The medians, and each ratio whose two systems ran."""
+    print("  | system | s/step (median) | pipetrain's speed / its (median, per repetition) |")
+    print("  |---|---|---|")
+    for system in SYSTEMS:
+        # The loop and the 1-stage run against pipetrain's 1 stage, the pipes against its pipe 2.
+        label = "pipetrain 1 stage" if system in ("plain loop", "pipetrain 1 stage") \
+            else "pipetrain pipe 2"
+        against = f"{label}: {ratio(seconds, system, label)}" if label in seconds else "-"
+        print(f"  | {system} | {statistics.median(seconds[system]):.4f} | {against} |")
+    def both(a, b):
+        return a in seconds and b in seconds
+    if both("pipetrain 1 stage", "pipetrain pipe 2"):
+        print(f"  pipetrain pipe-2 speed-up over its 1 stage: "
+              f"{ratio(seconds, 'pipetrain 1 stage', 'pipetrain pipe 2')}; 1F1B's ideal at m 8, "
+              f"p 2: {2 * MICRO_BATCHES / (MICRO_BATCHES + 1):.2f}x", flush=True)
+    python = "pipetrain Python pipe 2"
+    if both(python, "DeepSpeed pipe 2"):
+        print(f"  {python} over DeepSpeed pipe 2 (the same script): "
+              f"{ratio(seconds, 'DeepSpeed pipe 2', python)}", flush=True)
+    if both(python, "pipetrain pipe 2"):
+        print(f"  {python} / pipetrain pipe 2 (Python layers against the C++ GPT): "
+              f"{ratio(seconds, python, 'pipetrain pipe 2')}", flush=True)
+    for system in SYSTEMS:
+        if not system.startswith("pipetrain pipe 2 ("):
+            continue
+        print(f"  {system}: over its 1 stage {ratio(seconds, 'pipetrain 1 stage', system)}; "
+              f"over DeepSpeed {ratio(seconds, 'DeepSpeed pipe 2', system)}; "
+              f"over torch.pipelining {ratio(seconds, 'torch.pipelining pipe 2', system)}",
+              flush=True)
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
