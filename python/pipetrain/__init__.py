@@ -17,8 +17,9 @@ from .engine import PipelineEngine, initialize  # noqa: E402
 from .data import TokenWindows  # noqa: E402
 from .planner import plan  # noqa: E402
 from .checkpoints import export  # noqa: E402
+from .scoring import logprobs  # noqa: E402
 from . import pipe  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["init_distributed", "initialize", "PipelineEngine", "TokenWindows", "plan", "export",
-           "pipe", "BUILT_TORCH", "__version__"]
+           "logprobs", "pipe", "BUILT_TORCH", "__version__"]

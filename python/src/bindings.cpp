@@ -19,6 +19,7 @@
 #include "pipetrain/module/partition.h"
 #include "pipetrain/topology/process_topology.h"
 #include "python_engine.h"
+#include "trainer/generation/logprobs.h"
 #include "trainer/transformers/hugging_face.h"
 
 namespace py = pybind11;
@@ -247,6 +248,19 @@ PYBIND11_MODULE(_C, m) {
         });
       },
       "pipetrain export on rank 0 (collective)");
+  m.def(
+      "logprobs",
+      [](const std::string& checkpoint, const std::vector<std::string>& data, int model_parallel,
+         int64_t micro_batch, const std::string& out) {
+        collective([&] {
+          trainer::write_logprobs({.checkpoint = checkpoint,
+                                   .data = data,
+                                   .model_parallel = model_parallel,
+                                   .micro_batch = micro_batch,
+                                   .out = out});
+        });
+      },
+      "pipetrain logprobs over every rank (collective)");
   m.def(
       "plan",
       [](const py::dict& config, const std::string& cluster, int64_t global_batch,

@@ -17,6 +17,7 @@ Command add_generate_command(CLI::App& app);
 Command add_import_command(CLI::App& app);
 Command add_keys_command(CLI::App& app);
 Command add_logits_command(CLI::App& app);
+Command add_logprobs_command(CLI::App& app);
 Command add_partition_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_schedule_command(CLI::App& app);

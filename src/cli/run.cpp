@@ -66,6 +66,7 @@ int run(int argc, char** argv) {
       pipetrain::cli::add_eval_command(app),
       pipetrain::cli::add_generate_command(app),
       pipetrain::cli::add_logits_command(app),
+      pipetrain::cli::add_logprobs_command(app),
       pipetrain::cli::add_export_command(app),
       pipetrain::cli::add_import_command(app),
       pipetrain::cli::add_partition_command(app),

@@ -1,4 +1,4 @@
-// `pipetrain train`, `eval`, `generate` and `logits`: each runs as one rank of an MPI job (under
+// `pipetrain train`, `eval`, `generate`, `logits` and `logprobs`: each runs as one rank of an MPI job (under
 // pipetrain launch, mpirun or srun; alone it is a job of one rank).
 #include <memory>
 
@@ -7,6 +7,7 @@
 #include "pipetrain/config/config_section.h"
 #include "shape_options.h"
 #include "trainer/generation/logits.h"
+#include "trainer/generation/logprobs.h"
 #include "trainer/job_config.h"
 #include "trainer/trainer.h"
 
@@ -151,6 +152,28 @@ Command add_logits_command(CLI::App& app) {
   command->add_option("--out", options->out, "Output .safetensors file")->required();
   return {command, [options] {
             return comm::run_rank(0, nullptr, [&] { return trainer::write_logits(*options); });
+          }};
+}
+
+Command add_logprobs_command(CLI::App& app) {
+  auto options = std::make_shared<trainer::LogprobsOptions>();
+  CLI::App* command = app.add_subcommand(
+      "logprobs",
+      "Write each token's log-probability under a language model checkpoint, for every "
+      "example of prepared data (safetensors: logprobs, mask, offsets, sequence_logprobs)");
+  command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
+  command->add_option("--data", options->data, "Prepared examples: indexed dataset prefixes "
+                                               "with loss masks (prepare-data --chat)")
+      ->required();
+  command
+      ->add_option("--model", options->model_parallel,
+                   "Tensor-parallel size (the pipeline gets ranks / model stages)")
+      ->capture_default_str();
+  command->add_option("--micro-batch", options->micro_batch, "Examples per forward pass")
+      ->capture_default_str();
+  command->add_option("--out", options->out, "Output .safetensors file")->required();
+  return {command, [options] {
+            return comm::run_rank(0, nullptr, [&] { return trainer::write_logprobs(*options); });
           }};
 }
 

@@ -1,0 +1,144 @@
+#include "trainer/generation/logprobs.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "checkpoint/safetensors.h"
+#include "data/examples.h"
+#include "io/atomic_file.h"
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/models/model_config.h"
+#include "tensor_parallel/collectives.h"
+#include "trainer/job.h"
+
+namespace pipetrain::trainer {
+namespace {
+
+// Every example of the data, in order: one span each.
+std::vector<data::ExampleSpan> all_examples(const data::ExampleCorpus& corpus) {
+  std::vector<data::ExampleSpan> spans;
+  for (const auto* rows : {&corpus.train, &corpus.validation})
+    for (const data::Row& row : *rows) spans.insert(spans.end(), row.begin(), row.end());
+  return spans;
+}
+
+// What the last stage computes of a batch of examples, appended to the file's tensors.
+struct Written {
+  std::vector<float> logprobs;
+  std::vector<uint8_t> mask;
+  std::vector<int64_t> offsets{0};
+  std::vector<double> sums;
+};
+
+// The examples' tokens, padded with 0 to the longest: [examples, longest].
+at::Tensor batch_tokens(const data::ExampleCorpus& corpus, const std::vector<data::ExampleSpan>& s,
+                        int64_t vocab_size) {
+  int64_t longest = 0;
+  for (const auto& span : s) longest = std::max(longest, span.end - span.begin);
+  at::Tensor tokens = at::zeros({static_cast<int64_t>(s.size()), longest}, at::kLong);
+  for (std::size_t i = 0; i < s.size(); ++i)
+    corpus.tokens->read(s[i].begin, s[i].end - s[i].begin, vocab_size,
+                        tokens[static_cast<int64_t>(i)].data_ptr<int64_t>());
+  return tokens;
+}
+
+void append(Written& out, const data::ExampleCorpus& corpus,
+            const std::vector<data::ExampleSpan>& spans, const at::Tensor& tokens,
+            const at::Tensor& logits) {
+  // log p(token t + 1 | tokens up to t), for every position of the padded batch.
+  const at::Tensor next = tokens.slice(1, 1);
+  const at::Tensor picked =
+      logits.to(at::kFloat).log_softmax(-1).gather(2, next.unsqueeze(2)).squeeze(2).contiguous();
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const int64_t length = spans[i].end - spans[i].begin;
+    std::vector<int64_t> mask(static_cast<std::size_t>(length));
+    corpus.masks->read(spans[i].begin, length, 2, mask.data());
+    const float* row = picked[static_cast<int64_t>(i)].data_ptr<float>();
+    double sum = 0;
+    out.logprobs.push_back(0.0f);  // the first token: nothing before it
+    out.mask.push_back(0);
+    for (int64_t t = 1; t < length; ++t) {
+      out.logprobs.push_back(row[t - 1]);
+      out.mask.push_back(static_cast<uint8_t>(mask[t]));
+      if (mask[t]) sum += row[t - 1];
+    }
+    out.offsets.push_back(out.offsets.back() + length);
+    out.sums.push_back(sum);
+  }
+}
+
+std::string encode(Written& w) {
+  auto vector_tensor = [](auto& values, at::ScalarType type) {
+    return at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, type).clone();
+  };
+  return checkpoint::encode_safetensors(
+      {{"logprobs", vector_tensor(w.logprobs, at::kFloat)},
+       {"mask", vector_tensor(w.mask, at::kByte)},
+       {"offsets", vector_tensor(w.offsets, at::kLong)},
+       {"sequence_logprobs", vector_tensor(w.sums, at::kDouble)}});
+}
+
+}  // namespace
+
+int write_logprobs(const LogprobsOptions& options) {
+  io::check_output_directory(options.out, "--out");
+  if (options.data.empty()) throw io::InputError("--data: name at least one prepared dataset");
+  if (options.micro_batch < 1) throw io::InputError("--micro-batch must be at least 1");
+  if (!data::has_loss_masks(options.data)) {
+    throw io::InputError("--data " + data::indexed_prefix(options.data.front()) +
+                         ": no loss masks (PREFIX.mask): logprobs reads prepared examples, "
+                         "whose masks say which tokens are completions (prepare-data --chat)");
+  }
+  const int ranks = comm::MpiCommunicator::world()->size();
+  const nlohmann::json config = config_of_checkpoint(options.checkpoint, ranks, options.micro_batch,
+                                                     {.model_parallel = options.model_parallel});
+  Job job = build_job(config, options.checkpoint, DataUse::kNone);
+  const models::TokenInput* input = job.model.tokens();
+  if (!input)
+    throw io::InputError("logprobs needs a language model checkpoint (model.type " +
+                         models::builtin_types_reading(true) + ")");
+  // Every example is read, training and validation alike (the split is the corpus's).
+  const auto corpus =
+      data::example_corpus(options.data, input->vocab_size, input->context, false, 0.5);
+  if (corpus.truncated > 0) {
+    throw io::InputError("--data: " + std::to_string(corpus.truncated) + " of " +
+                         std::to_string(corpus.examples) + " examples are longer than the " +
+                         "model's context + 1 (" + std::to_string(input->context + 1) +
+                         " tokens); prepare them with --context " + std::to_string(input->context));
+  }
+  checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
+  const std::vector<data::ExampleSpan> spans = all_examples(corpus);
+  const topology::Grid& grid = *job.grid;
+  const bool writes = job.engine->holds_output() && grid.model_comm()->rank() == 0;
+  Written written;
+  for (std::size_t first = 0; first < spans.size();
+       first += static_cast<std::size_t>(options.micro_batch)) {
+    const std::vector<data::ExampleSpan> batch(
+        spans.begin() + static_cast<std::ptrdiff_t>(first),
+        spans.begin() + static_cast<std::ptrdiff_t>(
+                            std::min(spans.size(), first + options.micro_batch)));
+    const at::Tensor tokens = batch_tokens(corpus, batch, input->vocab_size);
+    const at::Tensor inputs = tokens.slice(1, 0, tokens.size(1) - 1).contiguous();
+    const comm::TensorList outputs = job.engine->infer({inputs});
+    if (!job.engine->holds_output()) continue;
+    // Whole again from the tensor-parallel vocabulary slices (every model rank joins).
+    const at::Tensor logits = tensor_parallel::gather_from_group(
+        outputs.at(0), tensor_parallel::Group{grid.model_comm()});
+    if (writes) append(written, corpus, batch, tokens, logits.to(at::kCPU));
+  }
+  if (!writes) return 0;
+  io::write_file_atomically(options.out, encode(written));
+  int64_t counted = 0;
+  for (const uint8_t m : written.mask) counted += m;
+  std::printf("wrote %s: %zu examples, %lld tokens, %lld of them completions\n",
+              options.out.c_str(), written.sums.size(),
+              static_cast<long long>(written.logprobs.size()), static_cast<long long>(counted));
+  return 0;
+}
+
+}  // namespace pipetrain::trainer

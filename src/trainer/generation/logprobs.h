@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipetrain::trainer {
+
+// `pipetrain logprobs`: each token's log-probability under a checkpoint's (latest) language
+// model, given the tokens before it in its example, for every example of prepared data
+// (indexed datasets with loss masks: prepare-data --chat). Computed through the pipeline
+// (ranks / model_parallel stages, tensor parallelism over model_parallel ranks), in float32
+// from the whole vocabulary's logits, and written by one rank as a safetensors file:
+//   "logprobs"  float32 [tokens]       log p(token t | the example's tokens before t); 0 at
+//                                       each example's first token
+//   "mask"      uint8   [tokens]       1 where the loss counts the token (a completion's), 0
+//                                       elsewhere and at each example's first token
+//   "offsets"   int64   [examples + 1] where each example starts in the two above
+//   "sequence_logprobs" float64 [examples]  each example's sum of logprobs where mask is 1
+// Examples are in the data's order (every prefix's documents, one after another). An
+// example longer than the model's context + 1 tokens is refused, naming it.
+struct LogprobsOptions {
+  std::string checkpoint;
+  std::vector<std::string> data;  // indexed dataset prefixes, each with its PREFIX.mask
+  int model_parallel = 1;
+  int64_t micro_batch = 4;  // examples per forward pass
+  std::string out;
+};
+int write_logprobs(const LogprobsOptions& options);
+
+}  // namespace pipetrain::trainer
