@@ -1,5 +1,5 @@
-// `pipetrain train`, `eval`, `generate`, `logits` and `logprobs`: each runs as one rank of an MPI job (under
-// pipetrain launch, mpirun or srun; alone it is a job of one rank).
+// `pipetrain train`, `eval`, `generate`, `logits` and `logprobs`: each runs as one rank of an MPI
+// job (under pipetrain launch, mpirun or srun; alone it is a job of one rank).
 #include <memory>
 
 #include "commands.h"
@@ -162,8 +162,10 @@ Command add_logprobs_command(CLI::App& app) {
       "Write each token's log-probability under a language model checkpoint, for every "
       "example of prepared data (safetensors: logprobs, mask, offsets, sequence_logprobs)");
   command->add_option("--checkpoint", options->checkpoint, "Checkpoint directory")->required();
-  command->add_option("--data", options->data, "Prepared examples: indexed dataset prefixes "
-                                               "with loss masks (prepare-data --chat)")
+  command
+      ->add_option("--data", options->data,
+                   "Prepared examples: indexed dataset prefixes "
+                   "with loss masks (prepare-data --chat)")
       ->required();
   command
       ->add_option("--model", options->model_parallel,

@@ -140,15 +140,24 @@ bool has_loss_masks(const std::vector<std::string>& prefixes) {
   return with.has_value();
 }
 
+ExampleList read_examples(const std::vector<std::string>& prefixes, int64_t vocab_size) {
+  auto tokens = std::make_shared<IndexedTokens>(prefixes, /*record_documents=*/true);
+  ExampleList list;
+  list.masks = mapped_masks(prefixes, *tokens);
+  tokens->check_vocabulary(vocab_size);
+  list.spans = example_spans(*tokens);
+  list.tokens = std::move(tokens);
+  return list;
+}
+
 ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
                              int64_t context, bool pack, double validation_fraction) {
   if (!(validation_fraction > 0 && validation_fraction < 1))
     throw io::InputError("data.validation_fraction must be between 0 and 1");
-  auto tokens = std::make_shared<IndexedTokens>(prefixes, /*record_documents=*/true);
+  ExampleList list = read_examples(prefixes, vocab_size);
   ExampleCorpus corpus;
-  corpus.masks = mapped_masks(prefixes, *tokens);
-  tokens->check_vocabulary(vocab_size);
-  const std::vector<ExampleSpan> spans = example_spans(*tokens);
+  corpus.masks = std::move(list.masks);
+  const std::vector<ExampleSpan>& spans = list.spans;
   const int64_t length = context + 1;
   corpus.examples = static_cast<int64_t>(spans.size());
   const auto held_out = std::max<int64_t>(
@@ -177,7 +186,7 @@ ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t v
                          (validation ? "validate on" : "train on"));
   }
   corpus.trained_count = trained + validated;
-  corpus.tokens = std::move(tokens);
+  corpus.tokens = std::move(list.tokens);
   return corpus;
 }
 

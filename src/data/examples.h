@@ -40,6 +40,15 @@ struct ExampleCorpus {
   int64_t trained_count = 0;  // of those, the tokens the loss counts (mask 1)
 };
 
+// Every example of `prefixes`, in order, whole (none held out, none cut): to score them. The
+// masks and sizes are checked as example_corpus checks them.
+struct ExampleList {
+  std::shared_ptr<const TokenStream> tokens;
+  std::shared_ptr<const TokenStream> masks;  // 0 or 1 per token
+  std::vector<ExampleSpan> spans;
+};
+ExampleList read_examples(const std::vector<std::string>& prefixes, int64_t vocab_size);
+
 // The examples of `prefixes` (each with its mask, sizes checked: InputError naming the
 // file), the last `validation_fraction` of them (at least one) held out. Each row holds one
 // example, or with `pack` as many consecutive examples as fit in context + 1 tokens.

@@ -8,6 +8,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "data/examples.h"
+#include "data/indexed_dataset.h"
 #include "io/atomic_file.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/mpi_communicator.h"
@@ -19,14 +20,6 @@
 namespace pipetrain::trainer {
 namespace {
 
-// Every example of the data, in order: one span each.
-std::vector<data::ExampleSpan> all_examples(const data::ExampleCorpus& corpus) {
-  std::vector<data::ExampleSpan> spans;
-  for (const auto* rows : {&corpus.train, &corpus.validation})
-    for (const data::Row& row : *rows) spans.insert(spans.end(), row.begin(), row.end());
-  return spans;
-}
-
 // What the last stage computes of a batch of examples, appended to the file's tensors.
 struct Written {
   std::vector<float> logprobs;
@@ -36,18 +29,18 @@ struct Written {
 };
 
 // The examples' tokens, padded with 0 to the longest: [examples, longest].
-at::Tensor batch_tokens(const data::ExampleCorpus& corpus, const std::vector<data::ExampleSpan>& s,
+at::Tensor batch_tokens(const data::ExampleList& examples, const std::vector<data::ExampleSpan>& s,
                         int64_t vocab_size) {
   int64_t longest = 0;
   for (const auto& span : s) longest = std::max(longest, span.end - span.begin);
   at::Tensor tokens = at::zeros({static_cast<int64_t>(s.size()), longest}, at::kLong);
   for (std::size_t i = 0; i < s.size(); ++i)
-    corpus.tokens->read(s[i].begin, s[i].end - s[i].begin, vocab_size,
-                        tokens[static_cast<int64_t>(i)].data_ptr<int64_t>());
+    examples.tokens->read(s[i].begin, s[i].end - s[i].begin, vocab_size,
+                          tokens[static_cast<int64_t>(i)].data_ptr<int64_t>());
   return tokens;
 }
 
-void append(Written& out, const data::ExampleCorpus& corpus,
+void append(Written& out, const data::ExampleList& examples,
             const std::vector<data::ExampleSpan>& spans, const at::Tensor& tokens,
             const at::Tensor& logits) {
   // log p(token t + 1 | tokens up to t), for every position of the padded batch.
@@ -57,7 +50,7 @@ void append(Written& out, const data::ExampleCorpus& corpus,
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const int64_t length = spans[i].end - spans[i].begin;
     std::vector<int64_t> mask(static_cast<std::size_t>(length));
-    corpus.masks->read(spans[i].begin, length, 2, mask.data());
+    examples.masks->read(spans[i].begin, length, 2, mask.data());
     const float* row = picked[static_cast<int64_t>(i)].data_ptr<float>();
     double sum = 0;
     out.logprobs.push_back(0.0f);  // the first token: nothing before it
@@ -102,17 +95,19 @@ int write_logprobs(const LogprobsOptions& options) {
   if (!input)
     throw io::InputError("logprobs needs a language model checkpoint (model.type " +
                          models::builtin_types_reading(true) + ")");
-  // Every example is read, training and validation alike (the split is the corpus's).
-  const auto corpus =
-      data::example_corpus(options.data, input->vocab_size, input->context, false, 0.5);
-  if (corpus.truncated > 0) {
-    throw io::InputError("--data: " + std::to_string(corpus.truncated) + " of " +
-                         std::to_string(corpus.examples) + " examples are longer than the " +
-                         "model's context + 1 (" + std::to_string(input->context + 1) +
-                         " tokens); prepare them with --context " + std::to_string(input->context));
+  const data::ExampleList examples = data::read_examples(options.data, input->vocab_size);
+  const std::vector<data::ExampleSpan>& spans = examples.spans;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const int64_t length = spans[i].end - spans[i].begin;
+    if (length <= input->context + 1) continue;
+    throw io::InputError("--data: example " + std::to_string(i) + " has " + std::to_string(length) +
+                         " tokens, more than the model's context + 1 (" +
+                         std::to_string(input->context + 1) +
+                         "); prepare the examples with "
+                         "--context " +
+                         std::to_string(input->context));
   }
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
-  const std::vector<data::ExampleSpan> spans = all_examples(corpus);
   const topology::Grid& grid = *job.grid;
   const bool writes = job.engine->holds_output() && grid.model_comm()->rank() == 0;
   Written written;
@@ -120,16 +115,16 @@ int write_logprobs(const LogprobsOptions& options) {
        first += static_cast<std::size_t>(options.micro_batch)) {
     const std::vector<data::ExampleSpan> batch(
         spans.begin() + static_cast<std::ptrdiff_t>(first),
-        spans.begin() + static_cast<std::ptrdiff_t>(
-                            std::min(spans.size(), first + options.micro_batch)));
-    const at::Tensor tokens = batch_tokens(corpus, batch, input->vocab_size);
+        spans.begin() +
+            static_cast<std::ptrdiff_t>(std::min(spans.size(), first + options.micro_batch)));
+    const at::Tensor tokens = batch_tokens(examples, batch, input->vocab_size);
     const at::Tensor inputs = tokens.slice(1, 0, tokens.size(1) - 1).contiguous();
     const comm::TensorList outputs = job.engine->infer({inputs});
     if (!job.engine->holds_output()) continue;
     // Whole again from the tensor-parallel vocabulary slices (every model rank joins).
     const at::Tensor logits = tensor_parallel::gather_from_group(
         outputs.at(0), tensor_parallel::Group{grid.model_comm()});
-    if (writes) append(written, corpus, batch, tokens, logits.to(at::kCPU));
+    if (writes) append(written, examples, batch, tokens, logits.to(at::kCPU));
   }
   if (!writes) return 0;
   io::write_file_atomically(options.out, encode(written));
