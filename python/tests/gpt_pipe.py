@@ -142,6 +142,8 @@ def main():
         if args.save and engine.global_steps in save_at:
             engine.save_checkpoint(args.save)
     result = {"losses": losses}
+    if hasattr(engine, "_engine"):  # pipetrain's: the fp16 loss scale the run ended with
+        result["loss_scale"] = engine._engine.loss_scale
     result["next_calls"] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(result["next_calls"], data.calls if data else None)
     if args.eval:

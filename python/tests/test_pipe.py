@@ -118,6 +118,19 @@ def test_bf16_as_the_builtin_gpt(base, text, tmp_path):
     assert_close(run.result["losses"], cli, "bf16 vs pipetrain train in bf16", tolerance=1e-3)
 
 
+def test_zero_2_fp16_as_the_builtin_gpt(base, text, tmp_path):
+    """ZeRO 2 with fp16 and dynamic loss scaling (starting at 2^8) against `pipetrain train` with
+    the same keys."""
+    settings = {"zero_optimization": {"stage": 2},
+                "fp16": {"enabled": True, "initial_scale_power": 8}}
+    run = gpt(4, tmp_path, "fp16", "--text", text, "--config", json.dumps(settings))
+    cli = pipetrain_train(4, tmp_path, "cli-fp16", cli_config(
+        text, base["init"], tmp_path / "cli", **settings))
+    # fp16 activations, and not the same attention operators: equal to fp16's rounding.
+    assert_close(run.result["losses"], cli, "ZeRO 2 in fp16 vs pipetrain train", tolerance=1e-3)
+    assert run.result["loss_scale"] == 256  # fp16's scaler ran (no overflow in 4 steps)
+
+
 def test_checkpoints_pass_both_ways(base, text, tmp_path):
     """pipetrain train resumes the script's step 2, and the script resumes train's step 2: both
     go on to the unbroken run's losses."""
