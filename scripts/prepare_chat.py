@@ -24,6 +24,15 @@ An assistant message's tokens are what the template renders for it after the pro
 asks for it (add_generation_prompt), through its end-of-turn tokens. Bad input stops with
 one line naming the file and line, exit 2, before anything is written.
 
+Preference pairs (for scoring by `pipetrain logprobs`; DPO is not built yet):
+  scripts/prepare-data --preference --tokenizer DIR --out PREFIX [--context N] ... FILE.jsonl...
+reads TRL's forms, {"prompt", "chosen", "rejected"} as text or as lists of messages, or
+{"chosen", "rejected"} conversations whose shared first messages are the prompt; renders
+each side as a prompt/completion example above (its answer trained on), and writes chosen and
+rejected as documents 2i and 2i + 1, kept or dropped together. A pair whose sides share no
+prompt, or whose conversations' template renders it differently, is refused. (Text sides are
+tokenized whole, as prompt/completion examples are.)
+
 Prompts for `pipetrain generate --prompts` from conversations:
   scripts/prepare-data --prompts --tokenizer DIR --out PROMPTS.jsonl FILE.jsonl...
 renders each line's {"messages": [...]} (the conversation so far, its last message not the
@@ -297,9 +306,8 @@ def prompts_main(argv):
     print(f"{args.out}: {len(lines)} prompts")
 
 
-def main(argv):
-    parser = OneLineParser(prog="prepare-data --chat",
-                                     description=__doc__.split("\n")[0])
+def arguments(prog, argv):
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--out", required=True, help="prefix of the .bin/.idx/.mask files")
     parser.add_argument("--context", type=int)
@@ -311,31 +319,125 @@ def main(argv):
         fail(f"--context {args.context} must be at least 1")
     import prepare_data
     prepare_data.check_output(args.out)
+    return args
 
-    tokenizer = load_tokenizer(args.tokenizer)
-    sequences, masks = [], array.array("B")
-    truncated = dropped = read = 0
-    bound = text_bound(tokenizer, args.context)
+
+class Preparation:
+    """Examples into ids and masks as --context and --overlong say, counted."""
+
+    def __init__(self, args):
+        self.args = args
+        self.tokenizer = load_tokenizer(args.tokenizer)
+        self.bound = text_bound(self.tokenizer, args.context)
+        self.sequences, self.masks = [], array.array("B")
+        self.truncated = self.dropped = self.read = 0
+
+    def ids_and_mask(self, example):
+        """(ids, mask, truncated), or None for an example --overlong drop leaves out (or one
+        cut to nothing to train on)."""
+        args = self.args
+        ids, mask = tokens_and_mask(self.tokenizer, example, args.train_on, self.bound,
+                                    args.context)
+        if args.context is None or len(ids) <= args.context + 1:
+            return ids, mask, False
+        if args.overlong == "drop":
+            return None
+        ids, mask = ids[:args.context + 1], mask[:args.context + 1]
+        return (ids, mask, True) if any(mask[1:]) else None
+
+    def keep(self, prepared):
+        for ids, mask, _ in prepared:
+            self.sequences.append(ids)
+            self.masks.extend(mask)
+
+    def write(self, unit):
+        args = self.args
+        if not self.sequences:
+            fail(f"{', '.join(args.files)}: no {unit} to train on ({self.read} read, "
+                 f"{self.dropped} dropped)")
+        import prepare_data
+        vocab_size = len(self.tokenizer)
+        prepare_data.write_indexed(args.out, self.sequences, vocab_size, self.masks.tobytes())
+        return vocab_size
+
+
+def main(argv):
+    args = arguments("prepare-data --chat", argv)
+    work = Preparation(args)
     for example in examples(args.files):
-        read += 1
-        ids, mask = tokens_and_mask(tokenizer, example, args.train_on, bound, args.context)
-        if args.context is not None and len(ids) > args.context + 1:
-            if args.overlong == "drop":
-                dropped += 1
-                continue
-            ids, mask = ids[:args.context + 1], mask[:args.context + 1]
-            if not any(mask[1:]):  # nothing left to train on
-                dropped += 1
-                continue
-            truncated += 1
-        sequences.append(ids)
-        masks.extend(mask)
-    if not sequences:
-        fail(f"{', '.join(args.files)}: no example to train on ({read} read, {dropped} dropped)")
+        work.read += 1
+        prepared = work.ids_and_mask(example)
+        if prepared is None:
+            work.dropped += 1
+            continue
+        work.truncated += prepared[2]
+        work.keep([prepared])
+    vocab_size = work.write("example")
+    tokens, trained = len(work.masks), sum(work.masks)
+    print(f"{args.out}: {len(work.sequences)} examples of {work.read} ({work.truncated} "
+          f"truncated, {work.dropped} dropped), {tokens} tokens, {trained} trained on "
+          f"({100 * trained / tokens:.1f}%); model.vocab_size {vocab_size}")
 
-    vocab_size = len(tokenizer)
-    prepare_data.write_indexed(args.out, sequences, vocab_size, masks.tobytes())
-    tokens, trained = len(masks), sum(masks)
-    print(f"{args.out}: {len(sequences)} examples of {read} ({truncated} truncated, {dropped} "
-          f"dropped), {tokens} tokens, {trained} trained on ({100 * trained / tokens:.1f}%); "
-          f"model.vocab_size {vocab_size}")
+
+def preference_sides(record, where):
+    """A preference line's chosen and rejected examples, each its prompt and one answer, in
+    TRL's forms: {"prompt", "chosen", "rejected"} as text or as messages, or {"chosen",
+    "rejected"} (or with "messages" as the prompt) whose shared first messages are the
+    prompt."""
+    if not isinstance(record, dict):
+        fail(f"{where}: a preference example is a JSON object, not {type(record).__name__}")
+    for key in ("chosen", "rejected"):
+        if key not in record:
+            fail(f"{where}: a preference example needs \"chosen\" and \"rejected\" (no {key})")
+    chosen, rejected = record["chosen"], record["rejected"]
+    prompt = record.get("prompt", record.get("messages"))
+    if prompt is None:  # the implicit prompt: the conversations' shared first messages
+        if not (isinstance(chosen, list) and isinstance(rejected, list)):
+            fail(f"{where}: without a prompt, chosen and rejected are conversations (lists of "
+                 "messages) sharing their first ones")
+        shared = 0
+        while (shared < min(len(chosen), len(rejected)) and
+               chosen[shared] == rejected[shared]):
+            shared += 1
+        if shared == 0 or chosen[shared - 1].get("role") == "assistant":
+            fail(f"{where}: chosen and rejected share no prompt (no first message in common "
+                 "that an answer follows)")
+        prompt, chosen, rejected = chosen[:shared], chosen[shared:], rejected[shared:]
+    sides = []
+    for name, answer in (("chosen", chosen), ("rejected", rejected)):
+        if isinstance(prompt, list) != isinstance(answer, list):
+            fail(f"{where}: prompt and {name} must both be text or both lists of messages")
+        sides.append(Example({"prompt": prompt, "completion": answer}, f"{where} ({name})"))
+    return sides
+
+
+def first_trained(mask):
+    return next((i for i, m in enumerate(mask) if i > 0 and m), len(mask))
+
+
+def preference_main(argv):
+    args = arguments("prepare-data --preference", argv)
+    work = Preparation(args)
+    for record, where in records(args.files):
+        work.read += 1
+        sides = preference_sides(record, where)
+        prepared = [work.ids_and_mask(side) for side in sides]
+        if any(p is None for p in prepared):  # the pair stays together, or goes together
+            work.dropped += 1
+            continue
+        (chosen, chosen_mask, _), (rejected, rejected_mask, _) = prepared
+        start = first_trained(chosen_mask)
+        # Conversations only: text is tokenized whole, as supervised examples are, so the
+        # prompt's last token may merge with the answer's first differently on each side.
+        conversation = sides[0].messages is not None
+        if conversation and (start != first_trained(rejected_mask) or
+                             chosen[:start] != rejected[:start]):
+            fail(f"{where}: chosen and rejected render different prompts (their tokens before "
+                 "the answers differ): the chat template must render the prompt alike for both")
+        work.truncated += any(p[2] for p in prepared)
+        work.keep(prepared)
+    vocab_size = work.write("preference example")
+    tokens = len(work.masks)
+    print(f"{args.out}: {len(work.sequences) // 2} preference examples of {work.read} "
+          f"({work.truncated} truncated, {work.dropped} dropped), chosen and rejected as "
+          f"documents 2i and 2i + 1, {tokens} tokens; model.vocab_size {vocab_size}")

@@ -14,6 +14,8 @@ PREFIX     writes PREFIX.bin (the tokens) and PREFIX.idx (MMIDIDX version 1: seq
            JSONL rendered with the model's chat template, with a loss mask per token)
 --prompts  conversations rendered as `pipetrain generate --prompts` lines instead
            (scripts/prepare_chat.py)
+--preference  preference pairs (chosen, rejected) instead, as documents 2i and 2i + 1
+           (scripts/prepare_chat.py)
 Prints the number of documents and tokens and the vocabulary size to set as
 model.vocab_size. The output prefix is checked before any tokenizing; the files are written
 to temporary names, all of them complete before any is renamed (temporaries removed on a
@@ -166,6 +168,9 @@ def main():
     if "--chat" in sys.argv[1:]:
         import prepare_chat
         return prepare_chat.main([a for a in sys.argv[1:] if a != "--chat"])
+    if "--preference" in sys.argv[1:]:
+        import prepare_chat
+        return prepare_chat.preference_main([a for a in sys.argv[1:] if a != "--preference"])
     if "--prompts" in sys.argv[1:]:
         import prepare_chat
         return prepare_chat.prompts_main([a for a in sys.argv[1:] if a != "--prompts"])

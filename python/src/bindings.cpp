@@ -102,6 +102,9 @@ void on_first_rank(Work&& work) {
         problem = error.what();
       }
     }
+    // The others wait for it without a deadline (an import reads and writes a whole model;
+    // the launcher ends the job if rank 0 dies), then learn what it found.
+    MPI_Barrier(world->handle());
     for (const std::string& found : comm::all_gather_text(*world, problem))
       if (!found.empty()) throw io::InputError(found);
   });

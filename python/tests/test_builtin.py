@@ -124,3 +124,15 @@ def test_the_tensorboard_example_logs_every_step(tmp_path, qwen3, text):
     assert [e.value for e in losses] == pytest.approx(printed, abs=1e-4)
     assert {"train/grad_norm", "train/lr", "train/tokens_per_s"} <= set(events.Tags()["scalars"])
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_the_cli_loops_keys_are_refused_with_a_builtin_model():
+    """train_iters, save, log.metrics, ... are pipetrain train's loop: from Python the script's."""
+    from pipetrain.pipe import BuiltinModel
+    model = BuiltinModel(load="imported")
+    for config, key in (({"train_iters": 3}, "train_iters"), ({"save": "out"}, "save"),
+                        ({"log": {"metrics": "m.jsonl"}}, "log.metrics")):
+        with pytest.raises(ValueError, match=f"^pipetrain: {key} in the config belongs to "):
+            model.config_with(config)
+    kept = model.config_with({"log": {"peak_tflops": 100}, "pipeline": {"stages": 2}})
+    assert kept["load"] == "imported" and kept["log"] == {"peak_tflops": 100}

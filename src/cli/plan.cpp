@@ -128,7 +128,7 @@ nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   return config;
 }
 
-Plan make_plan(const PlanOptions& o, const nlohmann::json& config) {
+Plan make_plan(const PlanOptions& o, const std::optional<nlohmann::json>& given) {
   if (o.top < 1) throw io::InputError("--top must be at least 1");
   planner::Cluster cluster = planner::read_cluster(o.cluster);
   if (o.nodes) {
@@ -143,6 +143,7 @@ Plan make_plan(const PlanOptions& o, const nlohmann::json& config) {
                          std::to_string(cluster.devices_per_node) + " devices: at most " +
                          std::to_string(kMostDevices) + " devices in all");
   }
+  nlohmann::json config = given ? *given : config::read_json_file(o.config);
   std::vector<std::string> unknown;
   trainer::check_lora_section(config);
   const trainer::JobConfig job = trainer::parse_job_config(config, &unknown);
@@ -161,7 +162,8 @@ Plan make_plan(const PlanOptions& o, const nlohmann::json& config) {
                                                config::Names<bool>{{"on", true}, {"off", false}},
                                                config::Quoting::kQuoted);
   limits.recompute = read_recompute(o.recompute);
-  Plan plan{std::move(cluster),
+  Plan plan{std::move(config),
+            std::move(cluster),
             std::make_unique<planner::Workload>(job.model, job.engine, job.lora),
             {},
             0};

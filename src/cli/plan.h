@@ -29,6 +29,7 @@ struct PlanOptions {
 
 // Every layout predicted, sorted (the fitting ones first, by the tie rule), and what for.
 struct Plan {
+  nlohmann::json config;  // the input config
   planner::Cluster cluster;
   std::unique_ptr<planner::Workload> workload;  // not movable (a cache and its lock)
   std::vector<planner::Candidate> all;
@@ -37,8 +38,9 @@ struct Plan {
 
 // Checks the options (InputError naming the option) and the config (`plan`'s checks: its
 // keys, LoRA on linears the model has), predicts every layout, and refuses in one line when
-// none fits the cluster's memory. `config` is the file's JSON (o.config is not read).
-Plan make_plan(const PlanOptions& o, const nlohmann::json& config);
+// none fits the cluster's memory. The config is `config` where given, else o.config's file,
+// read after the options are checked.
+Plan make_plan(const PlanOptions& o, const std::optional<nlohmann::json>& config = {});
 
 // The step's terms, as `plan` names them and as --format json keys them.
 struct TermName {

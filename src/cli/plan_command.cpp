@@ -149,14 +149,13 @@ void print_losers(const std::vector<planner::Candidate>& all) {
 
 int run_plan(const PlanOptions& o) {
   if (!o.out.empty()) io::check_output_directory(o.out, "--out");
-  const nlohmann::json json = config::read_json_file(o.config);
-  const Plan plan = make_plan(o, json);
+  const Plan plan = make_plan(o);
   const auto& all = plan.all;
   const planner::Cluster& cluster = plan.cluster;
   const planner::Workload& workload = *plan.workload;
   const int fitting = plan.fitting;
   if (!o.out.empty())
-    io::write_file_atomically(o.out, ready_config(json, all.front().layout).dump(2) + "\n");
+    io::write_file_atomically(o.out, ready_config(plan.config, all.front().layout).dump(2) + "\n");
   if (o.format == "json") {
     nlohmann::json rows = nlohmann::json::array();
     for (int i = 0; i < std::min<int>(o.top, static_cast<int>(all.size())); ++i)

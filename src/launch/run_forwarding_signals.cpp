@@ -105,8 +105,7 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
 
   // Handlers first, and the stop signals blocked until child_pid is set: one that arrives
   // meanwhile (the child may run and signal before the parent returns from fork) waits, and
-  // is then passed on like any other. The child unblocks them just before exec, which resets
-  // the handlers it inherited.
+  // is then passed on like any other. The child unblocks them just before exec.
   if (const std::string path = io::stop_request_path(); path.size() < sizeof stop_request_path)
     std::memcpy(stop_request_path, path.c_str(), path.size() + 1);
   received = 0;
@@ -124,8 +123,9 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
+    const int error = errno;
     ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
-    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(error));
   }
   if (pid == 0) {
     // Killed with the launcher, even by SIGKILL (which cannot be forwarded): mpirun takes
@@ -143,6 +143,9 @@ ChildEnding run_forwarding_signals(const std::vector<std::string>& argv,
         ::close(none);
       }
     }
+    // The launcher's handlers are not the child's (with child_pid 0 here they would note a
+    // parent-death SIGTERM and carry on): the defaults until exec sets its program's.
+    for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::signal(signal, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
     ::execvpe(args[0], args.data(), environment.data());
     std::fprintf(stderr, "pipetrain: cannot run %s: %s\n", args[0], std::strerror(errno));

@@ -40,18 +40,27 @@ at::Tensor batch_tokens(const data::ExampleList& examples, const std::vector<dat
   return tokens;
 }
 
+// log p(token t + 1 | tokens up to t) at every position of the padded batch, [examples,
+// positions] on the CPU: the logit picked less the log-sum-exp over the vocabulary, in float32
+// where the logits are, a row at a time (a whole batch's vocabulary in float32 is the largest
+// tensor of all).
+at::Tensor picked_logprobs(const at::Tensor& logits, const at::Tensor& tokens) {
+  const at::Tensor next = tokens.slice(1, 1).to(logits.device());
+  std::vector<at::Tensor> rows;
+  for (int64_t i = 0; i < logits.size(0); ++i) {
+    const at::Tensor row = logits[i].to(at::kFloat);
+    rows.push_back(row.gather(1, next[i].unsqueeze(1)).squeeze(1) - row.logsumexp(-1));
+  }
+  return at::stack(rows).to(at::kCPU).contiguous();
+}
+
 void append(Written& out, const data::ExampleList& examples,
-            const std::vector<data::ExampleSpan>& spans, const at::Tensor& tokens,
-            const at::Tensor& logits) {
-  // log p(token t + 1 | tokens up to t), for every position of the padded batch.
-  const at::Tensor next = tokens.slice(1, 1);
-  const at::Tensor picked =
-      logits.to(at::kFloat).log_softmax(-1).gather(2, next.unsqueeze(2)).squeeze(2).contiguous();
+            const std::vector<data::ExampleSpan>& spans, const at::Tensor& picked) {
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const int64_t length = spans[i].end - spans[i].begin;
     std::vector<int64_t> mask(static_cast<std::size_t>(length));
     examples.masks->read(spans[i].begin, length, 2, mask.data());
-    const float* row = picked[static_cast<int64_t>(i)].data_ptr<float>();
+    const float* row = length > 1 ? picked[static_cast<int64_t>(i)].data_ptr<float>() : nullptr;
     double sum = 0;
     out.logprobs.push_back(0.0f);  // the first token: nothing before it
     out.mask.push_back(0);
@@ -110,21 +119,27 @@ int write_logprobs(const LogprobsOptions& options) {
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const topology::Grid& grid = *job.grid;
   const bool writes = job.engine->holds_output() && grid.model_comm()->rank() == 0;
+  // A mixture of experts routes the padding too, and its experts' capacity follows the
+  // padded length: its examples go through one at a time, unpadded.
+  const auto per_pass = static_cast<std::size_t>(
+      models::capabilities(job.config.model).routed_experts > 0 ? 1 : options.micro_batch);
   Written written;
-  for (std::size_t first = 0; first < spans.size();
-       first += static_cast<std::size_t>(options.micro_batch)) {
+  for (std::size_t first = 0; first < spans.size(); first += per_pass) {
     const std::vector<data::ExampleSpan> batch(
         spans.begin() + static_cast<std::ptrdiff_t>(first),
-        spans.begin() +
-            static_cast<std::ptrdiff_t>(std::min(spans.size(), first + options.micro_batch)));
+        spans.begin() + static_cast<std::ptrdiff_t>(std::min(spans.size(), first + per_pass)));
     const at::Tensor tokens = batch_tokens(examples, batch, input->vocab_size);
+    if (tokens.size(1) < 2) {  // examples of one token: nothing to predict
+      if (writes) append(written, examples, batch, at::Tensor());
+      continue;
+    }
     const at::Tensor inputs = tokens.slice(1, 0, tokens.size(1) - 1).contiguous();
     const comm::TensorList outputs = job.engine->infer({inputs});
     if (!job.engine->holds_output()) continue;
     // Whole again from the tensor-parallel vocabulary slices (every model rank joins).
     const at::Tensor logits = tensor_parallel::gather_from_group(
         outputs.at(0), tensor_parallel::Group{grid.model_comm()});
-    if (writes) append(written, examples, batch, tokens, logits.to(at::kCPU));
+    if (writes) append(written, examples, batch, picked_logprobs(logits, tokens));
   }
   if (!writes) return 0;
   io::write_file_atomically(options.out, encode(written));

@@ -17,8 +17,10 @@ namespace pipetrain::trainer {
 //                                       elsewhere and at each example's first token
 //   "offsets"   int64   [examples + 1] where each example starts in the two above
 //   "sequence_logprobs" float64 [examples]  each example's sum of logprobs where mask is 1
-// Examples are in the data's order (every prefix's documents, one after another). An
-// example longer than the model's context + 1 tokens is refused, naming it.
+// Examples are in the data's order (every prefix's documents, one after another), micro_batch
+// at a time padded to the longest (one at a time for a mixture of experts, whose expert
+// capacity the padding would change). An example longer than the model's context + 1 tokens
+// is refused, naming it.
 struct LogprobsOptions {
   std::string checkpoint;
   std::vector<std::string> data;  // indexed dataset prefixes, each with its PREFIX.mask
