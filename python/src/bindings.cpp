@@ -254,11 +254,12 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "logprobs",
       [](const std::string& checkpoint, const std::vector<std::string>& data, int model_parallel,
-         int64_t micro_batch, const std::string& out) {
+         int expert_parallel, int64_t micro_batch, const std::string& out) {
         collective([&] {
           trainer::write_logprobs({.checkpoint = checkpoint,
                                    .data = data,
                                    .model_parallel = model_parallel,
+                                   .expert_parallel = expert_parallel,
                                    .micro_batch = micro_batch,
                                    .out = out});
         });

@@ -171,6 +171,11 @@ Command add_logprobs_command(CLI::App& app) {
       ->add_option("--model", options->model_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")
       ->capture_default_str();
+  command
+      ->add_option("--expert-parallel", options->expert_parallel,
+                   "Ranks a mixture of experts' experts are split over (as many replicas run "
+                   "the examples; the pipeline gets ranks / (model x expert-parallel) stages)")
+      ->capture_default_str();
   command->add_option("--micro-batch", options->micro_batch, "Examples per forward pass")
       ->capture_default_str();
   command->add_option("--out", options->out, "Output .safetensors file")->required();

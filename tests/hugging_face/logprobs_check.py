@@ -1,7 +1,9 @@
 """Helpers of logprobs_test.sh.
 
-  logprobs_check.py qwen3 MODEL_DIR DATA_PREFIX   a tiny random transformers Qwen3 and prepared
-                                                  examples for it (random ids, random masks)
+  logprobs_check.py make ARCH MODEL_DIR [DATA_PREFIX]
+                                                  a tiny random transformers model of families.py
+                                                  (qwen3, qwen3-moe, ...) and prepared examples for
+                                                  it (random ids, random masks)
   logprobs_check.py long DATA_PREFIX             one example of 40 tokens (past the Qwen3's 33)
   logprobs_check.py compare MODEL_DIR DATA_PREFIX FILE
                                                   FILE (pipetrain logprobs) against transformers'
@@ -19,10 +21,12 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 
 
-def make_qwen3(folder, prefix):
+def make(arch, folder, prefix=None):
     import families
     from prepare_data import write_indexed
-    families.tiny_model("qwen3", positions=32).save_pretrained(folder)
+    families.tiny_model(arch, positions=32).save_pretrained(folder)
+    if prefix is None:
+        return
     rng = random.Random(5)
     sequences, masks = [], bytearray()
     for i in range(7):  # unequal lengths, up to the context + 1
@@ -80,8 +84,8 @@ def compare(folder, prefix, file):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "qwen3":
-        make_qwen3(*sys.argv[2:])
+    if sys.argv[1] == "make":
+        make(*sys.argv[2:])
     elif sys.argv[1] == "long":
         make_long(*sys.argv[2:])
     else:

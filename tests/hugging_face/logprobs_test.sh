@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pipetrain logprobs: each completion token's log-probability under an imported checkpoint
 # equals transformers' (1e-5 relative, fp32) at pipe 1, pipe 2 and model 2, for a tiny LLaMA
-# with its tokenizer's chat data (prepare-data --chat) and a tiny Qwen3 with random examples;
+# with its tokenizer's chat data (prepare-data --chat) and a tiny Qwen3 with random examples,
+# and for a tiny Qwen3-MoE with its experts over 2 ranks;
 # pipetrain.logprobs from Python writes the same file; bad input: one line, exit 2.
 # Usage: logprobs_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, safetensors)
 set -u
@@ -19,17 +20,20 @@ export PIPETRAIN_COMM_TIMEOUT=60 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error O
 "$python" "$here/chat_fixture.py" llama chat.jsonl 2>/dev/null
 "$source_dir/scripts/prepare-data" --chat --tokenizer llama --out data/chat --context 64 \
   chat.jsonl >prepare.out 2>&1
-"$python" "$here/logprobs_check.py" qwen3 qwen3 data/qwen3 2>/dev/null
-for model in llama qwen3; do
+"$python" "$here/logprobs_check.py" make qwen3 qwen3 data/qwen3 2>/dev/null
+"$python" "$here/logprobs_check.py" make qwen3-moe moe 2>/dev/null
+for model in llama qwen3 moe; do
   "$pipetrain" import --hf $model --out $model-imported >import-$model.out 2>&1
 done
-check "a tiny LLaMA with chat data and a tiny Qwen3 with random examples imported" \
-  grep -q "into qwen3-imported/step_0" import-qwen3.out
+check "a tiny LLaMA with chat data, a tiny Qwen3 with random examples and a Qwen3-MoE imported" \
+  grep -q "into moe-imported/step_0" import-moe.out
 
-for model in llama qwen3; do
-  data=data/chat
+for model in llama qwen3 moe; do
+  data=data/chat layouts=("1" "2" "2 --model 2")
   [ $model = qwen3 ] && data=data/qwen3
-  for layout in "1" "2" "2 --model 2"; do
+  # A mixture: its experts over two replicas (one example at a time).
+  [ $model = moe ] && data=data/qwen3 layouts=("2 --expert-parallel 2")
+  for layout in "${layouts[@]}"; do
     read -r ranks extra <<<"$layout"
     name="$model-$ranks${extra// /}"
     # shellcheck disable=SC2086

@@ -97,8 +97,9 @@ int write_logprobs(const LogprobsOptions& options) {
                          "whose masks say which tokens are completions (prepare-data --chat)");
   }
   const int ranks = comm::MpiCommunicator::world()->size();
-  const nlohmann::json config = config_of_checkpoint(options.checkpoint, ranks, options.micro_batch,
-                                                     {.model_parallel = options.model_parallel});
+  const nlohmann::json config = config_of_checkpoint(
+      options.checkpoint, ranks, options.micro_batch,
+      {.model_parallel = options.model_parallel, .expert_parallel = options.expert_parallel});
   Job job = build_job(config, options.checkpoint, DataUse::kNone);
   const models::TokenInput* input = job.model.tokens();
   if (!input)
@@ -118,7 +119,10 @@ int write_logprobs(const LogprobsOptions& options) {
   }
   checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
   const topology::Grid& grid = *job.grid;
-  const bool writes = job.engine->holds_output() && grid.model_comm()->rank() == 0;
+  // Every replica ran the same examples (their experts' rows meet in the all-to-all); the
+  // first writes.
+  const bool writes =
+      job.engine->holds_output() && grid.model_comm()->rank() == 0 && grid.data_parallel_id() == 0;
   // A mixture of experts routes the padding too, and its experts' capacity follows the
   // padded length: its examples go through one at a time, unpadded.
   const auto per_pass = static_cast<std::size_t>(

@@ -9,7 +9,8 @@ namespace pipetrain::trainer {
 // `pipetrain logprobs`: each token's log-probability under a checkpoint's (latest) language
 // model, given the tokens before it in its example, for every example of prepared data
 // (indexed datasets with loss masks: prepare-data --chat). Computed through the pipeline
-// (ranks / model_parallel stages, tensor parallelism over model_parallel ranks), in float32
+// (ranks / (model_parallel x expert_parallel) stages, tensor parallelism over model_parallel
+// ranks, a mixture's experts over expert_parallel replicas), in float32
 // from the whole vocabulary's logits, and written by one rank as a safetensors file:
 //   "logprobs"  float32 [tokens]       log p(token t | the example's tokens before t); 0 at
 //                                       each example's first token
@@ -25,6 +26,9 @@ struct LogprobsOptions {
   std::string checkpoint;
   std::vector<std::string> data;  // indexed dataset prefixes, each with its PREFIX.mask
   int model_parallel = 1;
+  // A mixture of experts' experts split over this many ranks: as many replicas run the same
+  // examples (1: one pipeline).
+  int expert_parallel = 1;
   int64_t micro_batch = 4;  // examples per forward pass
   std::string out;
 };
