@@ -235,8 +235,7 @@ class PipelineEngine:
         """Collective (every rank registers it: the gradient norm is then computed by all):
         callback(metrics) on global rank 0 after every train_batch: step, loss, grad_norm, lr,
         samples_per_s, tokens_per_s (token data), mfu (the native families on known GPUs, else
-        None), memory_gib
-        (peak: the GPU's, else this process's resident set)."""
+        None), memory_gib (peak: the GPU's, else this process's resident set)."""
         self._engine.set_grad_norm_reporting(True)
         self._callbacks.append(callback)
 
