@@ -109,6 +109,13 @@ void start_rank() {
 }
 
 void fail_rank(const std::exception& error) {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (!up || down) {  // MPI would not start (start_rank), or has ended: this process alone
+    const bool input = dynamic_cast<const io::InputError*>(&error) != nullptr;
+    end_job(input ? error.what() : io::error_message(error), input ? 2 : 1);
+  }
   if (dynamic_cast<const io::InputError*>(&error)) {
     // Bad input usually fails on every rank alike: rank 0 speaks first and its abort ends
     // the others before they repeat the same line.

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "comm/watchdog.h"
+#include "pipetrain/comm/rank_main.h"
+#include "pipetrain/io/errors.h"
 
 namespace pipetrain::comm {
 namespace {
@@ -70,6 +72,16 @@ TEST(EndJob, PrintsOneLineAndExitsWithTheCodeWithoutMpi) {
   EXPECT_EXIT(end_job("waited 2.0 s for NCCL recv from rank 1: deadline exceeded", 3),
               ::testing::ExitedWithCode(3),
               "^pipetrain: rank \\?: waited 2.0 s for NCCL recv from rank 1: deadline exceeded\n$");
+}
+
+// A failure before MPI started (start_rank's MPI_Init_thread failed) ends this process alone,
+// in the same one line, without calling MPI.
+TEST(FailRank, EndsThisProcessAloneBeforeMpiStarts) {
+  EXPECT_EXIT(fail_rank(io::InputError("PIPETRAIN_THREADS must be a positive integer")),
+              ::testing::ExitedWithCode(2),
+              "^pipetrain: rank \\?: PIPETRAIN_THREADS must be a positive integer\n$");
+  EXPECT_EXIT(fail_rank(std::runtime_error("MPI_Init_thread failed")), ::testing::ExitedWithCode(1),
+              "^pipetrain: rank \\?: .*MPI_Init_thread failed\n$");
 }
 
 // Collects the watchdog's failures.

@@ -16,7 +16,8 @@ int run_rank(int argc, char** argv, const std::function<int()>& body);
 // run_rank in parts, for a rank whose main loop is not a C++ function (the Python package):
 // start_rank initialises MPI, the rank's identity, its intra-op threads and its stop
 // handlers (once; later calls do nothing); fail_rank prints `error` with the rank's identity
-// and ends the whole job as run_rank does (exit code 2 for an io::InputError, else 1);
+// and ends the whole job as run_rank does (exit code 2 for an io::InputError, else 1), or
+// this process alone where MPI has not started (start_rank failed) or has ended;
 // finish_rank finalises MPI (once; nothing if start_rank never ran).
 void start_rank();
 [[noreturn]] void fail_rank(const std::exception& error);
