@@ -207,31 +207,37 @@ const Row& ExampleSource::row_of_sample(int64_t sample) {
   const auto rows = static_cast<int64_t>(rows_.size());
   const int64_t epoch = sample / rows;
   if (epoch != epoch_) {
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-        module::layer_seed(seed_, static_cast<int>(stream_)), static_cast<int>(epoch)));
-    const at::Tensor order = at::randperm(rows, generator, at::kLong);
-    order_.assign(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + rows);
+    order_ = epoch_order(seed_, stream_, epoch, rows);
     epoch_ = epoch;
   }
   return rows_[static_cast<std::size_t>(order_[static_cast<std::size_t>(sample % rows)])];
 }
 
-void ExampleSource::fill(const Row& row, int64_t* ids, int64_t* labels, int64_t* documents) const {
-  const int64_t length = context_ + 1;
+std::vector<int64_t> epoch_order(uint64_t seed, uint64_t stream, int64_t epoch, int64_t count) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
+      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(epoch)));
+  const at::Tensor order = at::randperm(count, generator, at::kLong);
+  return {order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + count};
+}
+
+void fill_row(const TokenStream& token_stream, const TokenStream& mask_stream, const Row& row,
+              int64_t vocab_size, int64_t context, int64_t* ids, int64_t* labels,
+              int64_t* documents) {
+  const int64_t length = context + 1;
   std::vector<int64_t> tokens(static_cast<std::size_t>(length), 0), masks(tokens.size(), 0);
   std::vector<bool> ends(tokens.size(), false);  // an example's last token
   int64_t used = 0, document = 0;
   for (const ExampleSpan& span : row) {
     const int64_t count = std::min(span.end - span.begin, length - used);
-    corpus_->tokens->read(span.begin, count, vocab_size_, tokens.data() + used);
-    corpus_->masks->read(span.begin, count, 2, masks.data() + used);
-    for (int64_t i = used; i < used + count && i < context_; ++i) documents[i] = document;
+    token_stream.read(span.begin, count, vocab_size, tokens.data() + used);
+    mask_stream.read(span.begin, count, 2, masks.data() + used);
+    for (int64_t i = used; i < used + count && i < context; ++i) documents[i] = document;
     used += count;
     ends[static_cast<std::size_t>(used - 1)] = true;
     ++document;
   }
-  for (int64_t i = used; i < context_; ++i) documents[i] = document;  // the padding's own
-  for (int64_t i = 0; i < context_; ++i) {
+  for (int64_t i = used; i < context; ++i) documents[i] = document;  // the padding's own
+  for (int64_t i = 0; i < context; ++i) {
     const auto at = static_cast<std::size_t>(i);
     ids[i] = tokens[at];
     // Position i predicts token i + 1: counted where that token is trained, in its example.
@@ -245,8 +251,9 @@ engine::MicroBatch ExampleSource::next() {
   at::Tensor labels = at::empty({batch_, context_}, at::kLong);
   at::Tensor documents = at::empty({batch_, context_}, at::kLong);
   for (int64_t i = 0; i < batch_; ++i) {
-    fill(row_of_sample(position_.sample(i)), ids.data_ptr<int64_t>() + i * context_,
-         labels.data_ptr<int64_t>() + i * context_, documents.data_ptr<int64_t>() + i * context_);
+    fill_row(*corpus_->tokens, *corpus_->masks, row_of_sample(position_.sample(i)), vocab_size_,
+             context_, ids.data_ptr<int64_t>() + i * context_,
+             labels.data_ptr<int64_t>() + i * context_, documents.data_ptr<int64_t>() + i * context_);
   }
   position_.advance();
   if (pack_) return {{ids, documents}, {labels}};

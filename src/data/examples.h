@@ -55,6 +55,17 @@ ExampleList read_examples(const std::vector<std::string>& prefixes, int64_t voca
 ExampleCorpus example_corpus(const std::vector<std::string>& prefixes, int64_t vocab_size,
                              int64_t context, bool pack, double validation_fraction);
 
+// Fills one row of a micro-batch from `row`'s examples: ids[context] the first `context`
+// tokens (padded with 0), labels[context] the next ones where the mask is 1 within the same
+// example (else tensor_parallel::kIgnoreIndex), documents[context] each token's example
+// within the row (the padding one of its own).
+void fill_row(const TokenStream& tokens, const TokenStream& masks, const Row& row,
+              int64_t vocab_size, int64_t context, int64_t* ids, int64_t* labels,
+              int64_t* documents);
+
+// The order of `count` items in `epoch`, shuffled from (seed, stream, epoch) alone.
+std::vector<int64_t> epoch_order(uint64_t seed, uint64_t stream, int64_t epoch, int64_t count);
+
 // Micro-batches of `batch` rows: inputs the first `context` tokens of each row (padded with
 // 0), labels the next ones, tensor_parallel::kIgnoreIndex where the mask is 0, past an
 // example's last token and in the padding. With `pack`, inputs are {ids, documents}, each
@@ -72,7 +83,6 @@ class ExampleSource : public engine::MicroBatchSource {
 
  private:
   const Row& row_of_sample(int64_t sample);
-  void fill(const Row& row, int64_t* ids, int64_t* labels, int64_t* documents) const;
 
   std::shared_ptr<const ExampleCorpus> corpus_;
   const std::vector<Row>& rows_;

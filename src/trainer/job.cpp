@@ -21,6 +21,8 @@
 #include "pipetrain/module/lora_config.h"
 #include "trainer/faults/faults.h"
 #include "trainer/model_flops.h"
+#include "trainer/objectives/preference_data.h"
+#include "trainer/objectives/reference.h"
 #include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
@@ -215,6 +217,7 @@ void build_example_data(Job& job, const models::TokenInput& tokens, int64_t repl
 // indexed datasets (fine-tuning examples where they have loss masks).
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
+  if (job.config.objective.preference()) return build_preference_data(job, tokens, replica);
   if (data.type == "indexed" && data::has_loss_masks(data.paths))
     return build_example_data(job, tokens, replica);
   const data::DocumentSplit documents = packed_documents(job, tokens);
@@ -343,6 +346,10 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
                                          experts);
   if (!trusted_from.empty()) check_against_checkpoint(job.model.layers, trusted_from);
   engine::resolve_batch(job.config.engine, job.grid->data_parallel_size());
+  ObjectiveConfig& objective = job.config.objective;
+  if (objective.preference() && objective.reference != ReferenceKind::kPrecomputed &&
+      data == DataUse::kRead)
+    objective.reference_checkpoint = reference_checkpoint(job.config);  // written as resolved
   if (data == DataUse::kRead) {
     // Before the model is allocated: data too short for one sequence is refused at once.
     // The data draws from generators of its own, so the order changes no number.
@@ -504,6 +511,7 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "log");
   keys.erase(config, "trace");
   keys.erase(config, "device");  // the machine that reads the checkpoint decides
+  config.erase("objective");     // forward-only use computes no training loss
   // A tokenizer the checkpoint carries is read where the checkpoint is now.
   const std::string tokenizer = tokenizer_of(config, checkpoint);
   if (!tokenizer.empty()) keys.set(config, "sample.tokenizer", tokenizer);

@@ -15,7 +15,8 @@ const config::KeyTable<JobConfig>& job_keys() {
     t.include(engine::training_keys(), PIPETRAIN_FIELD(engine))
         .include(trainer_keys(), PIPETRAIN_FIELD(trainer))
         .include(models::model_keys(), PIPETRAIN_FIELD(model))
-        .include(module::lora_keys(), PIPETRAIN_FIELD(lora));
+        .include(module::lora_keys(), PIPETRAIN_FIELD(lora))
+        .include(objective_keys(), PIPETRAIN_FIELD(objective));
     return t;
   }();
   return table;

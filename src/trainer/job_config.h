@@ -12,6 +12,7 @@
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/module/lora_config.h"
 #include "pipetrain/topology/parallel_layout.h"
+#include "trainer/objectives/objective_config.h"
 #include "trainer/trainer_config.h"
 
 namespace pipetrain::trainer {
@@ -23,6 +24,7 @@ struct JobConfig {
   models::ModelConfig model;
   TrainerConfig trainer;
   module::LoraConfig lora;
+  ObjectiveConfig objective;
 
   // The parallel axes the keys ask for (data 0: what the job's ranks leave; see
   // topology::resolve_layout).

@@ -71,7 +71,19 @@ struct StepResult {
   int64_t all_to_all_bytes = 0;  // this rank's, by expert parallelism, in the step alone
   std::optional<double> save_stall_seconds{};  // a background save's hold on the step
   std::optional<double> save_seconds{};        // a synchronous save's, after the step
+  std::map<std::string, double> objective;     // a preference objective's metrics, by TRL's names
 };
+
+// " rewards/margins 0.01 ...": a preference objective's metrics, as TRL names them.
+std::string objective_summary(const std::map<std::string, double>& metrics) {
+  std::string text;
+  for (const auto& [name, value] : metrics) {
+    char item[80];
+    std::snprintf(item, sizeof item, " %s %.4g", name.c_str(), value);
+    text += item;
+  }
+  return text;
+}
 
 // Milliseconds this rank spent per instruction kind between two readings of its timers.
 nlohmann::json timings_since(const engine::InstructionTimers& before,
@@ -144,7 +156,7 @@ class RunLog {
             (fp16 ? " scale " + std::to_string(static_cast<int64_t>(engine.loss_scale())) +
                         " skipped " + std::to_string(engine.skipped_steps())
                   : std::string()) +
-            (experts ? experts->summary() : std::string()) +
+            (experts ? experts->summary() : std::string()) + objective_summary(s.objective) +
             optimizer_state_summary(optimizer_bytes_) + memory_summary(memory));
     if (s.validation_loss) {
       progress_.message("step " + std::to_string(s.step) + " validation loss " +
@@ -174,6 +186,7 @@ class RunLog {
         model_flop_utilisation(flops_per_step_, s.seconds, devices, peak_flops_);
     if (step_mfu > 0) record["mfu"] = step_mfu;
     if (experts) record["moe"] = experts->to_json();
+    for (const auto& [name, value] : s.objective) record[name] = value;
     record["optimizer_state_bytes"] = optimizer_bytes_;  // per rank, in rank order
     if (!memory.empty()) {                               // per rank, in rank order
       const std::string device = on_gpus_ ? "gpu" : "cpu";
@@ -210,6 +223,7 @@ class RunLog {
                                              {"train/samples_per_s", samples / s.seconds},
                                              {"train/tokens_per_s", tokens / s.seconds}};
     if (mfu > 0) scalars["train/mfu"] = mfu;
+    for (const auto& [name, value] : s.objective) scalars["train/" + name] = value;
     if (s.validation_loss) scalars["val/loss"] = *s.validation_loss;
     tensorboard_->add_scalars(s.step, scalars);
   }
@@ -317,7 +331,11 @@ StepResult train_step(Job& job, RunLog& log) {
   const auto start = Clock::now();
   StepResult result;
   const io::Activity training("training step " + std::to_string(engine.global_steps() + 1));
+  if (job.preference) job.preference->clear();  // what evaluation added
   result.loss = engine.train_batch(job.train_data.get());
+  if (job.preference)
+    result.objective =
+        job.preference->take(*job.grid->world_comm(), job.grid->model_parallel_id() == 0);
   if (trace) {
     write_trace(t.trace, engine, engine.take_records());
     log.message("wrote the trace of step " + std::to_string(trace_step) + " to " + t.trace);

@@ -20,14 +20,6 @@
 namespace pipetrain::trainer {
 namespace {
 
-// What the last stage computes of a batch of examples, appended to the file's tensors.
-struct Written {
-  std::vector<float> logprobs;
-  std::vector<uint8_t> mask;
-  std::vector<int64_t> offsets{0};
-  std::vector<double> sums;
-};
-
 // The examples' tokens, padded with 0 to the longest: [examples, longest].
 at::Tensor batch_tokens(const data::ExampleList& examples, const std::vector<data::ExampleSpan>& s,
                         int64_t vocab_size) {
@@ -54,7 +46,7 @@ at::Tensor picked_logprobs(const at::Tensor& logits, const at::Tensor& tokens) {
   return at::stack(rows).to(at::kCPU).contiguous();
 }
 
-void append(Written& out, const data::ExampleList& examples,
+void append(ExampleScores& out, const data::ExampleList& examples,
             const std::vector<data::ExampleSpan>& spans, const at::Tensor& picked) {
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const int64_t length = spans[i].end - spans[i].begin;
@@ -74,7 +66,7 @@ void append(Written& out, const data::ExampleList& examples,
   }
 }
 
-std::string encode(Written& w) {
+std::string encode(ExampleScores& w) {
   auto vector_tensor = [](auto& values, at::ScalarType type) {
     return at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, type).clone();
   };
@@ -85,49 +77,48 @@ std::string encode(Written& w) {
        {"sequence_logprobs", vector_tensor(w.sums, at::kDouble)}});
 }
 
-}  // namespace
-
-int write_logprobs(const LogprobsOptions& options) {
-  io::check_output_directory(options.out, "--out");
-  if (options.data.empty()) throw io::InputError("--data: name at least one prepared dataset");
-  if (options.micro_batch < 1) throw io::InputError("--micro-batch must be at least 1");
-  if (!data::has_loss_masks(options.data)) {
-    throw io::InputError("--data " + data::indexed_prefix(options.data.front()) +
-                         ": no loss masks (PREFIX.mask): logprobs reads prepared examples, "
-                         "whose masks say which tokens are completions (prepare-data --chat)");
-  }
-  const int ranks = comm::MpiCommunicator::world()->size();
-  const nlohmann::json config = config_of_checkpoint(
-      options.checkpoint, ranks, options.micro_batch,
-      {.model_parallel = options.model_parallel, .expert_parallel = options.expert_parallel});
-  Job job = build_job(config, options.checkpoint, DataUse::kNone);
+// The model's token input: InputError for a model that reads none.
+const models::TokenInput* language_input(const Job& job) {
   const models::TokenInput* input = job.model.tokens();
   if (!input)
     throw io::InputError("logprobs needs a language model checkpoint (model.type " +
                          models::builtin_types_reading(true) + ")");
-  const data::ExampleList examples = data::read_examples(options.data, input->vocab_size);
+  return input;
+}
+
+void check_lengths(const data::ExampleList& examples, const models::TokenInput& input) {
   const std::vector<data::ExampleSpan>& spans = examples.spans;
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const int64_t length = spans[i].end - spans[i].begin;
-    if (length <= input->context + 1) continue;
+    if (length <= input.context + 1) continue;
     throw io::InputError("--data: example " + std::to_string(i) + " has " + std::to_string(length) +
                          " tokens, more than the model's context + 1 (" +
-                         std::to_string(input->context + 1) +
-                         "); prepare the examples with "
-                         "--context " +
-                         std::to_string(input->context));
+                         std::to_string(input.context + 1) + "); prepare the examples with --context " +
+                         std::to_string(input.context));
   }
-  checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
-  const topology::Grid& grid = *job.grid;
+}
+
+}  // namespace
+
+bool scores_here(const Job& job) {
   // Every replica ran the same examples (their experts' rows meet in the all-to-all); the
-  // first writes.
-  const bool writes =
-      job.engine->holds_output() && grid.model_comm()->rank() == 0 && grid.data_parallel_id() == 0;
+  // first holds the scores.
+  const topology::Grid& grid = *job.grid;
+  return job.engine->holds_output() && grid.model_comm()->rank() == 0 &&
+         grid.data_parallel_id() == 0;
+}
+
+ExampleScores score_examples(Job& job, const data::ExampleList& examples, int64_t micro_batch) {
+  const models::TokenInput* input = language_input(job);
+  check_lengths(examples, *input);
+  const topology::Grid& grid = *job.grid;
+  const bool writes = scores_here(job);
   // A mixture of experts routes the padding too, and its experts' capacity follows the
   // padded length: its examples go through one at a time, unpadded.
   const auto per_pass = static_cast<std::size_t>(
-      models::capabilities(job.config.model).routed_experts > 0 ? 1 : options.micro_batch);
-  Written written;
+      models::capabilities(job.config.model).routed_experts > 0 ? 1 : micro_batch);
+  const std::vector<data::ExampleSpan>& spans = examples.spans;
+  ExampleScores written;
   for (std::size_t first = 0; first < spans.size(); first += per_pass) {
     const std::vector<data::ExampleSpan> batch(
         spans.begin() + static_cast<std::ptrdiff_t>(first),
@@ -145,7 +136,29 @@ int write_logprobs(const LogprobsOptions& options) {
         outputs.at(0), tensor_parallel::Group{grid.model_comm()});
     if (writes) append(written, examples, batch, picked_logprobs(logits, tokens));
   }
-  if (!writes) return 0;
+  return written;
+}
+
+int write_logprobs(const LogprobsOptions& options) {
+  io::check_output_directory(options.out, "--out");
+  if (options.data.empty()) throw io::InputError("--data: name at least one prepared dataset");
+  if (options.micro_batch < 1) throw io::InputError("--micro-batch must be at least 1");
+  if (!data::has_loss_masks(options.data)) {
+    throw io::InputError("--data " + data::indexed_prefix(options.data.front()) +
+                         ": no loss masks (PREFIX.mask): logprobs reads prepared examples, "
+                         "whose masks say which tokens are completions (prepare-data --chat)");
+  }
+  const int ranks = comm::MpiCommunicator::world()->size();
+  const nlohmann::json config = config_of_checkpoint(
+      options.checkpoint, ranks, options.micro_batch,
+      {.model_parallel = options.model_parallel, .expert_parallel = options.expert_parallel});
+  Job job = build_job(config, options.checkpoint, DataUse::kNone);
+  const models::TokenInput* input = language_input(job);
+  const data::ExampleList examples = data::read_examples(options.data, input->vocab_size);
+  check_lengths(examples, *input);
+  checkpoint::load_checkpoint(*job.engine, options.checkpoint, "latest");
+  ExampleScores written = score_examples(job, examples, options.micro_batch);
+  if (!scores_here(job)) return 0;
   io::write_file_atomically(options.out, encode(written));
   int64_t counted = 0;
   for (const uint8_t m : written.mask) counted += m;

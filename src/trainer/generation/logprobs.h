@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "data/examples.h"
+
 namespace pipetrain::trainer {
+
+struct Job;
 
 // `pipetrain logprobs`: each token's log-probability under a checkpoint's (latest) language
 // model, given the tokens before it in its example, for every example of prepared data
@@ -33,5 +37,20 @@ struct LogprobsOptions {
   std::string out;
 };
 int write_logprobs(const LogprobsOptions& options);
+
+// What `logprobs` computes of examples, as the file holds it.
+struct ExampleScores {
+  std::vector<float> logprobs;
+  std::vector<uint8_t> mask;
+  std::vector<int64_t> offsets{0};
+  std::vector<double> sums;  // sequence_logprobs
+};
+
+// Collective over `job`'s ranks (a forward-only job with its checkpoint loaded, as
+// `logprobs` builds it): every example's scores, filled on the one rank for which
+// scores_here(job) is true, empty elsewhere. InputError naming an example longer than the
+// model's context + 1 tokens.
+ExampleScores score_examples(Job& job, const data::ExampleList& examples, int64_t micro_batch);
+bool scores_here(const Job& job);
 
 }  // namespace pipetrain::trainer

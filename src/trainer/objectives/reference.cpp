@@ -1,0 +1,142 @@
+#include "trainer/objectives/reference.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "checkpoint/safetensors.h"
+#include "pipetrain/checkpoint/checkpoint.h"
+#include "pipetrain/io/errors.h"
+#include "pipetrain/models/model_config.h"
+#include "trainer/generation/logprobs.h"
+#include "trainer/job.h"
+
+namespace pipetrain::trainer {
+namespace {
+
+// Examples the reference scores per forward pass.
+constexpr int64_t kScoreMicroBatch = 4;
+
+// The reference must read the same tokens as the policy and score them with the same
+// layers: its model keys equal the policy's, dropout and a rotary model's context aside.
+void check_architecture(const JobConfig& policy, const nlohmann::json& saved,
+                        const std::string& checkpoint) {
+  const auto& keys = models::model_keys();
+  nlohmann::json theirs = keys.write(models::parse_model_config(saved));
+  nlohmann::json mine = keys.write(policy.model);
+  for (auto* model : {&theirs, &mine}) {
+    (*model)["model"].erase("dropout");
+    (*model)["model"].erase("context");
+  }
+  for (const auto& change : nlohmann::json::diff(theirs, mine)) {
+    const nlohmann::json::json_pointer at(change["path"].get<std::string>());
+    auto shown = [&](const nlohmann::json& j) {
+      return j.contains(at) ? j[at].dump() : std::string("nothing");
+    };
+    std::string key = at.to_string().substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    throw io::InputError("objective.reference_checkpoint " + checkpoint + ": its " + key + " is " +
+                         shown(theirs) + ", the policy's " + shown(mine) +
+                         ": the reference must be the policy's architecture");
+  }
+}
+
+std::vector<double> read_precomputed(const std::string& file, const data::ExampleList& examples) {
+  const std::string key = "objective.reference_logprobs " + file;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(file, error))
+    throw io::InputError(key + ": no such file (write it with pipetrain logprobs)");
+  at::Tensor sums, offsets;
+  for (const auto& [name, tensor] : checkpoint::map_safetensors(file)) {
+    if (name == "sequence_logprobs") sums = tensor;
+    if (name == "offsets") offsets = tensor;
+  }
+  if (!sums.defined() || !offsets.defined() || sums.scalar_type() != at::kDouble ||
+      offsets.scalar_type() != at::kLong)
+    throw io::InputError(key +
+                         ": no float64 sequence_logprobs and int64 offsets (not written by "
+                         "pipetrain logprobs?)");
+  const auto count = static_cast<int64_t>(examples.spans.size());
+  if (sums.numel() != count || offsets.numel() != count + 1) {
+    throw io::InputError(key + ": it scores " + std::to_string(sums.numel()) +
+                         " examples, the training data holds " + std::to_string(count));
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const auto& span = examples.spans[static_cast<std::size_t>(i)];
+    const int64_t length = offsets[i + 1].item<int64_t>() - offsets[i].item<int64_t>();
+    if (length != span.end - span.begin) {
+      throw io::InputError(key + ": its example " + std::to_string(i) + " has " +
+                           std::to_string(length) + " tokens, the training data's " +
+                           std::to_string(span.end - span.begin) +
+                           " (log-probabilities of other data)");
+    }
+  }
+  const double* values = sums.contiguous().data_ptr<double>();
+  return {values, values + count};
+}
+
+}  // namespace
+
+std::string reference_checkpoint(const JobConfig& policy) {
+  const ObjectiveConfig& o = policy.objective;
+  const std::string& load = policy.trainer.load;
+  if (o.reference == ReferenceKind::kAdaptersOff && !policy.lora.enabled()) {
+    throw io::InputError(
+        "objective.reference \"adapters_off\" needs LoRA adapters (lora.rank): without them "
+        "there is no base to score");
+  }
+  std::string checkpoint = o.reference_checkpoint;
+  if (checkpoint.empty()) {
+    if (load.empty()) {
+      throw io::InputError(
+          "objective.reference_checkpoint: name the reference model, or load the policy "
+          "(its first weights are then the reference)");
+    }
+    checkpoint = load;
+    const nlohmann::json saved = saved_config(load);
+    const nlohmann::json::json_pointer type("/objective/type"), named("/objective/reference_checkpoint");
+    if (saved.contains(type) && saved[type] == "dpo" && saved.contains(named))
+      checkpoint = saved[named].get<std::string>();  // resuming: that run's reference
+  }
+  const nlohmann::json saved = saved_config(checkpoint);
+  check_architecture(policy, saved, checkpoint);
+  const nlohmann::json::json_pointer rank("/lora/rank");
+  if (o.reference == ReferenceKind::kAdaptersOff && saved.contains(rank) && saved[rank] != 0) {
+    throw io::InputError("objective.reference \"adapters_off\": " + checkpoint +
+                         " carries LoRA adapters; name the base they adapt with "
+                         "objective.reference_checkpoint");
+  }
+  return checkpoint;
+}
+
+std::vector<double> reference_logprobs(const JobConfig& policy, const data::ExampleList& examples,
+                                       const std::shared_ptr<comm::MpiCommunicator>& ranks,
+                                       std::string* summary) {
+  const ObjectiveConfig& o = policy.objective;
+  if (o.reference == ReferenceKind::kPrecomputed) {
+    *summary = "reference: precomputed in " + o.reference_logprobs;
+    return read_precomputed(o.reference_logprobs, examples);
+  }
+  const std::string& checkpoint = o.reference_checkpoint;
+  const nlohmann::json config =
+      config_of_checkpoint(checkpoint, ranks->size(), kScoreMicroBatch,
+                           {.model_parallel = static_cast<int>(policy.trainer.model_parallel)});
+  Job reference = build_job(config, checkpoint, DataUse::kNone, ranks);
+  checkpoint::load_checkpoint(*reference.engine, checkpoint, "latest");
+  const ExampleScores scores = score_examples(reference, examples, kScoreMicroBatch);
+  // From the rank that holds them to every rank.
+  at::Tensor sums = at::zeros({static_cast<int64_t>(examples.spans.size())}, at::kDouble);
+  if (scores_here(reference))
+    sums.copy_(at::tensor(scores.sums, at::kDouble));
+  ranks->all_reduce(sums, comm::ReduceOp::kSum);
+  *summary = std::string("reference: ") +
+             (o.reference == ReferenceKind::kAdaptersOff ? "the base under the adapters, "
+                                                         : "frozen, ") +
+             checkpoint + "/" + checkpoint::resolve_tag(checkpoint, "latest") + ", scored over " +
+             std::to_string(sums.numel()) + " examples before the first step";
+  const double* values = sums.data_ptr<double>();
+  return {values, values + sums.numel()};
+}
+
+}  // namespace pipetrain::trainer
