@@ -253,7 +253,8 @@ engine::MicroBatch ExampleSource::next() {
   for (int64_t i = 0; i < batch_; ++i) {
     fill_row(*corpus_->tokens, *corpus_->masks, row_of_sample(position_.sample(i)), vocab_size_,
              context_, ids.data_ptr<int64_t>() + i * context_,
-             labels.data_ptr<int64_t>() + i * context_, documents.data_ptr<int64_t>() + i * context_);
+             labels.data_ptr<int64_t>() + i * context_,
+             documents.data_ptr<int64_t>() + i * context_);
   }
   position_.advance();
   if (pack_) return {{ids, documents}, {labels}};

@@ -40,8 +40,8 @@ void check_pair(const ExampleList& examples, int64_t pair, int64_t vocab_size, i
       throw io::InputError(name + ": example " + std::to_string(i) + " has " +
                            std::to_string(span.end - span.begin) +
                            " tokens, more than the model's context + 1 (" +
-                           std::to_string(context + 1) +
-                           "); prepare the pairs with --context " + std::to_string(context));
+                           std::to_string(context + 1) + "); prepare the pairs with --context " +
+                           std::to_string(context));
     }
     sides.push_back(read_side(examples, span, vocab_size));
     if (sides.back().answer_start() == static_cast<int64_t>(sides.back().masks.size()))
@@ -87,7 +87,8 @@ PreferenceCorpus preference_corpus(const std::vector<std::string>& prefixes, int
     throw io::InputError(data + ": " + std::to_string(pairs) +
                          " pairs, too few to hold some out for validation and train on the rest");
   }
-  for (int64_t p = 0; p < pairs; ++p) (p < pairs - held_out ? corpus.train : corpus.validation).push_back(p);
+  for (int64_t p = 0; p < pairs; ++p)
+    (p < pairs - held_out ? corpus.train : corpus.validation).push_back(p);
   return corpus;
 }
 
@@ -133,7 +134,8 @@ engine::MicroBatch PairSource::next() {
       const auto example = static_cast<std::size_t>(2 * pair + side);
       fill_row(*corpus_->examples.tokens, *corpus_->examples.masks,
                {corpus_->examples.spans[example]}, vocab_size_, context_,
-               ids.data_ptr<int64_t>() + row * context_, labels.data_ptr<int64_t>() + row * context_,
+               ids.data_ptr<int64_t>() + row * context_,
+               labels.data_ptr<int64_t>() + row * context_,
                documents.data_ptr<int64_t>() + row * context_);
       reference.data_ptr<double>()[row] = corpus_->reference[example];
     }

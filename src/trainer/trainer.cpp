@@ -206,7 +206,8 @@ class RunLog {
     progress_.finish();
     std::printf("validation loss: %.4f before, %.4f after %lld steps", first_validation,
                 last_validation, static_cast<long long>(job_.engine->global_steps()));
-    if (const auto* tokens = job_.model.tokens()) {
+    const auto* tokens = job_.model.tokens();
+    if (tokens && !job_.preference) {  // a language model's loss, not a preference's
       std::printf(" (uniform over %lld tokens: %.4f)", static_cast<long long>(tokens->vocab_size),
                   std::log(static_cast<double>(tokens->vocab_size)));
     }

@@ -1,9 +1,10 @@
 """DPO against TRL's DPOTrainer (TRL 1.16) on the same pairs, model, reference and step.
 
   dpo_check.py trl MODEL PAIRS.jsonl PREFIX OUT [--reference DIR] [--lora ADAPTER_DIR]
+                 [--loss sigmoid|hinge|ipo]
       One step of TRL's DPOTrainer on the first 8 pairs of PAIRS.jsonl (pipetrain holds the
-      ninth out for validation), all in one batch: SGD at lr 0.5, beta 0.1, sigmoid loss, no
-      clipping, on the CPU in fp32. The reference: the model DIR (a frozen copy), or with
+      ninth out for validation), all in one batch: SGD at lr 0.5, beta 0.1, the loss type
+      (sigmoid by default), no clipping, on the CPU in fp32. The reference: the model DIR (a frozen copy), or with
       --lora the base under the adapters (peft), starting from the adapters pipetrain's run
       began with (its A; B is 0). First checks that TRL's ids of each side are pipetrain's
       (PREFIX, prepare-data --preference). Writes OUT/metrics.json and OUT/weights.pt.
@@ -39,7 +40,7 @@ def check_ids(dataset, prefix):
             assert mask == their_mask, f"pair {i} side {side}: masks differ"
 
 
-def run_trl(model_dir, pairs, prefix, out, reference=None, lora=None):
+def run_trl(model_dir, pairs, prefix, out, reference=None, lora=None, loss="sigmoid"):
     import datasets
     import transformers
     import trl
@@ -52,29 +53,29 @@ def run_trl(model_dir, pairs, prefix, out, reference=None, lora=None):
     args = trl.DPOConfig(
         output_dir=os.path.join(out, "trl"), per_device_train_batch_size=PAIRS, max_steps=1,
         learning_rate=LR, optim="sgd", lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, max_grad_norm=0.0, beta=0.1, loss_type=["sigmoid"], max_length=None,
+        weight_decay=0.0, max_grad_norm=0.0, beta=0.1, loss_type=[loss], max_length=None,
         logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0,
         dataloader_drop_last=False, bf16=False)  # DPOConfig defaults to bf16 autocast
-    kwargs = {}
-    if lora:
+    if lora:  # TRL makes the peft model; its reference is the base, the adapters disabled
         import peft
-        adapter = peft.PeftConfig.from_pretrained(lora)
-        model = peft.get_peft_model(model, peft.LoraConfig(
-            r=adapter.r, lora_alpha=adapter.lora_alpha, lora_dropout=0.0,
-            target_modules=sorted(adapter.target_modules), bias="none"))
         from safetensors.torch import load_file
-        start = load_file(os.path.join(lora, "adapter_model.safetensors"))
-        named = dict(model.named_parameters())
-        for name, value in start.items():  # peft's saved names lack the adapter's name
-            target = name.replace(".lora_A.weight", ".lora_A.default.weight").replace(
-                ".lora_B.weight", ".lora_B.default.weight")
-            with torch.no_grad():
-                named[target].copy_(value if "lora_A" in name else torch.zeros_like(value))
+        adapter = peft.PeftConfig.from_pretrained(lora)
+        trainer = trl.DPOTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+            peft_config=peft.LoraConfig(r=adapter.r, lora_alpha=adapter.lora_alpha,
+                                        lora_dropout=0.0, bias="none",
+                                        target_modules=sorted(adapter.target_modules)))
+        named = dict(trainer.model.named_parameters())
+        for name, value in load_file(os.path.join(lora, "adapter_model.safetensors")).items():
+            if "lora_A" in name:  # pipetrain's first A (its step leaves A as it was: B is 0)
+                with torch.no_grad():
+                    named[peft_name(name)].copy_(value)
+        model = trainer.model
     else:
-        kwargs["ref_model"] = transformers.AutoModelForCausalLM.from_pretrained(
+        reference_model = transformers.AutoModelForCausalLM.from_pretrained(
             reference, dtype=torch.float32)
-    trainer = trl.DPOTrainer(model=model, args=args, train_dataset=dataset,
-                             processing_class=tokenizer, **kwargs)
+        trainer = trl.DPOTrainer(model=model, args=args, train_dataset=dataset,
+                                 processing_class=tokenizer, ref_model=reference_model)
     check_ids(trainer.train_dataset, prefix)
     trainer.train()
     logged = next(entry for entry in trainer.state.log_history if "rewards/chosen" in entry)
@@ -82,10 +83,17 @@ def run_trl(model_dir, pairs, prefix, out, reference=None, lora=None):
     json.dump({k: logged[k] for k in METRICS}, open(os.path.join(out, "metrics.json"), "w"))
     if lora:
         weights = {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" in k}
+        assert all(".default." in k for k in weights), sorted(weights)
     else:
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save(weights, os.path.join(out, "weights.pt"))
     print("TRL: " + ", ".join(f"{k} {logged[k]:.6g}" for k in METRICS))
+
+
+def peft_name(saved):
+    """peft's name of a saved adapter weight in the model (with the adapter's name)."""
+    return saved.replace(".lora_A.weight", ".lora_A.default.weight").replace(
+        ".lora_B.weight", ".lora_B.default.weight")
 
 
 def close(mine, theirs):
@@ -105,8 +113,7 @@ def compare(out, model_dir, metrics_file, exported, lora=False):
     from safetensors.torch import load_file
     if lora:
         ours = load_file(os.path.join(exported, "adapter_model.safetensors"))
-        ours = {k.replace(".lora_A.weight", ".lora_A.default.weight").replace(
-            ".lora_B.weight", ".lora_B.default.weight"): v for k, v in ours.items()}
+        ours = {peft_name(k): v for k, v in ours.items()}
         start = {k: torch.zeros_like(v) if "lora_B" in k else ours[k] for k, v in trained.items()}
     else:
         import transformers

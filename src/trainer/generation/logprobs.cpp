@@ -93,8 +93,8 @@ void check_lengths(const data::ExampleList& examples, const models::TokenInput& 
     if (length <= input.context + 1) continue;
     throw io::InputError("--data: example " + std::to_string(i) + " has " + std::to_string(length) +
                          " tokens, more than the model's context + 1 (" +
-                         std::to_string(input.context + 1) + "); prepare the examples with --context " +
-                         std::to_string(input.context));
+                         std::to_string(input.context + 1) +
+                         "); prepare the examples with --context " + std::to_string(input.context));
   }
 }
 

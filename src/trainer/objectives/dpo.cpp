@@ -66,9 +66,9 @@ std::map<std::string, double> PreferenceStatistics::take(comm::Communicator& ran
   ranks.all_reduce(totals, comm::ReduceOp::kSum);
   const double pairs = std::max(totals[0].item<double>(), 1.0);
   auto mean = [&](int i) { return totals[i].item<double>() / pairs; };
-  return {{"rewards/chosen", mean(1)},   {"rewards/rejected", mean(2)},
+  return {{"rewards/chosen", mean(1)},     {"rewards/rejected", mean(2)},
           {"rewards/accuracies", mean(3)}, {"rewards/margins", mean(4)},
-          {"logps/chosen", mean(5)},     {"logps/rejected", mean(6)}};
+          {"logps/chosen", mean(5)},       {"logps/rejected", mean(6)}};
 }
 
 module::LossFunction dpo_loss(module::LossFunction token_sum, const ObjectiveConfig& objective,
@@ -82,8 +82,8 @@ module::LossFunction dpo_loss(module::LossFunction token_sum, const ObjectiveCon
     const at::Tensor chosen = policy.slice(0, 0, rows, 2), rejected = policy.slice(0, 1, rows, 2);
     const at::Tensor chosen_ratio = chosen - reference.slice(0, 0, rows, 2);
     const at::Tensor rejected_ratio = rejected - reference.slice(0, 1, rows, 2);
-    statistics->add(objective.beta * chosen_ratio.detach(), objective.beta * rejected_ratio.detach(),
-                    chosen.detach(), rejected.detach());
+    statistics->add(objective.beta * chosen_ratio.detach(),
+                    objective.beta * rejected_ratio.detach(), chosen.detach(), rejected.detach());
     return pair_loss(objective, chosen_ratio, rejected_ratio, tokens).mean();
   };
 }

@@ -15,11 +15,11 @@ const config::KeyTable<ObjectiveConfig>& objective_keys() {
         .number("objective.beta", PIPETRAIN_FIELD(beta),
                 "DPO's beta: how far the policy may move from the reference (TRL's `beta`)",
                 config::above(0))
-        .choice("objective.loss_type", PIPETRAIN_FIELD(loss_type),
-                config::Names<DpoLoss>{{"sigmoid", DpoLoss::kSigmoid},
-                                       {"hinge", DpoLoss::kHinge},
-                                       {"ipo", DpoLoss::kIpo}},
-                "DPO's loss on each pair's margin, as TRL's `loss_type`")
+        .choice(
+            "objective.loss_type", PIPETRAIN_FIELD(loss_type),
+            config::Names<DpoLoss>{
+                {"sigmoid", DpoLoss::kSigmoid}, {"hinge", DpoLoss::kHinge}, {"ipo", DpoLoss::kIpo}},
+            "DPO's loss on each pair's margin, as TRL's `loss_type`")
         .number("objective.label_smoothing", PIPETRAIN_FIELD(label_smoothing),
                 "conservative DPO: the probability that a pair's labels are flipped (sigmoid "
                 "only; TRL 1.16's sigmoid ignores it, its `robust` loss uses it)",

@@ -14,9 +14,10 @@ namespace {
 void check_trainable(const Job& job) {
   const auto& data = job.config.trainer.data;
   if (data.type != "indexed")
-    throw io::InputError("objective.type \"dpo\" trains on preference pairs: data.type must be "
-                         "\"indexed\" (prepare-data --preference), not \"" +
-                         data.type + "\"");
+    throw io::InputError(
+        "objective.type \"dpo\" trains on preference pairs: data.type must be "
+        "\"indexed\" (prepare-data --preference), not \"" +
+        data.type + "\"");
   if (data.pack)
     throw io::InputError("data.pack: DPO scores each answer in a row of its own; leave it off");
   if (job.config.trainer.context_parallel > 1)
@@ -27,8 +28,13 @@ void check_trainable(const Job& job) {
     throw io::InputError(
         "objective.type \"dpo\" with a mixture of experts: its reference is scored unpadded "
         "and the policy padded, which changes the experts' capacity; not yet supported");
-  if (!job.model.token_loss)
-    throw io::InputError("objective.type \"dpo\" needs a language model");
+  if (!job.model.token_loss) throw io::InputError("objective.type \"dpo\" needs a language model");
+  const int64_t rows = job.config.engine.train_micro_batch_size_per_gpu;
+  if (rows % 2 != 0) {
+    throw io::InputError("train_micro_batch_size_per_gpu " + std::to_string(rows) +
+                         " is odd: DPO keeps each pair's chosen and rejected answers in one "
+                         "micro-batch");
+  }
 }
 
 }  // namespace
@@ -39,21 +45,22 @@ void build_preference_data(Job& job, const models::TokenInput& tokens, int64_t r
   auto corpus = std::make_shared<data::PreferenceCorpus>(data::preference_corpus(
       data.paths, tokens.vocab_size, tokens.context, data.validation_fraction));
   std::string reference;
-  corpus->reference =
-      reference_logprobs(job.config, corpus->examples, job.grid->world_comm(), &reference);
+  corpus->reference = reference_logprobs(job.config, corpus->examples, tokens.context,
+                                         job.grid->world_comm(), &reference);
   const data::SampleShare share{replica, job.grid->data_parallel_size()};
   auto source = [&](bool validation, uint64_t stream) {
-    return std::make_unique<data::PairSource>(
-        corpus, validation, tokens.vocab_size, tokens.context,
-        job.config.engine.train_micro_batch_size_per_gpu,
-        static_cast<uint64_t>(job.config.engine.seed), stream, share);
+    return std::make_unique<data::PairSource>(corpus, validation, tokens.vocab_size, tokens.context,
+                                              job.config.engine.train_micro_batch_size_per_gpu,
+                                              static_cast<uint64_t>(job.config.engine.seed), stream,
+                                              share);
   };
   job.train_data = source(false, data::kTrainingStream);
   job.validation_data = source(true, data::kValidationStream);
   job.preference = std::make_shared<PreferenceStatistics>();
   job.model.loss = dpo_loss(job.model.token_loss, job.config.objective, job.preference);
   char line[160];
-  std::snprintf(line, sizeof line, "data: %lld preference pairs, %zu for training and %zu for "
+  std::snprintf(line, sizeof line,
+                "data: %lld preference pairs, %zu for training and %zu for "
                 "validation, both answers of a pair in one micro-batch; ",
                 static_cast<long long>(corpus->pairs()), corpus->train.size(),
                 corpus->validation.size());

@@ -9,25 +9,63 @@
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/model_config.h"
-#include "trainer/generation/logprobs.h"
+#include "pipetrain/tensor_parallel/token_reduction.h"
 #include "trainer/job.h"
 
 namespace pipetrain::trainer {
 namespace {
 
-// Examples the reference scores per forward pass.
-constexpr int64_t kScoreMicroBatch = 4;
+// Each example's summed completion log-probability under `job`'s model, computed as the
+// policy's loss computes its own (dpo_loss): rows of `rows` examples padded to the context
+// (data::fill_row, as data::PairSource fills them), the model's summed token loss per row.
+// So a reference equal to the policy (its first weights; the base under adapters whose B
+// is 0) gives the policy's numbers to the last bit. On every rank of the job.
+std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples, int64_t rows) {
+  const models::TokenInput& input = *job.model.tokens();
+  const int64_t context = input.context;  // the policy's (reference_logprobs sets it)
+  const auto count = static_cast<int64_t>(examples.spans.size());
+  at::Tensor sums = at::zeros({count}, at::kDouble);
+  const topology::Grid& grid = *job.grid;
+  const bool holds = job.engine->holds_output();
+  const bool keeps = holds && grid.model_parallel_id() == 0 && grid.data_parallel_id() == 0;
+  for (int64_t first = 0; first < count; first += rows) {
+    at::Tensor ids = at::zeros({rows, context}, at::kLong);
+    at::Tensor labels = at::full({rows, context}, tensor_parallel::kIgnoreIndex, at::kLong);
+    at::Tensor documents = at::empty({rows, context}, at::kLong);
+    const int64_t used = std::min(rows, count - first);
+    for (int64_t i = 0; i < used; ++i) {
+      data::fill_row(*examples.tokens, *examples.masks,
+                     {examples.spans[static_cast<std::size_t>(first + i)]}, input.vocab_size,
+                     context, ids[i].data_ptr<int64_t>(), labels[i].data_ptr<int64_t>(),
+                     documents[i].data_ptr<int64_t>());
+    }
+    const comm::TensorList outputs = job.engine->infer({ids});
+    if (!holds) continue;
+    const at::Tensor logits = outputs.at(0).to(job.engine->device());
+    const at::Tensor targets = labels.to(job.engine->device());
+    for (int64_t i = 0; i < used; ++i) {
+      const at::Tensor loss =
+          job.model.token_loss({logits.slice(0, i, i + 1)}, {targets.slice(0, i, i + 1)});
+      if (keeps) sums[first + i] = -loss.item<double>();
+    }
+  }
+  grid.world_comm()->all_reduce(sums, comm::ReduceOp::kSum);  // from the one that kept them
+  const double* values = sums.data_ptr<double>();
+  return {values, values + count};
+}
 
 // The reference must read the same tokens as the policy and score them with the same
-// layers: its model keys equal the policy's, dropout and a rotary model's context aside.
+// layers: its model keys equal the policy's, dropout (and a rotary model's context, which
+// only bounds the positions it reads) aside.
 void check_architecture(const JobConfig& policy, const nlohmann::json& saved,
                         const std::string& checkpoint) {
   const auto& keys = models::model_keys();
   nlohmann::json theirs = keys.write(models::parse_model_config(saved));
   nlohmann::json mine = keys.write(policy.model);
+  const bool rotary = models::llama_family(policy.model);
   for (auto* model : {&theirs, &mine}) {
     (*model)["model"].erase("dropout");
-    (*model)["model"].erase("context");
+    if (rotary) (*model)["model"].erase("context");
   }
   for (const auto& change : nlohmann::json::diff(theirs, mine)) {
     const nlohmann::json::json_pointer at(change["path"].get<std::string>());
@@ -95,11 +133,17 @@ std::string reference_checkpoint(const JobConfig& policy) {
     }
     checkpoint = load;
     const nlohmann::json saved = saved_config(load);
-    const nlohmann::json::json_pointer type("/objective/type"), named("/objective/reference_checkpoint");
+    const nlohmann::json::json_pointer type("/objective/type"),
+        named("/objective/reference_checkpoint");
     if (saved.contains(type) && saved[type] == "dpo" && saved.contains(named))
       checkpoint = saved[named].get<std::string>();  // resuming: that run's reference
   }
-  const nlohmann::json saved = saved_config(checkpoint);
+  nlohmann::json saved;
+  try {
+    saved = saved_config(checkpoint);
+  } catch (const io::InputError& e) {
+    throw io::InputError("objective.reference_checkpoint: " + std::string(e.what()));
+  }
   check_architecture(policy, saved, checkpoint);
   const nlohmann::json::json_pointer rank("/lora/rank");
   if (o.reference == ReferenceKind::kAdaptersOff && saved.contains(rank) && saved[rank] != 0) {
@@ -111,6 +155,7 @@ std::string reference_checkpoint(const JobConfig& policy) {
 }
 
 std::vector<double> reference_logprobs(const JobConfig& policy, const data::ExampleList& examples,
+                                       int64_t context,
                                        const std::shared_ptr<comm::MpiCommunicator>& ranks,
                                        std::string* summary) {
   const ObjectiveConfig& o = policy.objective;
@@ -119,24 +164,20 @@ std::vector<double> reference_logprobs(const JobConfig& policy, const data::Exam
     return read_precomputed(o.reference_logprobs, examples);
   }
   const std::string& checkpoint = o.reference_checkpoint;
-  const nlohmann::json config =
-      config_of_checkpoint(checkpoint, ranks->size(), kScoreMicroBatch,
+  const int64_t rows = policy.engine.train_micro_batch_size_per_gpu;
+  nlohmann::json config =
+      config_of_checkpoint(checkpoint, ranks->size(), rows,
                            {.model_parallel = static_cast<int>(policy.trainer.model_parallel)});
+  job_keys().set(config, "model.context", context);  // the policy's rows, padded alike
   Job reference = build_job(config, checkpoint, DataUse::kNone, ranks);
   checkpoint::load_checkpoint(*reference.engine, checkpoint, "latest");
-  const ExampleScores scores = score_examples(reference, examples, kScoreMicroBatch);
-  // From the rank that holds them to every rank.
-  at::Tensor sums = at::zeros({static_cast<int64_t>(examples.spans.size())}, at::kDouble);
-  if (scores_here(reference))
-    sums.copy_(at::tensor(scores.sums, at::kDouble));
-  ranks->all_reduce(sums, comm::ReduceOp::kSum);
-  *summary = std::string("reference: ") +
-             (o.reference == ReferenceKind::kAdaptersOff ? "the base under the adapters, "
-                                                         : "frozen, ") +
-             checkpoint + "/" + checkpoint::resolve_tag(checkpoint, "latest") + ", scored over " +
-             std::to_string(sums.numel()) + " examples before the first step";
-  const double* values = sums.data_ptr<double>();
-  return {values, values + sums.numel()};
+  const std::vector<double> sums = score_as_trained(reference, examples, rows);
+  *summary =
+      std::string("reference: ") +
+      (o.reference == ReferenceKind::kAdaptersOff ? "the base under the adapters, " : "frozen, ") +
+      checkpoint + "/" + checkpoint::resolve_tag(checkpoint, "latest") + ", scored over " +
+      std::to_string(sums.size()) + " examples before the first step";
+  return sums;
 }
 
 }  // namespace pipetrain::trainer

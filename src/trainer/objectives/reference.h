@@ -20,9 +20,12 @@ std::string reference_checkpoint(const JobConfig& policy);
 // The reference's log-probability of each example (the sum over its completion tokens),
 // on every rank of `ranks`. Collective: a frozen reference (or the base under adapters) is
 // scored through the pipeline at the policy's tensor-parallel size, ranks / model_parallel
-// stages, its model held only while it scores; a precomputed one is read from its file,
-// checked to be of these examples. A line on what it is goes to `summary`.
+// stages, its model held only while it scores, in rows of the policy's micro-batch size and
+// `context`, with the policy's loss (so a reference equal to the policy gives its numbers); a
+// precomputed one is read from its file, checked to be of these examples. A line on what it is goes
+// to `summary`.
 std::vector<double> reference_logprobs(const JobConfig& policy, const data::ExampleList& examples,
+                                       int64_t context,
                                        const std::shared_ptr<comm::MpiCommunicator>& ranks,
                                        std::string* summary);
 
