@@ -62,12 +62,14 @@ void register_family(RegisteredFamily family) {
 
 BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGroups& groups,
                             int64_t vocab_size, int64_t context) {
-  return {std::move(layers), gpt_loss(groups.tensor, groups.context),
+  return {std::move(layers),
+          gpt_loss(groups.tensor, groups.context),
           [vocab_size, context](int64_t batch) {
             return module::Activation{at::randint(vocab_size, {batch, context}, at::kLong)};
           },
           TokenInput{vocab_size, context},
-          gpt_loss(groups.tensor, groups.context, tensor_parallel::TokenReduction::kSum)};
+          gpt_loss(groups.tensor, groups.context, tensor_parallel::TokenReduction::kSum),
+          gpt_loss(groups.tensor, groups.context, tensor_parallel::TokenReduction::kNone)};
 }
 
 std::string builtin_types_reading(bool tokens) {

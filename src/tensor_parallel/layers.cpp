@@ -162,12 +162,17 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
   const at::Tensor targets = labels.reshape({-1});
   if (!group.parallel()) {  // PyTorch's own: the operators eager issues
-    return at::cross_entropy_loss(
-        flat, targets, {},
-        reduction == TokenReduction::kSum ? at::Reduction::Sum : at::Reduction::Mean, kIgnoreIndex);
+    const auto torch_reduction = reduction == TokenReduction::kSum    ? at::Reduction::Sum
+                                 : reduction == TokenReduction::kMean ? at::Reduction::Mean
+                                                                      : at::Reduction::None;
+    const at::Tensor loss =
+        at::cross_entropy_loss(flat, targets, {}, torch_reduction, kIgnoreIndex);
+    return reduction == TokenReduction::kNone ? loss.reshape(labels.sizes()) : loss;
   }
   const at::Tensor counted = targets != kIgnoreIndex;
-  const at::Tensor sum = token_cross_entropy(flat, targets, counted, group).sum();
+  const at::Tensor tokens = token_cross_entropy(flat, targets, counted, group);
+  if (reduction == TokenReduction::kNone) return tokens.reshape(labels.sizes());
+  const at::Tensor sum = tokens.sum();
   if (reduction == TokenReduction::kSum) return sum;
   return sum / counted.sum().to(sum.scalar_type());  // as PyTorch's mean: NaN over none
 }

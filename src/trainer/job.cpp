@@ -23,6 +23,7 @@
 #include "trainer/model_flops.h"
 #include "trainer/objectives/preference_data.h"
 #include "trainer/objectives/reference.h"
+#include "trainer/objectives/rollout_data.h"
 #include "trainer/output_paths.h"
 
 namespace pipetrain::trainer {
@@ -218,6 +219,7 @@ void build_example_data(Job& job, const models::TokenInput& tokens, int64_t repl
 void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
   const auto& data = job.config.trainer.data;
   if (job.config.objective.preference()) return build_preference_data(job, tokens, replica);
+  if (job.config.objective.policy_gradient()) return build_rollout_data(job, tokens, replica);
   if (data.type == "indexed" && data::has_loss_masks(data.paths))
     return build_example_data(job, tokens, replica);
   const data::DocumentSplit documents = packed_documents(job, tokens);

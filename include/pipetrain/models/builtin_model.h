@@ -34,6 +34,10 @@ struct BuiltinModel {
   // mean over a whole batch's tokens (engine::TrainingConfig::per_token_loss); empty for a
   // model without tokens.
   module::LossFunction token_loss{};
+  // Each token's loss, shaped as the labels (minus its log-probability; 0 where the label does
+  // not count), for objectives built on per-token log-probabilities; empty for a model
+  // without tokens.
+  module::LossFunction token_losses{};
 
   // A language model's input, null for one that reads features.
   const TokenInput* tokens() const { return std::get_if<TokenInput>(&input); }

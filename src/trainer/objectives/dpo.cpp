@@ -25,7 +25,7 @@ at::Tensor row_logprobs(const module::LossFunction& token_sum, const at::Tensor&
 
 at::Tensor pair_loss(const ObjectiveConfig& o, const at::Tensor& chosen_ratio,
                      const at::Tensor& rejected_ratio, const at::Tensor& labels) {
-  const at::Tensor margin = o.beta * (chosen_ratio - rejected_ratio);
+  const at::Tensor margin = o.dpo_beta() * (chosen_ratio - rejected_ratio);
   switch (o.loss_type) {
     case DpoLoss::kSigmoid:
       return -(1 - o.label_smoothing) * at::log_sigmoid(margin) -
@@ -39,7 +39,7 @@ at::Tensor pair_loss(const ObjectiveConfig& o, const at::Tensor& chosen_ratio,
       const int64_t rows = labels.size(0);
       const at::Tensor per_token = chosen_ratio / counted.slice(0, 0, rows, 2) -
                                    rejected_ratio / counted.slice(0, 1, rows, 2);
-      return (per_token - 1 / (2 * o.beta)).pow(2);
+      return (per_token - 1 / (2 * o.dpo_beta())).pow(2);
     }
   }
   throw std::logic_error("an unknown DPO loss type");
@@ -82,8 +82,9 @@ module::LossFunction dpo_loss(module::LossFunction token_sum, const ObjectiveCon
     const at::Tensor chosen = policy.slice(0, 0, rows, 2), rejected = policy.slice(0, 1, rows, 2);
     const at::Tensor chosen_ratio = chosen - reference.slice(0, 0, rows, 2);
     const at::Tensor rejected_ratio = rejected - reference.slice(0, 1, rows, 2);
-    statistics->add(objective.beta * chosen_ratio.detach(),
-                    objective.beta * rejected_ratio.detach(), chosen.detach(), rejected.detach());
+    statistics->add(objective.dpo_beta() * chosen_ratio.detach(),
+                    objective.dpo_beta() * rejected_ratio.detach(), chosen.detach(),
+                    rejected.detach());
     return pair_loss(objective, chosen_ratio, rejected_ratio, tokens).mean();
   };
 }

@@ -11,7 +11,7 @@
 namespace pipetrain::trainer {
 namespace {
 
-void check_trainable(const Job& job) {
+void check_pairs_trainable(const Job& job) {
   const auto& data = job.config.trainer.data;
   if (data.type != "indexed")
     throw io::InputError(
@@ -40,7 +40,7 @@ void check_trainable(const Job& job) {
 }  // namespace
 
 void build_preference_data(Job& job, const models::TokenInput& tokens, int64_t replica) {
-  check_trainable(job);
+  check_pairs_trainable(job);
   const auto& data = job.config.trainer.data;
   auto corpus = std::make_shared<data::PreferenceCorpus>(data::preference_corpus(
       data.paths, tokens.vocab_size, tokens.context, data.validation_fraction));

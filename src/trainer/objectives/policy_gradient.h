@@ -1,0 +1,20 @@
+#pragma once
+
+#include "pipetrain/module/pipeline_module.h"
+#include "trainer/objectives/objective_config.h"
+
+namespace pipetrain::trainer {
+
+// A policy-gradient step's loss on a micro-batch of rollouts (data::RolloutSource), as TRL's
+// GRPOTrainer computes it: each completion token's ratio r = exp(log p - old log p) (the
+// policy's own, detached, where no old one is given), its loss -min(r A, clip(r, 1 - epsilon,
+// 1 + epsilon_high) A) plus beta x the k3 estimate of the KL to the reference times r (TRL's
+// bias correction), normalised as objective.loss_type says: `grpo` the mean over rows of
+// each row's mean, `dr_grpo` the sum over rows x max_completion_length. For `dapo` it is the
+// sum over the micro-batch's tokens (`summed`), which the engine scales to a mean over the
+// global batch's tokens (engine::TrainingConfig::per_token_loss). `token_losses` is the
+// model's per-token loss (minus each label's log-probability).
+module::LossFunction policy_gradient_loss(module::LossFunction token_losses,
+                                          const ObjectiveConfig& objective, bool summed);
+
+}  // namespace pipetrain::trainer
