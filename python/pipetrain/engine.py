@@ -228,8 +228,31 @@ class PipelineEngine:
             "memory_gib": (torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available()
                            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20),
         }
+        metrics.update(self._engine.objective_metrics)  # an objective's own (DPO's rewards)
         for callback in self._callbacks:
             callback(metrics)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=1,
+                 stop=()):
+        """A built-in language model's continuations of `prompts` (lists of token ids) with
+        the weights as they are now: every prompt in flight through the pipe with the KV
+        cache, each drawing from its own generator seeded with `seed`, or with its own of
+        `seed` when it is a list (one per prompt: samples of one prompt that differ). Returns, on every
+        rank, each prompt's whole sequence and its new tokens' log-probabilities under the
+        model's softmax at `temperature` (before top_k and top_p), as lists. Collective."""
+        seeds = [int(s) for s in seed] if isinstance(seed, (list, tuple)) else []
+        return self._engine.generate([list(map(int, p)) for p in prompts], int(max_new_tokens),
+                                     float(temperature), int(top_k), float(top_p),
+                                     0 if seeds else int(seed), seeds, [int(t) for t in stop])
+
+    @property
+    def objective_metrics(self):
+        """The last training step's metrics of the config's objective: DPO's rewards and
+        log-probabilities by TRL's names, a policy-gradient step's `logprobs/largest_gap`
+        (trainer against the given old log-probabilities) and `clip_ratio`; {} for a
+        language model."""
+        return dict(self._engine.objective_metrics)
 
     def add_step_callback(self, callback):
         """Collective (every rank registers it: the gradient norm is then computed by all):

@@ -318,6 +318,25 @@ PYBIND11_MODULE(_C, m) {
              });
              return py::make_tuple(loss, outputs_of(outputs));
            })
+      .def(
+          "generate",
+          [](PythonEngine& e, const std::vector<std::vector<int64_t>>& prompts,
+             int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,
+             const std::vector<uint64_t>& seeds, const std::vector<int64_t>& stop) {
+            const trainer::SamplingOptions options{
+                .temperature = temperature,
+                .top_k = top_k,
+                .seed = seed,
+                .top_p = top_p,
+                .stop = stop,
+                .kv_cache = true,
+                .max_in_flight = std::max<int64_t>(1, static_cast<int64_t>(prompts.size()))};
+            auto result =
+                collective([&] { return e.generate(prompts, max_new_tokens, options, seeds); });
+            return py::make_tuple(result.first, result.second);
+          },
+          "each prompt's sequence and its new tokens' log-probabilities (collective)")
+      .def_property_readonly("objective_metrics", &PythonEngine::objective_metrics)
       .def("use_token_windows",
            [](PythonEngine& e, const std::vector<std::string>& paths, const std::string& type,
               int token_bytes, int64_t vocab_size, int64_t context, double validation_fraction) {

@@ -88,6 +88,8 @@ PythonEngine::PythonEngine(const nlohmann::json& config_json) {
   const std::string& tokenizer = job.config.trainer.sample.tokenizer;
   if (!tokenizer.empty()) model_files_ = fs::absolute(tokenizer).parent_path().string();
   tokens_per_sample_ = job.model.tokens_per_sample();
+  context_ = job.model.tokens() ? job.model.tokens()->context : 0;
+  objective_statistics_ = job.objective_statistics;
   flops_per_sample_ = trainer::model_flops_per_sample(job.config.model);
   peak_flops_ = trainer::peak_flops(job);
   grid_ = std::move(job.grid);
@@ -100,7 +102,43 @@ PythonEngine::PythonEngine(const nlohmann::json& config_json) {
 }
 
 double PythonEngine::train_batch(engine::MicroBatchSource* data) {
-  return engine_->train_batch(data);
+  if (!objective_statistics_) return engine_->train_batch(data);
+  objective_statistics_->clear();  // what evaluation added
+  const double loss = engine_->train_batch(data);
+  objective_metrics_ =
+      objective_statistics_->take(*grid_->world_comm(), grid_->model_parallel_id() == 0);
+  return loss;
+}
+
+std::map<std::string, double> PythonEngine::objective_metrics() {
+  return objective_metrics_;
+}
+
+std::pair<std::vector<std::vector<int64_t>>, std::vector<std::vector<double>>>
+PythonEngine::generate(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+                       const trainer::SamplingOptions& options,
+                       const std::vector<uint64_t>& seeds) {
+  if (context_ == 0)
+    throw io::InputError("generate: the engine's model is not a built-in language model");
+  if (!seeds.empty() && seeds.size() != prompts.size())
+    throw io::InputError("generate: " + std::to_string(seeds.size()) + " seeds for " +
+                         std::to_string(prompts.size()) + " prompts (give one per prompt)");
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty() ||
+        static_cast<int64_t>(prompts[i].size()) + max_new_tokens > context_ + 1)
+      throw io::InputError(
+          "generate: prompt " + std::to_string(i) + " of " + std::to_string(prompts[i].size()) +
+          " tokens and " + std::to_string(max_new_tokens) +
+          " new ones do not fit the model's context + 1 (" + std::to_string(context_ + 1) + ")");
+  }
+  std::vector<trainer::PromptRequest> requests;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    requests.push_back({.tokens = prompts[i], .max_new_tokens = max_new_tokens});
+    if (!seeds.empty()) requests.back().seed = seeds[i];
+  }
+  std::vector<std::vector<double>> logprobs;
+  auto sequences = trainer::sample_in_flight(*engine_, requests, options, context_, &logprobs);
+  return {std::move(sequences), std::move(logprobs)};
 }
 
 std::pair<double, std::vector<module::Activation>> PythonEngine::eval_batch(

@@ -2,6 +2,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,6 +12,8 @@
 #include "pipetrain/groups/communicators.h"
 #include "pipetrain/topology/grid.h"
 #include "python_layer.h"
+#include "trainer/generation/sampling.h"
+#include "trainer/objectives/objective_statistics.h"
 
 namespace pipetrain::python {
 
@@ -66,6 +69,18 @@ class PythonEngine {
   double flops_per_sample() const { return flops_per_sample_; }
   double peak_flops() const { return peak_flops_; }
 
+  // A built-in language model's continuations of `prompts` (sample_in_flight with the KV
+  // cache, every prompt in flight), each with its new tokens' log-probabilities under the
+  // model's softmax at the temperature.
+  // `seeds`: one per prompt (its generator's), or none (the options' for all).
+  std::pair<std::vector<std::vector<int64_t>>, std::vector<std::vector<double>>> generate(
+      const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+      const trainer::SamplingOptions& options, const std::vector<uint64_t>& seeds);
+
+  // The metrics of the objective's last training step (trainer::ObjectiveStatistics: DPO's
+  // rewards, the policy gradient's largest log-probability gap); empty without one.
+  std::map<std::string, double> objective_metrics();
+
   engine::PipelineEngine& engine() { return *engine_; }
   const topology::Grid& grid() const { return *grid_; }
   const nlohmann::json& effective_config() const { return effective_; }
@@ -79,6 +94,9 @@ class PythonEngine {
   std::unique_ptr<engine::MicroBatchSource> train_windows_;
   std::unique_ptr<engine::MicroBatchSource> validation_windows_;
   std::string model_files_;  // the tokenizer's folder, whose files go beside checkpoints
+  std::shared_ptr<trainer::ObjectiveStatistics> objective_statistics_;
+  std::map<std::string, double> objective_metrics_;  // the last step's
+  int64_t context_ = 0;                              // a language model's; 0 else
   int64_t tokens_per_sample_ = 1;
   double flops_per_sample_ = 0;
   double peak_flops_ = 0;

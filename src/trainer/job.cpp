@@ -261,7 +261,8 @@ void build_data(Job& job) {
   } else {
     build_token_data(job, *job.model.tokens(), replica);
   }
-  job.validation_start = job.validation_data->state();
+  // Rollouts from a program (the Python door) come with no source of their own.
+  if (job.validation_data) job.validation_start = job.validation_data->state();
 }
 
 // Dropout draws from the default generator: a stream per stage and replica, fixed by the

@@ -12,7 +12,7 @@
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/topology/grid.h"
 #include "trainer/job_config.h"
-#include "trainer/objectives/dpo.h"
+#include "trainer/objectives/objective_statistics.h"
 
 namespace pipetrain::trainer {
 
@@ -32,8 +32,9 @@ struct Job {
   nlohmann::json validation_start;  // the validation source's state before any draw
   std::string data_summary;         // a line on what the data holds, where it says more
   std::string lora_summary;         // a line on LoRA's adapters, with lora.rank set
-  // With objective.type "dpo": what the loss saw of each step's pairs, for TRL's metrics.
-  std::shared_ptr<PreferenceStatistics> preference;
+  // With an objective other than the language model's: what its loss saw of each step, for
+  // its metrics (TRL's for DPO).
+  std::shared_ptr<ObjectiveStatistics> objective_statistics;
 };
 
 // Whether a job reads its training and validation data (forward-only uses do not).

@@ -71,10 +71,10 @@ struct StepResult {
   int64_t all_to_all_bytes = 0;  // this rank's, by expert parallelism, in the step alone
   std::optional<double> save_stall_seconds{};  // a background save's hold on the step
   std::optional<double> save_seconds{};        // a synchronous save's, after the step
-  std::map<std::string, double> objective;     // a preference objective's metrics, by TRL's names
+  std::map<std::string, double> objective;     // an objective's metrics (TRL's names for DPO's)
 };
 
-// " rewards/margins 0.01 ...": a preference objective's metrics, as TRL names them.
+// " rewards/margins 0.01 ...": an objective's metrics (DPO's as TRL names them).
 std::string objective_summary(const std::map<std::string, double>& metrics) {
   std::string text;
   for (const auto& [name, value] : metrics) {
@@ -207,7 +207,7 @@ class RunLog {
     std::printf("validation loss: %.4f before, %.4f after %lld steps", first_validation,
                 last_validation, static_cast<long long>(job_.engine->global_steps()));
     const auto* tokens = job_.model.tokens();
-    if (tokens && !job_.preference) {  // a language model's loss, not a preference's
+    if (tokens && job_.config.objective.type == ObjectiveType::kLanguageModel) {
       std::printf(" (uniform over %lld tokens: %.4f)", static_cast<long long>(tokens->vocab_size),
                   std::log(static_cast<double>(tokens->vocab_size)));
     }
@@ -332,11 +332,12 @@ StepResult train_step(Job& job, RunLog& log) {
   const auto start = Clock::now();
   StepResult result;
   const io::Activity training("training step " + std::to_string(engine.global_steps() + 1));
-  if (job.preference) job.preference->clear();  // what evaluation added
+  ObjectiveStatistics* statistics = job.objective_statistics.get();
+  if (statistics) statistics->clear();  // what evaluation added
   result.loss = engine.train_batch(job.train_data.get());
-  if (job.preference)
+  if (statistics)
     result.objective =
-        job.preference->take(*job.grid->world_comm(), job.grid->model_parallel_id() == 0);
+        statistics->take(*job.grid->world_comm(), job.grid->model_parallel_id() == 0);
   if (trace) {
     write_trace(t.trace, engine, engine.take_records());
     log.message("wrote the trace of step " + std::to_string(trace_step) + " to " + t.trace);
@@ -379,6 +380,10 @@ int train(const nlohmann::json& config_file) {
   const std::string batch = keep_global_batch(config, comm::MpiCommunicator::world()->size());
   bool model_taken = false;
   Job job = build_job(with_model_of_checkpoint(config, &model_taken));
+  if (!job.train_data)  // rollouts a program feeds (the Python door) have no file
+    throw io::InputError(
+        "objective.rollouts: pipetrain train reads rollouts from data.paths with this file of "
+        "their advantages and log-probabilities (a program feeds them from Python instead)");
   engine::PipelineEngine& engine = *job.engine;
   const TrainerConfig& t = job.config.trainer;
   const std::unique_ptr<data::Tokenizer> tokenizer = sample_tokenizer(job);

@@ -34,6 +34,13 @@ at::Tensor draw(at::Tensor logits, const SamplingOptions& options, at::Generator
   return at::multinomial(probabilities, 1, false, generator);
 }
 
+// The drawn token's log-probability under the model's softmax at the temperature (1 when
+// greedy), before top-k and top-p: what a trainer recomputes from the same logits.
+double drawn_logprob(const at::Tensor& logits, int64_t token, const SamplingOptions& options) {
+  const double temperature = options.temperature == 0 ? 1.0 : options.temperature;
+  return at::log_softmax(logits / temperature, 0)[token].item<double>();
+}
+
 // One prompt's generation: its tokens, its cache, its own generator (seeded alike, so a
 // prompt draws what it would alone), and where it stands in the current stretch.
 struct Sequence {
@@ -42,10 +49,12 @@ struct Sequence {
   std::vector<int64_t> stop;  // its own and the options' stop tokens
   models::KvCache cache;
   at::Generator generator;
-  std::vector<int64_t> drawn;  // this stretch's tokens, one per round, not yet in `tokens`
-  int round = -1;              // of the stretch, whose feed is chosen
-  int64_t first = 0;           // that feed: the positions [first, its length)
-  int64_t fed = 0;             // positions fed in that round, not yet counted as cached
+  std::vector<int64_t> drawn;          // this stretch's tokens, one per round, not yet in `tokens`
+  std::vector<double> drawn_logprobs;  // theirs, on the last stage
+  std::vector<double> logprobs;        // each new token's in `tokens`
+  int round = -1;                      // of the stretch, whose feed is chosen
+  int64_t first = 0;                   // that feed: the positions [first, its length)
+  int64_t fed = 0;                     // positions fed in that round, not yet counted as cached
 };
 
 // Micro-batches per stretch at most (rounds x groups), well inside the schedules' bounds.
@@ -127,7 +136,10 @@ class Stretch {
         options_(options),
         context_(context) {
     for (const Rows& rows : groups_) {
-      for (Sequence* sequence : rows) sequence->drawn.assign(rounds_, 0);
+      for (Sequence* sequence : rows) {
+        sequence->drawn.assign(rounds_, 0);
+        sequence->drawn_logprobs.assign(rounds_, 0);
+      }
     }
   }
 
@@ -190,9 +202,10 @@ class Stretch {
     at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
     int64_t* drawn = tokens.data_ptr<int64_t>();
     for (std::size_t r = 0; r < rows.size(); ++r) {
-      drawn[r] = draw(logits[static_cast<int64_t>(r)].to(at::kDouble), options_, rows[r]->generator)
-                     .item<int64_t>();
+      const at::Tensor row = logits[static_cast<int64_t>(r)].to(at::kDouble);
+      drawn[r] = draw(row, options_, rows[r]->generator).item<int64_t>();
       rows[r]->drawn.at(round) = drawn[r];
+      rows[r]->drawn_logprobs.at(round) = drawn_logprob(row, drawn[r], options_);
     }
     if (round + 1 < rounds_ && sends_tokens()) sends_.push_back(engine_.feed_back({tokens}));
   }
@@ -203,12 +216,18 @@ class Stretch {
     Rows all;
     for (const Rows& rows : groups_) all.insert(all.end(), rows.begin(), rows.end());
     at::Tensor tokens = at::zeros({static_cast<int64_t>(all.size()), rounds_}, at::kLong);
+    at::Tensor logprobs = at::zeros({static_cast<int64_t>(all.size()), rounds_}, at::kDouble);
     auto table = tokens.accessor<int64_t, 2>();  // [prompt, round]
+    auto logprob_table = logprobs.accessor<double, 2>();
     if (engine_.holds_output()) {
-      for (std::size_t k = 0; k < all.size(); ++k)
+      for (std::size_t k = 0; k < all.size(); ++k) {
         std::copy(all[k]->drawn.begin(), all[k]->drawn.end(), &table[k][0]);
+        std::copy(all[k]->drawn_logprobs.begin(), all[k]->drawn_logprobs.end(),
+                  &logprob_table[k][0]);
+      }
     }
     grid_.pipe_comm()->broadcast(tokens, engine_.output_stage());
+    grid_.pipe_comm()->broadcast(logprobs, engine_.output_stage());
     for (std::size_t k = 0; k < all.size(); ++k) {
       Sequence& sequence = *all[k];
       if (options_.kv_cache) sequence.cache.advance(sequence.fed);
@@ -217,6 +236,7 @@ class Stretch {
       for (int r = 0; r < rounds_ && sequence.left > 0; ++r) {
         const int64_t token = table[k][r];
         sequence.tokens.push_back(token);
+        sequence.logprobs.push_back(logprob_table[k][r]);
         const auto& stop = sequence.stop;
         const bool stops = std::find(stop.begin(), stop.end(), token) != stop.end();
         sequence.left = stops ? 0 : sequence.left - 1;
@@ -286,8 +306,8 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
 
 std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
                                                    const std::vector<PromptRequest>& prompts,
-                                                   const SamplingOptions& options,
-                                                   int64_t context) {
+                                                   const SamplingOptions& options, int64_t context,
+                                                   std::vector<std::vector<double>>* logprobs) {
   // Nothing cached may hold a graph, and no tensor made here is one autograd will see: no
   // version counters or autograd metadata on the many small tensors of a decode step.
   const c10::InferenceMode inference;
@@ -300,7 +320,8 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
     sequences[p].left = prompts[p].max_new_tokens;
     sequences[p].stop = prompts[p].stop;
     sequences[p].stop.insert(sequences[p].stop.end(), options.stop.begin(), options.stop.end());
-    sequences[p].generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+    sequences[p].generator =
+        at::make_generator<at::CPUGeneratorImpl>(prompts[p].seed.value_or(options.seed));
   }
   while (true) {
     std::vector<Sequence*> active;  // the first max_in_flight unfinished, in prompt order
@@ -313,7 +334,10 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
     Stretch(engine, std::move(groups), rounds, options, context).run();
   }
   std::vector<std::vector<int64_t>> texts;
-  for (auto& sequence : sequences) texts.push_back(std::move(sequence.tokens));
+  for (auto& sequence : sequences) {
+    texts.push_back(std::move(sequence.tokens));
+    if (logprobs) logprobs->push_back(std::move(sequence.logprobs));
+  }
   return texts;
 }
 

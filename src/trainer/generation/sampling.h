@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,13 +54,19 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
 
 // One prompt of sample_in_flight with its own bounds: at most `max_new_tokens` new tokens,
 // ending early at a token of `stop` (besides the options' stop tokens).
+// `seed`, when given, seeds its generator instead of the options' (samples of one prompt
+// that should differ).
 struct PromptRequest {
   std::vector<int64_t> tokens;
   int64_t max_new_tokens = 0;
   std::vector<int64_t> stop;
+  std::optional<uint64_t> seed{};
 };
-std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engine,
-                                                   const std::vector<PromptRequest>& prompts,
-                                                   const SamplingOptions& options, int64_t context);
+// With `logprobs`, each prompt's new tokens' log-probabilities under the model's softmax at
+// the temperature (1 when greedy), before top-k and top-p, on every stage.
+std::vector<std::vector<int64_t>> sample_in_flight(
+    engine::PipelineEngine& engine, const std::vector<PromptRequest>& prompts,
+    const SamplingOptions& options, int64_t context,
+    std::vector<std::vector<double>>* logprobs = nullptr);
 
 }  // namespace pipetrain::trainer

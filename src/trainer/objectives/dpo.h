@@ -5,25 +5,23 @@
 #include <memory>
 #include <string>
 
-#include "pipetrain/comm/communicator.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "trainer/objectives/objective_config.h"
+#include "trainer/objectives/objective_statistics.h"
 
 namespace pipetrain::trainer {
 
 // What the DPO loss saw of a step's pairs, for TRL's metrics (`rewards/chosen`,
 // `rewards/rejected`, `rewards/accuracies`, `rewards/margins`, `logps/chosen`,
 // `logps/rejected`): sums over the pairs this rank's loss computed since the last take.
-class PreferenceStatistics {
+class PreferenceStatistics : public ObjectiveStatistics {
  public:
   // Per pair (detached): beta x the log-ratios to the reference, the policy's log-probs.
   void add(const at::Tensor& chosen_rewards, const at::Tensor& rejected_rewards,
            const at::Tensor& chosen_logps, const at::Tensor& rejected_logps);
-  // Collective over `ranks`: the means over every pair since the last take, each pair
-  // counted once (`counts`: whether this rank's pairs count; the ranks of a tensor-parallel
-  // group compute the same ones); then starts over.
-  std::map<std::string, double> take(comm::Communicator& ranks, bool counts);
-  void clear() { sums_.fill(0); }
+  // The means over every pair since the last take, each pair counted once.
+  std::map<std::string, double> take(comm::Communicator& ranks, bool counts) override;
+  void clear() override { sums_.fill(0); }
 
  private:
   // pairs, rewards chosen, rewards rejected, accurate, margins, logps chosen, logps rejected

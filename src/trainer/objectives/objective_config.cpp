@@ -67,18 +67,16 @@ const config::KeyTable<ObjectiveConfig>& objective_keys() {
                 config::Range{.min = 0})
         .integer("objective.max_completion_length", PIPETRAIN_FIELD(max_completion_length),
                  "dr_grpo's constant length (TRL's `max_completion_length`)", config::at_least(1))
-        .text("objective.rollouts", PIPETRAIN_FIELD(rollouts),
-              "the rollouts' numbers beside the data's tokens: a safetensors file of `offsets` "
-              "(int64 [examples + 1]), `advantages` (float32, one per example or per token), "
-              "and per token as `pipetrain logprobs` writes them `old_logprobs` (absent: the "
-              "policy's own, on-policy) and `ref_logprobs` (needed with beta)")
+        .text(
+            "objective.rollouts", PIPETRAIN_FIELD(rollouts),
+            "the rollouts' numbers beside the tokens of data.paths (empty: a Python program "
+            "feeds the rollouts, as examples/python/grpo_loop.py): a safetensors file of `offsets` "
+            "(int64 [examples + 1]), `advantages` (float32, one per example or per token), "
+            "and per token as `pipetrain logprobs` writes them `old_logprobs` (absent: the "
+            "policy's own, on-policy) and `ref_logprobs` (needed with beta)")
         .check([](const ObjectiveConfig& c) {
           if (c.preference() && c.dpo_beta() <= 0)
             config::throw_input_error("objective.beta must be above 0 for DPO");
-          if (c.policy_gradient() && c.rollouts.empty())
-            config::throw_input_error(
-                "objective.rollouts: name the file of the rollouts' advantages (and "
-                "log-probabilities) for the data's examples");
           if (!c.preference()) return;
           if (c.label_smoothing > 0 && c.loss_type != DpoLoss::kSigmoid)
             config::throw_input_error(

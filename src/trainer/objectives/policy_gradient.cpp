@@ -2,20 +2,31 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::trainer {
 namespace {
 
+double value(const at::Tensor& t) {
+  return t.to(at::kCPU, at::kDouble).item<double>();
+}
+
 // Each counted token's loss, [rows, positions], 0 elsewhere.
 at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
-                           const comm::TensorList& labels, const at::Tensor& mask) {
+                           const comm::TensorList& labels, const at::Tensor& mask,
+                           PolicyStatistics& statistics) {
   const at::Tensor advantages = labels.at(1).to(logprobs.dtype());
   const at::Tensor given_old = labels.at(2).to(logprobs.dtype());
   // On-policy where no old log-probability is given: the ratio is 1, its gradient the policy's.
-  const at::Tensor old = at::where(given_old.isnan(), logprobs.detach(), given_old);
+  const at::Tensor none = given_old.isnan();
+  const at::Tensor old = at::where(none, logprobs.detach(), given_old);
   const at::Tensor ratio = (logprobs - old).exp();
   const at::Tensor clipped = ratio.clamp(1 - o.epsilon, 1 + o.upper_epsilon());
+  const at::Tensor counted = mask.gt(0);
+  statistics.add(value((logprobs.detach() - old).abs().masked_fill(~counted, 0).max()),
+                 value((clipped.ne(ratio.detach()) & counted).sum()), value(counted.sum()));
   at::Tensor loss = -at::min(ratio * advantages, clipped * advantages);
   if (o.kl_beta() != 0) {
     const at::Tensor gap = labels.at(3).to(logprobs.dtype()) - logprobs;
@@ -26,14 +37,32 @@ at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
 
 }  // namespace
 
+void PolicyStatistics::add(double largest_gap, double clipped, double tokens) {
+  largest_gap_ = std::max(largest_gap_, largest_gap);
+  clipped_ += clipped;
+  tokens_ += tokens;
+}
+
+std::map<std::string, double> PolicyStatistics::take(comm::Communicator& ranks, bool counts) {
+  at::Tensor gap = at::tensor({counts ? largest_gap_ : 0.0}, at::kDouble);
+  at::Tensor sums = at::tensor({counts ? clipped_ : 0.0, counts ? tokens_ : 0.0}, at::kDouble);
+  clear();
+  ranks.all_reduce(gap, comm::ReduceOp::kMax);
+  ranks.all_reduce(sums, comm::ReduceOp::kSum);
+  return {{"logprobs/largest_gap", gap.item<double>()},
+          {"clip_ratio", sums[0].item<double>() / std::max(sums[1].item<double>(), 1.0)}};
+}
+
 module::LossFunction policy_gradient_loss(module::LossFunction token_losses,
-                                          const ObjectiveConfig& objective, bool summed) {
-  return [token_losses = std::move(token_losses), objective, summed](
-             const module::Activation& outputs, const comm::TensorList& labels) {
+                                          const ObjectiveConfig& objective, bool summed,
+                                          std::shared_ptr<PolicyStatistics> statistics) {
+  return [token_losses = std::move(token_losses), objective, summed,
+          statistics = std::move(statistics)](const module::Activation& outputs,
+                                              const comm::TensorList& labels) {
     const at::Tensor& tokens = labels.at(0);
     const at::Tensor logprobs = -token_losses(outputs, {tokens});
     const at::Tensor mask = tokens.ne(tensor_parallel::kIgnoreIndex).to(logprobs.dtype());
-    const at::Tensor loss = token_objective(objective, logprobs, labels, mask);
+    const at::Tensor loss = token_objective(objective, logprobs, labels, mask, *statistics);
     if (summed) return loss.sum();
     if (objective.policy_loss == PolicyLoss::kDrGrpo)
       return loss.sum() / static_cast<double>(tokens.size(0) * objective.max_completion_length);

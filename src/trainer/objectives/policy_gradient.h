@@ -1,9 +1,26 @@
 #pragma once
 
+#include <memory>
+
 #include "pipetrain/module/pipeline_module.h"
 #include "trainer/objectives/objective_config.h"
+#include "trainer/objectives/objective_statistics.h"
 
 namespace pipetrain::trainer {
+
+// What a policy-gradient step saw of its rollouts: `logprobs/largest_gap`, the largest
+// difference between a completion token's log-probability as the trainer computes it and
+// the old one given with the rollout (the generator's, in an on-policy loop: it should be
+// rounding), and `clip_ratio`, the share of completion tokens whose ratio was clipped.
+class PolicyStatistics : public ObjectiveStatistics {
+ public:
+  void add(double largest_gap, double clipped, double tokens);
+  std::map<std::string, double> take(comm::Communicator& ranks, bool counts) override;
+  void clear() override { largest_gap_ = clipped_ = tokens_ = 0; }
+
+ private:
+  double largest_gap_ = 0, clipped_ = 0, tokens_ = 0;
+};
 
 // A policy-gradient step's loss on a micro-batch of rollouts (data::RolloutSource), as TRL's
 // GRPOTrainer computes it: each completion token's ratio r = exp(log p - old log p) (the
@@ -15,6 +32,7 @@ namespace pipetrain::trainer {
 // global batch's tokens (engine::TrainingConfig::per_token_loss). `token_losses` is the
 // model's per-token loss (minus each label's log-probability).
 module::LossFunction policy_gradient_loss(module::LossFunction token_losses,
-                                          const ObjectiveConfig& objective, bool summed);
+                                          const ObjectiveConfig& objective, bool summed,
+                                          std::shared_ptr<PolicyStatistics> statistics);
 
 }  // namespace pipetrain::trainer

@@ -56,8 +56,9 @@ void build_preference_data(Job& job, const models::TokenInput& tokens, int64_t r
   };
   job.train_data = source(false, data::kTrainingStream);
   job.validation_data = source(true, data::kValidationStream);
-  job.preference = std::make_shared<PreferenceStatistics>();
-  job.model.loss = dpo_loss(job.model.token_loss, job.config.objective, job.preference);
+  auto statistics = std::make_shared<PreferenceStatistics>();
+  job.objective_statistics = statistics;
+  job.model.loss = dpo_loss(job.model.token_loss, job.config.objective, statistics);
   char line[160];
   std::snprintf(line, sizeof line,
                 "data: %lld preference pairs, %zu for training and %zu for "

@@ -17,7 +17,7 @@ namespace {
 
 void check_rollouts_trainable(const Job& job) {
   const auto& data = job.config.trainer.data;
-  if (data.type != "indexed")
+  if (!job.config.objective.rollouts.empty() && data.type != "indexed")
     throw io::InputError(
         "objective.type \"policy_gradient\" trains on rollouts: data.type must be \"indexed\" "
         "(prepared examples whose masks mark the completions), not \"" +
@@ -100,6 +100,16 @@ void build_rollout_data(Job& job, const models::TokenInput& tokens, int64_t repl
   check_rollouts_trainable(job);
   const auto& data = job.config.trainer.data;
   const ObjectiveConfig& objective = job.config.objective;
+  auto statistics = std::make_shared<PolicyStatistics>();
+  job.objective_statistics = statistics;
+  job.model.loss = policy_gradient_loss(job.model.token_losses, objective, false, statistics);
+  job.model.token_loss = policy_gradient_loss(job.model.token_losses, objective, true, statistics);
+  // dapo: the engine's mean over the global batch's tokens.
+  job.config.engine.per_token_loss = objective.policy_loss == PolicyLoss::kDapo;
+  if (objective.rollouts.empty()) {  // rollouts from the program, micro-batch by micro-batch
+    job.data_summary = "data: rollouts from the program";
+    return;
+  }
   auto corpus = std::make_shared<data::RolloutCorpus>(data::rollout_corpus(
       data.paths, tokens.vocab_size, tokens.context, data.validation_fraction));
   read_rollouts(objective, *corpus);
@@ -112,10 +122,6 @@ void build_rollout_data(Job& job, const models::TokenInput& tokens, int64_t repl
   };
   job.train_data = source(false, data::kTrainingStream);
   job.validation_data = source(true, data::kValidationStream);
-  const bool dapo = objective.policy_loss == PolicyLoss::kDapo;
-  job.model.loss = policy_gradient_loss(job.model.token_losses, objective, false);
-  job.model.token_loss = policy_gradient_loss(job.model.token_losses, objective, true);
-  job.config.engine.per_token_loss = dapo;  // the engine's mean over the global batch's tokens
   char line[200];
   std::snprintf(line, sizeof line,
                 "data: %zu rollouts for training and %zu for validation; old log-probabilities "
