@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DPO (objective.type "dpo") against TRL 1.16's DPOTrainer on the same pairs, model,
 # reference and one SGD step, fp32 on the CPU (dpo_check.py): loss, TRL's metrics and every
-# weight's update equal at pipe 1, at pipe 2 x data 2, for hinge and ipo, and with LoRA (the
+# weight's update equal at pipe 1, at pipe 2 x data 2, at model 2, for hinge and ipo, and with LoRA (the
 # base under the adapters as reference, TRL with peft). A precomputed reference (pipetrain
 # logprobs) trains as the frozen one; a resumed run goes on against the same reference;
 # bad input is refused in one line, exit 2, before any step.
@@ -70,6 +70,8 @@ train pipe1 1 hf
 compare "pipe 1" trl_full pipe1
 train pipe2x2 4 hf '{"pipeline": {"stages": 2}, "data_parallel": 2, "train_micro_batch_size_per_gpu": 2}'
 compare "pipe 2 x data 2" trl_full pipe2x2
+train model2 2 hf '{"model_parallel": 2}'
+compare "model 2 (tensor parallel, the vocabulary split)" trl_full model2
 for loss in hinge ipo; do
   check "TRL's step ($loss)" "${dpo[@]}" trl model pairs.jsonl data/pairs "trl_$loss" \
     --reference reference --loss "$loss"

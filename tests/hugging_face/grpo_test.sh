@@ -2,8 +2,8 @@
 # Policy-gradient steps (objective.type "policy_gradient") on fixed rollouts against TRL 1.16's
 # GRPOTrainer loss (grpo_check.py: its _compute_loss on the same completions, advantages, old
 # and reference log-probabilities, and its backward): each loss type's loss and every
-# weight's update after one SGD step equal TRL's, at pipe 1, at pipe 2 x data 2 and under
-# ZeRO 2; rollouts that do not match their examples are refused in one line, exit 2.
+# weight's update after one SGD step equal TRL's, at pipe 1, at pipe 2 x data 2, at model 2
+# and under ZeRO 2; rollouts that do not match their examples are refused in one line, exit 2.
 # Usage: grpo_test.sh PATH/TO/pipetrain PYTHON (with torch, transformers, trl)
 set -u
 # shellcheck source=tests/lib.sh
@@ -60,6 +60,8 @@ for loss in grpo dr_grpo dapo; do
   run "${loss}_wide" 4 "$loss" "$wide"
   compare "$loss at pipe 2 x data 2" "$loss" "${loss}_wide"
 done
+run model2 2 grpo '{"model_parallel": 2}'
+compare "grpo at model 2 (tensor parallel, the vocabulary split)" grpo model2
 run zero2 4 dapo '{"pipeline": {"stages": 2}, "data_parallel": 2, "train_micro_batch_size_per_gpu": 1,
   "zero_optimization": {"stage": 2}}'
 compare "dapo under ZeRO 2 (pipe 2 x data 2)" dapo zero2
