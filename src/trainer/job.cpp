@@ -514,7 +514,6 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
   keys.erase(config, "log");
   keys.erase(config, "trace");
   keys.erase(config, "device");  // the machine that reads the checkpoint decides
-  config.erase("objective");     // forward-only use computes no training loss
   // A tokenizer the checkpoint carries is read where the checkpoint is now.
   const std::string tokenizer = tokenizer_of(config, checkpoint);
   if (!tokenizer.empty()) keys.set(config, "sample.tokenizer", tokenizer);

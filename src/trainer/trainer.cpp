@@ -490,6 +490,10 @@ int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> ev
   if (!eval_iters) eval_iters = trained.trainer.eval_iters;
   keys.set(config, "eval_iters", *eval_iters);
   Job job = build_job(config, checkpoint);
+  if (!job.validation_data)  // rollouts a program fed (the Python door)
+    throw io::InputError(checkpoint +
+                         ": its objective trained on rollouts a program fed: there is no "
+                         "validation data to evaluate");
   checkpoint::load_checkpoint(*job.engine, checkpoint, "latest");
   const double loss = validation_loss(job);
   if (job.grid->global_rank() == 0) {

@@ -68,6 +68,14 @@ check "TRL's step (frozen reference)" "${dpo[@]}" trl model pairs.jsonl data/pai
   --reference reference
 train pipe1 1 hf
 compare "pipe 1" trl_full pipe1
+"$pipetrain" eval --checkpoint pipe1 >eval.out 2>&1
+check "pipetrain eval of a DPO checkpoint gives its last validation loss ($(tail -1 eval.out))" \
+  "$python" -c "
+import json
+trained = json.loads(open('pipe1.jsonl').readline())['val_loss']
+printed = float(open('eval.out').read().split('validation loss ')[-1].split()[0])
+assert abs(printed - trained) < 1e-4, (printed, trained)
+"
 train pipe2x2 4 hf '{"pipeline": {"stages": 2}, "data_parallel": 2, "train_micro_batch_size_per_gpu": 2}'
 compare "pipe 2 x data 2" trl_full pipe2x2
 train model2 2 hf '{"model_parallel": 2}'

@@ -57,6 +57,14 @@ for loss in grpo dr_grpo dapo; do
   check "TRL's $loss loss" "${grpo[@]}" trl model data/roll roll.safetensors "trl_$loss" "$loss"
   run "$loss" 1 "$loss"
   compare "$loss at pipe 1" "$loss" "$loss"
+  "$pipetrain" eval --checkpoint "$loss" >eval.out 2>&1
+  check "pipetrain eval of a $loss checkpoint gives its last validation loss ($(tail -1 eval.out))" \
+    "$python" -c "
+import json
+trained = json.loads(open('$loss.jsonl').readline())['val_loss']
+printed = float(open('eval.out').read().split('validation loss ')[-1].split()[0])
+assert abs(printed - trained) < 1e-4, (printed, trained)
+"
   run "${loss}_wide" 4 "$loss" "$wide"
   compare "$loss at pipe 2 x data 2" "$loss" "${loss}_wide"
 done

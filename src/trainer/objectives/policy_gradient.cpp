@@ -20,16 +20,18 @@ at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
   const at::Tensor advantages = labels.at(1).to(logprobs.dtype());
   const at::Tensor given_old = labels.at(2).to(logprobs.dtype());
   // On-policy where no old log-probability is given: the ratio is 1, its gradient the policy's.
-  const at::Tensor none = given_old.isnan();
-  const at::Tensor old = at::where(none, logprobs.detach(), given_old);
+  // Only the counted tokens' numbers enter (others could overflow exp and make 0 x inf).
+  const at::Tensor counted = mask.gt(0);
+  const at::Tensor own = given_old.isnan() | ~counted;
+  const at::Tensor old = at::where(own, logprobs.detach(), given_old);
   const at::Tensor ratio = (logprobs - old).exp();
   const at::Tensor clipped = ratio.clamp(1 - o.epsilon, 1 + o.upper_epsilon());
-  const at::Tensor counted = mask.gt(0);
   statistics.add(value((logprobs.detach() - old).abs().masked_fill(~counted, 0).max()),
                  value((clipped.ne(ratio.detach()) & counted).sum()), value(counted.sum()));
   at::Tensor loss = -at::min(ratio * advantages, clipped * advantages);
   if (o.kl_beta() != 0) {
-    const at::Tensor gap = labels.at(3).to(logprobs.dtype()) - logprobs;
+    const at::Tensor gap =
+        at::where(counted, labels.at(3).to(logprobs.dtype()) - logprobs, at::zeros_like(logprobs));
     loss = loss + o.kl_beta() * ((gap.exp() - gap - 1) * ratio);
   }
   return loss * mask;

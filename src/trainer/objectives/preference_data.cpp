@@ -59,6 +59,9 @@ void build_preference_data(Job& job, const models::TokenInput& tokens, int64_t r
   auto statistics = std::make_shared<PreferenceStatistics>();
   job.objective_statistics = statistics;
   job.model.loss = dpo_loss(job.model.token_loss, job.config.objective, statistics);
+  // The loss is a mean over pairs, not over tokens (a fine-tune's per_token_loss would take
+  // the model's token loss instead).
+  job.config.engine.per_token_loss = false;
   char line[160];
   std::snprintf(line, sizeof line,
                 "data: %lld preference pairs, %zu for training and %zu for "

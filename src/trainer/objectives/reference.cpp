@@ -27,8 +27,10 @@ std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples
   at::Tensor sums = at::zeros({count}, at::kDouble);
   const topology::Grid& grid = *job.grid;
   const bool holds = job.engine->holds_output();
-  const bool keeps = holds && grid.model_parallel_id() == 0 && grid.data_parallel_id() == 0;
-  for (int64_t first = 0; first < count; first += rows) {
+  const bool keeps = holds && grid.model_parallel_id() == 0;
+  // Each data-parallel replica scores every replicas-th batch of rows.
+  const int64_t replicas = grid.data_parallel_size();
+  for (int64_t first = grid.data_parallel_id() * rows; first < count; first += replicas * rows) {
     at::Tensor ids = at::zeros({rows, context}, at::kLong);
     at::Tensor labels = at::full({rows, context}, tensor_parallel::kIgnoreIndex, at::kLong);
     at::Tensor documents = at::empty({rows, context}, at::kLong);
@@ -41,7 +43,8 @@ std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples
     }
     const comm::TensorList outputs = job.engine->infer({ids});
     if (!holds) continue;
-    const at::Tensor logits = outputs.at(0).to(job.engine->device());
+    // The loss in float32, as the engine computes the policy's (its forward casts the outputs).
+    const at::Tensor logits = outputs.at(0).to(job.engine->device()).to(at::kFloat);
     const at::Tensor targets = labels.to(job.engine->device());
     for (int64_t i = 0; i < used; ++i) {
       const at::Tensor loss =
@@ -49,7 +52,7 @@ std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples
       if (keeps) sums[first + i] = -loss.item<double>();
     }
   }
-  grid.world_comm()->all_reduce(sums, comm::ReduceOp::kSum);  // from the one that kept them
+  grid.world_comm()->all_reduce(sums, comm::ReduceOp::kSum);  // from the ranks that kept them
   const double* values = sums.data_ptr<double>();
   return {values, values + count};
 }
@@ -132,11 +135,16 @@ std::string reference_checkpoint(const JobConfig& policy) {
           "(its first weights are then the reference)");
     }
     checkpoint = load;
+    // Resuming a DPO run (`load` is its own save folder): the reference that run named.
+    // Another DPO run's checkpoint starts a new round, against that checkpoint.
     const nlohmann::json saved = saved_config(load);
     const nlohmann::json::json_pointer type("/objective/type"),
         named("/objective/reference_checkpoint");
-    if (saved.contains(type) && saved[type] == "dpo" && saved.contains(named))
-      checkpoint = saved[named].get<std::string>();  // resuming: that run's reference
+    std::error_code error;
+    const bool own = !policy.trainer.save.empty() &&
+                     std::filesystem::equivalent(load, policy.trainer.save, error);
+    if (own && saved.contains(type) && saved[type] == "dpo" && saved.contains(named))
+      checkpoint = saved[named].get<std::string>();
   }
   nlohmann::json saved;
   try {
@@ -168,7 +176,18 @@ std::vector<double> reference_logprobs(const JobConfig& policy, const data::Exam
   nlohmann::json config =
       config_of_checkpoint(checkpoint, ranks->size(), rows,
                            {.model_parallel = static_cast<int>(policy.trainer.model_parallel)});
-  job_keys().set(config, "model.context", context);  // the policy's rows, padded alike
+  // The policy's rows, padded alike, its stages (data-parallel replicas sharing the examples),
+  // precision and device: the reference's numbers are computed as the policy's are.
+  const auto& keys = job_keys();
+  keys.set(config, "model.context", context);
+  const int64_t stages = policy.engine.pipeline.stages;
+  keys.set(config, "pipeline.stages", stages);
+  keys.set(config, "data_parallel", ranks->size() / (stages * policy.trainer.model_parallel));
+  const nlohmann::json mine = keys.write(policy);
+  for (const char* section : {"bf16", "fp16", "device"}) {
+    config.erase(section);
+    if (mine.contains(section)) config[section] = mine[section];
+  }
   Job reference = build_job(config, checkpoint, DataUse::kNone, ranks);
   checkpoint::load_checkpoint(*reference.engine, checkpoint, "latest");
   const std::vector<double> sums = score_as_trained(reference, examples, rows);
