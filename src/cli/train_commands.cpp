@@ -6,6 +6,7 @@
 #include "pipetrain/comm/rank_main.h"
 #include "pipetrain/config/config_section.h"
 #include "shape_options.h"
+#include "trainer/generation/generate.h"
 #include "trainer/generation/logits.h"
 #include "trainer/generation/logprobs.h"
 #include "trainer/job_config.h"
