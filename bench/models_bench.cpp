@@ -34,7 +34,7 @@ models::ModelConfig gpt() {
 
 models::ModelConfig llama() {
   models::ModelConfig c;
-  c.type = models::Family::kLlama;
+  c.type = models::family("llama");
   c.llama = {.vocab_size = 256,
              .context = 256,
              .d_model = 512,

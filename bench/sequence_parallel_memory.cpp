@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     if (world->size() != 2) throw std::runtime_error("run sequence_parallel_memory on 2 ranks");
     const int repeats = argc > 1 ? std::stoi(argv[1]) : 3;
     models::ModelConfig config;
-    config.type = models::Family::kLlama;
+    config.type = models::family("llama");
     config.llama = {.vocab_size = 256,
                     .context = argc > 2 ? std::stoll(argv[2]) : 4096,
                     .d_model = 128,

@@ -145,8 +145,14 @@ std::vector<planner::LayerCost> shift_lm_costs(const nlohmann::json& params) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // It splits over no group (no tensor, context or expert parallelism): pipe and data only.
-  pipetrain::models::register_family({.name = "shift_lm", .capabilities = {}, .build = shift_lm});
-  pipetrain::planner::register_family_costs("shift_lm", shift_lm_costs);
+  // One row: its name, its costs and its build. Without capabilities it splits over no group
+  // (no tensor, context or expert parallelism): pipe and data only.
+  namespace models = pipetrain::models;
+  models::register_family({
+      .name = "shift_lm",
+      .costs = [](const models::ModelConfig& c) { return shift_lm_costs(c.params); },
+      .build = [](const models::ModelConfig& c,
+                  const models::ModelGroups& groups) { return shift_lm(c.params, groups); },
+  });
   return pipetrain::cli::run(argc, argv);
 }

@@ -5,24 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/models/hf_format.h"
 #include "pipetrain/models/model_config.h"
 
 // The built-in language models as transformers stores them (GPT2LMHeadModel,
 // LlamaForCausalLM, MixtralForCausalLM), without torch: the model a config.json describes, the
 // config.json of a model, and the transformers name of each of the model's tensors.
 namespace pipetrain::models {
-
-// One tensor of a model: transformers' name, pipetrain's ("layers.<index>.<name in the
-// layer>", as `pipetrain export` writes them), whether transformers stores it transposed
-// (GPT-2's Conv1D weights are [in, out]) and, for an expert's weight, which slice along
-// the first dimension of pipetrain's tensor of every expert's it is (Mixtral stores each
-// expert's w1, w2 and w3 apart).
-struct HfTensor {
-  std::string hf_name;
-  std::string name;
-  bool transposed = false;
-  int64_t expert = -1;  // -1: the whole tensor
-};
 
 // The model a transformers config.json describes. InputError naming `source` and the field
 // for an architecture or a setting pipetrain does not compute (e.g. rope_scaling).

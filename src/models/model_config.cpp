@@ -10,72 +10,31 @@
 namespace pipetrain::models {
 namespace {
 
-// Blocks of a built-in model: 16384 is far past any trained model, and keeps work sized by
-// the layer count bounded (the planner balances stages in layers² steps).
-const config::Range kLayers = config::within(1, 16384);
-
-// The families programs registered, by name.
-struct Registered {
-  std::mutex mutex;
-  std::map<std::string, Capabilities, std::less<>> families;
-};
-Registered& registered() {
-  static Registered r;
-  return r;
-}
-
-const Capabilities* registered_capabilities(std::string_view name) {
-  Registered& r = registered();
-  const std::lock_guard lock(r.mutex);
-  const auto found = r.families.find(name);
-  return found == r.families.end() ? nullptr : &found->second;
-}
-
-// model.type: a built-in family, else a registered one; the built-in names' error else.
+// model.type: the row of a family, built in or registered; the families' names else.
 void read_type(const std::string& key, const nlohmann::json& value, ModelConfig& config) {
-  if (value.is_string() && registered_capabilities(value.get<std::string>())) {
-    config.type = Family::kRegistered;
-    config.registered = value.get<std::string>();
-    return;
+  if (value.is_string()) {
+    if (const FamilyRow* row = find_family(value.get<std::string>())) {
+      config.type = row;
+      return;
+    }
   }
-  config::Names<Family> names = family_names();
-  {
-    Registered& r = registered();
-    const std::lock_guard lock(r.mutex);
-    for (const auto& [name, capabilities] : r.families)
-      names.push_back({name, Family::kRegistered});
-  }
-  config.type = config::read_choice(key, value, names, config::Quoting::kQuoted);
+  throw io::InputError(key + " must be " + family_list([](const FamilyRow&) { return true; }) +
+                       ", got " + value.dump());
+}
+
+// Condition of keys that hold for the families `keep` accepts, and its note for the docs.
+void when_families(config::KeyTable<ModelConfig>& t,
+                   const std::function<bool(const FamilyRow&)>& keep) {
+  t.when([keep](const ModelConfig& c) { return keep(*c.type); }, "model.type " + family_list(keep));
 }
 
 }  // namespace
 
-void register_family_name(const std::string& name, const Capabilities& capabilities) {
-  for (const auto& [builtin, family] : family_names()) {
-    if (builtin == name)
-      throw std::logic_error("model family \"" + name + "\" is built in: register another name");
-  }
-  Registered& r = registered();
-  const std::lock_guard lock(r.mutex);
-  if (!r.families.emplace(name, capabilities).second)
-    throw std::logic_error("model family \"" + name + "\" is registered twice");
-}
-
-const std::string& type_name(const ModelConfig& config) {
-  return config.type == Family::kRegistered ? config.registered : name_of(config.type);
-}
-
-const config::Names<Family>& family_names() {
-  static const config::Names<Family> names{{"gpt", Family::kGpt},
-                                           {"llama", Family::kLlama},
-                                           {"mixtral", Family::kMixtral},
-                                           {"qwen2", Family::kQwen2},
-                                           {"qwen3", Family::kQwen3},
-                                           {"mistral", Family::kMistral},
-                                           {"qwen3_moe", Family::kQwen3Moe},
-                                           {"gemma3", Family::kGemma3},
-                                           {"mlp", Family::kMlp}};
-  return names;
+const config::Range& block_count_range() {
+  // 16384 blocks is far past any trained model, and keeps work sized by the layer count
+  // bounded (the planner balances stages in layers² steps).
+  static const config::Range range = config::within(1, 16384);
+  return range;
 }
 
 const config::Names<RopeType>& rope_type_names() {
@@ -87,75 +46,52 @@ const config::Names<RopeType>& rope_type_names() {
   return names;
 }
 
-const std::string& name_of(Family family) {
-  return config::name_of(family_names(), family);
+Capabilities capabilities(const ModelConfig& config) {
+  return config.type->capabilities ? config.type->capabilities(config) : Capabilities{};
 }
 
-Capabilities capabilities(const ModelConfig& config) {
-  switch (config.type) {
-    case Family::kGpt:
-    case Family::kLlama:
-    case Family::kQwen2:
-    case Family::kQwen3:
-    case Family::kMistral:
-    case Family::kGemma3:
-      return {.tensor_parallel = true, .context_parallel = true, .sequence_parallel = true};
-    case Family::kMixtral:  // the router's statistics need a sequence's tokens together
-    case Family::kQwen3Moe:
-      return {.tensor_parallel = true, .routed_experts = config.moe.experts};
-    case Family::kMlp:
-      return {};
-    case Family::kRegistered:
-      if (const Capabilities* registered = registered_capabilities(config.registered))
-        return *registered;
-      return {};
+int64_t context_of(const ModelConfig& config) {
+  switch (config.type->body) {
+    case Body::kGpt:
+      return config.gpt.context;
+    case Body::kDecoder:
+      return config.llama.context;
+    case Body::kMlp:
+    case Body::kProgram:
+      break;
   }
-  return {};
+  return 0;
 }
 
 LlamaConfig decoder_config(const ModelConfig& config) {
   LlamaConfig decoder = config.llama;
-  decoder.qkv_bias = config.type == Family::kQwen2;
-  const bool gemma = config.type == Family::kGemma3;
-  decoder.qk_norm = config.type == Family::kQwen3 || config.type == Family::kQwen3Moe || gemma;
-  decoder.unit_offset_norms = decoder.sandwich_norms = decoder.scaled_embeddings =
-      decoder.gelu_mlp = gemma;
-  if (!gemma) decoder.sliding_window_pattern = 0;
+  decoder.qkv_bias = decoder.qk_norm = decoder.unit_offset_norms = decoder.sandwich_norms =
+      decoder.scaled_embeddings = decoder.gelu_mlp = false;
+  decoder.sliding_window_pattern = 0;
+  if (config.type->preset) config.type->preset(config.llama, decoder);
   return decoder;
 }
 
 bool ties_embeddings(const ModelConfig& config) {
   if (llama_family(config)) return config.llama.tie_embeddings;
-  return config.type == Family::kGpt && config.gpt.tie_embeddings;
+  return config.type->body == Body::kGpt && config.gpt.tie_embeddings;
 }
 
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    std::string types = "one of";
-    for (const auto& [text, value] : family_names()) types += " `" + text + "`";
-    t.custom("model.type", types + ", or a family the program registered",
+    t.custom("model.type",
+             "one of " + family_list([](const FamilyRow&) { return true; }, ", ") +
+                 ", or a family the program registered",
              "the model: a built-in one, or one a program built on pipetrain registered "
              "(`models::register_family`, [cpp-api.md](cpp-api.md#a-model-family-of-your-own))",
              read_type, [](const ModelConfig& c) { return nlohmann::json(type_name(c)); });
-    t.when([](const ModelConfig& c) { return c.type == Family::kRegistered; },
+    t.when([](const ModelConfig& c) { return c.type->body == Body::kProgram; },
            "model.type a registered family")
         .object("model.params", PIPETRAIN_FIELD(params),
                 "a registered family's settings, read by the family");
-    t.when([](const ModelConfig& c) { return c.type == Family::kGpt; }, "model.type gpt")
-        .integer("model.vocab_size", PIPETRAIN_FIELD(gpt.vocab_size), "tokens")
-        .integer("model.context", PIPETRAIN_FIELD(gpt.context), "longest sequence")
-        .integer("model.d_model", PIPETRAIN_FIELD(gpt.d_model), "width, divisible by `heads`")
-        .integer("model.heads", PIPETRAIN_FIELD(gpt.heads), "attention heads")
-        .integer("model.layers", PIPETRAIN_FIELD(gpt.layers), "transformer blocks", kLayers)
-        .number("model.dropout", PIPETRAIN_FIELD(gpt.dropout), "dropout, in [0, 1)")
-        .choice("model.activation", PIPETRAIN_FIELD(gpt.gelu),
-                config::Names<Gelu>{{"gelu", Gelu::kExact}, {"gelu_tanh", Gelu::kTanh}},
-                "the MLP's GELU: exact, or the tanh approximation (GPT-2)")
-        .flag("model.tie_embeddings", PIPETRAIN_FIELD(gpt.tie_embeddings),
-              "the LM head uses the token embedding");
-    t.when(llama_family, "model.type llama, mixtral, qwen2, qwen3, mistral, qwen3_moe or gemma3")
-        .integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
+    when_families(t, [](const FamilyRow& row) { return row.body == Body::kDecoder; });
+    t.integer("model.vocab_size", PIPETRAIN_FIELD(llama.vocab_size), "tokens")
         .integer("model.context", PIPETRAIN_FIELD(llama.context),
                  "the sequence trained on, at most `max_position_embeddings`")
         .integer("model.max_position_embeddings", PIPETRAIN_FIELD(llama.max_position_embeddings),
@@ -169,7 +105,8 @@ const config::KeyTable<ModelConfig>& model_keys() {
                  "each head's width (even); 0: `d_model / heads`", config::at_least(0))
         .integer("model.intermediate_size", PIPETRAIN_FIELD(llama.intermediate_size),
                  "the SwiGLU MLP's width")
-        .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks", kLayers)
+        .integer("model.layers", PIPETRAIN_FIELD(llama.layers), "decoder blocks",
+                 block_count_range())
         .number("model.rope_theta", PIPETRAIN_FIELD(llama.rope_theta), "rotary embeddings' base")
         .choice("model.rope_scaling.rope_type", PIPETRAIN_FIELD(llama.rope_scaling.type),
                 rope_type_names(),
@@ -203,22 +140,9 @@ const config::KeyTable<ModelConfig>& model_keys() {
                  config::at_least(0))
         .flag("model.tie_embeddings", PIPETRAIN_FIELD(llama.tie_embeddings),
               "the LM head uses the token embedding");
-    t.when([](const ModelConfig& c) { return c.type == Family::kGemma3; }, "model.type gemma3")
-        .integer("model.sliding_window_pattern", PIPETRAIN_FIELD(llama.sliding_window_pattern),
-                 "blocks i with (i + 1) % N != 0 attend within `sliding_window` (with "
-                 "`rope_local_base_freq`), the rest to every position (with `rope_theta` and "
-                 "`rope_scaling`); 0: `max_window_layers`' rule",
-                 config::at_least(0))
-        .number("model.rope_local_base_freq", PIPETRAIN_FIELD(llama.rope_local_base_freq),
-                "the sliding blocks' rotary base (never scaled)", config::above(0))
-        .number("model.query_pre_attn_scalar", PIPETRAIN_FIELD(llama.query_pre_attn_scalar),
-                "attention scores scaled by its inverse square root; 0: `head_dim`'s",
-                config::at_least(0))
-        .number("model.final_logit_softcapping", PIPETRAIN_FIELD(llama.final_logit_softcapping),
-                "logits = cap · tanh(logits / cap); 0: not capped", config::at_least(0));
-    t.when(routes_experts, "model.type mixtral or qwen3_moe")
-        .integer("model.experts", PIPETRAIN_FIELD(moe.experts),
-                 "experts in each MoE layer (num_local_experts)", config::at_least(1))
+    when_families(t, [](const FamilyRow& row) { return row.routes_experts; });
+    t.integer("model.experts", PIPETRAIN_FIELD(moe.experts),
+              "experts in each MoE layer (num_local_experts)", config::at_least(1))
         .integer("model.experts_per_token", PIPETRAIN_FIELD(moe.experts_per_token),
                  "experts computing each token: the router's top k (num_experts_per_tok)",
                  config::at_least(1))
@@ -257,10 +181,11 @@ const config::KeyTable<ModelConfig>& model_keys() {
               }
             },
             [](const ModelConfig& c) { return nlohmann::json(c.moe.mlp_only_layers); });
-    t.when([](const ModelConfig& c) { return llama_family(c) || c.type == Family::kGpt; },
-           "model.type gpt or a LLaMA family")
-        .integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
-                 "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
+    when_families(t, [](const FamilyRow& row) {
+      return row.body == Body::kDecoder || row.body == Body::kGpt;
+    });
+    t.integer("model.bos_token_id", PIPETRAIN_FIELD(bos_token_id),
+              "the begin-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.eos_token_id", PIPETRAIN_FIELD(eos_token_id),
                  "the end-of-sequence token (transformers' name); -1: none", config::at_least(-1))
         .integer("model.pad_token_id", PIPETRAIN_FIELD(pad_token_id),
@@ -279,14 +204,12 @@ const config::KeyTable<ModelConfig>& model_keys() {
               }
             },
             [](const ModelConfig& c) { return nlohmann::json(c.eos_token_ids); });
-    t.when([](const ModelConfig& c) { return c.type == Family::kMlp; }, "model.type mlp")
-        .integer("model.inputs", PIPETRAIN_FIELD(mlp.inputs), "input features")
-        .integer("model.hidden", PIPETRAIN_FIELD(mlp.hidden), "hidden features")
-        .integer("model.outputs", PIPETRAIN_FIELD(mlp.outputs), "outputs (or classes)")
-        .integer("model.layers", PIPETRAIN_FIELD(mlp.layers), "linear layers", kLayers)
-        .choice("model.task", PIPETRAIN_FIELD(mlp.task),
-                config::spellings({"regression", "classification"}),
-                "the loss: MSE or cross-entropy");
+    // Each family's own keys (the GPT's and the MLP's sizes, Gemma's settings).
+    for (const FamilyRow* row : families()) {
+      if (!row->keys) continue;
+      t.when([row](const ModelConfig& c) { return c.type == row; }, "model.type " + row->name);
+      row->keys(t);
+    }
     return t;
   }();
   return table;

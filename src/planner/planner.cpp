@@ -25,31 +25,23 @@ bool allowed(const std::optional<T>& fixed, T value) {
   return !fixed || *fixed == value;
 }
 
-// The model-parallel sizes the model can take: a built-in model's dividing its heads (and
-// key/value heads) and its vocabulary, as it requires. A registered family is planned
-// without tensor parallelism: the planner cannot know what its layers divide.
+// The model-parallel sizes the model can take: those its family divides (heads, vocabulary,
+// ... as its row says). A family without `divides` is planned without tensor parallelism.
 bool splits(const models::ModelConfig& m, int t) {
   if (t == 1) return true;
-  if (m.type == models::Family::kRegistered || !models::capabilities(m).tensor_parallel)
-    return false;
-  if (models::llama_family(m))
-    return m.llama.heads % t == 0 && m.llama.num_key_value_heads % t == 0 &&
-           m.llama.vocab_size % t == 0 && m.llama.intermediate_size % t == 0;
-  return m.gpt.heads % t == 0 && m.gpt.vocab_size % t == 0;
+  return models::capabilities(m).tensor_parallel && m.type->divides && m.type->divides(m, t);
 }
 
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
 // rank's part splitting over t under sequence parallelism, as the built-in models require.
 bool cuts(const models::ModelConfig& m, int c, int t, bool sequence_parallel) {
-  // A registered family's sequence length is its own (model.params): not cut. (Sequence
-  // parallelism needs t > 1, which splits() refuses it.)
-  if (m.type == models::Family::kRegistered && c > 1) return false;
   const models::Capabilities can = models::capabilities(m);
   if ((c > 1 && !can.context_parallel) || (sequence_parallel && t > 1 && !can.sequence_parallel))
     return false;
-  const int64_t context = models::llama_family(m) ? m.llama.context : m.gpt.context;
-  if (c > 1 && context % (2 * int64_t{c}) != 0) return false;
-  return !sequence_parallel || (context / c) % t == 0;
+  // A program's family's sequence length is its own (model.params): not cut.
+  const int64_t context = models::context_of(m);
+  if (c > 1 && (context == 0 || context % (2 * int64_t{c}) != 0)) return false;
+  return !sequence_parallel || t == 1 || (context > 0 && (context / c) % t == 0);
 }
 
 // Expert-parallel sizes for `data` replicas: 1, and for a mixture of experts each size

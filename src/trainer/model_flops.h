@@ -7,9 +7,8 @@
 namespace pipetrain::trainer {
 
 // Model FLOPs of one sample's forward and backward: the planner's count of the model's
-// layers (a built-in family's, or the costs a registered one gave:
-// planner::register_family_costs; multiply-adds count two; recomputation is not counted,
-// as MFU counts it), or 0 for a model the planner cannot count (the MLP, a registered
+// layers (its family row's costs; multiply-adds count two; recomputation is not counted,
+// as MFU counts it), or 0 for a model the planner cannot count (the MLP, a program's
 // family without costs).
 double model_flops_per_sample(const models::ModelConfig& config);
 

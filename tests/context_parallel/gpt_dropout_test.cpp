@@ -78,7 +78,7 @@ void expect_same_pass(const GptPass& split, const GptPass& whole) {
 
 models::ModelConfig gpt_with_dropout(double dropout) {
   models::ModelConfig config;
-  config.type = models::Family::kGpt;
+  config.type = models::family("gpt");
   config.gpt = {.vocab_size = 20,
                 .context = 16,
                 .d_model = 8,

@@ -34,18 +34,18 @@ std::string name(const Case& c) {
 models::ModelConfig model_config(const std::string& model) {
   models::ModelConfig config;
   if (model == "mlp") {
-    config.type = models::Family::kMlp;
+    config.type = models::family("mlp");
     config.mlp = {.inputs = 6, .hidden = 12, .outputs = 3, .layers = 3, .task = "regression"};
   } else if (model.rfind("llama", 0) == 0 || model.rfind("mixtral", 0) == 0 ||
              model.rfind("qwen", 0) == 0 || model.rfind("mistral", 0) == 0 ||
              model.rfind("gemma3", 0) == 0) {
-    config.type = model.rfind("llama", 0) == 0      ? models::Family::kLlama
-                  : model.rfind("qwen2", 0) == 0    ? models::Family::kQwen2
-                  : model.rfind("qwen3moe", 0) == 0 ? models::Family::kQwen3Moe
-                  : model.rfind("qwen3", 0) == 0    ? models::Family::kQwen3
-                  : model.rfind("mistral", 0) == 0  ? models::Family::kMistral
-                  : model.rfind("gemma3", 0) == 0   ? models::Family::kGemma3
-                                                    : models::Family::kMixtral;
+    config.type = model.rfind("llama", 0) == 0      ? models::family("llama")
+                  : model.rfind("qwen2", 0) == 0    ? models::family("qwen2")
+                  : model.rfind("qwen3moe", 0) == 0 ? models::family("qwen3_moe")
+                  : model.rfind("qwen3", 0) == 0    ? models::family("qwen3")
+                  : model.rfind("mistral", 0) == 0  ? models::family("mistral")
+                  : model.rfind("gemma3", 0) == 0   ? models::family("gemma3")
+                                                    : models::family("mixtral");
     config.llama = {.vocab_size = 20,
                     .context = model.find("-ctx8") != std::string::npos ? 8 : 6,
                     .d_model = 8,
@@ -58,19 +58,19 @@ models::ModelConfig model_config(const std::string& model) {
     // Each family's own parts, with windows shorter than the context and a scaled rotation:
     // Qwen2's q/k/v biases and windows past its first block (YaRN), Qwen3's q/k norms and
     // wider heads (LLaMA 3.1's rotation), Mistral's windows everywhere (linear scaling).
-    if (config.type == models::Family::kQwen2) {
+    if (config.type == models::family("qwen2")) {
       config.llama.sliding_window = 4;
       config.llama.max_window_layers = 1;
       config.llama.rope_scaling = {
           .type = models::RopeType::kYarn, .factor = 2.0, .original_max_position_embeddings = 4};
-    } else if (config.type == models::Family::kQwen3) {
+    } else if (config.type == models::family("qwen3")) {
       config.llama.head_dim = 4;
       config.llama.rope_scaling = {
           .type = models::RopeType::kLlama3, .factor = 4.0, .original_max_position_embeddings = 4};
-    } else if (config.type == models::Family::kMistral) {
+    } else if (config.type == models::family("mistral")) {
       config.llama.sliding_window = 3;
       config.llama.rope_scaling = {.type = models::RopeType::kLinear, .factor = 2.0};
-    } else if (config.type == models::Family::kGemma3) {
+    } else if (config.type == models::family("gemma3")) {
       // Gemma 3: blocks 0, 2, ... sliding (window 3, their own base), the others global;
       // wider heads scaled by 3^-1/2, logits capped at 2.
       config.llama.head_dim = 4;
@@ -87,7 +87,7 @@ models::ModelConfig model_config(const std::string& model) {
     if (model.find("-capacity") != std::string::npos) config.moe.capacity_factor = 1.0;
     // Qwen3-MoE: q/k norms, experts narrower than the dense MLP, scores not renormalised,
     // block 1 dense.
-    if (config.type == models::Family::kQwen3Moe) {
+    if (config.type == models::family("qwen3_moe")) {
       config.llama.head_dim = 4;
       config.moe.norm_topk_prob = false;
       config.moe.moe_intermediate_size = 6;
@@ -118,7 +118,7 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
   const models::ModelConfig config = model_config(c.model);
   const int64_t samples = int64_t{kSteps + 1} * kMicroBatchSize * c.micro_batches * data_parallel;
   at::manual_seed(42);
-  if (config.type == models::Family::kMlp) {
+  if (config.type == models::family("mlp")) {
     return std::make_shared<data::TensorDataset>(
         module::Activation{at::randn({samples, config.mlp.inputs})},
         module::Activation{at::randn({samples, config.mlp.outputs})});

@@ -24,7 +24,7 @@ std::vector<ModelConfig> configs() {
     gpt.gpt.tie_embeddings = tied;
     all.push_back(gpt);
     ModelConfig llama;
-    llama.type = models::Family::kLlama;
+    llama.type = models::family("llama");
     llama.llama = {.vocab_size = 50,
                    .context = 9,
                    .d_model = 16,
@@ -36,21 +36,21 @@ std::vector<ModelConfig> configs() {
                    .max_position_embeddings = 9};
     all.push_back(llama);
     ModelConfig mixtral = llama;
-    mixtral.type = models::Family::kMixtral;
+    mixtral.type = models::family("mixtral");
     mixtral.moe = {.experts = 3, .experts_per_token = 2};
     mixtral.llama.sliding_window = 4;
     all.push_back(mixtral);
     // Each family's own parts: Qwen2's biases and windows past block 1 (YaRN), Qwen3's q/k
     // norms and wider heads (LLaMA 3.1's rotation), Mistral's windows (linear scaling).
     ModelConfig qwen2 = llama;
-    qwen2.type = models::Family::kQwen2;
+    qwen2.type = models::family("qwen2");
     qwen2.llama.sliding_window = 4;
     qwen2.llama.max_window_layers = 1;
     qwen2.llama.rope_scaling = {
         .type = RopeType::kYarn, .factor = 3.0, .original_max_position_embeddings = 3};
     all.push_back(qwen2);
     ModelConfig qwen3 = llama;
-    qwen3.type = models::Family::kQwen3;
+    qwen3.type = models::family("qwen3");
     qwen3.llama.head_dim = 8;
     qwen3.llama.rope_scaling = {.type = RopeType::kLlama3,
                                 .factor = 8.0,
@@ -59,20 +59,20 @@ std::vector<ModelConfig> configs() {
                                 .original_max_position_embeddings = 4};
     all.push_back(qwen3);
     ModelConfig qwen3_moe = qwen3;
-    qwen3_moe.type = models::Family::kQwen3Moe;
+    qwen3_moe.type = models::family("qwen3_moe");
     qwen3_moe.moe = {.experts = 3, .experts_per_token = 2};
     qwen3_moe.moe.norm_topk_prob = false;
     qwen3_moe.moe.moe_intermediate_size = 12;
     qwen3_moe.moe.mlp_only_layers = {1};
     all.push_back(qwen3_moe);
     ModelConfig mistral = llama;
-    mistral.type = models::Family::kMistral;
+    mistral.type = models::family("mistral");
     mistral.llama.sliding_window = 4;
     mistral.llama.rope_scaling = {.type = RopeType::kLinear, .factor = 2.0};
     all.push_back(mistral);
   }
   ModelConfig mlp;
-  mlp.type = models::Family::kMlp;
+  mlp.type = models::family("mlp");
   all.push_back(mlp);
   return all;
 }
@@ -110,7 +110,7 @@ TEST(BuiltinModels, ParameterCountsEqualTheBuiltModules) {
 // The planner costs the layers the models build: same order, types, ties and counts.
 TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == models::Family::kMlp) continue;
+    if (config.type == models::family("mlp")) continue;
     const BuiltinModel model = make_builtin_model(config);
     const auto costs = planner::layer_costs(config);
     ASSERT_EQ(costs.size(), model.layers.size()) << name_of(config.type);
@@ -126,7 +126,7 @@ TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
 
 TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == models::Family::kMlp) {
+    if (config.type == models::family("mlp")) {
       EXPECT_THROW(hf_tensors(config), io::InputError);
       continue;
     }
@@ -151,7 +151,7 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
 // A Mixtral transformers cannot compute has no transformers format.
 TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
   ModelConfig config;
-  config.type = models::Family::kMixtral;
+  config.type = models::family("mixtral");
   config.moe.score = RouterScore::kSigmoid;
   EXPECT_THROW(hf_config_of(config), io::InputError);
   EXPECT_THROW(hf_tensors(config), io::InputError);
@@ -166,20 +166,20 @@ TEST(BuiltinModels, MixtralsTransformersCannotComputeAreNotExported) {
 // and Mistral windows that start past the first block.
 TEST(BuiltinModels, WindowsTransformersCannotSayAreNotExported) {
   ModelConfig config = configs()[1];  // a LLaMA
-  ASSERT_EQ(config.type, Family::kLlama);
+  ASSERT_EQ(config.type, models::family("llama"));
   config.llama.sliding_window = 4;
   EXPECT_THROW(hf_config_of(config), io::InputError);
-  config.type = Family::kMistral;
+  config.type = models::family("mistral");
   EXPECT_NO_THROW(hf_config_of(config));
   config.llama.max_window_layers = 1;
   EXPECT_THROW(hf_config_of(config), io::InputError);
-  config.type = Family::kQwen2;
+  config.type = models::family("qwen2");
   EXPECT_NO_THROW(hf_config_of(config));
 }
 
 TEST(BuiltinModels, TransformersConfigRoundTrips) {
   for (const ModelConfig& config : configs()) {
-    if (config.type == models::Family::kMlp) continue;
+    if (config.type == models::family("mlp")) continue;
     const ModelConfig back = model_config_from_hf(hf_config_of(config), "config.json");
     EXPECT_EQ(model_keys().write(back), model_keys().write(config)) << name_of(config.type);
   }

@@ -28,7 +28,7 @@ TEST(PackedDocuments, DocumentsPositionsAndMask) {
   EXPECT_EQ(mask.sum().item<int64_t>(), 3 + 6 + 1 + 3);
 }
 
-ModelConfig tiny(Family type) {
+ModelConfig tiny(const models::FamilyRow* type) {
   ModelConfig config;
   config.type = type;
   config.gpt = {.vocab_size = 20, .context = 12, .d_model = 8, .heads = 2, .layers = 2};
@@ -48,8 +48,8 @@ at::Tensor logits(module::PipelineModule& model, const module::Activation& input
 }
 
 TEST(PackedDocuments, ATokensLogitsDependOnItsOwnDocumentAlone) {
-  for (const Family type : {Family::kGpt, Family::kLlama}) {
-    SCOPED_TRACE(name_of(type));
+  for (const models::FamilyRow* type : {models::family("gpt"), models::family("llama")}) {
+    SCOPED_TRACE(type->name);
     const BuiltinModel built = make_builtin_model(tiny(type));
     module::PipelineModule model(built.layers, built.loss, {.seed = 3});
     model.train(false);

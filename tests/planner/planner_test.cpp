@@ -9,6 +9,7 @@
 #include <set>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/builtin_model.h"
 #include "planner/planner.h"
 #include "planner/transports.h"
 #include "schedule/pair_order.h"
@@ -18,7 +19,7 @@ namespace {
 
 models::ModelConfig gpt(int64_t vocab, int64_t context, int64_t d, int64_t heads, int64_t layers) {
   models::ModelConfig config;
-  config.type = models::Family::kGpt;
+  config.type = models::family("gpt");
   config.gpt = {
       .vocab_size = vocab, .context = context, .d_model = d, .heads = heads, .layers = layers};
   return config;
@@ -38,7 +39,7 @@ Cluster ideal(int64_t devices) {
 // A LLaMA of d 256 (4 heads, 2 key/value heads, MLP 704) over a 256-token vocabulary.
 models::ModelConfig small_llama(int64_t context, int64_t layers) {
   models::ModelConfig model;
-  model.type = models::Family::kLlama;
+  model.type = models::family("llama");
   model.llama = {.vocab_size = 256,
                  .context = context,
                  .d_model = 256,
@@ -82,7 +83,7 @@ TEST(LayerCost, WholeModelMatchesMegatronFormula) {
 // A small grouped-query LLaMA: vocabulary 128, d 32, 4 heads (2 key/value), MLP width 64.
 models::ModelConfig llama(int64_t context, int64_t layers) {
   models::ModelConfig config;
-  config.type = models::Family::kLlama;
+  config.type = models::family("llama");
   config.llama = {.vocab_size = 128,
                   .context = context,
                   .d_model = 32,
@@ -102,7 +103,7 @@ TEST(LayerCost, LlamaCountsGroupedQueryAttentionAndSwiGlu) {
   EXPECT_DOUBLE_EQ(block.forward_flops,
                    2 * 8 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64) + 4 * 8 * 8 * 32);
   EXPECT_EQ(layers.back().parameters, 128 * 32);  // untied head
-  config.type = models::Family::kMlp;
+  config.type = models::family("mlp");
   EXPECT_THROW(layer_costs(config), io::InputError);
 }
 
@@ -316,7 +317,7 @@ TEST(Prediction, AttentionDropoutUnderContextParallelismKeepsTheMasksRows) {
 
 models::ModelConfig mixtral(int64_t experts, int64_t top_k) {
   models::ModelConfig config = llama(16, 2);
-  config.type = models::Family::kMixtral;
+  config.type = models::family("mixtral");
   config.moe.experts = experts;
   config.moe.experts_per_token = top_k;
   return config;
@@ -574,28 +575,36 @@ TEST(Planner, PicksTensorParallelismInsideANodeOnly) {
   }
 }
 
-// A registered family is planned from the costs it registers: its layers as given, read
+// A program's family is planned from the costs its row gives: its layers as given, read
 // from model.params, and no tensor parallelism where its capabilities allow none.
-TEST(Planner, PlansARegisteredFamilyFromItsOwnCosts) {
-  models::register_family_name("planned_lm", {});
-  register_family_costs("planned_lm", [](const nlohmann::json& params) {
-    std::vector<LayerCost> layers;
-    for (int64_t i = 0; i < params.at("layers").get<int64_t>(); ++i) {
-      LayerCost layer{.type = "Block", .parameters = 1 << 20, .forward_flops = 4e9};
-      layer.backward_input_flops = layer.backward_weight_flops = 4e9;
-      layer.saved = layer.output = 4096;
-      layer.width = 1024;
-      layers.push_back(layer);
-    }
-    return layers;
+models::BuiltinModel never_built(const models::ModelConfig&, const models::ModelGroups&) {
+  throw std::logic_error("the planner builds no model");
+}
+
+TEST(Planner, PlansAProgramsFamilyFromItsRowsCosts) {
+  models::register_family({
+      .name = "planned_lm",
+      .costs =
+          [](const models::ModelConfig& c) {
+            std::vector<LayerCost> layers;
+            for (int64_t i = 0; i < c.params.at("layers").get<int64_t>(); ++i) {
+              LayerCost layer{.type = "Block", .parameters = 1 << 20, .forward_flops = 4e9};
+              layer.backward_input_flops = layer.backward_weight_flops = 4e9;
+              layer.saved = layer.output = 4096;
+              layer.width = 1024;
+              layers.push_back(layer);
+            }
+            return layers;
+          },
+      .build = never_built,
   });
-  const FamilyCosts none = [](const nlohmann::json&) { return std::vector<LayerCost>{}; };
-  EXPECT_THROW(register_family_costs("planned_lm", none), std::logic_error);  // given twice
-  EXPECT_THROW(register_family_costs("gpt", none), std::logic_error);         // built in
-  EXPECT_THROW(register_family_costs("other_lm", {}), std::logic_error);      // no function
+  EXPECT_THROW(models::register_family({.name = "planned_lm", .build = never_built}),
+               std::logic_error);  // taken
+  EXPECT_THROW(models::register_family({.name = "gpt", .build = never_built}),
+               std::logic_error);                                                 // built in
+  EXPECT_THROW(models::register_family({.name = "other_lm"}), std::logic_error);  // no build
   models::ModelConfig model;
-  model.type = models::Family::kRegistered;
-  model.registered = "planned_lm";
+  model.type = models::family("planned_lm");
   model.params = {{"layers", 6}};
   const std::vector<LayerCost> layers = layer_costs(model);
   ASSERT_EQ(layers.size(), 6u);
@@ -611,14 +620,14 @@ TEST(Planner, PlansARegisteredFamilyFromItsOwnCosts) {
     pipes.insert(candidate.layout.parallel.pipe);
   }
   EXPECT_GT(pipes.size(), 1u);  // pipelines of its six layers are offered too
-  // A registered family without costs: one line naming what to register.
-  models::register_family_name("unplanned_lm", {});
-  model.registered = "unplanned_lm";
+  // A family without costs: one line naming it and those the planner can cost.
+  models::register_family({.name = "unplanned_lm", .build = never_built});
+  model.type = models::family("unplanned_lm");
   try {
     layer_costs(model);
     ADD_FAILURE() << "no InputError";
   } catch (const io::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"unplanned_lm\" has no layer costs"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("\"unplanned_lm\" cannot be costed"), std::string::npos)
         << e.what();
   }
 }

@@ -36,7 +36,7 @@ TrainingRun make_run(const nlohmann::json& precision) {
   if (!precision.is_null()) json.update(precision);
   TrainingConfig config = parse_training_config(json);
   const auto model =
-      models::make_builtin_model({.type = models::Family::kMlp,
+      models::make_builtin_model({.type = models::family("mlp"),
                                   .mlp = {.inputs = 8, .hidden = 16, .outputs = 1, .layers = 4}});
   run.module = std::make_shared<module::PipelineModule>(
       model.layers, model.loss,

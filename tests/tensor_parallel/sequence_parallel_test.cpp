@@ -92,7 +92,7 @@ Pass forward_and_backward(const models::ModelConfig& config, const Group& group)
   const int64_t context = model.tokens()->context;
   at::manual_seed(21);
   const at::Tensor ids = at::randint(
-      config.type == models::Family::kGpt ? config.gpt.vocab_size : config.llama.vocab_size,
+      config.type == models::family("gpt") ? config.gpt.vocab_size : config.llama.vocab_size,
       {2, context}, at::kLong);
   const at::Tensor labels = ids.roll(-1, 1);
   at::manual_seed(99);  // dropout draws alike in both runs
@@ -123,7 +123,7 @@ void expect_same_training_signal(const models::ModelConfig& config) {
 
 TEST(SequenceParallel, GptWithDropoutGivesTheWholeSequencesLossAndGradients) {
   models::ModelConfig config;
-  config.type = models::Family::kGpt;
+  config.type = models::family("gpt");
   config.gpt = {.vocab_size = 20,
                 .context = 6,
                 .d_model = 8,
@@ -138,7 +138,7 @@ TEST(SequenceParallel, GptWithDropoutGivesTheWholeSequencesLossAndGradients) {
 
 TEST(SequenceParallel, LlamaGivesTheWholeSequencesLossAndGradients) {
   models::ModelConfig config;
-  config.type = models::Family::kLlama;
+  config.type = models::family("llama");
   config.llama = {.vocab_size = 20,
                   .context = 6,
                   .d_model = 8,
@@ -151,7 +151,7 @@ TEST(SequenceParallel, LlamaGivesTheWholeSequencesLossAndGradients) {
 
 TEST(SequenceParallel, AContextThatDoesNotSplitIsRefusedNamingTheKey) {
   models::ModelConfig config;
-  config.type = models::Family::kGpt;
+  config.type = models::family("gpt");
   config.gpt = {.vocab_size = 20, .context = 7, .d_model = 8, .heads = 2, .layers = 1};
   try {
     models::make_builtin_model(config, sequence_group_of_two());

@@ -54,19 +54,6 @@ struct ModelGroups {
   expert_parallel::Group experts;
 };
 
-// A model family a program brings. Registered before the command runs (cli::run), it is
-// named by model.type like a built-in one, with its settings under model.params, and
-// trains, evaluates, checkpoints, resumes and generates through the same trainer. The
-// groups it is given are only those its capabilities allow (others are refused first).
-struct RegisteredFamily {
-  std::string name;
-  Capabilities capabilities;
-  // This rank's model from model.params: InputError naming model.params.KEY for a bad one.
-  std::function<BuiltinModel(const nlohmann::json& params, const ModelGroups& groups)> build;
-};
-// logic_error for a name already taken (a built-in family's, or registered before).
-void register_family(RegisteredFamily family);
-
 // A language model over `vocab_size` tokens in windows of `context` from its layers: the
 // next-token cross-entropy (over a vocabulary split across `groups.tensor`, each rank's
 // slice of the sequence under `groups.context`) as a mean and as a sum over the labels that
@@ -74,13 +61,14 @@ void register_family(RegisteredFamily family);
 BuiltinModel language_model(std::vector<module::LayerSpec> layers, const ModelGroups& groups,
                             int64_t vocab_size, int64_t context);
 
-// The model.type names of the built-in models that read tokens (or features), quoted and
-// joined for messages, e.g. "\"gpt\"".
+// The families whose models read tokens (or features), quoted and joined for messages, e.g.
+// "\"gpt\", \"llama\" or ...".
 std::string builtin_types_reading(bool tokens);
 
-// With a tensor-parallel group of more than one rank: its shard of the model (GPT and
-// LLaMA); with a context-parallel group, its slice of each sequence.
-// With an expert-parallel group, a Mixtral's experts split over it.
+// This rank's model, built by its family's row: with a tensor-parallel group of more than one
+// rank its shard, with a context-parallel group its slice of each sequence, with an
+// expert-parallel group its share of a mixture's experts. InputError (naming the families
+// that can) for a group the family cannot split over.
 BuiltinModel make_builtin_model(const ModelConfig& config, const tensor_parallel::Group& group = {},
                                 const context_parallel::Group& context = {},
                                 const expert_parallel::Group& experts = {});

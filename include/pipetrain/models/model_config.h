@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
+#include "pipetrain/models/family.h"
 #include "pipetrain/models/gpt/gpt_config.h"
 #include "pipetrain/models/llama/llama_config.h"
 #include "pipetrain/models/mlp/mlp_config.h"
@@ -14,37 +15,19 @@
 // The built-in models' config, without torch (what a command that only reads configs needs).
 namespace pipetrain::models {
 
-// The model families (model.type): the built-in ones, and kRegistered for one a program
-// registers (models::register_family, builtin_model.h) under a name of its own. Their
-// names are parsed here and nowhere else.
-enum class Family {
-  kGpt,
-  kLlama,
-  kMixtral,
-  kQwen2,
-  kQwen3,
-  kMistral,
-  kQwen3Moe,
-  kGemma3,
-  kMlp,
-  kRegistered
-};
-
-// model.type's spellings of the built-in families, and a built-in family's.
-const config::Names<Family>& family_names();
-const std::string& name_of(Family family);
+// The block counts a model may have (model.layers).
+const config::Range& block_count_range();
 
 // rope_type's spellings (model.rope_scaling.rope_type, and transformers' config.json).
 const config::Names<RopeType>& rope_type_names();
 
-// The `model` section of a config: {"type": "gpt" | "llama" | "mixtral" | "qwen2" | "qwen3" |
-// "mistral" | "mlp", sizes...}.
-// A Mixtral is a LLaMA (its sizes in `llama`) whose MLPs are mixtures of experts (`moe`).
+// The `model` section of a config: {"type": a family's name, its sizes...}. The family's
+// body says which part holds them; a Mixtral is a LLaMA decoder (its sizes in `llama`) whose
+// MLPs are mixtures of experts (`moe`).
 struct ModelConfig {
-  Family type = Family::kGpt;
-  // With kRegistered: the family's name (model.type) and its settings (model.params, kept
-  // whole for the family's own reader).
-  std::string registered;
+  const FamilyRow* type = family("gpt");
+  // A program's family (Body::kProgram): its settings (model.params, kept whole for the
+  // family's own build).
   nlohmann::json params = nlohmann::json::object();
   GptConfig gpt{};
   LlamaConfig llama{};
@@ -60,50 +43,32 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
 };
 
-// Whether model.type names a LLaMA-family decoder ("llama", "mixtral", "qwen2", "qwen3",
-// "mistral", "qwen3_moe" or "gemma3").
+// Whether model.type names a LLaMA-decoder family: its sizes are in `llama`.
 inline bool llama_family(const ModelConfig& config) {
-  switch (config.type) {
-    case Family::kLlama:
-    case Family::kMixtral:
-    case Family::kQwen2:
-    case Family::kQwen3:
-    case Family::kMistral:
-    case Family::kQwen3Moe:
-    case Family::kGemma3:
-      return true;
-    default:
-      return false;
-  }
+  return config.type->body == Body::kDecoder;
 }
 
-// Whether model.type routes tokens to experts ("mixtral", "qwen3_moe"): its MoE settings
-// are in `moe`.
+// Whether model.type routes tokens to experts: its MoE settings are in `moe`.
 inline bool routes_experts(const ModelConfig& config) {
-  return config.type == Family::kMixtral || config.type == Family::kQwen3Moe;
+  return config.type->routes_experts;
 }
+
+// The sequence a language model trains on (its `context`); 0 for a model without tokens
+// or a program's family.
+int64_t context_of(const ModelConfig& config);
 
 // A LLaMA-family model's decoder as its family builds it: `config.llama` with what the
 // family fixes (Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma 3's norms, scaled
 // embeddings and GELU).
 LlamaConfig decoder_config(const ModelConfig& config);
 
-// What a model can do: what code outside models/ asks instead of comparing names.
-struct Capabilities {
-  bool tensor_parallel = false;   // heads, MLPs and vocabulary split over model_parallel
-  bool context_parallel = false;  // sequences split over context_parallel (ring attention)
-  // Megatron's sequence parallelism over model_parallel (besides tensor parallelism).
-  bool sequence_parallel = false;
-  int64_t routed_experts = 0;  // experts of each MoE layer, split over expert_parallel; 0: dense
-};
+// What the model divides and routes (its family's row).
 Capabilities capabilities(const ModelConfig& config);
 
-// model.type as the config spells it: a built-in family's name, or a registered one's.
-const std::string& type_name(const ModelConfig& config);
-
-// The torch-free half of registering a family (register_family does both halves): its
-// name, which model.type then accepts, and what it can do. logic_error for a name taken.
-void register_family_name(const std::string& name, const Capabilities& capabilities);
+// model.type as the config spells it.
+inline const std::string& type_name(const ModelConfig& config) {
+  return config.type->name;
+}
 
 // Whether the LM head uses the token embedding.
 bool ties_embeddings(const ModelConfig& config);

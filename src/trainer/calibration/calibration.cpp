@@ -97,7 +97,7 @@ double block_flops(int64_t d, int64_t heads, double overhead, double bandwidth) 
       .vocab_size = 256, .context = 128, .d_model = d, .heads = heads, .layers = 1};
   const int64_t batch = 4;
   const planner::LayerCost cost =
-      planner::layer_costs({.type = models::Family::kGpt, .gpt = config}).at(1);
+      planner::layer_costs({.type = models::family("gpt"), .gpt = config}).at(1);
   const double flops = batch * (cost.forward_flops + cost.backward_flops());
   const double streaming = 3.0 * batch * cost.traffic_bytes(1, 4) / bandwidth;  // fwd + 2 bwd
   return flops / (passes_seconds(config, batch, 1, 2, 7) - 2 * overhead - streaming);
