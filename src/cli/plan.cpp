@@ -173,9 +173,8 @@ Plan make_plan(const PlanOptions& o, const std::optional<nlohmann::json>& given)
   int64_t blocks = 0;
   for (const auto& layer : workload.layers) {
     adapters += layer.adapter_parameters;
-    // Decoder blocks, as train counts them (the layers with a block index).
-    blocks +=
-        layer.type == "LlamaBlock" || layer.type == "MixtralBlock" || layer.type == "GptBlock";
+    // Transformer blocks, as train counts them (the layers with a block index).
+    blocks += layer.block;
   }
   module::check_adapted(job.lora, models::type_name(job.model), adapters, blocks);
   plan.all = planner::plan_layouts(workload, plan.cluster, o.global_batch, limits);

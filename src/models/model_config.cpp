@@ -22,10 +22,22 @@ void read_type(const std::string& key, const nlohmann::json& value, ModelConfig&
                        ", got " + value.dump());
 }
 
-// Condition of keys that hold for the families `keep` accepts, and its note for the docs.
+// The families `keep` accepts, as the key table's docs name them: "gemma3, llama or qwen3".
+std::string names_of(const std::function<bool(const FamilyRow&)>& keep) {
+  std::vector<std::string> names;
+  for (const FamilyRow* row : families()) {
+    if (keep(*row)) names.push_back(row->name);
+  }
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return list;
+}
+
+// Keys after it hold for the families `keep` accepts.
 void when_families(config::KeyTable<ModelConfig>& t,
                    const std::function<bool(const FamilyRow&)>& keep) {
-  t.when([keep](const ModelConfig& c) { return keep(*c.type); }, "model.type " + family_list(keep));
+  t.when([keep](const ModelConfig& c) { return keep(*c.type); }, "model.type " + names_of(keep));
 }
 
 }  // namespace
@@ -80,9 +92,9 @@ bool ties_embeddings(const ModelConfig& config) {
 const config::KeyTable<ModelConfig>& model_keys() {
   static const config::KeyTable<ModelConfig> table = [] {
     config::KeyTable<ModelConfig> t;
-    t.custom("model.type",
-             "one of " + family_list([](const FamilyRow&) { return true; }, ", ") +
-                 ", or a family the program registered",
+    std::string types = "one of";
+    for (const FamilyRow* row : families()) types += " `" + row->name + "`";
+    t.custom("model.type", types + ", or a family the program registered",
              "the model: a built-in one, or one a program built on pipetrain registered "
              "(`models::register_family`, [cpp-api.md](cpp-api.md#a-model-family-of-your-own))",
              read_type, [](const ModelConfig& c) { return nlohmann::json(type_name(c)); });

@@ -11,8 +11,8 @@ void add_adapters(std::vector<LayerCost>& layers, const models::ModelConfig& con
   int64_t block = 0;
   for (LayerCost& layer : layers) {
     layer.frozen = true;
-    const bool dense = layer.type == "LlamaBlock";
-    if (!decoder || (!dense && layer.type != "MixtralBlock")) continue;
+    if (!decoder || !layer.block) continue;
+    const bool dense = layer.expert_parameters == 0;
     if (!lora.adapts_block(block++)) continue;
     const models::LlamaConfig c = models::decoder_config(config);
     const int64_t d = c.d_model, q = c.heads * c.head_width(),

@@ -75,7 +75,7 @@ printf '{"model": {"type": "gpt"' >"$work/broken.json"
 printf '{"model": {"type": "rnn"}}' >"$work/bad-model.json"
 expect_input_error 'model.d_model must be an integer, got "wide"' partition --config "$work/bad-type.json" --stages 2
 expect_input_error "is not valid JSON" partition --config "$work/broken.json" --stages 2
-expect_input_error 'model.type must be "gpt", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen3_moe", "gemma3" or "mlp"' partition --config "$work/bad-model.json" --stages 2
+expect_input_error 'model.type must be "gemma3", "gpt", "llama", "mistral", "mixtral", "mlp", "qwen2", "qwen3" or "qwen3_moe"' partition --config "$work/bad-model.json" --stages 2
 expect_input_error "cannot be read" partition --config "$work/missing.json" --stages 2
 expect_input_error "cannot split 7 layers over 9 stages" partition --config "$examples/gpt-small.json" --stages 9
 expect_input_error "unknown partition method 'random'" partition --config "$examples/gpt-small.json" --stages 2 --method random

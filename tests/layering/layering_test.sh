@@ -49,4 +49,9 @@ if output=$("$names" "$planted" 2>&1); then
 fi
 grep -q "src/trainer/trainer.cpp:[0-9]*: compares a model family name" <<<"$output" ||
   { echo "FAIL: the name check did not name the planted comparison: $output" >&2; exit 1; }
+echo 'inline bool planted_block(const std::string& t) { return t == "LlamaBlock"; }' \
+  >>"$planted/src/planner/planner.cpp"
+output=$("$names" "$planted" 2>&1) || true
+grep -q "src/planner/planner.cpp:[0-9]*: compares a layer type name" <<<"$output" ||
+  { echo "FAIL: the name check did not name a layer type compared in the planner: $output" >&2; exit 1; }
 echo "names: the check passes on the tree and fails on a planted comparison"

@@ -102,7 +102,7 @@ TEST(BuiltinModels, ParameterCountsEqualTheBuiltModules) {
       if (layer.module)
         for (const auto& p : layer.module->parameters()) built += p.numel();
       EXPECT_EQ(spec.count_parameters(), built)
-          << name_of(config.type) << " layer " << i << " " << spec.type;
+          << config.type->name << " layer " << i << " " << spec.type;
     }
   }
 }
@@ -113,13 +113,13 @@ TEST(BuiltinModels, PlannerCostsDescribeTheSameLayers) {
     if (config.type == models::family("mlp")) continue;
     const BuiltinModel model = make_builtin_model(config);
     const auto costs = planner::layer_costs(config);
-    ASSERT_EQ(costs.size(), model.layers.size()) << name_of(config.type);
+    ASSERT_EQ(costs.size(), model.layers.size()) << config.type->name;
     for (std::size_t i = 0; i < costs.size(); ++i) {
       const module::LayerSpec& spec = model.layers[i];
-      EXPECT_EQ(costs[i].type, spec.type) << name_of(config.type) << " layer " << i;
-      EXPECT_EQ(costs[i].tie_key, spec.tie_key) << name_of(config.type) << " layer " << i;
+      EXPECT_EQ(costs[i].type, spec.type) << config.type->name << " layer " << i;
+      EXPECT_EQ(costs[i].tie_key, spec.tie_key) << config.type->name << " layer " << i;
       EXPECT_EQ(costs[i].parameters, spec.count_parameters())
-          << name_of(config.type) << " layer " << i;
+          << config.type->name << " layer " << i;
     }
   }
 }
@@ -139,7 +139,7 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
       EXPECT_TRUE(hf.insert(t.hf_name).second) << t.hf_name << " used twice";
       if (t.expert >= 0) EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
     }
-    EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << name_of(config.type);
+    EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << config.type->name;
     if (models::routes_experts(config)) {  // each stacked tensor in one part per expert
       int64_t routed = 0;
       for (int64_t i = 0; i < config.llama.layers; ++i) routed += config.moe.routes(i);
@@ -181,7 +181,7 @@ TEST(BuiltinModels, TransformersConfigRoundTrips) {
   for (const ModelConfig& config : configs()) {
     if (config.type == models::family("mlp")) continue;
     const ModelConfig back = model_config_from_hf(hf_config_of(config), "config.json");
-    EXPECT_EQ(model_keys().write(back), model_keys().write(config)) << name_of(config.type);
+    EXPECT_EQ(model_keys().write(back), model_keys().write(config)) << config.type->name;
   }
 }
 

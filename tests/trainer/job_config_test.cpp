@@ -59,7 +59,7 @@ TEST(JobConfig, EachOwnerNamesItsOwnBadKey) {
   EXPECT_EQ(error({{"pipeline", {{"stages", 0}}}}), "pipeline.stages must be at least 1, got 0");
   EXPECT_EQ(
       error({{"model", {{"type", "rnn"}}}}),
-      R"(model.type must be "gpt", "llama", "mixtral", "qwen2", "qwen3", "mistral", "qwen3_moe", "gemma3" or "mlp", got "rnn")");
+      R"(model.type must be "gemma3", "gpt", "llama", "mistral", "mixtral", "mlp", "qwen2", "qwen3" or "qwen3_moe", got "rnn")");
   EXPECT_EQ(error({{"eval_iters", 0}}), "eval_iters must be at least 1, got 0");
   EXPECT_EQ(error({{"scheduler", {{"type", ""}}}}), "no error");  // empty: no schedule
 }

@@ -57,7 +57,8 @@ struct FamilyRow {
   // the configured one onto `decoder` (the configured one with every family switch off).
   std::function<void(const LlamaConfig& configured, LlamaConfig& decoder)> preset;
   // Keys only it reads, bound after the condition `model.type <name>` (its body's keys, the
-  // special tokens and the experts' are bound for every family with that body).
+  // special tokens and the experts' are bound for every family with that body). A program's
+  // row has them bound when it registers before the first config is read (cli::run).
   std::function<void(config::KeyTable<ModelConfig>&)> keys;
 
   // transformers' config.json: its fields read into `config` (the special tokens are read

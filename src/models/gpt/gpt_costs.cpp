@@ -8,6 +8,7 @@ std::vector<LayerCost> gpt_costs(const GptConfig& c) {
       embedding("GptEmbedding", c.vocab_size, c.context, d, s, c.tie_embeddings)};
   LayerCost block;
   block.type = "GptBlock";
+  block.block = true;
   block.parameters = 12 * d * d + 13 * d;       // see gpt_layers()
   block.split_parameters = 12 * d * d + 7 * d;  // column-parallel weights and biases
   block.largest_tensor = 4 * d * d;             // either MLP matrix

@@ -44,6 +44,7 @@ LayerCost llama_block(const LlamaConfig& c, const MoeConfig* moe) {
   const int64_t kv = hd * c.num_key_value_heads;        // key (and value) width
   LayerCost block;
   block.type = moe ? "MixtralBlock" : "LlamaBlock";
+  block.block = true;
   // Norms beyond the two every block has: q/k norms per head (Qwen3, Gemma), and Gemma's
   // norms after attention and the MLP (counted with the head norms: replicated, unsplit).
   const int64_t biases = c.qkv_bias ? q + 2 * kv : 0,
