@@ -1,8 +1,9 @@
 // A model family of your own, trained by pipetrain's own commands: register it, then hand
 // the command line to cli::run. A config names it by model.type and gives its sizes under
 // model.params; `train`, `eval`, `generate`, `logits` and `partition` then run it with the
-// trainer's data, schedules, checkpoints, resume, metrics and faults. With its layers'
-// costs registered too, `plan` plans it and the progress line gives its MFU.
+// trainer's data, schedules, checkpoints, resume, metrics and faults; `plan` plans it from its
+// layers' costs measured on the build (a row giving counted costs would also get the progress
+// line's MFU).
 //
 //   build/src/pipetrain launch -n 2 -- build/examples/registered_model
 //       train --config examples/registered_model.json
@@ -22,7 +23,6 @@
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/module/layer.h"
-#include "pipetrain/planner/layer_cost.h"
 
 namespace {
 
@@ -99,58 +99,16 @@ models::BuiltinModel shift_lm(const nlohmann::json& params, const models::ModelG
   return models::language_model(std::move(specs), groups, vocab, context);
 }
 
-// What each layer costs one sample (`context` positions), for the planner: parameters,
-// FLOPs (a multiply-add two; backward's input and weight gradients each as much as forward
-// for a linear), what forward keeps for backward and what it hands on, in elements.
-std::vector<planner::LayerCost> shift_lm_costs(const nlohmann::json& params) {
-  const auto [vocab, context, width, layers] = read_sizes(params);
-  const double s = static_cast<double>(context), w = static_cast<double>(width);
-  auto linear = [s](planner::LayerCost& layer, double in, double out) {
-    for (double* flops :
-         {&layer.forward_flops, &layer.backward_input_flops, &layer.backward_weight_flops})
-      *flops += 2 * s * in * out;
-  };
-  planner::LayerCost embed{.type = "Embed", .parameters = (vocab + context) * width};
-  embed.largest_tensor = vocab * width;
-  embed.output = s * w;
-  embed.traffic = 3 * s * w;  // the rows looked up, the positions, their sum
-  embed.width = w;
-  embed.dense_gradient = true;  // the lookup's backward scatters into a whole table
-  std::vector<planner::LayerCost> costs{embed};
-  planner::LayerCost block{.type = "ShiftBlock", .parameters = 12 * width * width + 9 * width};
-  block.largest_tensor = 8 * width * width;
-  linear(block, 2 * w, 4 * w);
-  linear(block, 4 * w, w);
-  block.saved = 12 * s * w;  // the concatenation, its norm, the up projection and its GELU
-  block.saved_fp32 = 2 * s;  // the norm's statistics
-  block.traffic = 14 * s * w;
-  block.workspace = 8 * s * w;
-  block.width = 2 * w;
-  block.output = s * w;
-  for (int64_t i = 0; i < layers; ++i) costs.push_back(block);
-  planner::LayerCost head{.type = "Head", .parameters = vocab * width + vocab + 2 * width};
-  head.largest_tensor = vocab * width;
-  linear(head, w, static_cast<double>(vocab));
-  head.saved = 2 * s * w;                             // the norm's input and output
-  head.saved_fp32 = 2 * s;                            // the norm's statistics
-  head.split_saved = s * static_cast<double>(vocab);  // the loss's log-softmax (float32)
-  head.workspace = 2 * s * static_cast<double>(vocab);
-  head.float32_loss = true;  // the split parts in float32 (the loss's)
-  head.width = w;
-  head.output = 1;
-  costs.push_back(head);
-  return costs;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  // One row: its name, its costs and its build. Without capabilities it splits over no group
-  // (no tensor, context or expert parallelism): pipe and data only.
+  // One row: its name and its build; the planner measures its layers' costs from the build
+  // (measure_costs). Without capabilities it splits over no group (no tensor, context or
+  // expert parallelism): pipe and data only.
   namespace models = pipetrain::models;
   models::register_family({
       .name = "shift_lm",
-      .costs = [](const models::ModelConfig& c) { return shift_lm_costs(c.params); },
+      .measure_costs = true,
       .build = [](const models::ModelConfig& c,
                   const models::ModelGroups& groups) { return shift_lm(c.params, groups); },
   });

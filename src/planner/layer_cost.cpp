@@ -1,6 +1,7 @@
 #include "pipetrain/planner/layer_cost.h"
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/models/measured_costs.h"
 
 namespace pipetrain::planner {
 
@@ -36,12 +37,13 @@ void add_adapters(std::vector<LayerCost>& layers, const models::ModelConfig& con
 
 std::vector<LayerCost> layer_costs(const models::ModelConfig& config) {
   if (config.type->costs) return config.type->costs(config);
+  if (config.type->measure_costs) return models::measured_costs(config);
   throw io::InputError("plan: model.type \"" + models::type_name(config) +
                        "\" cannot be costed; the planner knows " +
                        models::family_list([](const models::FamilyRow& row) {
                          return static_cast<bool>(row.costs);
                        }) +
-                       ", and a program's families that give costs");
+                       ", and a program's families that give or measure costs");
 }
 
 }  // namespace pipetrain::planner

@@ -6,6 +6,7 @@
 namespace pipetrain::trainer {
 
 double model_flops_per_sample(const models::ModelConfig& config) {
+  if (!config.type->costs) return 0;  // measured costs' FLOPs are this machine's times
   try {
     double flops = 0;
     for (const planner::LayerCost& layer : planner::layer_costs(config))

@@ -72,6 +72,10 @@ struct FamilyRow {
   // One LayerCost per layer, in the order its build makes them (no torch): what `pipetrain
   // plan` places and the progress line's MFU counts. Empty: the planner cannot cost it.
   std::function<std::vector<LayerCost>(const ModelConfig&)> costs;
+  // Without `costs`: the planner measures them from `build` on its own process
+  // (measured_costs: the real tensors' memory, this machine's times); the progress line then
+  // shows no MFU (its FLOPs would be times).
+  bool measure_costs = false;
   // This rank's model, over the groups its capabilities allow (others are refused before it
   // is called). InputError naming the key for a bad setting.
   std::function<BuiltinModel(const ModelConfig&, const ModelGroups&)> build;
