@@ -8,6 +8,7 @@
 #include "data/token_data.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/config/json_value.h"
 #include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/io/errors.h"
@@ -150,10 +151,14 @@ std::pair<double, std::vector<module::Activation>> PythonEngine::eval_batch(
 void PythonEngine::use_token_windows(const std::vector<std::string>& paths, const std::string& type,
                                      int token_bytes, int64_t vocab_size, int64_t context,
                                      double validation_fraction) {
+  // data.type's spellings; TokenWindows reads two of them.
+  const trainer::DataKind kind =
+      config::read_choice("TokenWindows: data_type", nlohmann::json(type), trainer::data_kinds(),
+                          config::Quoting::kQuoted);
   data::TokenCorpus corpus;
-  if (type == "text") {
+  if (kind == trainer::DataKind::kText) {
     corpus = data::text_corpus(paths, validation_fraction);
-  } else if (type == "tokens") {
+  } else if (kind == trainer::DataKind::kTokens) {
     corpus = data::token_files(paths, token_bytes, vocab_size, validation_fraction);
   } else {
     throw io::InputError("TokenWindows: data_type '" + type + "' is not one of text, tokens");

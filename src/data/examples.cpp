@@ -10,7 +10,6 @@
 
 #include "data/indexed_dataset.h"
 #include "io/crc32.h"
-#include "module/layer_seed.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
 
@@ -198,26 +197,12 @@ ExampleSource::ExampleSource(std::shared_ptr<const ExampleCorpus> corpus, bool v
       vocab_size_(vocab_size),
       context_(context),
       batch_(batch),
-      seed_(seed),
-      stream_(stream),
       pack_(pack),
-      position_(batch, share) {}
+      position_(batch, share),
+      order_(seed, stream, static_cast<int64_t>(rows_.size())) {}
 
 const Row& ExampleSource::row_of_sample(int64_t sample) {
-  const auto rows = static_cast<int64_t>(rows_.size());
-  const int64_t epoch = sample / rows;
-  if (epoch != epoch_) {
-    order_ = epoch_order(seed_, stream_, epoch, rows);
-    epoch_ = epoch;
-  }
-  return rows_[static_cast<std::size_t>(order_[static_cast<std::size_t>(sample % rows)])];
-}
-
-std::vector<int64_t> epoch_order(uint64_t seed, uint64_t stream, int64_t epoch, int64_t count) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(module::layer_seed(
-      module::layer_seed(seed, static_cast<int>(stream)), static_cast<int>(epoch)));
-  const at::Tensor order = at::randperm(count, generator, at::kLong);
-  return {order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + count};
+  return rows_[static_cast<std::size_t>(order_.item_of(sample))];
 }
 
 void fill_row(const TokenStream& token_stream, const TokenStream& mask_stream, const Row& row,

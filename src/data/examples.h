@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/sample_position.h"
+#include "data/shuffled_epochs.h"
 #include "data/token_data.h"
 #include "data/token_stream.h"
 
@@ -63,9 +64,6 @@ void fill_row(const TokenStream& tokens, const TokenStream& masks, const Row& ro
               int64_t vocab_size, int64_t context, int64_t* ids, int64_t* labels,
               int64_t* documents);
 
-// The order of `count` items in `epoch`, shuffled from (seed, stream, epoch) alone.
-std::vector<int64_t> epoch_order(uint64_t seed, uint64_t stream, int64_t epoch, int64_t count);
-
 // Micro-batches of `batch` rows: inputs the first `context` tokens of each row (padded with
 // 0), labels the next ones, tensor_parallel::kIgnoreIndex where the mask is 0, past an
 // example's last token and in the padding. With `pack`, inputs are {ids, documents}, each
@@ -89,12 +87,9 @@ class ExampleSource : public engine::MicroBatchSource {
   int64_t vocab_size_;
   int64_t context_;
   int64_t batch_;
-  uint64_t seed_;
-  uint64_t stream_;
   bool pack_;
   SamplePosition position_;
-  int64_t epoch_ = -1;          // of order_
-  std::vector<int64_t> order_;  // the rows of epoch_, shuffled
+  ShuffledEpochs order_;
 };
 
 }  // namespace pipetrain::data

@@ -100,9 +100,8 @@ PairSource::PairSource(std::shared_ptr<const PreferenceCorpus> corpus, bool vali
       vocab_size_(vocab_size),
       context_(context),
       batch_(batch),
-      seed_(seed),
-      stream_(stream),
-      position_(batch / 2, share) {
+      position_(batch / 2, share),
+      order_(seed, stream, static_cast<int64_t>(pairs_.size())) {
   if (batch % 2 != 0) {
     throw io::InputError("train_micro_batch_size_per_gpu " + std::to_string(batch) +
                          " is odd: DPO keeps each pair's chosen and rejected answers in one "
@@ -111,13 +110,7 @@ PairSource::PairSource(std::shared_ptr<const PreferenceCorpus> corpus, bool vali
 }
 
 int64_t PairSource::pair_of_sample(int64_t sample) {
-  const auto pairs = static_cast<int64_t>(pairs_.size());
-  const int64_t epoch = sample / pairs;
-  if (epoch != epoch_) {
-    order_ = epoch_order(seed_, stream_, epoch, pairs);
-    epoch_ = epoch;
-  }
-  return pairs_[static_cast<std::size_t>(order_[static_cast<std::size_t>(sample % pairs)])];
+  return pairs_[static_cast<std::size_t>(order_.item_of(sample))];
 }
 
 engine::MicroBatch PairSource::next() {

@@ -49,18 +49,11 @@ RolloutSource::RolloutSource(std::shared_ptr<const RolloutCorpus> corpus, bool v
       vocab_size_(vocab_size),
       context_(context),
       batch_(batch),
-      seed_(seed),
-      stream_(stream),
-      position_(batch, share) {}
+      position_(batch, share),
+      order_(seed, stream, static_cast<int64_t>(examples_.size())) {}
 
 int64_t RolloutSource::example_of_sample(int64_t sample) {
-  const auto count = static_cast<int64_t>(examples_.size());
-  const int64_t epoch = sample / count;
-  if (epoch != epoch_) {
-    order_ = epoch_order(seed_, stream_, epoch, count);
-    epoch_ = epoch;
-  }
-  return examples_[static_cast<std::size_t>(order_[static_cast<std::size_t>(sample % count)])];
+  return examples_[static_cast<std::size_t>(order_.item_of(sample))];
 }
 
 engine::MicroBatch RolloutSource::next() {

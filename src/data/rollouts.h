@@ -7,6 +7,7 @@
 
 #include "data/examples.h"
 #include "data/sample_position.h"
+#include "data/shuffled_epochs.h"
 #include "pipetrain/engine/micro_batch_source.h"
 
 namespace pipetrain::data {
@@ -50,11 +51,8 @@ class RolloutSource : public engine::MicroBatchSource {
   int64_t vocab_size_;
   int64_t context_;
   int64_t batch_;
-  uint64_t seed_;
-  uint64_t stream_;
   SamplePosition position_;
-  int64_t epoch_ = -1;
-  std::vector<int64_t> order_;
+  ShuffledEpochs order_;
 };
 
 }  // namespace pipetrain::data

@@ -2,26 +2,10 @@
 
 #include <ATen/ATen.h>
 
-#include <vector>
-
 #include "pipetrain/tensor_parallel/token_reduction.h"
 
 namespace pipetrain::trainer {
 namespace {
-
-double sum_of(const at::Tensor& t) {
-  return t.to(at::kCPU, at::kDouble).sum().item<double>();
-}
-
-// Each row's log-probability of its counted tokens, [rows]: a row at a time through the
-// model's summed loss (under tensor parallelism a collective per row, alike on every rank).
-at::Tensor row_logprobs(const module::LossFunction& token_sum, const at::Tensor& logits,
-                        const at::Tensor& labels) {
-  std::vector<at::Tensor> rows;
-  for (int64_t i = 0; i < logits.size(0); ++i)
-    rows.push_back(-token_sum({logits.slice(0, i, i + 1)}, {labels.slice(0, i, i + 1)}));
-  return at::stack(rows);
-}
 
 at::Tensor pair_loss(const ObjectiveConfig& o, const at::Tensor& chosen_ratio,
                      const at::Tensor& rejected_ratio, const at::Tensor& labels) {
@@ -47,22 +31,27 @@ at::Tensor pair_loss(const ObjectiveConfig& o, const at::Tensor& chosen_ratio,
 
 }  // namespace
 
+at::Tensor row_logprobs(const module::LossFunction& token_losses, const at::Tensor& logits,
+                        const at::Tensor& labels) {
+  return -token_losses({logits}, {labels}).sum(1);
+}
+
 void PreferenceStatistics::add(const at::Tensor& chosen_rewards, const at::Tensor& rejected_rewards,
                                const at::Tensor& chosen_logps, const at::Tensor& rejected_logps) {
-  sums_[0] += static_cast<double>(chosen_rewards.numel());
-  sums_[1] += sum_of(chosen_rewards);
-  sums_[2] += sum_of(rejected_rewards);
-  sums_[3] += sum_of(chosen_rewards.gt(rejected_rewards));
-  sums_[4] += sum_of(chosen_rewards - rejected_rewards);
-  sums_[5] += sum_of(chosen_logps);
-  sums_[6] += sum_of(rejected_logps);
+  // Summed where the numbers are (in float64), copied to the host once, at take().
+  const at::Tensor chosen = chosen_rewards.to(at::kDouble);
+  const at::Tensor rejected = rejected_rewards.to(at::kDouble);
+  const at::Tensor sums = at::stack(
+      {at::full({}, static_cast<double>(chosen.numel()), chosen.options()), chosen.sum(),
+       rejected.sum(), chosen.gt(rejected).to(at::kDouble).sum(), (chosen - rejected).sum(),
+       chosen_logps.to(at::kDouble).sum(), rejected_logps.to(at::kDouble).sum()});
+  sums_ = sums_.defined() ? sums_ + sums : sums;
 }
 
 std::map<std::string, double> PreferenceStatistics::take(comm::Communicator& ranks, bool counts) {
-  std::array<double, 7> mine{};
-  if (counts) mine = sums_;
+  at::Tensor totals =
+      counts && sums_.defined() ? sums_.to(at::kCPU).clone() : at::zeros({7}, at::kDouble);
   clear();
-  at::Tensor totals = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
   ranks.all_reduce(totals, comm::ReduceOp::kSum);
   const double pairs = std::max(totals[0].item<double>(), 1.0);
   auto mean = [&](int i) { return totals[i].item<double>() / pairs; };
@@ -71,12 +60,12 @@ std::map<std::string, double> PreferenceStatistics::take(comm::Communicator& ran
           {"logps/chosen", mean(5)},       {"logps/rejected", mean(6)}};
 }
 
-module::LossFunction dpo_loss(module::LossFunction token_sum, const ObjectiveConfig& objective,
+module::LossFunction dpo_loss(module::LossFunction token_losses, const ObjectiveConfig& objective,
                               std::shared_ptr<PreferenceStatistics> statistics) {
-  return [token_sum = std::move(token_sum), objective, statistics = std::move(statistics)](
+  return [token_losses = std::move(token_losses), objective, statistics = std::move(statistics)](
              const module::Activation& outputs, const comm::TensorList& labels) {
     const at::Tensor& tokens = labels.at(0);
-    const at::Tensor policy = row_logprobs(token_sum, outputs.at(0), tokens);
+    const at::Tensor policy = row_logprobs(token_losses, outputs.at(0), tokens);
     const at::Tensor reference = labels.at(1).to(policy.dtype());
     const int64_t rows = policy.size(0);
     const at::Tensor chosen = policy.slice(0, 0, rows, 2), rejected = policy.slice(0, 1, rows, 2);

@@ -21,18 +21,24 @@ class PreferenceStatistics : public ObjectiveStatistics {
            const at::Tensor& chosen_logps, const at::Tensor& rejected_logps);
   // The means over every pair since the last take, each pair counted once.
   std::map<std::string, double> take(comm::Communicator& ranks, bool counts) override;
-  void clear() override { sums_.fill(0); }
+  void clear() override { sums_ = at::Tensor(); }
 
  private:
-  // pairs, rewards chosen, rewards rejected, accurate, margins, logps chosen, logps rejected
-  std::array<double, 7> sums_{};
+  // pairs, rewards chosen, rewards rejected, accurate, margins, logps chosen, logps rejected,
+  // float64 where the rewards are (undefined: none since the last take)
+  at::Tensor sums_;
 };
 
+// Each row's summed log-probability of its counted tokens, [rows], from the model's per-token
+// losses (BuiltinModel::token_losses): how DPO scores the policy and, so that a reference
+// equal to it gives its numbers to the last bit, the reference.
+at::Tensor row_logprobs(const module::LossFunction& token_losses, const at::Tensor& logits,
+                        const at::Tensor& labels);
+
 // DPO's loss of a micro-batch whose rows are pairs (chosen, rejected; data::PairSource),
-// the mean over its pairs, from `token_sum` (the model's next-token loss summed over the
-// tokens that count: minus a row's log-probability) and the reference's log-probabilities
-// (labels[1]); `statistics` collects the metrics.
-module::LossFunction dpo_loss(module::LossFunction token_sum, const ObjectiveConfig& objective,
+// the mean over its pairs, from `token_losses` (the model's per-token losses: row_logprobs)
+// and the reference's log-probabilities (labels[1]); `statistics` collects the metrics.
+module::LossFunction dpo_loss(module::LossFunction token_losses, const ObjectiveConfig& objective,
                               std::shared_ptr<PreferenceStatistics> statistics);
 
 }  // namespace pipetrain::trainer

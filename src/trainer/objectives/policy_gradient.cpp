@@ -9,10 +9,6 @@
 namespace pipetrain::trainer {
 namespace {
 
-double value(const at::Tensor& t) {
-  return t.to(at::kCPU, at::kDouble).item<double>();
-}
-
 // Each counted token's loss, [rows, positions], 0 elsewhere.
 at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
                            const comm::TensorList& labels, const at::Tensor& mask,
@@ -26,8 +22,8 @@ at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
   const at::Tensor old = at::where(own, logprobs.detach(), given_old);
   const at::Tensor ratio = (logprobs - old).exp();
   const at::Tensor clipped = ratio.clamp(1 - o.epsilon, 1 + o.upper_epsilon());
-  statistics.add(value((logprobs.detach() - old).abs().masked_fill(~counted, 0).max()),
-                 value((clipped.ne(ratio.detach()) & counted).sum()), value(counted.sum()));
+  statistics.add((logprobs.detach() - old).abs().masked_fill(~counted, 0).max(),
+                 (clipped.ne(ratio.detach()) & counted).sum(), counted.sum());
   at::Tensor loss = -at::min(ratio * advantages, clipped * advantages);
   if (o.kl_beta() != 0) {
     const at::Tensor gap =
@@ -39,19 +35,23 @@ at::Tensor token_objective(const ObjectiveConfig& o, const at::Tensor& logprobs,
 
 }  // namespace
 
-void PolicyStatistics::add(double largest_gap, double clipped, double tokens) {
-  largest_gap_ = std::max(largest_gap_, largest_gap);
-  clipped_ += clipped;
-  tokens_ += tokens;
+void PolicyStatistics::add(const at::Tensor& largest_gap, const at::Tensor& clipped,
+                           const at::Tensor& tokens) {
+  // Kept where the numbers are (in float64), copied to the host once, at take().
+  const at::Tensor gap = largest_gap.to(at::kDouble).reshape({1});
+  const at::Tensor sums = at::stack({clipped.to(at::kDouble), tokens.to(at::kDouble)});
+  largest_gap_ = largest_gap_.defined() ? at::maximum(largest_gap_, gap) : gap;
+  sums_ = sums_.defined() ? sums_ + sums : sums;
 }
 
 std::map<std::string, double> PolicyStatistics::take(comm::Communicator& ranks, bool counts) {
-  at::Tensor gap = at::tensor({counts ? largest_gap_ : 0.0}, at::kDouble);
-  at::Tensor sums = at::tensor({counts ? clipped_ : 0.0, counts ? tokens_ : 0.0}, at::kDouble);
+  const bool any = counts && sums_.defined();
+  at::Tensor gap = any ? largest_gap_.to(at::kCPU).clone() : at::zeros({1}, at::kDouble);
+  at::Tensor sums = any ? sums_.to(at::kCPU).clone() : at::zeros({2}, at::kDouble);
   clear();
   ranks.all_reduce(gap, comm::ReduceOp::kMax);
   ranks.all_reduce(sums, comm::ReduceOp::kSum);
-  return {{"logprobs/largest_gap", gap.item<double>()},
+  return {{"logprobs/largest_gap", gap[0].item<double>()},
           {"clip_ratio", sums[0].item<double>() / std::max(sums[1].item<double>(), 1.0)}};
 }
 

@@ -14,12 +14,16 @@ namespace pipetrain::trainer {
 // rounding), and `clip_ratio`, the share of completion tokens whose ratio was clipped.
 class PolicyStatistics : public ObjectiveStatistics {
  public:
-  void add(double largest_gap, double clipped, double tokens);
+  // A micro-batch's largest |log p - old log p| over its counted tokens, how many of them
+  // were clipped, and how many count (scalars, where the loss computed them).
+  void add(const at::Tensor& largest_gap, const at::Tensor& clipped, const at::Tensor& tokens);
   std::map<std::string, double> take(comm::Communicator& ranks, bool counts) override;
-  void clear() override { largest_gap_ = clipped_ = tokens_ = 0; }
+  void clear() override { largest_gap_ = sums_ = at::Tensor(); }
 
  private:
-  double largest_gap_ = 0, clipped_ = 0, tokens_ = 0;
+  // float64 where the loss ran (undefined: nothing since the last take): the largest gap [1];
+  // clipped tokens and counted tokens [2].
+  at::Tensor largest_gap_, sums_;
 };
 
 // A policy-gradient step's loss on a micro-batch of rollouts (data::RolloutSource), as TRL's

@@ -13,11 +13,11 @@ namespace {
 
 void check_pairs_trainable(const Job& job) {
   const auto& data = job.config.trainer.data;
-  if (data.type != "indexed")
+  if (data.type != DataKind::kIndexed)
     throw io::InputError(
         "objective.type \"dpo\" trains on preference pairs: data.type must be "
         "\"indexed\" (prepare-data --preference), not \"" +
-        data.type + "\"");
+        config::name_of(data_kinds(), data.type) + "\"");
   if (data.pack)
     throw io::InputError("data.pack: DPO scores each answer in a row of its own; leave it off");
   if (job.config.trainer.context_parallel > 1)
@@ -28,7 +28,8 @@ void check_pairs_trainable(const Job& job) {
     throw io::InputError(
         "objective.type \"dpo\" with a mixture of experts: its reference is scored unpadded "
         "and the policy padded, which changes the experts' capacity; not yet supported");
-  if (!job.model.token_loss) throw io::InputError("objective.type \"dpo\" needs a language model");
+  if (!job.model.token_losses)
+    throw io::InputError("objective.type \"dpo\" needs a language model");
   const int64_t rows = job.config.engine.train_micro_batch_size_per_gpu;
   if (rows % 2 != 0) {
     throw io::InputError("train_micro_batch_size_per_gpu " + std::to_string(rows) +
@@ -58,7 +59,7 @@ void build_preference_data(Job& job, const models::TokenInput& tokens, int64_t r
   job.validation_data = source(true, data::kValidationStream);
   auto statistics = std::make_shared<PreferenceStatistics>();
   job.objective_statistics = statistics;
-  job.model.loss = dpo_loss(job.model.token_loss, job.config.objective, statistics);
+  job.model.loss = dpo_loss(job.model.token_losses, job.config.objective, statistics);
   // The loss is a mean over pairs, not over tokens (a fine-tune's per_token_loss would take
   // the model's token loss instead).
   job.config.engine.per_token_loss = false;

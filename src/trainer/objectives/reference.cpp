@@ -11,13 +11,15 @@
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/tensor_parallel/token_reduction.h"
 #include "trainer/job.h"
+#include "trainer/objectives/dpo.h"
 
 namespace pipetrain::trainer {
 namespace {
 
 // Each example's summed completion log-probability under `job`'s model, computed as the
 // policy's loss computes its own (dpo_loss): rows of `rows` examples padded to the context
-// (data::fill_row, as data::PairSource fills them), the model's summed token loss per row.
+// (data::fill_row, as data::PairSource fills them), row_logprobs over the model's per-token
+// losses.
 // So a reference equal to the policy (its first weights; the base under adapters whose B
 // is 0) gives the policy's numbers to the last bit. On every rank of the job.
 std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples, int64_t rows) {
@@ -46,11 +48,9 @@ std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples
     // The loss in float32, as the engine computes the policy's (its forward casts the outputs).
     const at::Tensor logits = outputs.at(0).to(job.engine->device()).to(at::kFloat);
     const at::Tensor targets = labels.to(job.engine->device());
-    for (int64_t i = 0; i < used; ++i) {
-      const at::Tensor loss =
-          job.model.token_loss({logits.slice(0, i, i + 1)}, {targets.slice(0, i, i + 1)});
-      if (keeps) sums[first + i] = -loss.item<double>();
-    }
+    const at::Tensor scores =
+        row_logprobs(job.model.token_losses, logits, targets).to(at::kCPU, at::kDouble);
+    if (keeps) sums.slice(0, first, first + used).copy_(scores.slice(0, 0, used));
   }
   grid.world_comm()->all_reduce(sums, comm::ReduceOp::kSum);  // from the ranks that kept them
   const double* values = sums.data_ptr<double>();

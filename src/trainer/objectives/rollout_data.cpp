@@ -17,11 +17,11 @@ namespace {
 
 void check_rollouts_trainable(const Job& job) {
   const auto& data = job.config.trainer.data;
-  if (!job.config.objective.rollouts.empty() && data.type != "indexed")
+  if (!job.config.objective.rollouts.empty() && data.type != DataKind::kIndexed)
     throw io::InputError(
         "objective.type \"policy_gradient\" trains on rollouts: data.type must be \"indexed\" "
         "(prepared examples whose masks mark the completions), not \"" +
-        data.type + "\"");
+        config::name_of(data_kinds(), data.type) + "\"");
   if (data.pack)
     throw io::InputError("data.pack: policy-gradient steps read one rollout per row; leave it off");
   if (job.config.trainer.context_parallel > 1)
