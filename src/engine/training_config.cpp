@@ -1,7 +1,6 @@
 #include "pipetrain/engine/training_config.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "optim/weight_decay.h"
 #include "pipetrain/config/unknown_keys.h"
@@ -10,12 +9,6 @@
 
 namespace pipetrain::engine {
 namespace {
-
-const config::Names<std::string>& scheduler_types() {
-  static const config::Names<std::string> names =
-      config::spellings({"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
-  return names;
-}
 
 // Chunks go with the schedules that run several per stage (the kinds table says how many),
 // which need a pipe to spread them over.
@@ -66,13 +59,6 @@ void check_schedule_file(const TrainingConfig& c) {
                          std::to_string(p.chunks));
   }
   schedule::plan_schedule_file(*p.file, static_cast<int>(p.max_live));  // refused if bad
-}
-
-const config::Names<optim::Precision>& precisions() {
-  static const config::Names<optim::Precision> names{{"fp32", optim::Precision::kFp32},
-                                                     {"bf16", optim::Precision::kBf16},
-                                                     {"fp16", optim::Precision::kFp16}};
-  return names;
 }
 
 const config::Names<device::DeviceKind>& devices() {
@@ -172,56 +158,21 @@ void bind_run(config::KeyTable<TrainingConfig>& t) {
 }
 
 void bind_optimizer(config::KeyTable<TrainingConfig>& t) {
-  t.custom(
-       "optimizer.type", "one of `Adam` `AdamW` `SGD`",
-       "LibTorch's optimizer; any letter case, as DeepSpeed reads it",
-       [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-         static const config::Names<std::string> names =
-             config::spellings({"Adam", "AdamW", "SGD"});
-         auto lower = [](std::string s) {
-           for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-           return s;
-         };
-         const std::string text = lower(config::read_string(key, v));
-         for (const auto& [name, value] : names) {
-           if (lower(name) == text) {
-             c.optimizer.type = value;
-             return;
-           }
-         }
-         config::read_choice(key, v, names, config::Quoting::kBare);  // throws, listing the names
-       },
-       [](const TrainingConfig& c) { return nlohmann::json(c.optimizer.type); })
-      .object("optimizer.params", PIPETRAIN_FIELD(optimizer.params),
-              "`lr` (default 0.001), `betas` [b1, b2], `eps`, `weight_decay` (AdamW default "
-              "0.01), `momentum` (SGD)")
-      .texts("weight_decay_exempt", PIPETRAIN_FIELD(weight_decay_exempt),
-             "parameters `weight_decay` leaves alone: `auto` (tensors of fewer than 2 "
-             "dimensions, i.e. biases and norms, and the embeddings, as Megatron-style recipes "
-             "configure it), or regexes searched in `TYPE.NAME` (the layer's type and the "
-             "parameter's name, e.g. `GptBlock.qkv.bias`); `[]` decays every parameter")
+  t.include(
+      optim::optimizer_keys(), [](auto& c) -> auto& { return c.optimizer; });
+  t.texts("weight_decay_exempt", PIPETRAIN_FIELD(weight_decay_exempt),
+          "parameters `weight_decay` leaves alone: `auto` (tensors of fewer than 2 "
+          "dimensions, i.e. biases and norms, and the embeddings, as Megatron-style recipes "
+          "configure it), or regexes searched in `TYPE.NAME` (the layer's type and the "
+          "parameter's name, e.g. `GptBlock.qkv.bias`); `[]` decays every parameter")
       // Checked when read, not when the engine builds the optimizer: before any work.
       .check([](const TrainingConfig& c) {
         optim::WeightDecayRule{c.weight_decay_exempt};  // throws for a pattern that is no regex
         optim::read_optimizer_settings(c.optimizer);
         optim::make_lr_schedule(c.scheduler, optim::base_learning_rate(c.optimizer));
-      })
-      .custom(
-          "scheduler.type", "one of `WarmupLR` `WarmupDecayLR` `WarmupCosineLR`",
-          "learning-rate schedule; none (or empty): constant",
-          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            const std::string text = config::read_string(key, v);
-            c.scheduler.type = text.empty() ? text
-                                            : config::read_choice(key, v, scheduler_types(),
-                                                                  config::Quoting::kBare);
-          },
-          [](const TrainingConfig& c) {
-            return c.scheduler.type.empty() ? nlohmann::json() : nlohmann::json(c.scheduler.type);
-          })
-      .object("scheduler.params", PIPETRAIN_FIELD(scheduler.params),
-              "DeepSpeed's names: `warmup_min_lr`, `warmup_max_lr`, `warmup_num_steps`, "
-              "`warmup_type` (`log`/`linear`), `total_num_steps`, `warmup_min_ratio`, "
-              "`cos_min_ratio`");
+      });
+  t.include(
+      optim::scheduler_keys(), [](auto& c) -> auto& { return c.scheduler; });
 }
 
 void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
@@ -295,90 +246,6 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
                "(docs/design/receive-ahead.md); delete the key");
 }
 
-// bf16.enabled and fp16.enabled both set the model's precision.
-void bind_precision(config::KeyTable<TrainingConfig>& t) {
-  auto enabled = [&t](const char* name, optim::Precision precision, const char* help) {
-    t.custom(
-        name, "bool", help,
-        [precision](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-          if (!config::read_bool(key, v)) return;
-          if (c.precision.dtype != optim::Precision::kFp32)
-            throw io::InputError("bf16.enabled and fp16.enabled exclude each other; enable one");
-          c.precision.dtype = precision;
-        },
-        [precision](const TrainingConfig& c) {
-          return nlohmann::json(c.precision.dtype == precision);
-        });
-  };
-  enabled("bf16.enabled", optim::Precision::kBf16, "model and transfers in bfloat16, fp32 masters");
-  enabled("fp16.enabled", optim::Precision::kFp16,
-          "model and transfers in float16, fp32 masters, loss scaling");
-  t.number("fp16.loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.loss_scale),
-           "0: dynamic; > 0: this static scale", config::at_least(0))
-      .integer("fp16.initial_scale_power",
-               PIPETRAIN_FIELD(precision.loss_scaler.initial_scale_power),
-               "dynamic scaling starts at 2^this", config::within(0, 60))
-      .integer("fp16.loss_scale_window", PIPETRAIN_FIELD(precision.loss_scaler.window),
-               "clean steps before the scale doubles", config::at_least(1))
-      .integer("fp16.hysteresis", PIPETRAIN_FIELD(precision.loss_scaler.hysteresis),
-               "overflows before the scale halves", config::at_least(1))
-      .number("fp16.min_loss_scale", PIPETRAIN_FIELD(precision.loss_scaler.min_loss_scale),
-              "the scale never falls below this", config::above(0))
-      .custom(
-          "communication_data_type", "string",
-          "data-parallel gradient reduction (all-reduce, ZeRO's reduce-scatter) in `fp32` or the "
-          "model's type",
-          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            const std::string text = config::read_string(key, v);
-            const std::string& model = config::name_of(precisions(), c.precision.dtype);
-            if (text != "fp32" && text != model) {
-              throw io::InputError("communication_data_type must be \"fp32\" or the model's \"" +
-                                   model + "\", got \"" + text + "\"");
-            }
-            c.precision.communication_dtype =
-                text == "fp32" ? optim::Precision::kFp32 : c.precision.dtype;
-          },
-          [](const TrainingConfig& c) {
-            return nlohmann::json(config::name_of(precisions(), c.precision.communication_dtype));
-          });
-}
-
-// DeepSpeed's `zero_optimization` section.
-void bind_zero(config::KeyTable<TrainingConfig>& t) {
-  t.custom(
-       "zero_optimization.stage", "int",
-       "ZeRO over the data-parallel ranks: 0 off; 1 fp32 masters and optimizer state sharded "
-       "(gradients reduce-scattered once per step, updated shards all-gathered); 2 reduces "
-       "every backward pass's gradients into fp32 shards instead, freeing them (a lower "
-       "peak); 3 also shards the parameters, each layer's gathered just before its forward "
-       "and backward",
-       [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-         const int64_t stage = config::read_integer(key, v, config::at_least(0));
-         if (stage > 3)
-           throw io::InputError(key + " must be 0, 1, 2 or 3, got " + std::to_string(stage));
-         c.zero.stage = stage;
-       },
-       [](const TrainingConfig& c) { return nlohmann::json(c.zero.stage); })
-      .integer(
-          "zero_optimization.reduce_bucket_size", PIPETRAIN_FIELD(zero.reduce_bucket_size),
-          "elements per ZeRO gradient bucket, each reduce-scattered on its own (stage 1; 2 and 3 "
-          "reduce one bucket per layer after every backward pass)",
-          config::at_least(1))
-      .integer("zero_optimization.allgather_bucket_size",
-               PIPETRAIN_FIELD(zero.allgather_bucket_size),
-               "elements per all-gather of updated ZeRO shards (stages 1, 2)", config::at_least(1))
-      .integer("zero_optimization.prefetch", PIPETRAIN_FIELD(zero.prefetch),
-               "stage 3: layers whose parameters are gathered ahead of the one computing "
-               "(FSDP's forward and backward prefetch)",
-               config::at_least(0))
-      .flag("zero_optimization.reshard_after_forward", PIPETRAIN_FIELD(zero.reshard_after_forward),
-            "stage 3: free a layer's gathered parameters after its forward and gather them "
-            "again for backward (least memory); false keeps them for the whole step")
-      .accepted("zero_optimization.overlap_comm", "bool",
-                "DeepSpeed's; accepted and ignored: `overlap_grad_reduce` says whether buckets, "
-                "ZeRO 1's reduce-scatters too, start during the last backward passes");
-}
-
 }  // namespace
 
 const config::Names<schedule::Kind>& pipeline_schedules() {
@@ -399,8 +266,10 @@ const config::KeyTable<TrainingConfig>& training_keys() {
     bind_run(t);
     bind_optimizer(t);
     bind_pipeline(t);
-    bind_precision(t);
-    bind_zero(t);
+    t.include(
+        optim::precision_keys(), [](auto& c) -> auto& { return c.precision; });
+    t.include(
+        data_parallel::zero_keys(), [](auto& c) -> auto& { return c.zero; });
     return t;
   }();
   return table;

@@ -159,7 +159,7 @@ void build_feature_data(Job& job, const models::FeatureInput& features, int64_t 
 data::DocumentSplit packed_documents(const Job& job, const models::TokenInput& tokens) {
   const auto& data = job.config.trainer.data;
   if (!data.pack) return {};
-  if (data.type == "indexed" && data.document_end < 0) return {.by_index = true};
+  if (data.type == DataKind::kIndexed && data.document_end < 0) return {.by_index = true};
   const int64_t end = data.document_end >= 0 ? data.document_end : job.config.model.eos_token_id;
   if (end < 0) {
     throw io::InputError(
@@ -220,16 +220,16 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
   const auto& data = job.config.trainer.data;
   if (job.config.objective.preference()) return build_preference_data(job, tokens, replica);
   if (job.config.objective.policy_gradient()) return build_rollout_data(job, tokens, replica);
-  if (data.type == "indexed" && data::has_loss_masks(data.paths))
+  if (data.type == DataKind::kIndexed && data::has_loss_masks(data.paths))
     return build_example_data(job, tokens, replica);
   const data::DocumentSplit documents = packed_documents(job, tokens);
   data::TokenCorpus corpus;
-  if (data.type == "text") {
+  if (data.type == DataKind::kText) {
     if (tokens.vocab_size < kByteVocabulary)
       throw io::InputError("model.vocab_size " + std::to_string(tokens.vocab_size) +
                            " is below 256, the byte vocabulary of text data");
     corpus = data::text_corpus(data.paths, data.validation_fraction);
-  } else if (data.type == "indexed") {
+  } else if (data.type == DataKind::kIndexed) {
     corpus = data::indexed_corpus(data.paths, tokens.vocab_size, data.validation_fraction,
                                   /*record_documents=*/documents.by_index);
   } else {
@@ -247,12 +247,12 @@ void build_token_data(Job& job, const models::TokenInput& tokens, int64_t replic
 }
 
 void build_data(Job& job) {
-  const std::string& type = job.config.trainer.data.type;
+  const DataKind type = job.config.trainer.data.type;
   const int64_t replica = job.grid->data_parallel_id();
-  const bool synthetic = type == "synthetic";
+  const bool synthetic = type == DataKind::kSynthetic;
   if (synthetic != (job.model.features() != nullptr)) {
-    throw io::InputError("data.type \"" + type + "\" feeds model.type " +
-                         models::builtin_types_reading(!synthetic));
+    throw io::InputError("data.type \"" + config::name_of(data_kinds(), type) +
+                         "\" feeds model.type " + models::builtin_types_reading(!synthetic));
   }
   if (synthetic && job.config.trainer.data.pack)
     throw io::InputError("data.pack packs documents of tokens: synthetic data has none");
@@ -438,8 +438,9 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
   check_lora_alpha(config, client_state["config"], load);
   // The model's tokenizer comes with it, for token data, unless the file names one.
   const nlohmann::json::json_pointer data_type("/data/type");
-  const bool token_data = config.contains(data_type) && config[data_type].is_string() &&
-                          config[data_type].get<std::string>() != "text";
+  const bool token_data = config.contains(data_type) &&
+                          config::read_choice("data.type", config[data_type], data_kinds(),
+                                              config::Quoting::kQuoted) != DataKind::kText;
   const std::string tokenizer = tokenizer_of(client_state["config"], load);
   if (token_data && !tokenizer.empty() &&
       !config.contains(nlohmann::json::json_pointer("/sample/tokenizer")))

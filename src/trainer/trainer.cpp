@@ -354,7 +354,7 @@ std::unique_ptr<data::Tokenizer> sample_tokenizer(const Job& job) {
   const TrainerConfig& t = job.config.trainer;
   const auto* tokens = job.model.tokens();
   if (!tokens || t.sample.tokens <= 0) return nullptr;
-  if (t.data.type != "text" && t.sample.tokenizer.empty()) return nullptr;
+  if (t.data.type != DataKind::kText && t.sample.tokenizer.empty()) return nullptr;
   return data::make_tokenizer(t.sample.tokenizer, tokens->vocab_size);
 }
 

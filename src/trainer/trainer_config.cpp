@@ -15,6 +15,14 @@ const config::Names<int>& stop_signals() {
 
 }  // namespace
 
+const config::Names<DataKind>& data_kinds() {
+  static const config::Names<DataKind> names{{"text", DataKind::kText},
+                                             {"tokens", DataKind::kTokens},
+                                             {"indexed", DataKind::kIndexed},
+                                             {"synthetic", DataKind::kSynthetic}};
+  return names;
+}
+
 const config::KeyTable<TrainerConfig>& trainer_keys() {
   static const config::KeyTable<TrainerConfig> table = [] {
     config::KeyTable<TrainerConfig> t;
@@ -69,8 +77,7 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
                 "with `save`: this signal (as a scheduler sends before preempting a job, e.g. "
                 "SLURM's `--signal=USR1@120`) finishes the step, saves a checkpoint and ends "
                 "the job with exit status 75; `none`: it stops the job at once")
-        .choice("data.type", PIPETRAIN_FIELD(data.type),
-                config::spellings({"text", "tokens", "indexed", "synthetic"}),
+        .choice("data.type", PIPETRAIN_FIELD(data.type), data_kinds(),
                 "bytes of text files, token files, Megatron's indexed datasets (`paths`: "
                 "prefixes of `.bin`/`.idx` pairs, mapped; windows cross document boundaries as "
                 "in Megatron's GPT dataset), or synthetic regression data (MLP)")
@@ -134,7 +141,7 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
             throw io::InputError(
                 "sample.prompt is empty: sampling needs at least one byte to start");
-          if (!c.sample.tokenizer.empty() && c.data.type == "text")
+          if (!c.sample.tokenizer.empty() && c.data.type == DataKind::kText)
             throw io::InputError(
                 "sample.tokenizer goes with token data (data.type tokens or indexed); text data "
                 "is bytes");

@@ -12,6 +12,11 @@
 namespace pipetrain::trainer {
 
 // Keys of `pipetrain train` beside DeepSpeed's (docs/user/config.md).
+// data.type: bytes of text files, token files, Megatron's indexed datasets, or synthetic
+// features (the MLP). Spelled in data_kinds() and nowhere else.
+enum class DataKind { kText, kTokens, kIndexed, kSynthetic };
+const config::Names<DataKind>& data_kinds();
+
 struct TrainerConfig {
   int64_t data_parallel = 0;       // 0: ranks / (stages x context x model); else it must match
   int64_t model_parallel = 1;      // tensor-parallel group size (Megatron's layers)
@@ -28,7 +33,7 @@ struct TrainerConfig {
   int save_on_signal = SIGTERM;  // saves a checkpoint and stops the job; 0: none
   bool async_save = false;       // checkpoint.async: written while training goes on
   struct Data {
-    std::string type = "text";  // text, tokens or synthetic
+    DataKind type = DataKind::kText;
     std::vector<std::string> paths{"/usr/share/common-licenses"};
     int64_t token_bytes = 2;
     double validation_fraction = 0.1;

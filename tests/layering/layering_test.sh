@@ -54,4 +54,9 @@ echo 'inline bool planted_block(const std::string& t) { return t == "LlamaBlock"
 output=$("$names" "$planted" 2>&1) || true
 grep -q "src/planner/planner.cpp:[0-9]*: compares a layer type name" <<<"$output" ||
   { echo "FAIL: the name check did not name a layer type compared in the planner: $output" >&2; exit 1; }
+echo 'inline bool planted_data(const std::string& t) { return t == "indexed"; }' \
+  >>"$planted/src/trainer/job.cpp"
+output=$("$names" "$planted" 2>&1) || true
+grep -q "src/trainer/job.cpp:[0-9]*: compares a data type name" <<<"$output" ||
+  { echo "FAIL: the name check did not name a data type compared in the job: $output" >&2; exit 1; }
 echo "names: the check passes on the tree and fails on a planted comparison"

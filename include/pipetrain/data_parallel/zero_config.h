@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "pipetrain/config/key_table.h"
+
 namespace pipetrain::data_parallel {
 
 // DeepSpeed's ZeRO: the optimizer's state split over the data-parallel ranks.
@@ -18,6 +20,10 @@ struct ZeroConfig {
   // false: kept from their first gather to the end of the step.
   bool reshard_after_forward = true;
 };
+
+// DeepSpeed's `zero_optimization` keys, which the engine's table takes in
+// (engine::training_keys).
+const config::KeyTable<ZeroConfig>& zero_keys();
 
 // Whether ZeRO shards the optimizer (stages 1 to 3), which then reduces the gradients.
 inline bool shards_optimizer(const ZeroConfig& zero) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/config/key_table.h"
 #include "pipetrain/data_parallel/zero_config.h"
 #include "pipetrain/optim/precision.h"
 
@@ -22,6 +23,11 @@ struct SchedulerConfig {
   std::string type;  // empty (constant), WarmupLR, WarmupDecayLR or WarmupCosineLR
   nlohmann::json params = nlohmann::json::object();
 };
+
+// The `optimizer` and `scheduler` sections' keys, which the engine's table takes in
+// (engine::training_keys).
+const config::KeyTable<OptimizerConfig>& optimizer_keys();
+const config::KeyTable<SchedulerConfig>& scheduler_keys();
 
 // What the optimizer step reads of a job's config (engine::TrainingConfig::step()).
 struct StepConfig {

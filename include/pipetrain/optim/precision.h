@@ -1,5 +1,6 @@
 #pragma once
 
+#include "pipetrain/config/key_table.h"
 #include "pipetrain/optim/loss_scaler.h"
 
 namespace pipetrain::optim {
@@ -15,5 +16,10 @@ struct PrecisionConfig {
   Precision communication_dtype = Precision::kFp32;
   LossScalerConfig loss_scaler;  // fp16 only
 };
+
+// The types' spellings (fp32, bf16, fp16) and the precision's keys (`bf16`, `fp16`,
+// `communication_data_type`), which the engine's table takes in (engine::training_keys).
+const config::Names<Precision>& precisions();
+const config::KeyTable<PrecisionConfig>& precision_keys();
 
 }  // namespace pipetrain::optim

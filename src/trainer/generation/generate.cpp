@@ -11,6 +11,7 @@
 #include "io/read_file.h"
 #include "pipetrain/checkpoint/checkpoint.h"
 #include "pipetrain/comm/mpi_communicator.h"
+#include "pipetrain/config/json_value.h"
 #include "pipetrain/io/errors.h"
 #include "trainer/generation/sampling.h"
 #include "trainer/job.h"
@@ -19,6 +20,17 @@
 namespace pipetrain::trainer {
 namespace fs = std::filesystem;
 namespace {
+
+// --format: each prompt's text, or one JSON object per prompt.
+enum class OutputFormat { kText, kJsonl };
+OutputFormat output_format(const std::string& text) {
+  static const config::Names<OutputFormat> names{{"text", OutputFormat::kText},
+                                                 {"jsonl", OutputFormat::kJsonl}};
+  for (const auto& [name, format] : names) {
+    if (name == text) return format;
+  }
+  throw io::InputError("--format must be text or jsonl, got '" + text + "'");
+}
 
 // Samples per micro-batch when generating from a checkpoint.
 constexpr int64_t kGenerateMicroBatch = 1;
@@ -100,8 +112,7 @@ std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
     value << options.top_p;
     throw io::InputError("--top-p must be in (0, 1], got " + value.str());
   }
-  if (options.format != "text" && options.format != "jsonl")
-    throw io::InputError("--format must be text or jsonl, got '" + options.format + "'");
+  output_format(options.format);  // refused before any work
   if (options.max_in_flight < 1 || options.max_in_flight > kMaxInFlight) {
     throw io::InputError("--max-in-flight must be in 1.." + std::to_string(kMaxInFlight) +
                          ", got " + std::to_string(options.max_in_flight));
@@ -214,7 +225,7 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   }
   for (std::size_t p = 0; p < prompts.size() && job.grid->global_rank() == 0; ++p) {
     const auto& text = texts[p];
-    if (options.format == "text") {
+    if (output_format(options.format) == OutputFormat::kText) {
       std::printf("%s\n", tokenizer->decode(text).c_str());
       continue;
     }
