@@ -97,36 +97,43 @@ void run_forward(const BuiltinModel& model, const std::vector<module::Layer>& la
   runs.back().loss_kept = held_now() - before;
 }
 
-// Each layer's forward and backward on its own (its input as a stage receives it): its
-// times and the most its backward holds beyond what it starts with.
+// Each layer's forward and backward on its own (its input as a stage receives it), three
+// times with its gradients accumulating as over a step's micro-batches: the fastest times,
+// and the most the last backward holds beyond what it starts with (gradients of the layer's
+// parameters made beside the accumulated ones among it).
 void run_each(const BuiltinModel& model, const std::vector<module::Layer>& layers, int64_t batch,
               std::vector<LayerRun>& runs) {
+  constexpr int kRepeats = 3;
   at::manual_seed(0);
   module::Activation x = model.sample_input(batch);
   const comm::TensorList labels = labels_for(model, batch);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const module::Activation input = received(x);
-    Clock::time_point start = Clock::now();
-    module::Activation output = layers[i].forward(input);
-    runs[i].forward_seconds = seconds_since(start);
     const bool last = i + 1 == layers.size();
-    const at::Tensor loss = last ? model.loss(output, labels) : at::Tensor();
-    device::reset_cpu_peak();
-    const int64_t start_held = held_now();
-    start = Clock::now();
-    if (last) {
-      loss.backward();
-    } else {
-      std::vector<at::Tensor> outputs, gradients;
-      for (const at::Tensor& t : output) {
-        if (!t.requires_grad()) continue;
-        outputs.push_back(t);
-        gradients.push_back(at::ones_like(t));
+    module::Activation output;
+    runs[i].forward_seconds = runs[i].backward_seconds = 1e30;
+    for (int repeat = 0; repeat < kRepeats; ++repeat) {
+      Clock::time_point start = Clock::now();
+      output = layers[i].forward(input);
+      runs[i].forward_seconds = std::min(runs[i].forward_seconds, seconds_since(start));
+      const at::Tensor loss = last ? model.loss(output, labels) : at::Tensor();
+      device::reset_cpu_peak();
+      const int64_t start_held = held_now();
+      start = Clock::now();
+      if (last) {
+        loss.backward();
+      } else {
+        std::vector<at::Tensor> outputs, gradients;
+        for (const at::Tensor& t : output) {
+          if (!t.requires_grad()) continue;
+          outputs.push_back(t);
+          gradients.push_back(at::ones_like(t));
+        }
+        if (!outputs.empty()) torch::autograd::backward(outputs, gradients);
       }
-      if (!outputs.empty()) torch::autograd::backward(outputs, gradients);
+      runs[i].backward_seconds = std::min(runs[i].backward_seconds, seconds_since(start));
+      runs[i].in_flight = device::cpu_memory()->peak_allocated - start_held;
     }
-    runs[i].backward_seconds = seconds_since(start);
-    runs[i].in_flight = device::cpu_memory()->peak_allocated - start_held;
     if (layers[i].module) layers[i].module->zero_grad();
     x = output;
   }
@@ -150,7 +157,7 @@ std::vector<LayerRun> run_layers(const BuiltinModel& model,
 
 // This machine's float32 matrix products at width `width`, in FLOP/s.
 double matmul_rate(int64_t width) {
-  const int64_t n = std::clamp<int64_t>(width, 16, 1024);
+  const int64_t n = width;
   const at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
   at::mm(a, b);  // warm
   const int repeats = static_cast<int>(std::max<int64_t>(1, (1 << 27) / (n * n * n)));
@@ -195,12 +202,22 @@ std::vector<LayerCost> measured_costs(const ModelConfig& config) {
       cost.float32_loss = true;
       cost.output = 1;
     }
-    cost.width = std::max(1.0, std::sqrt(static_cast<double>(cost.largest_tensor)));
-    const auto width = static_cast<int64_t>(cost.width);
+    // A gradient built whole beside the one it is added to (an embedding's table): what a
+    // backward holds whatever the batch, as large as the layer's parameters.
+    const double fixed = static_cast<double>(2 * a.in_flight - b.in_flight);
+    cost.dense_gradient =
+        cost.parameters > 0 && fixed >= 0.9 * 4.0 * static_cast<double>(cost.parameters);
+    // Times per sample (what does not grow with the batch, a call's own cost, drops out: the
+    // planner adds its layer overhead), as FLOPs of this machine's matrix products at the
+    // layer's width, the width the planner's speed model then reads.
+    const int64_t width = std::clamp<int64_t>(
+        std::llround(std::sqrt(static_cast<double>(cost.largest_tensor))), 16, 1024);
+    cost.width = static_cast<double>(width);
     if (!rates.contains(width)) rates[width] = matmul_rate(width);
     const double rate = rates[width];
-    cost.forward_flops = b.forward_seconds / 2 * rate;
-    cost.backward_input_flops = cost.backward_weight_flops = b.backward_seconds / 4 * rate;
+    cost.forward_flops = std::max(0.0, b.forward_seconds - a.forward_seconds) * rate;
+    cost.backward_input_flops = cost.backward_weight_flops =
+        std::max(0.0, b.backward_seconds - a.backward_seconds) / 2 * rate;
     costs.push_back(cost);
   }
   return costs;

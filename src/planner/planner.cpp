@@ -29,7 +29,9 @@ bool allowed(const std::optional<T>& fixed, T value) {
 // ... as its row says). A family without `divides` is planned without tensor parallelism.
 bool splits(const models::ModelConfig& m, int t) {
   if (t == 1) return true;
-  return models::capabilities(m).tensor_parallel && m.type->divides && m.type->divides(m, t);
+  // Measured costs are of whole layers: they do not split.
+  return models::capabilities(m).tensor_parallel && m.type->divides && m.type->costs &&
+         m.type->divides(m, t);
 }
 
 // Whether the model's sequence cuts into 2c equal chunks over c context-parallel ranks, each
