@@ -555,8 +555,7 @@ PendingLoad prepare_load(engine::PipelineEngine& engine, const fs::path& folder,
       }
     }
   }
-  if (data_parallel::shards_optimizer(engine.config().zero))
-    check_one_step_count(pending.masters, folder);
+  if (engine.shards_optimizer()) check_one_step_count(pending.masters, folder);
   if (manifest.at("topology") == topology_of(engine.grid())) {
     const comm::NamedTensors rng =
         read_verified(folder, manifest, numbered("rng_rank", engine.grid().global_rank(), 4));
@@ -705,8 +704,7 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
   // layer's files before the next is joined. Under ZeRO every replica first sends that
   // replica its parts of each tensor's optimizer shards. Every rank writes its RNG.
   const bool writes = grid.replica_id() == 0;
-  if (writes || (data_parallel::shards_optimizer(engine.config().zero) && !weights) ||
-      grid.expert_parallel_size() > 1) {
+  if (writes || (engine.shards_optimizer() && !weights) || grid.expert_parallel_size() > 1) {
     const ShardedState sharded(engine);
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner

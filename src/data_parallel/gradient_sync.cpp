@@ -52,7 +52,10 @@ GradientSync::GradientSync(const module::PipelineModule& module, const groups::C
     part.late.push_back(late_[i]);
     part.layers.push_back(std::stoi(named[i].first.substr(0, named[i].first.find('.'))));
   }
-  if (shards_optimizer(data_parallel.zero)) {
+  // ZeRO (stages 1 to 3) shards the optimizer: the gradients are reduce-scattered onto the
+  // pieces its masters own, and the parameters' storage is laid out with them. The
+  // optimizer learns of it from sharded().
+  if (data_parallel.zero.stage > 0) {
     shard(data_parallel);
   } else if (grid_->replica_count() > 1) {
     reduce_with(std::make_shared<AveragedBuckets>(

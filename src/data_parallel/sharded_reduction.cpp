@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "data_parallel/flat_parameters.h"
+
 namespace pipetrain::data_parallel {
 namespace {
 
@@ -41,8 +43,13 @@ ShardedReduction::ShardedReduction(std::vector<at::Tensor> parameters,
       accumulated_(buckets_.size()) {
   for (const auto& bucket : buckets_)
     late_bucket_.push_back(!bucket.empty() && late[bucket.front()]);
-  if (zero_.stage >= 3)
+  if (zero_.stage >= 3) {
     sharded_ = std::make_shared<ShardedParameters>(parameters_, layers, layout_, group_);
+    storage_ = sharded_;
+  } else {
+    storage_ =
+        std::make_shared<FlatParameters>(parameters_, layout_, group_, zero_.allgather_bucket_size);
+  }
 }
 
 comm::WorkPtr ShardedReduction::start(int k) {

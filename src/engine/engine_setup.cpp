@@ -59,8 +59,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                                  plan_of(schedule::Kind::kInference, shape_.micro_batches),
                                  plan_of(schedule::Kind::kInference, 1)});
   comms_->connect_pipe(lanes_ ? std::optional(pipe_lanes(*lanes_)) : std::nullopt);
-  // The model in its precision's dtype before data parallelism lays out ZeRO's shards
-  // (stage 3's pieces hold the parameters' values from then on).
+  // The model in its precision's dtype, once, before data parallelism lays out ZeRO's
+  // storage (which holds the parameters from then on) and the optimizer keeps its masters.
   if (const auto dtype = optim::to_scalar_type(config_.precision.dtype); dtype != at::kFloat)
     module_->to(dtype);
   gradients_ = std::make_unique<data_parallel::GradientSync>(

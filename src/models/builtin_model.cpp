@@ -12,8 +12,7 @@ std::string families_that(const std::function<bool(const Capabilities&)>& can) {
   return family_list([&](const FamilyRow& row) {
     if (!row.capabilities) return false;
     ModelConfig config;
-    config.type = &row;
-    config.moe.experts = 2;  // a mixture's capabilities as any mixture has them
+    config.type = &row;  // a mixture's defaults route to experts
     return can(row.capabilities(config));
   });
 }

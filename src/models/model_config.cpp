@@ -1,8 +1,7 @@
 #include "pipetrain/models/model_config.h"
 
-#include <map>
-#include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "pipetrain/config/json_value.h"
 #include "pipetrain/io/errors.h"

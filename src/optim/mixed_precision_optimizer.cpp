@@ -70,13 +70,15 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
     : grid_(std::move(grid)),
       dtype_(to_scalar_type(config.precision.dtype)),
       clipping_(config.gradient_clipping),
-      sharded_(data_parallel::shards_optimizer(config.zero)),
       weight_decay_(optim::weight_decay_of(config.optimizer)),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
-  if (dtype_ != at::kFloat) module.to(dtype_);
+  for (const auto& parameter : module.parameters()) {
+    if (parameter.scalar_type() != dtype_)
+      throw std::logic_error("the optimizer's model is not in its precision's dtype");
+  }
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
-  if (!sharded_) {
+  if (!sharded.dense) {  // ZeRO shards the masters where data parallelism laid out pieces
     masters_ = std::make_shared<ReplicatedMasters>(module.parameters(), norm_parameters, decayed_,
                                                    grid_, expert_parameters);
   } else {
@@ -93,8 +95,6 @@ std::shared_ptr<MasterWeights> MixedPrecisionOptimizer::sharded_masters(
     module::PipelineModule& module, const std::vector<at::Tensor>& norm_parameters,
     const data_parallel::ShardedReductions& sharded,
     const std::vector<at::Tensor>& expert_parameters) {
-  if (!sharded.dense)
-    throw std::logic_error("ZeRO: the masters need data parallelism's sharded reduction");
   // Experts split over ranks apart from the rest (ExpertSplitMasters), see the header.
   const std::vector<at::Tensor> parameters = module.parameters();
   Partition dense, experts;

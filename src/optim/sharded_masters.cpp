@@ -17,51 +17,22 @@ ShardedMasters::ShardedMasters(std::shared_ptr<data_parallel::ShardedReduction> 
     : reduction_(std::move(reduction)),
       grid_(std::move(grid)),
       data_(reduction_->group()),
-      zero_(reduction_->zero()),
+      storage_(reduction_->storage()),
       parameters_(reduction_->parameters()),
-      layout_(reduction_->layout()) {
-  const at::TensorOptions options =
-      parameters_.empty() ? at::TensorOptions(at::kFloat) : parameters_.front().options();
-  if (zero_.stage >= 3) {
-    flat_ = at::zeros({0}, options.requires_grad(false));
-    sharded_ = reduction_->sharded_parameters();
-  } else {
-    flat_ = at::zeros({layout_.padded_size()}, options.requires_grad(false));
-    seat_parameters();
-  }
-  aliased_ = fp32_model();
+      layout_(reduction_->layout()),
+      aliased_(parameters_.empty() || parameters_.front().scalar_type() == at::kFloat) {
   for (int k = 0; k < layout_.buckets(); ++k) {
-    const at::Tensor own = own_piece(k);
+    const at::Tensor own = storage_->piece(k);
     master_.push_back((aliased_ ? own.detach() : own.to(at::kFloat)).requires_grad_(true));
   }
   if (master_.empty())  // no parameters: one empty master, as the optimizer needs one
-    master_.push_back(at::zeros({0}, flat_.options().dtype(at::kFloat)).requires_grad_(true));
+    master_.push_back(at::zeros({0}, at::kFloat).requires_grad_(true));
   build_norm_mask(norm_parameters);
   if (decayed.size() != parameters_.size())
     throw std::invalid_argument("one weight-decay flag per parameter");
   any_decayed_ = std::find(decayed.begin(), decayed.end(), true) != decayed.end();
   decay_mask_ = shard_mask(decayed);
   if (decay_mask_.defined()) decay_mask_ = decay_mask_.to(at::kBool);  // not converted per step
-}
-
-at::Tensor ShardedMasters::own_piece(int k) const {
-  if (sharded_) return sharded_->piece(k);
-  const data_parallel::FlatShards::Piece piece = layout_.piece(data_->rank(), k);
-  return flat_.narrow(0, piece.flat_begin, piece.size);
-}
-
-void ShardedMasters::seat_parameters() {
-  at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor& p = parameters_[i];
-    if (p.options().dtype() != flat_.options().dtype() || p.device() != flat_.device())
-      throw std::invalid_argument("ZeRO needs every parameter of a stage in one dtype and device");
-    for (std::size_t j = 0; j < i; ++j) {
-      if (parameters_[j].is_same(p)) throw std::invalid_argument("a parameter listed twice");
-    }
-    flat_.narrow(0, layout_.offset(i), p.numel()).copy_(p.reshape({-1}));
-    p.set_(flat_.storage(), layout_.offset(i), p.sizes(), data_parallel::packed_strides(p.sizes()));
-  }
 }
 
 void ShardedMasters::build_norm_mask(const std::vector<at::Tensor>& norm_parameters) {
@@ -75,7 +46,7 @@ void ShardedMasters::build_norm_mask(const std::vector<at::Tensor>& norm_paramet
 
 at::Tensor ShardedMasters::shard_mask(const std::vector<bool>& chosen) const {
   if (std::find(chosen.begin(), chosen.end(), false) == chosen.end()) return {};
-  at::Tensor whole = at::zeros({layout_.padded_size()}, flat_.options().dtype(at::kFloat));
+  at::Tensor whole = at::zeros({layout_.padded_size()}, master_.front().options());
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (chosen[i]) whole.narrow(0, layout_.offset(i), parameters_[i].numel()).fill_(1);
   }
@@ -88,10 +59,6 @@ void ShardedMasters::apply_weight_decay(const optim::WeightDecay& decay, double 
     const at::Tensor mask = decay_mask_.defined() ? piece_of(decay_mask_, k) : at::Tensor();
     optim::apply_weight_decay(decay, master_[k], lr, mask);
   }
-}
-
-int64_t ShardedMasters::per_rank(int64_t bucket, int64_t piece) const {
-  return std::clamp<int64_t>(bucket / layout_.shards(), 1, std::max<int64_t>(piece, 1));
 }
 
 at::Tensor ShardedMasters::piece_of(const at::Tensor& shard, int k) const {
@@ -107,7 +74,7 @@ void ShardedMasters::take_gradients(double unscale) {
     master_[k].mutable_grad() = grad;
   }
   if (layout_.buckets() == 0) master_.front().mutable_grad() = at::zeros_like(master_.front());
-  if (zero_.stage >= 2) clear_model_gradients();
+  if (reduction_->zero().stage >= 2) clear_model_gradients();
 }
 
 at::Tensor ShardedMasters::squared_grad_norm() const {
@@ -128,30 +95,8 @@ at::Tensor ShardedMasters::squared_grad_norm() const {
 
 void ShardedMasters::copy_to_model() {
   at::NoGradGuard no_grad;
-  if (sharded_) {  // gathered when a layer next runs
-    sharded_->release_all();
-    for (int k = 0; k < layout_.buckets() && !aliased_; ++k) sharded_->piece(k).copy_(master_[k]);
-    return;
-  }
-  const int rank = data_->rank();
-  for (int k = 0; k < layout_.buckets(); ++k) {
-    const data_parallel::FlatShards::Piece own = layout_.piece(rank, k);
-    if (!aliased_) flat_.narrow(0, own.flat_begin, own.size).copy_(master_[k]);
-    const int64_t step = per_rank(zero_.allgather_bucket_size, own.size);
-    if (step >= own.size) {  // the bucket's pieces lie in rank order: gathered in place
-      at::Tensor bucket = flat_.narrow(0, layout_.bucket_begin(k), layout_.bucket_size(k));
-      data_->all_gather_in_place(bucket);
-      continue;
-    }
-    for (int64_t begin = 0; begin < own.size; begin += step) {  // in rounds
-      const int64_t n = std::min(step, own.size - begin);
-      const at::Tensor gathered = data_->all_gather(flat_.narrow(0, own.flat_begin + begin, n));
-      for (int r = 0; r < layout_.shards(); ++r) {
-        if (r != rank)
-          flat_.narrow(0, layout_.piece(r, k).flat_begin + begin, n).copy_(gathered[r]);
-      }
-    }
-  }
+  for (int k = 0; k < layout_.buckets() && !aliased_; ++k) storage_->piece(k).copy_(master_[k]);
+  storage_->gather_parameters();
 }
 
 void ShardedMasters::clear_model_gradients() {
@@ -177,10 +122,14 @@ std::vector<ParameterState> ShardedMasters::whole_state(torch::optim::Optimizer&
   auto joined = [&](const std::vector<at::Tensor>& pieces) {
     return layout_.join(data_->all_gather(at::cat(pieces)));
   };
-  // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
-  const at::Tensor masters = fp32_model() && whole_flat() ? flat_ : joined(master_);
+  // Between steps every replica holds every parameter whole below stage 3; in fp32 they are
+  // the masters.
   std::vector<ParameterState> whole;
-  for (const auto& master : per_parameter(masters)) whole.push_back({master, {}});
+  if (parameters_are_masters()) {
+    for (const auto& parameter : parameters_) whole.push_back({parameter.detach(), {}});
+  } else {
+    for (const auto& master : per_parameter(joined(master_))) whole.push_back({master, {}});
+  }
   // Per-element state (moments, momentum) is joined like the masters; scalars (Adam's
   // step count) are the same on every rank and copied to each parameter.
   for (const auto& [key, pieces] : piece_state(optimizer)) {
@@ -216,12 +165,7 @@ ParameterState ShardedMasters::gathered_state(torch::optim::Optimizer& optimizer
     const at::Tensor joined = gathered(pieces, position);
     return joined.defined() ? joined.view(parameter.sizes()) : joined;
   };
-  // Between steps every replica's flat buffer is whole; an fp32 one is the masters.
-  ParameterState state{
-      fp32_model() && whole_flat()
-          ? flat_.narrow(0, layout_.offset(position), parameter.numel()).view(parameter.sizes())
-          : whole(master_),
-      {}};
+  ParameterState state{parameters_are_masters() ? parameter.detach() : whole(master_), {}};
   for (const auto& [key, pieces] : piece_state(optimizer)) {
     if (!optim::is_per_element(key)) {  // a scalar such as Adam's step count, alike everywhere
       state.optimizer_state.emplace_back(key, pieces.front());
@@ -277,19 +221,15 @@ void ShardedMasters::restore(const std::vector<ParameterState>& whole,
                              torch::optim::Optimizer& optimizer) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> masters;
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    masters.push_back(whole.at(i).master);
-    if (!sharded_) parameters_[i].copy_(masters.back());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) masters.push_back(whole.at(i).master);
+  // This rank's pieces into the masters and the storage, which every replica then gathers.
+  at::Tensor shard = at::empty({layout_.shard_size()}, master_.front().options());
+  layout_.read_shard(masters, data_->rank(), shard);
+  for (int k = 0; k < layout_.buckets(); ++k) {
+    master_[k].detach().copy_(piece_of(shard, k));
+    if (!aliased_) storage_->piece(k).copy_(piece_of(shard, k));
   }
-  if (!aliased_ || sharded_) {
-    at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
-    layout_.read_shard(masters, data_->rank(), shard);
-    if (sharded_) sharded_->release_all();
-    for (int k = 0; k < layout_.buckets(); ++k) {
-      master_[k].detach().copy_(piece_of(shard, k));
-      if (sharded_ && !aliased_) sharded_->piece(k).copy_(piece_of(shard, k));
-    }
-  }
+  storage_->gather_parameters();
   // The keys of the first parameter with state; a parameter without (never stepped)
   // contributes zeros to per-element state.
   const auto first = std::find_if(whole.begin(), whole.end(), [](const ParameterState& s) {
@@ -310,9 +250,9 @@ void ShardedMasters::restore(const std::vector<ParameterState>& whole,
         }
         values.push_back(v.defined() ? v : at::zeros(parameters_[i].sizes(), at::kFloat));
       }
-      at::Tensor shard = at::empty({layout_.shard_size()}, flat_.options().dtype(at::kFloat));
-      layout_.read_shard(values, data_->rank(), shard);
-      state.emplace_back(key, shard);
+      at::Tensor values_shard = at::empty({layout_.shard_size()}, master_.front().options());
+      layout_.read_shard(values, data_->rank(), values_shard);
+      state.emplace_back(key, values_shard);
     }
   }
   for (int k = 0; k < layout_.buckets(); ++k) {

@@ -352,6 +352,7 @@ optim::StepConfig sgd(double lr, double clipping, optim::Precision dtype) {
 TEST(MixedPrecisionOptimizer, StepsFp32MastersAndCopiesThemIntoABf16Model) {
   const auto grid = pipe_data_grid();
   const auto module = tied_gpt(*grid);
+  module->to(at::kBFloat16);  // as the engine does before laying out data parallelism
   optim::MixedPrecisionOptimizer optimizer(*module, grid, sgd(0.5, 0, optim::Precision::kBf16),
                                            module->parameters());
   const at::Tensor p = module->parameters().front();
@@ -419,6 +420,7 @@ TEST(MixedPrecisionOptimizer, ScalesFp16LossesAndSkipsAStepThatOverflowsOnAnyRan
   optim::StepConfig config = sgd(1.0, 0, optim::Precision::kFp16);
   config.precision.loss_scaler.initial_scale_power = 4;
   config.precision.loss_scaler.hysteresis = 1;
+  module->to(at::kHalf);
   optim::MixedPrecisionOptimizer optimizer(*module, grid, config, module->parameters());
   EXPECT_DOUBLE_EQ(optimizer.loss_scale(), 16);
   const at::Tensor p = module->parameters().front();

@@ -192,21 +192,8 @@ PY
   "$pipetrain" plan --config "$work/run.json" --cluster "$cluster" --devices $((pipe * data)) \
     --global-batch $((64 * data)) --pipe "$pipe" --data "$data" --micro-batch 8 --schedule "$schedule" \
     --zero "$zero" --checkpointing "$checkpointing" --format json >"$work/predicted.json"
-  report=$(python3 - "$work/metrics.jsonl" "$work/predicted.json" "$pipe" "$data" <<'PY'
-import json, sys
-records = [json.loads(line) for line in open(sys.argv[1])]
-predicted = json.load(open(sys.argv[2]))[0]["stages"]
-pipe, data = int(sys.argv[3]), int(sys.argv[4])
-peaks = records[-1]["cpu_peak_memory_bytes"]
-worst = 0
-for s in range(pipe):
-    measured = max(peaks[s * data:(s + 1) * data])
-    error = abs(predicted[s]["total"] / measured - 1)
-    worst = max(worst, error)
-    print(f"stage {s}: predicted {predicted[s]['total']:.0f} measured {measured} ({100 * error:.1f}%)", end="; ")
-print("ok" if worst <= 0.10 else "OFF BY MORE THAN 10%")
-PY
-)
+  report=$(python3 "$source_dir/tests/planner/compare_peaks.py" "$work/metrics.jsonl" \
+    "$work/predicted.json" "$pipe" "$data")
   what="pipe $pipe data $data $schedule checkpointing $checkpointing $precision zero $zero"
   echo "$what: $report"
   check "peak memory within 10% at $what: $report" \

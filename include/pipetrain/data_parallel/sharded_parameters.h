@@ -8,6 +8,7 @@
 
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/data_parallel/flat_shards.h"
+#include "pipetrain/data_parallel/replica_parameters.h"
 
 namespace pipetrain::data_parallel {
 
@@ -17,7 +18,7 @@ namespace pipetrain::data_parallel {
 // nothing may read them until the bucket is gathered again. Writing a piece does not bump
 // the parameters' version counters, so autograd's saved parameters stay valid across a
 // release and a gather.
-class ShardedParameters {
+class ShardedParameters final : public ReplicaParameters {
  public:
   // Moves each parameter's values into this rank's pieces and re-seats its storage in its
   // bucket's (released) whole; collective calls go over `data` (the layout's shards).
@@ -30,9 +31,11 @@ class ShardedParameters {
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // The buckets holding layer `layer`'s parameters (none for a layer without).
   std::vector<int> buckets_of(int layer) const;
-  // This rank's piece of bucket k, in the parameters' dtype: what the optimizer's update
-  // writes (then release() any gathered copy).
-  at::Tensor piece(int k) const { return buckets_[k].piece; }
+  // ReplicaParameters: this rank's piece of bucket k; gather_parameters() releases every
+  // gathered copy (each gathered anew when its layer runs).
+  at::Tensor piece(int k) const override { return buckets_[k].piece; }
+  void gather_parameters() override { release_all(); }
+  bool whole() const override { return false; }
 
   // Starts gathering bucket k from every rank's piece (nothing if gathered or on its way).
   void start(int k);

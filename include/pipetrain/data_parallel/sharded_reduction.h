@@ -8,6 +8,7 @@
 #include "pipetrain/comm/communicator.h"
 #include "pipetrain/data_parallel/bucket_reduction.h"
 #include "pipetrain/data_parallel/flat_shards.h"
+#include "pipetrain/data_parallel/replica_parameters.h"
 #include "pipetrain/data_parallel/sharded_parameters.h"
 #include "pipetrain/data_parallel/zero_config.h"
 
@@ -26,8 +27,10 @@ namespace pipetrain::data_parallel {
 //   no full gradient outlives its pass (a lower peak for m reduce-scatters per step in place
 //   of one). Late (tied) gradients, summed among stages after the last pass, are still
 //   reduced once, by finish().
-// The optimizer's masters (optim::ShardedMasters) take the reduced pieces; they start no
-// reduction.
+// It owns the parameters among the replicas in both directions: their gradients reduced
+// onto pieces, and their storage (storage()), which gathers the updated pieces. The
+// optimizer's masters (optim::ShardedMasters) take the reduced pieces, write the updated
+// ones and call gather_parameters(); they start no collective of their own.
 class ShardedReduction final : public BucketReduction {
  public:
   // Collective over `group` (the replicas holding the same parameters) in every method but
@@ -42,8 +45,11 @@ class ShardedReduction final : public BucketReduction {
   const FlatShards& layout() const { return layout_; }
   const std::shared_ptr<comm::Communicator>& group() const { return group_; }
   const ZeroConfig& zero() const { return zero_; }
-  // Stage 3: where the parameters live, this rank's piece of each bucket (made with the
-  // reduction, from the parameters' values then: their dtype must be final); else null.
+  // Where the parameters live among the replicas, laid out as layout(): made with the
+  // reduction, from the parameters' values then (their dtype and device must be final).
+  // Stages 1 and 2: a flat buffer whole on every replica; stage 3: this rank's pieces only,
+  // sharded_parameters() (else null), which a LayerGathering gathers layer by layer.
+  const std::shared_ptr<ReplicaParameters>& storage() const { return storage_; }
   const std::shared_ptr<ShardedParameters>& sharded_parameters() const { return sharded_; }
 
   // BucketReduction: bucket k's gradients reduce-scattered onto this rank's piece of it
@@ -81,6 +87,7 @@ class ShardedReduction final : public BucketReduction {
   std::vector<bool> late_bucket_;        // per bucket: of late (tied) gradients
   std::vector<at::Tensor> accumulated_;  // per bucket: the passes' reduced pieces, float32
   std::shared_ptr<ShardedParameters> sharded_;  // stage 3
+  std::shared_ptr<ReplicaParameters> storage_;  // stage 3: sharded_
 };
 
 // Under ZeRO, the reductions of a stage's gradients: the dense parameters' over the

@@ -25,11 +25,6 @@ struct ZeroConfig {
 // (engine::training_keys).
 const config::KeyTable<ZeroConfig>& zero_keys();
 
-// Whether ZeRO shards the optimizer (stages 1 to 3), which then reduces the gradients.
-inline bool shards_optimizer(const ZeroConfig& zero) {
-  return zero.stage > 0;
-}
-
 // Whether the experts' gradients are reduce-scattered onto shards over the ranks holding
 // the same experts (`holders` of them) instead of all-reduced: under ZeRO (`sharded`) with
 // more than one holder. The one rule GradientSync divides the experts' gradients by and

@@ -171,6 +171,9 @@ class PipelineEngine {
   const data_parallel::LayerGathering* layer_gathering() const { return gathering_.get(); }
   // Bytes of optimizer state and separate fp32 masters on this rank (ZeRO divides them).
   int64_t optimizer_state_bytes() { return optimizer_->state_bytes(); }
+  // Whether ZeRO shards the masters and optimizer state among the replicas (then the
+  // state methods above are collective over them).
+  bool shards_optimizer() const { return optimizer_->sharded(); }
   double loss_scale() const { return optimizer_->loss_scale(); }
   int64_t skipped_steps() const { return loss_scaler().skipped_steps(); }
   // Payload bytes this rank sent and received between stages so far (with partitioned

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
+#include "pipetrain/data_parallel/zero_config.h"
 #include "pipetrain/device/device_choice.h"
 #include "pipetrain/module/partition_method.h"
 #include "pipetrain/module/recompute.h"
@@ -88,7 +89,7 @@ struct TrainingConfig {
 
   // What the optimizer step reads of it.
   optim::StepConfig step() const {
-    return {optimizer, scheduler, precision, zero, gradient_clipping, weight_decay_exempt};
+    return {optimizer, scheduler, precision, gradient_clipping, weight_decay_exempt};
   }
 };
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/sharded_parameters.h"
 #include "pipetrain/data_parallel/sharded_reduction.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
@@ -31,9 +30,10 @@ at::ScalarType to_scalar_type(Precision precision);
 // schedule and weight decay on the parameters config.weight_decay_exempt leaves to it.
 class MixedPrecisionOptimizer {
  public:
-  // Converts the module to the precision's dtype and keeps fp32 masters of its parameters
-  // (the parameters themselves in fp32), all of them or, under ZeRO (config.zero.stage),
-  // this rank's shard of `sharded`'s pieces (collective over their groups then).
+  // Keeps fp32 masters of the module's parameters, which must be in the precision's dtype
+  // already (the parameters themselves in fp32): all of them or, under ZeRO (where
+  // `sharded.dense` is set), this rank's shard of `sharded`'s pieces (collective over their
+  // groups then).
   // `norm_parameters`: the module parameters this rank counts in the global gradient norm
   // (see GradientSync); `sharded`: under ZeRO, the reductions whose pieces the masters take
   // (GradientSync's); `expert_parameters`: those split over the expert-parallel group (whole
@@ -47,6 +47,8 @@ class MixedPrecisionOptimizer {
   // What a micro-batch's loss is multiplied by before backward (1 but under fp16).
   double loss_scale() const { return loss_scaler_.scale(); }
   at::ScalarType dtype() const { return dtype_; }
+  // Whether ZeRO shards the masters and their state among the replicas.
+  bool sharded() const { return sharded_masters_ != nullptr; }
 
   // Collective over the grid's world: moves the model's gradients, as data parallelism
   // reduced them (under ZeRO its reduced pieces), onto the masters (unscaled), agrees on
@@ -97,7 +99,6 @@ class MixedPrecisionOptimizer {
   std::shared_ptr<const topology::Grid> grid_;
   at::ScalarType dtype_;
   double clipping_;
-  bool sharded_;
   optim::WeightDecay weight_decay_;
   std::vector<bool> decayed_;  // per parameter: whether weight_decay_ applies
   std::shared_ptr<MasterWeights> masters_;

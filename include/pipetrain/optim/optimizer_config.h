@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "pipetrain/config/key_table.h"
-#include "pipetrain/data_parallel/zero_config.h"
 #include "pipetrain/optim/precision.h"
 
 namespace pipetrain::optim {
@@ -34,7 +33,6 @@ struct StepConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   PrecisionConfig precision;
-  data_parallel::ZeroConfig zero;
   double gradient_clipping = 0.0;  // max global norm; 0: off
   // Parameters weight decay leaves alone (see WeightDecayRule).
   std::vector<std::string> weight_decay_exempt{"auto"};

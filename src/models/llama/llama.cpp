@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -388,15 +389,10 @@ void check(const MoeConfig& m, const Group& group, const ContextGroup& context,
                            " must be a finite number at least 0 (0: no such loss)");
     }
   }
-  // The router's per-sequence statistics and capacities need a sequence's tokens together.
-  if (context.parallel()) {
-    throw io::InputError("model.type mixtral routes whole sequences: context_parallel " +
-                         std::to_string(context.size()) + " is not supported with it");
-  }
-  if (group.sequence_parallel && group.parallel())
-    throw io::InputError(
-        "model.type mixtral routes whole sequences: sequence_parallel is not "
-        "supported with it");
+  // The router's per-sequence statistics and capacities need a sequence's tokens together:
+  // the row's capabilities refuse context and sequence parallelism before a build.
+  if (context.parallel() || (group.sequence_parallel && group.parallel()))
+    throw std::logic_error("a mixture built over split sequences");
 }
 
 // The rotation's settings, and the context they allow: up to max_position_embeddings

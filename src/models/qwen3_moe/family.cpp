@@ -1,4 +1,5 @@
 #include "models/llama/llama_hf.h"
+#include "models/qwen3/qwen3_hf.h"
 #include "pipetrain/models/llama/decoder_family.h"
 #include "pipetrain/models/model_config.h"
 
@@ -47,18 +48,12 @@ const FamilyRow* qwen3_moe_family_row() {
       .expert_up = "up_proj",
       .from_hf =
           [](const HfFields& f, const nlohmann::json& hf, ModelConfig& config) {
-            read_rope(f, config.llama);
-            require_silu_without_capping(f);
-            if (f.flag("attention_bias", false))
-              f.refuse("attention_bias", "is not supported (Qwen3's projections have none)");
-            read_qwen_windows(f, hf, config.llama);
+            read_qwen3_fields(f, hf, config.llama);
             config.moe = qwen3_moe_from_hf(f, hf);
           },
       .to_hf =
           [](const ModelConfig& config, const LlamaConfig& l, nlohmann::json& hf) {
-            hf["attention_bias"] = false;
-            hf["mlp_bias"] = false;
-            write_qwen_windows(l, hf);
+            write_qwen3_fields(l, hf);
             const MoeConfig& m = config.moe;
             hf["num_experts"] = m.experts;
             hf["num_experts_per_tok"] = m.experts_per_token;
