@@ -73,8 +73,8 @@ Configuration build(const Variant& v, const std::shared_ptr<topology::Grid>& gri
   config.steps_per_print = 1 << 30;
   config.optimizer.type = "AdamW";
   config.pipeline.stages = kStages;
-  config.pipeline.schedule = v.schedule;
-  config.pipeline.chunks = v.chunks;
+  config.pipeline.schedule.kind = v.schedule;
+  config.pipeline.schedule.chunks = v.chunks;
   config.pipeline.partition_method = "type:GptBlock";
   Configuration c;
   c.variant = v;
@@ -84,7 +84,7 @@ Configuration build(const Variant& v, const std::shared_ptr<topology::Grid>& gri
       module::PipelineModuleOptions{.stages = kStages,
                                     .stage_id = grid->stage_id(),
                                     .chunks = v.chunks,
-                                    .placement = config.pipeline.placement(),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .partition_method = config.pipeline.partition_method});
   c.engine = std::make_unique<engine::PipelineEngine>(c.module, grid, config);
   c.engine->set_progress_report(false);

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
                     .layers = 2};
     const auto grid = std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(1, 1, 2), world);
-    tensor_parallel::Group model2{grid->model_comm()};
+    tensor_parallel::Group model2{grid->tensor_comm()};
     tensor_parallel::Group sequence2 = model2;
     sequence2.sequence_parallel = true;
     auto mib = [&](int64_t bytes) {  // the larger over the ranks

@@ -46,7 +46,7 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
   models::ModelConfig model_config;
   model_config.gpt = gpt;
   const auto built =
-      models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
+      models::make_builtin_model(model_config, tensor_parallel::Group{grid->tensor_comm()});
   auto module = std::make_shared<module::PipelineModule>(
       built.layers, built.loss,
       module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});

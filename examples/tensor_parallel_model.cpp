@@ -75,15 +75,15 @@ std::shared_ptr<data::TensorDataset> synthetic_data(int64_t samples) {
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
     const int pipe = argc > 1 ? std::atoi(argv[1]) : 1;
-    const int model_parallel = argc > 2 ? std::atoi(argv[2]) : 1;
+    const int tensor = argc > 2 ? std::atoi(argv[2]) : 1;
     auto world = comm::MpiCommunicator::world();
-    if (pipe < 1 || model_parallel < 1 || world->size() % (pipe * model_parallel) != 0) {
+    if (pipe < 1 || tensor < 1 || world->size() % (pipe * tensor) != 0) {
       throw io::InputError("PIPE x MODEL must divide the job's " + std::to_string(world->size()) +
                            " ranks");
     }
-    const int data_parallel = world->size() / (pipe * model_parallel);
+    const int data_parallel = world->size() / (pipe * tensor);
     auto grid = std::make_shared<topology::Grid>(
-        topology::pipe_model_data_parallel_topology(pipe, data_parallel, model_parallel), world);
+        topology::pipe_model_data_parallel_topology(pipe, data_parallel, tensor), world);
 
     engine::TrainingConfig config = engine::parse_training_config(nlohmann::json::parse(R"({
       "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     // from them, the engine the rest.
     auto comms = std::make_shared<groups::Communicators>(grid, config.device, comm::Seconds(0));
     auto module = std::make_shared<module::PipelineModule>(
-        model(comms->model_group()),
+        model(comms->tensor_group()),
         [](const module::Activation& out, const module::Activation& y) {
           return at::mse_loss(out[0], y[0]);
         },
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     }
     if (grid->global_rank() == 0) {
       std::printf("pipe %d x data %d x model %d: loss %.6f at step 1, %.6f at step 40\n", pipe,
-                  data_parallel, model_parallel, first, last);
+                  data_parallel, tensor, first, last);
     }
     return last < first ? 0 : 1;
   });

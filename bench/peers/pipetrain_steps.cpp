@@ -51,11 +51,11 @@ int run(const std::vector<int64_t>& a) {
   config.pipeline.stages = stages;
   config.pipeline.partition_method = "type:GptBlock";
   if (const char* name = std::getenv("PIPETRAIN_BENCH_SCHEDULE")) {
-    config.pipeline.schedule =
+    config.pipeline.schedule.kind =
         config::read_choice("PIPETRAIN_BENCH_SCHEDULE", nlohmann::json(name),
-                            engine::pipeline_schedules(), config::Quoting::kQuoted);
-    config.pipeline.chunks =
-        std::max(1, schedule::schedule_kind(config.pipeline.schedule).min_chunks);
+                            schedule::schedule_names(), config::Quoting::kQuoted);
+    config.pipeline.schedule.chunks =
+        std::max(1, schedule::schedule_kind(config.pipeline.schedule.kind).min_chunks);
   }
   if (a.size() >= 10 && a[9] != 0)
     throw std::invalid_argument("the tenth argument must be 0: receives ahead were removed");
@@ -65,8 +65,8 @@ int run(const std::vector<int64_t>& a) {
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,
                                     .stage_id = grid->stage_id(),
-                                    .chunks = static_cast<int>(config.pipeline.chunks),
-                                    .placement = config.pipeline.placement(),
+                                    .chunks = static_cast<int>(config.pipeline.schedule.chunks),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .partition_method = config.pipeline.partition_method});
   engine::PipelineEngine engine(module, grid, config);
 

@@ -214,8 +214,8 @@ PYBIND11_MODULE(_C, m) {
         const nlohmann::json json = to_json(config);
         return collective([&] {
           const engine::TrainingConfig parsed = read_config(json);
-          const bool v = parsed.pipeline.placement() == schedule::Placement::kV;
-          return std::make_pair(static_cast<int>(parsed.pipeline.chunks),
+          const bool v = parsed.pipeline.schedule.placement() == schedule::Placement::kV;
+          return std::make_pair(static_cast<int>(parsed.pipeline.schedule.chunks),
                                 std::string(v ? "v" : "loop"));
         });
       },
@@ -253,12 +253,12 @@ PYBIND11_MODULE(_C, m) {
       "pipetrain export on rank 0 (collective)");
   m.def(
       "logprobs",
-      [](const std::string& checkpoint, const std::vector<std::string>& data, int model_parallel,
+      [](const std::string& checkpoint, const std::vector<std::string>& data, int tensor_parallel,
          int expert_parallel, int64_t micro_batch, const std::string& out) {
         collective([&] {
           trainer::write_logprobs({.checkpoint = checkpoint,
                                    .data = data,
-                                   .model_parallel = model_parallel,
+                                   .tensor_parallel = tensor_parallel,
                                    .expert_parallel = expert_parallel,
                                    .micro_batch = micro_batch,
                                    .out = out});

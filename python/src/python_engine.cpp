@@ -49,10 +49,10 @@ PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss
   const int data = world->size() / layout.stages;
   engine::TrainingConfig config = read_config(config_json);
   engine::resolve_batch(config, data);
-  if (config.pipeline.chunks != layout.chunks) {
+  if (config.pipeline.schedule.chunks != layout.chunks) {
     throw std::logic_error("the module was built for " + std::to_string(layout.chunks) +
                            " chunks per stage, the schedule runs " +
-                           std::to_string(config.pipeline.chunks));
+                           std::to_string(config.pipeline.schedule.chunks));
   }
   grid_ = std::make_shared<topology::Grid>(
       topology::pipe_data_parallel_topology(layout.stages, data), world);
@@ -65,7 +65,7 @@ PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss
           .stages = layout.stages,
           .stage_id = grid_->stage_id(),
           .chunks = layout.chunks,
-          .placement = config.pipeline.placement(),
+          .placement = config.pipeline.schedule.placement(),
           .partition_method = boundaries(layout.parts),
           .seed = layout.seed,
           .activation_checkpoint_interval = layout.activation_checkpoint_interval,
@@ -107,7 +107,7 @@ double PythonEngine::train_batch(engine::MicroBatchSource* data) {
   objective_statistics_->clear();  // what evaluation added
   const double loss = engine_->train_batch(data);
   objective_metrics_ =
-      objective_statistics_->take(*grid_->world_comm(), grid_->model_parallel_id() == 0);
+      objective_statistics_->take(*grid_->world_comm(), grid_->tensor_parallel_id() == 0);
   return loss;
 }
 

@@ -96,7 +96,7 @@ class ShardedState {
  public:
   explicit ShardedState(const engine::PipelineEngine& engine)
       : layouts_(engine.module().shard_layouts()),
-        model_(*engine.grid().model_comm()),
+        model_(*engine.grid().tensor_comm()),
         experts_(*engine.grid().expert_comm()) {}
 
   // `name` is "<layer>.<tensor>"; `shard_shape` the parameter's shape on this rank.
@@ -177,7 +177,7 @@ nlohmann::json describe(const comm::NamedTensors& tensors) {
 nlohmann::json topology_of(const topology::Grid& grid) {
   nlohmann::json topology = {{"pipe", grid.pipe_parallel_size()},
                              {"data", grid.data_parallel_size()},
-                             {"model", grid.model_parallel_size()}};
+                             {"model", grid.tensor_parallel_size()}};
   // Only where there is one, so that checkpoints without it compare as before: each rank's
   // RNG comes back only into the same layout.
   if (grid.context_parallel_size() > 1) topology["context"] = grid.context_parallel_size();
@@ -709,7 +709,7 @@ StagedSave stage_save(engine::PipelineEngine& engine, const fs::path& directory,
     for (const auto& [index, parameters] : parameters_by_layer(engine)) {
       if (!owns_layer(engine.module(), index)) continue;  // a tied tensor saved by its first owner
       const WholeLayer layer = whole_layer(engine, sharded, index, parameters, weights, writes);
-      if (!writes || grid.model_parallel_id() != 0) continue;
+      if (!writes || grid.tensor_parallel_id() != 0) continue;
       nlohmann::json& entry = save.layers[std::to_string(index)];
       entry["file"] = numbered("layer", index, 3);
       entry["tensors"] = describe(layer.weights);
@@ -889,7 +889,7 @@ nlohmann::json load_checkpoint(engine::PipelineEngine& engine, const fs::path& d
   }
 
   const topology::Grid& grid = engine.grid();
-  if (pending.regrouped_count > 0 && grid.replica_id() == 0 && grid.model_parallel_id() == 0) {
+  if (pending.regrouped_count > 0 && grid.replica_id() == 0 && grid.tensor_parallel_id() == 0) {
     std::fprintf(stderr,
                  "pipetrain: warning: %s: %d tensor(s) of stage %d in another weight decay group "
                  "than when saved (%s); training goes on with this config's "

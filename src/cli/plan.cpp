@@ -91,7 +91,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
           {"expert_parallel", l.parallel.expert},
           {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches},
-          {"schedule", config::name_of(engine::pipeline_schedules(), l.schedule)},
+          {"schedule", config::name_of(schedule::schedule_names(), l.schedule)},
           {"chunks", l.parallel.chunks},
           {"zero", l.zero},
           {"checkpointing", l.checkpointing},
@@ -114,7 +114,7 @@ nlohmann::json candidate_json(const planner::Candidate& c) {
 nlohmann::json ready_config(nlohmann::json config, const planner::Layout& l) {
   const auto& keys = trainer::job_keys();
   trainer::set_layout_keys(config, l.parallel);
-  keys.set(config, "pipeline.schedule", config::name_of(engine::pipeline_schedules(), l.schedule));
+  keys.set(config, "pipeline.schedule", config::name_of(schedule::schedule_names(), l.schedule));
   keys.set(config, "pipeline.activation_checkpoint_interval", l.checkpointing ? 1 : 0);
   // The planner's choice, or none: its predictions assumed no other.
   if (l.recomputes())
@@ -150,7 +150,7 @@ Plan make_plan(const PlanOptions& o, const std::optional<nlohmann::json>& given)
   trainer::refuse_unknown_keys(unknown);
   planner::LayoutLimits limits = o.limits;
   if (!o.schedule.empty()) {
-    limits.schedule = config::read_choice("--schedule", o.schedule, engine::pipeline_schedules(),
+    limits.schedule = config::read_choice("--schedule", o.schedule, schedule::schedule_names(),
                                           config::Quoting::kQuoted);
     if (*limits.schedule == schedule::Kind::kLoopedBfs || *limits.schedule == schedule::Kind::kFile)
       throw io::InputError("--schedule " + o.schedule +

@@ -122,7 +122,7 @@ Command add_generate_command(CLI::App& app) {
       "tokenizer.json or SentencePiece .model for the prompt and the text (default: the one the "
       "model trained with, sample.tokenizer; else bytes)");
   command
-      ->add_option("--model", options->model_parallel,
+      ->add_option("--model", options->tensor_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")
       ->capture_default_str();
   return {command, [options] {
@@ -142,7 +142,7 @@ Command add_logits_command(CLI::App& app) {
       ->required()
       ->delimiter(',');
   command
-      ->add_option("--model", options->model_parallel,
+      ->add_option("--model", options->tensor_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")
       ->capture_default_str();
   command
@@ -169,7 +169,7 @@ Command add_logprobs_command(CLI::App& app) {
                    "with loss masks (prepare-data --chat)")
       ->required();
   command
-      ->add_option("--model", options->model_parallel,
+      ->add_option("--model", options->tensor_parallel,
                    "Tensor-parallel size (the pipeline gets ranks / model stages)")
       ->capture_default_str();
   command

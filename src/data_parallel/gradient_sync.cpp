@@ -110,7 +110,7 @@ void GradientSync::choose_norm_parameters(const std::vector<at::Tensor>& counted
   // Tensor parallelism: shards count on every rank of the group, replicated tensors
   // (LayerNorms, row-parallel biases, positions) on its first rank only.
   const auto shards = module_.shard_layouts();
-  const bool counts_replicated = grid_->model_parallel_id() == 0;
+  const bool counts_replicated = grid_->tensor_parallel_id() == 0;
   for (const auto& [name, p] : module_.named_parameters()) {
     const bool elsewhere = std::any_of(counted_elsewhere.begin(), counted_elsewhere.end(),
                                        [&](const at::Tensor& e) { return e.is_same(p); });

@@ -45,12 +45,12 @@ std::shared_ptr<comm::Communicator> lane_communicator(
 // NCCL connects two ranks on their first transfer, and a blocking communicator's first send
 // waits on the host for that; ranks whose first sends cross would each wait in their own.
 // One transfer over each lane, in the lanes' order on both ranks, connects them all now.
-void connect(const std::vector<PipeLane>& lanes, const PipeLink& link, int stage,
+void connect(const std::vector<schedule::PipeLane>& lanes, const PipeLink& link, int stage,
              at::Device device) {
   at::Tensor token = at::zeros({1}, at::TensorOptions(at::kFloat).device(device));
-  for (const PipeLane& lane : lanes) {
+  for (const schedule::PipeLane& lane : lanes) {
     const bool sends = lane.from == stage;
-    auto& way = sends ? link.to.at(lane.tag) : link.from.at(lane.tag);
+    auto& way = sends ? link.to.at(tag_of(lane)) : link.from.at(tag_of(lane));
     (sends ? way->send(token, link.rank_there, 0) : way->recv(token, link.rank_there, 0))->wait();
   }
 }
@@ -58,7 +58,7 @@ void connect(const std::vector<PipeLane>& lanes, const PipeLink& link, int stage
 }  // namespace
 
 std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
-                                   at::Device device, const std::vector<PipeLane>& lanes,
+                                   at::Device device, const std::vector<schedule::PipeLane>& lanes,
                                    bool own_lanes) {
   const int stage = pipe->rank();
   const std::string mine = device.is_cuda() ? gpu_identity(device.index()) : std::string();
@@ -66,8 +66,9 @@ std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>&
   // The pairs of stages the lanes join, in one order on every rank: each split off the pipe
   // (collective over it) and its communicators made (collective over the two) in this order,
   // so NCCL's set-ups, which block, meet in one order.
-  std::map<std::pair<int, int>, std::vector<PipeLane>> pairs;
-  for (const PipeLane& lane : lanes) pairs[std::minmax(lane.from, lane.to)].push_back(lane);
+  std::map<std::pair<int, int>, std::vector<schedule::PipeLane>> pairs;
+  for (const schedule::PipeLane& lane : lanes)
+    pairs[std::minmax(lane.from, lane.to)].push_back(lane);
   std::map<int, PipeLink> links;
   for (const auto& [pair, joined] : pairs) {
     const bool member = pair.first == stage || pair.second == stage;
@@ -80,8 +81,8 @@ std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>&
     link.rank_there = peer > stage ? 1 : 0;
     if (link.transport != comm::Transport::kNccl && !own_lanes) continue;
     two->set_timeout(pipe->timeout());
-    for (const PipeLane& lane : joined)
-      (lane.from == stage ? link.to : link.from)[lane.tag] =
+    for (const schedule::PipeLane& lane : joined)
+      (lane.from == stage ? link.to : link.from)[tag_of(lane)] =
           lane_communicator(two, link.transport, device);
     if (link.transport == comm::Transport::kNccl) connect(joined, link, stage, device);
   }

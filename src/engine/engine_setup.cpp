@@ -46,7 +46,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   // The schedules depend only on the shape: built and validated once, executed every batch.
   shape_ = {micro_batches(), grid_->pipe_parallel_size(), module_->options().chunks,
             module_->options().placement};
-  train_program_ = program(config_.pipeline.schedule, shape_.micro_batches);
+  train_program_ = program(config_.pipeline.schedule.kind, shape_.micro_batches);
   eval_program_ = program(schedule::Kind::kInference, shape_.micro_batches);
   infer_program_ = program(schedule::Kind::kInference, 1);
   comms_->connect_tied(*module_);
@@ -55,7 +55,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   // pass each other), each lane a communicator and stream of its own, so sends that wait
   // for their receive and deferred sends both run (the planner asks the same:
   // schedule::pipe_fits_nccl).
-  lanes_ = schedule::pipe_lanes({plan_of(config_.pipeline.schedule, shape_.micro_batches),
+  lanes_ = schedule::pipe_lanes({plan_of(config_.pipeline.schedule.kind, shape_.micro_batches),
                                  plan_of(schedule::Kind::kInference, shape_.micro_batches),
                                  plan_of(schedule::Kind::kInference, 1)});
   comms_->connect_pipe(lanes_ ? std::optional(pipe_lanes(*lanes_)) : std::nullopt);

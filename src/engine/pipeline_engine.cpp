@@ -153,7 +153,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
     case OpKind::kRecvActivation: {
       // A hand-over shares its sender's storage: never refill it in place.
       const bool handed = peer.stage == grid_->stage_id();
-      buffer->inputs = link_->recv(peer.stage, {Flow::kActivation, receiving_chunk},
+      buffer->inputs = link_->recv(peer.stage, Channel::activations(receiving_chunk),
                                    buffer->inputs_handed ? module::Activation{} : buffer->inputs);
       buffer->inputs_handed = handed;
       return;
@@ -162,7 +162,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
       return send_grad(*buffer, peer.stage, receiving_chunk);
     case OpKind::kRecvGrad:
       buffer->output_grads =
-          link_->recv(peer.stage, {Flow::kGradient, receiving_chunk}, buffer->output_grads);
+          link_->recv(peer.stage, Channel::gradients(receiving_chunk), buffer->output_grads);
       return;
     case OpKind::kReduceTiedGrads:
       return gradients_->reduce_tied();
@@ -295,9 +295,9 @@ void PipelineEngine::send_activation(PipeBuffer& buffer, schedule::Peer peer, in
     // Handed over, the outputs are shared with the receiving chunk's inputs; a forward
     // may return its inputs, so they are not refilled in place either.
     buffer.inputs_handed = true;
-    return link_->send(buffer.outputs, peer.stage, {Flow::kActivation, peer_chunk});
+    return link_->send(buffer.outputs, peer.stage, Channel::activations(peer_chunk));
   }
-  link_->send(buffer.outputs, peer.stage, {Flow::kActivation, peer_chunk});
+  link_->send(buffer.outputs, peer.stage, Channel::activations(peer_chunk));
   // Sent, the outputs' values are the receiver's: backward needs only their graph (the
   // send in flight holds the storage until it completes).
   for (auto& t : buffer.outputs) autograd::release_values(t);
@@ -309,7 +309,7 @@ void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
     if (!input.requires_grad()) continue;
     grads.push_back(input.grad().defined() ? input.grad() : at::zeros_like(input));
   }
-  link_->send(grads, peer, {Flow::kGradient, peer_chunk});
+  link_->send(grads, peer, Channel::gradients(peer_chunk));
 }
 
 void PipelineEngine::optimizer_step() {

@@ -56,17 +56,17 @@ schedule::PipelinePlan PipelineEngine::plan_of(schedule::Kind kind, int micro_ba
   const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
   schedule::PipelinePlan plan;
   if (kind == schedule::Kind::kFile) {
-    const schedule::FileSchedule& file = *config_.pipeline.file;
+    const schedule::FileSchedule& file = *config_.pipeline.schedule.file;
     if (file.shape.micro_batches != micro_batches) {
       throw io::InputError(file.path + " schedules " + std::to_string(file.shape.micro_batches) +
                            " micro-batches, but a batch has " + std::to_string(micro_batches) +
                            " (gradient_accumulation_steps)");
     }
-    plan = schedule::plan_schedule_file(file, static_cast<int>(config_.pipeline.max_live));
+    plan = schedule::plan_schedule_file(file, static_cast<int>(config_.pipeline.schedule.max_live));
   } else {
     plan = schedule::plan_pipeline(kind, shape);
   }
-  const int max_live = static_cast<int>(config_.pipeline.max_live);
+  const int max_live = static_cast<int>(config_.pipeline.schedule.max_live);
   for (int s = 0; max_live > 0 && s < shape.stages; ++s) {
     const int live = schedule::peak_live(plan, s);
     if (live > max_live) {
@@ -94,28 +94,27 @@ void PipelineEngine::check_stage() const {
         std::to_string(options.chunks) + " chunks on 1 stage");
   }
   const schedule::Placement placement =
-      options.chunks == 1 ? options.placement : config_.pipeline.placement();
+      options.chunks == 1 ? options.placement : config_.pipeline.schedule.placement();
   if (options.placement != placement) {
     throw io::InputError(std::string("the module places its chunks ") +
                          (options.placement == schedule::Placement::kV ? "in a V" : "in a loop") +
                          ", but pipeline.schedule \"" +
-                         std::string(schedule::name(config_.pipeline.schedule)) +
+                         std::string(schedule::name(config_.pipeline.schedule.kind)) +
                          "\" runs them the other way");
   }
-  if (options.chunks != config_.pipeline.chunks) {
+  if (options.chunks != config_.pipeline.schedule.chunks) {
     throw io::InputError("the module is built with " + std::to_string(options.chunks) +
                          " chunks per stage, but pipeline.chunks is " +
-                         std::to_string(config_.pipeline.chunks));
+                         std::to_string(config_.pipeline.schedule.chunks));
   }
 }
 
-std::vector<device::PipeLane> PipelineEngine::pipe_lanes(
-    const std::vector<schedule::PipeLane>& lanes) const {
-  std::vector<device::PipeLane> tagged = StageLink::lanes_of(lanes);
+std::vector<schedule::PipeLane> PipelineEngine::pipe_lanes(
+    std::vector<schedule::PipeLane> lanes) const {
   const int first = shape_.stage_of(0);
-  if (output_stage() != first) tagged.push_back({output_stage(), first, StageLink::kFeedbackTag});
-  std::sort(tagged.begin(), tagged.end());
-  return tagged;
+  if (output_stage() != first) lanes.push_back({output_stage(), first, Channel::feedback()});
+  std::sort(lanes.begin(), lanes.end());
+  return lanes;
 }
 
 }  // namespace pipetrain::engine

@@ -18,7 +18,7 @@ int64_t byte_size(const comm::TensorList& tensors) {
 
 StageLink::StageLink(const groups::Communicators& comms, bool partitioned)
     : grid_(comms.grid()),
-      model_(comms.model_group().comm),
+      model_(comms.tensor_group().comm),
       partitioned_(partitioned),
       device_(comms.device()),
       transport_(grid_->pipe_comm(), device_) {
@@ -29,24 +29,8 @@ StageLink::StageLink(const groups::Communicators& comms, bool partitioned)
   }
 }
 
-int StageLink::tag_of(Channel channel) {
-  return 2 * channel.chunk + (channel.flow == Flow::kActivation ? 1 : 2);
-}
-
-std::vector<device::PipeLane> StageLink::lanes_of(const std::vector<schedule::PipeLane>& lanes) {
-  std::vector<device::PipeLane> tagged;
-  for (const schedule::PipeLane& lane : lanes) {
-    const int tag = lane.channel
-                        ? tag_of({lane.channel->gradient ? Flow::kGradient : Flow::kActivation,
-                                  lane.channel->receiving_chunk})
-                        : comm::kEveryTag;
-    tagged.push_back({lane.from, lane.to, tag});
-  }
-  return tagged;
-}
-
 bool StageLink::partitioned() const {
-  return partitioned_ && grid_->model_parallel_size() > 1;
+  return partitioned_ && grid_->tensor_parallel_size() > 1;
 }
 
 void StageLink::send(const comm::TensorList& tensors, int stage, Channel channel) {
@@ -57,7 +41,7 @@ void StageLink::send(const comm::TensorList& tensors, int stage, Channel channel
     const bool grad = t.requires_grad() && at::isFloatingType(t.scalar_type());
     handed.push_back(t.detach().requires_grad_(grad));
   }
-  local_[tag_of(channel)].push_back(std::move(handed));
+  local_[channel.tag()].push_back(std::move(handed));
 }
 
 void StageLink::transmit(const comm::TensorList& tensors, int stage, Channel channel) {
@@ -66,7 +50,7 @@ void StageLink::transmit(const comm::TensorList& tensors, int stage, Channel cha
     return post(tensors, stage, channel);
   }
   const comm::PartitionedTensors partitioned =
-      comm::partition(tensors, grid_->model_parallel_id(), grid_->model_parallel_size());
+      comm::partition(tensors, grid_->tensor_parallel_id(), grid_->tensor_parallel_size());
   bytes_ += byte_size(partitioned.shares);
   // The layout stays in host memory (it travels over MPI with the header); the shares on
   // the device.
@@ -76,37 +60,37 @@ void StageLink::transmit(const comm::TensorList& tensors, int stage, Channel cha
 }
 
 void StageLink::post(const comm::TensorList& wire, int stage, Channel channel) {
-  comm::PendingSend pending = transport_.send(wire, stage, tag_of(channel));
+  comm::PendingSend pending = transport_.send(wire, stage, channel.tag());
   if (completion_ == SendCompletion::kBlocking) return pending.wait();
   in_flight_.add(std::move(pending));
 }
 
 comm::PendingSend StageLink::feed_back(const comm::TensorList& tensors, int stage) {
-  return transport_.send(tensors, stage, kFeedbackTag);
+  return transport_.send(tensors, stage, Channel::feedback().tag());
 }
 
 comm::TensorList StageLink::fed_back(int stage) {
-  return transport_.recv(stage, kFeedbackTag);
+  return transport_.recv(stage, Channel::feedback().tag());
 }
 
 comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorList& reuse) {
   if (stage == grid_->stage_id()) {
-    auto& queue = local_[tag_of(channel)];
+    auto& queue = local_[channel.tag()];
     if (queue.empty()) throw std::logic_error("a local hand-over is received before it was sent");
     comm::TensorList tensors = std::move(queue.front());
     queue.pop_front();
     return tensors;
   }
   if (!partitioned()) {
-    comm::TensorList tensors = transport_.recv(stage, tag_of(channel), reuse);
+    comm::TensorList tensors = transport_.recv(stage, channel.tag(), reuse);
     bytes_ += byte_size(tensors);
     return tensors;
   }
-  comm::TensorList wire = transport_.recv(stage, tag_of(channel), {});
+  comm::TensorList wire = transport_.recv(stage, channel.tag(), {});
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
   const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);
-  return comm::assemble(partitioned, *model_, *grid_->model_comm());
+  return comm::assemble(partitioned, *model_, *grid_->tensor_comm());
 }
 
 }  // namespace pipetrain::engine

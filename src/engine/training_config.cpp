@@ -10,57 +10,6 @@
 namespace pipetrain::engine {
 namespace {
 
-// Chunks go with the schedules that run several per stage (the kinds table says how many),
-// which need a pipe to spread them over.
-void check_chunks(const TrainingConfig& c) {
-  const PipelineConfig& p = c.pipeline;
-  const schedule::ScheduleKind& kind = schedule::schedule_kind(p.schedule);
-  const std::string named =
-      "pipeline.schedule \"" + config::name_of(pipeline_schedules(), p.schedule) + "\"";
-  const std::string chunks = std::to_string(p.chunks);
-  if (!kind.uses_chunks) {
-    if (p.chunks == 1) return;
-    std::string chunked;
-    for (const auto& other : schedule::schedule_kinds()) {
-      if (other.chunked_in_config())
-        chunked += (chunked.empty() ? "" : ", ") + std::string(other.config_names.front());
-    }
-    throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
-                         chunked + "), not " + named);
-  }
-  if (p.chunks > 1 && p.stages < 2) {
-    throw io::InputError(named + " over " + chunks +
-                         " chunks needs pipeline.stages of at least 2, got " +
-                         std::to_string(p.stages));
-  }
-  if (p.schedule == schedule::Kind::kFile) return;  // the file's (check_schedule_file)
-  const int least = kind.least_config_chunks();
-  if (p.chunks < least || (kind.max_chunks > 0 && p.chunks > kind.max_chunks)) {
-    throw io::InputError(named + " needs pipeline.chunks " +
-                         (kind.max_chunks == least ? "of " : "of at least ") +
-                         std::to_string(least) + ", got " + chunks);
-  }
-}
-
-// A schedule file goes with pipeline.schedule "file", and gives the stages and chunks.
-void check_schedule_file(const TrainingConfig& c) {
-  const PipelineConfig& p = c.pipeline;
-  const bool file_kind = p.schedule == schedule::Kind::kFile;
-  if (file_kind != static_cast<bool>(p.file)) {
-    throw io::InputError(file_kind ? "pipeline.schedule \"file\" needs pipeline.schedule_file"
-                                   : "pipeline.schedule_file needs pipeline.schedule \"file\"");
-  }
-  if (!file_kind) return;
-  const schedule::PipeShape& shape = p.file->shape;
-  if (shape.stages != p.stages || shape.chunks != p.chunks) {
-    throw io::InputError(p.schedule_file + " has " + std::to_string(shape.stages) + " ranks of " +
-                         std::to_string(shape.chunks) + " chunk(s), but pipeline.stages is " +
-                         std::to_string(p.stages) + " and pipeline.chunks " +
-                         std::to_string(p.chunks));
-  }
-  schedule::plan_schedule_file(*p.file, static_cast<int>(p.max_live));  // refused if bad
-}
-
 const config::Names<device::DeviceKind>& devices() {
   static const config::Names<device::DeviceKind> names{{"auto", device::DeviceKind::kAuto},
                                                        {"cpu", device::DeviceKind::kCpu},
@@ -201,40 +150,11 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
             c.pipeline.recompute = read_recompute(key, v);
           },
           [](const TrainingConfig& c) { return recompute_json(c.pipeline.recompute); })
-      .choice("pipeline.schedule", PIPETRAIN_FIELD(pipeline.schedule), pipeline_schedules(),
-              "the training schedule: DeepSpeed's 1F1B (`train` is its DeepSpeed name), GPipe, "
-              "Megatron's interleaved 1F1B over `pipeline.chunks`, zero-bubble ZB-H1 or ZB-H2 "
-              "(weight gradients deferred into the bubbles), PyTorch's interleaved zero bubble "
-              "and looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two "
-              "chunks per stage in a V: `pipeline.chunks` 2), or `file` "
-              "(`pipeline.schedule_file`)")
-      .integer("pipeline.chunks", PIPETRAIN_FIELD(pipeline.chunks),
-               "model chunks per stage: at least 2 for `interleaved`, 1 or more for "
-               "`interleaved-zb` and `looped-bfs` (layers split into stages × chunks parts, stage "
-               "s holding parts s, s + stages, ...), 2 for `zbv` and `dualpipev` (stage s holding "
-               "parts s and 2 × stages - 1 - s); 1 otherwise",
-               config::at_least(1))
-      .custom(
-          "pipeline.schedule_file", "string",
-          "with `pipeline.schedule` \"file\": each rank's compute order in PyTorch pipelining's "
-          "CSV layout (a row per rank, cells such as `0F3`, `3I1`, `3W1` or "
-          "`(0F3;3B1)OVERLAP_F_B`), or a `.json` file as `pipetrain schedule --format json` "
-          "writes it; lowered, validated and simulated before any rank starts",
-          [](const std::string&, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.schedule_file = config::read_string("pipeline.schedule_file", v);
-            c.pipeline.file = std::make_shared<const schedule::FileSchedule>(
-                schedule::read_schedule_file(c.pipeline.schedule_file));
-          },
-          [](const TrainingConfig& c) -> nlohmann::json {
-            if (c.pipeline.schedule_file.empty()) return nullptr;
-            return c.pipeline.schedule_file;
-          })
-      .integer("pipeline.max_live", PIPETRAIN_FIELD(pipeline.max_live),
-               "most micro-batches a stage may keep live (forwarded, not yet back-propagated); a "
-               "schedule planning more is refused; 0: no bound",
-               config::within(0, 1 << 30))
-      .check(check_chunks)
-      .check(check_schedule_file)
+      .include(
+          schedule::schedule_keys(), [](auto& c) -> auto& { return c.pipeline.schedule; })
+      .check([](const TrainingConfig& c) {
+        schedule::check_schedule(c.pipeline.schedule, c.pipeline.stages);
+      })
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),
@@ -247,17 +167,6 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
 }
 
 }  // namespace
-
-const config::Names<schedule::Kind>& pipeline_schedules() {
-  static const config::Names<schedule::Kind> names = [] {
-    config::Names<schedule::Kind> made;
-    for (const auto& kind : schedule::schedule_kinds()) {
-      for (const auto name : kind.config_names) made.push_back({std::string(name), kind.kind});
-    }
-    return made;
-  }();
-  return names;
-}
 
 const config::KeyTable<TrainingConfig>& training_keys() {
   static const config::KeyTable<TrainingConfig> table = [] {

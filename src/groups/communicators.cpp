@@ -24,7 +24,7 @@ Communicators::Communicators(std::shared_ptr<topology::Grid> grid, device::Devic
     : grid_(std::move(grid)), testing_(std::move(testing)), device_(at::kCPU) {
   if (timeout.count() > 0) grid_->set_timeout(timeout);
   device_ = device::place_rank(device, *grid_->world_comm());
-  model_ = wrapped(device::communicator_for(grid_->model_comm(), device_), TensorGroup::kModel);
+  tensor_ = wrapped(device::communicator_for(grid_->tensor_comm(), device_), TensorGroup::kModel);
   data_ = wrapped(device::communicator_for(grid_->replica_comm(), device_), TensorGroup::kData);
   if (grid_->expert_parallel_size() > 1) {
     experts_ =
@@ -47,7 +47,7 @@ Communicators::~Communicators() {
   context_.reset();
   experts_.reset();
   data_.reset();
-  model_.reset();
+  tensor_.reset();
 }
 
 void Communicators::release_pipe_lanes() {
@@ -78,7 +78,7 @@ bool Communicators::pipe_uses_nccl() const {
 
 bool Communicators::uses_nccl() const {
   bool nccl = data_transport() == comm::Transport::kNccl ||
-              model_->transport() == comm::Transport::kNccl ||
+              tensor_->transport() == comm::Transport::kNccl ||
               (experts_ && experts_->transport() == comm::Transport::kNccl) ||
               (context_ && context_->transport() == comm::Transport::kNccl);
   for (const auto& [key, group] : tied_)
@@ -104,7 +104,7 @@ void Communicators::connect_tied(const module::PipelineModule& module) {
     if (owners.size() < 2) continue;
     const bool owner = std::find(owners.begin(), owners.end(), grid_->stage_id()) != owners.end();
     const int group =
-        1 + grid_->replica_id() * grid_->model_parallel_size() + grid_->model_parallel_id();
+        1 + grid_->replica_id() * grid_->tensor_parallel_size() + grid_->tensor_parallel_id();
     auto split = grid_->world_comm()->split(owner ? group : 0, grid_->global_rank());
     if (!owner) continue;
     split->set_timeout(grid_->pipe_comm()->timeout());
@@ -112,7 +112,7 @@ void Communicators::connect_tied(const module::PipelineModule& module) {
   }
 }
 
-void Communicators::connect_pipe(const std::optional<std::vector<device::PipeLane>>& lanes) {
+void Communicators::connect_pipe(const std::optional<std::vector<schedule::PipeLane>>& lanes) {
   expect(made_ != Made::kPipe, "connect_pipe");
   made_ = Made::kPipe;
   if (lanes) {
@@ -146,7 +146,7 @@ std::string Communicators::describe() const {
   std::string text =
       "pipe " + pipe_transports() + ", data-parallel " + transport_text(data_transport());
   if (!tied_.empty()) text += ", tied " + transport_text(tied_.begin()->second->transport());
-  if (model_->size() > 1) text += ", tensor-parallel " + transport_text(model_->transport());
+  if (tensor_->size() > 1) text += ", tensor-parallel " + transport_text(tensor_->transport());
   if (experts_) text += ", expert-parallel " + transport_text(experts_->transport());
   if (context_) text += ", context-parallel " + transport_text(context_->transport());
   return text;

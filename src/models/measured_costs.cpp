@@ -1,4 +1,4 @@
-#include "pipetrain/models/measured_costs.h"
+#include "models/measured_costs.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

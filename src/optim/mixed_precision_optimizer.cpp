@@ -156,7 +156,7 @@ void MixedPrecisionOptimizer::step(int64_t step) {
 double MixedPrecisionOptimizer::global_grad_norm() const {
   at::Tensor squares = masters_->squared_grad_norm();
   grid_->pipe_comm()->all_reduce(squares, comm::ReduceOp::kSum);
-  grid_->model_comm()->all_reduce(squares, comm::ReduceOp::kSum);
+  grid_->tensor_comm()->all_reduce(squares, comm::ReduceOp::kSum);
   return std::sqrt(squares.item<double>());
 }
 

@@ -1,7 +1,7 @@
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
+#include "models/measured_costs.h"
 #include "pipetrain/io/errors.h"
-#include "pipetrain/models/measured_costs.h"
 
 namespace pipetrain::planner {
 

@@ -8,8 +8,8 @@
 #include "pipetrain/engine/training_config.h"
 #include "pipetrain/models/model_config.h"
 #include "pipetrain/module/partition.h"
-#include "pipetrain/planner/layer_cost.h"
 #include "planner/cluster.h"
+#include "planner/layer_cost.h"
 #include "planner/layout.h"
 #include "planner/transports.h"
 

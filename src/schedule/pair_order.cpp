@@ -14,7 +14,8 @@ PairTransfer transfer_of(const PipeShape& shape, int stage, const Instruction& i
   const bool gradient = in.kind == OpKind::kSendGrad || in.kind == OpKind::kRecvGrad;
   Peer receiver{stage, in.chunk};
   if (is_send(in.kind)) receiver = transfer_peer(shape, stage, in);
-  return {.channel = {gradient, receiver.chunk},
+  return {.channel =
+              gradient ? Channel::gradients(receiver.chunk) : Channel::activations(receiver.chunk),
           .receiving_virtual_stage = shape.virtual_stage(receiver.stage, receiver.chunk),
           .micro_batch = in.micro_batch,
           .step = step,
@@ -23,8 +24,8 @@ PairTransfer transfer_of(const PipeShape& shape, int stage, const Instruction& i
 }
 
 std::string describe(const PairTransfer& t) {
-  return std::string(t.channel.gradient ? "the gradient" : "the activation") + " of micro-batch " +
-         std::to_string(t.micro_batch) + " for virtual stage " +
+  return std::string(t.channel.gradient() ? "the gradient" : "the activation") +
+         " of micro-batch " + std::to_string(t.micro_batch) + " for virtual stage " +
          std::to_string(t.receiving_virtual_stage);
 }
 

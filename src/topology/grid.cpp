@@ -13,11 +13,11 @@ Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> worl
   topology_.check_world_size(world_->size());
   pipe_ = axis_comm("pipe");
   data_ = axis_comm("data");
-  model_ = axis_comm("model");
+  tensor_ = axis_comm("model");
   context_ = axis_comm("context");
   const bool context = has_axis("context");
   replica_ = context ? plane_comm("data", "context") : data_;
-  sample_ = context ? plane_comm("context", "model") : model_;
+  sample_ = context ? plane_comm("context", "model") : tensor_;
   const int data = data_parallel_size();
   if (expert_parallel < 1 || data % expert_parallel != 0) {
     throw io::InputError("expert_parallel " + std::to_string(expert_parallel) +
@@ -34,7 +34,7 @@ Grid::Grid(ProcessTopology topology, std::shared_ptr<comm::MpiCommunicator> worl
 
 void Grid::set_timeout(comm::Seconds timeout) {
   for (const auto& comm :
-       {pipe_, data_, model_, context_, replica_, sample_, world_, expert_, expert_data_})
+       {pipe_, data_, tensor_, context_, replica_, sample_, world_, expert_, expert_data_})
     comm->set_timeout(timeout);
 }
 

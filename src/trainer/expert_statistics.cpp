@@ -28,7 +28,7 @@ ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, 
   const auto tokens = recorded.find("moe.tokens_per_expert");
   if (tokens != recorded.end()) sums.narrow(0, kFigureCount, experts).copy_(tokens->second.cpu());
   engine.grid().world_comm()->all_reduce(sums, comm::ReduceOp::kSum);
-  sums /= engine.grid().model_parallel_size();
+  sums /= engine.grid().tensor_parallel_size();
   const double* v = sums.data_ptr<double>();
   ExpertStatistics s;
   s.passes = v[0];
@@ -38,7 +38,7 @@ ExpertStatistics gather_expert_statistics(const engine::PipelineEngine& engine, 
   s.max_load = v[3] * per_pass;
   s.dropped_tokens = v[4];
   s.tokens_per_expert.assign(v + kFigureCount, v + kFigureCount + experts);
-  s.all_to_all_bytes = v[kFigureCount + experts] * engine.grid().model_parallel_size();
+  s.all_to_all_bytes = v[kFigureCount + experts] * engine.grid().tensor_parallel_size();
   return s;
 }
 

@@ -57,8 +57,8 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
       module::PipelineModuleOptions{
           .stages = static_cast<int>(engine.pipeline.stages),
           .stage_id = job.grid->stage_id(),
-          .chunks = static_cast<int>(engine.pipeline.chunks),
-          .placement = engine.pipeline.placement(),
+          .chunks = static_cast<int>(engine.pipeline.schedule.chunks),
+          .placement = engine.pipeline.schedule.placement(),
           .partition_method = engine.pipeline.partition_method,
           .seed = static_cast<uint64_t>(engine.seed),
           .activation_checkpoint_interval =
@@ -116,13 +116,13 @@ std::string lora_summary(const Job& job) {
                       [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; }))
         continue;
       const bool split = layouts.count(name) > 0;
-      if (grid.replica_id() == 0 && (split || grid.model_parallel_id() == 0))
+      if (grid.replica_id() == 0 && (split || grid.tensor_parallel_id() == 0))
         elements += static_cast<double>(tensor.numel());
     }
     return elements;
   };
   const double adapted =
-      grid.replica_id() == 0 && grid.model_parallel_id() == 0 ? module.adapted_linears() : 0;
+      grid.replica_id() == 0 && grid.tensor_parallel_id() == 0 ? module.adapted_linears() : 0;
   at::Tensor totals = at::tensor(
       {adapted, count(job.module->named_parameters()), count(job.module->named_frozen())},
       at::kDouble);
@@ -342,7 +342,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.grid = build_grid(job.config, std::move(ranks));
   job.comms = std::make_shared<groups::Communicators>(
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
-  tensor_parallel::Group model_group = job.comms->model_group();
+  tensor_parallel::Group model_group = job.comms->tensor_group();
   model_group.sequence_parallel = job.config.trainer.sequence_parallel;
   const expert_parallel::Group experts = job.comms->experts_group();
   job.model = models::make_builtin_model(job.config.model, model_group, job.comms->context_group(),
@@ -485,24 +485,24 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
 
 nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
                                     ForwardLayout layout) {
-  const int model_parallel = layout.model_parallel, experts = layout.expert_parallel;
-  if (model_parallel < 1 || ranks % model_parallel != 0) {
-    throw io::InputError("--model " + std::to_string(model_parallel) +
-                         " must divide the job's ranks (" + std::to_string(ranks) + ")");
+  const int tensor = layout.tensor_parallel, experts = layout.expert_parallel;
+  if (tensor < 1 || ranks % tensor != 0) {
+    throw io::InputError("--model " + std::to_string(tensor) + " must divide the job's ranks (" +
+                         std::to_string(ranks) + ")");
   }
-  if (experts < 1 || (ranks / model_parallel) % experts != 0) {
+  if (experts < 1 || (ranks / tensor) % experts != 0) {
     throw io::InputError("--expert-parallel " + std::to_string(experts) +
                          " must divide the job's ranks over --model (" +
-                         std::to_string(ranks / model_parallel) + ")");
+                         std::to_string(ranks / tensor) + ")");
   }
   nlohmann::json config = saved_config(checkpoint);
   const auto& keys = job_keys();
-  keys.set(config, "pipeline.stages", ranks / (model_parallel * experts));
+  keys.set(config, "pipeline.stages", ranks / (tensor * experts));
   // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks
   // (saved_config left them out).
   keys.erase(config, "train_batch_size");
   keys.erase(config, "data_parallel");
-  keys.set(config, "model_parallel", model_parallel);
+  keys.set(config, "model_parallel", tensor);
   // Training layouts: forward-only use runs whole sequences.
   keys.erase(config, "sequence_parallel");
   keys.erase(config, "context_parallel");

@@ -72,7 +72,7 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken = nul
 
 // How a forward-only job lays out a checkpoint's model over its ranks.
 struct ForwardLayout {
-  int model_parallel = 1;
+  int tensor_parallel = 1;
   // Experts split over this many ranks: as many data-parallel replicas, each running the
   // same input (1: one pipeline).
   int expert_parallel = 1;

@@ -25,11 +25,11 @@ const config::KeyTable<JobConfig>& job_keys() {
 topology::ParallelLayout JobConfig::layout() const {
   return {.pipe = engine.pipeline.stages,
           .data = trainer.data_parallel,
-          .tensor = trainer.model_parallel,
+          .tensor = trainer.tensor_parallel,
           .context = trainer.context_parallel,
           .expert = trainer.expert_parallel,
           .sequence_parallel = trainer.sequence_parallel,
-          .chunks = engine.pipeline.chunks};
+          .chunks = engine.pipeline.schedule.chunks};
 }
 
 void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout) {

@@ -1,7 +1,7 @@
 #include "trainer/model_flops.h"
 
 #include "pipetrain/io/errors.h"
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
 namespace pipetrain::trainer {
 

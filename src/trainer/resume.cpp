@@ -15,8 +15,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string text_of(const nlohmann::json& config, const char* key) {
-  return config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
+// Key `name` of a job's config as given ("" where unset or not text), read before the
+// config is, to choose what it loads; the resolved values are written through the same table.
+std::string text_of(const nlohmann::json& config, const std::string& name) {
+  const nlohmann::json* value = job_keys().get(config, name);
+  return value && value->is_string() ? value->get<std::string>() : "";
+}
+
+bool given(const nlohmann::json& config, const std::string& name) {
+  return job_keys().get(config, name) != nullptr;
 }
 
 // The checkpoint `latest` names in `folder` (its tag, e.g. "step_12"), or empty.
@@ -58,8 +65,9 @@ std::string resolve_resume(nlohmann::json& config) {
   if (!config.is_object()) return "";
   const std::string save = text_of(config, "save"), load = text_of(config, "load");
   if (save.empty()) return "";
-  const bool overwrite = config.contains("overwrite") && config["overwrite"].is_boolean() &&
-                         config["overwrite"].get<bool>();
+  const nlohmann::json* overwrite_given = job_keys().get(config, "overwrite");
+  const bool overwrite =
+      overwrite_given && overwrite_given->is_boolean() && overwrite_given->get<bool>();
   const std::string tag = latest_in(save);
   if (tag.empty() && !overwrite) {
     // Checkpoints without `latest` (deleted, or copied without it): never taken as empty.
@@ -78,24 +86,24 @@ std::string resolve_resume(nlohmann::json& config) {
     const nlohmann::json saved = checkpoint::read_client_state(save, tag);
     const std::string origin = saved.is_object() ? saved.value("started_from", "") : "";
     if (origin.empty() || !same_folder(origin, load)) return "";
-    config["load"] = save;
+    job_keys().set(config, "load", save);
     return "resuming from the newest checkpoint in " + save + " (" + tag + "), not " + load +
            " (where the run started)";
   }
   if (!load.empty() && tag.empty()) {
-    config["load"] = "";
+    job_keys().set(config, "load", "");
     return "no checkpoint in " + save + " yet: starting fresh";
   }
   if (!load.empty()) return "";  // --load SAVE: the loader says where it resumed
   if (tag.empty()) return "starting fresh: no checkpoint in " + save + " yet";
   if (overwrite) return "starting over in " + save + " (overwrite): its " + tag + " is left behind";
-  config["load"] = save;
+  job_keys().set(config, "load", save);
   return "resuming from the newest checkpoint in " + save + " (" + tag + ")";
 }
 
 std::string keep_global_batch(nlohmann::json& config, int world_size) {
   const std::string load = text_of(config, "load");
-  if (load.empty() || config.contains("train_batch_size")) return "";
+  if (load.empty() || given(config, "train_batch_size")) return "";
   if (checkpoint::resolve_tag(load, "latest") == "step_0") return "";  // an import: no batch
   const nlohmann::json saved =
       checkpoint::read_client_state(load).value("config", nlohmann::json());
@@ -111,12 +119,12 @@ std::string keep_global_batch(nlohmann::json& config, int world_size) {
   const int64_t data = topology::resolve_layout(job.layout(), world_size).data;
   if (data == saved_data) return "";
   // The micro-batch stays as the file (or the checkpoint) sets it; the steps follow.
-  config["train_batch_size"] = batch;
-  if (config.contains("train_micro_batch_size_per_gpu") ||
-      !config.contains("gradient_accumulation_steps")) {
-    if (!config.contains("train_micro_batch_size_per_gpu"))
-      config["train_micro_batch_size_per_gpu"] = saved_micro;
-    config.erase("gradient_accumulation_steps");
+  const auto& keys = job_keys();
+  keys.set(config, "train_batch_size", batch);
+  const bool micro_given = given(config, "train_micro_batch_size_per_gpu");
+  if (micro_given || !given(config, "gradient_accumulation_steps")) {
+    if (!micro_given) keys.set(config, "train_micro_batch_size_per_gpu", saved_micro);
+    keys.erase(config, "gradient_accumulation_steps");
   }
   return "global batch " + std::to_string(batch) +
          " kept from the checkpoint at data-parallel size " + std::to_string(data) +

@@ -32,7 +32,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
       {"stage", grid.stage_id()},
       {"data", grid.data_parallel_id()},
       // One rank per stage times the schedule: replica 0, model rank 0.
-      {"times_stage", grid.replica_id() == 0 && grid.model_parallel_id() == 0},
+      {"times_stage", grid.replica_id() == 0 && grid.tensor_parallel_id() == 0},
       {"records", to_json(records)}};
   const auto all = comm::all_gather_text(*grid.world_comm(), mine.dump());
   if (grid.global_rank() != 0) return;
@@ -41,7 +41,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
   nlohmann::json events = nlohmann::json::array();
   schedule::Timeline measured;
   measured.stages.resize(stages);
-  const int chunks = static_cast<int>(engine.config().pipeline.chunks);
+  const int chunks = static_cast<int>(engine.config().pipeline.schedule.chunks);
   schedule::MeasuredCosts measured_costs(stages, chunks);
   std::size_t instructions = 0;
   for (const auto& text : all) {

@@ -290,8 +290,8 @@ void announce(const Job& job) {
     std::printf("effective config: %s\n", (fs::path(save) / "config.json").c_str());
   }
   const engine::TrainingConfig& e = job.config.engine;
-  std::string schedule = config::name_of(engine::pipeline_schedules(), e.pipeline.schedule);
-  if (e.pipeline.chunks > 1) schedule += " x" + std::to_string(e.pipeline.chunks);
+  std::string schedule = config::name_of(schedule::schedule_names(), e.pipeline.schedule.kind);
+  if (e.pipeline.schedule.chunks > 1) schedule += " x" + std::to_string(e.pipeline.schedule.chunks);
   if (e.zero.stage > 0) schedule += "; ZeRO " + std::to_string(e.zero.stage);
   std::printf(
       "job: %d ranks = pipe %d x data %d%s x model %d%s; model %s, %d layers; schedule %s; batch "
@@ -300,7 +300,7 @@ void announce(const Job& job) {
       grid.context_parallel_size() > 1
           ? (" x context " + std::to_string(grid.context_parallel_size())).c_str()
           : "",
-      grid.model_parallel_size(),
+      grid.tensor_parallel_size(),
       job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
       models::type_name(job.config.model).c_str(), job.module->num_layers(), schedule.c_str(),
       static_cast<long long>(e.train_batch_size),
@@ -336,7 +336,7 @@ StepResult train_step(Job& job, RunLog& log) {
   result.loss = engine.train_batch(job.train_data.get());
   if (statistics)
     result.objective =
-        statistics->take(*job.grid->world_comm(), job.grid->model_parallel_id() == 0);
+        statistics->take(*job.grid->world_comm(), job.grid->tensor_parallel_id() == 0);
   if (trace) {
     write_trace(t.trace, engine, engine.take_records());
     log.message("wrote the trace of step " + std::to_string(trace_step) + " to " + t.trace);

@@ -30,7 +30,7 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
               "checked against the job (`--data`); 0: ranks / (stages × context_parallel × "
               "model_parallel)",
               config::at_least(0))
-        .integer("model_parallel", PIPETRAIN_FIELD(model_parallel),
+        .integer("model_parallel", PIPETRAIN_FIELD(tensor_parallel),
                  "tensor-parallel group size (`--model`); GPT and LLaMA, dividing `heads` and "
                  "`vocab_size`",
                  config::at_least(1))
@@ -133,11 +133,11 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))
         .check([](const TrainerConfig& c) {
-          if (c.sequence_parallel && c.model_parallel < 2)
+          if (c.sequence_parallel && c.tensor_parallel < 2)
             throw io::InputError(
                 "sequence_parallel splits the sequence over the tensor-parallel group: it needs "
                 "model_parallel above 1 (--model), got " +
-                std::to_string(c.model_parallel));
+                std::to_string(c.tensor_parallel));
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
             throw io::InputError(
                 "sample.prompt is empty: sampling needs at least one byte to start");

@@ -49,7 +49,7 @@ uint32_t digest(engine::PipelineEngine& engine) {
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
     const int pipe = std::stoi(argument(argc, argv, "--pipe", "1"));
-    const int model_parallel = std::stoi(argument(argc, argv, "--model", "1"));
+    const int tensor = std::stoi(argument(argc, argv, "--model", "1"));
     const int steps = std::stoi(argument(argc, argv, "--steps", "3"));
     const std::string load = argument(argc, argv, "--load", "");
     const std::string save = argument(argc, argv, "--save", "");
@@ -72,11 +72,10 @@ int main(int argc, char** argv) {
 
     auto world = comm::MpiCommunicator::world();
     auto grid = std::make_shared<topology::Grid>(
-        topology::pipe_model_data_parallel_topology(pipe, world->size() / (pipe * model_parallel),
-                                                    model_parallel),
+        topology::pipe_model_data_parallel_topology(pipe, world->size() / (pipe * tensor), tensor),
         world);
     const auto model =
-        models::make_builtin_model(model_config, tensor_parallel::Group{grid->model_comm()});
+        models::make_builtin_model(model_config, tensor_parallel::Group{grid->tensor_comm()});
     auto module = std::make_shared<module::PipelineModule>(
         model.layers, model.loss,
         module::PipelineModuleOptions{.stages = pipe, .stage_id = grid->stage_id(), .seed = 5});

@@ -29,7 +29,7 @@ TEST(Grid, CoordinatesAndStageMapping) {
   ASSERT_EQ(g.world_size(), 4);
   EXPECT_EQ(g.stage_id(), g.global_rank() / 2);
   EXPECT_EQ(g.data_parallel_id(), g.global_rank() % 2);
-  EXPECT_EQ(g.model_parallel_size(), 1);
+  EXPECT_EQ(g.tensor_parallel_size(), 1);
   EXPECT_EQ(g.pipe_comm()->size(), 2);
   EXPECT_EQ(g.pipe_comm()->rank(), g.stage_id());
   EXPECT_EQ(g.data_comm()->rank(), g.data_parallel_id());

@@ -110,7 +110,7 @@ TEST(ContextParallelGpt, WithDropoutAndTensorParallelismGivesTheWholeSequencesLo
   const GptPass whole = gpt_pass(config, Group{}, 99);
   for (const bool sequence_parallel : {false, true}) {
     SCOPED_TRACE(sequence_parallel ? "sequence parallel" : "tensor parallel");
-    const tensor_parallel::Group model{grid.model_comm(), sequence_parallel};
+    const tensor_parallel::Group model{grid.tensor_comm(), sequence_parallel};
     const GptPass split = gpt_pass(config, model, context, 99);
     expect_same_pass(split, whole);
     // The comparison can fail: another draw changes the loss.

@@ -67,8 +67,8 @@ std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topolo
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid.pipe_parallel_size(),
                                     .stage_id = grid.stage_id(),
-                                    .chunks = static_cast<int>(config.pipeline.chunks),
-                                    .placement = config.pipeline.placement(),
+                                    .chunks = static_cast<int>(config.pipeline.schedule.chunks),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval,
                                     .recompute = recompute_of(c),
@@ -183,9 +183,10 @@ void expect_case_matches_one_process(const Case& c, const std::shared_ptr<topolo
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
-  config.pipeline.schedule = schedule;
-  config.pipeline.chunks = chunks;
-  if (schedule == schedule::Kind::kFile) config.pipeline.file = zb_h1_file(c.micro_batches, pipe);
+  config.pipeline.schedule.kind = schedule;
+  config.pipeline.schedule.chunks = chunks;
+  if (schedule == schedule::Kind::kFile)
+    config.pipeline.schedule.file = zb_h1_file(c.micro_batches, pipe);
   config.ddp_bucket_size = 3000;  // several buckets (in the GPTs' 6-14 k per stage)
   config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
   auto module = stage_module(c, *grid, config);
@@ -314,8 +315,8 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
                      ", ZeRO stage " + std::to_string(stage) +
                      (reshard ? "" : " (kept after forward)") + ": " + name(c));
         engine::TrainingConfig config = training_config(c, pipe);
-        config.pipeline.schedule = schedule;
-        config.pipeline.chunks = chunks;
+        config.pipeline.schedule.kind = schedule;
+        config.pipeline.schedule.chunks = chunks;
         config.zero.stage = stage;
         config.zero.reshard_after_forward = reshard;
         config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
@@ -579,8 +580,8 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
           topology::pipe_data_parallel_topology(shape.pipe, shape.data), world, shape.experts);
       ASSERT_EQ(grid->expert_parallel_size(), shape.experts);
       TrainingConfig config = training_config(c, shape.pipe);
-      config.pipeline.schedule = shape.schedule;
-      config.pipeline.chunks = shape.chunks;
+      config.pipeline.schedule.kind = shape.schedule;
+      config.pipeline.schedule.chunks = shape.chunks;
       config.zero.stage = shape.zero;
       config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;

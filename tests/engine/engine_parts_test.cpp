@@ -66,21 +66,21 @@ TEST(StageLink, MovesTensorListsBothWaysAndCountsTheirBytes) {
       at::arange(15, at::kFloat).reshape({3, 5}) + grid->data_parallel_id();
   const at::Tensor ids = at::arange(4, at::kLong);
   if (grid->is_first_stage()) {
-    link.send({activation.requires_grad_(), ids}, 1, Flow::kActivation);
-    const comm::TensorList grads = link.recv(1, Flow::kGradient);
+    link.send({activation.requires_grad_(), ids}, 1, Channel::activations(0));
+    const comm::TensorList grads = link.recv(1, Channel::gradients(0));
     ASSERT_EQ(grads.size(), 1u);
     EXPECT_TRUE(at::equal(grads[0], activation.detach() * 2));
   } else {
     comm::TensorList reuse{at::empty({3, 5}), at::empty({4}, at::kLong)};
     const void* reused = reuse[0].data_ptr();
-    const comm::TensorList received = link.recv(0, Flow::kActivation, reuse);
+    const comm::TensorList received = link.recv(0, Channel::activations(0), reuse);
     ASSERT_EQ(received.size(), 2u);
     EXPECT_TRUE(at::equal(received[0], activation));
     EXPECT_TRUE(received[0].requires_grad());
     EXPECT_FALSE(received[1].requires_grad());
     EXPECT_TRUE(at::equal(received[1], ids));
     EXPECT_EQ(received[0].data_ptr(), reused);  // filled in place
-    link.send({received[0].detach() * 2}, 0, Flow::kGradient);
+    link.send({received[0].detach() * 2}, 0, Channel::gradients(0));
   }
   EXPECT_EQ(link.bytes(), 2 * 15 * 4 + 4 * 8);
 }
@@ -94,9 +94,9 @@ TEST(StageLink, PartitionedTransfersMoveAShareOfEachTensor) {
   StageLink link(*comms, /*partitioned=*/true);
   const at::Tensor activation = at::arange(24, at::kFloat).reshape({4, 6});
   if (grid->is_first_stage()) {
-    link.send({activation}, 1, Flow::kActivation);
+    link.send({activation}, 1, Channel::activations(0));
   } else {
-    const comm::TensorList received = link.recv(0, Flow::kActivation);
+    const comm::TensorList received = link.recv(0, Channel::activations(0));
     ASSERT_EQ(received.size(), 1u);
     EXPECT_TRUE(at::equal(received[0], activation));
   }

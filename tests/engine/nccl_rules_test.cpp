@@ -164,8 +164,8 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
-  config.pipeline.schedule = kind;
-  config.pipeline.chunks = chunks;
+  config.pipeline.schedule.kind = kind;
+  config.pipeline.schedule.chunks = chunks;
   config.ddp_bucket_size = 3000;  // several buckets, started during backward
   config.overlap_grad_reduce = true;
   const auto model = models::make_builtin_model(model_config(c.model));
@@ -174,7 +174,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
       module::PipelineModuleOptions{.stages = pipe,
                                     .stage_id = grid->stage_id(),
                                     .chunks = chunks,
-                                    .placement = config.pipeline.placement(),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval});
   PipelineEngine engine(module, comms, config);
@@ -220,7 +220,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   const comm::Communicator* feedback = nullptr;  // unused in training
   if (fed_back) {
     const auto& link = engine.communicators().pipe_links().at(stage == 0 ? output : 0);
-    feedback = (stage == 0 ? link.from : link.to).at(StageLink::kFeedbackTag).get();
+    feedback = (stage == 0 ? link.from : link.to).at(schedule::Channel::feedback().tag()).get();
   }
   for (const auto& link : links) {
     if (link.get() != feedback) EXPECT_GT(link->sends + link->receives, 0);

@@ -36,7 +36,7 @@ TEST(ReleasedOutputs, FirstStageHoldsFewOfItsSentActivations) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = kReleasedMicroBatch;
   config.gradient_accumulation_steps = kReleasedMicroBatches;
-  config.pipeline.schedule = schedule::Kind::kGpipe;
+  config.pipeline.schedule.kind = schedule::Kind::kGpipe;
   config.optimizer = {"SGD", {{"lr", 1e-5}}};
   engine::PipelineEngine engine(module, grid, config);
   engine.set_progress_report(false);

@@ -9,7 +9,7 @@ check=$source_dir/scripts/check-layers
 
 planted=$(mktemp -d)
 trap 'rm -rf "$planted"' EXIT
-cp -r "$source_dir/src" "$source_dir/include" "$planted/"
+cp -r "$source_dir/src" "$source_dir/include" "$source_dir/docs" "$planted/"
 sed -i '1i #include "trainer/trainer.h"' "$planted/src/comm/deadline.cpp"
 if output=$("$check" "$planted" 2>&1); then
   echo "FAIL: an upward include (comm -> trainer) passed the check" >&2
@@ -35,7 +35,17 @@ fi
 grep -q "include/pipetrain/engine/pipeline_engine.h: a public header includes the internal comm/watchdog.h" \
   <<<"$output" || { echo "FAIL: the check did not name the public header: $output" >&2; exit 1; }
 cp "$source_dir/include/pipetrain/engine/pipeline_engine.h" "$planted/include/pipetrain/engine/pipeline_engine.h"
-echo "layering: the check passes on the tree and fails on planted includes"
+# The public headers are the ones docs/user/cpp-api.md lists: one more in include/ fails.
+echo '#pragma once' >"$planted/include/pipetrain/engine/unlisted.h"
+if output=$("$check" "$planted" 2>&1); then
+  echo "FAIL: a public header docs/user/cpp-api.md does not list passed the check" >&2
+  exit 1
+fi
+grep -q "include/pipetrain/engine/unlisted.h: a public header docs/user/cpp-api.md does not list" \
+  <<<"$output" || { echo "FAIL: the check did not name the unlisted header: $output" >&2; exit 1; }
+rm "$planted/include/pipetrain/engine/unlisted.h"
+"$check" "$planted" >/dev/null
+echo "layering: the check passes on the tree and fails on planted includes and an unlisted header"
 
 # Names are compared only where they are parsed: the tree passes, a planted comparison fails.
 names=$source_dir/scripts/check-names

@@ -11,7 +11,7 @@
 #include "models/hugging_face.h"
 #include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
 namespace pipetrain::models {
 namespace {

@@ -14,7 +14,7 @@
 #include "pipetrain/models/builtin_model.h"
 #include "pipetrain/models/llama/decoder_family.h"
 #include "pipetrain/module/pipeline_module.h"
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 
 namespace pipetrain::models {
 namespace {

@@ -192,7 +192,7 @@ TEST(PipeLanes, AVSplitsItsFlowsIntoLanesPerChannel) {
   ASSERT_TRUE(first_order_mismatch(plan));
   const auto lanes = pipe_lanes({plan});
   ASSERT_TRUE(lanes);
-  const PipeLane activations{0, 1, Channel{false, 0}}, gradients{0, 1, Channel{true, 1}};
+  const PipeLane activations{0, 1, Channel::activations(0)}, gradients{0, 1, Channel::gradients(1)};
   EXPECT_NE(std::find(lanes->begin(), lanes->end(), activations), lanes->end());
   EXPECT_NE(std::find(lanes->begin(), lanes->end(), gradients), lanes->end());
   for (const PipeLane& lane : *lanes) EXPECT_EQ(std::abs(lane.from - lane.to), 1);  // no ring

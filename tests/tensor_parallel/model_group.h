@@ -15,7 +15,7 @@ inline tensor_parallel::Group model_group_of_two() {
     return std::make_shared<topology::Grid>(
         topology::pipe_model_data_parallel_topology(1, world->size() / 2, 2), world);
   }();
-  return tensor_parallel::Group{grid->model_comm()};
+  return tensor_parallel::Group{grid->tensor_comm()};
 }
 
 }  // namespace pipetrain::testing

@@ -46,15 +46,15 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
                  schedule::Kind schedule = schedule::Kind::k1F1B, int chunks = 1,
                  bool sequence_parallel = false) {
   engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
-  config.pipeline.schedule = schedule;
-  config.pipeline.chunks = chunks;
+  config.pipeline.schedule.kind = schedule;
+  config.pipeline.schedule.chunks = chunks;
   config.pipeline.partitioned_transfers = partitioned;
   config.zero.stage = zero_stage;
   config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
   config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
   // The model's layers take the job's model group (NCCL where its ranks hold GPUs of their own).
   auto comms = std::make_shared<groups::Communicators>(grid, config.device, comm::Seconds(0));
-  Group group = comms->model_group();
+  Group group = comms->tensor_group();
   group.sequence_parallel = sequence_parallel;
   // Expert parallelism where the grid has it: experts split over its expert group.
   const expert_parallel::Group experts{grid->expert_parallel_size() > 1
@@ -67,7 +67,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
       module::PipelineModuleOptions{.stages = grid->pipe_parallel_size(),
                                     .stage_id = grid->stage_id(),
                                     .chunks = chunks,
-                                    .placement = config.pipeline.placement(),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval,
                                     .lora = lora_config(c.model)});
@@ -92,7 +92,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
     const at::Tensor local = (masters.empty() ? tensor : masters[i].master).detach().cpu();
     const auto& holders = layout != layouts.end() && layout->second.group == ShardGroup::kExperts
                               ? grid->expert_comm()
-                              : grid->model_comm();
+                              : grid->tensor_comm();
     run.weights[name] =
         layout == layouts.end() ? local : join_shards(holders->all_gather(local), layout->second);
   }

@@ -32,7 +32,7 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
                                                      groups::CommunicatorTesting testing = {}) {
   auto comms = std::make_shared<groups::Communicators>(grid, device::DeviceKind::kCpu,
                                                        comm::Seconds(0), testing);
-  const tensor_parallel::Group group = comms->model_group();
+  const tensor_parallel::Group group = comms->tensor_group();
   std::vector<module::LayerSpec> layers;
   if (kind == "gpt") {
     layers = models::gpt_layers({.vocab_size = 64,
@@ -56,14 +56,14 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = 1;
   config.gradient_accumulation_steps = chunks > 1 ? s.pipe : 1;
-  if (chunks > 1) config.pipeline.schedule = schedule::Kind::kInterleaved;
-  config.pipeline.chunks = chunks;
+  if (chunks > 1) config.pipeline.schedule.kind = schedule::Kind::kInterleaved;
+  config.pipeline.schedule.chunks = chunks;
   auto module = std::make_shared<module::PipelineModule>(
       layers, models::gpt_loss(group),
       module::PipelineModuleOptions{.stages = s.pipe,
                                     .stage_id = grid->stage_id(),
                                     .chunks = chunks,
-                                    .placement = config.pipeline.placement(),
+                                    .placement = config.pipeline.schedule.placement(),
                                     .seed = 11});
   return std::make_unique<engine::PipelineEngine>(module, comms, config);
 }
@@ -183,7 +183,7 @@ TEST(NcclRules, GenerationFeedsItsTokensBackOverALaneMatchedByOrder) {
     if (stage == 0 || stage == last) {
       const auto& link = rules->communicators().pipe_links().at(stage == 0 ? last : 0);
       const auto& lanes = stage == 0 ? link.from : link.to;
-      const auto& lane = lanes.at(engine::StageLink::kFeedbackTag);
+      const auto& lane = lanes.at(schedule::Channel::feedback().tag());
       const auto& feedback = dynamic_cast<const testing::Rendezvous&>(*lane);
       EXPECT_GT(stage == 0 ? feedback.receives.load() : feedback.sends.load(), 0);
       // At pipe 2 the pair's payloads have a lane of their own the same way.

@@ -54,7 +54,7 @@ TEST(TrainerOverrides, EveryOptionLandsOnAKeyOfTheJob) {
   const JobConfig job = parse_job_config(effective, nullptr);
   EXPECT_EQ(job.trainer.eval_interval, 2);
   EXPECT_EQ(job.trainer.trace, "t.json");
-  EXPECT_EQ(job.trainer.model_parallel, 2);
+  EXPECT_EQ(job.trainer.tensor_parallel, 2);
   EXPECT_EQ(effective["pipeline"]["schedule"], "interleaved");
   EXPECT_EQ(effective["device"], "cpu");
   EXPECT_EQ(effective["seed"], 9);

@@ -166,6 +166,12 @@ class KeyTable {
     find(json, name);
     json[nlohmann::json::json_pointer(pointer_of(name))] = std::move(value);
   }
+  // The value of key `name` in `json` as given, before it is read; null where it is unset
+  // (the same rule for names).
+  const nlohmann::json* get(const nlohmann::json& json, const std::string& name) const {
+    require_key(name);
+    return find(json, name);
+  }
   // Removes key (or section) `name` from `json` where it is set (the same rule for names).
   void erase(nlohmann::json& json, const std::string& name) const {
     require_key(name);

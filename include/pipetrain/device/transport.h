@@ -2,7 +2,6 @@
 
 #include <c10/core/Device.h>
 
-#include <compare>
 #include <map>
 #include <memory>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/comm/transport_choice.h"
+#include "pipetrain/schedule/pipe_lanes.h"
 
 namespace pipetrain::device {
 
@@ -18,14 +18,11 @@ namespace pipetrain::device {
 std::shared_ptr<comm::Communicator> communicator_for(
     const std::shared_ptr<comm::MpiCommunicator>& group, at::Device device);
 
-// A lane of a pipe's payloads from stage `from` to stage `to`: the transfers of one tag
-// (comm::kEveryTag: all of the pair's), matched by their order alone (schedule::pipe_lanes).
-struct PipeLane {
-  int from = 0;
-  int to = 0;
-  int tag = comm::kEveryTag;
-  auto operator<=>(const PipeLane&) const = default;
-};
+// The tag a lane's transfers carry (comm::kEveryTag: all of its pair's, a lane without a
+// channel).
+inline int tag_of(const schedule::PipeLane& lane) {
+  return lane.channel ? lane.channel->tag() : comm::kEveryTag;
+}
 
 // How payloads travel between this rank and one stage it exchanges them with.
 struct PipeLink {
@@ -45,7 +42,7 @@ struct PipeLink {
 // every lane gets a communicator of its own, MPI where NCCL is not chosen, so payloads
 // travel apart from headers everywhere.
 std::map<int, PipeLink> pipe_links(const std::shared_ptr<comm::MpiCommunicator>& pipe,
-                                   at::Device device, const std::vector<PipeLane>& lanes,
+                                   at::Device device, const std::vector<schedule::PipeLane>& lanes,
                                    bool own_lanes = false);
 
 }  // namespace pipetrain::device

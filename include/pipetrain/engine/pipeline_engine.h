@@ -53,7 +53,7 @@ class PipelineEngine {
   // (InputError for "cuda" without a GPU). Batch sizes in `config` are resolved against
   // the grid's data-parallel size (InputError showing the arithmetic if they disagree).
   // Over the job's communicators (the trainer makes them before the model, whose
-  // tensor-parallel layers use comms->model_group()); the engine connects their tied groups
+  // tensor-parallel layers use comms->tensor_group()); the engine connects their tied groups
   // and pipe links (Communicators::connect_tied, connect_pipe).
   PipelineEngine(std::shared_ptr<module::PipelineModule> module,
                  std::shared_ptr<groups::Communicators> comms, TrainingConfig config);
@@ -204,7 +204,7 @@ class PipelineEngine {
   void restore_global_steps(int64_t steps) { global_steps_ = steps; }
   // Every stage's plan of a training batch, as this engine runs it.
   schedule::PipelinePlan training_plan() const {
-    return plan_of(config_.pipeline.schedule, micro_batches());
+    return plan_of(config_.pipeline.schedule.kind, micro_batches());
   }
   // Most activations this stage held at once (forwarded, not yet back-propagated).
   int peak_live_activations() const { return peak_live_; }
@@ -314,7 +314,7 @@ class PipelineEngine {
   void gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters);
   // The communicators' lanes for the plans' `lanes`, and the feedback's from the output
   // stage to the first (generation's tokens) where they differ.
-  std::vector<device::PipeLane> pipe_lanes(const std::vector<schedule::PipeLane>& lanes) const;
+  std::vector<schedule::PipeLane> pipe_lanes(std::vector<schedule::PipeLane> lanes) const;
 
   std::shared_ptr<module::PipelineModule> module_;
   std::shared_ptr<groups::Communicators> comms_;

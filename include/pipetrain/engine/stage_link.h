@@ -19,19 +19,10 @@
 
 namespace pipetrain::engine {
 
-// What a transfer between stages carries: activations go to a later stage, the gradients
-// of those activations come back.
-enum class Flow { kActivation, kGradient };
-
-// What a transfer carries, and for which model chunk of the receiving stage: each channel
-// keeps its own order (an MPI tag), so interleaved chunks cannot take each other's tensors.
-struct Channel {
-  Channel(Flow flow_, int chunk_ = 0)
-      : flow(flow_), chunk(chunk_) {}  // NOLINT: a Flow is chunk 0's
-
-  Flow flow;
-  int chunk;
-};
+// A transfer's channel: what it carries, for which chunk of the receiving stage; each
+// channel keeps its own order (its tag), so interleaved chunks cannot take each other's
+// tensors.
+using schedule::Channel;
 
 // How a send returns. kBlocking: once the tensors have left (DeepSpeed's transfers). MPI
 // moves a large message only while both sides poll, so a send left pending during the next
@@ -55,11 +46,6 @@ class StageLink {
   StageLink(const StageLink&) = delete;
   StageLink& operator=(const StageLink&) = delete;
 
-  // The tag a channel's transfers take (its headers', and its lane's where it has one).
-  static int tag_of(Channel channel);
-  // The communicators' lanes (by tag) for a plan's lanes (by channel).
-  static std::vector<device::PipeLane> lanes_of(const std::vector<schedule::PipeLane>& lanes);
-
   // How later sends complete (kBlocking at first); complete_sends() first when changing.
   void set_send_completion(SendCompletion sends) { completion_ = sends; }
   // What a send passes its tensors through first (a test's fault injection; by default
@@ -76,12 +62,10 @@ class StageLink {
   comm::TensorList recv(int stage, Channel channel, const comm::TensorList& reuse = {});
 
   // What the stage holding the model's output feeds back to the first stage (generation's
-  // drawn tokens, for the next round), on a lane of its own (kFeedbackTag): posted at once,
-  // wait for it before changing the tensors. fed_back() waits for them at the first stage.
+  // drawn tokens, for the next round), on a channel of its own (Channel::feedback()): posted at
+  // once, wait for it before changing the tensors. fed_back() waits for them at the first stage.
   comm::PendingSend feed_back(const comm::TensorList& tensors, int stage);
   comm::TensorList fed_back(int stage);
-  // The tag of fed-back tensors, apart from every channel's.
-  static constexpr int kFeedbackTag = 0;
 
   // Waits for every send in flight.
   void complete_sends() { in_flight_.complete_sends(); }

@@ -13,13 +13,9 @@
 #include "pipetrain/module/recompute.h"
 #include "pipetrain/optim/optimizer_config.h"
 #include "pipetrain/schedule/schedule.h"
-#include "pipetrain/schedule/schedule_file.h"
+#include "pipetrain/schedule/schedule_config.h"
 
 namespace pipetrain::engine {
-
-// pipeline.schedule's spellings of the training schedules: every config name of the
-// schedule registry's rows (schedule::schedule_kinds()).
-const config::Names<schedule::Kind>& pipeline_schedules();
 
 struct PipelineConfig {
   int64_t stages = 1;
@@ -34,25 +30,11 @@ struct PipelineConfig {
     return recompute.size() == 1 ? recompute.front()
                                  : recompute.at(static_cast<std::size_t>(stage));
   }
-  schedule::Kind schedule = schedule::Kind::k1F1B;
-  // Model chunks per stage (virtual stages): at least 2 with kInterleaved, 2 with the V
-  // kinds, what the file gives with kFile, else 1.
-  int64_t chunks = 1;
-  // With kFile: the compute orders, read and parsed when the key is read.
-  std::string schedule_file;
-  std::shared_ptr<const schedule::FileSchedule> file;
-  // Most micro-batches any stage may keep live (forwarded, not yet back-propagated); 0: no
-  // bound. A schedule that plans more is refused before training starts.
-  int64_t max_live = 0;
+  // Which schedule trains, its chunks, file and live bound (the schedule layer's keys).
+  schedule::ScheduleConfig schedule;
   // With tensor parallelism: each rank of a group sends only its 1/size share of an
   // activation or gradient to the next (previous) stage, which all-gathers the shares.
   bool partitioned_transfers = true;
-
-  // Where the chunks sit: the kind's placement, or the file's.
-  schedule::Placement placement() const {
-    return file && schedule == schedule::Kind::kFile ? file->shape.placement
-                                                     : schedule::schedule_kind(schedule).placement;
-  }
 };
 
 struct TrainingConfig {

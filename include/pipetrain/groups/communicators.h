@@ -41,7 +41,7 @@ struct CommunicatorTesting {
 //   1. the grid's MPI communicators, one per axis (made with the Grid), get the job's
 //      deadline: NCCL communicators made from them copy it;
 //   2. this rank is placed on its device (device::place_rank);
-//   3. the model (tensor-parallel) group's tensor communicator;
+//   3. the tensor-parallel group's tensor communicator;
 //   4. the data-parallel group's, then the expert-parallel group's (where experts are split),
 //      then the context-parallel group's (where sequences are split);
 //   5. connect_tied: one group per tied key among the stages owning it;
@@ -55,7 +55,7 @@ struct CommunicatorTesting {
 //
 // What stays on MPI, always: the grid's axes (control()) carry the step's host scalars
 // (loss, gradient-norm sums, the fp16 overflow flag), barriers, transfer headers, the
-// model group's micro-batch broadcast, partitioned-transfer all-gathers, the logits
+// tensor-parallel group's micro-batch broadcast, partitioned-transfer all-gathers, the logits
 // gathers of `logits`/`generate`, and tensor-parallel checkpoint gathers (ZeRO's gathers
 // take data()).
 class Communicators {
@@ -64,7 +64,7 @@ class Communicators {
   Communicators(std::shared_ptr<topology::Grid> grid, device::DeviceKind device,
                 comm::Seconds timeout, CommunicatorTesting testing = {});
   // Releases the communicators in one order on every rank: pipe links, tied groups (by
-  // key), context, experts, data, model (NCCL's teardown of a communicator may wait for its
+  // key), context, experts, data, tensor (NCCL's teardown of a communicator may wait for its
   // peers'); the pipe's lanes go in one order on both ends of each pair.
   ~Communicators();
   Communicators(const Communicators&) = delete;
@@ -76,7 +76,7 @@ class Communicators {
   at::Device device() const { return device_; }
 
   // The collectives inside the model's tensor-parallel layers.
-  tensor_parallel::Group model_group() const { return {model_}; }
+  tensor_parallel::Group tensor_group() const { return {tensor_}; }
   // Gradient buckets among data-parallel replicas (all-reduce; ZeRO's reduce-scatter and
   // all-gather of the shards).
   const std::shared_ptr<comm::Communicator>& data() const { return data_; }
@@ -89,7 +89,7 @@ class Communicators {
   context_parallel::Group context_group() const { return {context_}; }
 
   // Step 5, once, after step 4: for each tied key `module` owns on two stages or more, a
-  // communicator among those stages that share this rank's data and model coordinates.
+  // communicator among those stages that share this rank's data and tensor coordinates.
   // Every rank of the job takes part for every key.
   void connect_tied(const module::PipelineModule& module);
   // This rank's tied-layer groups by key (only the keys it owns).
@@ -100,7 +100,7 @@ class Communicators {
   // NCCL between stages on GPUs of their own, a communicator per lane (NCCL matches
   // transfers by their order alone, and the lanes are where the plans keep it:
   // schedule::pipe_lanes); else, and without lanes, every payload over MPI.
-  void connect_pipe(const std::optional<std::vector<device::PipeLane>>& lanes);
+  void connect_pipe(const std::optional<std::vector<schedule::PipeLane>>& lanes);
   const std::map<int, device::PipeLink>& pipe_links() const { return pipe_links_; }
 
   // For the job line: "pipe mpi, data-parallel nccl", with the pipe's per stage where its
@@ -129,7 +129,7 @@ class Communicators {
   std::shared_ptr<topology::Grid> grid_;
   CommunicatorTesting testing_;
   at::Device device_;
-  std::shared_ptr<comm::Communicator> model_;
+  std::shared_ptr<comm::Communicator> tensor_;
   std::shared_ptr<comm::Communicator> data_;
   std::shared_ptr<comm::Communicator> experts_;  // null without expert parallelism
   std::shared_ptr<comm::Communicator> context_;  // null without context parallelism

@@ -41,9 +41,10 @@ class Grid {
   int pipe_parallel_size() const { return size("pipe"); }
   int data_parallel_id() const { return coordinate("data"); }
   int data_parallel_size() const { return size("data"); }
-  // The slice rank within the model-parallel group.
-  int model_parallel_id() const { return coordinate("model"); }
-  int model_parallel_size() const { return size("model"); }
+  // The slice rank within the tensor-parallel group (the topology's "model" axis, as
+  // DeepSpeed names it in its topologies and checkpoints).
+  int tensor_parallel_id() const { return coordinate("model"); }
+  int tensor_parallel_size() const { return size("model"); }
   // The slice of each sequence this rank holds, within the context-parallel group.
   int context_parallel_id() const { return coordinate("context"); }
   int context_parallel_size() const { return size("context"); }
@@ -61,7 +62,7 @@ class Grid {
   // Ranks along each axis, ordered by that axis's coordinate.
   const std::shared_ptr<comm::MpiCommunicator>& pipe_comm() const { return pipe_; }
   const std::shared_ptr<comm::MpiCommunicator>& data_comm() const { return data_; }
-  const std::shared_ptr<comm::MpiCommunicator>& model_comm() const { return model_; }
+  const std::shared_ptr<comm::MpiCommunicator>& tensor_comm() const { return tensor_; }
   const std::shared_ptr<comm::MpiCommunicator>& context_comm() const { return context_; }
   // data x context, ordered by replica_id().
   const std::shared_ptr<comm::MpiCommunicator>& replica_comm() const { return replica_; }
@@ -93,7 +94,7 @@ class Grid {
   std::shared_ptr<comm::MpiCommunicator> world_;
   std::shared_ptr<comm::MpiCommunicator> pipe_;
   std::shared_ptr<comm::MpiCommunicator> data_;
-  std::shared_ptr<comm::MpiCommunicator> model_;
+  std::shared_ptr<comm::MpiCommunicator> tensor_;
   std::shared_ptr<comm::MpiCommunicator> context_;
   std::shared_ptr<comm::MpiCommunicator> replica_;
   std::shared_ptr<comm::MpiCommunicator> sample_;

@@ -15,7 +15,7 @@
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/models/gpt/gpt.h"
 #include "pipetrain/optim/optimizer.h"
-#include "pipetrain/planner/layer_cost.h"
+#include "planner/layer_cost.h"
 #include "planner/prediction.h"
 #include "trainer/job.h"
 

@@ -146,7 +146,7 @@ int generate_from_checkpoint(const GenerateOptions& options) {
   const std::vector<PromptLine> prompts = prompts_of(options);
   const int ranks = comm::MpiCommunicator::world()->size();
   Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch,
-                                           {.model_parallel = options.model_parallel}),
+                                           {.tensor_parallel = options.tensor_parallel}),
                       options.checkpoint, DataUse::kNone);
   const auto* tokens = job.model.tokens();
   if (!tokens)

@@ -25,8 +25,8 @@ struct GenerateOptions {
   // or a list, else model.eos_token_id).
   bool stop_at_end = true;
   uint64_t seed = 1;
-  int model_parallel = 1;  // the rest of the ranks are pipeline stages
-  std::string tokenizer;   // empty: the checkpoint's sample.tokenizer, else bytes
+  int tensor_parallel = 1;  // the rest of the ranks are pipeline stages
+  std::string tokenizer;    // empty: the checkpoint's sample.tokenizer, else bytes
 };
 int generate_from_checkpoint(const GenerateOptions& options);
 

@@ -37,7 +37,7 @@ int write_logits(const LogitsOptions& options) {
   const int ranks = comm::MpiCommunicator::world()->size();
   nlohmann::json config = config_of_checkpoint(
       options.checkpoint, ranks, /*micro_batch=*/1,
-      {.model_parallel = options.model_parallel, .expert_parallel = options.expert_parallel});
+      {.tensor_parallel = options.tensor_parallel, .expert_parallel = options.expert_parallel});
   // A rotary model has no learned positions: it runs the tokens at their own length, as
   // far as its rotation allows (model.context's check).
   const auto tokens = static_cast<int64_t>(options.tokens.size());
@@ -59,8 +59,8 @@ int write_logits(const LogitsOptions& options) {
   if (!job.engine->holds_output() || grid.data_parallel_id() != 0) return 0;
   // Whole again from the tensor-parallel vocabulary slices.
   const at::Tensor logits = tensor_parallel::gather_from_group(
-      outputs.at(0)[0], tensor_parallel::Group{grid.model_comm()});
-  if (grid.model_comm()->rank() == 0) {
+      outputs.at(0)[0], tensor_parallel::Group{grid.tensor_comm()});
+  if (grid.tensor_comm()->rank() == 0) {
     io::write_file_atomically(
         options.out,
         checkpoint::encode_safetensors({{"logits", logits.to(at::kCPU, at::kFloat).contiguous()}}));

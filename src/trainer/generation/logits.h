@@ -14,7 +14,7 @@ namespace pipetrain::trainer {
 struct LogitsOptions {
   std::string checkpoint;
   std::vector<int64_t> tokens;
-  int model_parallel = 1;
+  int tensor_parallel = 1;
   int expert_parallel = 1;
   std::string out;
 };

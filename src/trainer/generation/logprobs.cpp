@@ -104,7 +104,7 @@ bool scores_here(const Job& job) {
   // Every replica ran the same examples (their experts' rows meet in the all-to-all); the
   // first holds the scores.
   const topology::Grid& grid = *job.grid;
-  return job.engine->holds_output() && grid.model_comm()->rank() == 0 &&
+  return job.engine->holds_output() && grid.tensor_comm()->rank() == 0 &&
          grid.data_parallel_id() == 0;
 }
 
@@ -133,7 +133,7 @@ ExampleScores score_examples(Job& job, const data::ExampleList& examples, int64_
     if (!job.engine->holds_output()) continue;
     // Whole again from the tensor-parallel vocabulary slices (every model rank joins).
     const at::Tensor logits = tensor_parallel::gather_from_group(
-        outputs.at(0), tensor_parallel::Group{grid.model_comm()});
+        outputs.at(0), tensor_parallel::Group{grid.tensor_comm()});
     if (writes) append(written, examples, batch, picked_logprobs(logits, tokens));
   }
   return written;
@@ -151,7 +151,7 @@ int write_logprobs(const LogprobsOptions& options) {
   const int ranks = comm::MpiCommunicator::world()->size();
   const nlohmann::json config = config_of_checkpoint(
       options.checkpoint, ranks, options.micro_batch,
-      {.model_parallel = options.model_parallel, .expert_parallel = options.expert_parallel});
+      {.tensor_parallel = options.tensor_parallel, .expert_parallel = options.expert_parallel});
   Job job = build_job(config, options.checkpoint, DataUse::kNone);
   const models::TokenInput* input = language_input(job);
   const data::ExampleList examples = data::read_examples(options.data, input->vocab_size);

@@ -29,7 +29,7 @@ struct Job;
 struct LogprobsOptions {
   std::string checkpoint;
   std::vector<std::string> data;  // indexed dataset prefixes, each with its PREFIX.mask
-  int model_parallel = 1;
+  int tensor_parallel = 1;
   // A mixture of experts' experts split over this many ranks: as many replicas run the same
   // examples (1: one pipeline).
   int expert_parallel = 1;

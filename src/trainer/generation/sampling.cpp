@@ -198,7 +198,7 @@ class Stretch {
     const Rows& rows = rows_of(j);
     const int round = round_of(j);
     const at::Tensor logits = tensor_parallel::gather_from_group(
-        out.at(0).select(1, -1), tensor_parallel::Group{grid_.model_comm()});  // [rows, vocab]
+        out.at(0).select(1, -1), tensor_parallel::Group{grid_.tensor_comm()});  // [rows, vocab]
     at::Tensor tokens = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
     int64_t* drawn = tokens.data_ptr<int64_t>();
     for (std::size_t r = 0; r < rows.size(); ++r) {

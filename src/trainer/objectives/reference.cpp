@@ -29,7 +29,7 @@ std::vector<double> score_as_trained(Job& job, const data::ExampleList& examples
   at::Tensor sums = at::zeros({count}, at::kDouble);
   const topology::Grid& grid = *job.grid;
   const bool holds = job.engine->holds_output();
-  const bool keeps = holds && grid.model_parallel_id() == 0;
+  const bool keeps = holds && grid.tensor_parallel_id() == 0;
   // Each data-parallel replica scores every replicas-th batch of rows.
   const int64_t replicas = grid.data_parallel_size();
   for (int64_t first = grid.data_parallel_id() * rows; first < count; first += replicas * rows) {
@@ -175,14 +175,14 @@ std::vector<double> reference_logprobs(const JobConfig& policy, const data::Exam
   const int64_t rows = policy.engine.train_micro_batch_size_per_gpu;
   nlohmann::json config =
       config_of_checkpoint(checkpoint, ranks->size(), rows,
-                           {.model_parallel = static_cast<int>(policy.trainer.model_parallel)});
+                           {.tensor_parallel = static_cast<int>(policy.trainer.tensor_parallel)});
   // The policy's rows, padded alike, its stages (data-parallel replicas sharing the examples),
   // precision and device: the reference's numbers are computed as the policy's are.
   const auto& keys = job_keys();
   keys.set(config, "model.context", context);
   const int64_t stages = policy.engine.pipeline.stages;
   keys.set(config, "pipeline.stages", stages);
-  keys.set(config, "data_parallel", ranks->size() / (stages * policy.trainer.model_parallel));
+  keys.set(config, "data_parallel", ranks->size() / (stages * policy.trainer.tensor_parallel));
   const nlohmann::json mine = keys.write(policy);
   for (const char* section : {"bf16", "fp16", "device"}) {
     config.erase(section);
