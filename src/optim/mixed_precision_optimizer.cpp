@@ -73,9 +73,11 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(module::PipelineModule& module,
       weight_decay_(optim::weight_decay_of(config.optimizer)),
       loss_scaler_(dtype_ == at::kHalf ? config.precision.loss_scaler
                                        : optim::LossScalerConfig{.loss_scale = 1}) {
+  // A 16-bit precision's model is converted once, by its owner (the engine, before data
+  // parallelism lays out ZeRO's storage); fp32 takes the module's parameters as they are.
   for (const auto& parameter : module.parameters()) {
-    if (parameter.scalar_type() != dtype_)
-      throw std::logic_error("the optimizer's model is not in its precision's dtype");
+    if (dtype_ != at::kFloat && parameter.scalar_type() != dtype_)
+      throw std::logic_error("the optimizer's model is not in its precision's 16-bit dtype");
   }
   decayed_ = decayed_parameters(module, config.weight_decay_exempt);
   if (!sharded.dense) {  // ZeRO shards the masters where data parallelism laid out pieces

@@ -222,14 +222,11 @@ void ShardedMasters::restore(const std::vector<ParameterState>& whole,
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> masters;
   for (std::size_t i = 0; i < parameters_.size(); ++i) masters.push_back(whole.at(i).master);
-  // This rank's pieces into the masters and the storage, which every replica then gathers.
+  // This rank's pieces into the masters; copy_to_model() then writes them into the storage
+  // (an fp32 model's masters are its pieces) and every replica gathers them.
   at::Tensor shard = at::empty({layout_.shard_size()}, master_.front().options());
   layout_.read_shard(masters, data_->rank(), shard);
-  for (int k = 0; k < layout_.buckets(); ++k) {
-    master_[k].detach().copy_(piece_of(shard, k));
-    if (!aliased_) storage_->piece(k).copy_(piece_of(shard, k));
-  }
-  storage_->gather_parameters();
+  for (int k = 0; k < layout_.buckets(); ++k) master_[k].detach().copy_(piece_of(shard, k));
   // The keys of the first parameter with state; a parameter without (never stepped)
   // contributes zeros to per-element state.
   const auto first = std::find_if(whole.begin(), whole.end(), [](const ParameterState& s) {

@@ -483,9 +483,7 @@ nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken) {
   return config;
 }
 
-nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
-                                    ForwardLayout layout) {
-  const int tensor = layout.tensor_parallel, experts = layout.expert_parallel;
+topology::ParallelLayout forward_layout(int ranks, int tensor, int experts) {
   if (tensor < 1 || ranks % tensor != 0) {
     throw io::InputError("--model " + std::to_string(tensor) + " must divide the job's ranks (" +
                          std::to_string(ranks) + ")");
@@ -495,19 +493,17 @@ nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, in
                          " must divide the job's ranks over --model (" +
                          std::to_string(ranks / tensor) + ")");
   }
+  return {.pipe = ranks / (tensor * experts), .data = experts, .tensor = tensor, .expert = experts};
+}
+
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int64_t micro_batch,
+                                    const topology::ParallelLayout& layout) {
+  // Forward-only use needs no training schedule (saved_config left it out) and runs whole
+  // sequences, over this job's layout.
   nlohmann::json config = saved_config(checkpoint);
   const auto& keys = job_keys();
-  keys.set(config, "pipeline.stages", ranks / (tensor * experts));
-  // Layers are whole in a checkpoint: forward-only use needs no training schedule or chunks
-  // (saved_config left them out).
   keys.erase(config, "train_batch_size");
-  keys.erase(config, "data_parallel");
-  keys.set(config, "model_parallel", tensor);
-  // Training layouts: forward-only use runs whole sequences.
-  keys.erase(config, "sequence_parallel");
-  keys.erase(config, "context_parallel");
-  keys.erase(config, "expert_parallel");
-  if (experts > 1) keys.set(config, "expert_parallel", experts);
+  set_layout_keys(config, layout);
   keys.set(config, "train_micro_batch_size_per_gpu", micro_batch);
   keys.set(config, "gradient_accumulation_steps", 1);
   keys.set(config, "load", "");

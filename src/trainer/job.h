@@ -70,19 +70,17 @@ nlohmann::json saved_config(const std::string& checkpoint);
 // come back as they are.
 nlohmann::json with_model_of_checkpoint(nlohmann::json config, bool* taken = nullptr);
 
-// How a forward-only job lays out a checkpoint's model over its ranks.
-struct ForwardLayout {
-  int tensor_parallel = 1;
-  // Experts split over this many ranks: as many data-parallel replicas, each running the
-  // same input (1: one pipeline).
-  int expert_parallel = 1;
-};
+// The layout of a forward-only job of `ranks` ranks: tensor-parallel groups of `tensor`,
+// experts split over `experts` data-parallel replicas each running the same input (1: one
+// pipeline), the rest pipeline stages; whole sequences, no chunks. InputError (naming
+// --model or --expert-parallel) when the sizes do not divide the ranks.
+topology::ParallelLayout forward_layout(int ranks, int tensor, int experts = 1);
 
-// The config a checkpoint was trained with, re-sized for a job of `ranks` ranks (data-
-// parallel layout.expert_parallel, ranks / (model_parallel x expert_parallel) stages, the
-// default schedule without chunks: layers are whole in a checkpoint) running micro-batches
-// of `micro_batch` samples, one per step. InputError when the sizes do not divide ranks.
-nlohmann::json config_of_checkpoint(const std::string& checkpoint, int ranks, int64_t micro_batch,
-                                    ForwardLayout layout = {});
+// The config a checkpoint was trained with, laid out as `layout` over its ranks (its layout
+// keys set through the job's table, set_layout_keys; layers are whole in a checkpoint, so
+// any layout of the model's sizes takes it) running micro-batches of `micro_batch` samples,
+// one per step, with the default schedule.
+nlohmann::json config_of_checkpoint(const std::string& checkpoint, int64_t micro_batch,
+                                    const topology::ParallelLayout& layout);
 
 }  // namespace pipetrain::trainer

@@ -477,7 +477,8 @@ int train(const nlohmann::json& config_file) {
 
 int evaluate_checkpoint(const std::string& checkpoint, std::optional<int64_t> eval_iters) {
   const int ranks = comm::MpiCommunicator::world()->size();
-  nlohmann::json config = config_of_checkpoint(checkpoint, ranks, kEvalMicroBatch);
+  nlohmann::json config =
+      config_of_checkpoint(checkpoint, kEvalMicroBatch, forward_layout(ranks, 1));
   // The validation set training read: eval_iters batches of its batch size (the training's
   // eval_iters unless given), in micro-batches of its size (see data::SampleShare).
   const JobConfig trained = parse_job_config(saved_config(checkpoint), nullptr);

@@ -40,6 +40,9 @@ class ShardedReduction final : public BucketReduction {
   ShardedReduction(std::vector<at::Tensor> parameters, const std::vector<bool>& late,
                    const std::vector<int>& layers, std::shared_ptr<comm::Communicator> group,
                    const ZeroConfig& zero, at::ScalarType wire);
+  // Its storage holds its layout: neither copied nor moved.
+  ShardedReduction(const ShardedReduction&) = delete;
+  ShardedReduction& operator=(const ShardedReduction&) = delete;
 
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const FlatShards& layout() const { return layout_; }
@@ -87,7 +90,7 @@ class ShardedReduction final : public BucketReduction {
   std::vector<bool> late_bucket_;        // per bucket: of late (tied) gradients
   std::vector<at::Tensor> accumulated_;  // per bucket: the passes' reduced pieces, float32
   std::shared_ptr<ShardedParameters> sharded_;  // stage 3
-  std::shared_ptr<ReplicaParameters> storage_;  // stage 3: sharded_
+  std::shared_ptr<ReplicaParameters> storage_;  // every stage's (stage 3: sharded_)
 };
 
 // Under ZeRO, the reductions of a stage's gradients: the dense parameters' over the

@@ -30,8 +30,9 @@ at::ScalarType to_scalar_type(Precision precision);
 // schedule and weight decay on the parameters config.weight_decay_exempt leaves to it.
 class MixedPrecisionOptimizer {
  public:
-  // Keeps fp32 masters of the module's parameters, which must be in the precision's dtype
-  // already (the parameters themselves in fp32): all of them or, under ZeRO (where
+  // Keeps fp32 masters of the module's parameters, which a 16-bit precision needs in its
+  // dtype already (fp32: the parameters themselves where they are fp32): all of them or,
+  // under ZeRO (where
   // `sharded.dense` is set), this rank's shard of `sharded`'s pieces (collective over their
   // groups then).
   // `norm_parameters`: the module parameters this rank counts in the global gradient norm

@@ -145,8 +145,8 @@ std::vector<PromptLine> prompts_of(const GenerateOptions& options) {
 int generate_from_checkpoint(const GenerateOptions& options) {
   const std::vector<PromptLine> prompts = prompts_of(options);
   const int ranks = comm::MpiCommunicator::world()->size();
-  Job job = build_job(config_of_checkpoint(options.checkpoint, ranks, kGenerateMicroBatch,
-                                           {.tensor_parallel = options.tensor_parallel}),
+  Job job = build_job(config_of_checkpoint(options.checkpoint, kGenerateMicroBatch,
+                                           forward_layout(ranks, options.tensor_parallel)),
                       options.checkpoint, DataUse::kNone);
   const auto* tokens = job.model.tokens();
   if (!tokens)

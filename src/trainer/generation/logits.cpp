@@ -35,9 +35,9 @@ void check_tokens(const std::vector<int64_t>& tokens, const models::TokenInput& 
 int write_logits(const LogitsOptions& options) {
   io::check_output_directory(options.out, "--out");
   const int ranks = comm::MpiCommunicator::world()->size();
-  nlohmann::json config = config_of_checkpoint(
-      options.checkpoint, ranks, /*micro_batch=*/1,
-      {.tensor_parallel = options.tensor_parallel, .expert_parallel = options.expert_parallel});
+  nlohmann::json config =
+      config_of_checkpoint(options.checkpoint, /*micro_batch=*/1,
+                           forward_layout(ranks, options.tensor_parallel, options.expert_parallel));
   // A rotary model has no learned positions: it runs the tokens at their own length, as
   // far as its rotation allows (model.context's check).
   const auto tokens = static_cast<int64_t>(options.tokens.size());

@@ -149,9 +149,9 @@ int write_logprobs(const LogprobsOptions& options) {
                          "whose masks say which tokens are completions (prepare-data --chat)");
   }
   const int ranks = comm::MpiCommunicator::world()->size();
-  const nlohmann::json config = config_of_checkpoint(
-      options.checkpoint, ranks, options.micro_batch,
-      {.tensor_parallel = options.tensor_parallel, .expert_parallel = options.expert_parallel});
+  const nlohmann::json config =
+      config_of_checkpoint(options.checkpoint, options.micro_batch,
+                           forward_layout(ranks, options.tensor_parallel, options.expert_parallel));
   Job job = build_job(config, options.checkpoint, DataUse::kNone);
   const models::TokenInput* input = language_input(job);
   const data::ExampleList examples = data::read_examples(options.data, input->vocab_size);

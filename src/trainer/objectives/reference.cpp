@@ -173,16 +173,15 @@ std::vector<double> reference_logprobs(const JobConfig& policy, const data::Exam
   }
   const std::string& checkpoint = o.reference_checkpoint;
   const int64_t rows = policy.engine.train_micro_batch_size_per_gpu;
-  nlohmann::json config =
-      config_of_checkpoint(checkpoint, ranks->size(), rows,
-                           {.tensor_parallel = static_cast<int>(policy.trainer.tensor_parallel)});
   // The policy's rows, padded alike, its stages (data-parallel replicas sharing the examples),
-  // precision and device: the reference's numbers are computed as the policy's are.
+  // tensor groups, precision and device: the reference's numbers are computed as the
+  // policy's are.
+  const int64_t stages = policy.engine.pipeline.stages, tensor = policy.trainer.tensor_parallel;
+  nlohmann::json config = config_of_checkpoint(
+      checkpoint, rows,
+      {.pipe = stages, .data = ranks->size() / (stages * tensor), .tensor = tensor});
   const auto& keys = job_keys();
   keys.set(config, "model.context", context);
-  const int64_t stages = policy.engine.pipeline.stages;
-  keys.set(config, "pipeline.stages", stages);
-  keys.set(config, "data_parallel", ranks->size() / (stages * policy.trainer.tensor_parallel));
   const nlohmann::json mine = keys.write(policy);
   for (const char* section : {"bf16", "fp16", "device"}) {
     config.erase(section);
