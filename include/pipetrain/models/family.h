@@ -39,46 +39,46 @@ struct Capabilities {
 };
 
 struct FamilyRow {
-  std::string name;  // model.type
+  std::string name{};  // model.type
   Body body = Body::kProgram;
   // Its MoE settings are ModelConfig::moe and its blocks route tokens to experts.
   bool routes_experts = false;
   // transformers' class and model_type for it (config.json's `architectures[0]` and
   // `model_type`); empty: it has no transformers format.
-  std::string hf_architecture;
-  std::string hf_model_type;
+  std::string hf_architecture{};
+  std::string hf_model_type{};
 
   // What it divides and routes (empty: nothing: one rank computes each of its layers).
-  std::function<Capabilities(const ModelConfig&)> capabilities;
+  std::function<Capabilities(const ModelConfig&)> capabilities{};
   // Whether its layers split over a tensor group of `t` ranks (heads, vocabulary and MLP
   // dividing by t); only asked for t > 1 of a family that can.
-  std::function<bool(const ModelConfig&, int t)> divides;
+  std::function<bool(const ModelConfig&, int t)> divides{};
   // A decoder family: what it fixes on the LLaMA decoder (Qwen2's q/k/v biases, ...), from
   // the configured one onto `decoder` (the configured one with every family switch off).
-  std::function<void(const LlamaConfig& configured, LlamaConfig& decoder)> preset;
+  std::function<void(const LlamaConfig& configured, LlamaConfig& decoder)> preset{};
   // Keys only it reads, bound after the condition `model.type <name>` (its body's keys, the
   // special tokens and the experts' are bound for every family with that body). A program's
   // row has them bound when it registers before the first config is read (cli::run).
-  std::function<void(config::KeyTable<ModelConfig>&)> keys;
+  std::function<void(config::KeyTable<ModelConfig>&)> keys{};
 
   // transformers' config.json: its fields read into `config` (the special tokens are read
   // for every family), and `config` written as one.
   std::function<void(const HfFields& fields, const nlohmann::json& hf, ModelConfig& config)>
-      from_hf;
-  std::function<nlohmann::json(const ModelConfig&)> to_hf;
+      from_hf{};
+  std::function<nlohmann::json(const ModelConfig&)> to_hf{};
   // Every tensor of the model in layer order, with transformers' names.
-  std::function<std::vector<HfTensor>(const ModelConfig&)> tensors;
+  std::function<std::vector<HfTensor>(const ModelConfig&)> tensors{};
 
   // One LayerCost per layer, in the order its build makes them (no torch): what `pipetrain
   // plan` places and the progress line's MFU counts. Empty: the planner cannot cost it.
-  std::function<std::vector<LayerCost>(const ModelConfig&)> costs;
+  std::function<std::vector<LayerCost>(const ModelConfig&)> costs{};
   // Without `costs`: the planner measures them from `build` on its own process
   // (measured_costs: the real tensors' memory, this machine's times); the progress line then
   // shows no MFU (its FLOPs would be times).
   bool measure_costs = false;
   // This rank's model, over the groups its capabilities allow (others are refused before it
   // is called). InputError naming the key for a bad setting.
-  std::function<BuiltinModel(const ModelConfig&, const ModelGroups&)> build;
+  std::function<BuiltinModel(const ModelConfig&, const ModelGroups&)> build{};
 };
 
 // The row model.type names: a built-in family's or one a program registered. `find_family`

@@ -18,7 +18,7 @@ struct SamplingOptions {
   int64_t top_k = 20;
   uint64_t seed = 1;
   double top_p = 1.0;
-  std::vector<int64_t> stop;
+  std::vector<int64_t> stop{};
   // Keys and values of earlier positions kept per stage (models::KvCache): the prompt runs
   // once, then one token per step. Without, every step runs the whole window again. Only
   // for models whose attention reads models::active_kv_rows() (the built-in GPT and
@@ -59,7 +59,7 @@ std::vector<std::vector<int64_t>> sample_in_flight(engine::PipelineEngine& engin
 struct PromptRequest {
   std::vector<int64_t> tokens;
   int64_t max_new_tokens = 0;
-  std::vector<int64_t> stop;
+  std::vector<int64_t> stop{};
   std::optional<uint64_t> seed{};
 };
 // With `logprobs`, each prompt's new tokens' log-probabilities under the model's softmax at

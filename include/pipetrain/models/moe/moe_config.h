@@ -41,7 +41,7 @@ struct MoeConfig {
   // multiple of decoder_sparse_step and i is not in mlp_only_layers; the
   // others have a dense MLP of intermediate_size. 1 and none: every block (Mixtral).
   int64_t decoder_sparse_step = 1;
-  std::vector<int64_t> mlp_only_layers;
+  std::vector<int64_t> mlp_only_layers{};
   bool routes(int64_t layer) const {
     if (decoder_sparse_step < 1 || (layer + 1) % decoder_sparse_step != 0) return false;
     for (const int64_t dense : mlp_only_layers) {
