@@ -51,7 +51,6 @@ engine::TrainingConfig config_for(int64_t micro_batch_size, int stages) {
   config.train_micro_batch_size_per_gpu = micro_batch_size;
   config.gradient_accumulation_steps = kMicroBatches;
   config.steps_per_print = 1 << 30;
-  config.pipeline.stages = stages;
   return config;
 }
 

@@ -77,7 +77,6 @@ engine::TrainingConfig bf16_config(const Shape& s, int stages) {
   config.train_micro_batch_size_per_gpu = s.micro_batch;
   config.gradient_accumulation_steps = s.micro_batches;
   config.steps_per_print = 1 << 30;
-  config.pipeline.stages = stages;
   config.precision.dtype = optim::Precision::kBf16;
   config.optimizer = {"AdamW", {{"lr", kLearningRate}, {"weight_decay", 0.0}}};
   config.device = device::DeviceKind::kCuda;

@@ -61,7 +61,6 @@ Run make_run(const std::shared_ptr<comm::MpiCommunicator>& world, const std::str
   training.gradient_accumulation_steps = kMicroBatches;
   training.steps_per_print = 1 << 30;
   training.optimizer = {"AdamW", {{"lr", 1e-4}}};
-  training.pipeline.stages = 2;
   const models::BuiltinModel model = models::make_builtin_model(config);
   Run run{name};
   std::set<std::string> tie_keys;  // a tied module counts once

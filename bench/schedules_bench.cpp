@@ -72,9 +72,7 @@ Configuration build(const Variant& v, const std::shared_ptr<topology::Grid>& gri
   config.gradient_accumulation_steps = v.micro_batches;
   config.steps_per_print = 1 << 30;
   config.optimizer.type = "AdamW";
-  config.pipeline.stages = kStages;
   config.pipeline.schedule.kind = v.schedule;
-  config.pipeline.schedule.chunks = v.chunks;
   config.pipeline.partition_method = "type:GptBlock";
   Configuration c;
   c.variant = v;

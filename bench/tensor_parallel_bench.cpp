@@ -41,7 +41,6 @@ Figures measure(const std::shared_ptr<comm::MpiCommunicator>& world, int data, i
   config.train_micro_batch_size_per_gpu = kMicroBatchSize;
   config.gradient_accumulation_steps = kMicroBatches;
   config.steps_per_print = 1 << 30;
-  config.pipeline.stages = 2;
   config.pipeline.partitioned_transfers = partitioned;
   models::ModelConfig model_config;
   model_config.gpt = gpt;

@@ -50,7 +50,6 @@ engine::TrainingConfig config_for(const Setting& setting, int stages, int micro_
   config.gradient_accumulation_steps = micro_batches;
   config.steps_per_print = 1 << 30;
   config.optimizer = {"AdamW", {{"lr", 1e-4}}};
-  config.pipeline.stages = stages;
   config.precision.dtype = precision;
   config.zero.stage = setting.stage;
   config.zero.reshard_after_forward = setting.reshard;

@@ -99,7 +99,6 @@ int main(int argc, char** argv) {
       throw std::runtime_error("stage 0 should end with the 64-wide layer");
     engine::TrainingConfig config = engine::parse_training_config(nlohmann::json::parse(
         R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})"));
-    config.pipeline.stages = 2;
     engine::PipelineEngine engine(stage, grid, config);
     if (grid->global_rank() == 0) std::filesystem::remove_all(argv[1]);
     world->barrier();

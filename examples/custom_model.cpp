@@ -15,6 +15,7 @@
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/topology/parallel_layout.h"
 
 using namespace pipetrain;
 
@@ -39,27 +40,40 @@ std::vector<module::LayerSpec> model() {
   return {linear(3, 64), tanh, linear(64, 64), tanh, linear(64, 64), tanh, linear(64, 1)};
 }
 
-engine::TrainingConfig config_from(int argc, char** argv) {
-  if (argc > 1) {
-    engine::TrainingConfig config = engine::parse_training_config(config::read_json_file(argv[1]));
-    config::refuse_unknown_keys(config.unknown_keys, engine::training_keys().names());
-    return config;
-  }
-  return engine::parse_training_config(nlohmann::json::parse(R"({
+// The config when none is given.
+nlohmann::json defaults() {
+  return nlohmann::json::parse(R"({
     "train_batch_size": 64, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
     "steps_per_print": 100, "wall_clock_breakdown": true,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.0}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 20, "warmup_max_lr": 0.003}},
-    "pipeline": {"stages": 2, "partition_method": "parameters"}})"));
+    "pipeline": {"stages": 2, "partition_method": "parameters"}})");
+}
+
+// The engine's keys and the layout's (pipeline.stages), read through one table.
+struct ExampleConfig {
+  engine::TrainingConfig training;
+  topology::ParallelLayout layout;
+};
+
+ExampleConfig config_from(int argc, char** argv) {
+  config::KeyTable<ExampleConfig> keys;
+  keys.include(engine::training_keys(), PIPETRAIN_FIELD(training))
+      .include(topology::layout_keys(), PIPETRAIN_FIELD(layout));
+  ExampleConfig config;
+  config::refuse_unknown_keys(
+      keys.read(argc > 1 ? config::read_json_file(argv[1]) : defaults(), config), keys.names());
+  return config;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return comm::run_rank(argc, argv, [&] {
-    const engine::TrainingConfig config = config_from(argc, argv);
+    const ExampleConfig read = config_from(argc, argv);
+    const engine::TrainingConfig& config = read.training;
     auto world = comm::MpiCommunicator::world();
-    const int stages = static_cast<int>(config.pipeline.stages);
+    const int stages = static_cast<int>(read.layout.pipe);
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_data_parallel_topology(stages, world->size() / stages), world);
 

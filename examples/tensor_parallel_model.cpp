@@ -88,7 +88,6 @@ int main(int argc, char** argv) {
     engine::TrainingConfig config = engine::parse_training_config(nlohmann::json::parse(R"({
       "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
       "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "device": "cpu"})"));
-    config.pipeline.stages = pipe;
     // The job's communicators, made once: the model's layers take the tensor-parallel group
     // from them, the engine the rest.
     auto comms = std::make_shared<groups::Communicators>(grid, config.device, comm::Seconds(0));

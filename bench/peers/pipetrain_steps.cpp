@@ -48,14 +48,13 @@ int run(const std::vector<int64_t>& a) {
   config.gradient_accumulation_steps = micro_batches;
   config.steps_per_print = 1 << 30;
   config.optimizer = {"AdamW", {{"lr", 1e-4}, {"weight_decay", 0.0}}};
-  config.pipeline.stages = stages;
   config.pipeline.partition_method = "type:GptBlock";
+  int chunks = 1;
   if (const char* name = std::getenv("PIPETRAIN_BENCH_SCHEDULE")) {
     config.pipeline.schedule.kind =
         config::read_choice("PIPETRAIN_BENCH_SCHEDULE", nlohmann::json(name),
                             schedule::schedule_names(), config::Quoting::kQuoted);
-    config.pipeline.schedule.chunks =
-        std::max(1, schedule::schedule_kind(config.pipeline.schedule.kind).min_chunks);
+    chunks = std::max(1, schedule::schedule_kind(config.pipeline.schedule.kind).min_chunks);
   }
   if (a.size() >= 10 && a[9] != 0)
     throw std::invalid_argument("the tenth argument must be 0: receives ahead were removed");
@@ -65,7 +64,7 @@ int run(const std::vector<int64_t>& a) {
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = stages,
                                     .stage_id = grid->stage_id(),
-                                    .chunks = static_cast<int>(config.pipeline.schedule.chunks),
+                                    .chunks = chunks,
                                     .placement = config.pipeline.schedule.placement(),
                                     .partition_method = config.pipeline.partition_method});
   engine::PipelineEngine engine(module, grid, config);

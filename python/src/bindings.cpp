@@ -213,9 +213,9 @@ PYBIND11_MODULE(_C, m) {
       [](const py::dict& config) {
         const nlohmann::json json = to_json(config);
         return collective([&] {
-          const engine::TrainingConfig parsed = read_config(json);
-          const bool v = parsed.pipeline.schedule.placement() == schedule::Placement::kV;
-          return std::make_pair(static_cast<int>(parsed.pipeline.schedule.chunks),
+          const PythonConfig parsed = read_config(json);
+          const bool v = parsed.engine.pipeline.schedule.placement() == schedule::Placement::kV;
+          return std::make_pair(static_cast<int>(parsed.layout.chunks),
                                 std::string(v ? "v" : "loop"));
         });
       },

@@ -32,9 +32,33 @@ module::PartitionMethod boundaries(const std::vector<int>& parts) {
 
 }  // namespace
 
-engine::TrainingConfig read_config(const nlohmann::json& json) {
-  engine::TrainingConfig config = engine::parse_training_config(json);
-  config::refuse_unknown_keys(config.unknown_keys, engine::training_keys().names());
+namespace {
+
+const config::KeyTable<PythonConfig>& python_keys() {
+  static const config::KeyTable<PythonConfig> table = [] {
+    config::KeyTable<PythonConfig> t;
+    t.include(engine::training_keys(), PIPETRAIN_FIELD(engine))
+        .include(topology::layout_keys(), PIPETRAIN_FIELD(layout))
+        .check([](const PythonConfig& c) {
+          const topology::ParallelLayout& l = c.layout;
+          if (l.tensor > 1 || l.context > 1 || l.expert > 1) {
+            throw io::InputError(
+                "model_parallel, context_parallel and expert_parallel: the Python door runs "
+                "pipe x data only (pipetrain train runs the others)");
+          }
+        });
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+PythonConfig read_config(const nlohmann::json& given) {
+  nlohmann::json json = given;
+  config::accept_alias(json, "bfloat16", "bf16");  // DeepSpeed reads both
+  PythonConfig config;
+  config::refuse_unknown_keys(python_keys().read(json, config), python_keys().names());
   return config;
 }
 
@@ -47,12 +71,18 @@ PythonEngine::PythonEngine(const std::vector<PythonLayer>& layers, SharedPy loss
                          " ranks: the ranks must be a multiple of the stages");
   }
   const int data = world->size() / layout.stages;
-  engine::TrainingConfig config = read_config(config_json);
+  const PythonConfig read = read_config(config_json);
+  engine::TrainingConfig config = read.engine;
   engine::resolve_batch(config, data);
-  if (config.pipeline.schedule.chunks != layout.chunks) {
+  if (read.layout.chunks != layout.chunks) {
     throw std::logic_error("the module was built for " + std::to_string(layout.chunks) +
-                           " chunks per stage, the schedule runs " +
-                           std::to_string(config.pipeline.schedule.chunks));
+                           " chunks per stage, the config's pipeline.chunks is " +
+                           std::to_string(read.layout.chunks));
+  }
+  if (read.layout.data && read.layout.data != data) {
+    throw io::InputError("data_parallel " + std::to_string(read.layout.data) + ": the job's " +
+                         std::to_string(world->size()) + " ranks over " +
+                         std::to_string(layout.stages) + " stages give " + std::to_string(data));
   }
   grid_ = std::make_shared<topology::Grid>(
       topology::pipe_data_parallel_topology(layout.stages, data), world);

@@ -11,6 +11,7 @@
 #include "pipetrain/engine/pipeline_engine.h"
 #include "pipetrain/groups/communicators.h"
 #include "pipetrain/topology/grid.h"
+#include "pipetrain/topology/parallel_layout.h"
 #include "python_layer.h"
 #include "trainer/generation/sampling.h"
 #include "trainer/objectives/objective_statistics.h"
@@ -27,9 +28,14 @@ struct ModuleLayout {
   std::vector<std::string> checkpointable_types;
 };
 
-// A Python config as the engine reads it: its keys (unknown ones refused in one line, as the
-// CLI does), batch sizes not yet resolved.
-engine::TrainingConfig read_config(const nlohmann::json& json);
+// A Python config as the engine reads it: the engine's keys and the layout's (unknown ones
+// refused in one line, as the CLI does), batch sizes not yet resolved. The Python door runs
+// pipe x data: a layout asking for another axis is refused.
+struct PythonConfig {
+  engine::TrainingConfig engine;
+  topology::ParallelLayout layout{.data = 0};
+};
+PythonConfig read_config(const nlohmann::json& json);
 
 // The C++ engine behind pipetrain.PipelineEngine: this rank's stage of a model of Python
 // layers on the pipe x data grid, running the config's schedule. Every method is collective

@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "autograd/weight_grad_store.h"
 #include "autograd/weight_gradient.h"
-#include "pipetrain/autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/autograd/weight_grad_store.h"
+#include "autograd/weight_grad_store.h"
 
 #include <atomic>
 

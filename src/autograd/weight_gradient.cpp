@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "autograd/gradient_arrival.h"
-#include "pipetrain/autograd/weight_grad_store.h"
+#include "autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {
 namespace {

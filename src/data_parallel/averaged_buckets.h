@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "data_parallel/bucket_reduction.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/bucket_reduction.h"
 
 namespace pipetrain::data_parallel {
 

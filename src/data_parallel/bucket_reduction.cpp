@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/bucket_reduction.h"
+#include "data_parallel/bucket_reduction.h"
 
 #include <stdexcept>
 

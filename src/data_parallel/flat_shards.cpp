@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/flat_shards.h"
+#include "data_parallel/flat_shards.h"
 
 #include <ATen/ATen.h>
 

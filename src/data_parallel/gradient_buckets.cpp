@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/gradient_buckets.h"
+#include "data_parallel/gradient_buckets.h"
 
 #include <ATen/ATen.h>
 

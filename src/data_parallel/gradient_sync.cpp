@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/gradient_sync.h"
+#include "data_parallel/gradient_sync.h"
 
 #include "data_parallel/averaged_buckets.h"
 #include "pipetrain/data_parallel/zero_config.h"

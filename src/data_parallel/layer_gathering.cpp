@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/layer_gathering.h"
+#include "data_parallel/layer_gathering.h"
 
 #include <ATen/ATen.h>
 

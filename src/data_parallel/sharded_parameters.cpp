@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/sharded_parameters.h"
+#include "data_parallel/sharded_parameters.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>

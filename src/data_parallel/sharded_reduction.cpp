@@ -1,4 +1,4 @@
-#include "pipetrain/data_parallel/sharded_reduction.h"
+#include "data_parallel/sharded_reduction.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/engine/pipeline_engine.h"
+#include "engine/engine_state.h"
 
 #include <map>
 #include <utility>
@@ -20,15 +20,8 @@ TrainingConfig resolved(TrainingConfig config, int64_t data_parallel_size) {
 
 }  // namespace
 
-PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
-                               std::shared_ptr<topology::Grid> grid, TrainingConfig config)
-    : PipelineEngine(std::move(module),
-                     std::make_shared<groups::Communicators>(std::move(grid), config.device,
-                                                             comm::Seconds(config.comm_timeout)),
-                     config) {}
-
-PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
-                               std::shared_ptr<groups::Communicators> comms, TrainingConfig config)
+PipelineEngine::Impl::Impl(std::shared_ptr<module::PipelineModule> module,
+                           std::shared_ptr<groups::Communicators> comms, TrainingConfig config)
     : module_(std::move(module)),
       comms_(std::move(comms)),
       grid_(comms_->grid()),
@@ -82,11 +75,12 @@ PipelineEngine::PipelineEngine(std::shared_ptr<module::PipelineModule> module,
   link_ = std::make_unique<StageLink>(*comms_, config_.pipeline.partitioned_transfers);
 }
 
-PipelineEngine::~PipelineEngine() {
+PipelineEngine::Impl::~Impl() {
   if (gathering_) module_->set_layer_hooks(nullptr);  // ZeRO 3's, which this engine owns
 }
 
-void PipelineEngine::gather_layers(std::shared_ptr<data_parallel::ShardedParameters> parameters) {
+void PipelineEngine::Impl::gather_layers(
+    std::shared_ptr<data_parallel::ShardedParameters> parameters) {
   std::vector<std::pair<int, int>> chunks;
   std::map<int, std::vector<int>> buckets_of;
   for (int chunk = 0; chunk < shape_.chunks; ++chunk) {

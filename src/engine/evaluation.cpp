@@ -1,4 +1,4 @@
-#include "pipetrain/engine/pipeline_engine.h"
+#include "engine/engine_state.h"
 
 #include <ATen/ATen.h>
 
@@ -24,7 +24,8 @@ class Evaluating {
 
 }  // namespace
 
-PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bool return_outputs) {
+PipelineEngine::Impl::EvalResult PipelineEngine::Impl::eval_batch(MicroBatchSource* data,
+                                                                  bool return_outputs) {
   EvalResult result;
   Run run{.data = data,
           .outputs = return_outputs ? &result.outputs : nullptr,
@@ -39,7 +40,7 @@ PipelineEngine::EvalResult PipelineEngine::eval_batch(MicroBatchSource* data, bo
   return result;
 }
 
-module::Activation PipelineEngine::infer(const module::Activation& inputs) {
+module::Activation PipelineEngine::Impl::infer(const module::Activation& inputs) {
   // One micro-batch through the inference schedule; the first stage feeds `inputs`.
   class Once : public MicroBatchSource {
    public:
@@ -58,15 +59,8 @@ module::Activation PipelineEngine::infer(const module::Activation& inputs) {
   return outputs.empty() ? module::Activation{} : outputs.front();
 }
 
-std::vector<module::Activation> PipelineEngine::infer_each(
-    const std::vector<module::Activation>& inputs, const std::function<void(int)>& before_forward) {
-  return infer_streamed(
-      static_cast<int>(inputs.size()),
-      {.input = [&inputs](int k) { return inputs.at(k); }, .before_forward = before_forward});
-}
-
-std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
-                                                               const StreamHooks& hooks) {
+std::vector<module::Activation> PipelineEngine::Impl::infer_streamed(int count,
+                                                                     const StreamHooks& hooks) {
   // The micro-batches in order, to whichever stage loads them, each asked for when loaded.
   class Streamed : public MicroBatchSource {
    public:
@@ -102,7 +96,7 @@ std::vector<module::Activation> PipelineEngine::infer_streamed(int count,
   return outputs;
 }
 
-comm::PendingSend PipelineEngine::feed_back(const comm::TensorList& tensors) {
+comm::PendingSend PipelineEngine::Impl::feed_back(const comm::TensorList& tensors) {
   const int first = shape_.stage_of(0);
   if (!holds_output() || grid_->stage_id() == first)
     throw std::logic_error("feed_back: only the output stage feeds another first stage");
@@ -111,7 +105,7 @@ comm::PendingSend PipelineEngine::feed_back(const comm::TensorList& tensors) {
   return link_->feed_back(on_device, first);
 }
 
-comm::TensorList PipelineEngine::fed_back() {
+comm::TensorList PipelineEngine::Impl::fed_back() {
   if (grid_->stage_id() != shape_.stage_of(0) || holds_output())
     throw std::logic_error("fed_back: only a first stage apart from the output stage is fed");
   return link_->fed_back(output_stage());

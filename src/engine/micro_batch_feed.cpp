@@ -1,4 +1,4 @@
-#include "pipetrain/engine/micro_batch_feed.h"
+#include "engine/micro_batch_feed.h"
 
 #include <ATen/ATen.h>
 

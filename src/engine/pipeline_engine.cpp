@@ -1,4 +1,4 @@
-#include "pipetrain/engine/pipeline_engine.h"
+#include "engine/engine_state.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-std::string PipelineEngine::CurrentInstruction::describe() const {
+std::string PipelineEngine::Impl::CurrentInstruction::describe() const {
   std::string text = "stage " + std::to_string(stage) + ", step " + std::to_string(step) + ", " +
                      std::string(schedule::name(instruction.kind));
   if (instruction.buffer >= 0) text += " buffer " + std::to_string(instruction.buffer);
@@ -33,12 +33,12 @@ std::string PipelineEngine::CurrentInstruction::describe() const {
   return text;
 }
 
-void PipelineEngine::set_hooks(Hooks hooks) {
+void PipelineEngine::Impl::set_hooks(Hooks hooks) {
   before_instruction_ = std::move(hooks.before);
   link_->set_outgoing_filter(std::move(hooks.outgoing));
 }
 
-double PipelineEngine::train_batch(MicroBatchSource* data) {
+double PipelineEngine::Impl::train_batch(MicroBatchSource* data) {
   if (!at::GradMode::is_enabled()) {
     throw std::logic_error("train_batch() needs gradients enabled; use eval_batch() to evaluate");
   }
@@ -53,7 +53,7 @@ double PipelineEngine::train_batch(MicroBatchSource* data) {
   return loss;
 }
 
-double PipelineEngine::execute(const Program& program, Run& run) {
+double PipelineEngine::Impl::execute(const Program& program, Run& run) {
   if (comm::job_failed()) {
     throw std::logic_error("a step after a failure with NCCL work queued (" +
                            comm::job_failure_reason() + "): the job must end instead");
@@ -69,7 +69,7 @@ double PipelineEngine::execute(const Program& program, Run& run) {
   }
 }
 
-double PipelineEngine::execute_steps(const Program& program, Run& run) {
+double PipelineEngine::Impl::execute_steps(const Program& program, Run& run) {
   run.loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   run.splits_backward = program.splits_backward;
   if (run.per_token) count_tokens(run, micro_batches());
@@ -97,7 +97,7 @@ double PipelineEngine::execute_steps(const Program& program, Run& run) {
   return run.loss_sum.item<double>();  // the step's one wait for the device
 }
 
-void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) {
+void PipelineEngine::Impl::run_instruction(int step, const Instruction& in, Run& run) {
   current_.step = step;
   current_.instruction = in;
   if (before_instruction_ && run.training) before_instruction_(in, global_steps_ + 1, current_);
@@ -123,7 +123,7 @@ void PipelineEngine::run_instruction(int step, const Instruction& in, Run& run) 
       {step, in, microseconds(start), microseconds(end), link_->bytes() - bytes_before});
 }
 
-void PipelineEngine::dispatch(const Instruction& in, Run& run) {
+void PipelineEngine::Impl::dispatch(const Instruction& in, Run& run) {
   PipeBuffer* buffer = in.buffer >= 0 ? &buffers_.at(in.buffer) : nullptr;
   // The other end, and the channel: named by the receiving chunk (this one's, or the peer's).
   const bool transfer = schedule::is_send(in.kind) || schedule::is_recv(in.kind);
@@ -176,7 +176,7 @@ void PipelineEngine::dispatch(const Instruction& in, Run& run) {
   }
 }
 
-void PipelineEngine::load_micro_batch(PipeBuffer& buffer, const Instruction& in, Run& run) {
+void PipelineEngine::Impl::load_micro_batch(PipeBuffer& buffer, const Instruction& in, Run& run) {
   const bool first = is_first_virtual_stage(in.chunk);
   const bool last = is_last_virtual_stage(in.chunk);
   MicroBatch batch = take_micro_batch(in.micro_batch, first, last, run);
@@ -187,7 +187,7 @@ void PipelineEngine::load_micro_batch(PipeBuffer& buffer, const Instruction& in,
   if (last) buffer.labels = std::move(batch.labels);
 }
 
-MicroBatch PipelineEngine::take_micro_batch(int index, bool first, bool last, Run& run) {
+MicroBatch PipelineEngine::Impl::take_micro_batch(int index, bool first, bool last, Run& run) {
   const MicroBatchFeed::Ends& ends = feed_->ends();
   auto found = run.unclaimed.find(index);
   if (found == run.unclaimed.end()) {
@@ -212,7 +212,7 @@ MicroBatch PipelineEngine::take_micro_batch(int index, bool first, bool last, Ru
   return taken;
 }
 
-void PipelineEngine::count_tokens(Run& run, int micro_batches) {
+void PipelineEngine::Impl::count_tokens(Run& run, int micro_batches) {
   at::Tensor tokens = at::zeros({1}, at::kDouble);
   if (feed_->ends().last) {
     at::Tensor counted = at::zeros({}, at::TensorOptions(at::kLong).device(device_));
@@ -230,7 +230,7 @@ void PipelineEngine::count_tokens(Run& run, int micro_batches) {
   run.token_scale = run.tokens > 0 ? replicas * micro_batches / run.tokens : 0.0;
 }
 
-void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
+void PipelineEngine::Impl::forward(PipeBuffer& buffer, int chunk, Run& run) {
   {
     std::optional<autograd::SplittableBackward> splittable;
     if (run.training && run.splits_backward) splittable.emplace();
@@ -262,7 +262,7 @@ void PipelineEngine::forward(PipeBuffer& buffer, int chunk, Run& run) {
 
 // BackwardInput (`defer_weight_grads`) leaves the weight gradients of linear layers in the
 // buffer's store for its BackwardWeight; the activation stays live until then.
-void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads) {
+void PipelineEngine::Impl::backward(PipeBuffer& buffer, int chunk, bool defer_weight_grads) {
   std::optional<autograd::DeferWeightGrads> deferring;
   if (defer_weight_grads) deferring.emplace(buffer.weight_grads);
   if (is_last_virtual_stage(chunk)) {
@@ -285,12 +285,13 @@ void PipelineEngine::backward(PipeBuffer& buffer, int chunk, bool defer_weight_g
   if (!defer_weight_grads) --live_;
 }
 
-void PipelineEngine::backward_weight(PipeBuffer& buffer) {
+void PipelineEngine::Impl::backward_weight(PipeBuffer& buffer) {
   buffer.weight_grads.run();
   --live_;
 }
 
-void PipelineEngine::send_activation(PipeBuffer& buffer, schedule::Peer peer, int peer_chunk) {
+void PipelineEngine::Impl::send_activation(PipeBuffer& buffer, schedule::Peer peer,
+                                           int peer_chunk) {
   if (peer.stage == grid_->stage_id()) {
     // Handed over, the outputs are shared with the receiving chunk's inputs; a forward
     // may return its inputs, so they are not refilled in place either.
@@ -303,7 +304,7 @@ void PipelineEngine::send_activation(PipeBuffer& buffer, schedule::Peer peer, in
   for (auto& t : buffer.outputs) autograd::release_values(t);
 }
 
-void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
+void PipelineEngine::Impl::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
   comm::TensorList grads;
   for (const auto& input : buffer.inputs) {
     if (!input.requires_grad()) continue;
@@ -312,13 +313,13 @@ void PipelineEngine::send_grad(PipeBuffer& buffer, int peer, int peer_chunk) {
   link_->send(grads, peer, Channel::gradients(peer_chunk));
 }
 
-void PipelineEngine::optimizer_step() {
+void PipelineEngine::Impl::optimizer_step() {
   if (gathering_) gathering_->end_step();  // the layers kept for the step's passes
   optimizer_->step(global_steps_);
   ++global_steps_;
 }
 
-double PipelineEngine::mean_loss(double loss_sum, Run& run) {
+double PipelineEngine::Impl::mean_loss(double loss_sum, Run& run) {
   // The output stage's mean over micro-batches, averaged over replicas (each context-parallel
   // rank's over its equal share of the tokens; per-token loss: scaled to the tokens' mean).
   at::Tensor loss = at::zeros({1}, at::kDouble);

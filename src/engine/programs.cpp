@@ -1,10 +1,11 @@
-#include "pipetrain/engine/pipeline_engine.h"
+#include "engine/engine_state.h"
 
 #include <algorithm>
 #include <map>
 #include <stdexcept>
 
 #include "pipetrain/io/errors.h"
+#include "pipetrain/schedule/schedule_config.h"
 #include "pipetrain/schedule/schedule_file.h"
 #include "pipetrain/schedule/validator.h"
 #include "schedule/pair_order.h"
@@ -35,7 +36,8 @@ int last_backwards_step(const std::vector<schedule::Step>& steps) {
 // Built and validated once per shape: every stage's plan must be valid with buffered
 // sends; sends block (as DeepSpeed's) where the plan also runs with sends that wait for
 // their receive, else they are deferred (neighbours that send to each other at once).
-PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_batches) const {
+PipelineEngine::Impl::Program PipelineEngine::Impl::program(schedule::Kind kind,
+                                                            int micro_batches) const {
   const schedule::PipelinePlan plan = plan_of(kind, micro_batches);
   if (const auto violation = schedule::validate(plan)) {
     throw std::logic_error("the " + std::string(schedule::name(kind)) +
@@ -52,7 +54,7 @@ PipelineEngine::Program PipelineEngine::program(schedule::Kind kind, int micro_b
   return program;
 }
 
-schedule::PipelinePlan PipelineEngine::plan_of(schedule::Kind kind, int micro_batches) const {
+schedule::PipelinePlan PipelineEngine::Impl::plan_of(schedule::Kind kind, int micro_batches) const {
   const schedule::PipeShape shape{micro_batches, shape_.stages, shape_.chunks, shape_.placement};
   schedule::PipelinePlan plan;
   if (kind == schedule::Kind::kFile) {
@@ -79,7 +81,7 @@ schedule::PipelinePlan PipelineEngine::plan_of(schedule::Kind kind, int micro_ba
   return plan;
 }
 
-void PipelineEngine::check_stage() const {
+void PipelineEngine::Impl::check_stage() const {
   const auto& options = module_->options();
   if (options.stages != grid_->pipe_parallel_size() || options.stage_id != grid_->stage_id()) {
     throw io::InputError("the module is built for stage " + std::to_string(options.stage_id) +
@@ -102,14 +104,12 @@ void PipelineEngine::check_stage() const {
                          std::string(schedule::name(config_.pipeline.schedule.kind)) +
                          "\" runs them the other way");
   }
-  if (options.chunks != config_.pipeline.schedule.chunks) {
-    throw io::InputError("the module is built with " + std::to_string(options.chunks) +
-                         " chunks per stage, but pipeline.chunks is " +
-                         std::to_string(config_.pipeline.schedule.chunks));
-  }
+  // The schedule over the module's chunks (a job checks it when its keys are read; a
+  // program of its own builds the module and picks the schedule apart).
+  schedule::check_schedule(config_.pipeline.schedule, options.stages, options.chunks);
 }
 
-std::vector<schedule::PipeLane> PipelineEngine::pipe_lanes(
+std::vector<schedule::PipeLane> PipelineEngine::Impl::pipe_lanes(
     std::vector<schedule::PipeLane> lanes) const {
   const int first = shape_.stage_of(0);
   if (output_stage() != first) lanes.push_back({output_stage(), first, Channel::feedback()});

@@ -1,4 +1,4 @@
-#include "pipetrain/engine/progress_report.h"
+#include "engine/progress_report.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "pipetrain/engine/stage_link.h"
+#include "engine/stage_link.h"
 
 #include <stdexcept>
 #include <utility>

@@ -125,17 +125,14 @@ void bind_optimizer(config::KeyTable<TrainingConfig>& t) {
 }
 
 void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
-  t.integer("pipeline.stages", PIPETRAIN_FIELD(pipeline.stages),
-            "pipeline stages (data-parallel size = ranks / (stages × model_parallel))",
-            config::at_least(1))
-      .custom(
-          "pipeline.partition_method", "string",
-          "`parameters`, `uniform`, `type:REGEX`, `boundaries:A,B,...` or `profile` (see "
-          "`pipetrain partition`)",
-          [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
-            c.pipeline.partition_method = module::PartitionMethod(config::read_string(key, v));
-          },
-          [](const TrainingConfig& c) { return c.pipeline.partition_method.name(); })
+  t.custom(
+       "pipeline.partition_method", "string",
+       "`parameters`, `uniform`, `type:REGEX`, `boundaries:A,B,...` or `profile` (see "
+       "`pipetrain partition`)",
+       [](const std::string& key, const nlohmann::json& v, TrainingConfig& c) {
+         c.pipeline.partition_method = module::PartitionMethod(config::read_string(key, v));
+       },
+       [](const TrainingConfig& c) { return c.pipeline.partition_method.name(); })
       .integer("pipeline.activation_checkpoint_interval",
                PIPETRAIN_FIELD(pipeline.activation_checkpoint_interval),
                "layers per checkpointed run; 0 is off", config::at_least(0))
@@ -152,9 +149,6 @@ void bind_pipeline(config::KeyTable<TrainingConfig>& t) {
           [](const TrainingConfig& c) { return recompute_json(c.pipeline.recompute); })
       .include(
           schedule::schedule_keys(), [](auto& c) -> auto& { return c.pipeline.schedule; })
-      .check([](const TrainingConfig& c) {
-        schedule::check_schedule(c.pipeline.schedule, c.pipeline.stages);
-      })
       .accepted("pipeline.seed_layers", "bool",
                 "DeepSpeed's; accepted and ignored: layers are always seeded per index")
       .flag("pipeline.partitioned_transfers", PIPETRAIN_FIELD(pipeline.partitioned_transfers),

@@ -1,4 +1,4 @@
-#include "pipetrain/engine/transfer_progress.h"
+#include "engine/transfer_progress.h"
 
 #include <algorithm>
 #include <chrono>

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "optim/sharded_masters.h"
 #include "pipetrain/optim/master_weights.h"
-#include "pipetrain/optim/sharded_masters.h"
 
 namespace pipetrain::optim {
 

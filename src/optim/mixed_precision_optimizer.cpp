@@ -1,4 +1,4 @@
-#include "pipetrain/optim/mixed_precision_optimizer.h"
+#include "optim/mixed_precision_optimizer.h"
 
 #include <ATen/ATen.h>
 
@@ -10,8 +10,8 @@
 #include "optim/expert_split_masters.h"
 #include "optim/optimizer_state.h"
 #include "optim/replicated_masters.h"
+#include "optim/sharded_masters.h"
 #include "optim/weight_decay.h"
-#include "pipetrain/optim/sharded_masters.h"
 
 namespace pipetrain::optim {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipetrain/optim/sharded_masters.h"
+#include "optim/sharded_masters.h"
 
 #include <ATen/ATen.h>
 

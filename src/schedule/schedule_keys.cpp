@@ -10,13 +10,13 @@ namespace {
 
 // Chunks go with the schedules that run several per stage (the kinds table says how many),
 // which need a pipe to spread them over.
-void check_chunks(const ScheduleConfig& s, int64_t stages) {
+void check_chunks(const ScheduleConfig& s, int64_t stages, int64_t count) {
   const ScheduleKind& kind = schedule_kind(s.kind);
   const std::string named =
       "pipeline.schedule \"" + config::name_of(schedule_names(), s.kind) + "\"";
-  const std::string chunks = std::to_string(s.chunks);
+  const std::string chunks = std::to_string(count);
   if (!kind.uses_chunks) {
-    if (s.chunks == 1) return;
+    if (count == 1) return;
     std::string chunked;
     for (const auto& other : schedule_kinds()) {
       if (other.chunked_in_config())
@@ -25,14 +25,14 @@ void check_chunks(const ScheduleConfig& s, int64_t stages) {
     throw io::InputError("pipeline.chunks " + chunks + " needs a schedule with model chunks (" +
                          chunked + "), not " + named);
   }
-  if (s.chunks > 1 && stages < 2) {
+  if (count > 1 && stages < 2) {
     throw io::InputError(named + " over " + chunks +
                          " chunks needs pipeline.stages of at least 2, got " +
                          std::to_string(stages));
   }
   if (s.kind == Kind::kFile) return;  // the file's (check_schedule_file)
   const int least = kind.least_config_chunks();
-  if (s.chunks < least || (kind.max_chunks > 0 && s.chunks > kind.max_chunks)) {
+  if (count < least || (kind.max_chunks > 0 && count > kind.max_chunks)) {
     throw io::InputError(named + " needs pipeline.chunks " +
                          (kind.max_chunks == least ? "of " : "of at least ") +
                          std::to_string(least) + ", got " + chunks);
@@ -40,7 +40,7 @@ void check_chunks(const ScheduleConfig& s, int64_t stages) {
 }
 
 // A schedule file goes with pipeline.schedule "file", and gives the stages and chunks.
-void check_schedule_file(const ScheduleConfig& s, int64_t stages) {
+void check_schedule_file(const ScheduleConfig& s, int64_t stages, int64_t chunks) {
   const bool file_kind = s.kind == Kind::kFile;
   if (file_kind != static_cast<bool>(s.file)) {
     throw io::InputError(file_kind ? "pipeline.schedule \"file\" needs pipeline.schedule_file"
@@ -48,11 +48,10 @@ void check_schedule_file(const ScheduleConfig& s, int64_t stages) {
   }
   if (!file_kind) return;
   const PipeShape& shape = s.file->shape;
-  if (shape.stages != stages || shape.chunks != s.chunks) {
+  if (shape.stages != stages || shape.chunks != chunks) {
     throw io::InputError(s.file_path + " has " + std::to_string(shape.stages) + " ranks of " +
                          std::to_string(shape.chunks) + " chunk(s), but pipeline.stages is " +
-                         std::to_string(stages) + " and pipeline.chunks " +
-                         std::to_string(s.chunks));
+                         std::to_string(stages) + " and pipeline.chunks " + std::to_string(chunks));
   }
   plan_schedule_file(*s.file, static_cast<int>(s.max_live));  // refused if bad
 }
@@ -80,12 +79,6 @@ const config::KeyTable<ScheduleConfig>& schedule_keys() {
              "and looped BFS over `pipeline.chunks`, or the V schedules ZBV and DualPipeV (two "
              "chunks per stage in a V: `pipeline.chunks` 2), or `file` "
              "(`pipeline.schedule_file`)")
-        .integer("pipeline.chunks", PIPETRAIN_FIELD(chunks),
-                 "model chunks per stage: at least 2 for `interleaved`, 1 or more for "
-                 "`interleaved-zb` and `looped-bfs` (layers split into stages × chunks parts, "
-                 "stage s holding parts s, s + stages, ...), 2 for `zbv` and `dualpipev` (stage "
-                 "s holding parts s and 2 × stages - 1 - s); 1 otherwise",
-                 config::at_least(1))
         .custom(
             "pipeline.schedule_file", "string",
             "with `pipeline.schedule` \"file\": each rank's compute order in PyTorch "
@@ -109,9 +102,9 @@ const config::KeyTable<ScheduleConfig>& schedule_keys() {
   return table;
 }
 
-void check_schedule(const ScheduleConfig& schedule, int64_t stages) {
-  check_chunks(schedule, stages);
-  check_schedule_file(schedule, stages);
+void check_schedule(const ScheduleConfig& schedule, int64_t stages, int64_t chunks) {
+  check_chunks(schedule, stages, chunks);
+  check_schedule_file(schedule, stages, chunks);
 }
 
 }  // namespace pipetrain::schedule

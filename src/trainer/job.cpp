@@ -39,25 +39,25 @@ constexpr int64_t kByteVocabulary = 256;
 std::shared_ptr<topology::Grid> build_grid(const JobConfig& config,
                                            std::shared_ptr<comm::MpiCommunicator> ranks) {
   if (!ranks) ranks = comm::MpiCommunicator::world();
-  return std::make_shared<topology::Grid>(topology::resolve_layout(config.layout(), ranks->size()),
+  return std::make_shared<topology::Grid>(topology::resolve_layout(config.layout, ranks->size()),
                                           ranks);
 }
 
 std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
   const engine::TrainingConfig& engine = job.config.engine;
+  const topology::ParallelLayout& layout = job.config.layout;
   const std::size_t recompute = engine.pipeline.recompute.size();
-  if (recompute > 1 && static_cast<int64_t>(recompute) != engine.pipeline.stages) {
+  if (recompute > 1 && static_cast<int64_t>(recompute) != layout.pipe) {
     throw io::InputError("pipeline.recompute lists " + std::to_string(recompute) +
-                         " stages' parts, the pipeline has " +
-                         std::to_string(engine.pipeline.stages) +
+                         " stages' parts, the pipeline has " + std::to_string(layout.pipe) +
                          " stages (give one list for all, or one per stage)");
   }
   return std::make_shared<module::PipelineModule>(
       job.model.layers, job.model.loss,
       module::PipelineModuleOptions{
-          .stages = static_cast<int>(engine.pipeline.stages),
+          .stages = static_cast<int>(layout.pipe),
           .stage_id = job.grid->stage_id(),
-          .chunks = static_cast<int>(engine.pipeline.schedule.chunks),
+          .chunks = static_cast<int>(layout.chunks),
           .placement = engine.pipeline.schedule.placement(),
           .partition_method = engine.pipeline.partition_method,
           .seed = static_cast<uint64_t>(engine.seed),
@@ -79,7 +79,7 @@ std::shared_ptr<module::PipelineModule> build_module(const Job& job) {
 // blocks lora.layers names are checked with the adapters, check_adapted).
 void check_lora(const Job& job) {
   const module::LoraConfig& lora = job.config.lora;
-  if (lora.enabled() && lora.dropout > 0 && job.config.trainer.context_parallel > 1) {
+  if (lora.enabled() && lora.dropout > 0 && job.config.layout.context > 1) {
     throw io::InputError(
         "lora.dropout: under context_parallel each rank's slice of a sequence would draw the "
         "same mask; set it to 0");
@@ -343,7 +343,7 @@ Job build_job(const nlohmann::json& file, const std::string& trusted_from, DataU
   job.comms = std::make_shared<groups::Communicators>(
       job.grid, job.config.engine.device, comm::Seconds(job.config.engine.comm_timeout));
   tensor_parallel::Group model_group = job.comms->tensor_group();
-  model_group.sequence_parallel = job.config.trainer.sequence_parallel;
+  model_group.sequence_parallel = job.config.layout.sequence_parallel;
   const expert_parallel::Group experts = job.comms->experts_group();
   job.model = models::make_builtin_model(job.config.model, model_group, job.comms->context_group(),
                                          experts);

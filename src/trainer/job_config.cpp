@@ -13,23 +13,17 @@ const config::KeyTable<JobConfig>& job_keys() {
   static const config::KeyTable<JobConfig> table = [] {
     config::KeyTable<JobConfig> t;
     t.include(engine::training_keys(), PIPETRAIN_FIELD(engine))
+        .include(topology::layout_keys(), PIPETRAIN_FIELD(layout))
         .include(trainer_keys(), PIPETRAIN_FIELD(trainer))
         .include(models::model_keys(), PIPETRAIN_FIELD(model))
         .include(module::lora_keys(), PIPETRAIN_FIELD(lora))
-        .include(objective_keys(), PIPETRAIN_FIELD(objective));
+        .include(objective_keys(), PIPETRAIN_FIELD(objective))
+        .check([](const JobConfig& c) {
+          schedule::check_schedule(c.engine.pipeline.schedule, c.layout.pipe, c.layout.chunks);
+        });
     return t;
   }();
   return table;
-}
-
-topology::ParallelLayout JobConfig::layout() const {
-  return {.pipe = engine.pipeline.stages,
-          .data = trainer.data_parallel,
-          .tensor = trainer.tensor_parallel,
-          .context = trainer.context_parallel,
-          .expert = trainer.expert_parallel,
-          .sequence_parallel = trainer.sequence_parallel,
-          .chunks = engine.pipeline.schedule.chunks};
 }
 
 void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout) {

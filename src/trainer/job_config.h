@@ -25,14 +25,13 @@ struct JobConfig {
   TrainerConfig trainer;
   module::LoraConfig lora;
   ObjectiveConfig objective;
-
-  // The parallel axes the keys ask for (data 0: what the job's ranks leave; see
-  // topology::resolve_layout).
-  topology::ParallelLayout layout() const;
+  // The parallel axes the keys ask for (topology::layout_keys; data 0: what the job's
+  // ranks leave, see topology::resolve_layout): their one store.
+  topology::ParallelLayout layout{.data = 0};
 };
 
-// Sets the keys that hold `layout`'s axes in a config before it is read (the inverse of
-// JobConfig::layout()): pipeline.stages and .chunks, data_parallel, model_parallel,
+// Sets the keys that hold `layout`'s axes in a config before it is read (what
+// JobConfig::layout reads back): pipeline.stages and .chunks, data_parallel, model_parallel,
 // context_parallel, expert_parallel, sequence_parallel.
 void set_layout_keys(nlohmann::json& config, const topology::ParallelLayout& layout);
 

@@ -116,7 +116,7 @@ std::string keep_global_batch(nlohmann::json& config, int world_size) {
   if (saved_micro < 1 || saved_steps < 1 || batch % (saved_micro * saved_steps) != 0) return "";
   const int64_t saved_data = batch / (saved_micro * saved_steps);
   const JobConfig job = parse_job_config(config, nullptr);
-  const int64_t data = topology::resolve_layout(job.layout(), world_size).data;
+  const int64_t data = topology::resolve_layout(job.layout, world_size).data;
   if (data == saved_data) return "";
   // The micro-batch stays as the file (or the checkpoint) sets it; the steps follow.
   const auto& keys = job_keys();

@@ -41,7 +41,7 @@ void write_trace(const std::string& path, const engine::PipelineEngine& engine,
   nlohmann::json events = nlohmann::json::array();
   schedule::Timeline measured;
   measured.stages.resize(stages);
-  const int chunks = static_cast<int>(engine.config().pipeline.schedule.chunks);
+  const int chunks = engine.module().options().chunks;
   schedule::MeasuredCosts measured_costs(stages, chunks);
   std::size_t instructions = 0;
   for (const auto& text : all) {

@@ -291,7 +291,7 @@ void announce(const Job& job) {
   }
   const engine::TrainingConfig& e = job.config.engine;
   std::string schedule = config::name_of(schedule::schedule_names(), e.pipeline.schedule.kind);
-  if (e.pipeline.schedule.chunks > 1) schedule += " x" + std::to_string(e.pipeline.schedule.chunks);
+  if (job.config.layout.chunks > 1) schedule += " x" + std::to_string(job.config.layout.chunks);
   if (e.zero.stage > 0) schedule += "; ZeRO " + std::to_string(e.zero.stage);
   std::printf(
       "job: %d ranks = pipe %d x data %d%s x model %d%s; model %s, %d layers; schedule %s; batch "
@@ -301,7 +301,7 @@ void announce(const Job& job) {
           ? (" x context " + std::to_string(grid.context_parallel_size())).c_str()
           : "",
       grid.tensor_parallel_size(),
-      job.config.trainer.sequence_parallel ? " (sequence parallel)" : "",
+      job.config.layout.sequence_parallel ? " (sequence parallel)" : "",
       models::type_name(job.config.model).c_str(), job.module->num_layers(), schedule.c_str(),
       static_cast<long long>(e.train_batch_size),
       static_cast<long long>(e.train_micro_batch_size_per_gpu),

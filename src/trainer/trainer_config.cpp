@@ -26,37 +26,7 @@ const config::Names<DataKind>& data_kinds() {
 const config::KeyTable<TrainerConfig>& trainer_keys() {
   static const config::KeyTable<TrainerConfig> table = [] {
     config::KeyTable<TrainerConfig> t;
-    t.integer("data_parallel", PIPETRAIN_FIELD(data_parallel),
-              "checked against the job (`--data`); 0: ranks / (stages × context_parallel × "
-              "model_parallel)",
-              config::at_least(0))
-        .integer("model_parallel", PIPETRAIN_FIELD(tensor_parallel),
-                 "tensor-parallel group size (`--model`); GPT and LLaMA, dividing `heads` and "
-                 "`vocab_size`",
-                 config::at_least(1))
-        .flag("sequence_parallel", PIPETRAIN_FIELD(sequence_parallel),
-              "Megatron's sequence parallelism (`--sequence-parallel`): with `model_parallel` "
-              "above 1, the norms, dropout and residual stream hold 1/model_parallel of the "
-              "sequence (`model.context` divisible by it); stage transfers carry each rank's "
-              "slice. Training and evaluation only: nothing on disk depends on it")
-        .integer("context_parallel", PIPETRAIN_FIELD(context_parallel),
-                 "context-parallel group size (`--context-parallel`; Megatron's "
-                 "`--context-parallel-size`): each sequence cut into 2 × C chunks, rank i "
-                 "holding chunks i and 2C - 1 - i, attention passing keys and values around the "
-                 "group (ring attention); GPT and LLaMA, `model.context` divisible by 2 × C. "
-                 "Training and evaluation only: nothing on disk depends on it",
-                 config::at_least(1))
-        .integer("expert_parallel", PIPETRAIN_FIELD(expert_parallel),
-                 "expert-parallel group size (`--expert-parallel`; Megatron's "
-                 "`--expert-model-parallel-size`): groups of E consecutive data-parallel ranks "
-                 "split each MoE layer's experts, tokens sent to their experts' ranks and back "
-                 "(all-to-all); model.type mixtral, E dividing `model.experts` and the "
-                 "data-parallel size; under ZeRO the experts' masters and optimizer state are "
-                 "sharded over the ranks holding them. Training, evaluation and `logits "
-                 "--expert-parallel`: "
-                 "checkpoints hold every expert",
-                 config::at_least(1))
-        .integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
+    t.integer("train_iters", PIPETRAIN_FIELD(train_iters), "steps to train", config::at_least(1))
         .integer("eval_interval", PIPETRAIN_FIELD(eval_interval),
                  "validate every N steps; 0: at the end only", config::at_least(0))
         .integer("eval_iters", PIPETRAIN_FIELD(eval_iters), "batches per validation",
@@ -133,11 +103,6 @@ const config::KeyTable<TrainerConfig>& trainer_keys() {
         .integer("trace_step", PIPETRAIN_FIELD(trace_step), "the traced step; 0: the last",
                  config::at_least(0))
         .check([](const TrainerConfig& c) {
-          if (c.sequence_parallel && c.tensor_parallel < 2)
-            throw io::InputError(
-                "sequence_parallel splits the sequence over the tensor-parallel group: it needs "
-                "model_parallel above 1 (--model), got " +
-                std::to_string(c.tensor_parallel));
           if (c.sample.tokens > 0 && c.sample.prompt.empty())
             throw io::InputError(
                 "sample.prompt is empty: sampling needs at least one byte to start");

@@ -18,11 +18,6 @@ enum class DataKind { kText, kTokens, kIndexed, kSynthetic };
 const config::Names<DataKind>& data_kinds();
 
 struct TrainerConfig {
-  int64_t data_parallel = 0;       // 0: ranks / (stages x context x model); else it must match
-  int64_t tensor_parallel = 1;     // tensor-parallel group size (Megatron's layers)
-  bool sequence_parallel = false;  // Megatron's: activations split along the sequence
-  int64_t context_parallel = 1;    // ranks splitting each sequence (ring attention)
-  int64_t expert_parallel = 1;     // data-parallel ranks splitting each MoE layer's experts
   int64_t train_iters = 100;
   int64_t eval_interval = 50;  // 0: only at the end
   int64_t eval_iters = 4;

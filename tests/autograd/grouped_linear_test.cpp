@@ -6,7 +6,7 @@
 #include <torch/autograd.h>
 
 #include "autograd/grouped_linear.h"
-#include "pipetrain/autograd/weight_grad_store.h"
+#include "autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {
 namespace {

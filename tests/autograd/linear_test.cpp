@@ -5,8 +5,8 @@
 #include <torch/autograd.h>
 
 #include "autograd/linear.h"
+#include "autograd/weight_grad_store.h"
 #include "module/activation_checkpoint.h"
-#include "pipetrain/autograd/weight_grad_store.h"
 
 namespace pipetrain::autograd {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "pipetrain/data_parallel/flat_shards.h"
+#include "data_parallel/flat_shards.h"
 
 namespace pipetrain::engine {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <stdexcept>
 
-#include "pipetrain/data_parallel/sharded_parameters.h"
+#include "data_parallel/sharded_parameters.h"
 
 namespace pipetrain::engine {
 namespace {

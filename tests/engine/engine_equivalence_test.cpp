@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "data_parallel/gradient_buckets.h"
 #include "device/cuda.h"
 #include "device/emulated_hosts.h"
 #include "optim/optimizer_state.h"
@@ -58,7 +59,7 @@ module::RecomputeSet recompute_of(const Case& c) {
 }
 
 std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topology::Grid& grid,
-                                                     const TrainingConfig& config) {
+                                                     const TrainingConfig& config, int chunks = 1) {
   const expert_parallel::Group experts{grid.expert_parallel_size() > 1
                                            ? grid.expert_comm()
                                            : std::shared_ptr<comm::MpiCommunicator>()};
@@ -67,7 +68,7 @@ std::shared_ptr<module::PipelineModule> stage_module(const Case& c, const topolo
       model.layers, model.loss,
       module::PipelineModuleOptions{.stages = grid.pipe_parallel_size(),
                                     .stage_id = grid.stage_id(),
-                                    .chunks = static_cast<int>(config.pipeline.schedule.chunks),
+                                    .chunks = chunks,
                                     .placement = config.pipeline.schedule.placement(),
                                     .seed = static_cast<uint64_t>(config.seed),
                                     .activation_checkpoint_interval = c.checkpoint_interval,
@@ -184,12 +185,11 @@ void expect_case_matches_one_process(const Case& c, const std::shared_ptr<topolo
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
   config.pipeline.schedule.kind = schedule;
-  config.pipeline.schedule.chunks = chunks;
   if (schedule == schedule::Kind::kFile)
     config.pipeline.schedule.file = zb_h1_file(c.micro_batches, pipe);
   config.ddp_bucket_size = 3000;  // several buckets (in the GPTs' 6-14 k per stage)
   config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
-  auto module = stage_module(c, *grid, config);
+  auto module = stage_module(c, *grid, config, chunks);
   PipelineEngine engine(module, grid, config);
   const auto plan = plan_of(schedule, c.micro_batches, pipe, chunks);
   if (on_gpu() && device::visible_gpus() == 1) {
@@ -316,13 +316,12 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
                      (reshard ? "" : " (kept after forward)") + ": " + name(c));
         engine::TrainingConfig config = training_config(c, pipe);
         config.pipeline.schedule.kind = schedule;
-        config.pipeline.schedule.chunks = chunks;
         config.zero.stage = stage;
         config.zero.reshard_after_forward = reshard;
         config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
         config.zero.allgather_bucket_size = 700;
         config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
-        auto module = stage_module(c, *grid, config);
+        auto module = stage_module(c, *grid, config, chunks);
         PipelineEngine engine(module, grid, config);
         data::DataLoader loader(samples, kMicroBatchSize, data, grid->data_parallel_id());
         train_and_compare(engine, loader, reference, tolerance);
@@ -581,11 +580,10 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
       ASSERT_EQ(grid->expert_parallel_size(), shape.experts);
       TrainingConfig config = training_config(c, shape.pipe);
       config.pipeline.schedule.kind = shape.schedule;
-      config.pipeline.schedule.chunks = shape.chunks;
       config.zero.stage = shape.zero;
       config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds
       config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
-      auto module = stage_module(c, *grid, config);
+      auto module = stage_module(c, *grid, config, shape.chunks);
       // Each MoE block's three expert tensors are split over the expert group.
       int64_t routers = 0;
       for (const auto& [name, p] : module->named_parameters())

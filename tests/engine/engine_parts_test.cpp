@@ -12,13 +12,13 @@
 
 #include "../comm/forwarding_communicator.h"
 #include "autograd/linear.h"
+#include "autograd/weight_grad_store.h"
 #include "data_parallel/averaged_buckets.h"
-#include "pipetrain/autograd/weight_grad_store.h"
-#include "pipetrain/data_parallel/gradient_buckets.h"
-#include "pipetrain/data_parallel/gradient_sync.h"
-#include "pipetrain/engine/stage_link.h"
+#include "data_parallel/gradient_buckets.h"
+#include "data_parallel/gradient_sync.h"
+#include "engine/stage_link.h"
+#include "optim/mixed_precision_optimizer.h"
 #include "pipetrain/models/gpt/gpt.h"
-#include "pipetrain/optim/mixed_precision_optimizer.h"
 
 namespace pipetrain::engine {
 namespace {

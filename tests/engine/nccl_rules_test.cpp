@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "../comm/forwarding_communicator.h"
+#include "data_parallel/gradient_buckets.h"
 #include "nccl_rules.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/engine/pipeline_engine.h"
@@ -165,7 +166,6 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   const Reference reference = reference_run(c, data, samples);
   TrainingConfig config = training_config(c, pipe);
   config.pipeline.schedule.kind = kind;
-  config.pipeline.schedule.chunks = chunks;
   config.ddp_bucket_size = 3000;  // several buckets, started during backward
   config.overlap_grad_reduce = true;
   const auto model = models::make_builtin_model(model_config(c.model));

@@ -155,7 +155,6 @@ engine::TrainingConfig training_config(const Case& c, int stages) {
   } else {
     config.optimizer = {"SGD", {{"lr", sgd_rate(c)}, {"momentum", kMomentum}}};
   }
-  config.pipeline.stages = stages;
   config.pipeline.activation_checkpoint_interval = c.checkpoint_interval;
   config.per_token_loss = c.model.find("-masked") != std::string::npos;
   return config;

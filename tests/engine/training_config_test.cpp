@@ -62,12 +62,12 @@ TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
     "train_batch_size": 16, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95]}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
-    "pipeline": {"stages": 2, "activation_checkpoint_interval": 1},
+    "pipeline": {"activation_checkpoint_interval": 1},
     "model": {"type": "mlp", "layers": 3}, "flops_profiler": {}})");
   const auto config = parse_training_config(json, {"model"});
   EXPECT_EQ(config.train_batch_size, 16);
   EXPECT_EQ(config.optimizer.type, "AdamW");
-  EXPECT_EQ(config.pipeline.stages, 2);
+  EXPECT_EQ(config.pipeline.activation_checkpoint_interval, 1);
   EXPECT_EQ(models::parse_model_config(json).mlp.layers, 3);
   EXPECT_EQ(config.unknown_keys, std::vector<std::string>{"flops_profiler"});
 
@@ -76,7 +76,12 @@ TEST(TrainingConfig, ReadsDeepSpeedKeysAndNamesBadOnes) {
   };
   EXPECT_EQ(parse(R"({"train_batch_size": "16"})"),
             R"(train_batch_size must be an integer, got "16")");
-  EXPECT_EQ(parse(R"({"pipeline": {"stages": 0}})"), "pipeline.stages must be at least 1, got 0");
+  EXPECT_EQ(parse(R"({"pipeline": {"activation_checkpoint_interval": -1}})"),
+            "pipeline.activation_checkpoint_interval must be at least 0, got -1");
+  // The pipeline's shape is the layout's, not the engine's.
+  EXPECT_EQ(
+      parse_training_config(nlohmann::json::parse(R"({"pipeline": {"stages": 2}})")).unknown_keys,
+      std::vector<std::string>{"pipeline.stages"});
   EXPECT_EQ(parse(R"({"optimizer": {"type": "Lamb"}})"),
             R"(optimizer.type must be Adam, AdamW or SGD, got "Lamb")");
   // DeepSpeed reads optimizer names in any case.

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "data_parallel/layer_gathering.h"
 #include "device/cpu_memory.h"
 #include "pipetrain/comm/mpi_communicator.h"
 #include "pipetrain/data/data_source.h"
@@ -74,7 +75,6 @@ Measured train(const std::shared_ptr<topology::Grid>& grid, const Setting& setti
     config.gradient_accumulation_steps = kMicroBatches;
     config.steps_per_print = 1000;
     config.optimizer = {"Adam", {{"lr", 1e-3}}};
-    config.pipeline.stages = grid->pipe_parallel_size();
     config.pipeline.activation_checkpoint_interval = setting.checkpoint_interval;
     config.zero.stage = setting.stage;
     config.zero.prefetch = setting.prefetch;

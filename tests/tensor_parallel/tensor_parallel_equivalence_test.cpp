@@ -47,7 +47,6 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
                  bool sequence_parallel = false) {
   engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
   config.pipeline.schedule.kind = schedule;
-  config.pipeline.schedule.chunks = chunks;
   config.pipeline.partitioned_transfers = partitioned;
   config.zero.stage = zero_stage;
   config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds

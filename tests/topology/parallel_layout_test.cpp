@@ -19,8 +19,38 @@ std::string refusal(const ParallelLayout& asked, int world_size) {
   return "";
 }
 
+TEST(ParallelLayout, ItsKeysAreOneTable) {
+  ParallelLayout layout{.data = 0};
+  const auto unknown = layout_keys().read(
+      nlohmann::json::parse(R"({"pipeline": {"stages": 2, "chunks": 2, "schedule": "zbv"},
+                                "model_parallel": 2, "sequence_parallel": true,
+                                "context_parallel": 3, "expert_parallel": 4, "seed": 1})"),
+      layout);
+  EXPECT_EQ(layout.pipe, 2);
+  EXPECT_EQ(layout.chunks, 2);
+  EXPECT_EQ(layout.data, 0);
+  EXPECT_EQ(layout.tensor, 2);
+  EXPECT_TRUE(layout.sequence_parallel);
+  EXPECT_EQ(layout.context, 3);
+  EXPECT_EQ(layout.expert, 4);
+  EXPECT_EQ(unknown, (std::vector<std::string>{"pipeline.schedule", "seed"}));
+  auto refused = [](const char* text) {
+    ParallelLayout l;
+    try {
+      layout_keys().read(nlohmann::json::parse(text), l);
+    } catch (const io::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refused(R"({"pipeline": {"stages": 0}})"), "pipeline.stages must be at least 1, got 0");
+  EXPECT_EQ(refused(R"({"sequence_parallel": true})"),
+            "sequence_parallel splits the sequence over the tensor-parallel group: it needs "
+            "model_parallel above 1 (--model), got 1");
+}
+
 TEST(ParallelLayout, TheDataSizeIsWhatTheOtherAxesLeave) {
-  // Asked with data 0, as JobConfig::layout() gives it when data_parallel is not set.
+  // Asked with data 0, as JobConfig::layout holds it when data_parallel is not set.
   const ParallelLayout layout =
       resolve_layout({.pipe = 2, .data = 0, .tensor = 2, .context = 2}, 16);
   EXPECT_EQ(layout.data, 2);

@@ -57,7 +57,6 @@ std::unique_ptr<engine::PipelineEngine> random_model(const std::string& kind, co
   config.train_micro_batch_size_per_gpu = 1;
   config.gradient_accumulation_steps = chunks > 1 ? s.pipe : 1;
   if (chunks > 1) config.pipeline.schedule.kind = schedule::Kind::kInterleaved;
-  config.pipeline.schedule.chunks = chunks;
   auto module = std::make_shared<module::PipelineModule>(
       layers, models::gpt_loss(group),
       module::PipelineModuleOptions{.stages = s.pipe,

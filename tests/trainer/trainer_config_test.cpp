@@ -30,7 +30,7 @@ TEST(TrainerOverrides, WinOverTheFile) {
   const TrainerConfig trainer = parse_trainer_config(effective);
   EXPECT_EQ(trainer.train_iters, 7);
   EXPECT_EQ(trainer.save, "out");
-  EXPECT_EQ(trainer.data_parallel, 1);
+  EXPECT_EQ(parse_job_config(effective, nullptr).layout.data, 1);
   EXPECT_EQ(parse_trainer_config(file).train_iters, 100);  // the file itself is untouched
 }
 
@@ -54,7 +54,8 @@ TEST(TrainerOverrides, EveryOptionLandsOnAKeyOfTheJob) {
   const JobConfig job = parse_job_config(effective, nullptr);
   EXPECT_EQ(job.trainer.eval_interval, 2);
   EXPECT_EQ(job.trainer.trace, "t.json");
-  EXPECT_EQ(job.trainer.tensor_parallel, 2);
+  EXPECT_EQ(job.layout.tensor, 2);
+  EXPECT_EQ(job.layout.chunks, 2);
   EXPECT_EQ(effective["pipeline"]["schedule"], "interleaved");
   EXPECT_EQ(effective["device"], "cpu");
   EXPECT_EQ(effective["seed"], 9);

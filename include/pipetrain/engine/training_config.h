@@ -17,8 +17,9 @@
 
 namespace pipetrain::engine {
 
+// The pipeline's keys but its shape: stages and chunks are the layout's
+// (topology::layout_keys), the grid's and the module's.
 struct PipelineConfig {
-  int64_t stages = 1;
   module::PartitionMethod partition_method{};  // by parameter counts unless set
   int64_t activation_checkpoint_interval = 0;
   // Selective recompute: the parts of layers every stage recomputes (one set), or each

@@ -17,9 +17,6 @@ const config::Names<Kind>& schedule_names();
 // Which schedule trains, and the knobs of its shape: the `pipeline` section's schedule keys.
 struct ScheduleConfig {
   Kind kind = Kind::k1F1B;
-  // Model chunks per stage (virtual stages): at least 2 with kInterleaved, 2 with the V
-  // kinds, what the file gives with kFile, else 1.
-  int64_t chunks = 1;
   // With kFile: the file, and its compute orders, read and parsed when the key is read.
   std::string file_path;
   std::shared_ptr<const FileSchedule> file;
@@ -33,14 +30,15 @@ struct ScheduleConfig {
   }
 };
 
-// pipeline.schedule, pipeline.chunks, pipeline.schedule_file and pipeline.max_live, bound
-// onto a ScheduleConfig (engine::training_keys takes them in).
+// pipeline.schedule, pipeline.schedule_file and pipeline.max_live, bound onto a
+// ScheduleConfig (engine::training_keys takes them in). The chunks per stage are the
+// layout's (topology::layout_keys, pipeline.chunks).
 const config::KeyTable<ScheduleConfig>& schedule_keys();
 
 // Refuses (io::InputError, naming the key) a schedule that cannot run over `stages`
-// pipeline stages: chunks its kind does not take, chunks over one stage, a schedule file
-// without the `file` kind or the other way round, a file of another shape, or one that does
-// not plan (within max_live).
-void check_schedule(const ScheduleConfig& schedule, int64_t stages);
+// pipeline stages of `chunks` model chunks each: chunks its kind does not take, chunks over
+// one stage, a schedule file without the `file` kind or the other way round, a file of
+// another shape, or one that does not plan (within max_live).
+void check_schedule(const ScheduleConfig& schedule, int64_t stages, int64_t chunks);
 
 }  // namespace pipetrain::schedule

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "pipetrain/config/key_table.h"
 #include "pipetrain/topology/process_topology.h"
 
 namespace pipetrain::topology {
@@ -30,6 +31,11 @@ struct ParallelLayout {
 // other axes leave) resolved. InputError naming the axes and their keys when they do not
 // divide the ranks, when a data size given disagrees, or when expert does not divide data.
 ParallelLayout resolve_layout(ParallelLayout asked, int world_size);
+
+// The axes' keys, bound onto the one ParallelLayout a job holds: pipeline.stages and
+// pipeline.chunks, data_parallel, model_parallel, sequence_parallel, context_parallel,
+// expert_parallel. Read into a layout whose data is 0 (what the ranks leave) unless given.
+const config::KeyTable<ParallelLayout>& layout_keys();
 
 // The ranks' named axes for any layout: pipe and data, then context and model where they
 // are larger than 1 (model fastest, then context, as Megatron orders tp-cp-dp-pp);

@@ -20,7 +20,7 @@ void check_pairs_trainable(const Job& job) {
         config::name_of(data_kinds(), data.type) + "\"");
   if (data.pack)
     throw io::InputError("data.pack: DPO scores each answer in a row of its own; leave it off");
-  if (job.config.trainer.context_parallel > 1)
+  if (job.config.layout.context > 1)
     throw io::InputError(
         "context_parallel: DPO sums each answer's log-probabilities over its whole sequence; "
         "train it without context parallelism");

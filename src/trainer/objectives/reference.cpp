@@ -176,7 +176,7 @@ std::vector<double> reference_logprobs(const JobConfig& policy, const data::Exam
   // The policy's rows, padded alike, its stages (data-parallel replicas sharing the examples),
   // tensor groups, precision and device: the reference's numbers are computed as the
   // policy's are.
-  const int64_t stages = policy.engine.pipeline.stages, tensor = policy.trainer.tensor_parallel;
+  const int64_t stages = policy.layout.pipe, tensor = policy.layout.tensor;
   nlohmann::json config = config_of_checkpoint(
       checkpoint, rows,
       {.pipe = stages, .data = ranks->size() / (stages * tensor), .tensor = tensor});

@@ -24,7 +24,7 @@ void check_rollouts_trainable(const Job& job) {
         config::name_of(data_kinds(), data.type) + "\"");
   if (data.pack)
     throw io::InputError("data.pack: policy-gradient steps read one rollout per row; leave it off");
-  if (job.config.trainer.context_parallel > 1)
+  if (job.config.layout.context > 1)
     throw io::InputError(
         "context_parallel: policy-gradient steps normalise over whole sequences; train them "
         "without context parallelism");

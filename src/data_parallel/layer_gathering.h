@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/data_parallel/sharded_parameters.h"
+#include "data_parallel/sharded_parameters.h"
 #include "pipetrain/module/layer_hooks.h"
 
 namespace pipetrain::data_parallel {

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/transfer_progress.h"
 #include "pipetrain/comm/tensor_list.h"
 #include "pipetrain/comm/tensor_transport.h"
 #include "pipetrain/device/transport.h"
-#include "pipetrain/engine/transfer_progress.h"
 #include "pipetrain/groups/communicators.h"
 #include "pipetrain/schedule/pipe_lanes.h"
 #include "pipetrain/topology/grid.h"

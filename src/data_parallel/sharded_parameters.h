@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "data_parallel/flat_shards.h"
+#include "data_parallel/replica_parameters.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/flat_shards.h"
-#include "pipetrain/data_parallel/replica_parameters.h"
 
 namespace pipetrain::data_parallel {
 

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "data_parallel/bucket_reduction.h"
+#include "data_parallel/last_accumulations.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/bucket_reduction.h"
-#include "pipetrain/data_parallel/last_accumulations.h"
 
 namespace pipetrain::data_parallel {
 

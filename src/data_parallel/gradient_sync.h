@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/data_parallel/gradient_buckets.h"
-#include "pipetrain/data_parallel/sharded_reduction.h"
+#include "data_parallel/gradient_buckets.h"
+#include "data_parallel/sharded_reduction.h"
 #include "pipetrain/data_parallel/zero_config.h"
 #include "pipetrain/device/transport.h"
 #include "pipetrain/groups/communicators.h"

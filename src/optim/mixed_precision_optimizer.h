@@ -8,15 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "data_parallel/sharded_reduction.h"
+#include "optim/sharded_masters.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/sharded_reduction.h"
 #include "pipetrain/module/pipeline_module.h"
 #include "pipetrain/optim/loss_scaler.h"
 #include "pipetrain/optim/master_weights.h"
 #include "pipetrain/optim/optimizer.h"
 #include "pipetrain/optim/optimizer_config.h"
 #include "pipetrain/optim/precision.h"
-#include "pipetrain/optim/sharded_masters.h"
 #include "pipetrain/topology/grid.h"
 
 namespace pipetrain::optim {

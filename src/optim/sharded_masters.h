@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
+#include "data_parallel/flat_shards.h"
+#include "data_parallel/replica_parameters.h"
+#include "data_parallel/sharded_reduction.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/flat_shards.h"
-#include "pipetrain/data_parallel/replica_parameters.h"
-#include "pipetrain/data_parallel/sharded_reduction.h"
 #include "pipetrain/optim/master_weights.h"
 #include "pipetrain/topology/grid.h"
 

@@ -5,11 +5,11 @@
 #include <memory>
 #include <vector>
 
+#include "data_parallel/bucket_reduction.h"
+#include "data_parallel/flat_shards.h"
+#include "data_parallel/replica_parameters.h"
+#include "data_parallel/sharded_parameters.h"
 #include "pipetrain/comm/communicator.h"
-#include "pipetrain/data_parallel/bucket_reduction.h"
-#include "pipetrain/data_parallel/flat_shards.h"
-#include "pipetrain/data_parallel/replica_parameters.h"
-#include "pipetrain/data_parallel/sharded_parameters.h"
 #include "pipetrain/data_parallel/zero_config.h"
 
 namespace pipetrain::data_parallel {
