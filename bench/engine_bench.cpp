@@ -46,7 +46,7 @@ module::LayerSpec scale_layer() {
   return spec;
 }
 
-engine::TrainingConfig config_for(int64_t micro_batch_size, int stages) {
+engine::TrainingConfig config_for(int64_t micro_batch_size) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = micro_batch_size;
   config.gradient_accumulation_steps = kMicroBatches;
@@ -76,7 +76,7 @@ void overhead(const std::shared_ptr<comm::MpiCommunicator>& world) {
       layers, [](const module::Activation& out, const module::Activation&) { return out[0].sum(); },
       module::PipelineModuleOptions{
           .stages = 2, .stage_id = grid->stage_id(), .partition_method = "uniform"});
-  engine::PipelineEngine engine(module, grid, config_for(1, 2));
+  engine::PipelineEngine engine(module, grid, config_for(1));
   auto data = std::make_shared<data::TensorDataset>(module::Activation{at::ones({64, 4})},
                                                     module::Activation{at::zeros({64, 1})});
   data::RepeatingLoader loader(std::make_unique<data::DataLoader>(data, 1, 1, 0));
@@ -125,7 +125,7 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
     auto grid = grid_over(alone, 1);
     auto module = std::make_shared<module::PipelineModule>(
         models::gpt_layers(gpt), models::gpt_loss(), module::PipelineModuleOptions{});
-    engine::PipelineEngine engine(module, grid, config_for(micro_batch_size, 1));
+    engine::PipelineEngine engine(module, grid, config_for(micro_batch_size));
     data::RepeatingLoader repeating(
         std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
     one_stage = time_engine(engine, repeating, steps, *alone);
@@ -136,7 +136,7 @@ void throughput(const std::shared_ptr<comm::MpiCommunicator>& world) {
   auto module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(gpt), models::gpt_loss(),
       module::PipelineModuleOptions{.stages = 2, .stage_id = grid->stage_id()});
-  engine::PipelineEngine engine(module, grid, config_for(micro_batch_size, 2));
+  engine::PipelineEngine engine(module, grid, config_for(micro_batch_size));
   data::RepeatingLoader repeating(std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
   const double two_stages = time_engine(engine, repeating, steps, *world);
   // Where each stage's time went, to explain the gap to the ideal.
@@ -183,7 +183,7 @@ void precision(const std::shared_ptr<comm::MpiCommunicator>& world) {
   int64_t bytes[2] = {0, 0};
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     auto grid = grid_over(world, 2);
-    engine::TrainingConfig config = config_for(4, 2);
+    engine::TrainingConfig config = config_for(4);
     config.precision.dtype = bf16 ? optim::Precision::kBf16 : optim::Precision::kFp32;
     auto module = std::make_shared<module::PipelineModule>(
         models::gpt_layers(gpt), models::gpt_loss(),
@@ -238,7 +238,7 @@ void one_stage_gap(const std::shared_ptr<comm::MpiCommunicator>& world, int repe
 
   auto module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(gpt), models::gpt_loss(), module::PipelineModuleOptions{});
-  engine::PipelineEngine engine(module, grid_over(alone, 1), config_for(micro_batch_size, 1));
+  engine::PipelineEngine engine(module, grid_over(alone, 1), config_for(micro_batch_size));
   data::RepeatingLoader engine_data(
       std::make_unique<data::DataLoader>(data, micro_batch_size, 1, 0));
 

@@ -72,7 +72,7 @@ std::shared_ptr<data::TensorDataset> random_tokens(const Shape& s) {
       module::Activation{at::randint(s.gpt.vocab_size, {samples, s.gpt.context}, at::kLong)});
 }
 
-engine::TrainingConfig bf16_config(const Shape& s, int stages) {
+engine::TrainingConfig bf16_config(const Shape& s) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = s.micro_batch;
   config.gradient_accumulation_steps = s.micro_batches;
@@ -150,7 +150,7 @@ Engine make_engine(const Shape& s, const std::shared_ptr<comm::MpiCommunicator>&
   e.module = std::make_shared<module::PipelineModule>(
       models::gpt_layers(s.gpt), models::gpt_loss(),
       module::PipelineModuleOptions{.stages = stages, .stage_id = grid->stage_id()});
-  e.engine = std::make_unique<engine::PipelineEngine>(e.module, grid, bf16_config(s, stages));
+  e.engine = std::make_unique<engine::PipelineEngine>(e.module, grid, bf16_config(s));
   e.engine->set_progress_report(false);
   e.data = std::make_unique<data::RepeatingLoader>(
       std::make_unique<data::DataLoader>(std::move(data), s.micro_batch, 1, 0));

@@ -48,9 +48,9 @@ models::ModelConfig llama() {
 struct Run {
   std::string name;
   int64_t parameters = 0;
-  std::shared_ptr<module::PipelineModule> module;
-  std::unique_ptr<engine::PipelineEngine> engine;
-  std::unique_ptr<data::RepeatingLoader> data;
+  std::shared_ptr<module::PipelineModule> module{};
+  std::unique_ptr<engine::PipelineEngine> engine{};
+  std::unique_ptr<data::RepeatingLoader> data{};
 };
 
 Run make_run(const std::shared_ptr<comm::MpiCommunicator>& world, const std::string& name,

@@ -43,7 +43,7 @@ struct Setting {
   std::string label() const { return "stage " + std::to_string(stage) + (reshard ? "" : " kept"); }
 };
 
-engine::TrainingConfig config_for(const Setting& setting, int stages, int micro_batches,
+engine::TrainingConfig config_for(const Setting& setting, int micro_batches,
                                   optim::Precision precision) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = 2;
@@ -112,7 +112,7 @@ void state_bytes(const std::shared_ptr<comm::MpiCommunicator>& world) {
       for (int stage : {0, 1, 2, 3}) {
         int64_t held = 0, state = 0;
         if (world->rank() < data && (stage == 0 || data > 1)) {
-          Run run = make_run(group, 1, config_for({.stage = stage}, 1, 1, precision));
+          Run run = make_run(group, 1, config_for({.stage = stage}, 1, precision));
           held = run.at_rest;
           state = run.engine->optimizer_state_bytes();
         }
@@ -142,7 +142,7 @@ planner::Prediction predicted(const Setting& setting, const std::string& cluster
   if (cluster.shared_cores == 0) cluster.shared_cores = 2;
   models::ModelConfig model;
   model.gpt = kGpt;
-  const planner::Workload workload(model, config_for(setting, 2, 4, optim::Precision::kFp32));
+  const planner::Workload workload(model, config_for(setting, 4, optim::Precision::kFp32));
   return planner::predict(workload, cluster,
                           planner::Layout{.parallel = {.pipe = 2, .data = 2},
                                           .micro_batch = 2,
@@ -156,7 +156,7 @@ void step_time(const std::shared_ptr<comm::MpiCommunicator>& world, int repetiti
   const int n = static_cast<int>(settings.size());
   std::vector<Run> runs;
   for (const Setting& s : settings)
-    runs.push_back(make_run(world, 2, config_for(s, 2, 4, optim::Precision::kFp32)));
+    runs.push_back(make_run(world, 2, config_for(s, 4, optim::Precision::kFp32)));
   std::vector<std::vector<double>> seconds(n);
   std::vector<int64_t> peak(n, 0);  // the most held during a step, this rank
   for (int rep = 0; rep < repetitions; ++rep) {

@@ -14,7 +14,9 @@
 #include "pipetrain/config/unknown_keys.h"
 #include "pipetrain/data/data_source.h"
 #include "pipetrain/engine/pipeline_engine.h"
+#include "pipetrain/io/errors.h"
 #include "pipetrain/models/builtin_model.h"
+#include "pipetrain/schedule/schedule_config.h"
 #include "pipetrain/topology/parallel_layout.h"
 
 using namespace pipetrain;
@@ -53,16 +55,28 @@ nlohmann::json defaults() {
 // The engine's keys and the layout's (pipeline.stages), read through one table.
 struct ExampleConfig {
   engine::TrainingConfig training;
-  topology::ParallelLayout layout;
+  topology::ParallelLayout layout{.data = 0};  // data 0: what the ranks leave
 };
 
 ExampleConfig config_from(int argc, char** argv) {
   config::KeyTable<ExampleConfig> keys;
   keys.include(engine::training_keys(), PIPETRAIN_FIELD(training))
-      .include(topology::layout_keys(), PIPETRAIN_FIELD(layout));
+      .include(topology::layout_keys(), PIPETRAIN_FIELD(layout))
+      .check([](const ExampleConfig& c) {
+        // This program runs pipe x data over one chunk per stage: a key asking for more
+        // would be read and not done.
+        const topology::ParallelLayout& l = c.layout;
+        if (l.tensor > 1 || l.context > 1 || l.expert > 1 || l.chunks > 1) {
+          throw io::InputError(
+              "model_parallel, context_parallel, expert_parallel and pipeline.chunks: this "
+              "example runs pipe x data over one chunk per stage");
+        }
+        schedule::check_schedule(c.training.pipeline.schedule, l.pipe, l.chunks);
+      });
+  nlohmann::json json = argc > 1 ? config::read_json_file(argv[1]) : defaults();
+  config::accept_alias(json, "bfloat16", "bf16");  // DeepSpeed reads both
   ExampleConfig config;
-  config::refuse_unknown_keys(
-      keys.read(argc > 1 ? config::read_json_file(argv[1]) : defaults(), config), keys.names());
+  config::refuse_unknown_keys(keys.read(json, config), keys.names());
   return config;
 }
 
@@ -74,6 +88,8 @@ int main(int argc, char** argv) {
     const engine::TrainingConfig& config = read.training;
     auto world = comm::MpiCommunicator::world();
     const int stages = static_cast<int>(read.layout.pipe);
+    // The layout against the job's ranks (data_parallel, where given, must agree).
+    topology::resolve_layout(read.layout, world->size());
     auto grid = std::make_shared<topology::Grid>(
         topology::pipe_data_parallel_topology(stages, world->size() / stages), world);
 

@@ -54,7 +54,7 @@ int run(const std::vector<int64_t>& a) {
     config.pipeline.schedule.kind =
         config::read_choice("PIPETRAIN_BENCH_SCHEDULE", nlohmann::json(name),
                             schedule::schedule_names(), config::Quoting::kQuoted);
-    chunks = std::max(1, schedule::schedule_kind(config.pipeline.schedule.kind).min_chunks);
+    chunks = schedule::schedule_kind(config.pipeline.schedule.kind).least_config_chunks();
   }
   if (a.size() >= 10 && a[9] != 0)
     throw std::invalid_argument("the tenth argument must be 0: receives ahead were removed");

@@ -220,7 +220,7 @@ PYBIND11_MODULE(_C, m) {
         });
       },
       "(chunks per stage, placement 'loop' or 'v') of the config's schedule; ends the job on a bad "
-      "config");
+      "key (the engine checks the schedule against the module it is given)");
 
   m.def(
       "import_hugging_face",

@@ -51,7 +51,7 @@ constexpr uint64_t kValidationStream = 1 << 20;
 // before it (the id ends its document; the next token starts the next one), or,
 // `by_index`, the starts of the stream's documents (TokenStream::document_starts) up to it.
 struct DocumentSplit {
-  std::optional<int64_t> end_id;
+  std::optional<int64_t> end_id{};
   bool by_index = false;
 };
 

@@ -30,7 +30,7 @@ class GradientSync {
  public:
   // How the data-parallel average is made (see GradientBuckets).
   struct DataParallel {
-    ZeroConfig zero;  // stage 1 to 3: reduce-scattered onto the shards
+    ZeroConfig zero{};  // stage 1 to 3: reduce-scattered onto the shards
     int64_t bucket_elements = 25'000'000;
     at::ScalarType wire = at::kFloat;  // the dtype gradients travel in
     bool overlap = false;              // during the last backward passes

@@ -18,7 +18,7 @@ int64_t byte_size(const comm::TensorList& tensors) {
 
 StageLink::StageLink(const groups::Communicators& comms, bool partitioned)
     : grid_(comms.grid()),
-      model_(comms.tensor_group().comm),
+      tensor_(comms.tensor_group().comm),
       partitioned_(partitioned),
       device_(comms.device()),
       transport_(grid_->pipe_comm(), device_) {
@@ -90,7 +90,7 @@ comm::TensorList StageLink::recv(int stage, Channel channel, const comm::TensorL
   if (wire.empty()) throw std::runtime_error("a partitioned transfer arrived without its layout");
   const comm::PartitionedTensors partitioned{wire.front(), {wire.begin() + 1, wire.end()}};
   bytes_ += byte_size(partitioned.shares);
-  return comm::assemble(partitioned, *model_, *grid_->tensor_comm());
+  return comm::assemble(partitioned, *tensor_, *grid_->tensor_comm());
 }
 
 }  // namespace pipetrain::engine

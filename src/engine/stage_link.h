@@ -83,7 +83,7 @@ class StageLink {
 
   std::shared_ptr<const topology::Grid> grid_;
   std::shared_ptr<comm::Communicator>
-      model_;  // the shares' all-gathers (NCCL on GPUs of their own)
+      tensor_;  // the shares' all-gathers (NCCL on GPUs of their own)
   bool partitioned_;
   at::Device device_;
   SendCompletion completion_ = SendCompletion::kBlocking;

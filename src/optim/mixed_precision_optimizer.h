@@ -32,9 +32,8 @@ class MixedPrecisionOptimizer {
  public:
   // Keeps fp32 masters of the module's parameters, which a 16-bit precision needs in its
   // dtype already (fp32: the parameters themselves where they are fp32): all of them or,
-  // under ZeRO (where
-  // `sharded.dense` is set), this rank's shard of `sharded`'s pieces (collective over their
-  // groups then).
+  // under ZeRO (where `sharded.dense` is set), this rank's shard of `sharded`'s pieces
+  // (collective over their groups then).
   // `norm_parameters`: the module parameters this rank counts in the global gradient norm
   // (see GradientSync); `sharded`: under ZeRO, the reductions whose pieces the masters take
   // (GradientSync's); `expert_parameters`: those split over the expert-parallel group (whole

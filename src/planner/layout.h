@@ -13,8 +13,8 @@ namespace pipetrain::planner {
 // One way to run a job: its parallel layout (the same type the job runs with), the batch
 // split, the schedule, ZeRO and checkpointing.
 struct Layout {
-  topology::ParallelLayout parallel;  // tensor within a node; expert: groups of the replicas
-  int64_t micro_batch = 1;            // samples per micro-batch
+  topology::ParallelLayout parallel{};  // tensor within a node; expert: groups of the replicas
+  int64_t micro_batch = 1;              // samples per micro-batch
   int64_t micro_batches = 1;  // per step: global batch = micro_batch · micro_batches · data
   schedule::Kind schedule = schedule::Kind::k1F1B;
   int zero = 0;

@@ -54,12 +54,12 @@ void refuse_unknown_keys(const std::vector<std::string>& unknown);
 
 // Command-line settings that win over the file.
 struct TrainerOverrides {
-  std::optional<int64_t> pipe, data, model, context, expert, micro_batches, train_iters,
-      eval_interval, seed, chunks, zero;
+  std::optional<int64_t> pipe{}, data{}, model{}, context{}, expert{}, micro_batches{},
+      train_iters{}, eval_interval{}, seed{}, chunks{}, zero{};
   bool overwrite = false;          // --overwrite: sets overwrite
   bool sequence_parallel = false;  // --sequence-parallel: sets sequence_parallel
-  std::optional<double> lr;
-  std::optional<std::string> save, load, trace, schedule, device;
+  std::optional<double> lr{};
+  std::optional<std::string> save{}, load{}, trace{}, schedule{}, device{};
 };
 
 // The config file with the overrides written into it, each under its key in job_keys():

@@ -183,7 +183,7 @@ void expect_case_matches_one_process(const Case& c, const std::shared_ptr<topolo
   SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) + ": " + name(c));
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
-  TrainingConfig config = training_config(c, pipe);
+  TrainingConfig config = training_config(c);
   config.pipeline.schedule.kind = schedule;
   if (schedule == schedule::Kind::kFile)
     config.pipeline.schedule.file = zb_h1_file(c.micro_batches, pipe);
@@ -314,7 +314,7 @@ void expect_zero_matches_one_process(schedule::Kind schedule, int chunks = 1) {
         SCOPED_TRACE("pipe " + std::to_string(pipe) + " x data " + std::to_string(data) +
                      ", ZeRO stage " + std::to_string(stage) +
                      (reshard ? "" : " (kept after forward)") + ": " + name(c));
-        engine::TrainingConfig config = training_config(c, pipe);
+        engine::TrainingConfig config = training_config(c);
         config.pipeline.schedule.kind = schedule;
         config.zero.stage = stage;
         config.zero.reshard_after_forward = reshard;
@@ -419,7 +419,7 @@ TEST(Bf16, EveryGridShapeUpdatesAsTheFp32Reference) {
                      ", ZeRO " + std::to_string(zero) + ": " + name(c));
         const auto samples = dataset(c, data);
         const Reference reference = reference_run(c, data, samples);
-        TrainingConfig config = training_config(c, pipe);
+        TrainingConfig config = training_config(c);
         config.precision.dtype = optim::Precision::kBf16;
         config.zero.stage = zero;
         config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
@@ -508,7 +508,7 @@ TEST(Experts, EveryScheduleMatchesOneProcess) {
   const Reference reference = reference_run(c, data, samples);
   for (int stage : {1, 2}) {
     SCOPED_TRACE("ZeRO stage " + std::to_string(stage));
-    engine::TrainingConfig config = training_config(c, pipe);
+    engine::TrainingConfig config = training_config(c);
     config.zero.stage = stage;
     config.zero.reduce_bucket_size = 1000;
     config.device = on_gpu() ? device::DeviceKind::kCuda : device::DeviceKind::kCpu;
@@ -578,7 +578,7 @@ TEST(Experts, ExpertParallelMatchesOneProcess) {
       auto grid = std::make_shared<topology::Grid>(
           topology::pipe_data_parallel_topology(shape.pipe, shape.data), world, shape.experts);
       ASSERT_EQ(grid->expert_parallel_size(), shape.experts);
-      TrainingConfig config = training_config(c, shape.pipe);
+      TrainingConfig config = training_config(c);
       config.pipeline.schedule.kind = shape.schedule;
       config.zero.stage = shape.zero;
       config.zero.reduce_bucket_size = 1000;  // several reduce-scatter rounds

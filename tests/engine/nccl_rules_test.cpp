@@ -164,7 +164,7 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
                                                        comm::Seconds(60), testing);
   const auto samples = dataset(c, data);
   const Reference reference = reference_run(c, data, samples);
-  TrainingConfig config = training_config(c, pipe);
+  TrainingConfig config = training_config(c);
   config.pipeline.schedule.kind = kind;
   config.ddp_bucket_size = 3000;  // several buckets, started during backward
   config.overlap_grad_reduce = true;
@@ -216,17 +216,23 @@ void expect_rules_hold(schedule::Kind kind, int pipe, int data, const Case& c, i
   for (const auto& recording : recordings) EXPECT_EQ(recording->overlaps(), 0);
   int64_t collectives = 0;
   for (const auto& recording : recordings) collectives += recording->ops();
-  if (data > 1) EXPECT_GT(collectives, 0);
+  if (data > 1) {
+    EXPECT_GT(collectives, 0);
+  }
   const comm::Communicator* feedback = nullptr;  // unused in training
   if (fed_back) {
     const auto& link = engine.communicators().pipe_links().at(stage == 0 ? output : 0);
     feedback = (stage == 0 ? link.from : link.to).at(schedule::Channel::feedback().tag()).get();
   }
   for (const auto& link : links) {
-    if (link.get() != feedback) EXPECT_GT(link->sends + link->receives, 0);
+    if (link.get() != feedback) {
+      EXPECT_GT(link->sends + link->receives, 0);
+    }
   }
   const data_parallel::GradientBuckets* buckets = engine.gradient_buckets();
-  if (data > 1 && buckets) EXPECT_GT(buckets->started_in_backward(), 0);
+  if (data > 1 && buckets) {
+    EXPECT_GT(buckets->started_in_backward(), 0);
+  }
 }
 
 TEST(NcclRules, PipeMatchedByOrderAndCollectivesInOneOrderUnderEveryScheduleThatMayUseNccl) {

@@ -142,7 +142,7 @@ std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel) {
   return std::make_shared<data::TensorDataset>(inputs, labels);
 }
 
-engine::TrainingConfig training_config(const Case& c, int stages) {
+engine::TrainingConfig training_config(const Case& c) {
   engine::TrainingConfig config;
   config.train_micro_batch_size_per_gpu = kMicroBatchSize;
   config.gradient_accumulation_steps = c.micro_batches;

@@ -41,7 +41,7 @@ models::ModelConfig model_config(const std::string& model);
 module::LoraConfig lora_config(const std::string& model);
 // Enough samples for kSteps + 1 batches over `data_parallel` replicas.
 std::shared_ptr<data::TensorDataset> dataset(const Case& c, int data_parallel);
-engine::TrainingConfig training_config(const Case& c, int stages);
+engine::TrainingConfig training_config(const Case& c);
 
 struct Reference {
   std::vector<double> losses;

@@ -137,7 +137,9 @@ TEST(BuiltinModels, TransformersNamesCoverEveryParameterOnce) {
           t.name + (t.expert >= 0 ? " expert " + std::to_string(t.expert) : "");
       EXPECT_TRUE(parts.insert(part).second) << part << " mapped twice";
       EXPECT_TRUE(hf.insert(t.hf_name).second) << t.hf_name << " used twice";
-      if (t.expert >= 0) EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
+      if (t.expert >= 0) {
+        EXPECT_LT(t.expert, config.moe.experts) << t.hf_name;
+      }
     }
     EXPECT_EQ(mapped, parameter_names(make_builtin_model(config))) << config.type->name;
     if (models::routes_experts(config)) {  // each stacked tensor in one part per expert

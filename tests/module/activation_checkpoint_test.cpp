@@ -87,7 +87,9 @@ TEST(SelectiveRecompute, SameGradientsWithDropoutAndLessMemoryForEachPart) {
         // A fused LayerNorm keeps only its statistics beside the input the next layer
         // keeps anyway: recomputing the GPT's norms frees next to nothing (a LLaMA's RMSNorm
         // in plain operators frees its intermediates).
-        if (name != "norms") EXPECT_LT(recomputed.held_bytes, plain.held_bytes * 0.9);
+        if (name != "norms") {
+          EXPECT_LT(recomputed.held_bytes, plain.held_bytes * 0.9);
+        }
       }
     }
   }

@@ -274,7 +274,9 @@ TEST(Planner, OffersContextParallelismWhenOnlyItFits) {
   std::set<int> contexts;
   for (const auto& candidate : all) {
     contexts.insert(candidate.layout.parallel.context);
-    if (candidate.rejected.empty()) EXPECT_EQ(candidate.layout.parallel.context, 4);
+    if (candidate.rejected.empty()) {
+      EXPECT_EQ(candidate.layout.parallel.context, 4);
+    }
   }
   EXPECT_EQ(contexts, (std::set<int>{1, 2, 4}));  // all three were assessed
 }
@@ -616,7 +618,9 @@ TEST(Planner, PlansAProgramsFamilyFromItsRowsCosts) {
   for (const auto& candidate : candidates) {
     EXPECT_EQ(candidate.layout.parallel.tensor, 1);
     EXPECT_EQ(candidate.layout.devices(), 4);
-    if (candidate.rejected.empty()) EXPECT_GT(candidate.prediction.step_seconds, 0);
+    if (candidate.rejected.empty()) {
+      EXPECT_GT(candidate.prediction.step_seconds, 0);
+    }
     pipes.insert(candidate.layout.parallel.pipe);
   }
   EXPECT_GT(pipes.size(), 1u);  // pipelines of its six layers are offered too

@@ -45,7 +45,7 @@ TrainedRun train(const Case& c, const std::shared_ptr<topology::Grid>& grid, boo
                  const std::shared_ptr<data::TensorDataset>& samples, int zero_stage = 0,
                  schedule::Kind schedule = schedule::Kind::k1F1B, int chunks = 1,
                  bool sequence_parallel = false) {
-  engine::TrainingConfig config = training_config(c, grid->pipe_parallel_size());
+  engine::TrainingConfig config = training_config(c);
   config.pipeline.schedule.kind = schedule;
   config.pipeline.partitioned_transfers = partitioned;
   config.zero.stage = zero_stage;

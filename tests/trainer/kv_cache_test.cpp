@@ -188,7 +188,9 @@ TEST(NcclRules, GenerationFeedsItsTokensBackOverALaneMatchedByOrder) {
       // At pipe 2 the pair's payloads have a lane of their own the same way.
       const auto payloads = lanes.find(comm::kEveryTag);
       EXPECT_EQ(payloads != lanes.end(), s.pipe == 2);
-      if (payloads != lanes.end()) EXPECT_NE(payloads->second, lane);
+      if (payloads != lanes.end()) {
+        EXPECT_NE(payloads->second, lane);
+      }
     }
   }
 }

@@ -25,9 +25,9 @@ struct KeyDoc {
 // JSON type, bounds, allowed values and help. From the one table come reading (InputError
 // naming the key), the unknown keys of a file, the effective config written back as JSON,
 // and the documentation. Fields are given as accessors usable on a const and a mutable
-// Config, e.g. [](auto& c) -> auto& { return c.pipeline.stages; }. Defaults are the
+// Config, e.g. [](auto& c) -> auto& { return c.pipeline.recompute; }. Defaults are the
 // fields' values in a default-constructed Config.
-// A field of a config for KeyTable: PIPETRAIN_FIELD(pipeline.stages).
+// A field of a config for KeyTable: PIPETRAIN_FIELD(pipeline.recompute).
 #define PIPETRAIN_FIELD(member) \
   [](auto& config_) -> auto& {  \
     return config_.member;      \

@@ -31,7 +31,7 @@ struct PipeLink {
   // lane never waits behind a receive queued on another): `to` by tag for what this rank
   // sends the peer, `from` for what it receives. Empty for MPI (the pipe's communicator
   // carries them, matched by tag).
-  std::map<int, std::shared_ptr<comm::Communicator>> to, from;
+  std::map<int, std::shared_ptr<comm::Communicator>> to{}, from{};
   int rank_there = 0;  // the peer's rank in each
 };
 

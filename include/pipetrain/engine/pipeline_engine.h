@@ -110,11 +110,11 @@ class PipelineEngine {
   struct StreamHooks {
     // The first stage's input of k (its model-parallel rank 0's), asked just before k's
     // forward pass, so that it may depend on the outputs of earlier micro-batches.
-    std::function<module::Activation(int k)> input;
+    std::function<module::Activation(int k)> input{};
     // On every rank, before each forward pass of k (as infer_each's before_forward).
-    std::function<void(int k)> before_forward;
+    std::function<void(int k)> before_forward{};
     // On the last stage, after k's forward pass: its outputs at the last position.
-    std::function<void(int k, const module::Activation& output)> output;
+    std::function<void(int k, const module::Activation& output)> output{};
   };
   // infer_each over `count` micro-batches whose inputs come from `hooks.input` as the first
   // stage reaches them (generation feeds a prompt's next token as soon as it is drawn).

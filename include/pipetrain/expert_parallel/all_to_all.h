@@ -18,8 +18,8 @@ namespace pipetrain::expert_parallel {
 // experts [r x E / size, (r + 1) x E / size). Without a communicator, one rank holding every
 // expert.
 struct Group {
-  std::shared_ptr<comm::Communicator> comm;     // the rows (NCCL between GPUs, else MPI)
-  std::shared_ptr<comm::Communicator> control;  // the host's row counts (MPI); null: comm
+  std::shared_ptr<comm::Communicator> comm;       // the rows (NCCL between GPUs, else MPI)
+  std::shared_ptr<comm::Communicator> control{};  // the host's row counts (MPI); null: comm
 
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }

@@ -16,7 +16,7 @@ namespace pipetrain::models {
 // Tensor parallelism divides the `split_` parts by the model-parallel size t.
 struct LayerCost {
   std::string type;        // the LayerSpec's type, e.g. "GptBlock"
-  std::string tie_key;     // tied layers hold one copy per stage
+  std::string tie_key{};   // tied layers hold one copy per stage
   bool block = false;      // a transformer block (the layers LoRA and check_adapted count)
   int64_t parameters = 0;  // as the partitioner counts them
   int64_t split_parameters = 0;

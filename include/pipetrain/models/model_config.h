@@ -40,7 +40,7 @@ struct ModelConfig {
   int64_t pad_token_id = -1;
   // Every end-of-sequence token where config.json lists several (LLaMA 3.1 Instruct's
   // three), written back as that list; empty: eos_token_id alone.
-  std::vector<int64_t> eos_token_ids;
+  std::vector<int64_t> eos_token_ids{};
 };
 
 // Whether model.type names a LLaMA-decoder family: its sizes are in `llama`.

@@ -17,7 +17,7 @@ struct LoraConfig {
   double dropout = 0;
   // transformers' names of the adapted linears (peft's target_modules).
   std::vector<std::string> target_modules{"q_proj", "v_proj"};
-  std::vector<int64_t> layers;  // the decoder blocks adapted (transformers' layers.N); empty: all
+  std::vector<int64_t> layers{};  // the decoder blocks adapted (transformers' layers.N); empty: all
 
   bool enabled() const { return rank > 0; }
   // Whether decoder block `block` gets adapters (-1: not a block).

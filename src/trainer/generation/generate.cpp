@@ -43,10 +43,10 @@ constexpr int64_t kMaxInFlight = 1024;
 // One prompt to continue, with its own bounds.
 struct PromptLine {
   std::string text;
-  int64_t tokens = 0;         // new tokens at most
-  std::vector<int64_t> stop;  // besides --stop
-  std::string where;          // "--prompt", or "FILE:LINE"
-  std::vector<int64_t> ids;   // the prompt as token ids (then `text` is empty)
+  int64_t tokens = 0;          // new tokens at most
+  std::vector<int64_t> stop;   // besides --stop
+  std::string where;           // "--prompt", or "FILE:LINE"
+  std::vector<int64_t> ids{};  // the prompt as token ids (then `text` is empty)
 };
 
 // A prompts file's line: its text, or a JSON object {"prompt": text, "max_new_tokens": n,
